@@ -1,0 +1,3 @@
+from kmemscope.cli import main
+
+main()

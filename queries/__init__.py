@@ -1,0 +1,1 @@
+"""kmemscope.queries: DuckDB over a kmemscope dataset, and the named analyses."""

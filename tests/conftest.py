@@ -1,0 +1,63 @@
+"""Shared test fixtures: paths, and access to the live kernel's tracefs.
+
+Tests that record real traces need root and tracefs. They mount tracefs where
+they can and skip with a reason elsewhere, so the suite passes on a laptop.
+Recording holds a file lock: tracefs is one global resource per machine.
+"""
+import fcntl
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PUBLIC_FIXTURES = PROJECT_ROOT.parent / "shared" / "fixtures" / "public"
+EXAMPLES = PROJECT_ROOT / "examples"
+TRACEFS = Path("/sys/kernel/tracing")
+TRACING_LOCK = Path("/var/tmp/kmemscope-trace.lock")
+
+
+def tracefs_available():
+    """Return None when tracefs is usable, else the reason it is not."""
+    if os.geteuid() != 0:
+        return "recording needs root"
+    if not (TRACEFS / "events").is_dir():
+        if not TRACEFS.is_dir():
+            return f"{TRACEFS} does not exist (no tracefs in this kernel)"
+        mounted = subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
+                                 capture_output=True, text=True)
+        if mounted.returncode != 0 or not (TRACEFS / "events").is_dir():
+            return f"cannot mount tracefs at {TRACEFS}: {mounted.stderr.strip()}"
+    if not (TRACEFS / "events" / "kmem" / "mm_page_alloc").is_dir():
+        return "this kernel has no kmem:mm_page_alloc tracepoint"
+    if subprocess.run(["sh", "-c", "command -v trace-cmd"], capture_output=True).returncode:
+        return "trace-cmd is not installed (run `make setup`)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def live_tracefs():
+    """Skip unless the kernel can be traced here; yields the tracefs path."""
+    reason = tracefs_available()
+    if reason:
+        pytest.skip(reason)
+    return TRACEFS
+
+
+@pytest.fixture
+def tracing_lock():
+    """Serialise use of the machine's one tracefs between concurrent recorders."""
+    with open(TRACING_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def public_fixtures():
+    if not PUBLIC_FIXTURES.is_dir():
+        pytest.skip(f"public trace fixtures not found at {PUBLIC_FIXTURES}")
+    return PUBLIC_FIXTURES
