@@ -5,12 +5,18 @@ table directory becomes one view over all its runs. `run_id` comes from the Hive
 partition path and is forced to VARCHAR: a hex id made only of digits would
 otherwise be guessed as an integer. `union_by_name` lets one view span kernels
 whose event formats differ (gfp_flags is 4 bytes on 5.15 and 8 on 6.x).
+
+`connect(..., run_ids=[...])` builds the views over those runs' partitions only,
+so a query over one run of a hundred reads one run's files. The run ids that
+reach the SQL text are directory names found on disk, never user input: callers
+match what the user asked for against `table_runs()` first.
 """
 from pathlib import Path
 
 from kmemscope.errors import DatasetError
 
 TABLE_GLOB = "*/*.parquet"
+RUN_PREFIX = "run_id="
 
 
 def table_dirs(dataset):
@@ -33,22 +39,71 @@ def table_dirs(dataset):
     return tables
 
 
+def table_runs(dataset):
+    """Map table name -> {run_id: [parquet files]} for every table of `dataset`."""
+    out = {}
+    for name, path in table_dirs(dataset).items():
+        runs = {}
+        for part in sorted(path.iterdir()):
+            if part.is_dir() and part.name.startswith(RUN_PREFIX):
+                files = sorted(part.glob("*.parquet"))
+                if files:
+                    runs[part.name[len(RUN_PREFIX):]] = files
+        out[name] = runs
+    return out
+
+
 def quote_ident(name):
     return '"' + name.replace('"', '""') + '"'
 
 
-def connect(dataset, threads=None):
-    """Return a DuckDB connection where each table of `dataset` is a view."""
+def quote_literal(text):
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def _scan(files):
+    listed = ", ".join(quote_literal(f) for f in files)
+    return (f"read_parquet([{listed}], hive_partitioning = true, "
+            "hive_types = {'run_id': VARCHAR}, union_by_name = true)")
+
+
+def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
+    """Return a DuckDB connection where each table of `dataset` is a view.
+
+    run_ids: restrict every view to these runs (ids as found on disk).
+    columns: {table: {column: sql_type}} that must exist. A view whose runs lack
+      such a column (an older kernel's format) gets it as NULL; a table that none
+      of the runs has becomes an empty view with run_id and these columns.
+    tables: create views for these tables only (default: all).
+    """
     import duckdb
 
-    tables = table_dirs(dataset)
+    parts = table_runs(dataset)
     con = duckdb.connect(database=":memory:")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    for name, path in tables.items():
-        pattern = str(path / TABLE_GLOB).replace("'", "''")
-        con.execute(
-            f"CREATE VIEW {quote_ident(name)} AS SELECT * FROM read_parquet('{pattern}', "
-            "hive_partitioning = true, hive_types = {'run_id': VARCHAR}, union_by_name = true)"
-        )
+    wanted = None if run_ids is None else set(run_ids)
+    columns = columns or {}
+    for name, runs in parts.items():
+        if tables is not None and name not in tables:
+            continue
+        files = [f for run, fs in runs.items() if wanted is None or run in wanted for f in fs]
+        if not files:
+            continue
+        scan = _scan(files)
+        extra = ""
+        need = columns.get(name)
+        if need:
+            have = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
+            extra = "".join(f", CAST(NULL AS {typ}) AS {quote_ident(col)}"
+                            for col, typ in need.items() if col not in have)
+        con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT *{extra} FROM {scan}")
+    present = {row[0] for row in con.execute(
+        "SELECT table_name FROM information_schema.tables").fetchall()}
+    for name, need in columns.items():
+        if name in present:
+            continue
+        cols = ", ".join([f"CAST(NULL AS VARCHAR) AS run_id"] +
+                         [f"CAST(NULL AS {typ}) AS {quote_ident(col)}" for col, typ in need.items()])
+        con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT {cols} WHERE false")
     return con

@@ -1,0 +1,106 @@
+-- hot_pfns: the most-allocated page frames per run (perf kmem --page stat --alloc -s hit)
+--
+-- Which page frames does the allocator hand out most often, and how soon does
+-- each come back after it is freed? The top N pfns of successful mm_page_alloc
+-- events per run, ranked by allocations, as `perf kmem --page stat --alloc -s hit`
+-- ranks them (seed 001 used exactly this list to show pages going cold on pcp lists).
+--
+-- @param top_n INTEGER 20 page frames per run
+-- @requires mm_page_alloc
+-- @optional mm_page_free
+--
+-- Output columns:
+--   run_id, labels     the run
+--   rank               1 = most allocated in the run (ties broken by lower pfn)
+--   pfn                page frame number (head page of the allocation)
+--   allocs             successful allocations of this pfn
+--   orders             distinct orders it was allocated at, ascending, e.g. '0,3'
+--   cpus               distinct CPUs that allocated it
+--   reuses             frees of this pfn whose next event on the pfn is an allocation
+--   reuse_mean_ns      mean interval from such a free to the allocation, ns
+--   reuse_median_ns    median of that interval, ns
+--
+-- Caveats (kernel-tracing.md section 1): matching is by head pfn, like perf kmem:
+-- a free of an order-3 block then an order-0 allocation at the same pfn is a
+-- reuse; allocations at other pfns inside the block are not. Failed allocations
+-- (pfn = -1UL) are not page frames and are left out. Pages taken by the bulk
+-- allocator, compaction isolation or alloc_contig_range have no mm_page_alloc,
+-- so some frees never pair. pfn is printed %lu up to 5.10 and 0x%lx from 5.15;
+-- the column here is the number either way.
+
+WITH
+allocs_ok AS (
+  SELECT run_id, ts, cpu, pfn, "order"
+  FROM page_allocs
+  WHERE NOT failed
+),
+alloc_counts AS (
+  SELECT run_id, pfn, count(*) AS allocs
+  FROM allocs_ok
+  GROUP BY run_id, pfn
+),
+ranked AS (
+  SELECT run_id, pfn, allocs,
+         row_number() OVER (PARTITION BY run_id ORDER BY allocs DESC, pfn) AS rank
+  FROM alloc_counts
+),
+top_pfns AS (
+  SELECT run_id, pfn, allocs, rank FROM ranked WHERE rank <= $top_n
+),
+top_allocs AS (
+  SELECT a.run_id, a.ts, a.cpu, a.pfn, a."order"
+  FROM allocs_ok AS a
+  JOIN top_pfns AS t ON t.run_id = a.run_id AND t.pfn = a.pfn
+),
+top_orders AS (
+  SELECT run_id, pfn,
+         string_agg(CAST("order" AS VARCHAR), ',' ORDER BY "order") AS orders
+  FROM (SELECT DISTINCT run_id, pfn, "order" FROM top_allocs) AS d
+  GROUP BY run_id, pfn
+),
+top_cpus AS (
+  SELECT run_id, pfn, count(DISTINCT cpu) AS cpus
+  FROM top_allocs
+  GROUP BY run_id, pfn
+),
+-- allocations and frees of the top pfns, in time order per pfn
+top_events AS (
+  SELECT run_id, pfn, ts, 1 AS is_alloc FROM top_allocs
+  UNION ALL
+  SELECT f.run_id, f.pfn, f.ts, 0 AS is_alloc
+  FROM mm_page_free AS f
+  JOIN top_pfns AS t ON t.run_id = f.run_id AND t.pfn = f.pfn
+),
+top_transitions AS (
+  SELECT run_id, pfn, ts, is_alloc,
+         lag(is_alloc) OVER w AS prev_is_alloc,
+         lag(ts) OVER w AS prev_ts
+  FROM top_events
+  WINDOW w AS (PARTITION BY run_id, pfn ORDER BY ts, is_alloc)
+),
+reuse_intervals AS (
+  SELECT run_id, pfn,
+         count(*) AS reuses,
+         avg(ts - prev_ts) AS reuse_mean_ns,
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY ts - prev_ts) AS reuse_median_ns
+  FROM top_transitions
+  WHERE is_alloc = 1 AND prev_is_alloc = 0
+  GROUP BY run_id, pfn
+)
+SELECT
+  f.run_id,
+  f.labels,
+  t.rank,
+  t.pfn,
+  t.allocs,
+  o.orders,
+  c.cpus,
+  coalesce(r.reuses, 0) AS reuses,
+  r.reuse_mean_ns,
+  r.reuse_median_ns
+FROM top_pfns AS t
+JOIN run_facts AS f ON f.run_id = t.run_id
+JOIN top_orders AS o ON o.run_id = t.run_id AND o.pfn = t.pfn
+JOIN top_cpus AS c ON c.run_id = t.run_id AND c.pfn = t.pfn
+LEFT JOIN reuse_intervals AS r ON r.run_id = t.run_id AND r.pfn = t.pfn
+ORDER BY f.run_id, t.rank
