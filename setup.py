@@ -9,7 +9,7 @@ import sys
 
 from setuptools import Extension, setup
 
-NATIVE_LIBS = ["libtracecmd", "libtraceevent"]
+NATIVE_LIBS = ["libtracecmd", "libtraceevent", "libzstd", "zlib"]
 
 
 def pkg_config(*args):

@@ -107,3 +107,20 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
                          [f"CAST(NULL AS {typ}) AS {quote_ident(col)}" for col, typ in need.items()])
         con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT {cols} WHERE false")
     return con
+
+
+def query_arrow(con, sql, params=None):
+    """Run `sql` with bound `params` and return an Arrow table.
+
+    DuckDB 2 prefers relations (`con.sql(...).to_arrow_table()`); DuckDB 1 has
+    `execute(...).fetch_arrow_table()`. Both bind parameters, never paste them.
+    """
+    rel_api = hasattr(con, "sql")
+    if rel_api:
+        rel = con.sql(sql, params=params) if params else con.sql(sql)
+        if rel is not None and hasattr(rel, "to_arrow_table"):
+            return rel.to_arrow_table()
+        if rel is not None and hasattr(rel, "arrow"):
+            table = rel.arrow()
+            return table.read_all() if hasattr(table, "read_all") else table
+    return con.execute(sql, params or []).fetch_arrow_table()

@@ -1,0 +1,269 @@
+"""The `kmemscope` command line: a thin layer over the library's functions.
+
+Every verb that prints rows takes the same --format/-o options. Errors are one
+line on stderr, `kmemscope: error: <what> (<what to do>)`, with a non-zero exit;
+`kmemscope --debug VERB` shows the traceback instead. Heavy imports (pyarrow,
+duckdb) happen inside the verbs that need them, so `record` and `--help` start fast.
+"""
+import os
+import sys
+
+import click
+
+from kmemscope import __version__
+from kmemscope.errors import KmemscopeError
+
+FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]),
+                             default="table", show_default=True, help="Output format.")
+OUTPUT_OPTION = click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
+                             help="Write the result to FILE instead of stdout.")
+
+
+def _key_values(values, what):
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=what)
+        out[key] = value
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kmemscope")
+@click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
+@click.pass_context
+def cli(ctx, debug):
+    """Record page-allocator traces and answer questions about them in SQL."""
+    ctx.obj = {"debug": debug}
+
+
+# ---------------------------------------------------------------- parse
+
+@cli.command()
+@click.argument("sources", nargs=-1, required=True, metavar="TRACE_OR_BUNDLE...")
+@click.option("-o", "--output", "dataset", required=True, type=click.Path(file_okay=False),
+              help="Dataset directory to write (created if missing).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="Label the run(s), e.g. --label kernel=patched. Repeatable.")
+@click.option("--events", "events", multiple=True, metavar="PATTERN",
+              help="Only events matching this glob (`kmem:*`, `mm_page_alloc`). Repeatable.")
+@click.option("--threads", type=click.IntRange(1, 256), default=None,
+              help="Decoder threads (default: one per core).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
+@click.pass_context
+def parse(ctx, sources, dataset, labels, events, threads, quiet):
+    """Parse trace.dat files or bundles into a Parquet dataset.
+
+    Each input becomes one run, named by a hash of its trace.dat; parsing the
+    same trace again replaces its run. A run appears only when complete.
+    """
+    from kmemscope.parsers.ingest import ingest
+
+    labels = _key_values(labels, "--label")
+    patterns = [p for item in events for p in item.split(",") if p]
+    show_progress = not quiet and sys.stderr.isatty()
+    failures = 0
+    for source in sources:
+        try:
+            with _progress(source, show_progress) as progress:
+                summary = ingest(source, dataset, labels=labels, events=patterns, threads=threads,
+                                 progress=progress)
+        except KmemscopeError as exc:
+            _report_error(ctx, exc)
+            failures += 1
+            continue
+        if not quiet:
+            verb = "replaced" if summary.replaced else "added"
+            rate = summary.events / summary.seconds / 1e6 if summary.seconds else 0
+            click.echo(f"{source}: run {summary.run_id} {verb}: {summary.events:,} events "
+                       f"in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
+                       f"{summary.lost_events:,} lost", err=True)
+    if failures:
+        sys.exit(1)
+
+
+class _progress:
+    """A rich progress bar over bytes of trace data, on stderr, only on a terminal."""
+
+    def __init__(self, source, enabled):
+        self.source, self.enabled = source, enabled
+        self.bar = self.task = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+        from rich.console import Console
+
+        self.bar = Progress("[progress.description]{task.description}", BarColumn(),
+                            DownloadColumn(), TimeRemainingColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.bar.start()
+        self.task = self.bar.add_task(os.path.basename(str(self.source)), total=None)
+        return self.update
+
+    def update(self, message):
+        kind, n = message
+        if kind == "total":
+            self.bar.update(self.task, total=n)
+        else:
+            self.bar.advance(self.task, n)
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.stop()
+        return False
+
+
+# ---------------------------------------------------------------- sql / info
+
+@cli.command()
+@click.argument("dataset", type=click.Path())
+@click.argument("query")
+@FORMAT_OPTION
+@OUTPUT_OPTION
+def sql(dataset, query, fmt, output):
+    """Run SQL over DATASET; every table is a view of its own name.
+
+    \b
+    kmemscope sql ds "SELECT \\"order\\", count(*) FROM mm_page_alloc GROUP BY 1"
+    """
+    from kmemscope.output import write_result
+    from kmemscope.queries.dataset import connect
+
+    con = connect(dataset)
+    table = _run_sql(con, query)
+    write_result(table, fmt, output)
+
+
+def _run_sql(con, query, params=None):
+    import duckdb
+
+    from kmemscope.queries.dataset import query_arrow
+
+    try:
+        return query_arrow(con, query, params)
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise KmemscopeError(f"SQL failed: {first}",
+                             "`kmemscope info DATASET` lists the tables; quote \"order\"") from None
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path())
+@FORMAT_OPTION
+def info(dataset, fmt):
+    """Show the runs of DATASET and the row count of each table."""
+    from kmemscope.output import write_result
+    from kmemscope.queries.dataset import connect, quote_ident, table_dirs
+
+    con = connect(dataset)
+    tables = table_dirs(dataset)
+    if "runs" in tables:
+        runs = _run_sql(con, """
+            SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
+                   round((last_ts - first_ts) / 1e9, 3) AS seconds,
+                   file_version, compression, map_entries(labels) AS labels, source
+            FROM runs ORDER BY source""")
+        click.echo(f"runs ({runs.num_rows})") if fmt == "table" else None
+        write_result(runs, fmt)
+    counts = " UNION ALL ".join(
+        f"SELECT '{name}' AS \"table\", count(*) AS rows, count(DISTINCT run_id) AS runs "
+        f"FROM {quote_ident(name)}" for name in tables)
+    table = _run_sql(con, f"SELECT * FROM ({counts}) ORDER BY rows DESC, \"table\"")
+    if fmt == "table":
+        click.echo(f"\ntables ({table.num_rows})")
+    write_result(table, fmt)
+
+
+# ---------------------------------------------------------------- record
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                               "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def record(args):
+    """Record a bundle on this host (`kmemscope record --help`)."""
+    from kmemscope.capture.cli import main as record_main
+
+    sys.exit(record_main(list(args)))
+
+
+# ---------------------------------------------------------------- named analyses
+
+@cli.command()
+@FORMAT_OPTION
+def queries(fmt):
+    """List the named analyses, one line each."""
+    import pyarrow as pa
+
+    from kmemscope.output import write_result
+    from kmemscope.queries.engine import list_queries
+
+    rows = list_queries()
+    table = pa.table({"name": [r[0] for r in rows], "question": [r[1] for r in rows]})
+    write_result(table, fmt)
+
+
+@cli.command()
+@click.argument("name")
+@click.argument("dataset", type=click.Path())
+@click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only runs with this label.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A query parameter.")
+@FORMAT_OPTION
+@OUTPUT_OPTION
+def query(name, dataset, runs, labels, params, fmt, output):
+    """Run the named analysis NAME over DATASET (see `kmemscope queries`)."""
+    from kmemscope.output import write_result
+    from kmemscope.queries.engine import run_query
+
+    table = run_query(name, dataset, run_ids=list(runs) or None,
+                      labels=_key_values(labels, "--label") or None,
+                      params=_key_values(params, "--param") or None)
+    write_result(table, fmt, output)
+
+
+# ---------------------------------------------------------------- entry point
+
+def _report_error(ctx, exc):
+    debug = bool(ctx and ctx.obj and ctx.obj.get("debug"))
+    if debug:
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    click.echo(f"kmemscope: error: {message}", err=True)
+
+
+def main(argv=None):
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="kmemscope", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("kmemscope: error: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KmemscopeError as exc:
+        if debug:
+            raise
+        click.echo(f"kmemscope: error: {str(exc).strip().splitlines()[0]}", err=True)
+        sys.exit(1)
+    except (ValueError, OSError) as exc:
+        if debug:
+            raise
+        click.echo(f"kmemscope: error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("kmemscope: error: interrupted", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # a bug in kmemscope: one line, the traceback on --debug
+        if debug:
+            raise
+        click.echo(f"kmemscope: error: internal error: {exc!r} (rerun with --debug and report it)",
+                   err=True)
+        sys.exit(2)

@@ -1,0 +1,1 @@
+"""kmemscope.notebooks: the report notebooks, shipped as package data."""

@@ -1,0 +1,1 @@
+"""kmemscope.parsers: trace.dat and procfs samples -> Arrow -> the Parquet dataset."""

@@ -1,0 +1,344 @@
+"""Where a trace.dat keeps its ring-buffer pages: the file's table of contents.
+
+libtracecmd reads a file's metadata (event formats, cmdlines, kallsyms) for us,
+but it keeps the location of each CPU's data private and decodes the data on one
+thread. kmemscope decodes pages itself, in parallel, so it needs that location:
+this module reads the header and options of format versions 6 and 7 as
+`man 5 trace-cmd.dat.v6` and `trace-cmd.dat.v7` describe them, and splits each
+CPU's data into independent segments (runs of whole pages, or of whole
+compressed chunks) that worker threads can decode in any order.
+
+Every read is checked against the file's size; a file that lies about its own
+layout raises TraceFileError with what was wrong and where.
+"""
+import os
+import struct
+from dataclasses import dataclass, field
+
+from kmemscope.errors import TraceFileError
+
+MAGIC = b"\x17\x08\x44tracing"
+
+# Option ids shared by v6 and v7 (trace-cmd.dat.v7(5)).
+OPT_DONE, OPT_DATE, OPT_CPUSTAT, OPT_BUFFER, OPT_TRACECLOCK, OPT_UNAME = 0, 1, 2, 3, 4, 5
+OPT_OFFSET, OPT_CPUCOUNT, OPT_VERSION, OPT_TRACEID, OPT_TSC2NSEC = 7, 8, 9, 11, 14
+
+SECTION_OPTIONS = 0
+SECTION_FLAG_COMPRESSED = 1
+
+# Uncompressed segments are cut at this many bytes of pages; compressed ones at
+# this many bytes of uncompressed chunk data. Small enough that two threads share
+# a trace whose data sits almost all on one CPU, large enough to keep per-segment
+# overhead (a Python call, a fresh Arrow batch) negligible.
+SEGMENT_BYTES = 8 << 20
+
+
+@dataclass
+class Segment:
+    """A run of pages of one CPU that can be decoded on its own."""
+    buffer: str          # trace instance name, "" for the top buffer
+    cpu: int
+    offset: int          # file offset of the first page, or of the first chunk header
+    length: int          # bytes of pages (uncompressed) or of chunk records (compressed)
+    chunks: int          # number of compressed chunks, 0 when uncompressed
+    data_bytes: int      # uncompressed size, for progress and load balancing
+
+
+@dataclass
+class Buffer:
+    name: str
+    clock: str
+    page_size: int
+    cpus: list = field(default_factory=list)   # (cpu, offset, size)
+
+
+@dataclass
+class Layout:
+    path: str
+    file_size: int
+    version: int
+    big_endian: bool
+    long_size: int
+    page_size: int
+    compression: str = "none"
+    compression_version: str = ""
+    uname: str = ""
+    tracecmd_version: str = ""
+    trace_clock: str = ""
+    cpu_count: int = 0
+    cpustats: list = field(default_factory=list)
+    ts_offset: int = 0
+    buffers: list = field(default_factory=list)
+
+    @property
+    def data_bytes(self):
+        return sum(size for b in self.buffers for _, _, size in b.cpus)
+
+
+class _Reader:
+    """Bounds-checked reads at absolute offsets in the file's byte order."""
+
+    def __init__(self, path, fobj, size, big_endian=False):
+        self.path, self.f, self.size = path, fobj, size
+        self.endian = ">" if big_endian else "<"
+
+    def read(self, offset, n, what):
+        if offset < 0 or n < 0 or offset + n > self.size:
+            raise TraceFileError(f"{self.path}: truncated or corrupt: {what} at offset {offset} "
+                                 f"({n} bytes) lies beyond the end of the file ({self.size} bytes)")
+        self.f.seek(offset)
+        data = self.f.read(n)
+        if len(data) != n:
+            raise TraceFileError(f"{self.path}: short read of {what} at offset {offset}")
+        return data
+
+    def unpack(self, fmt, offset, what):
+        st = struct.Struct(self.endian + fmt)
+        return st.unpack(self.read(offset, st.size, what))
+
+    def cstring(self, offset, what, limit=4096):
+        data = self.read(offset, min(limit, self.size - offset), what)
+        end = data.find(b"\0")
+        if end < 0:
+            raise TraceFileError(f"{self.path}: corrupt: unterminated {what} at offset {offset}")
+        return data[:end].decode("utf-8", "replace"), offset + end + 1
+
+
+def _cstrings(blob):
+    return [s.decode("utf-8", "replace") for s in blob.split(b"\0")]
+
+
+def read_layout(path, decompress=None):
+    """Return the Layout of the trace.dat at `path`.
+
+    `decompress(proto, data, out_size)` inflates a compressed options section;
+    trace-cmd writes options uncompressed, so it is needed only for files that
+    other writers produce.
+    """
+    try:
+        size = os.path.getsize(path)
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise TraceFileError(f"{path}: no such file", "check the path") from None
+    except IsADirectoryError:
+        raise TraceFileError(f"{path}: is a directory without a trace.dat",
+                             "give a trace.dat or a bundle directory") from None
+    except OSError as exc:
+        raise TraceFileError(f"{path}: cannot open: {exc.strerror}") from None
+    with f:
+        if size == 0:
+            raise TraceFileError(f"{path}: the file is empty", "was the recording interrupted?")
+        head = f.read(64)
+        if not head.startswith(MAGIC):
+            raise TraceFileError(f"{path}: not a trace-cmd trace.dat (bad magic)",
+                                 "give a file written by `trace-cmd record` or `kmemscope record`")
+        r = _Reader(path, f, size)
+        version_str, pos = r.cstring(len(MAGIC), "version string", 16)
+        try:
+            version = int(version_str)
+        except ValueError:
+            raise TraceFileError(f"{path}: corrupt: version {version_str!r} is not a number") from None
+        if version not in (6, 7):
+            raise TraceFileError(f"{path}: trace.dat version {version} is not supported",
+                                 "kmemscope reads versions 6 and 7")
+        endian, long_size = r.read(pos, 2, "endian and long size")
+        r = _Reader(path, f, size, big_endian=bool(endian))
+        (page_size,) = r.unpack("I", pos + 2, "page size")
+        if long_size not in (4, 8) or not 512 <= page_size <= (1 << 20):
+            raise TraceFileError(f"{path}: corrupt header: long size {long_size}, page size {page_size}")
+        layout = Layout(path, size, version, bool(endian), long_size, page_size)
+        pos += 6
+        if version == 6:
+            _read_v6(r, layout, pos)
+        else:
+            _read_v7(r, layout, pos, decompress)
+    for buf in layout.buffers:
+        for cpu, offset, nbytes in buf.cpus:
+            if offset + nbytes > size + (4 if layout.version >= 7 else 0):
+                raise TraceFileError(
+                    f"{path}: truncated: CPU {cpu} data of buffer {buf.name or 'top'} ends at "
+                    f"{offset + nbytes} but the file has {size} bytes")
+    return layout
+
+
+def _apply_option(layout, r, opt_id, data, buffer_opts):
+    if opt_id == OPT_UNAME:
+        layout.uname = _cstrings(data)[0]
+    elif opt_id == OPT_VERSION:
+        layout.tracecmd_version = _cstrings(data)[0]
+    elif opt_id == OPT_TRACECLOCK:
+        text = _cstrings(data)[0]
+        # The file stores tracefs's trace_clock, with the chosen clock in brackets.
+        start, end = text.find("["), text.find("]")
+        layout.trace_clock = text[start + 1:end] if 0 <= start < end else text.strip()
+    elif opt_id == OPT_CPUCOUNT and len(data) >= 4:
+        (layout.cpu_count,) = struct.unpack(r.endian + "I", data[:4])
+    elif opt_id == OPT_CPUSTAT:
+        layout.cpustats.append(_cstrings(data)[0])
+    elif opt_id == OPT_OFFSET:
+        try:
+            layout.ts_offset = int(_cstrings(data)[0].strip(), 0)
+        except ValueError:
+            pass
+    elif opt_id == OPT_BUFFER:
+        buffer_opts.append(data)
+
+
+def _read_v6(r, layout, pos):
+    path = layout.path
+    for label in (b"header_page\0", b"header_event\0"):
+        if r.read(pos, len(label), "header label") != label:
+            raise TraceFileError(f"{path}: corrupt: expected {label[:-1].decode()} at offset {pos}")
+        pos += len(label)
+        (n,) = r.unpack("Q", pos, label[:-1].decode())
+        pos += 8 + n
+    (count,) = r.unpack("I", pos, "ftrace format count")
+    pos += 4
+    for _ in range(count):
+        (n,) = r.unpack("Q", pos, "ftrace format")
+        pos += 8 + n
+    (systems,) = r.unpack("I", pos, "event system count")
+    pos += 4
+    for _ in range(systems):
+        _, pos = r.cstring(pos, "event system name")
+        (count,) = r.unpack("I", pos, "event format count")
+        pos += 4
+        for _ in range(count):
+            (n,) = r.unpack("Q", pos, "event format")
+            pos += 8 + n
+    for what, fmt in (("kallsyms", "I"), ("printk formats", "I"), ("cmdlines", "Q")):
+        (n,) = r.unpack(fmt, pos, what)
+        pos += struct.calcsize(fmt) + n
+    (cpus,) = r.unpack("I", pos, "CPU count")
+    pos += 4
+    layout.cpu_count = cpus
+    buffer_opts = []
+    label = r.read(pos, 10, "section label")
+    if label == b"options  \0":
+        pos += 10
+        while True:
+            (opt_id,) = r.unpack("H", pos, "option id")
+            pos += 2
+            if opt_id == OPT_DONE:
+                break
+            (n,) = r.unpack("I", pos, "option size")
+            data = r.read(pos + 4, n, f"option {opt_id}")
+            pos += 4 + n
+            _apply_option(layout, r, opt_id, data, buffer_opts)
+        label = r.read(pos, 10, "section label")
+    pos += 10
+    if label == b"latency  \0":
+        return  # latency-tracer text: no ring-buffer pages
+    if label != b"flyrecord\0":
+        raise TraceFileError(f"{path}: corrupt: expected flyrecord at offset {pos - 10}")
+    top = Buffer("", layout.trace_clock, layout.page_size)
+    top.cpus = _v6_cpu_table(r, pos, cpus)
+    layout.buffers.append(top)
+    for data in buffer_opts:
+        if len(data) < 9:
+            raise TraceFileError(f"{path}: corrupt BUFFER option")
+        (offset,) = struct.unpack(r.endian + "Q", data[:8])
+        name = _cstrings(data[8:])[0]
+        buf = Buffer(name, layout.trace_clock, layout.page_size)
+        buf.cpus = _v6_cpu_table(r, offset, cpus)
+        layout.buffers.append(buf)
+
+
+def _v6_cpu_table(r, pos, cpus):
+    table = []
+    for cpu in range(cpus):
+        offset, size = r.unpack("QQ", pos + 16 * cpu, f"CPU {cpu} data offset")
+        if size:
+            table.append((cpu, offset, size))
+    return table
+
+
+def _read_v7(r, layout, pos, decompress):
+    path = layout.path
+    layout.compression, pos = r.cstring(pos, "compression name", 64)
+    layout.compression_version, pos = r.cstring(pos, "compression version", 64)
+    (next_options,) = r.unpack("Q", pos, "first options offset")
+    buffer_opts, seen = [], set()
+    while next_options:
+        if next_options in seen:
+            raise TraceFileError(f"{path}: corrupt: options sections form a loop")
+        seen.add(next_options)
+        sec_id, flags, _sid, sec_size = r.unpack("HHIQ", next_options, "options section header")
+        if sec_id != SECTION_OPTIONS:
+            raise TraceFileError(f"{path}: corrupt: section at {next_options} is not an options section")
+        body_at = next_options + 16
+        body = r.read(body_at, sec_size, "options section")
+        if flags & SECTION_FLAG_COMPRESSED:
+            if decompress is None or len(body) < 8:
+                raise TraceFileError(f"{path}: compressed options section cannot be read")
+            csize, usize = struct.unpack(r.endian + "II", body[:8])
+            body = decompress(layout.compression, body[8:8 + csize], usize)
+        next_options = 0
+        at = 0
+        while at + 6 <= len(body):
+            opt_id, n = struct.unpack_from(r.endian + "HI", body, at)
+            data = body[at + 6:at + 6 + n]
+            if len(data) != n:
+                raise TraceFileError(f"{path}: corrupt: option {opt_id} overruns its section")
+            at += 6 + n
+            if opt_id == OPT_DONE:
+                if n >= 8:
+                    (next_options,) = struct.unpack(r.endian + "Q", data[:8])
+                break
+            _apply_option(layout, r, opt_id, data, buffer_opts)
+    for data in buffer_opts:
+        layout.buffers.append(_v7_buffer(r, data, path))
+
+
+def _v7_buffer(r, data, path):
+    try:
+        (_section,) = struct.unpack_from(r.endian + "Q", data, 0)
+        parts = data[8:].split(b"\0", 2)
+        name, clock = parts[0].decode(), parts[1].decode()
+        rest = parts[2]
+        page_size, ncpus = struct.unpack_from(r.endian + "II", rest, 0)
+        buf = Buffer(name, clock, page_size)
+        for i in range(ncpus):
+            cpu, offset, size = struct.unpack_from(r.endian + "IQQ", rest, 8 + 20 * i)
+            if size:
+                buf.cpus.append((cpu, offset, size))
+    except (struct.error, IndexError, UnicodeDecodeError):
+        raise TraceFileError(f"{path}: corrupt BUFFER option") from None
+    return buf
+
+
+def segments(layout, segment_bytes=SEGMENT_BYTES):
+    """Split every buffer's CPU data into independently decodable segments."""
+    out = []
+    compressed = layout.version >= 7 and layout.compression not in ("", "none")
+    with open(layout.path, "rb") as f:
+        r = _Reader(layout.path, f, layout.file_size, layout.big_endian)
+        for buf in layout.buffers:
+            page = buf.page_size
+            for cpu, offset, size in buf.cpus:
+                if not compressed:
+                    usable = size - size % page
+                    step = max(page, segment_bytes - segment_bytes % page)
+                    for start in range(0, usable, step):
+                        n = min(step, usable - start)
+                        out.append(Segment(buf.name, cpu, offset + start, n, 0, n))
+                    continue
+                (count,) = r.unpack("I", offset, f"CPU {cpu} chunk count")
+                # The recorded size counts the chunk records, not the count before them.
+                pos, end = offset + 4, offset + 4 + size
+                seg_start, seg_chunks, seg_bytes = pos, 0, 0
+                for i in range(count):
+                    csize, usize = r.unpack("II", pos, f"CPU {cpu} chunk {i} header")
+                    if pos + 8 + csize > end:
+                        raise TraceFileError(f"{layout.path}: truncated: CPU {cpu} chunk {i} "
+                                             f"runs past the end of its data")
+                    pos += 8 + csize
+                    seg_chunks += 1
+                    seg_bytes += usize
+                    if seg_bytes >= segment_bytes or i == count - 1:
+                        out.append(Segment(buf.name, cpu, seg_start, pos - seg_start,
+                                           seg_chunks, seg_bytes))
+                        seg_start, seg_chunks, seg_bytes = pos, 0, 0
+    # Largest first, so the last segments to finish are small ones.
+    out.sort(key=lambda s: -s.data_bytes)
+    return out

@@ -1,0 +1,160 @@
+"""Decode a trace.dat into Arrow record batches, one stream per event table.
+
+`TraceFile` joins the two halves of the native decoder: libtracecmd's view of
+the file's metadata (`_tracedat.Trace`) and kmemscope's own view of where the
+pages are (`layout`). `TraceFile.decode` runs one worker thread per core; each
+pulls segments off a shared queue, decodes them with the GIL released, and
+hands finished batches to a sink owned by that thread, so Parquet encoding of
+one thread's batches overlaps with decoding on the other.
+"""
+import fnmatch
+import os
+import queue
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+from kmemscope.errors import TraceFileError
+from kmemscope.parsers import _tracedat, layout as layout_mod
+
+BATCH_ROWS = 1 << 17
+
+
+@dataclass
+class EventTable:
+    event_id: int
+    system: str
+    event: str
+    table: str
+
+
+def _parse_uname(uname):
+    """trace-cmd stores `uname -s -n -r -m` as one string."""
+    parts = (uname or "").split()
+    if len(parts) >= 4:
+        return {"host": parts[1], "kernel_release": parts[2], "arch": parts[-1]}
+    return {"host": None, "kernel_release": None, "arch": None}
+
+
+class TraceFile:
+    """A trace.dat opened for decoding."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.layout = layout_mod.read_layout(self.path, _tracedat.decompress)
+        try:
+            self.native = _tracedat.Trace(self.path)
+        except _tracedat.TraceFileError as exc:
+            raise TraceFileError(str(exc)) from None
+        self.info = self.native.info()
+        self.tables = self._name_tables()
+
+    def _name_tables(self):
+        """Tables are named after events; `system__event` only where names collide."""
+        formats = self.native.events()
+        per_name = Counter(name for _, _, name, _ in formats)
+        tables = {}
+        for event_id, system, name, _cols in formats:
+            table = name if per_name[name] == 1 else f"{system}__{name}"
+            tables[event_id] = EventTable(event_id, system, name, table)
+        return tables
+
+    def select(self, patterns):
+        """Event ids whose `system:event` or `event` matches any glob in `patterns`."""
+        if not patterns:
+            return None
+        chosen = set()
+        for t in self.tables.values():
+            for pat in patterns:
+                if fnmatch.fnmatchcase(f"{t.system}:{t.event}", pat) or fnmatch.fnmatchcase(t.event, pat):
+                    chosen.add(t.event_id)
+        return chosen
+
+    def metadata(self):
+        lay = self.layout
+        meta = _parse_uname(lay.uname or self.info.get("uname"))
+        meta.update(
+            cpus=lay.cpu_count or self.info.get("cpus"),
+            trace_clock=lay.trace_clock or self.info.get("trace_clock") or "local",
+            file_version=lay.version,
+            compression="none" if lay.version < 7 else lay.compression,
+            compression_version=lay.compression_version or None,
+            long_size=lay.long_size,
+            page_size=lay.page_size,
+            big_endian=lay.big_endian,
+            tracecmd_version=lay.tracecmd_version or None,
+            uname=lay.uname or self.info.get("uname") or None,
+            instances=[b.name for b in lay.buffers if b.name],
+        )
+        return meta
+
+    def segments(self):
+        return layout_mod.segments(self.layout)
+
+    def decode(self, make_sink, event_ids=None, threads=None, progress=None):
+        """Decode every segment; returns per-thread stats.
+
+        make_sink(worker_index) -> callable(table_name, record_batch) that the
+        worker thread calls for each batch; `progress(bytes)` is called as
+        segments finish. Errors in any worker stop all of them and re-raise.
+        """
+        import pyarrow as pa
+
+        segments = self.segments()
+        n = max(1, min(threads or os.cpu_count() or 1, len(segments) or 1))
+        work = queue.SimpleQueue()
+        for seg in segments:
+            work.put(seg)
+        stop = threading.Event()
+        errors, stats = [], [None] * n
+        tables = {eid: t.table for eid, t in self.tables.items()}
+        buffers = {b.name: b for b in self.layout.buffers}
+        compression = "none" if self.layout.version < 7 else self.layout.compression
+
+        def emit(sink, batches):
+            for event_id, schema, array in batches:
+                sink(tables[event_id], pa.RecordBatch._import_from_c_capsule(schema, array))
+
+        def worker(index):
+            try:
+                sink = make_sink(index)
+                decoders = {}
+                while not stop.is_set():
+                    try:
+                        seg = work.get_nowait()
+                    except queue.Empty:
+                        break
+                    dec = decoders.get(seg.buffer)
+                    if dec is None:
+                        buf = buffers[seg.buffer]
+                        dec = decoders[seg.buffer] = _tracedat.Decoder(
+                            self.native, self.path, buf.page_size, compression,
+                            batch_rows=BATCH_ROWS, ts_offset=self.layout.ts_offset,
+                            event_ids=event_ids)
+                    emit(sink, dec.decode(seg.cpu, seg.offset, seg.length, seg.chunks))
+                    if progress:
+                        progress(seg.data_bytes)
+                result = {"events": 0, "unknown_events": 0, "lost": []}
+                for name, dec in decoders.items():
+                    emit(sink, dec.finish())
+                    s = dec.stats()
+                    result["events"] += s["events"]
+                    result["unknown_events"] += s["unknown_events"]
+                    result["lost"] += [(name, cpu, ts, missed) for cpu, ts, missed in s["lost"]]
+                stats[index] = result
+            except BaseException as exc:  # re-raised on the calling thread
+                stop.set()
+                errors.append(exc)
+
+        pool = [threading.Thread(target=worker, args=(i,), name=f"kmemscope-decode-{i}")
+                for i in range(n)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        if errors:
+            exc = errors[0]
+            if isinstance(exc, _tracedat.TraceFileError):
+                raise TraceFileError(f"{self.path}: {exc}") from None
+            raise exc
+        return stats
