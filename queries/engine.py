@@ -10,6 +10,7 @@ and carries a few machine-read lines:
     -- @any_of TABLE ...         at least one of these must be present
     -- @procfs TABLE ...         procfs tables (kmemscope record only); missing -> error
     -- @procfs_optional TABLE .. procfs tables whose absence only NULLs some columns (a note)
+    -- @derived page_pairs       per-run derived tables (queries/derive.py), made on first use
     -- @section NAME: description
     -- @prelude                  statements run before the chosen section (temp views)
 
@@ -30,6 +31,7 @@ from pathlib import Path
 from kmemscope.errors import DatasetError, QueryError
 
 from . import dataset as ds
+from . import derive
 from . import eras
 
 QUERY_DIR = Path(__file__).resolve().parent
@@ -102,7 +104,7 @@ class Param:
     doc: str
 
 
-_REQ_KEYS = ("requires", "optional", "any_of", "procfs", "procfs_optional")
+_REQ_KEYS = ("requires", "optional", "any_of", "procfs", "procfs_optional", "derived")
 
 
 @dataclass
@@ -115,6 +117,7 @@ class Section:
     any_of: list = field(default_factory=list)
     procfs: list = field(default_factory=list)
     procfs_optional: list = field(default_factory=list)
+    derived: list = field(default_factory=list)
 
 
 @dataclass
@@ -454,6 +457,8 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     con, chosen, parts, facts = open_run_set(dataset, chosen, None, _tables(needs), threads)
     notes += _assumption_notes(facts)
     try:
+        for name in needs.derived:
+            _derived_view(con, dataset, name, chosen, parts, threads)
         # Parameters also live in a one-row table, so prelude views can read them.
         cols = ", ".join(f"CAST(${p.name} AS {p.type}) AS {p.name}" for p in a.params.values())
         con.execute(f"CREATE TEMP TABLE query_params AS SELECT {cols or '1 AS none'}", bound)
@@ -470,6 +475,29 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     meta[NOTES_KEY] = json.dumps(notes).encode()
     meta[b"kmemscope.query"] = qname.encode()
     return table.replace_schema_metadata(meta)
+
+
+DERIVED_COLUMNS = {
+    "page_pairs": {"pfn": "UBIGINT", "reuse": "BOOLEAN", "interval_ns": "BIGINT",
+                   "same_cpu": "BOOLEAN", "order": "UTINYINT", "cpu": "INTEGER"},
+    "pfn_allocs": {"pfn": "UBIGINT", "allocs": "BIGINT", "rank": "BIGINT"},
+}
+
+
+def _derived_view(con, dataset, name, chosen, parts, threads):
+    if name not in DERIVED_COLUMNS:
+        raise QueryError(f"unknown derived table {name}")
+    files = derive.derived_files(dataset, name, chosen, parts, threads)
+    view = ds.quote_ident(name)
+    if files:
+        listed = ", ".join(ds.quote_literal(f) for f in files.values())
+        con.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM read_parquet([{listed}], "
+                    "hive_partitioning = true, hive_types = {'run_id': VARCHAR})")
+    else:
+        cols = ", ".join(["CAST(NULL AS VARCHAR) AS run_id"] +
+                         [f"CAST(NULL AS {t}) AS {ds.quote_ident(c)}"
+                          for c, t in DERIVED_COLUMNS[name].items()])
+        con.execute(f"CREATE TEMP VIEW {view} AS SELECT {cols} WHERE false")
 
 
 def _used(sql, bound):

@@ -8,6 +8,7 @@
 -- @param top_n INTEGER 20 page frames per run
 -- @requires mm_page_alloc
 -- @optional mm_page_free
+-- @derived page_pairs pfn_allocs
 --
 -- Output columns:
 --   run_id, labels     the run
@@ -34,18 +35,9 @@ allocs_ok AS (
   FROM page_allocs
   WHERE NOT failed
 ),
-alloc_counts AS (
-  SELECT run_id, pfn, count(*) AS allocs
-  FROM allocs_ok
-  GROUP BY run_id, pfn
-),
-ranked AS (
-  SELECT run_id, pfn, allocs,
-         row_number() OVER (PARTITION BY run_id ORDER BY allocs DESC, pfn) AS rank
-  FROM alloc_counts
-),
+-- per-run allocation counts per pfn, ranked (derived table pfn_allocs)
 top_pfns AS (
-  SELECT run_id, pfn, allocs, rank FROM ranked WHERE rank <= $top_n
+  SELECT run_id, pfn, allocs, rank FROM pfn_allocs WHERE rank <= $top_n
 ),
 top_allocs AS (
   SELECT a.run_id, a.ts, a.cpu, a.pfn, a."order"
@@ -63,29 +55,16 @@ top_cpus AS (
   FROM top_allocs
   GROUP BY run_id, pfn
 ),
--- allocations and frees of the top pfns, in time order per pfn
-top_events AS (
-  SELECT run_id, pfn, ts, 1 AS is_alloc FROM top_allocs
-  UNION ALL
-  SELECT f.run_id, f.pfn, f.ts, 0 AS is_alloc
-  FROM mm_page_free AS f
-  JOIN top_pfns AS t ON t.run_id = f.run_id AND t.pfn = f.pfn
-),
-top_transitions AS (
-  SELECT run_id, pfn, ts, is_alloc,
-         lag(is_alloc) OVER w AS prev_is_alloc,
-         lag(ts) OVER w AS prev_ts
-  FROM top_events
-  WINDOW w AS (PARTITION BY run_id, pfn ORDER BY ts, is_alloc)
-),
+-- free -> allocation intervals of the top pfns (derived table page_pairs)
 reuse_intervals AS (
-  SELECT run_id, pfn,
+  SELECT p.run_id, p.pfn,
          count(*) AS reuses,
-         avg(ts - prev_ts) AS reuse_mean_ns,
-         percentile_cont(0.5) WITHIN GROUP (ORDER BY ts - prev_ts) AS reuse_median_ns
-  FROM top_transitions
-  WHERE is_alloc = 1 AND prev_is_alloc = 0
-  GROUP BY run_id, pfn
+         avg(p.interval_ns) AS reuse_mean_ns,
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY p.interval_ns) AS reuse_median_ns
+  FROM page_pairs AS p
+  JOIN top_pfns AS t ON t.run_id = p.run_id AND t.pfn = p.pfn
+  WHERE p.reuse
+  GROUP BY p.run_id, p.pfn
 )
 SELECT
   f.run_id,
