@@ -77,6 +77,10 @@ TABLE_COLUMNS = {
     "mm_vmscan_kswapd_wake": {**_EVENT, "nid": "INTEGER", "zid": "INTEGER", "order": "INTEGER"},
     "mm_vmscan_direct_reclaim_begin": {**_EVENT, "order": "INTEGER", "gfp_flags": "UBIGINT"},
     "mm_vmscan_direct_reclaim_end": {**_EVENT, "nr_reclaimed": "UBIGINT"},
+    "runs": {"kernel_release": "VARCHAR", "arch": "VARCHAR", "first_ts": "BIGINT",
+             "last_ts": "BIGINT", "pageblock_order": "INTEGER", "manifest": "VARCHAR",
+             "migratetypes": "VARCHAR[]", "labels": "MAP(VARCHAR, VARCHAR)",
+             "lost_events": "BIGINT", "sha256": "VARCHAR"},
     "print_flags": {"event": "VARCHAR", "field": "VARCHAR", "kind": "VARCHAR",
                     "value": "UBIGINT", "name": "VARCHAR"},
     "lost_events": {"cpu": "INTEGER", "ts": "BIGINT", "missed": "BIGINT"},
@@ -135,6 +139,8 @@ class Analysis:
         out = Section(section.name, section.description, section.sql)
         for key in _REQ_KEYS:
             setattr(out, key, list(dict.fromkeys(getattr(self.common, key) + getattr(section, key))))
+        # A section's @any_of replaces the file's: it names what that section needs.
+        out.any_of = list(section.any_of or self.common.any_of)
         return out
 
 
@@ -378,9 +384,9 @@ def _runs_text(chosen):
 def _register_facts(con, chosen):
     import pyarrow as pa
 
-    rows = con.sql("SELECT run_id, kernel_release, arch, first_ts, last_ts, "
-                   "pageblock_order, manifest FROM runs").fetchall()
-    cols = ["run_id", "kernel_release", "arch", "first_ts", "last_ts", "pageblock_order", "manifest"]
+    cols = ["run_id", "kernel_release", "arch", "first_ts", "last_ts", "pageblock_order",
+            "manifest", "migratetypes"]
+    rows = con.sql("SELECT " + ", ".join(cols) + " FROM runs").fetchall()
     facts, mts = eras.run_facts([dict(zip(cols, r)) for r in rows])
     facts_t = pa.Table.from_pylist(facts, schema=pa.schema([
         ("run_id", pa.string()), ("kernel_release", pa.string()),
@@ -455,7 +461,8 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     chosen = _select_runs(dataset, parts, run_ids, labels)
     notes = _check_tables(needs, parts, chosen)
     con, chosen, parts, facts = open_run_set(dataset, chosen, None, _tables(needs), threads)
-    notes += _assumption_notes(facts)
+    if "mm_page_alloc_extfrag" in _tables(needs):
+        notes += _assumption_notes(facts)
     try:
         for name in needs.derived:
             _derived_view(con, dataset, name, chosen, parts, threads)

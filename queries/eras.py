@@ -13,7 +13,7 @@ run_facts columns:
                             eligible for the high-atomic reserve
   highatomic_era_note       why that era was chosen
   extfrag_era               '4.19-6.9', '6.10-6.14' or '6.15+' (section 1, extfrag)
-  pageblock_order           from runs.pageblock_order, else the arch default
+  pageblock_order           from runs.pageblock_order, else the manifest, else the arch default
   pageblock_order_source    'runs' or 'assumed: ...'
   first_ts, last_ts         ns, the capture window
   duration_s                seconds of the capture window
@@ -125,7 +125,11 @@ def manifest_pageblock_order(manifest):
 
 
 def run_facts(runs):
-    """runs: list of dicts (rows of the runs table) -> (facts rows, migratetype rows)."""
+    """runs: list of dicts (rows of the runs table) -> (facts rows, migratetype rows).
+
+    Migratetype names come from runs.migratetypes, else the manifest's
+    pagetypeinfo list, else the section 4 enum (marked as such in `source`).
+    """
     facts, mts = [], []
     for r in runs:
         era, note = highatomic_era(r.get("kernel_release"))
@@ -149,11 +153,12 @@ def run_facts(runs):
             "last_ts": last,
             "duration_s": duration,
         })
-        names = manifest_migratetypes(r.get("manifest"))
+        names, source = r.get("migratetypes"), "runs.migratetypes"
+        if not names:
+            names, source = manifest_migratetypes(r.get("manifest")), "manifest (pagetypeinfo order)"
         if names:
             for i, n in enumerate(names):
-                mts.append({"run_id": r["run_id"], "migratetype": i, "name": n,
-                            "source": "manifest (pagetypeinfo order)"})
+                mts.append({"run_id": r["run_id"], "migratetype": i, "name": n, "source": source})
         else:
             for i, n in FALLBACK_MIGRATETYPES.items():
                 mts.append({"run_id": r["run_id"], "migratetype": i, "name": n,

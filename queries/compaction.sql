@@ -1,0 +1,202 @@
+-- compaction: direct vs kcompactd compaction runs, durations, end status, try_to_compact_pages, deferrals
+--
+-- How often does the kernel compact memory, who pays for it (an allocating task
+-- in direct compaction, or kcompactd in the background), how long does each run
+-- take and how does it end? A run is one compact_zone() body: an
+-- mm_compaction_begin paired with the next mm_compaction_end of the same task.
+--
+-- @any_of mm_compaction_begin mm_compaction_end mm_compaction_try_to_compact_pages mm_compaction_deferred mm_compaction_defer_compaction mm_compaction_defer_reset
+--
+-- Sections:
+--   compaction             per run and kind: runs, success rate, duration percentiles
+--   compaction.status      per run and kind: end status by name
+--   compaction.try         mm_compaction_try_to_compact_pages by order and priority
+--   compaction.deferrals   deferred / defer_compaction / defer_reset by order
+--
+-- Caveats (kernel-tracing.md sections 1, 7): kind is 'kcompactd' for the
+-- kcompactdN threads (their proactive runs included) and 'direct' for every
+-- other task. Early returns (watermark already met, zone unsuitable) precede
+-- begin, so end.status is success, complete, partial_skipped or contended on
+-- 6.18; status names come from the run's print_flags, else the section 7 enum.
+-- success means compaction produced a free page of the order; whether the
+-- allocation then got it shows only in its mm_page_alloc. try_to_compact_pages
+-- is not emitted without __GFP_IO. defer_reset fires both on compaction success
+-- and when the allocation really succeeded. A begin without an end (capture
+-- stopped mid-run) or an end without a begin (started before capture) is
+-- counted in the status section but has no duration.
+
+-- @prelude
+CREATE TEMP VIEW compaction_runs AS
+WITH
+bounds AS (
+  SELECT run_id, pid, comm, ts, 1 AS is_begin, CAST(NULL AS INTEGER) AS status FROM mm_compaction_begin
+  UNION ALL
+  SELECT run_id, pid, comm, ts, 0 AS is_begin, status FROM mm_compaction_end
+),
+ordered AS (
+  SELECT run_id, pid, comm, ts, is_begin, status,
+         lag(is_begin) OVER w AS prev_is_begin,
+         lag(ts) OVER w AS prev_ts
+  FROM bounds
+  WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts, is_begin DESC)
+)
+SELECT
+  run_id,
+  pid,
+  comm,
+  CASE WHEN comm LIKE 'kcompactd%' THEN 'kcompactd' ELSE 'direct' END AS kind,
+  ts AS end_ts,
+  status,
+  CASE WHEN prev_is_begin = 1 THEN ts - prev_ts END AS duration_ns
+FROM ordered
+WHERE is_begin = 0;
+
+-- @section summary: per run and kind: compaction runs, success rate, duration percentiles
+-- @requires mm_compaction_end
+-- @optional mm_compaction_begin
+-- Output columns:
+--   run_id, labels      the run
+--   kind                'direct' or 'kcompactd'
+--   runs                compaction runs (mm_compaction_end events)
+--   timed_runs          of them, paired with their begin (have a duration)
+--   successes           runs that ended with status success
+--   success_pct         100 * successes / runs
+--   duration_p50_ns     median duration, ns
+--   duration_p90_ns     90th percentile, ns
+--   duration_p99_ns     99th percentile, ns
+--   duration_max_ns     longest run, ns
+--   total_duration_ns   sum of durations, ns
+--   runs_per_s          runs per second of capture
+WITH
+named AS (
+  SELECT c.*, n.name AS status_name
+  FROM compaction_runs AS c
+  LEFT JOIN compaction_status_names AS n ON n.run_id = c.run_id AND n.status = c.status
+),
+per_kind AS (
+  SELECT
+    run_id,
+    kind,
+    count(*) AS runs,
+    count(duration_ns) AS timed_runs,
+    count(CASE WHEN status_name = 'success' THEN 1 END) AS successes,
+    percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ns) AS duration_p50_ns,
+    percentile_cont(0.9) WITHIN GROUP (ORDER BY duration_ns) AS duration_p90_ns,
+    percentile_cont(0.99) WITHIN GROUP (ORDER BY duration_ns) AS duration_p99_ns,
+    max(duration_ns) AS duration_max_ns,
+    CAST(sum(duration_ns) AS BIGINT) AS total_duration_ns
+  FROM named
+  GROUP BY run_id, kind
+)
+SELECT
+  f.run_id,
+  f.labels,
+  k.kind,
+  k.runs,
+  k.timed_runs,
+  k.successes,
+  100.0 * k.successes / k.runs AS success_pct,
+  k.duration_p50_ns,
+  k.duration_p90_ns,
+  k.duration_p99_ns,
+  k.duration_max_ns,
+  k.total_duration_ns,
+  k.runs / f.duration_s AS runs_per_s
+FROM per_kind AS k
+JOIN run_facts AS f ON f.run_id = k.run_id
+ORDER BY f.run_id, k.kind
+
+-- @section status: per run and kind: how compaction runs ended, by status name
+-- @requires mm_compaction_end
+-- @optional mm_compaction_begin
+-- Output columns:
+--   run_id, labels      the run
+--   kind                'direct' or 'kcompactd'
+--   status              compact_result value
+--   status_name         its name (run's print_flags, else kernel-tracing.md section 7)
+--   runs                runs that ended so
+--   pct_of_kind         % of the kind's runs in the run
+WITH
+counts AS (
+  SELECT run_id, kind, status, count(*) AS runs
+  FROM compaction_runs
+  GROUP BY run_id, kind, status
+)
+SELECT
+  f.run_id,
+  f.labels,
+  c.kind,
+  c.status,
+  n.name AS status_name,
+  c.runs,
+  100.0 * c.runs / sum(c.runs) OVER (PARTITION BY c.run_id, c.kind) AS pct_of_kind
+FROM counts AS c
+JOIN run_facts AS f ON f.run_id = c.run_id
+LEFT JOIN compaction_status_names AS n ON n.run_id = c.run_id AND n.status = c.status
+ORDER BY f.run_id, c.kind, c.runs DESC
+
+-- @section try: direct compaction attempts (mm_compaction_try_to_compact_pages) by order and priority
+-- @requires mm_compaction_try_to_compact_pages
+-- Output columns:
+--   run_id, labels      the run
+--   order               requested order
+--   prio                compact_priority: 0 sync_full, 1 sync_light, 2 async
+--   prio_name           its name
+--   attempts            events
+--   attempts_per_s      per second of capture
+WITH
+counts AS (
+  SELECT run_id, "order", prio, count(*) AS attempts
+  FROM mm_compaction_try_to_compact_pages
+  GROUP BY run_id, "order", prio
+)
+SELECT
+  f.run_id,
+  f.labels,
+  c."order",
+  c.prio,
+  CASE c.prio WHEN 0 THEN 'sync_full' WHEN 1 THEN 'sync_light' WHEN 2 THEN 'async' END AS prio_name,
+  c.attempts,
+  c.attempts / f.duration_s AS attempts_per_s
+FROM counts AS c
+JOIN run_facts AS f ON f.run_id = c.run_id
+ORDER BY f.run_id, c."order", c.prio
+
+-- @section deferrals: compaction deferrals by order
+-- @any_of mm_compaction_deferred mm_compaction_defer_compaction mm_compaction_defer_reset
+-- @optional mm_compaction_deferred mm_compaction_defer_compaction mm_compaction_defer_reset
+-- Output columns:
+--   run_id, labels      the run
+--   order               order of the request
+--   deferred            compaction skipped because the zone is deferred (mm_compaction_deferred)
+--   defer_armed         compaction failed and deferral was armed or lengthened (defer_compaction)
+--   defer_reset         deferral cleared after success (defer_reset)
+--   max_defer_shift     largest defer_shift seen (skip up to 2^shift attempts)
+WITH
+events AS (
+  SELECT run_id, "order", 1 AS deferred, 0 AS armed, 0 AS reset, defer_shift FROM mm_compaction_deferred
+  UNION ALL
+  SELECT run_id, "order", 0, 1, 0, defer_shift FROM mm_compaction_defer_compaction
+  UNION ALL
+  SELECT run_id, "order", 0, 0, 1, defer_shift FROM mm_compaction_defer_reset
+),
+counts AS (
+  SELECT run_id, "order",
+         CAST(sum(deferred) AS BIGINT) AS deferred,
+         CAST(sum(armed) AS BIGINT) AS defer_armed,
+         CAST(sum(reset) AS BIGINT) AS defer_reset,
+         max(defer_shift) AS max_defer_shift
+  FROM events
+  GROUP BY run_id, "order"
+)
+SELECT
+  f.run_id,
+  f.labels,
+  c."order",
+  c.deferred,
+  c.defer_armed,
+  c.defer_reset,
+  c.max_defer_shift
+FROM counts AS c
+JOIN run_facts AS f ON f.run_id = c.run_id
+ORDER BY f.run_id, c."order"
