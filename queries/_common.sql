@@ -61,6 +61,41 @@ SELECT
   pfn IN (18446744073709551615, 4294967295) AS failed
 FROM mm_page_alloc;
 
+-- Every allocation with both high-atomic eligibility rules (kernel-tracing.md
+-- section 3) evaluated on the run's own gfp bits; analyses pick the run's era
+-- (run_facts.highatomic_era) or the one the user forced:
+--   era A: order > 0, __GFP_ATOMIC, no __GFP_NOMEMALLOC
+--   era B: order > 0, __GFP_HIGH, no __GFP_DIRECT_RECLAIM, no __GFP_NOMEMALLOC
+-- blocking = __GFP_DIRECT_RECLAIM set. has_gfp_table is false when the run's
+-- print_flags carry no gfp table; the three flags are then meaningless.
+CREATE TEMP VIEW page_alloc_classes AS
+WITH gfp_rules AS (
+  SELECT
+    f.run_id,
+    f.highatomic_era,
+    g.gfp_direct_reclaim IS NOT NULL AS has_gfp_table,
+    coalesce(g.gfp_high, 0) AS gfp_high,
+    coalesce(g.gfp_atomic, 0) AS gfp_atomic,
+    coalesce(g.gfp_direct_reclaim, 0) AS gfp_direct_reclaim,
+    coalesce(g.gfp_nomemalloc, 0) AS gfp_nomemalloc
+  FROM run_facts AS f
+  LEFT JOIN gfp_bits AS g ON g.run_id = f.run_id
+)
+SELECT
+  a.run_id, a.ts, a.comm, a.pfn, a."order", a.failed,
+  r.highatomic_era AS run_era,
+  r.has_gfp_table,
+  a."order" > 0
+    AND (a.gfp_flags & r.gfp_atomic) <> 0
+    AND (a.gfp_flags & r.gfp_nomemalloc) = 0 AS eligible_era_a,
+  a."order" > 0
+    AND (a.gfp_flags & r.gfp_high) <> 0
+    AND (a.gfp_flags & r.gfp_direct_reclaim) = 0
+    AND (a.gfp_flags & r.gfp_nomemalloc) = 0 AS eligible_era_b,
+  (a.gfp_flags & r.gfp_direct_reclaim) <> 0 AS blocking
+FROM page_allocs AS a
+JOIN gfp_rules AS r ON r.run_id = a.run_id;
+
 -- vmstat counters over each run's capture window: first and last sample.
 CREATE TEMP VIEW vmstat_deltas AS
 SELECT

@@ -33,36 +33,19 @@
 --   atomic_orders.comms    the comms with the most allocations per run and class
 
 -- @prelude
-CREATE TEMP VIEW alloc_rules AS
-SELECT
-  f.run_id,
-  CASE WHEN p.era = 'auto' THEN f.highatomic_era ELSE p.era END AS highatomic_era,
-  g.gfp_direct_reclaim IS NOT NULL AS has_gfp_table,
-  coalesce(g.gfp_high, 0) AS gfp_high,
-  coalesce(g.gfp_atomic, 0) AS gfp_atomic,
-  coalesce(g.gfp_direct_reclaim, 0) AS gfp_direct_reclaim,
-  coalesce(g.gfp_nomemalloc, 0) AS gfp_nomemalloc
-FROM run_facts AS f
-CROSS JOIN query_params AS p
-LEFT JOIN gfp_bits AS g ON g.run_id = f.run_id;
-
 CREATE TEMP VIEW alloc_classes AS
 SELECT
-  a.run_id, a.ts, a.comm, a."order", a.failed, r.highatomic_era,
+  c.run_id, c.ts, c.comm, c."order", c.failed,
+  CASE WHEN p.era = 'auto' THEN c.run_era ELSE p.era END AS highatomic_era,
   CASE
-    WHEN NOT r.has_gfp_table THEN 'unknown'
-    WHEN a."order" > 0 AND r.highatomic_era = 'A'
-         AND (a.gfp_flags & r.gfp_atomic) <> 0
-         AND (a.gfp_flags & r.gfp_nomemalloc) = 0 THEN 'highatomic_eligible'
-    WHEN a."order" > 0 AND r.highatomic_era = 'B'
-         AND (a.gfp_flags & r.gfp_high) <> 0
-         AND (a.gfp_flags & r.gfp_direct_reclaim) = 0
-         AND (a.gfp_flags & r.gfp_nomemalloc) = 0 THEN 'highatomic_eligible'
-    WHEN (a.gfp_flags & r.gfp_direct_reclaim) = 0 THEN 'other_nonblocking'
+    WHEN NOT c.has_gfp_table THEN 'unknown'
+    WHEN (CASE WHEN coalesce(nullif(p.era, 'auto'), c.run_era) = 'A'
+               THEN c.eligible_era_a ELSE c.eligible_era_b END) THEN 'highatomic_eligible'
+    WHEN NOT c.blocking THEN 'other_nonblocking'
     ELSE 'blocking'
   END AS alloc_class
-FROM page_allocs AS a
-JOIN alloc_rules AS r ON r.run_id = a.run_id;
+FROM page_alloc_classes AS c
+CROSS JOIN query_params AS p;
 
 -- @section orders: per run, class and order: allocations, failures, rate
 -- Output columns:

@@ -411,12 +411,19 @@ def _register_facts(con, chosen):
     return facts
 
 
-def _assumption_notes(facts):
-    """Notes for facts that were assumed rather than read."""
+def _assumption_notes(con, facts, needs):
+    """Notes for per-run facts that were assumed rather than read from the run."""
     notes = []
-    for f in facts:
-        if f["pageblock_order_source"].startswith("assumed"):
-            notes.append(f"run {f['run_id']}: pageblock_order {f['pageblock_order_source']}")
+    if "mm_page_alloc_extfrag" in needs.requires:
+        for f in facts:
+            if f["pageblock_order_source"].startswith("assumed"):
+                notes.append(f"run {f['run_id']}: pageblock_order {f['pageblock_order_source']}")
+    if {"mm_page_alloc_extfrag", "mm_page_pcpu_drain", "mm_page_alloc_zone_locked"} & set(needs.requires):
+        rows = con.sql("SELECT DISTINCT run_id FROM migratetype_names "
+                       "WHERE source LIKE 'kernel-tracing.md%' ORDER BY run_id").fetchall()
+        for (run,) in rows:
+            notes.append(f"run {run}: no migratetype list in the run (no manifest): names follow "
+                         "the upstream enum (0 Unmovable, 1 Movable, 2 Reclaimable, 3 HighAtomic)")
     return notes
 
 
@@ -461,8 +468,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     chosen = _select_runs(dataset, parts, run_ids, labels)
     notes = _check_tables(needs, parts, chosen)
     con, chosen, parts, facts = open_run_set(dataset, chosen, None, _tables(needs), threads)
-    if "mm_page_alloc_extfrag" in _tables(needs):
-        notes += _assumption_notes(facts)
+    notes += _assumption_notes(con, facts, needs)
     try:
         for name in needs.derived:
             _derived_view(con, dataset, name, chosen, parts, threads)

@@ -33,9 +33,9 @@
 WITH
 samples AS (
   SELECT run_id, ts, node, zone,
-         sum(CASE WHEN lower(CAST(migratetype AS VARCHAR)) = 'highatomic' THEN blocks ELSE 0 END)
-           AS highatomic_pageblocks,
-         sum(blocks) AS total_pageblocks
+         CAST(sum(CASE WHEN lower(CAST(migratetype AS VARCHAR)) = 'highatomic' THEN blocks ELSE 0 END)
+              AS BIGINT) AS highatomic_pageblocks,
+         CAST(sum(blocks) AS BIGINT) AS total_pageblocks
   FROM pagetypeinfo_blocks
   GROUP BY run_id, ts, node, zone
 ),

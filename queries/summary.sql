@@ -1,0 +1,128 @@
+-- summary: one row per run with the headline metrics that kernel comparisons use
+--
+-- The numbers a kernel A/B comparison puts side by side, one row per run
+-- (seed 000's table: THP success, compaction success, pgscan_kswapd per
+-- minute, HighAtomic pageblocks, atomic allocations by order; seed 001's top
+-- pfn counts; plus pollution, cross-CPU frees and lost events). Each comes from
+-- its own analysis, whose header says more: thp, vmstat_rates, highatomic,
+-- atomic_orders, fallback_pollution, hot_pfns, pfn_reuse.
+--
+-- @param era VARCHAR auto [auto|A|B] force the high-atomic eligibility era instead of the run's
+-- @requires mm_page_alloc
+-- @optional mm_page_free mm_page_alloc_extfrag lost_events
+-- @procfs_optional vmstat pagetypeinfo_blocks
+-- @derived page_pairs pfn_allocs
+--
+-- Output columns:
+--   run_id, labels                    the run
+--   kernel_release                    uname -r
+--   highatomic_era                    'A' or 'B', the eligibility rule applied
+--   duration_s                        capture window, s
+--   allocs                            mm_page_alloc events (attempts)
+--   thp_fault_success_pct             vmstat: 100 * thp_fault_alloc / (alloc + fallback)
+--   compaction_success_pct            vmstat: 100 * compact_success / compact_stall
+--   pgscan_kswapd_per_min             vmstat: pgscan_kswapd delta per minute
+--   highatomic_pageblocks_max         pagetypeinfo: largest HighAtomic total over all zones in one sample
+--   eligible_allocs_order_1_3         high-atomic-eligible allocations at orders 1-3
+--   eligible_allocs_order_4_plus      eligible allocations at orders 4 and above
+--   pollution_per_1000_allocs         mm_page_alloc_extfrag events per 1,000 successful allocations
+--   top5_pfn_allocs                   allocation counts of the 5 most-allocated pfns, descending
+--   cross_cpu_free_pct                % of alloc-free pairs freed on another CPU than allocated
+--   lost_events                       events the ring buffer dropped (runs table, else lost_events)
+--
+-- Caveats: vmstat and pagetypeinfo columns are NULL for runs without procfs
+-- samples (bare trace.dat). pollution_per_1000_allocs is 0 for a run without
+-- extfrag events, which may mean the event was not recorded (a note says so).
+-- Era rules and their limits: atomic_orders. Matching by head pfn: pfn_reuse.
+WITH
+alloc_counts AS (
+  SELECT
+    c.run_id,
+    count(*) AS allocs,
+    count(CASE WHEN NOT c.failed THEN 1 END) AS allocs_ok,
+    count(CASE WHEN c.has_gfp_table AND c."order" BETWEEN 1 AND 3
+                AND (CASE WHEN coalesce(nullif($era, 'auto'), c.run_era) = 'A'
+                          THEN c.eligible_era_a ELSE c.eligible_era_b END) THEN 1 END)
+      AS eligible_allocs_order_1_3,
+    count(CASE WHEN c.has_gfp_table AND c."order" >= 4
+                AND (CASE WHEN coalesce(nullif($era, 'auto'), c.run_era) = 'A'
+                          THEN c.eligible_era_a ELSE c.eligible_era_b END) THEN 1 END)
+      AS eligible_allocs_order_4_plus,
+    bool_or(c.has_gfp_table) AS has_gfp_table
+  FROM page_alloc_classes AS c
+  GROUP BY c.run_id
+),
+vm AS (
+  SELECT
+    run_id,
+    100.0 * max(CASE WHEN name = 'thp_fault_alloc' THEN delta END)
+      / nullif(max(CASE WHEN name = 'thp_fault_alloc' THEN delta END)
+               + max(CASE WHEN name = 'thp_fault_fallback' THEN delta END), 0) AS thp_fault_success_pct,
+    100.0 * max(CASE WHEN name = 'compact_success' THEN delta END)
+      / nullif(max(CASE WHEN name = 'compact_stall' THEN delta END), 0) AS compaction_success_pct,
+    60.0 * max(CASE WHEN name = 'pgscan_kswapd' THEN delta END)
+      / nullif(max(window_s), 0) AS pgscan_kswapd_per_min
+  FROM vmstat_deltas
+  GROUP BY run_id
+),
+highatomic_samples AS (
+  SELECT run_id, ts,
+         CAST(sum(CASE WHEN lower(CAST(migratetype AS VARCHAR)) = 'highatomic' THEN blocks ELSE 0 END)
+              AS BIGINT) AS pageblocks
+  FROM pagetypeinfo_blocks
+  GROUP BY run_id, ts
+),
+highatomic AS (
+  SELECT run_id, max(pageblocks) AS highatomic_pageblocks_max
+  FROM highatomic_samples
+  GROUP BY run_id
+),
+pollution AS (
+  SELECT run_id, count(*) AS events FROM mm_page_alloc_extfrag GROUP BY run_id
+),
+top5 AS (
+  SELECT run_id, list(allocs ORDER BY rank) AS top5_pfn_allocs
+  FROM pfn_allocs
+  WHERE rank <= 5
+  GROUP BY run_id
+),
+cross_cpu AS (
+  SELECT run_id,
+         100.0 * count(CASE WHEN NOT same_cpu THEN 1 END) / count(*) AS cross_cpu_free_pct
+  FROM page_pairs
+  WHERE NOT reuse
+  GROUP BY run_id
+),
+lost AS (
+  SELECT run_id, CAST(sum(missed) AS BIGINT) AS missed FROM lost_events GROUP BY run_id
+),
+run_lost AS (
+  SELECT run_id, lost_events FROM runs
+)
+SELECT
+  f.run_id,
+  f.labels,
+  f.kernel_release,
+  coalesce(nullif($era, 'auto'), f.highatomic_era) AS highatomic_era,
+  f.duration_s,
+  a.allocs,
+  v.thp_fault_success_pct,
+  v.compaction_success_pct,
+  v.pgscan_kswapd_per_min,
+  h.highatomic_pageblocks_max,
+  CASE WHEN a.has_gfp_table THEN a.eligible_allocs_order_1_3 END AS eligible_allocs_order_1_3,
+  CASE WHEN a.has_gfp_table THEN a.eligible_allocs_order_4_plus END AS eligible_allocs_order_4_plus,
+  1000.0 * coalesce(p.events, 0) / nullif(a.allocs_ok, 0) AS pollution_per_1000_allocs,
+  t.top5_pfn_allocs,
+  c.cross_cpu_free_pct,
+  coalesce(r.lost_events, l.missed, 0) AS lost_events
+FROM run_facts AS f
+LEFT JOIN alloc_counts AS a ON a.run_id = f.run_id
+LEFT JOIN vm AS v ON v.run_id = f.run_id
+LEFT JOIN highatomic AS h ON h.run_id = f.run_id
+LEFT JOIN pollution AS p ON p.run_id = f.run_id
+LEFT JOIN top5 AS t ON t.run_id = f.run_id
+LEFT JOIN cross_cpu AS c ON c.run_id = f.run_id
+LEFT JOIN lost AS l ON l.run_id = f.run_id
+LEFT JOIN run_lost AS r ON r.run_id = f.run_id
+ORDER BY f.run_id

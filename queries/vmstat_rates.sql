@@ -1,0 +1,37 @@
+-- vmstat_rates: per-minute rate of every vmstat counter over each run's capture window
+--
+-- How fast did each /proc/vmstat counter move during the capture? The delta
+-- between the first and last sample of each counter, per minute of window.
+-- This is the per-run figure that mmtests compare-kernels reports as one
+-- delta per kernel; kmemscope's compare adds the statistics across runs.
+--
+-- @param name_like VARCHAR % only counters whose name matches this LIKE pattern
+-- @procfs vmstat
+--
+-- Output columns:
+--   run_id, labels   the run
+--   name             vmstat counter name
+--   first_value      value in the first sample
+--   last_value       value in the last sample
+--   delta            last - first
+--   window_s         seconds between the two samples
+--   per_min          delta per minute of window (NULL when the window is 0)
+--
+-- Caveats (kernel-tracing.md section 6): gauges (nr_free_pages, nr_*) are
+-- included; their "rate" is the net change, not a flow. Counters present only
+-- on some kernels (e.g. *_proactive in 6.15+, thp_fault_fallback_charge from
+-- 5.10, per-order mTHP stats from 6.10) appear only for the runs that have them.
+-- Runs without procfs samples (bare trace.dat) are left out, with a note.
+SELECT
+  f.run_id,
+  f.labels,
+  d.name,
+  d.first_value,
+  d.last_value,
+  d.delta,
+  d.window_s,
+  60.0 * d.delta / nullif(d.window_s, 0) AS per_min
+FROM vmstat_deltas AS d
+JOIN run_facts AS f ON f.run_id = d.run_id
+WHERE d.name LIKE $name_like
+ORDER BY f.run_id, d.name
