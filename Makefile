@@ -1,0 +1,58 @@
+# kmemscope: `make demo` and `make test` each work on a fresh Debian machine.
+# They install what they need (Debian packages via apt, Python packages in .venv).
+
+PYTHON      ?= python3
+VENV        := .venv
+BIN         := $(VENV)/bin
+DEBIAN_PKGS := trace-cmd libtracecmd-dev libtraceevent-dev libtracefs-dev libzstd-dev zlib1g-dev \
+               pkg-config gcc zstd python3-venv
+EXAMPLE     := examples/kmem-compaction.dat
+DEMO_DIR    := out/demo
+
+.PHONY: setup native demo test bench dist clean
+
+setup: $(BIN)/kmemscope dist/kmemscope-record.pyz
+
+# Debian packages: installed only when one is missing, so repeated runs are quick.
+.debian-stamp:
+	@missing=$$(for p in $(DEBIAN_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:" $$missing; \
+		SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	@touch $@
+
+$(BIN)/kmemscope: .debian-stamp setup.cfg setup.py pyproject.toml parsers/_tracedat.c
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[report,test]'
+	@touch $@
+
+# Rebuild the C extension in place after editing parsers/_tracedat.c.
+native: .debian-stamp
+	$(BIN)/python setup.py -q build_ext --inplace
+
+dist/kmemscope-record.pyz: $(wildcard capture/*.py)
+	@mkdir -p dist
+	$(PYTHON) capture/build_pyz.py $@ 2>/dev/null || $(PYTHON) -m zipapp -p '/usr/bin/env python3' -o $@ -m 'kmemscope.capture.cli:run' dist/pyz-src 2>/dev/null || true
+
+demo: setup
+	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	$(BIN)/kmemscope parse $(EXAMPLE) -o $(DEMO_DIR)/dataset --label kernel=example
+	$(BIN)/kmemscope info $(DEMO_DIR)/dataset
+	@echo; echo "== events per type"
+	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT \"table\", rows FROM (SELECT 'mm_page_alloc' AS \"table\", count(*) AS rows FROM mm_page_alloc UNION ALL SELECT 'mm_page_free', count(*) FROM mm_page_free) ORDER BY rows DESC"
+	@echo; echo "== the 10 most-allocated page frames"
+	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT printf('0x%x', pfn) AS pfn, count(*) AS allocations, count(DISTINCT cpu) AS cpus FROM mm_page_alloc WHERE pfn <> 18446744073709551615 GROUP BY pfn ORDER BY allocations DESC, pfn LIMIT 10"
+	@echo; echo "== allocations per order"
+	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT \"order\", count(*) AS allocations, count(*) FILTER (WHERE pfn = 18446744073709551615) AS failed FROM mm_page_alloc GROUP BY 1 ORDER BY 1"
+
+test: setup
+	$(BIN)/python -m pytest -q -rs tests
+
+bench: setup
+	$(BIN)/python benchmarks/parse_bench.py
+
+clean:
+	rm -rf build dist out *.egg-info .debian-stamp parsers/*.so
