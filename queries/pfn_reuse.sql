@@ -107,11 +107,22 @@ WITH
 reuse_pairs AS (
   SELECT run_id, interval_ns, same_cpu FROM page_pairs WHERE reuse
 ),
+approx_buckets AS (
+  SELECT run_id, same_cpu, interval_ns,
+         CASE WHEN interval_ns <= 0 THEN -1
+              ELSE CAST(floor(log2(interval_ns)) AS INTEGER) END AS guess
+  FROM reuse_pairs
+),
+-- log2 in floating point can land one off near powers of two: settle exactly
 bucketed AS (
   SELECT run_id, same_cpu,
-         CASE WHEN interval_ns <= 0 THEN -1
-              ELSE CAST(floor(log2(interval_ns)) AS INTEGER) END AS bucket
-  FROM reuse_pairs
+         CASE
+           WHEN guess < 0 THEN -1
+           WHEN CAST(power(2, guess) AS BIGINT) > interval_ns THEN guess - 1
+           WHEN CAST(power(2, guess + 1) AS BIGINT) <= interval_ns THEN guess + 1
+           ELSE guess
+         END AS bucket
+  FROM approx_buckets
 ),
 counts AS (
   SELECT run_id, bucket,
