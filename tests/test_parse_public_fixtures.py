@@ -155,3 +155,23 @@ def test_oracle_comparison_detects_one_changed_value(parsed, tmp_path):
     assert not compare_dataset(ds, report).problems
     problems = compare_dataset(copy, report).problems
     assert problems and "cpu_idle" in problems[0]
+
+
+def test_every_table_has_distinct_column_names_and_reads_as_a_dataset(parsed):
+    """Events with fields named like the common columns (sched_waking's comm and pid) must not
+    produce duplicate column names: pyarrow.dataset, pandas and polars refuse those."""
+    import pyarrow.dataset as pads
+
+    problems = []
+    for name, (_, ds, _) in sorted(parsed.items()):
+        for table in sorted(event_counts(ds)):
+            names = read_table_files(ds, table)[0].column_names
+            dups = sorted({n for n in names if names.count(n) > 1})
+            if dups:
+                problems.append(f"{name}: {table} has duplicate columns {dups}")
+                continue
+            try:
+                pads.dataset(str(ds / table), format="parquet", partitioning="hive").to_table()
+            except Exception as exc:  # noqa: BLE001 - any reader failure is the finding
+                problems.append(f"{name}: {table}: pyarrow.dataset cannot read it: {exc}")
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,160 @@
+"""Bad input to `kmemscope parse` (the real command line, in a subprocess).
+
+Truncated, empty, random, not-a-trace and byte-flipped files, wrong paths and a dataset path
+that is a file: the command exits non-zero with exactly one line on stderr starting
+`kmemscope: error:`, no traceback, not killed by a signal, and an existing dataset is left
+byte for byte as it was. The inputs are derived from real traces: the committed example and,
+where present, a public fixture.
+"""
+import hashlib
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, PUBLIC_FIXTURES
+from kmrun import kmemscope
+from oracle_compare import event_counts, read_table_files
+
+EXAMPLE = EXAMPLES / "kmem-compaction.dat"
+SMALL_V6 = PUBLIC_FIXTURES / "trappy_trace_idle_v6_le_l8_6cpu.dat"
+
+
+def seed_trace():
+    for p in (SMALL_V6, EXAMPLE):
+        if p.is_file():
+            return p
+    pytest.skip("no real trace to derive bad inputs from (examples/ and public fixtures absent)")
+
+
+def tree_digest(root):
+    """sha256 over every file's relative path and content under `root`."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(root)):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            h.update(str(p.relative_to(root)).encode() + b"\0")
+            h.update(p.read_bytes())
+        h.update(f"dir:{Path(dirpath).relative_to(root)}:{sorted(dirnames)}".encode())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """An existing dataset with one good run in it."""
+    ds = tmp_path_factory.mktemp("bad-input") / "ds"
+    kmemscope("parse", "-q", seed_trace(), "-o", ds)
+    return ds
+
+
+def assert_clean_failure(proc):
+    assert proc.returncode > 0, f"exit status {proc.returncode} (negative: killed by a signal)"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, f"stderr is not one line: {proc.stderr!r}"
+    assert lines[0].startswith("kmemscope: error: "), lines[0]
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    assert not proc.stdout.strip(), f"stdout: {proc.stdout!r}"
+
+
+def parse_must_fail(path, dataset):
+    before = tree_digest(dataset)
+    proc = kmemscope("parse", "-q", path, "-o", dataset, check=False, timeout=120)
+    assert_clean_failure(proc)
+    assert tree_digest(dataset) == before, "the dataset changed"
+    return proc
+
+
+def _bad_files(tmp):
+    data = seed_trace().read_bytes()
+    n = len(data)
+    rng = random.Random(20240611)
+    print(f"bad inputs derived from {seed_trace()} ({n} bytes), seed 20240611")
+    files = {"empty": b"", "one-byte": data[:1], "magic-only": data[:10],
+             "random-4k": bytes(rng.randrange(256) for _ in range(4096)),
+             "random-1m": os.urandom(0) + rng.randbytes(1 << 20),
+             "text": b"this is not a trace.dat\n" * 100,
+             "elf": Path("/bin/true").read_bytes()[:65536]}
+    for frac in (0.001, 0.01, 0.1, 0.5, 0.9, 0.999):
+        files[f"truncated-{frac}"] = data[:int(n * frac)]
+    files["truncated-minus-1"] = data[:-1]
+    files["header-zeroed"] = b"\0" * 64 + data[64:]
+    flipped = bytearray(data)
+    for off in (0, 3, 8, 12, 20, 24, 40):           # magic, version, endianness, long and page size
+        flipped[off] ^= 0xff
+    files["header-flipped"] = bytes(flipped)
+    out = {}
+    for name, content in files.items():
+        p = tmp / f"{name}.dat"
+        p.write_bytes(content)
+        out[name] = p
+    return out
+
+
+BAD = ["empty", "one-byte", "magic-only", "random-4k", "random-1m", "text", "elf",
+       "truncated-0.001", "truncated-0.01", "truncated-0.1", "truncated-0.5", "truncated-0.9",
+       "truncated-0.999", "truncated-minus-1", "header-zeroed", "header-flipped"]
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    return _bad_files(tmp_path_factory.mktemp("bad-files"))
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_trace_gives_one_line_error_and_leaves_dataset_unchanged(name, bad_files, dataset):
+    parse_must_fail(bad_files[name], dataset)
+
+
+def test_many_byte_flipped_files_never_crash_the_command(dataset, tmp_path):
+    """Flips that land in the metadata and in the pages: any outcome but a crash or a traceback."""
+    data = seed_trace().read_bytes()
+    rng = random.Random(7)
+    for k in range(6):
+        b = bytearray(data)
+        for _ in range(64):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        p = tmp_path / f"flip{k}.dat"
+        p.write_bytes(bytes(b))
+        before = tree_digest(dataset)
+        proc = kmemscope("parse", "-q", p, "-o", dataset, check=False, timeout=120)
+        if proc.returncode:
+            assert_clean_failure(proc)
+            assert tree_digest(dataset) == before
+        else:
+            assert proc.stderr == "", proc.stderr
+
+
+def test_missing_path(dataset, tmp_path):
+    proc = parse_must_fail(tmp_path / "no-such-file.dat", dataset)
+    assert "no-such-file.dat" in proc.stderr
+
+
+def test_directory_without_trace_dat(dataset, tmp_path):
+    d = tmp_path / "bundle"
+    d.mkdir()
+    (d / "manifest.json").write_text("{}")
+    parse_must_fail(d, dataset)
+
+
+def test_dataset_path_that_is_a_file(tmp_path):
+    target = tmp_path / "not-a-dir"
+    target.write_text("x")
+    proc = kmemscope("parse", "-q", seed_trace(), "-o", target, check=False)
+    assert_clean_failure(proc)
+    assert target.read_text() == "x"
+
+
+def test_parsing_the_same_file_twice_replaces_its_run(tmp_path):
+    ds = tmp_path / "ds"
+    trace = seed_trace()
+    kmemscope("parse", "-q", trace, "-o", ds)
+    first = event_counts(ds)
+    files_first = sorted(p.relative_to(ds) for p in ds.rglob("*.parquet"))
+    kmemscope("parse", "-q", trace, "-o", ds)
+    runs = [r for t in read_table_files(ds, "runs") for r in t.to_pylist()]
+    assert len(runs) == 1, f"{len(runs)} runs after parsing the same file twice"
+    assert event_counts(ds) == first
+    assert sorted(p.relative_to(ds) for p in ds.rglob("*.parquet")) == files_first
+    assert not [p for p in ds.iterdir() if p.name.startswith(".")], "staging or trash left behind"
