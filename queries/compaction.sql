@@ -6,6 +6,7 @@
 -- mm_compaction_begin paired with the next mm_compaction_end of the same task.
 --
 -- @any_of mm_compaction_begin mm_compaction_end mm_compaction_try_to_compact_pages mm_compaction_deferred mm_compaction_defer_compaction mm_compaction_defer_reset
+-- @uses mm_compaction_begin mm_compaction_end
 --
 -- Sections:
 --   compaction             per run and kind: runs, success rate, duration percentiles

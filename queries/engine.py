@@ -11,6 +11,7 @@ and carries a few machine-read lines:
     -- @procfs TABLE ...         procfs tables (kmemscope record only); missing -> error
     -- @procfs_optional TABLE .. procfs tables whose absence only NULLs some columns (a note)
     -- @derived page_pairs       per-run derived tables (queries/derive.py), made on first use
+    -- @uses TABLE ...           tables a @prelude reads: a stand-in if absent, no note
     -- @section NAME: description
     -- @prelude                  statements run before the chosen section (temp views)
 
@@ -108,7 +109,7 @@ class Param:
     doc: str
 
 
-_REQ_KEYS = ("requires", "optional", "any_of", "procfs", "procfs_optional", "derived")
+_REQ_KEYS = ("requires", "optional", "any_of", "procfs", "procfs_optional", "derived", "uses")
 
 
 @dataclass
@@ -122,6 +123,7 @@ class Section:
     procfs: list = field(default_factory=list)
     procfs_optional: list = field(default_factory=list)
     derived: list = field(default_factory=list)
+    uses: list = field(default_factory=list)
 
 
 @dataclass
@@ -146,7 +148,7 @@ class Analysis:
 
 def _tables(needs):
     return set(needs.requires + needs.optional + needs.any_of + needs.procfs +
-               needs.procfs_optional + list(ALWAYS))
+               needs.procfs_optional + needs.uses + list(ALWAYS))
 
 
 def _convert(param, text, qname):
