@@ -1,0 +1,184 @@
+"""Fuzz `kmemscope parse` with a few thousand mutated real traces, bounded in time.
+
+Inputs come from small real trace.dat files (a public fixture in v6, v7+zstd and
+v7-uncompressed forms, the v7+zstd langraph file, and the committed example), damaged by byte
+flips, random bytes, extreme 32-bit values, zeroed ranges, truncations, splices and
+insertions, aimed at the metadata and at the pages (tests/fuzzlib.py). Two worker processes
+parse them without kmemscope's isolation, so that a crash in the decoder shows up as a dead
+worker instead of being hidden; the input that killed it is then parsed again the way the
+command does it (`ingest(isolate=True)`), which must turn the crash into a one-line error.
+
+The master seed is printed; KMEMSCOPE_FUZZ_SEED=<n> replays a run, KMEMSCOPE_FUZZ_SECONDS and
+KMEMSCOPE_FUZZ_INPUTS change its bounds.
+"""
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, PUBLIC_FIXTURES
+
+HERE = Path(__file__).resolve().parent
+MASTER = int(os.environ.get("KMEMSCOPE_FUZZ_SEED", "20240611"))
+SECONDS = float(os.environ.get("KMEMSCOPE_FUZZ_SECONDS", "75"))
+INPUTS = int(os.environ.get("KMEMSCOPE_FUZZ_INPUTS", "4000"))
+WORKERS = 2
+HANG_SECONDS = 30.0
+
+
+@pytest.fixture(scope="module")
+def seed_files(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fuzz-seeds")
+    seeds = []
+    idle = PUBLIC_FIXTURES / "trappy_trace_idle_v6_le_l8_6cpu.dat"
+    if idle.is_file():
+        seeds.append(idle)
+        for name, opts in (("idle-v7-zstd.dat", ["--compression", "zstd"]),
+                           ("idle-v7-none.dat", ["--compression", "none"])):
+            out = tmp / name
+            subprocess.run(["trace-cmd", "convert", "--file-version", "7", *opts, "-i", str(idle),
+                            "-o", str(out)], check=True, capture_output=True)
+            seeds.append(out)
+    langraph = PUBLIC_FIXTURES / "langraph_v7_zstd148_le_l8_4cpu_5.15.dat"
+    if langraph.is_file():
+        seeds.append(langraph)
+    if (EXAMPLES / "kmem-compaction.dat").is_file():
+        seeds.append(EXAMPLES / "kmem-compaction.dat")
+    if not seeds:
+        pytest.skip("no real trace to mutate (public fixtures and examples/ absent)")
+    return seeds
+
+
+class Worker:
+    def __init__(self, spec_path, env):
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "fuzzlib.py"), "worker", str(spec_path)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     cwd=HERE)
+        self.lines = queue.SimpleQueue()
+        self.current, self.started = None, None
+        threading.Thread(target=self._read, daemon=True).start()
+        self.stderr = []
+        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+
+def run_fuzz(seeds, tmp):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    todo = [list(range(w, INPUTS, WORKERS)) for w in range(WORKERS)]
+    results, crashes, hangs = {}, [], []
+    deadline = time.monotonic() + SECONDS
+    spec_n = 0
+
+    def start(w):
+        nonlocal spec_n
+        spec_n += 1
+        spec = tmp / f"spec{spec_n}.json"
+        spec.write_text(json.dumps({"master": MASTER, "inputs": todo[w], "seeds": [str(s) for s in seeds],
+                                    "memory_limit": 3 << 30, "tmp": str(tmp)}))
+        return Worker(spec, env)
+
+    workers = {w: start(w) for w in range(WORKERS) if todo[w]}
+    while workers and time.monotonic() < deadline:
+        for w, wk in list(workers.items()):
+            try:
+                line = wk.lines.get(timeout=0.05)
+            except queue.Empty:
+                if wk.started and time.monotonic() - wk.started > HANG_SECONDS:
+                    wk.proc.kill()
+                    wk.proc.wait()
+                    hangs.append(wk.current)
+                    todo[w] = todo[w][todo[w].index(wk.current) + 1:]
+                    workers[w] = start(w) if todo[w] else None
+                    if not todo[w]:
+                        del workers[w]
+                continue
+            if line is None:           # the worker ended
+                code = wk.proc.wait()
+                if wk.current is not None and wk.current not in results:
+                    crashes.append((wk.current, code, "".join(wk.stderr)[-2000:]))
+                    todo[w] = todo[w][todo[w].index(wk.current) + 1:]
+                    if todo[w]:
+                        workers[w] = start(w)
+                        continue
+                del workers[w]
+                continue
+            if line.startswith("start "):
+                wk.current, wk.started = int(line.split()[1]), time.monotonic()
+            else:
+                res = json.loads(line)
+                results[res["i"]] = res
+                wk.started = None
+    for wk in workers.values():
+        wk.proc.kill()
+        wk.proc.wait()
+    return results, crashes, hangs
+
+
+def test_mutated_traces_never_crash_and_fail_with_one_line_errors(seed_files, tmp_path):
+    from kmemscope.errors import KmemscopeError
+    from kmemscope.parsers.ingest import ingest
+
+    from fuzzlib import load_seeds, make_input
+
+    print(f"fuzz: master seed {MASTER} (replay with KMEMSCOPE_FUZZ_SEED={MASTER}), "
+          f"{INPUTS} inputs, {SECONDS:.0f} s, seeds {[s.name for s in seed_files]}")
+    started = time.monotonic()
+    results, crashes, hangs = run_fuzz(seed_files, tmp_path)
+    took = time.monotonic() - started
+    outcomes = Counter(r["result"] for r in results.values())
+    errors = Counter(r.get("type") for r in results.values() if r["result"] == "error")
+    print(f"fuzz: {len(results) + len(crashes) + len(hangs)} inputs in {took:.1f} s: {dict(outcomes)}, "
+          f"errors by type {dict(errors)}, decoder crashes {len(crashes)}, hangs {len(hangs)}")
+
+    seeds = load_seeds(seed_files)
+
+    def repro(i):
+        p = tmp_path / f"input-{i}.dat"
+        p.write_bytes(make_input(MASTER, i, seeds)[0])
+        return p
+
+    problems = []
+    for r in results.values():
+        if r["result"] == "exception":
+            problems.append(f"input {r['i']} ({make_input(MASTER, r['i'], seeds)[1]}): not a KmemscopeError: "
+                            f"{r['type']}: {r['message'][:300]}")
+        elif r["result"] == "error" and ("\n" in r["message"] or not r["message"].strip()):
+            problems.append(f"input {r['i']}: error message is not one line: {r['message'][:300]!r}")
+    for i in hangs:
+        problems.append(f"input {i} ({make_input(MASTER, i, seeds)[1]}): no result after {HANG_SECONDS:.0f} s")
+    # A crash of the unprotected decoder: the command's isolation must turn it into an error.
+    for i, code, stderr in crashes[:20]:
+        path = repro(i)
+        print(f"fuzz: input {i} ({make_input(MASTER, i, seeds)[1]}) killed the decoder (exit {code}); "
+              f"saved as {path}")
+        try:
+            ingest(path, tmp_path / "isolated", threads=1, isolate=True)
+            problems.append(f"input {i}: crashed the decoder (exit {code}), then parsed under isolation")
+        except KmemscopeError as exc:
+            if "\n" in str(exc):
+                problems.append(f"input {i}: crash became a multi-line error: {str(exc)[:300]!r}")
+        except BaseException as exc:  # noqa: BLE001
+            problems.append(f"input {i}: crash under isolation raised {exc!r}")
+    if crashes:
+        # And the command itself, as a user meets it: one line, non-zero, not killed.
+        from kmrun import kmemscope
+
+        proc = kmemscope("parse", "-q", repro(crashes[0][0]), "-o", tmp_path / "cli", check=False)
+        lines = proc.stderr.splitlines()
+        if not (proc.returncode > 0 and len(lines) == 1 and lines[0].startswith("kmemscope: error: ")):
+            problems.append(f"input {crashes[0][0]}: kmemscope parse exited {proc.returncode} "
+                            f"with {proc.stderr!r}")
+    assert not problems, "\n".join(problems[:30])
+    assert len(results) >= min(INPUTS, 300), f"only {len(results)} inputs ran in {SECONDS:.0f} s"
+    assert outcomes["error"] > 0, "no input failed: the mutations are not reaching the parser"
