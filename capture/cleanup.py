@@ -1,0 +1,75 @@
+"""Undo what a killed record left behind: its trace-cmd, its tracing state.
+
+record writes a state file (lock.state_dir()/record-state.json) before it
+changes anything and removes it once it has restored everything. Finding the
+file while holding the record lock means a record died without cleaning up.
+"""
+import os
+import signal
+import time
+
+from kmemscope.capture import bundle as bundle_mod
+from kmemscope.capture import state
+from kmemscope.capture.tracecmd import process_alive
+
+STATE_FILE = "record-state.json"
+
+
+def state_path(directory):
+    return os.path.join(directory, STATE_FILE)
+
+
+def _stop_leftover(tc, say):
+    """SIGINT the trace-cmd group a killed record left, so it still writes trace.dat."""
+    pid, start_time = tc.get("pid"), tc.get("start_time")
+    if not pid or not process_alive(pid, start_time):
+        return
+    say("stopping the trace-cmd (pid %d) that a killed record left running" % pid)
+    try:
+        os.killpg(pid, signal.SIGINT)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 60
+    while process_alive(pid, start_time) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if process_alive(pid, start_time):
+        os.killpg(pid, signal.SIGKILL)
+        time.sleep(0.2)
+
+
+def recover(directory, say):
+    """Restore a killed record's saved state; returns True when there was one."""
+    path = state_path(directory)
+    record = state.load_file(path)
+    if record is None:
+        return False
+    if record.get("corrupt") or record.get("stale_boot"):
+        say("removing a record state file from %s" % ("an earlier boot" if record.get("stale_boot")
+                                                      else "a failed write"))
+        os.unlink(path)
+        return False
+    _stop_leftover(record.get("trace_cmd") or {}, say)
+    problems = state.restore(record["snapshot"])
+    for problem in problems:
+        say("warning: could not restore %s" % problem)
+    _mark_bundle(record.get("bundle"), problems)
+    os.unlink(path)
+    say("restored the tracing state saved by record pid %s (bundle %s)"
+        % (record.get("record_pid"), record.get("bundle")))
+    return True
+
+
+def _mark_bundle(bundle, problems):
+    """Say in the killed record's manifest that it ended by being killed."""
+    if not bundle or not os.path.isfile(os.path.join(bundle, "manifest.json")):
+        return
+    try:
+        manifest = bundle_mod.read_manifest(bundle)
+        manifest["status"] = "killed"
+        manifest["stop_reason"] = "record was killed; state restored by a later record or --cleanup"
+        manifest["end"] = manifest.get("end") or bundle_mod.timestamp()
+        manifest.setdefault("warnings", []).extend("not restored: " + p for p in problems)
+        bundle_mod.write_manifest(bundle, manifest)
+        bundle_mod.restrict_permissions(bundle)
+    except (OSError, ValueError):
+        pass  # the bundle is the user's; a damaged one is reported by parse

@@ -1,0 +1,158 @@
+"""`kmemscope record`: the argparse front end over recorder.py.
+
+The click CLI forwards `kmemscope record ARGS...` here verbatim, and the .pyz
+and `python3 -m kmemscope.capture` call main() directly. Only this module
+prints; errors are one line: `kmemscope: error: <what> (<what to do>)`.
+"""
+import argparse
+import sys
+import traceback
+
+from kmemscope.capture import cleanup, lock, presets
+from kmemscope.capture.errors import CaptureError
+from kmemscope.capture.recorder import Interrupted, Options, Recorder, check_host
+from kmemscope.capture.units import parse_duration, parse_size
+
+PROG = "kmemscope record"
+
+EPILOG = """\
+examples:
+  kmemscope record -o /var/tmp/run1 --duration 60s --label kernel=vanilla
+  kmemscope record -o /var/tmp/run2 --preset light --duration 10m
+  kmemscope record -o /var/tmp/run3 -e kmem:mm_page_alloc:'order >= 9' -- ./workload
+  kmemscope record --cleanup        # after a record was killed with SIGKILL
+
+COMMAND goes after `--`. Without COMMAND and --duration, record stops after 30 s (or at Ctrl-C).
+Presets (--list-presets shows their events and rates): %s.
+""" % ", ".join(presets.PRESETS)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors in kmemscope's one-line form."""
+
+    def error(self, message):
+        raise CaptureError(message, "see `%s --help`" % PROG)
+
+
+def build_parser():
+    p = _Parser(prog=PROG, usage="%(prog)s -o BUNDLE [options] [-- COMMAND ...]\n"
+                "       %(prog)s --cleanup | --list-presets", description="Record the page allocator's trace events and /proc samples "
+                "into a bundle that `kmemscope parse` reads.", epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-o", "--output", metavar="BUNDLE", help="bundle directory to create")
+    p.add_argument("--preset", choices=list(presets.PRESETS),
+                   help="what to record (default: default, unless -e is given)")
+    p.add_argument("-e", "--event", dest="events", action="append", default=[],
+                   metavar="SYSTEM:EVENT[:FILTER]", help="also record this event (repeatable)")
+    p.add_argument("--duration", type=parse_duration, metavar="TIME",
+                   help="stop after TIME (30s, 5m; 0: no limit; default 30s without COMMAND)")
+    p.add_argument("--max-size", type=parse_size, default=parse_size("2G"), metavar="SIZE",
+                   help="stop when the trace data reaches SIZE (default 2G)")
+    p.add_argument("--min-free", type=parse_size, default=parse_size("1G"), metavar="SIZE",
+                   help="stop before free space under the output falls below SIZE (default 1G)")
+    p.add_argument("--interval", type=parse_duration, default=1.0, metavar="TIME",
+                   help="procfs sampling interval (default 1s)")
+    p.add_argument("--buffer-kb", type=int, metavar="N",
+                   help="ring buffer per CPU in KiB (default: the preset's)")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="label the run, e.g. --label kernel=vanilla (repeatable)")
+    p.add_argument("--zoneinfo", action="store_true", help="also sample /proc/zoneinfo")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing bundle; record even if someone else is tracing")
+    p.add_argument("--trace-cmd", default="trace-cmd", metavar="PATH", help=argparse.SUPPRESS)
+    p.add_argument("--cleanup", action="store_true",
+                   help="restore the tracing state that a killed record left, then exit")
+    p.add_argument("--list-presets", action="store_true", help="describe the presets and exit")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+    return p
+
+
+def split_command(argv):
+    """(record's own arguments, COMMAND): everything after the first `--` is COMMAND."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def _labels(items):
+    labels = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CaptureError("bad label %r" % item, "write --label KEY=VALUE")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def options_from_args(args, command):
+    if not args.output:
+        raise CaptureError("no output given", "pass -o BUNDLE")
+    duration = args.duration
+    if duration is None and not command:
+        duration = 30.0
+    if args.buffer_kb is not None and args.buffer_kb <= 0:
+        raise CaptureError("--buffer-kb must be positive")
+    return Options(output=args.output, preset=args.preset,
+                   events=[presets.parse_event_arg(e) for e in args.events],
+                   duration=duration or None, max_size=args.max_size, min_free=args.min_free,
+                   interval=args.interval, buffer_kb=args.buffer_kb, labels=_labels(args.label),
+                   force=args.force, zoneinfo=args.zoneinfo, command=command,
+                   trace_cmd=args.trace_cmd)
+
+
+def say(text):
+    print("kmemscope record: " + text, file=sys.stderr, flush=True)
+
+
+def run_cleanup(trace_cmd):
+    check_host(trace_cmd)
+    directory = lock.state_dir()
+    held = lock.RecordLock(directory).acquire()
+    try:
+        if not cleanup.recover(directory, say):
+            say("nothing to clean up: no killed record left state behind")
+    finally:
+        held.release()
+    return 0
+
+
+def main(argv=None):
+    """Entry point: returns the exit status (0 when a bundle was written)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        own, command = split_command(argv)
+        args = build_parser().parse_args(own)
+        if args.list_presets:
+            print(presets.describe())
+            return 0
+        if args.cleanup:
+            return run_cleanup(args.trace_cmd)
+        Recorder(options_from_args(args, command), say).run()
+        return 0
+    except CaptureError as exc:
+        print("kmemscope: error: %s" % exc, file=sys.stderr)
+        return 1
+    except Interrupted:
+        print("kmemscope: error: interrupted before recording started (nothing was recorded)",
+              file=sys.stderr)
+        return 130
+    except SystemExit as exc:  # --help and --version exit through argparse
+        return exc.code if isinstance(exc.code, int) else 0
+    except BrokenPipeError:  # `--list-presets | head`
+        return 0
+    except KeyboardInterrupt:
+        print("kmemscope: error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: still one line, tracing state already restored
+        if debug:
+            traceback.print_exc()
+        print("kmemscope: error: internal error: %s: %s (rerun with --debug and report it)"
+              % (type(exc).__name__, exc), file=sys.stderr)
+        return 1
+
+
+def run():
+    """console_scripts / zipapp entry point."""
+    sys.exit(main())

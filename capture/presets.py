@@ -1,0 +1,159 @@
+"""What each preset records, and how -e SYSTEM:EVENT[:FILTER] adds to it.
+
+A preset is a list of events (whole systems allowed), optional in-kernel
+filters, and whether each event carries a kernel stack. Filters that test gfp
+bits get their values from the live mm_page_alloc format (eventformat.py).
+
+Event rates below were measured on a 2-CPU 6.18 VM under an allocation-heavy
+workload (benchmarks/capture_overhead.py); busy production hosts see more per
+CPU, so size --buffer-kb from them.
+"""
+import os
+
+from kmemscope.capture import eventformat
+from kmemscope.capture.errors import CaptureError
+
+PRESETS = {
+    "default": {
+        "purpose": "every page allocation and free, fallbacks, pcp drains, compaction and "
+                   "reclaim wake-ups: the full picture for one host",
+        "rate": "10^5-10^6 events/s per busy CPU (allocs + frees); ~50 MB/s per CPU at worst",
+        "buffer_kb": 8192,
+        "events": [
+            ("kmem", "mm_page_alloc"), ("kmem", "mm_page_free"),
+            ("kmem", "mm_page_alloc_extfrag"), ("kmem", "mm_page_alloc_zone_locked"),
+            ("kmem", "mm_page_pcpu_drain"), ("compaction", "*"),
+            ("vmscan", "mm_vmscan_wakeup_kswapd"), ("vmscan", "mm_vmscan_kswapd_wake"),
+            ("vmscan", "mm_vmscan_direct_reclaim_begin"), ("vmscan", "mm_vmscan_direct_reclaim_end"),
+        ],
+    },
+    "light": {
+        "purpose": "busy production hosts: only high-order (order > 0) and non-blocking "
+                   "(no __GFP_DIRECT_RECLAIM) allocations, plus fallbacks and compaction",
+        "rate": "10^2-10^4 events/s per CPU; order-0 user faults and all frees are filtered in the kernel",
+        "buffer_kb": 4096,
+        "events": [
+            ("kmem", "mm_page_alloc", "order > 0 || !(gfp_flags & {__GFP_DIRECT_RECLAIM})"),
+            ("kmem", "mm_page_alloc_extfrag"), ("compaction", "*"),
+        ],
+    },
+    "atomic-origins": {
+        "purpose": "who makes non-blocking high-order allocations (high-atomic reserve "
+                   "candidates): those allocations with kernel stack traces",
+        "rate": "10^1-10^3 events/s; each carries a stack (~150-300 bytes)",
+        "buffer_kb": 8192,
+        "stacktrace": True,
+        "events": [
+            ("kmem", "mm_page_alloc", "order > 0 && !(gfp_flags & {__GFP_DIRECT_RECLAIM})"),
+        ],
+    },
+    "compaction": {
+        "purpose": "compaction and reclaim only: why huge pages fail or stall, at little cost",
+        "rate": "near 0 when idle; bursts of 10^4-10^5 events/s while compaction scans",
+        "buffer_kb": 8192,
+        "events": [
+            ("compaction", "*"),
+            ("vmscan", "mm_vmscan_wakeup_kswapd"), ("vmscan", "mm_vmscan_kswapd_wake"),
+            ("vmscan", "mm_vmscan_kswapd_sleep"),
+            ("vmscan", "mm_vmscan_direct_reclaim_begin"), ("vmscan", "mm_vmscan_direct_reclaim_end"),
+            ("oom", "compact_retry"),
+        ],
+    },
+}
+
+
+class EventSpec:
+    """One `-e` for trace-cmd: SYSTEM:EVENT (EVENT may be '*') with an optional filter."""
+
+    def __init__(self, system, event, filter=None, required=True):
+        self.system, self.event, self.filter, self.required = system, event, filter, required
+
+    @property
+    def name(self):
+        return self.system if self.event == "*" else "%s:%s" % (self.system, self.event)
+
+    def trace_cmd_args(self):
+        args = ["-e", self.name]
+        if self.filter:
+            args += ["-f", self.filter]
+        return args
+
+    def as_dict(self):
+        return {"event": self.name, "filter": self.filter}
+
+
+def parse_event_arg(text):
+    """'kmem:mm_page_alloc:order > 2' -> EventSpec; '-e compaction' means the whole system."""
+    parts = text.split(":", 2)
+    system = parts[0].strip()
+    event = parts[1].strip() if len(parts) > 1 and parts[1].strip() else "*"
+    flt = parts[2].strip() if len(parts) > 2 and parts[2].strip() else None
+    if not system or any(c.isspace() for c in system + event):
+        raise CaptureError("bad event %r" % text, "write -e SYSTEM:EVENT[:FILTER], e.g. -e kmem:mm_page_alloc")
+    return EventSpec(system, event, flt, required=True)
+
+
+def _fill_filter(template, tracefs, system, event):
+    """Replace each {FLAG} in `template` with its hex value from the live format."""
+    if template is None or "{" not in template:
+        return template
+    fmt = eventformat.read_format(tracefs, system, event)
+    table = eventformat.print_flags(fmt, "gfp_flags")
+    out, rest = [], template
+    while "{" in rest:
+        head, _, tail = rest.partition("{")
+        flag, _, rest = tail.partition("}")
+        if flag not in table:
+            raise CaptureError("this kernel's %s:%s format has no %s flag" % (system, event, flag),
+                               "use another preset or give -e with your own filter")
+        out += [head, "0x%x" % table[flag]]
+    return "".join(out + [rest])
+
+
+def event_exists(tracefs, spec):
+    base = os.path.join(tracefs, "events", spec.system)
+    return os.path.isdir(base if spec.event == "*" else os.path.join(base, spec.event))
+
+
+def resolve(tracefs, preset, extra_events):
+    """Events to record: the preset's (if any) then the -e ones; returns (specs, missing, stacktrace).
+
+    A preset event that this kernel lacks is skipped and reported in `missing`
+    (older kernels lack some compaction and vmscan events); an -e event that it
+    lacks is an error.
+    """
+    specs, missing, stacktrace = [], [], False
+    if preset is not None:
+        if preset not in PRESETS:
+            raise CaptureError("unknown preset %r" % preset, "choose one of: " + ", ".join(PRESETS))
+        stacktrace = PRESETS[preset].get("stacktrace", False)
+        for entry in PRESETS[preset]["events"]:
+            system, event = entry[0], entry[1]
+            template = entry[2] if len(entry) > 2 else None
+            spec = EventSpec(system, event, None, required=False)
+            if not event_exists(tracefs, spec):
+                missing.append(spec.name)
+                continue
+            spec.filter = _fill_filter(template, tracefs, system, event)
+            specs.append(spec)
+    for spec in extra_events:
+        # An -e for an event the preset already has replaces it (its filter wins).
+        specs = [s for s in specs if s.name != spec.name]
+        if not event_exists(tracefs, spec):
+            raise CaptureError("this kernel has no event %s" % spec.name,
+                               "list the events with `trace-cmd list -e`")
+        specs.append(spec)
+    if not specs:
+        raise CaptureError("no event to record", "give --preset or -e SYSTEM:EVENT")
+    return specs, missing, stacktrace
+
+
+def describe():
+    """Text for `--list-presets`: each preset's purpose, expected rate and events."""
+    lines = []
+    for name, p in PRESETS.items():
+        events = ", ".join(e[0] if e[1] == "*" else "%s:%s" % (e[0], e[1]) for e in p["events"])
+        lines.append("%s\n  purpose: %s\n  rate:    %s\n  events:  %s%s\n  buffer:  %d KiB per CPU"
+                     % (name, p["purpose"], p["rate"], events,
+                        " (with kernel stacks)" if p.get("stacktrace") else "", p["buffer_kb"]))
+    return "\n\n".join(lines)

@@ -1,0 +1,143 @@
+"""Save the tracing state before a recording and put it back afterwards.
+
+The snapshot is written to a state file before trace-cmd starts. If record is
+killed (SIGKILL, OOM, power to the shell lost), the next record or
+`record --cleanup` finds the file, stops the trace-cmd it left, and restores
+the snapshot. The boot id guards against restoring a previous boot's state.
+"""
+import glob
+import json
+import os
+
+from kmemscope.capture import tracefs as tfs
+
+# Single-value files that trace-cmd (or the kernel on its behalf) may change.
+SCALAR_FILES = ("tracing_on", "current_tracer", "buffer_percent", "saved_cmdlines_size",
+                "tracing_cpumask")
+
+
+def boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _try_read(tracefs, name):
+    try:
+        return tfs.read(tracefs, name)
+    except OSError:
+        return None
+
+
+def snapshot(tracefs, touched_events=()):
+    """Everything record may change, as plain JSON-able data.
+
+    touched_events: 'system:event' or 'system' names whose filters we will set;
+    their filters are saved so that they can be put back.
+    """
+    snap = {"tracefs": tracefs, "boot_id": boot_id()}
+    for name in SCALAR_FILES:
+        snap[name] = _try_read(tracefs, name)
+    clock = _try_read(tracefs, "trace_clock")
+    snap["trace_clock"] = tfs.selected(clock) if clock is not None else None
+    snap["buffer_size_kb"] = {str(cpu): _try_read(tracefs, "per_cpu/cpu%d/buffer_size_kb" % cpu)
+                              for cpu in tfs.cpu_dirs(tracefs)}
+    snap["options"] = {}
+    for path in sorted(glob.glob(os.path.join(tracefs, "options", "*"))):
+        value = _try_read(tracefs, os.path.join("options", os.path.basename(path)))
+        if value in ("0", "1"):
+            snap["options"][os.path.basename(path)] = value
+    snap["enabled_events"] = tfs.enabled_events(tracefs)
+    snap["filters"] = {}
+    for name in touched_events:
+        for rel in _event_dirs(tracefs, name):
+            snap["filters"][rel] = _try_read(tracefs, rel + "/filter")
+    return snap
+
+
+def _event_dirs(tracefs, name):
+    """events/SYSTEM/EVENT paths (relative) that an event or system name covers."""
+    system, _, event = name.partition(":")
+    pattern = os.path.join(tracefs, "events", system, event or "*")
+    return sorted(os.path.relpath(p, tracefs) for p in glob.glob(pattern) if os.path.isdir(p))
+
+
+def restore(snap):
+    """Put back what `snapshot` saw; returns a list of what could not be restored."""
+    tracefs = snap["tracefs"]
+    problems = []
+
+    def put(name, value):
+        if value is None:
+            return
+        try:
+            if _try_read(tracefs, name) != value:
+                tfs.write(tracefs, name, value)
+        except OSError as exc:
+            problems.append("%s: %s" % (name, exc.strerror))
+
+    put("tracing_on", "0")  # stop the buffer first, so nothing records while we restore
+    before = set(snap["enabled_events"])
+    for event in tfs.enabled_events(tracefs):
+        if event not in before:
+            put("events/%s/enable" % event.replace(":", "/"), "0")
+    for event in before:
+        put("events/%s/enable" % event.replace(":", "/"), "1")
+    for rel, value in snap["filters"].items():
+        if value is not None and _try_read(tracefs, rel + "/filter") != value:
+            # "0" clears a filter; otherwise write the saved expression back.
+            put(rel + "/filter", "0" if value == "none" else value)
+    for name, value in snap["options"].items():
+        put("options/" + name, value)
+    if snap.get("trace_clock"):
+        current = _try_read(tracefs, "trace_clock")
+        if current is not None and tfs.selected(current) != snap["trace_clock"]:
+            put("trace_clock", snap["trace_clock"])
+    for cpu, value in snap["buffer_size_kb"].items():
+        put("per_cpu/cpu%s/buffer_size_kb" % cpu, value)
+    for name in SCALAR_FILES:
+        if name != "tracing_on":
+            put(name, snap[name])
+    put("tracing_on", snap["tracing_on"])
+    return problems
+
+
+def differences(before, after):
+    """Human-readable list of what differs between two snapshots (tests, verification)."""
+    out = []
+    for key in sorted(set(before) | set(after)):
+        if key in ("filters",):
+            continue
+        a, b = before.get(key), after.get(key)
+        if a != b:
+            out.append("%s: %r -> %r" % (key, a, b))
+    return out
+
+
+# ---------------------------------------------------------------- the state file
+
+def save_file(path, record):
+    """Write `record` (snapshot + what record started) atomically, owner-only."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_file(path):
+    """The saved record, or None when there is none (or it is from another boot)."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"corrupt": True}
+    if record.get("snapshot", {}).get("boot_id") not in (None, boot_id()):
+        return {"stale_boot": True}
+    return record

@@ -1,0 +1,206 @@
+"""Run `trace-cmd record` system-wide and stop it the way a terminal would.
+
+trace-cmd is never given the COMMAND to run (`trace-cmd record CMD` crashes on
+hosts that refuse pid filtering); it records every CPU until SIGINT. It runs in
+its own session so that a Ctrl-C in the terminal reaches record first, which
+then stops trace-cmd and its per-CPU recorder processes together.
+"""
+import glob
+import os
+import signal
+import subprocess
+import time
+
+from kmemscope.capture import tracefs as tfs
+from kmemscope.capture.errors import CaptureError
+
+TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
+
+
+def process_start_time(pid):
+    """Field 22 of /proc/PID/stat: tells a live process from a reused pid."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            text = f.read()
+    except OSError:
+        return None
+    return int(text.rsplit(")", 1)[1].split()[19])
+
+
+def process_alive(pid, start_time=None):
+    """True while pid runs (not a zombie) and, if given, started at start_time."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            text = f.read()
+    except OSError:
+        return False
+    fields = text.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return False
+    return start_time is None or int(fields[19]) == start_time
+
+
+def build_args(binary, output, specs, buffer_kb, host_flags, stacktrace):
+    args = [binary, "record"] + list(host_flags) + ["-C", "mono", "-b", str(buffer_kb)]
+    if stacktrace:
+        args.append("-T")
+    for spec in specs:
+        args += spec.trace_cmd_args()
+    return args + ["-o", output]
+
+
+class TraceCmd:
+    """One trace-cmd record process writing `output` (BUNDLE/trace.dat)."""
+
+    def __init__(self, args, output, log_path):
+        self.args, self.output, self.log_path = args, output, log_path
+        self.proc = None
+        self.start_time = None
+
+    def start(self):
+        log = open(self.log_path, "w")
+        try:
+            self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         cwd=os.path.dirname(self.output))
+        except OSError as exc:
+            raise CaptureError("cannot run %s: %s" % (self.args[0], exc.strerror),
+                               "install trace-cmd (apt-get install trace-cmd)")
+        finally:
+            log.close()
+        self.start_time = process_start_time(self.proc.pid)
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def last_log_lines(self, n=2):
+        """trace-cmd's error message (its 'trace-cmd: ...' line and the next), else its last lines."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                lines = [l.strip() for l in f if l.strip()]
+        except OSError:
+            return ""
+        errors = [i for i, l in enumerate(lines) if l.startswith("trace-cmd:")]
+        if errors:
+            return " ".join(lines[errors[-1]:errors[-1] + 2])
+        return " ".join(lines[-n:])
+
+    def wait_ready(self, tracefs, specs, timeout=20.0, should_stop=lambda: False):
+        """Block until the kernel shows our events enabled and tracing on."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise CaptureError("trace-cmd exited at start with status %s: %s"
+                                   % (self.proc.returncode, self.last_log_lines()),
+                                   "see trace-cmd.log in the bundle")
+            if should_stop():
+                return False
+            if _tracing_on(tracefs) and all(_spec_enabled(tracefs, s) for s in specs):
+                return True
+            time.sleep(0.05)
+        raise CaptureError("trace-cmd did not start recording within %d s" % timeout,
+                           "see trace-cmd.log in the bundle")
+
+    def data_bytes(self):
+        """Bytes in trace-cmd's per-CPU temporary files so far (uncompressed trace data)."""
+        total = 0
+        for path in glob.glob(self.output + ".cpu*"):
+            try:
+                total += os.stat(path).st_size
+            except OSError:
+                pass
+        return total
+
+    def stop(self, grace_s=60.0):
+        """SIGINT the whole group, then wait while trace-cmd merges into trace.dat."""
+        if not self.running():
+            return self.proc.returncode if self.proc else None
+        os.killpg(self.proc.pid, signal.SIGINT)
+        # Merging and compressing takes time in proportion to the data; wait
+        # as long as the output keeps growing, and at least grace_s.
+        deadline, last_size = time.monotonic() + grace_s, -1
+        while self.proc.poll() is None:
+            size = _size(self.output)
+            if size != last_size:
+                last_size = size
+                deadline = max(deadline, time.monotonic() + 10.0)
+            if time.monotonic() > deadline:
+                self.kill()
+                break
+            time.sleep(0.1)
+        return self.proc.returncode
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+
+def _size(path):
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
+
+def _tracing_on(tracefs):
+    try:
+        return tfs.read(tracefs, "tracing_on") == "1"
+    except OSError:
+        return False
+
+
+def _spec_enabled(tracefs, spec):
+    rel = "events/%s/enable" % (spec.system if spec.event == "*" else spec.system + "/" + spec.event)
+    try:
+        return tfs.read(tracefs, rel) in ("1", "X")
+    except OSError:
+        return False
+
+
+def trace_dat_complete(path):
+    """True when trace-cmd finished writing `path`: magic present, temp files gone."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(TRACE_DAT_MAGIC))
+    except OSError:
+        return False
+    return magic == TRACE_DAT_MAGIC and not glob.glob(path + ".cpu*")
+
+
+def buffer_stats_from_file(binary, path):
+    """{cpu: stats} that trace-cmd stored in trace.dat when it stopped (None if unreadable).
+
+    These are the kernel's final per-CPU counters (overrun, dropped events,
+    read events); after trace-cmd exits it resets the buffers, so tracefs no
+    longer has them.
+    """
+    try:
+        out = subprocess.run([binary, "report", "--stat", "-i", path], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, universal_newlines=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_report_stat(out)
+
+
+def parse_report_stat(text):
+    """The 'CPU: N' blocks of `trace-cmd report --stat` -> {cpu: stats}."""
+    stats, cpu, block = {}, None, []
+    for line in text.splitlines() + ["CPU: end"]:
+        if line.startswith("CPU: ") or (cpu is not None and not line.strip()):
+            if cpu is not None:
+                stats[cpu] = tfs.parse_cpu_stats("\n".join(block))
+            cpu, block = None, []
+            rest = line[len("CPU: "):].strip()
+            if rest.isdigit():
+                cpu = int(rest)
+        elif cpu is not None:
+            block.append(line)
+    return stats or None
