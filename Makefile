@@ -11,7 +11,7 @@ DEMO_DIR    := out/demo
 
 .PHONY: setup native demo test bench dist clean
 
-setup: $(BIN)/kmemscope dist/kmemscope-record.pyz
+setup: $(BIN)/kmemscope
 
 # Debian packages: installed only when one is missing, so repeated runs are quick.
 .debian-stamp:
@@ -40,9 +40,8 @@ dist/kmemscope-record.pyz: $(wildcard capture/*.py)
 demo: setup
 	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	$(BIN)/kmemscope parse $(EXAMPLE) -o $(DEMO_DIR)/dataset --label kernel=example
+	@echo; echo "== runs, and events per type"
 	$(BIN)/kmemscope info $(DEMO_DIR)/dataset
-	@echo; echo "== events per type"
-	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT \"table\", rows FROM (SELECT 'mm_page_alloc' AS \"table\", count(*) AS rows FROM mm_page_alloc UNION ALL SELECT 'mm_page_free', count(*) FROM mm_page_free) ORDER BY rows DESC"
 	@echo; echo "== the 10 most-allocated page frames"
 	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT printf('0x%x', pfn) AS pfn, count(*) AS allocations, count(DISTINCT cpu) AS cpus FROM mm_page_alloc WHERE pfn <> 18446744073709551615 GROUP BY pfn ORDER BY allocations DESC, pfn LIMIT 10"
 	@echo; echo "== allocations per order"

@@ -16,3 +16,6 @@ while time.time() < end:
         f.write(os.urandom(8 * MB))
     i += 1
 print("iterations", i)
+for m in keep:
+    m.close()
+os.unlink('/tmp/kmemscope-example-cachefile')

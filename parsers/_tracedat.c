@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -872,6 +873,16 @@ static int dyn_payload(const struct col_plan *cp, const unsigned char *data, int
 	return 0;
 }
 
+/* Fixed-width columns get a whole batch worth of memory at once: growing them by
+ * doubling costs a copy and fresh page faults per step, and page faults from
+ * several decoder threads contend on the process's memory map. */
+static int presize(DecoderObject *d, struct col_builder *c, int width)
+{
+	if (c->values.cap)
+		return 0;
+	return gbuf_reserve(&c->values, (size_t)d->batch_rows * width);
+}
+
 static int append_record(DecoderObject *d, struct event_builder *b, const unsigned char *data,
 			 int size, unsigned long long ts, int cpu)
 {
@@ -885,24 +896,24 @@ static int append_record(DecoderObject *d, struct event_builder *b, const unsign
 		switch (cp->kind) {
 		case COL_TS: {
 			int64_t t = (int64_t)ts + d->ts_offset;
-			r = gbuf_append(&c->values, &t, 8);
+			r = presize(d, c, 8) || gbuf_append(&c->values, &t, 8);
 			break;
 		}
 		case COL_CPU: {
 			int32_t v = cpu;
-			r = gbuf_append(&c->values, &v, 4);
+			r = presize(d, c, 4) || gbuf_append(&c->values, &v, 4);
 			break;
 		}
 		case COL_PID:
-			r = gbuf_append(&c->values, &pid, 4);
+			r = presize(d, c, 4) || gbuf_append(&c->values, &pid, 4);
 			break;
 		case COL_COMM: {
 			int32_t idx = comm_index(d, c, pid);
-			r = idx < 0 ? -1 : gbuf_append(&c->values, &idx, 4);
+			r = idx < 0 ? -1 : (presize(d, c, 4) || gbuf_append(&c->values, &idx, 4));
 			break;
 		}
 		case COL_INT:
-			r = append_int(&c->values, read_uint(data + cp->offset, cp->width, swap), cp->width);
+			r = presize(d, c, cp->width) || append_int(&c->values, read_uint(data + cp->offset, cp->width, swap), cp->width);
 			break;
 		case COL_STR: {
 			const unsigned char *s = data + cp->offset;
@@ -1682,6 +1693,11 @@ PyMODINIT_FUNC PyInit__tracedat(void)
 {
 	if (PyType_Ready(&TraceType) < 0 || PyType_Ready(&DecoderType) < 0)
 		return NULL;
+	/* Batch buffers are a few MB, handed to Arrow and freed batch after batch.
+	 * Keep such blocks on the heap instead of fresh mmaps so their pages are
+	 * reused rather than faulted in (and zeroed by the kernel) every time. */
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 	PyObject *m = PyModule_Create(&module);
 	if (!m)
 		return NULL;
