@@ -42,30 +42,21 @@
 --   alloc_free_pairs           allocations followed by a free of the same pfn
 --   freed_other_cpu_pct        % of those freed on another CPU than allocated
 WITH
-reuse_pairs AS (
-  SELECT run_id, interval_ns, same_cpu FROM page_pairs WHERE reuse
-),
-reuse_stats AS (
+-- One pass over the pairs. quantile_cont with a list of fractions is DuckDB's
+-- form of three percentile_cont(...) WITHIN GROUP aggregates computed from one
+-- sort (three separate ones take three times as long at 50 M rows).
+pair_stats AS (
   SELECT
     run_id,
-    count(*) AS reuse_pairs,
-    percentile_cont(0.5) WITHIN GROUP (ORDER BY interval_ns) AS reuse_p50_ns,
-    percentile_cont(0.9) WITHIN GROUP (ORDER BY interval_ns) AS reuse_p90_ns,
-    percentile_cont(0.99) WITHIN GROUP (ORDER BY interval_ns) AS reuse_p99_ns,
-    100.0 * count(CASE WHEN interval_ns <= 1000000 THEN 1 END) / count(*) AS reused_within_1ms_pct,
-    100.0 * count(CASE WHEN interval_ns <= 10000000 THEN 1 END) / count(*) AS reused_within_10ms_pct,
-    100.0 * count(CASE WHEN interval_ns <= 100000000 THEN 1 END) / count(*) AS reused_within_100ms_pct,
-    100.0 * count(CASE WHEN same_cpu THEN 1 END) / count(*) AS reuse_same_cpu_pct,
-    100.0 * count(CASE WHEN NOT same_cpu THEN 1 END) / count(*) AS reuse_other_cpu_pct
-  FROM reuse_pairs
-  GROUP BY run_id
-),
-alloc_free_pairs AS (
-  SELECT run_id,
-         count(*) AS alloc_free_pairs,
-         100.0 * count(CASE WHEN NOT same_cpu THEN 1 END) / count(*) AS freed_other_cpu_pct
+    count(CASE WHEN reuse THEN 1 END) AS reuse_pairs,
+    quantile_cont(CASE WHEN reuse THEN interval_ns END, [0.5, 0.9, 0.99]) AS reuse_quantiles_ns,
+    count(CASE WHEN reuse AND interval_ns <= 1000000 THEN 1 END) AS within_1ms,
+    count(CASE WHEN reuse AND interval_ns <= 10000000 THEN 1 END) AS within_10ms,
+    count(CASE WHEN reuse AND interval_ns <= 100000000 THEN 1 END) AS within_100ms,
+    count(CASE WHEN reuse AND same_cpu THEN 1 END) AS reuse_same_cpu,
+    count(CASE WHEN NOT reuse THEN 1 END) AS alloc_free_pairs,
+    count(CASE WHEN NOT reuse AND NOT same_cpu THEN 1 END) AS freed_other_cpu
   FROM page_pairs
-  WHERE NOT reuse
   GROUP BY run_id
 ),
 free_counts AS (
@@ -75,20 +66,19 @@ SELECT
   f.run_id,
   f.labels,
   coalesce(fc.frees, 0) AS frees,
-  coalesce(r.reuse_pairs, 0) AS reuse_pairs,
-  r.reuse_p50_ns,
-  r.reuse_p90_ns,
-  r.reuse_p99_ns,
-  r.reused_within_1ms_pct,
-  r.reused_within_10ms_pct,
-  r.reused_within_100ms_pct,
-  r.reuse_same_cpu_pct,
-  r.reuse_other_cpu_pct,
+  coalesce(p.reuse_pairs, 0) AS reuse_pairs,
+  p.reuse_quantiles_ns[1] AS reuse_p50_ns,
+  p.reuse_quantiles_ns[2] AS reuse_p90_ns,
+  p.reuse_quantiles_ns[3] AS reuse_p99_ns,
+  100.0 * p.within_1ms / nullif(p.reuse_pairs, 0) AS reused_within_1ms_pct,
+  100.0 * p.within_10ms / nullif(p.reuse_pairs, 0) AS reused_within_10ms_pct,
+  100.0 * p.within_100ms / nullif(p.reuse_pairs, 0) AS reused_within_100ms_pct,
+  100.0 * p.reuse_same_cpu / nullif(p.reuse_pairs, 0) AS reuse_same_cpu_pct,
+  100.0 * (p.reuse_pairs - p.reuse_same_cpu) / nullif(p.reuse_pairs, 0) AS reuse_other_cpu_pct,
   coalesce(p.alloc_free_pairs, 0) AS alloc_free_pairs,
-  p.freed_other_cpu_pct
+  100.0 * p.freed_other_cpu / nullif(p.alloc_free_pairs, 0) AS freed_other_cpu_pct
 FROM run_facts AS f
-LEFT JOIN reuse_stats AS r ON r.run_id = f.run_id
-LEFT JOIN alloc_free_pairs AS p ON p.run_id = f.run_id
+LEFT JOIN pair_stats AS p ON p.run_id = f.run_id
 LEFT JOIN free_counts AS fc ON fc.run_id = f.run_id
 ORDER BY f.run_id
 
