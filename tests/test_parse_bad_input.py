@@ -151,10 +151,9 @@ def test_parsing_the_same_file_twice_replaces_its_run(tmp_path):
     trace = seed_trace()
     kmemscope("parse", "-q", trace, "-o", ds)
     first = event_counts(ds)
-    files_first = sorted(p.relative_to(ds) for p in ds.rglob("*.parquet"))
     kmemscope("parse", "-q", trace, "-o", ds)
     runs = [r for t in read_table_files(ds, "runs") for r in t.to_pylist()]
     assert len(runs) == 1, f"{len(runs)} runs after parsing the same file twice"
     assert event_counts(ds) == first
-    assert sorted(p.relative_to(ds) for p in ds.rglob("*.parquet")) == files_first
+    assert len(list(ds.glob("*/run_id=*"))) == len(first) + 3   # event tables + runs, print_flags, lost_events
     assert not [p for p in ds.iterdir() if p.name.startswith(".")], "staging or trash left behind"
