@@ -1,0 +1,192 @@
+"""Parse a bundle's procfs samples (capture/sampler.py) into rows and Arrow tables.
+
+A sample file holds one sample after another, each preceded by
+
+    #kmemscope-sample mono_ns=<CLOCK_MONOTONIC ns> realtime_ns=<ns>
+
+mono_ns becomes `ts`: the trace is recorded on trace-cmd's `mono` clock, so
+samples and events share one timeline. The parsers below are pure functions
+over text; only read_bundle_procfs touches files and imports pyarrow.
+
+/proc/pagetypeinfo prints a free count of 100000 or more as ">100000" (since
+5.4: counting is capped to bound the time spent under the zone lock). Such a
+count is returned as 100000 with capped=True: a lower bound, not a value.
+"""
+import json
+import os
+import re
+
+SAMPLE_HEADER = "#kmemscope-sample"
+PAGETYPEINFO_CAP = 100000
+
+_HEADER = re.compile(r"^#kmemscope-sample\s+mono_ns=(\d+)\s+realtime_ns=(\d+)\s*$")
+_FREE_ROW = re.compile(r"^Node\s+(\d+),\s*zone\s+(\S+),\s*type\s+(\S+)\s+(.*)$")
+_ZONE_ROW = re.compile(r"^Node\s+(\d+),\s*zone\s+(\S+)\s+(.*)$")
+
+
+def split_samples(text):
+    """[(mono_ns, realtime_ns, body)] for each sample in a sample file.
+
+    A last sample cut short (record killed mid-write) keeps its whole lines;
+    the parsers skip a partial one.
+    """
+    samples, current, lines = [], None, []
+    for line in text.splitlines():
+        m = _HEADER.match(line)
+        if m:
+            if current is not None:
+                samples.append(current + ("\n".join(lines),))
+            current, lines = (int(m.group(1)), int(m.group(2))), []
+        elif current is not None:
+            lines.append(line)
+    if current is not None:
+        samples.append(current + ("\n".join(lines),))
+    return samples
+
+
+def parse_vmstat(body):
+    """/proc/vmstat text -> [(name, value)]."""
+    rows = []
+    for line in body.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and _is_int(parts[1]):
+            rows.append((parts[0], int(parts[1])))
+    return rows
+
+
+def _is_int(token):
+    return token.lstrip("-").isdigit()
+
+
+def _count(token):
+    """'123' -> (123, False); '>100000' -> (100000, True); anything else -> None."""
+    if token.startswith(">") and token[1:].isdigit():
+        return int(token[1:]), True
+    if token.isdigit():
+        return int(token), False
+    return None
+
+
+def parse_pagetypeinfo(body):
+    """/proc/pagetypeinfo text -> (free, blocks).
+
+    free:   [(node, zone, migratetype, order, count, capped)]
+    blocks: [(node, zone, migratetype, blocks)]
+    Orders and migratetype names come from the file's own header lines: both
+    differ between kernels (MAX_ORDER, CONFIG_CMA, CONFIG_MEMORY_ISOLATION).
+    """
+    free, blocks = [], []
+    orders, block_types = None, None
+    for line in body.splitlines():
+        if line.startswith("Free pages count per migrate type at order"):
+            orders = [int(t) for t in line.split("order", 1)[1].split()]
+            continue
+        if line.startswith("Number of blocks type"):
+            block_types = line[len("Number of blocks type"):].split()
+            continue
+        m = _FREE_ROW.match(line)
+        if m and orders is not None:
+            counts = [_count(t) for t in m.group(4).split()]
+            if len(counts) != len(orders) or None in counts:
+                continue  # a line cut short at the end of a killed record
+            for order, (count, capped) in zip(orders, counts):
+                free.append((int(m.group(1)), m.group(2), m.group(3), order, count, capped))
+            continue
+        m = _ZONE_ROW.match(line)
+        if m and block_types is not None:
+            values = m.group(3).split()
+            if len(values) != len(block_types) or not all(v.isdigit() for v in values):
+                continue
+            for name, value in zip(block_types, values):
+                blocks.append((int(m.group(1)), m.group(2), name, int(value)))
+    return free, blocks
+
+
+def parse_buddyinfo(body):
+    """/proc/buddyinfo text -> [(node, zone, order, count)]; order is the column index."""
+    rows = []
+    for line in body.splitlines():
+        m = _ZONE_ROW.match(line)
+        if not m:
+            continue
+        values = m.group(3).split()
+        if not all(v.isdigit() for v in values):
+            continue
+        for order, value in enumerate(values):
+            rows.append((int(m.group(1)), m.group(2), order, int(value)))
+    return rows
+
+
+# ---------------------------------------------------------------- rows with timestamps
+
+def vmstat_rows(text):
+    """Sample file text -> [(ts, name, value)]."""
+    return [(ts,) + row for ts, _, body in split_samples(text) for row in parse_vmstat(body)]
+
+
+def pagetypeinfo_rows(text):
+    """Sample file text -> (free rows with ts first, block rows with ts first)."""
+    free, blocks = [], []
+    for ts, _, body in split_samples(text):
+        f, b = parse_pagetypeinfo(body)
+        free += [(ts,) + row for row in f]
+        blocks += [(ts,) + row for row in b]
+    return free, blocks
+
+
+def buddyinfo_rows(text):
+    """Sample file text -> [(ts, node, zone, order, count)]."""
+    return [(ts,) + row for ts, _, body in split_samples(text) for row in parse_buddyinfo(body)]
+
+
+# ---------------------------------------------------------------- bundle -> Arrow
+
+def read_manifest(bundle_dir):
+    """The bundle's manifest.json as a dict ({} when the bundle has none)."""
+    path = os.path.join(bundle_dir, "manifest.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def _read(bundle_dir, name):
+    path = os.path.join(bundle_dir, "procfs", name)
+    if not os.path.isfile(path):
+        return None
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def read_bundle_procfs(bundle_dir):
+    """{table: pyarrow.Table} for the procfs tables a bundle has samples for.
+
+    Tables: vmstat, pagetypeinfo_free, pagetypeinfo_blocks, buddyinfo (see
+    DESIGN.md), without run_id: the dataset writer adds the partition.
+    """
+    import pyarrow as pa
+
+    def table(rows, schema):
+        columns = list(zip(*rows)) if rows else [[] for _ in schema]
+        return pa.table([pa.array(col, type=field.type) for col, field in zip(columns, schema)],
+                        schema=schema)
+
+    ts, node, zone = ("ts", pa.int64()), ("node", pa.int32()), ("zone", pa.string())
+    out = {}
+    text = _read(bundle_dir, "vmstat")
+    if text is not None:
+        out["vmstat"] = table(vmstat_rows(text),
+                              pa.schema([ts, ("name", pa.string()), ("value", pa.int64())]))
+    text = _read(bundle_dir, "pagetypeinfo")
+    if text is not None:
+        free, blocks = pagetypeinfo_rows(text)
+        out["pagetypeinfo_free"] = table(free, pa.schema([
+            ts, node, zone, ("migratetype", pa.string()), ("order", pa.int32()),
+            ("count", pa.int64()), ("capped", pa.bool_())]))
+        out["pagetypeinfo_blocks"] = table(blocks, pa.schema([
+            ts, node, zone, ("migratetype", pa.string()), ("blocks", pa.int64())]))
+    text = _read(bundle_dir, "buddyinfo")
+    if text is not None:
+        out["buddyinfo"] = table(buddyinfo_rows(text), pa.schema([
+            ts, node, zone, ("order", pa.int32()), ("count", pa.int64())]))
+    return out
