@@ -433,7 +433,14 @@ def _stage_in_child(source, staging, labels, events, threads, progress):
 
 
 def _child_main(conn, source, staging, labels, events, threads):
+    import faulthandler
+    import resource
+
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # If libtracecmd crashes on a corrupt file, the parent reports it in one
+    # line: no Python fault dump on stderr and no core file left behind.
+    faulthandler.disable()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     try:
         summary = stage_run(source, Path(staging), labels, events, threads,
                             progress=lambda msg: conn.send(("progress", msg)))
