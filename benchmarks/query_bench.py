@@ -125,7 +125,7 @@ def main():
     total = sum(pq.ParquetFile(f).metadata.num_rows
                 for t in ("mm_page_alloc", "mm_page_free")
                 for fs in parts.get(t, {}).values() for f in fs)
-    print(f"trace: {args.trace}")
+    print(f"trace: {args.trace}" if copies else "trace: (dataset reused from an earlier run)")
     if copies:
         print(f"parse: {parse_s:.2f} s; {per_run:,} alloc+free rows per run x {copies} runs")
     print(f"dataset: {dataset}: {len(parts['runs'])} runs, {total:,} mm_page_alloc + mm_page_free rows")
