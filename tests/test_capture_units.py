@@ -1,0 +1,220 @@
+"""Capture's pure parts: the flag-expression evaluator, format tables, presets,
+units, the command line's errors, and that capture imports only the standard
+library. None of these needs root.
+"""
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kmemscope.capture import cexpr, eventformat, presets, tracefs, units
+from kmemscope.capture.errors import CaptureError
+
+ROOT = Path(__file__).resolve().parent.parent
+LIVE_FORMAT = Path("/sys/kernel/tracing/events/kmem/mm_page_alloc/format")
+
+# Bit numbers of the live 6.18 kernel's gfp table, as read by hand from its
+# format (reference/kernel-tracing.md, section 2, "Live 6.18 table").
+GFP_BITS_6_18 = {"__GFP_DMA": 0, "__GFP_HIGHMEM": 1, "__GFP_DMA32": 2, "__GFP_MOVABLE": 3,
+                 "__GFP_RECLAIMABLE": 4, "__GFP_HIGH": 5, "__GFP_IO": 6, "__GFP_FS": 7,
+                 "__GFP_ZERO": 8, "__GFP_DIRECT_RECLAIM": 10, "__GFP_KSWAPD_RECLAIM": 11,
+                 "__GFP_WRITE": 12, "__GFP_NOWARN": 13, "__GFP_RETRY_MAYFAIL": 14,
+                 "__GFP_NOFAIL": 15, "__GFP_NORETRY": 16, "__GFP_MEMALLOC": 17, "__GFP_COMP": 18,
+                 "__GFP_NOMEMALLOC": 19, "__GFP_HARDWALL": 20, "__GFP_THISNODE": 21,
+                 "__GFP_ACCOUNT": 22, "__GFP_ZEROTAGS": 23, "__GFP_NO_OBJ_EXT": 24}
+
+# Synthetic: a 4.19-style table, where gfp values are hex literals with a u
+# suffix (no 4.19 kernel is at hand; the shape follows its include/trace/events/mmflags.h).
+FORMAT_4_19 = r'''name: mm_page_alloc
+ID: 400
+format:
+	field:unsigned short common_type;	offset:0;	size:2;	signed:0;
+	field:struct page * page;	offset:8;	size:8;	signed:0;
+	field:unsigned int order;	offset:16;	size:4;	signed:0;
+	field:gfp_t gfp_flags;	offset:20;	size:4;	signed:0;
+	field:int migratetype;	offset:24;	size:4;	signed:1;
+
+print fmt: "page=%p pfn=%lu order=%d migratetype=%d gfp_flags=%s", REC->page, REC->page ? (unsigned long)((REC->page) - vmemmap_base) : 0, REC->order, REC->migratetype, (REC->gfp_flags) ? __print_flags(REC->gfp_flags, "|", {(unsigned long)((( gfp_t)0x80000u)|(( gfp_t)0x20u)|(( gfp_t)0x400000u)), "GFP_ATOMIC"}, {(unsigned long)(( gfp_t)0x200000u), "__GFP_DIRECT_RECLAIM"}, {(unsigned long)(( gfp_t)0x400000u), "__GFP_KSWAPD_RECLAIM"}, {(unsigned long)(( gfp_t)0x20u), "__GFP_HIGH"}) : "none"
+'''
+
+
+@pytest.mark.parametrize("text, value", [
+    ("(( gfp_t)((((1UL))) << (10)))", 1 << 10),
+    ("(( gfp_t)(((((1UL))) << (10))|((((1UL))) << (11))))", 0xc00),
+    ("( unsigned long)((( gfp_t)0x80000u)|(( gfp_t)0x20u))", 0x80020),
+    ("((1UL << 5) | (1UL << 11)) & ~(1UL << 11)", 0x20),
+    ("~0UL", (1 << 64) - 1),
+    ("-1", (1 << 64) - 1),
+    ("( gfp_t)0", 0),
+    ("010", 8),
+    ("2 * 3 + 1", 7),
+])
+def test_cexpr_evaluates_the_flag_subset_of_c(text, value):
+    assert cexpr.evaluate(text) == value
+
+
+@pytest.mark.parametrize("text", [
+    "vmemmap_base", "((struct page *)0)", "foo(1)", "1 <<", "(1", "\"GFP\"", "1 << 64", "1; 2",
+])
+def test_cexpr_refuses_anything_else(text):
+    with pytest.raises(CaptureError):
+        cexpr.evaluate(text)
+
+
+@pytest.mark.skipif(not LIVE_FORMAT.exists() or not os.access(LIVE_FORMAT, os.R_OK),
+                    reason="no readable kmem:mm_page_alloc format on this machine")
+def test_live_gfp_table_matches_the_kernels_bit_numbers():
+    table = eventformat.print_flags(LIVE_FORMAT.read_text(), "gfp_flags")
+    if not os.uname().release.startswith("6.18."):
+        pytest.skip("the hand-read bit table is for 6.18 kernels")
+    single = {name: value for name, value in table.items() if name in GFP_BITS_6_18}
+    assert single == {name: 1 << bit for name, bit in GFP_BITS_6_18.items()}
+    # Composites are unions of single bits: GFP_ATOMIC = HIGH | KSWAPD_RECLAIM on 6.x.
+    assert table["GFP_ATOMIC"] == (1 << 5) | (1 << 11)
+    assert list(table)[0] == "GFP_TRANSHUGE"  # table order is kept: composites first
+
+
+def test_old_style_format_table_and_fields():
+    assert eventformat.field_names(FORMAT_4_19) == ["common_type", "page", "order", "gfp_flags",
+                                                     "migratetype"]
+    table = eventformat.print_flags(FORMAT_4_19, "gfp_flags")
+    assert table == {"GFP_ATOMIC": 0x480020, "__GFP_DIRECT_RECLAIM": 0x200000,
+                     "__GFP_KSWAPD_RECLAIM": 0x400000, "__GFP_HIGH": 0x20}
+    assert eventformat.flag_bit(FORMAT_4_19, "gfp_flags", "__GFP_DIRECT_RECLAIM") == 0x200000
+    with pytest.raises(CaptureError):
+        eventformat.flag_bit(FORMAT_4_19, "gfp_flags", "__GFP_NOMEMALLOC")
+    with pytest.raises(CaptureError):
+        eventformat.print_flags(FORMAT_4_19, "order")
+
+
+def test_light_filter_takes_its_bit_from_the_format(tmp_path):
+    """A fake tracefs with the 4.19 table: the filter must use that kernel's bit."""
+    event = tmp_path / "events" / "kmem" / "mm_page_alloc"
+    event.mkdir(parents=True)
+    (event / "format").write_text(FORMAT_4_19)
+    (tmp_path / "events" / "kmem" / "mm_page_alloc_extfrag").mkdir()
+    specs, missing, stack = presets.resolve(str(tmp_path), "light", [])
+    assert specs[0].filter == "order > 0 || !(gfp_flags & 0x200000)"
+    assert missing == ["compaction"] and not stack
+    assert [s.name for s in specs] == ["kmem:mm_page_alloc", "kmem:mm_page_alloc_extfrag"]
+
+
+def test_event_arguments_and_overrides(tmp_path):
+    for name in ("mm_page_alloc", "mm_page_free"):
+        (tmp_path / "events" / "kmem" / name).mkdir(parents=True)
+    (tmp_path / "events" / "kmem" / "mm_page_alloc" / "format").write_text(FORMAT_4_19)
+    spec = presets.parse_event_arg("kmem:mm_page_alloc:order >= 9")
+    assert (spec.system, spec.event, spec.filter) == ("kmem", "mm_page_alloc", "order >= 9")
+    assert spec.trace_cmd_args() == ["-e", "kmem:mm_page_alloc", "-f", "order >= 9"]
+    assert presets.parse_event_arg("compaction").trace_cmd_args() == ["-e", "compaction"]
+    specs, _, _ = presets.resolve(str(tmp_path), "default", [spec])
+    allocs = [s for s in specs if s.name == "kmem:mm_page_alloc"]
+    assert len(allocs) == 1 and allocs[0].filter == "order >= 9"
+    with pytest.raises(CaptureError, match="no event kmem:nope"):
+        presets.resolve(str(tmp_path), None, [presets.parse_event_arg("kmem:nope")])
+    with pytest.raises(CaptureError):
+        presets.parse_event_arg(":x")
+
+
+def test_every_preset_is_documented_with_purpose_and_rate():
+    text = presets.describe()
+    for name, preset in presets.PRESETS.items():
+        assert name in text and preset["purpose"] and preset["rate"] and preset["buffer_kb"] > 0
+
+
+@pytest.mark.parametrize("text, seconds", [("30s", 30), ("2m", 120), ("500ms", 0.5), ("1.5", 1.5),
+                                            ("1h", 3600)])
+def test_durations(text, seconds):
+    assert units.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text, size", [("2G", 2 << 30), ("512M", 512 << 20), ("64k", 64 << 10),
+                                        ("1000", 1000), ("1GiB", 1 << 30)])
+def test_sizes(text, size):
+    assert units.parse_size(text) == size
+
+
+def test_bad_units_are_capture_errors():
+    for bad in ("abc", "5x", ""):
+        with pytest.raises(CaptureError):
+            units.parse_duration(bad)
+        with pytest.raises(CaptureError):
+            units.parse_size(bad)
+
+
+def test_host_flags_follow_what_the_host_refuses():
+    assert tracefs.trace_cmd_flags({"ftrace_enabled_writable": False,
+                                    "ftrace_pid_filter_usable": False}) == ["-d", "--no-filter"]
+    assert tracefs.trace_cmd_flags({"ftrace_enabled_writable": True,
+                                    "ftrace_pid_filter_usable": True}) == []
+    assert tracefs.trace_cmd_flags({"ftrace_enabled_writable": None,
+                                    "ftrace_pid_filter_usable": False}) == ["--no-filter"]
+
+
+def test_report_stat_blocks_parse_per_cpu():
+    from kmemscope.capture.tracecmd import parse_report_stat
+    text = ("cpus=2\n\nKernel buffer statistics:\n  Note: ...\n\nCPU: 0\nentries: 626\n"
+            "overrun: 14489\ncommit overrun: 0\nbytes: 27736\noldest event ts:   906.735481\n"
+            "dropped events: 0\nread events: 718918\n\nCPU: 1\nentries: 0\noverrun: 1505\n"
+            "dropped events: 3\nread events: 233175\n\n\nCPU0 data recorded at offset=0x1000\n")
+    stats = parse_report_stat(text)
+    assert stats[0]["overrun"] == 14489 and stats[0]["read_events"] == 718918
+    assert stats[1] == {"entries": 0, "overrun": 1505, "dropped_events": 3, "read_events": 233175}
+    assert stats[0]["oldest_event_ts"] == 906.735481
+
+
+def _record(*args):
+    return subprocess.run([sys.executable, "-m", "kmemscope.capture", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--duration", "soon", "-o", "x"], ["bad duration"]),
+    (["--bogus"], ["unrecognized arguments: --bogus"]),
+    (["--duration", "1s"], ["no output given", "-o BUNDLE"]),
+    (["-o", "x", "--label", "novalue"], ["bad label"]),
+    (["-o", "x", "--preset", "heavy"], ["invalid choice"]),
+])
+def test_command_line_errors_are_one_line(args, words):
+    result = _record(*args)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def test_help_and_list_presets_exit_zero():
+    assert _record("--help").returncode == 0
+    listed = _record("--list-presets")
+    assert listed.returncode == 0 and "atomic-origins" in listed.stdout
+
+
+def _imports(path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            yield node.module
+
+
+def test_capture_imports_only_the_standard_library_and_itself():
+    stdlib = set(sys.stdlib_module_names)
+    for path in sorted((ROOT / "capture").glob("*.py")):
+        for name in _imports(path):
+            top = name.split(".")[0]
+            assert top in stdlib or name.startswith("kmemscope.capture") or name == "kmemscope", \
+                "%s imports %s" % (path.name, name)
+
+
+def test_importing_capture_pulls_no_heavy_module():
+    code = ("import sys, kmemscope.capture.cli, kmemscope.capture.recorder\n"
+            "heavy = [m for m in sys.modules if m.split('.')[0] in ('pyarrow', 'duckdb', 'click', 'rich')]\n"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
