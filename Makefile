@@ -9,7 +9,9 @@ DEBIAN_PKGS := trace-cmd libtracecmd-dev libtraceevent-dev libtracefs-dev libzst
 EXAMPLE     := examples/kmem-compaction.dat
 DEMO_DIR    := out/demo
 
-.PHONY: setup native demo test bench dist clean
+.PHONY: all setup native demo test bench dist clean
+
+all: setup dist
 
 setup: $(BIN)/kmemscope
 
@@ -33,9 +35,11 @@ $(BIN)/kmemscope: .debian-stamp setup.cfg setup.py pyproject.toml parsers/_trace
 native: .debian-stamp
 	$(BIN)/python setup.py -q build_ext --inplace
 
-dist/kmemscope-record.pyz: $(wildcard capture/*.py)
-	@mkdir -p dist
-	$(PYTHON) capture/build_pyz.py $@ 2>/dev/null || $(PYTHON) -m zipapp -p '/usr/bin/env python3' -o $@ -m 'kmemscope.capture.cli:run' dist/pyz-src 2>/dev/null || true
+# `kmemscope record` as one file for hosts that have only Python 3.8+ and trace-cmd.
+dist: dist/kmemscope-record.pyz
+
+dist/kmemscope-record.pyz: $(wildcard capture/*.py) cli/__init__.py
+	$(PYTHON) capture/build_pyz.py $@
 
 demo: setup
 	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
@@ -47,7 +51,7 @@ demo: setup
 	@echo; echo "== allocations per order"
 	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT \"order\", count(*) AS allocations, count(*) FILTER (WHERE pfn = 18446744073709551615) AS failed FROM mm_page_alloc GROUP BY 1 ORDER BY 1"
 
-test: setup
+test: setup dist
 	$(BIN)/python -m pytest -q -rs tests
 
 bench: setup

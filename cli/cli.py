@@ -202,7 +202,7 @@ def queries(fmt):
 
     rows = list_queries()
     table = pa.table({"name": [r[0] for r in rows], "question": [r[1] for r in rows]})
-    write_result(table, fmt)
+    write_result(table, fmt, max_cell=None)
 
 
 @cli.command()
@@ -216,11 +216,15 @@ def queries(fmt):
 def query(name, dataset, runs, labels, params, fmt, output):
     """Run the named analysis NAME over DATASET (see `kmemscope queries`)."""
     from kmemscope.output import write_result
-    from kmemscope.queries.engine import run_query
+    from kmemscope.queries.engine import notes_of, run_query
 
     table = run_query(name, dataset, run_ids=list(runs) or None,
                       labels=_key_values(labels, "--label") or None,
                       params=_key_values(params, "--param") or None)
+    # Caveats (a run without procfs samples, an assumed pageblock order) go to
+    # stderr so that csv/json on stdout stay clean.
+    for note in notes_of(table):
+        click.echo(f"kmemscope: note: {note}", err=True)
     write_result(table, fmt, output)
 
 

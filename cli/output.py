@@ -10,27 +10,31 @@ FORMATS = ("table", "csv", "json", "parquet")
 MAX_CELL = 60
 
 
-def _cell(value):
+def _cell(value, max_cell=MAX_CELL):
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:.6g}"
-    if isinstance(value, (list, tuple)):
-        text = "[" + ", ".join(_cell(v) for v in value) + "]"
+    if isinstance(value, list) and value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        text = ",".join(f"{k}={v}" for k, v in value)   # an Arrow MAP such as labels
+    elif isinstance(value, (list, tuple)):
+        text = "[" + ", ".join(_cell(v, None) for v in value) + "]"
     elif isinstance(value, dict):
         text = json.dumps(value, default=str)
     else:
         text = str(value)
-    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+    if max_cell is None or len(text) <= max_cell:
+        return text
+    return text[:max_cell - 1] + "…"
 
 
-def format_table(table):
-    """An aligned text table; numbers right-aligned, text left-aligned."""
+def format_table(table, max_cell=MAX_CELL):
+    """An aligned text table; numbers right-aligned, text left-aligned, long cells cut."""
     import pyarrow as pa
 
     names = table.column_names
     rows = table.to_pylist()
-    cells = [[_cell(r[n]) for n in names] for r in rows]
+    cells = [[_cell(r[n], max_cell) for n in names] for r in rows]
     numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
                for t in table.schema.types]
     widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
@@ -50,7 +54,7 @@ def _jsonable(value):
     return value
 
 
-def write_result(table, fmt="table", output=None):
+def write_result(table, fmt="table", output=None, max_cell=MAX_CELL):
     """Write an Arrow table to `output` (a path) or stdout in `fmt`."""
     if fmt == "parquet":
         import pyarrow.parquet as pq
@@ -83,7 +87,7 @@ def write_result(table, fmt="table", output=None):
         text = json.dumps([{k: _jsonable(v) for k, v in row.items()} for row in table.to_pylist()],
                           default=str, indent=2) + "\n"
     else:
-        text = format_table(table)
+        text = format_table(table, max_cell)
     if output:
         with open(output, "w") as f:
             f.write(text)
