@@ -341,6 +341,43 @@ static struct col_plan field_plan(struct tep_format_field *f)
 	return c;
 }
 
+static bool name_taken(struct event_plan *p, int except, const char *name)
+{
+	for (int i = 0; i < p->ncols; i++)
+		if (i != except && !strcmp(p->cols[i].name, name))
+			return true;
+	return false;
+}
+
+/* Events such as sched_wakeup have fields named comm and pid of their own. The
+ * event's field keeps its name (the one trace-cmd prints); the common column
+ * becomes common_comm, common_pid. Any clash left gets a numeric suffix, since
+ * Parquet readers refuse duplicate column names. */
+static int dedupe_columns(struct event_plan *p)
+{
+	for (int i = 0; i < p->ncols; i++) {
+		if (!name_taken(p, i, p->cols[i].name))
+			continue;
+		char buf[256];
+		if (p->cols[i].kind <= COL_COMM)
+			snprintf(buf, sizeof(buf), "common_%s", p->cols[i].name);
+		else
+			snprintf(buf, sizeof(buf), "%s", p->cols[i].name);
+		for (int k = 2; name_taken(p, i, buf) && k < 1000; k++) {
+			if (p->cols[i].kind <= COL_COMM)
+				snprintf(buf, sizeof(buf), "common_%s_%d", p->cols[i].name, k);
+			else
+				snprintf(buf, sizeof(buf), "%s_%d", p->cols[i].name, k);
+		}
+		char *name = strdup(buf);
+		if (!name)
+			return -1;
+		free(p->cols[i].name);
+		p->cols[i].name = name;
+	}
+	return 0;
+}
+
 static struct event_plan *build_plan(TraceObject *self, struct tep_event *ev)
 {
 	struct event_plan *p = calloc(1, sizeof(*p));
@@ -415,6 +452,8 @@ static struct event_plan *build_plan(TraceObject *self, struct tep_event *ev)
 	}
 	free(fields);
 	(void)self;
+	if (dedupe_columns(p))
+		goto fail;
 	return p;
 
 fail_fields:
@@ -729,6 +768,7 @@ typedef struct {
 	PyObject *lost;		/* list of (cpu, ts, missed) */
 	int64_t events;
 	int64_t unknown_events;
+	long long min_ts, max_ts;	/* over decoded events, for the runs table */
 	char error[512];
 } DecoderObject;
 
@@ -1258,6 +1298,11 @@ static int decode_page(DecoderObject *d, unsigned char *page, int cpu, long long
 					return -1;
 				if (b->rows >= d->batch_rows && queue_batch(d, b))
 					return -1;
+				long long t = (long long)ts + d->ts_offset;
+				if (!d->events || t < d->min_ts)
+					d->min_ts = t;
+				if (!d->events || t > d->max_ts)
+					d->max_ts = t;
 				d->events++;
 			}
 		} else {
@@ -1495,8 +1540,13 @@ static PyObject *Decoder_finish(DecoderObject *d, PyObject *noargs)
 
 static PyObject *Decoder_stats(DecoderObject *d, PyObject *noargs)
 {
-	return Py_BuildValue("{s:L,s:L,s:O}", "events", (long long)d->events,
-			     "unknown_events", (long long)d->unknown_events, "lost", d->lost);
+	if (!d->events)
+		return Py_BuildValue("{s:L,s:L,s:O,s:O,s:O}", "events", 0LL, "unknown_events",
+				     (long long)d->unknown_events, "lost", d->lost, "min_ts", Py_None,
+				     "max_ts", Py_None);
+	return Py_BuildValue("{s:L,s:L,s:O,s:L,s:L}", "events", (long long)d->events,
+			     "unknown_events", (long long)d->unknown_events, "lost", d->lost,
+			     "min_ts", d->min_ts, "max_ts", d->max_ts);
 }
 
 static void Decoder_dealloc(DecoderObject *d)

@@ -118,13 +118,12 @@ def read_manifest(bundle):
 class _PartSink:
     """One worker thread's Parquet writers, one file per table."""
 
-    def __init__(self, staging, index, rows_by_table, ts_range, lock):
+    def __init__(self, staging, index, rows_by_table, lock):
         self.staging, self.index = staging, index
         self.writers = {}
-        self.rows, self.ts_range, self.lock = rows_by_table, ts_range, lock
+        self.rows, self.lock = rows_by_table, lock
 
     def __call__(self, table, batch):
-        import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         writer = self.writers.get(table)
@@ -136,13 +135,8 @@ class _PartSink:
                 compression=PARQUET_COMPRESSION, compression_level=PARQUET_COMPRESSION_LEVEL,
                 use_dictionary=["comm"])
         writer.write_batch(batch)
-        mm = pc.min_max(batch.column(0))
         with self.lock:
             self.rows[table] = self.rows.get(table, 0) + batch.num_rows
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
-            if lo is not None:
-                self.ts_range[0] = lo if self.ts_range[0] is None else min(self.ts_range[0], lo)
-                self.ts_range[1] = hi if self.ts_range[1] is None else max(self.ts_range[1], hi)
 
     def close(self):
         for w in self.writers.values():
@@ -177,11 +171,11 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
         if events and not event_ids:
             raise KmemscopeError(f"no event in {source} matches {', '.join(events)}",
                                  "list a trace's events with `trace-cmd report --events`")
-        rows, ts_range, lock = {}, [None, None], threading.Lock()
+        rows, lock = {}, threading.Lock()
         sinks = []
 
         def make_sink(index):
-            sink = _PartSink(staging, index, rows, ts_range, lock)
+            sink = _PartSink(staging, index, rows, lock)
             with lock:
                 sinks.append(sink)
             return sink
@@ -194,6 +188,9 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
                 sink.close()
         hasher.join()
         sha = sha_box["sha"]
+        firsts = [st["min_ts"] for st in stats if st["min_ts"] is not None]
+        lasts = [st["max_ts"] for st in stats if st["max_ts"] is not None]
+        ts_range = (min(firsts) if firsts else None, max(lasts) if lasts else None)
         run_id = run_id_for(sha)
         manifest = read_manifest(bundle)
 

@@ -134,13 +134,17 @@ class TraceFile:
                     emit(sink, dec.decode(seg.cpu, seg.offset, seg.length, seg.chunks))
                     if progress:
                         progress(seg.data_bytes)
-                result = {"events": 0, "unknown_events": 0, "lost": []}
+                result = {"events": 0, "unknown_events": 0, "lost": [], "min_ts": None, "max_ts": None}
                 for name, dec in decoders.items():
                     emit(sink, dec.finish())
                     s = dec.stats()
                     result["events"] += s["events"]
                     result["unknown_events"] += s["unknown_events"]
                     result["lost"] += [(name, cpu, ts, missed) for cpu, ts, missed in s["lost"]]
+                    if s["min_ts"] is not None:
+                        lo, hi = result["min_ts"], result["max_ts"]
+                        result["min_ts"] = s["min_ts"] if lo is None else min(lo, s["min_ts"])
+                        result["max_ts"] = s["max_ts"] if hi is None else max(hi, s["max_ts"])
                 stats[index] = result
             except BaseException as exc:  # re-raised on the calling thread
                 stop.set()
