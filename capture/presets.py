@@ -4,9 +4,10 @@ A preset is a list of events (whole systems allowed), optional in-kernel
 filters, and whether each event carries a kernel stack. Filters that test gfp
 bits get their values from the live mm_page_alloc format (eventformat.py).
 
-Event rates below were measured on a 2-CPU 6.18 VM under an allocation-heavy
-workload (benchmarks/capture_overhead.py); busy production hosts see more per
-CPU, so size --buffer-kb from them.
+Rates: the measured ones come from a 2-CPU 6.18 VM (benchmarks/
+capture_overhead.py: page-fault churn; a TCP loopback transfer for
+atomic-origins); busy production hosts see more per CPU, so size --buffer-kb
+from the lost-event report at the end of a trial recording.
 """
 import os
 
@@ -17,7 +18,8 @@ PRESETS = {
     "default": {
         "purpose": "every page allocation and free, fallbacks, pcp drains, compaction and "
                    "reclaim wake-ups: the full picture for one host",
-        "rate": "10^5-10^6 events/s per busy CPU (allocs + frees); ~50 MB/s per CPU at worst",
+        "rate": "one event per page allocated and per page freed: 5x10^5 events/s measured under "
+                "page-fault churn on 2 CPUs (2.7 MiB/s of compressed trace.dat, 17% slowdown)",
         "buffer_kb": 8192,
         "events": [
             ("kmem", "mm_page_alloc"), ("kmem", "mm_page_free"),
@@ -30,7 +32,8 @@ PRESETS = {
     "light": {
         "purpose": "busy production hosts: only high-order (order > 0) and non-blocking "
                    "(no __GFP_DIRECT_RECLAIM) allocations, plus fallbacks and compaction",
-        "rate": "10^2-10^4 events/s per CPU; order-0 user faults and all frees are filtered in the kernel",
+        "rate": "order-0 user faults and all frees are filtered out in the kernel: ~300 events/s "
+                "measured under the same churn (no measurable slowdown)",
         "buffer_kb": 4096,
         "events": [
             ("kmem", "mm_page_alloc", "order > 0 || !(gfp_flags & {__GFP_DIRECT_RECLAIM})"),
@@ -40,7 +43,8 @@ PRESETS = {
     "atomic-origins": {
         "purpose": "who makes non-blocking high-order allocations (high-atomic reserve "
                    "candidates): those allocations with kernel stack traces",
-        "rate": "10^1-10^3 events/s; each carries a stack (~150-300 bytes)",
+        "rate": "tens per second on a quiet host; network-heavy hosts far more (TCP page frags are "
+                "order-3 and non-blocking: 8x10^4 allocations/s over loopback here); each carries a stack",
         "buffer_kb": 8192,
         "stacktrace": True,
         "events": [
@@ -49,7 +53,8 @@ PRESETS = {
     },
     "compaction": {
         "purpose": "compaction and reclaim only: why huge pages fail or stall, at little cost",
-        "rate": "near 0 when idle; bursts of 10^4-10^5 events/s while compaction scans",
+        "rate": "near 0 when idle; bursts while compaction scans: a full compact_memory over 2 GiB "
+                "of shredded memory gave 1.2x10^4 events in 0.6 s here",
         "buffer_kb": 8192,
         "events": [
             ("compaction", "*"),

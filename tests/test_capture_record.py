@@ -129,7 +129,7 @@ def test_bundle_parses_with_samples_on_the_trace_timeline(tmp_path, before, work
 
 def test_sigterm_midway_gives_a_valid_bundle_and_restores_state(tmp_path, before):
     bundle = tmp_path / "bundle"
-    proc = start_record("-o", bundle, "--duration", "60s")
+    proc = start_record("-o", bundle, "--duration", "60s", "--zoneinfo")
     time.sleep(2.5)
     interrupt(proc, signal.SIGTERM)
     rc, stderr = finish(proc)
@@ -140,6 +140,9 @@ def test_sigterm_midway_gives_a_valid_bundle_and_restores_state(tmp_path, before
     assert any("mm_page_alloc:" in l for l in trace_cmd_report(bundle / "trace.dat"))
     assert trace_cmd_processes(bundle) == []
     assert_owner_only(bundle)
+    zoneinfo = (bundle / "procfs" / "zoneinfo").read_text()
+    assert len(re.findall(r"^#kmemscope-sample mono_ns=\d+", zoneinfo, re.M)) >= 3
+    assert "pages free" in zoneinfo
 
 
 @pytest.mark.parametrize("recover_with", ["--cleanup", "next record"])
@@ -276,6 +279,8 @@ def _restore_plain(state):
 
 
 def test_light_preset_keeps_only_high_order_or_nonblocking_allocations(tmp_path, before, workload):
+    if int(os.uname().release.split(".")[0]) < 5:
+        pytest.skip("__GFP_DIRECT_RECLAIM is bit 10 only from 5.x on (reference, section 2)")
     bundle = tmp_path / "bundle"
     result = run_record("-o", bundle, "--preset", "light", "--duration", "3s",
                         "--", sys.executable, workload, "30")
@@ -291,6 +296,47 @@ def test_light_preset_keeps_only_high_order_or_nonblocking_allocations(tmp_path,
         order = int(re.search(r"\border=(\d+)", line).group(1))
         gfp = int(re.search(r"\bgfp_flags=(0x[0-9a-f]+|\d+)", line).group(1), 0)
         assert order > 0 or not gfp & (1 << 10), line
+
+
+TCP_LOAD = r"""
+import socket, sys, threading, time
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(1)
+def sink():
+    conn, _ = server.accept()
+    while conn.recv(1 << 20):
+        pass
+reader = threading.Thread(target=sink)
+reader.start()
+client = socket.create_connection(server.getsockname())
+end, chunk = time.monotonic() + float(sys.argv[1]), b"x" * (1 << 20)
+while time.monotonic() < end:
+    client.sendall(chunk)
+client.close()
+reader.join()
+"""
+
+
+def test_atomic_origins_records_nonblocking_high_order_allocations_with_stacks(tmp_path, before):
+    """TCP over loopback refills its page frags with order-3 allocations that may not block."""
+    if int(os.uname().release.split(".")[0]) < 5:
+        pytest.skip("__GFP_DIRECT_RECLAIM is bit 10 only from 5.x on (reference, section 2)")
+    load = tmp_path / "tcp_load.py"
+    load.write_text(TCP_LOAD)
+    bundle = tmp_path / "bundle"
+    result = run_record("-o", bundle, "--preset", "atomic-origins", "--", sys.executable, load, "2")
+    assert result.returncode == 0, result.stderr
+    assert manifest(bundle)["stacktrace"] is True
+    raw = trace_cmd_report(bundle / "trace.dat", "-R")
+    allocs = [l for l in raw if " mm_page_alloc:" in l]
+    assert allocs
+    for line in allocs:
+        order = int(re.search(r"\border=(\d+)", line).group(1))
+        gfp = int(re.search(r"\bgfp_flags=(0x[0-9a-f]+|\d+)", line).group(1), 0)
+        assert order > 0 and not gfp & (1 << 10), line
+    stacks = [l for l in trace_cmd_report(bundle / "trace.dat") if l.startswith("=> ")]
+    assert any("alloc_pages" in l or "__alloc_" in l for l in stacks)
 
 
 def _python38():
