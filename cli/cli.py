@@ -42,7 +42,7 @@ def cli(ctx, debug):
 
 @cli.command()
 @click.argument("sources", nargs=-1, required=True, metavar="TRACE_OR_BUNDLE...")
-@click.option("-o", "--output", "dataset", required=True, type=click.Path(file_okay=False),
+@click.option("-o", "--output", "dataset", required=True, metavar="DATASET",
               help="Dataset directory to write (created if missing).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="Label the run(s), e.g. --label kernel=patched. Repeatable.")

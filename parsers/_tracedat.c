@@ -225,6 +225,7 @@ struct col_plan {
 	int width;		/* integer width, or element width for arrays */
 	bool is_signed;
 	bool relative;		/* __rel_loc: offset counts from the end of the field */
+	bool flexible;		/* a trailing `type name[]`: runs to the end of the record */
 	int count_offset;	/* COL_STACK: the `size` field holding the depth, or -1 */
 	int count_width;
 };
@@ -323,13 +324,20 @@ static struct col_plan field_plan(struct tep_format_field *f)
 			if (!valid_width(c.width))
 				c.kind = COL_BIN;
 		}
+	} else if (f->size == 0 && !(fl & TEP_FIELD_IS_ARRAY)) {
+		/* Older kernels declare print's trailing buffer as `char buf;` of size 0. */
+		c.flexible = true;
+		c.kind = f->type && strstr(f->type, "char") ? COL_STR : COL_BIN;
 	} else if (fl & TEP_FIELD_IS_ARRAY) {
+		/* ftrace's print and bprint end in `char buf[]` / `u32 buf[]`: size 0 in
+		 * the format, filled up to the end of the record. */
+		c.flexible = f->size == 0 || f->arraylen == 0;
 		if (fl & TEP_FIELD_IS_STRING) {
 			c.kind = COL_STR;
 		} else {
 			c.kind = COL_ARR;
 			c.width = f->elementsize;
-			if (!valid_width(c.width) || f->arraylen == 0)
+			if (!valid_width(c.width))
 				c.kind = COL_BIN;
 		}
 	} else if (valid_width(f->size)) {
@@ -957,8 +965,9 @@ static int append_record(DecoderObject *d, struct event_builder *b, const unsign
 			break;
 		case COL_STR: {
 			const unsigned char *s = data + cp->offset;
+			int limit = cp->flexible ? size - cp->offset : cp->size;
 			int n = 0;
-			while (n < cp->size && s[n])
+			while (n < limit && s[n])
 				n++;
 			r = offsets_start(&c->offsets) || gbuf_append(&c->child, s, n) ||
 			    append_offset(&c->offsets, c->child.len);
@@ -975,6 +984,9 @@ static int append_record(DecoderObject *d, struct event_builder *b, const unsign
 				while (k < n && s[k])
 					k++;
 				n = k;
+			} else if (cp->flexible && cp->offset <= size) {
+				s = data + cp->offset;
+				n = size - cp->offset;
 			} else if (cp->offset + cp->size <= size) {
 				s = data + cp->offset;
 				n = cp->size;
@@ -989,8 +1001,10 @@ static int append_record(DecoderObject *d, struct event_builder *b, const unsign
 		case COL_ARR:
 		case COL_DYNARR: {
 			const unsigned char *s = data + cp->offset;
-			int n = cp->size;
+			int n = cp->flexible ? size - cp->offset : cp->size;
 			if (cp->kind == COL_DYNARR && dyn_payload(cp, data, size, swap, &s, &n))
+				n = 0;
+			if (n < 0 || cp->offset + n > size)
 				n = 0;
 			int count = n / cp->width;
 			r = offsets_start(&c->offsets);

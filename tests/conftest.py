@@ -45,15 +45,25 @@ def live_tracefs():
     return TRACEFS
 
 
-@pytest.fixture
-def tracing_lock():
-    """Serialise use of the machine's one tracefs between concurrent recorders."""
+def _hold_tracing_lock():
     with open(TRACING_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def tracing_lock():
+    """Serialise use of the machine's one tracefs between concurrent recorders."""
+    yield from _hold_tracing_lock()
+
+
+@pytest.fixture(scope="module")
+def tracing_lock_module():
+    """The same lock, held by a module-scoped recording fixture."""
+    yield from _hold_tracing_lock()
 
 
 @pytest.fixture(scope="session")

@@ -74,7 +74,10 @@ def compare_event(dataset, table, fmt, records, result, max_examples=5, check_co
         names = names[:-derived]
         rows = [r[:-derived] for r in rows]
     own_cols = names[len(names) - len(fnames):] if fnames else []
-    if names[:4] != COMMON or own_cols != fnames:
+    # Where the event has fields named like a common column (sched_wakeup's comm
+    # and pid), the common column is called common_<name>.
+    common_names = [n if n not in fnames else f"common_{n}" for n in COMMON]
+    if names[:4] != common_names or own_cols != fnames:
         result.fail(f"{table}: columns {names} do not end with the format's fields {fnames}")
         return
     common_cols = names[4:len(names) - len(fnames)]
@@ -111,7 +114,9 @@ def compare_event(dataset, table, fmt, records, result, max_examples=5, check_co
             canon[1] = _stack_prefix(canon[1], n)
         flags = row[ci["common_flags"]] if check_common else None
         pc = row[ci["common_preempt_count"]] if check_common else None
-        mine[key_common(row[ci["cpu"]], row[ci["ts"]], row[ci["pid"]], row[ci["comm"]], flags, pc)
+        cn = dict(zip(COMMON, common_names))
+        mine[key_common(row[ci[cn["cpu"]]], row[ci[cn["ts"]]], row[ci[cn["pid"]]], row[ci[cn["comm"]]],
+                        flags, pc)
              + tuple(canon)] += 1
 
     result.compared[fmt.name] += len(records)
