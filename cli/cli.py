@@ -228,6 +228,76 @@ def query(name, dataset, runs, labels, params, fmt, output):
     write_result(table, fmt, output)
 
 
+# ---------------------------------------------------------------- compare / report (issue 5)
+# Maintained with issue 5 (kmemscope compare, report notebooks, HTML reports).
+
+@cli.command()
+@click.argument("dataset", type=click.Path())
+@click.option("--by", "by", required=True, metavar="LABEL",
+              help="Label whose values are the sides, e.g. --by kernel.")
+@click.option("--baseline", metavar="VALUE", help="The side to compare against (default: the first value).")
+@click.option("--metrics", metavar="M1,M2", help="Only these summary metrics (default: all).")
+@click.option("--test", type=click.Choice(["band", "welch", "mannwhitney"]), default="band",
+              show_default=True, help="The test whose verdict marks a difference *x%*.")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="p-value threshold of --test welch/mannwhitney.")
+@click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only runs with this label.")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]), default="text",
+              show_default=True, help="Output format.")
+@OUTPUT_OPTION
+def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, output):
+    """Compare the summary metrics of the sides of label LABEL (mmtests style).
+
+    \b
+    kmemscope compare ds --by kernel --baseline vanilla
+    """
+    from kmemscope import compare_output as co
+    from kmemscope.output import write_result
+    from kmemscope.queries.sides import compare_sides, load_sides, missing_notes, resolve_metrics
+
+    names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
+    resolve_metrics(names)   # an unknown metric fails before the summary query runs
+    sides = load_sides(dataset, by, baseline, run_ids=list(runs) or None,
+                       labels=_key_values(labels, "--label") or None)
+    rows = compare_sides(sides, names, test, alpha)
+    for note in sides.notes + missing_notes(sides, rows):
+        click.echo(f"kmemscope: note: {note}", err=True)
+    if fmt in ("csv", "json"):
+        import pyarrow as pa
+
+        write_result(pa.Table.from_pylist(co.records(sides, rows)), fmt, output)
+        return
+    text = co.format_text(sides, rows, test, alpha) if fmt == "text" else co.format_markdown(sides, rows)
+    if output:
+        with open(output, "w") as f:
+            f.write(text)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The HTML file to write.")
+@click.option("--compare", "compare_label", metavar="LABEL",
+              help="Also compare the sides of this label (compare notebook).")
+@click.option("--baseline", metavar="VALUE", help="Baseline side of --compare.")
+@click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only runs with this label.")
+@click.option("--keep-notebooks", type=click.Path(file_okay=False),
+              help="Also keep the executed notebooks in this directory.")
+def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks):
+    """Execute the report notebooks over DATASET and write one self-contained HTML file."""
+    from kmemscope.report import build_report
+
+    def progress(message):
+        click.echo(f"kmemscope report: {message}", err=True)
+
+    build_report(dataset, output, compare=compare_label, baseline=baseline, runs=list(runs),
+                 labels=list(labels), keep_dir=keep_notebooks, progress=progress)
+
+
 # ---------------------------------------------------------------- entry point
 
 def _report_error(ctx, exc):

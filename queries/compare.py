@@ -1,0 +1,236 @@
+"""A/B statistics over per-run values: the mmtests compare-kernels table, plus two-sample tests.
+
+Pure functions over lists of numbers (one value per run, None for a run that
+cannot give the metric, e.g. no procfs samples). No dataset access here: see
+queries/sides.py for turning a dataset into per-side values.
+
+Conventions follow mmtests (reference/anchors.md):
+- Hmean = n / sum(1/x) for a rate where higher is better, Amean otherwise.
+- Percent difference is signed so that positive always means better:
+  higher-better `new*100/base - 100`, lower-better `100 - new*100/base`.
+- mmtests' band test: significant when the bands mean +/- 1.96*s of the two
+  sides do not overlap (s is not divided by sqrt(n), as mmtests does).
+Beside it: Welch's t-test and the Mann-Whitney U test (scipy), two-sided.
+"""
+import math
+from dataclasses import dataclass, field
+
+BAND_Z = 1.96
+BEST_PCT = 95   # BAmean-95 / BHmean-95: the mean of the best 95% of the runs
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    better: str          # "higher" or "lower"
+    rate: bool           # a rate: Hmean when higher is better
+    unit: str            # "%" or "" (used in ranges: "1-6%")
+    title: str
+
+    @property
+    def mean_kind(self):
+        return "Hmean" if self.rate and self.better == "higher" else "Amean"
+
+
+# The summary query's headline metrics, each with the direction that is better.
+METRICS = {m.name: m for m in [
+    Metric("thp_fault_success_pct", "higher", True, "%", "THP fault success"),
+    Metric("compaction_success_pct", "higher", True, "%", "compaction success"),
+    Metric("pgscan_kswapd_per_min", "lower", True, "", "pgscan_kswapd per minute"),
+    Metric("highatomic_pageblocks_max", "lower", False, "", "HighAtomic pageblocks (max)"),
+    Metric("eligible_allocs_order_1_3", "lower", False, "", "high-atomic-eligible allocs, order 1-3"),
+    Metric("eligible_allocs_order_4_plus", "lower", False, "", "high-atomic-eligible allocs, order 4+"),
+    Metric("pollution_per_1000_allocs", "lower", False, "", "extfrag fallbacks per 1000 allocs"),
+    # Seed 001: more allocations of the hottest frames = faster reuse of cache-hot pages.
+    Metric("top5_pfn_allocs_sum", "higher", False, "", "allocs of the 5 hottest pfns"),
+    Metric("cross_cpu_free_pct", "lower", False, "%", "pages freed on another CPU"),
+    Metric("lost_events", "lower", False, "", "lost trace events"),
+]}
+
+
+def clean(values):
+    """The usable values: None and NaN dropped (a run that lacks the metric)."""
+    return [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+
+
+def amean(xs):
+    return sum(xs) / len(xs) if xs else None
+
+
+def hmean(xs):
+    """n / sum(1/x); 0 when any value is 0 (its limit); None for negatives or no values."""
+    if not xs or any(x < 0 for x in xs):
+        return None
+    if any(x == 0 for x in xs):
+        return 0.0
+    return len(xs) / sum(1.0 / x for x in xs)
+
+
+def stddev(xs):
+    """Sample standard deviation (n-1); None below two values."""
+    if len(xs) < 2:
+        return None
+    m = amean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def mean_of(metric, xs):
+    return hmean(xs) if metric.mean_kind == "Hmean" else amean(xs)
+
+
+def best_mean(metric, xs, pct=BEST_PCT):
+    """Mean of the best pct% of the values (at least one), best by the metric's direction."""
+    if not xs:
+        return None
+    keep = max(1, math.ceil(len(xs) * pct / 100.0))
+    ordered = sorted(xs, reverse=(metric.better == "higher"))
+    return mean_of(metric, ordered[:keep])
+
+
+def pct_diff(base, new, better):
+    """mmtests' percent difference, positive = better.
+
+    0 when both are 0; +/-inf when only the baseline is 0 (the sign says
+    better or worse); None when either is missing.
+    """
+    if base is None or new is None:
+        return None
+    if base == 0:
+        if new == 0:
+            return 0.0
+        up = new > 0
+        return math.inf if up == (better == "higher") else -math.inf
+    if better == "higher":
+        return new * 100.0 / base - 100.0
+    return 100.0 - new * 100.0 / base
+
+
+def format_number(x, decimals):
+    text = f"{x:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def value_range(xs, unit=""):
+    """min-max written like seed 000: "1-6%", "309-312", "1%" when all equal."""
+    if not xs:
+        return "n/a"
+    lo, hi = min(xs), max(xs)
+    # Fewest decimals that still tell min from max apart (0 for whole numbers).
+    decimals = 0
+    while decimals < 3 and lo != hi and format_number(lo, decimals) == format_number(hi, decimals):
+        decimals += 1
+    if decimals == 0 and max(abs(lo), abs(hi)) < 1 and (lo, hi) != (0, 0):
+        decimals = 2
+    a, b = format_number(lo, decimals), format_number(hi, decimals)
+    return f"{a}{unit}" if a == b else f"{a}-{b}{unit}"
+
+
+@dataclass
+class SideStats:
+    side: str
+    n: int
+    runs_without_value: int
+    min: float = None
+    mean: float = None
+    max: float = None
+    stddev: float = None
+    coeffvar: float = None      # 100 * s / Amean
+    best_mean: float = None     # BAmean-95 / BHmean-95
+    range: str = "n/a"
+    values: list = field(default_factory=list)
+
+
+def describe(metric, values, side=""):
+    """Summary statistics of one side's per-run values for one metric."""
+    raw = list(values)
+    xs = clean(raw)
+    st = SideStats(side=side, n=len(xs), runs_without_value=len(raw) - len(xs), values=xs)
+    if not xs:
+        return st
+    st.min, st.max = min(xs), max(xs)
+    st.mean = mean_of(metric, xs)
+    st.stddev = stddev(xs)
+    am = amean(xs)
+    if st.stddev is not None and am:
+        st.coeffvar = 100.0 * st.stddev / abs(am)
+    st.best_mean = best_mean(metric, xs)
+    st.range = value_range(xs, metric.unit)
+    return st
+
+
+def band_test(base, new):
+    """mmtests: significant when mean +/- 1.96*s bands do not overlap; None below 2 runs a side."""
+    if base.n < 2 or new.n < 2:
+        return None
+    b_lo, b_hi = base.mean - BAND_Z * base.stddev, base.mean + BAND_Z * base.stddev
+    n_lo, n_hi = new.mean - BAND_Z * new.stddev, new.mean + BAND_Z * new.stddev
+    return n_lo > b_hi or n_hi < b_lo
+
+
+def welch_p(a, b):
+    """Two-sided Welch t-test p-value; None below 2 values a side.
+
+    Both sides constant: 1.0 when equal, 0.0 when not (scipy returns NaN there).
+    """
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if len(set(a)) == 1 and len(set(b)) == 1:
+        return 1.0 if a[0] == b[0] else 0.0
+    from scipy import stats
+
+    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    return None if math.isnan(p) else p
+
+
+def mannwhitney_p(a, b):
+    """Two-sided Mann-Whitney U p-value (scipy's exact/asymptotic choice); None below 2 a side."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if len(set(a) | set(b)) == 1:
+        return 1.0
+    from scipy import stats
+
+    p = float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    return None if math.isnan(p) else p
+
+
+TESTS = ("band", "welch", "mannwhitney")
+
+
+@dataclass
+class Comparison:
+    """One metric, one side against the baseline."""
+    metric: Metric
+    base: SideStats
+    new: SideStats
+    pct_diff: float = None
+    band_significant: bool = None
+    welch_p: float = None
+    mannwhitney_p: float = None
+    significant: bool = None    # by the chosen test; None when it cannot be run
+
+
+def compare(metric, base, new, test="band", alpha=0.05):
+    """Compare two SideStats of `metric`; `test` decides `significant` (the *x%* marks)."""
+    if test not in TESTS:
+        raise ValueError(f"unknown test {test!r} (one of {', '.join(TESTS)})")
+    c = Comparison(metric, base, new)
+    c.pct_diff = pct_diff(base.mean, new.mean, metric.better)
+    c.band_significant = band_test(base, new)
+    c.welch_p = welch_p(base.values, new.values)
+    c.mannwhitney_p = mannwhitney_p(base.values, new.values)
+    if test == "band":
+        c.significant = c.band_significant
+    else:
+        p = c.welch_p if test == "welch" else c.mannwhitney_p
+        c.significant = None if p is None else p < alpha
+    return c
+
+
+def percent_change(base, new):
+    """Plain change new/base - 1 in % (seed 003's vmstat table: no direction); inf from 0."""
+    if base is None or new is None:
+        return None
+    if base == 0:
+        return 0.0 if new == 0 else math.copysign(math.inf, new)
+    return (new / base - 1.0) * 100.0

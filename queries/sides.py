@@ -1,0 +1,106 @@
+"""Group a dataset's runs into sides by a label and compare the summary metrics.
+
+A side is the set of runs sharing one value of a label (kernel=vanilla). The
+per-run values come from the `summary` analysis; the statistics from compare.py.
+"""
+from dataclasses import dataclass, field
+
+from kmemscope.errors import QueryError
+
+from . import compare as st
+from .engine import _as_dict, notes_of, run_query
+
+
+@dataclass
+class SideSet:
+    label: str
+    sides: list                      # label values, baseline first
+    runs: dict                       # side -> [run_id]
+    summary: list                    # the summary rows (dicts) of the runs on a side
+    notes: list = field(default_factory=list)
+
+    @property
+    def baseline(self):
+        return self.sides[0]
+
+    def values(self, metric):
+        """side -> per-run values of `metric` (None where a run lacks it)."""
+        out = {s: [] for s in self.sides}
+        for row in self.summary:
+            out[row["side"]].append(row.get(metric))
+        return out
+
+
+def _with_derived(row):
+    top5 = row.get("top5_pfn_allocs")
+    row["top5_pfn_allocs_sum"] = sum(top5) if top5 else None
+    return row
+
+
+def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=None):
+    """Run `summary` over the dataset and split its rows by the value of label `by`."""
+    table = run_query("summary", dataset, run_ids=run_ids, labels=labels, params=params)
+    notes = list(notes_of(table))
+    rows, missing = [], []
+    for row in table.to_pylist():
+        value = _as_dict(row["labels"]).get(by)
+        if value is None:
+            missing.append(row["run_id"])
+            continue
+        row["side"] = value
+        rows.append(_with_derived(row))
+    if missing:
+        notes.append(f"{len(missing)} run(s) have no label {by!r} and are left out: "
+                     + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""))
+    values = sorted({r["side"] for r in rows})
+    if not values:
+        raise QueryError(f"no run has a label {by!r}",
+                         "label runs at parse time: kmemscope parse ... --label KEY=VALUE")
+    if baseline is not None:
+        if baseline not in values:
+            raise QueryError(f"no run has {by}={baseline}",
+                             f"values of {by}: {', '.join(values)}")
+        values.remove(baseline)
+        values.insert(0, baseline)
+    runs = {v: [r["run_id"] for r in rows if r["side"] == v] for v in values}
+    return SideSet(by, values, runs, rows, notes)
+
+
+def resolve_metrics(names=None):
+    """The Metric objects for `names` (all when None); unknown names are an error."""
+    if not names:
+        return list(st.METRICS.values())
+    unknown = [n for n in names if n not in st.METRICS]
+    if unknown:
+        raise QueryError(f"unknown metric {unknown[0]!r}", "metrics: " + ", ".join(st.METRICS))
+    return [st.METRICS[n] for n in names]
+
+
+@dataclass
+class MetricRow:
+    metric: st.Metric
+    stats: dict          # side -> SideStats
+    versus: dict         # side (not the baseline) -> Comparison against the baseline
+
+
+def compare_sides(sides, metrics=None, test="band", alpha=0.05):
+    """[MetricRow] for every metric: each side described, each non-baseline side compared."""
+    out = []
+    for metric in resolve_metrics(metrics):
+        values = sides.values(metric.name)
+        stats = {s: st.describe(metric, values[s], s) for s in sides.sides}
+        base = stats[sides.baseline]
+        versus = {s: st.compare(metric, base, stats[s], test, alpha) for s in sides.sides[1:]}
+        out.append(MetricRow(metric, stats, versus))
+    return out
+
+
+def missing_notes(sides, rows):
+    """One note per metric that some runs could not give (no procfs, no events)."""
+    notes = []
+    for row in rows:
+        lacking = {s: x.runs_without_value for s, x in row.stats.items() if x.runs_without_value}
+        if lacking:
+            parts = ", ".join(f"{n} of {len(sides.runs[s])} on {s}" for s, n in lacking.items())
+            notes.append(f"{row.metric.name}: no value for {parts} (left out of its statistics)")
+    return notes
