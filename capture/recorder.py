@@ -5,6 +5,7 @@ the state file holds a snapshot of what will be changed; whatever happens
 after that (limits, signals, errors), `finally` stops trace-cmd and restores
 the snapshot before the lock is released.
 """
+import glob
 import os
 import shutil
 import signal
@@ -219,7 +220,10 @@ class Recorder:
             if not problems:
                 os.unlink(state_file)
             manifest["samples"] = sampler.samples
-            if "start" not in manifest:
+            if not trace_dat_complete(trace_dat):
+                for path in glob.glob(trace_dat + ".cpu*"):  # a killed trace-cmd's temp files
+                    os.unlink(path)
+            if "start" not in manifest or "end" not in manifest:
                 manifest["status"] = "failed"
                 manifest["warnings"] = self.warnings
                 bundle_mod.write_manifest(out, manifest)

@@ -100,10 +100,28 @@ class TraceCmd:
             if should_stop():
                 return False
             if _tracing_on(tracefs) and all(_spec_enabled(tracefs, s) for s in specs):
+                self._check_filters(tracefs, specs)
                 return True
             time.sleep(0.05)
         raise CaptureError("trace-cmd did not start recording within %d s" % timeout,
                            "see trace-cmd.log in the bundle")
+
+    def _check_filters(self, tracefs, specs):
+        """trace-cmd records unfiltered when the kernel rejects a filter: refuse that."""
+        for spec in specs:
+            if not spec.filter:
+                continue
+            pattern = os.path.join(tracefs, "events", spec.system,
+                                   "*" if spec.event == "*" else spec.event, "filter")
+            for path in glob.glob(pattern):
+                with open(path) as f:
+                    text = f.read().strip()
+                # A rejected filter reads back as "none" or as the kernel's parse_error.
+                if text == "none" or "parse_error" in text:
+                    why = text.rsplit("parse_error:", 1)[-1].strip() if "parse_error" in text else "rejected"
+                    raise CaptureError("the kernel rejected the filter %r of %s: %s"
+                                       % (spec.filter, spec.name, why),
+                                       "fix the filter (see Documentation/trace/events.rst)")
 
     def data_bytes(self):
         """Bytes in trace-cmd's per-CPU temporary files so far (uncompressed trace data)."""

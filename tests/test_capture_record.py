@@ -185,6 +185,41 @@ def test_small_max_size_stops_by_itself(tmp_path, before, workload):
     assert trace_cmd_report(bundle / "trace.dat")
 
 
+def test_stops_before_free_space_falls_below_the_margin(tmp_path, before, workload):
+    """On a 256 MiB tmpfs with a 160 MiB margin, record stops by itself and still merges."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "kmemscope-test", str(small)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs: " + mounted.stderr.strip())
+    try:
+        started = time.monotonic()
+        result = run_record("-o", small / "bundle", "--min-free", "160M", "--duration", "40s",
+                            "--", sys.executable, workload, "40")
+        assert result.returncode == 0, result.stderr
+        assert time.monotonic() - started < 30
+        assert "stopping early: free space under" in result.stderr
+        m = manifest(small / "bundle")
+        assert m["status"] == "complete" and "--min-free margin" in m["stop_reason"]
+        assert trace_cmd_report(small / "bundle" / "trace.dat")
+        # Refused up front when the margin is not there at all.
+        refused = run_record("-o", small / "again", "--min-free", "1G", "--duration", "1s")
+        assert refused.returncode == 1
+        assert_one_error_line(refused.stderr, "less than the --min-free margin")
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
+def test_a_filter_the_kernel_rejects_is_an_error_not_an_unfiltered_trace(tmp_path, before):
+    result = run_record("-o", tmp_path / "bundle", "--duration", "2s",
+                        "-e", "kmem:mm_page_alloc:order >>> 2")
+    assert result.returncode == 1
+    assert_one_error_line(result.stderr, "the kernel rejected the filter", "kmem:mm_page_alloc")
+    assert manifest(tmp_path / "bundle")["status"] == "failed"
+    assert trace_cmd_processes(tmp_path / "bundle") == []
+
+
 def test_existing_output_is_refused_and_nothing_is_enabled(tmp_path, before):
     bundle = tmp_path / "bundle"
     bundle.mkdir()
