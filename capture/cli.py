@@ -64,6 +64,9 @@ def build_parser():
                    help="restore the tracing state that a killed record left, then exit")
     p.add_argument("--list-presets", action="store_true", help="describe the presets and exit")
     p.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+    # COMMAND normally follows `--`; a caller that swallowed the `--` (click
+    # does) still gets it right: the first word that is not an option starts it.
+    p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 
 
@@ -73,6 +76,18 @@ def split_command(argv):
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
     return argv, []
+
+
+def parse_command_line(argv):
+    """(argparse namespace, COMMAND argv) from record's arguments."""
+    own, command = split_command(argv)
+    args = build_parser().parse_args(own)
+    if args.command:
+        if command:
+            raise CaptureError("unexpected arguments before --: " + " ".join(args.command),
+                               "see `%s --help`" % PROG)
+        command = args.command[1:] if args.command[0] == "--" else args.command
+    return args, command
 
 
 def _labels(items):
@@ -122,8 +137,7 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
-        own, command = split_command(argv)
-        args = build_parser().parse_args(own)
+        args, command = parse_command_line(argv)
         if args.list_presets:
             print(presets.describe())
             return 0

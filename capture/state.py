@@ -14,6 +14,9 @@ from kmemscope.capture import tracefs as tfs
 # Single-value files that trace-cmd (or the kernel on its behalf) may change.
 SCALAR_FILES = ("tracing_on", "current_tracer", "buffer_percent", "saved_cmdlines_size",
                 "tracing_cpumask")
+# Pid filters: trace-cmd writes its own pids here on hosts that allow it (no
+# --no-filter). Unreadable ones (refused, as on the development VMs) stay None.
+PID_FILES = ("set_event_pid", "set_event_notrace_pid", "set_ftrace_pid", "set_ftrace_notrace_pid")
 
 
 def boot_id():
@@ -49,12 +52,20 @@ def snapshot(tracefs, touched_events=()):
         value = _try_read(tracefs, os.path.join("options", os.path.basename(path)))
         if value in ("0", "1"):
             snap["options"][os.path.basename(path)] = value
+    snap["pid_filters"] = {name: _pids(_try_read(tracefs, name)) for name in PID_FILES}
     snap["enabled_events"] = tfs.enabled_events(tracefs)
     snap["filters"] = {}
     for name in touched_events:
         for rel in _event_dirs(tracefs, name):
             snap["filters"][rel] = _try_read(tracefs, rel + "/filter")
     return snap
+
+
+def _pids(text):
+    """Pid-filter file text -> sorted pid strings ('no pid' means none); None stays None."""
+    if text is None:
+        return None
+    return sorted(w for w in text.split() if w.isdigit())
 
 
 def _event_dirs(tracefs, name):
@@ -91,6 +102,13 @@ def restore(snap):
             put(rel + "/filter", "0" if value == "none" else value)
     for name, value in snap["options"].items():
         put("options/" + name, value)
+    for name, pids in snap.get("pid_filters", {}).items():
+        current = _pids(_try_read(tracefs, name))
+        if pids is not None and current is not None and current != pids:
+            try:  # opening with O_TRUNC clears the list; then add the saved pids back
+                tfs.write(tracefs, name, " ".join(pids))
+            except OSError as exc:
+                problems.append("%s: %s" % (name, exc.strerror))
     if snap.get("trace_clock"):
         current = _try_read(tracefs, "trace_clock")
         if current is not None and tfs.selected(current) != snap["trace_clock"]:

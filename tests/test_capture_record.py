@@ -220,6 +220,23 @@ def test_a_filter_the_kernel_rejects_is_an_error_not_an_unfiltered_trace(tmp_pat
     assert trace_cmd_processes(tmp_path / "bundle") == []
 
 
+def test_lost_events_are_reported_when_the_buffer_is_too_small(tmp_path, before, workload):
+    bundle = tmp_path / "bundle"
+    result = run_record("-o", bundle, "--buffer-kb", "16", "--duration", "3s",
+                        "--", sys.executable, workload, "30")
+    assert result.returncode == 0, result.stderr
+    m = manifest(bundle)
+    lost = sum(r["overrun"] + r["dropped_events"] + r.get("commit_overrun", 0) for r in m["cpu_stats"])
+    if lost == 0:
+        pytest.skip("a 16 KiB buffer kept up with this machine's load: nothing lost to report")
+    assert m["lost_events"] == lost and m["buffer_too_small"] is True
+    assert "was too small" in result.stderr and "--buffer-kb" in result.stderr
+    # trace-cmd's own record of the same counters, read with trace-cmd itself.
+    stat = "\n".join(trace_cmd_report(bundle / "trace.dat", "--stat"))
+    overruns = sum(int(n) for n in re.findall(r"^overrun: (\d+)$", stat, re.M))
+    assert overruns == sum(r["overrun"] for r in m["cpu_stats"])
+
+
 def test_existing_output_is_refused_and_nothing_is_enabled(tmp_path, before):
     bundle = tmp_path / "bundle"
     bundle.mkdir()

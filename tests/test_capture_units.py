@@ -218,3 +218,16 @@ def test_importing_capture_pulls_no_heavy_module():
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("argv, command", [
+    (["-o", "B", "--", "sleep", "1", "-x"], ["sleep", "1", "-x"]),
+    # `kmemscope record` goes through click, which swallows the `--`.
+    (["-o", "B", "sleep", "1", "-x"], ["sleep", "1", "-x"]),
+    (["-o", "B", "-e", "kmem:mm_page_alloc", "true"], ["true"]),
+    (["-o", "B", "--duration", "5s"], []),
+])
+def test_command_follows_dashdash_or_the_first_non_option(argv, command):
+    from kmemscope.capture.cli import parse_command_line
+    args, got = parse_command_line(argv)
+    assert args.output == "B" and got == command
