@@ -121,19 +121,22 @@ def records(sides, rows):
 
 
 def format_markdown(sides, rows):
-    """A compact markdown table: one line per metric, mean and range per side, p-values."""
-    head = ["metric", "better"]
+    """A compact markdown table: one line per metric, "mean [range]" per side, p-values."""
+    head = ["metric", "better", "mean"]
     for s in sides.sides:
         head.append(f"{s} (n={len(sides.runs[s])})")
         if s != sides.baseline:
             head += [f"{s} vs {sides.baseline}", "Welch p", "Mann-Whitney p", "bands"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"`{r.metric.name}`", r.metric.better]
+        cells = [f"`{r.metric.name}`", r.metric.better, r.metric.mean_kind]
         for s in sides.sides:
             x = r.stats[s]
-            mean = "n/a" if x.mean is None else f"{r.metric.mean_kind} {x.mean:.2f}"
-            cells.append(f"{mean}, {x.range}" + (f", n={x.n}" if x.n != len(sides.runs[s]) else ""))
+            if x.n == 0:
+                cells.append("n/a")
+            else:
+                cells.append(f"{x.mean:.2f} [{x.range}]"
+                             + (f" n={x.n}" if x.n != len(sides.runs[s]) else ""))
             if s != sides.baseline:
                 c = r.versus[s]
                 pct = pct_text(c.pct_diff)

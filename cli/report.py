@@ -1,0 +1,150 @@
+"""`kmemscope report`: execute the report notebooks headless and write one self-contained HTML file.
+
+papermill runs each notebook with its parameters in a fresh kernel; nbconvert
+turns the executed cells into HTML with the code inputs left out and figures
+inline as data: URIs. The template drops the <script> tags that would fetch
+require.js and MathJax from a CDN: the report must open on a machine with no
+network, and nothing in it needs them.
+"""
+import os
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+
+from kmemscope.errors import KmemscopeError
+
+# lab's page with its CSS inlined, but no scripts fetched from elsewhere.
+_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block extra_css -%}
+<style>
+  body { max-width: 1250px; margin: 0 auto; }
+  .jp-RenderedHTMLCommon table { font-size: 12px; }
+  .jp-RenderedHTMLCommon pre { font-size: 11px; }
+  .jp-OutputArea-output img { max-width: 100%; }
+</style>
+{%- endblock extra_css -%}
+"""
+PARAM_TAGS = {"parameters", "injected-parameters"}
+
+
+def _need_report_extra():
+    try:
+        import nbconvert  # noqa: F401
+        import papermill  # noqa: F401
+    except ImportError as exc:
+        raise KmemscopeError(f"kmemscope report needs {exc.name}",
+                             "install the report extra: pip install 'kmemscope[report]'") from None
+
+
+def notebook_path(name):
+    return resources.files("kmemscope.notebooks") / name
+
+
+def execute(name, parameters, workdir, progress=None):
+    """Run notebook `name` with papermill into workdir; returns the executed NotebookNode."""
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    out = Path(workdir) / name
+    started = time.monotonic()
+    if progress:
+        progress(f"executing {name}")
+    with resources.as_file(notebook_path(name)) as src, _stderr_to(Path(workdir) / "kernel.log"):
+        try:
+            nb = pm.execute_notebook(str(src), str(out), parameters=parameters, kernel_name="python3",
+                                     progress_bar=False, log_output=False, cwd=str(workdir))
+        except PapermillExecutionError as exc:
+            raise KmemscopeError(f"notebook {name} failed in cell {exc.exec_count}: "
+                                 f"{exc.ename}: {str(exc.evalue).splitlines()[0] if exc.evalue else ''}",
+                                 "rerun with --keep-notebooks DIR and open the notebook") from None
+    if progress:
+        progress(f"{name} done in {time.monotonic() - started:.1f} s")
+    return nb
+
+
+class _stderr_to:
+    """Send fd 2 to a file while a kernel runs: its start-up chatter is not kmemscope's progress."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        with open(self.path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        return False
+
+
+def merge(notebooks):
+    """One notebook of the cells of all `notebooks`, without the parameter cells."""
+    import nbformat
+
+    merged = nbformat.v4.new_notebook()
+    merged.metadata = notebooks[0].metadata
+    for nb in notebooks:
+        merged.cells += [c for c in nb.cells if not PARAM_TAGS & set(c.metadata.get("tags", []))]
+    return merged
+
+
+def to_html(nb, title):
+    """Self-contained HTML: inputs excluded, images inline, no external scripts."""
+    import jinja2
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(template_name="lab", exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True, embed_images=True,
+                            extra_loaders=[jinja2.DictLoader({"kmemscope_report.html.j2": _TEMPLATE})],
+                            template_file="kmemscope_report.html.j2")
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    return body
+
+
+def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(), keep_dir=None,
+                 progress=None):
+    """Execute overview.ipynb (and compare.ipynb with `compare`) and write `output` (HTML)."""
+    from kmemscope.queries.dataset import table_dirs
+    from kmemscope.queries.engine import _select_runs
+    from kmemscope.queries.dataset import table_runs
+
+    _need_report_extra()
+    dataset = os.path.abspath(dataset)
+    table_dirs(dataset)                                             # missing/empty dataset: one line
+    chosen = _select_runs(dataset, table_runs(dataset), list(runs) or None, list(labels) or None)
+    if compare:
+        from kmemscope.queries.sides import load_sides
+
+        sides = load_sides(dataset, compare, baseline, run_ids=chosen)   # unknown label: one line
+        if progress:
+            progress(f"comparing {compare}: " + ", ".join(f"{s} ({len(r)} runs)" for s, r in sides.runs.items()))
+    params = {"dataset": dataset, "runs": list(runs), "labels": list(labels)}
+    if progress:
+        progress(f"{len(chosen)} run(s) of {dataset}")
+    with tempfile.TemporaryDirectory(prefix="kmemscope-report-") as tmp:
+        workdir = keep_dir or tmp
+        os.makedirs(workdir, exist_ok=True)
+        executed = []
+        if compare:
+            executed.append(execute("compare.ipynb", {**params, "compare": compare,
+                                                      "baseline": baseline or ""}, workdir, progress))
+        executed.append(execute("overview.ipynb", params, workdir, progress))
+    title = f"kmemscope report: {os.path.basename(dataset.rstrip('/'))}"
+    html = to_html(merge(executed), title)
+    out = Path(output)
+    tmp_out = out.with_name(f".{out.name}.tmp")
+    tmp_out.write_text(html)
+    os.replace(tmp_out, out)     # a reader never sees half a report
+    if progress:
+        progress(f"wrote {out} ({len(html) / 1e6:.1f} MB)")
+    return out
