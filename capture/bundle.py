@@ -61,15 +61,21 @@ def free_bytes(path):
     return st.f_bavail * st.f_frsize
 
 
-def write_manifest(bundle, manifest):
-    """Write manifest.json atomically, so a reader never sees half of it."""
-    path = os.path.join(bundle, "manifest.json")
+def write_json(path, data, durable=False):
+    """Write JSON atomically (owner-only), so a reader never sees half of it."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
+        json.dump(data, f, indent=2, sort_keys=True)
         f.write("\n")
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_manifest(bundle, manifest):
+    write_json(os.path.join(bundle, "manifest.json"), manifest)
 
 
 def read_manifest(bundle):

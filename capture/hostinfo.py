@@ -4,6 +4,8 @@ import re
 import socket
 import subprocess
 
+from kmemscope.capture.tracefs import selected
+
 # The vm sysctls that shape the allocator's behaviour; absent ones are null.
 VM_SYSCTLS = ("defrag_mode", "min_free_kbytes", "watermark_scale_factor", "watermark_boost_factor",
               "percpu_pagelist_high_fraction", "compaction_proactiveness", "extfrag_threshold",
@@ -21,12 +23,10 @@ def _read(path):
         return None
 
 
-def _selected(text):
-    """'always [madvise] never' -> 'madvise'; other text unchanged."""
-    if text is None:
-        return None
-    m = re.search(r"\[([^\]]+)\]", text)
-    return m.group(1) if m else text
+def _thp(name):
+    """A THP setting's current choice ('always [madvise] never' -> 'madvise')."""
+    text = _read(os.path.join(THP_DIR, name))
+    return None if text is None else selected(text)
 
 
 def _int_or_text(text):
@@ -84,6 +84,6 @@ def collect():
         "pageblock_order": order,
         "pages_per_block": pages,
         "migratetypes": migratetypes,
-        "thp": {name: _selected(_read(os.path.join(THP_DIR, name))) for name in THP_FILES},
+        "thp": {name: _thp(name) for name in THP_FILES},
         "vm": {name: _int_or_text(_read("/proc/sys/vm/" + name)) for name in VM_SYSCTLS},
     }

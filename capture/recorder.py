@@ -89,7 +89,6 @@ class Recorder:
     def __init__(self, options, say):
         self.opt, self.say = options, say
         self.stop_reason = None
-        self.failure = None
         self.warnings = []
 
     # ------------------------------------------------------------ signals

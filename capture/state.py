@@ -10,6 +10,7 @@ import json
 import os
 
 from kmemscope.capture import tracefs as tfs
+from kmemscope.capture.bundle import write_json
 
 # Single-value files that trace-cmd (or the kernel on its behalf) may change.
 SCALAR_FILES = ("tracing_on", "current_tracer", "buffer_percent", "saved_cmdlines_size",
@@ -137,14 +138,8 @@ def differences(before, after):
 # ---------------------------------------------------------------- the state file
 
 def save_file(path, record):
-    """Write `record` (snapshot + what record started) atomically, owner-only."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write `record` (snapshot + what record started) atomically and durably."""
+    write_json(path, record, durable=True)
 
 
 def load_file(path):

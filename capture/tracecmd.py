@@ -17,25 +17,25 @@ from kmemscope.capture.errors import CaptureError
 TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
 
 
-def process_start_time(pid):
-    """Field 22 of /proc/PID/stat: tells a live process from a reused pid."""
+def _stat_fields(pid):
+    """Fields of /proc/PID/stat after the command name (state first), or None."""
     try:
         with open("/proc/%d/stat" % pid) as f:
-            text = f.read()
+            return f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return int(text.rsplit(")", 1)[1].split()[19])
+
+
+def process_start_time(pid):
+    """Start time (field 22) of pid: tells a live process from a reused pid."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
 
 
 def process_alive(pid, start_time=None):
     """True while pid runs (not a zombie) and, if given, started at start_time."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            text = f.read()
-    except OSError:
-        return False
-    fields = text.rsplit(")", 1)[1].split()
-    if fields[0] == "Z":
+    fields = _stat_fields(pid)
+    if not fields or fields[0] == "Z":
         return False
     return start_time is None or int(fields[19]) == start_time
 

@@ -143,11 +143,21 @@ def buddyinfo_rows(text):
 
 def read_manifest(bundle_dir):
     """The bundle's manifest.json as a dict ({} when the bundle has none)."""
+    from kmemscope.errors import TraceFileError
+
     path = os.path.join(bundle_dir, "manifest.json")
     if not os.path.isfile(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise TraceFileError("%s: unreadable manifest: %s" % (path, exc),
+                             "re-record the bundle, or parse its trace.dat alone") from None
+    if not isinstance(manifest, dict):
+        raise TraceFileError("%s: the manifest is not a JSON object" % path,
+                             "re-record the bundle, or parse its trace.dat alone")
+    return manifest
 
 
 def _read(bundle_dir, name):

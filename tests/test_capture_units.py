@@ -231,3 +231,12 @@ def test_command_follows_dashdash_or_the_first_non_option(argv, command):
     from kmemscope.capture.cli import parse_command_line
     args, got = parse_command_line(argv)
     assert args.output == "B" and got == command
+
+
+def test_a_missing_trace_cmd_is_one_clear_line(tmp_path):
+    result = _record("-o", str(tmp_path / "b"), "--trace-cmd", "/nonexistent/trace-cmd")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    # Without root the root check speaks first; with root, the missing tool does.
+    assert result.stderr.startswith(("kmemscope: error: trace-cmd is not installed",
+                                     "kmemscope: error: recording needs root"))
+    assert not (tmp_path / "b").exists()

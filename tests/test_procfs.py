@@ -150,3 +150,21 @@ def test_read_bundle_procfs_of_a_bare_directory_is_empty(tmp_path):
     pytest.importorskip("pyarrow")
     assert procfs.read_bundle_procfs(tmp_path) == {}
     assert procfs.read_manifest(tmp_path) == {}
+
+
+@pytest.mark.parametrize("junk", ["", "\n\n", "garbage\x00\xff", "#kmemscope-sample mono_ns=x\nnr_free 1",
+                                  "Node 0, zone DMA 1 2 x\n"])
+def test_empty_or_wrong_text_gives_no_rows(junk):
+    assert procfs.vmstat_rows(junk) == []
+    assert procfs.pagetypeinfo_rows(junk) == ([], [])
+    assert procfs.buddyinfo_rows(junk) == []
+
+
+def test_a_corrupt_manifest_is_a_clear_error(tmp_path):
+    from kmemscope.errors import TraceFileError
+    (tmp_path / "manifest.json").write_text('{"host": ')
+    with pytest.raises(TraceFileError, match="unreadable manifest"):
+        procfs.read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(TraceFileError, match="not a JSON object"):
+        procfs.read_manifest(tmp_path)
