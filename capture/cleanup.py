@@ -4,6 +4,7 @@ record writes a state file (lock.state_dir()/record-state.json) before it
 changes anything and removes it once it has restored everything. Finding the
 file while holding the record lock means a record died without cleaning up.
 """
+import glob
 import os
 import signal
 import time
@@ -19,22 +20,44 @@ def state_path(directory):
     return os.path.join(directory, STATE_FILE)
 
 
-def _stop_leftover(tc, say):
-    """SIGINT the trace-cmd group a killed record left, so it still writes trace.dat."""
-    pid, start_time = tc.get("pid"), tc.get("start_time")
-    if not pid or not process_alive(pid, start_time):
-        return
-    say("stopping the trace-cmd (pid %d) that a killed record left running" % pid)
-    try:
-        os.killpg(pid, signal.SIGINT)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 60
-    while process_alive(pid, start_time) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if process_alive(pid, start_time):
-        os.killpg(pid, signal.SIGKILL)
-        time.sleep(0.2)
+def _trace_cmd_groups(trace_dat):
+    """Process groups of trace-cmd processes writing `trace_dat` (found by command line).
+
+    Covers a record killed between starting trace-cmd and saving its pid.
+    """
+    groups = set()
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(path, "rb") as f:
+                argv = f.read().split(b"\0")
+            pid = int(path.split("/")[2])
+            if argv[0].endswith(b"trace-cmd") and trace_dat.encode() in argv and process_alive(pid):
+                groups.add(os.getpgid(pid))
+        except (OSError, ValueError, IndexError):
+            continue
+    return groups
+
+
+def _stop_leftover(record, say):
+    """SIGINT the trace-cmd a killed record left, so that it still writes trace.dat."""
+    tc = record.get("trace_cmd") or {}
+    groups = set()
+    if tc.get("pid") and process_alive(tc["pid"], tc.get("start_time")):
+        groups.add(tc["pid"])  # trace-cmd leads its own session and process group
+    if record.get("bundle"):
+        groups |= _trace_cmd_groups(os.path.join(record["bundle"], "trace.dat"))
+    for pgid in sorted(groups):
+        say("stopping the trace-cmd (process group %d) that a killed record left running" % pgid)
+        try:
+            os.killpg(pgid, signal.SIGINT)
+        except ProcessLookupError:
+            continue
+        deadline = time.monotonic() + 60
+        while process_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if process_alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+            time.sleep(0.2)
 
 
 def recover(directory, say):
@@ -48,7 +71,7 @@ def recover(directory, say):
                                                       else "a failed write"))
         os.unlink(path)
         return False
-    _stop_leftover(record.get("trace_cmd") or {}, say)
+    _stop_leftover(record, say)
     problems = state.restore(record["snapshot"])
     for problem in problems:
         say("warning: could not restore %s" % problem)

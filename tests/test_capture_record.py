@@ -171,6 +171,38 @@ def test_after_sigkill_cleanup_restores_state(tmp_path, before, recover_with):
     assert again.returncode == 0 and "nothing to clean up" in again.stderr
 
 
+def test_cleanup_finds_a_trace_cmd_whose_pid_was_never_saved(tmp_path, before):
+    """A record killed between starting trace-cmd and saving its pid: found by command line."""
+    from kmemscope.capture import state as capture_state
+    from kmemscope.capture import tracefs as tfs
+
+    bundle, state_dir = tmp_path / "bundle", tmp_path / "state"
+    bundle.mkdir()
+    state_dir.mkdir()
+    snapshot = capture_state.snapshot(str(tfs.find_tracefs()), ["kmem"])
+    (state_dir / "record-state.json").write_text(json.dumps(
+        {"snapshot": snapshot, "record_pid": 1, "bundle": str(bundle), "trace_cmd": None}))
+    flags = tfs.trace_cmd_flags(tfs.probe_restrictions(str(tfs.find_tracefs())))
+    orphan = subprocess.Popen(["trace-cmd", "record", *flags, "-C", "mono", "-e", "kmem:mm_page_free",
+                               "-o", str(bundle / "trace.dat")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert wait_for(lambda: tracing_state()["enabled"] != before["enabled"], 20)
+        env = dict(os.environ, KMEMSCOPE_STATE_DIR=str(state_dir))
+        result = subprocess.run([sys.executable, "-m", "kmemscope.capture", "--cleanup"],
+                                capture_output=True, text=True, timeout=120, env=env)
+        assert result.returncode == 0, result.stderr
+        assert "stopping the trace-cmd (process group %d)" % orphan.pid in result.stderr
+        orphan.wait(60)
+        assert tracing_state() == before
+        assert not (state_dir / "record-state.json").exists()
+    finally:
+        if orphan.poll() is None:
+            os.killpg(orphan.pid, signal.SIGKILL)
+            orphan.wait()
+            _restore_plain(before)
+
+
 def test_small_max_size_stops_by_itself(tmp_path, before, workload):
     bundle = tmp_path / "bundle"
     started = time.monotonic()
