@@ -121,8 +121,10 @@ def value_range(xs, unit=""):
         decimals += 1
     if decimals == 0 and max(abs(lo), abs(hi)) < 1 and (lo, hi) != (0, 0):
         decimals = 2
-    a, b = format_number(lo, decimals), format_number(hi, decimals)
-    return f"{a}{unit}" if a == b else f"{a}-{b}{unit}"
+    if lo == hi:
+        return f"{format_number(lo, decimals)}{unit}"
+    # Both ends with the same decimals ("2.0-2.1"), unless they are whole ("309-312").
+    return f"{lo:.{decimals}f}-{hi:.{decimals}f}{unit}"
 
 
 @dataclass
