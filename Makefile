@@ -50,6 +50,7 @@ demo: setup
 	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT printf('0x%x', pfn) AS pfn, count(*) AS allocations, count(DISTINCT cpu) AS cpus FROM mm_page_alloc WHERE pfn <> 18446744073709551615 GROUP BY pfn ORDER BY allocations DESC, pfn LIMIT 10"
 	@echo; echo "== allocations per order"
 	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT \"order\", count(*) AS allocations, count(*) FILTER (WHERE pfn = 18446744073709551615) AS failed FROM mm_page_alloc GROUP BY 1 ORDER BY 1"
+	$(BIN)/kmemscope report $(DEMO_DIR)/dataset -o $(DEMO_DIR)/report.html
 
 test: setup dist
 	$(BIN)/python -m pytest -q -rs tests
