@@ -210,9 +210,21 @@ def pollution_heatmap(scope):
     return fig, frag
 
 
+def _procfs_query(scope, name):
+    """A procfs analysis; runs without procfs samples (bare trace.dat) make an empty frame."""
+    from kmemscope.errors import DatasetError
+
+    try:
+        return scope.query(name)
+    except DatasetError:
+        import pandas as pd
+
+        return pd.DataFrame()
+
+
 def highatomic_over_time(scope):
     """HighAtomic pageblocks (all zones) per pagetypeinfo sample, a line per run."""
-    df = scope.query("highatomic")
+    df = _procfs_query(scope, "highatomic")
     if df.empty:
         raise Missing("No pagetypeinfo samples in these runs (bare trace.dat, or "
                       "/proc/pagetypeinfo unreadable): no HighAtomic reserve over time.")
@@ -332,7 +344,7 @@ def compaction_timeline(scope):
 
 def vmstat_rates(scope, top=20):
     """The fastest-moving vmstat counters, per minute, a bar per run."""
-    df = scope.query("vmstat_rates")
+    df = _procfs_query(scope, "vmstat_rates")
     if df.empty:
         raise Missing("No vmstat samples in these runs (bare trace.dat): no vmstat rates.")
     df = df[~df["name"].str.startswith("nr_")]     # gauges: their "rate" is a net change
