@@ -254,14 +254,15 @@ def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, outp
     """
     from kmemscope import compare_output as co
     from kmemscope.output import write_result
-    from kmemscope.queries.sides import compare_sides, load_sides, missing_notes, resolve_metrics
+    from kmemscope.queries.sides import (compare_sides, condense_notes, load_sides, missing_notes,
+                                         resolve_metrics)
 
     names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     resolve_metrics(names)   # an unknown metric fails before the summary query runs
     sides = load_sides(dataset, by, baseline, run_ids=list(runs) or None,
                        labels=_key_values(labels, "--label") or None)
     rows = compare_sides(sides, names, test, alpha)
-    for note in sides.notes + missing_notes(sides, rows):
+    for note in condense_notes(sides.notes) + missing_notes(sides, rows):
         click.echo(f"kmemscope: note: {note}", err=True)
     if fmt in ("csv", "json"):
         import pyarrow as pa

@@ -13,7 +13,7 @@ from IPython.display import HTML
 
 from kmemscope import compare_output as co
 from kmemscope.queries import compare as st
-from kmemscope.queries.sides import compare_sides, load_sides, missing_notes
+from kmemscope.queries.sides import compare_sides, condense_notes, load_sides, missing_notes
 
 from .figures import Missing, _figure
 
@@ -53,7 +53,7 @@ class Comparison:
 
     def table(self):
         """The comparison as markdown, the mmtests-style text, and notes on missing values."""
-        notes = self.sides.notes + missing_notes(self.sides, self.rows)
+        notes = condense_notes(self.sides.notes) + missing_notes(self.sides, self.rows)
         text = co.format_text(self.sides, self.rows, self.test)
         note_md = "\n".join(f"- {n}" for n in notes)
         return (co.format_markdown(self.sides, self.rows),

@@ -3,6 +3,7 @@
 A side is the set of runs sharing one value of a label (kernel=vanilla). The
 per-run values come from the `summary` analysis; the statistics from compare.py.
 """
+import re
 from dataclasses import dataclass, field
 
 from kmemscope.errors import QueryError
@@ -104,3 +105,19 @@ def missing_notes(sides, rows):
             parts = ", ".join(f"{n} of {len(sides.runs[s])} on {s}" for s, n in lacking.items())
             notes.append(f"{row.metric.name}: no value for {parts} (left out of its statistics)")
     return notes
+
+
+def condense_notes(notes):
+    """Fold per-run notes that say the same thing ("run X has no ... events") into one line each."""
+    groups, out = {}, []
+    for note in notes:
+        m = re.match(r"run (\S+?):? (.*)$", note)
+        if m:
+            if m.group(2) not in groups:
+                groups[m.group(2)] = []
+                out.append(m.group(2))
+            groups[m.group(2)].append(m.group(1))
+        else:
+            out.append(note)
+    return [f"{len(groups[n])} run(s) ({', '.join(groups[n][:3])}{' ...' if len(groups[n]) > 3 else ''}): {n}"
+            if n in groups else n for n in out]
