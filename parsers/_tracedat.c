@@ -184,6 +184,62 @@ static int gbuf_append(struct gbuf *b, const void *src, size_t n)
 	return 0;
 }
 
+/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 if invalid. */
+static int utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0];
+	int len;
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if ((size_t)len > n)
+		return 0;
+	for (int i = 1; i < len; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	if (len == 3 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f)))
+		return 0;	/* overlong, or a UTF-16 surrogate */
+	if (len == 4 && ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f)))
+		return 0;
+	return len;
+}
+
+/* Append text as valid UTF-8: Arrow strings must be, and kernel strings (a
+ * task's comm, a corrupt record) need not be. Bad bytes become U+FFFD. */
+static int gbuf_append_utf8(struct gbuf *b, const void *src, size_t n)
+{
+	const unsigned char *s = src;
+	size_t i = 0;
+	while (i < n && s[i] < 0x80)
+		i++;
+	if (i == n)
+		return gbuf_append(b, src, n);	/* the usual case: plain ASCII */
+	if (gbuf_reserve(b, n * 3))
+		return -1;
+	memcpy(b->data + b->len, s, i);
+	b->len += i;
+	while (i < n) {
+		int len = utf8_seq(s + i, n - i);
+		if (len) {
+			memcpy(b->data + b->len, s + i, len);
+			b->len += len;
+			i += len;
+		} else {
+			memcpy(b->data + b->len, "\xef\xbf\xbd", 3);
+			b->len += 3;
+			i++;
+		}
+	}
+	return 0;
+}
+
 /* Hand the memory to an Arrow buffer slot; an empty buffer still gets a valid pointer. */
 static void *gbuf_take(struct gbuf *b)
 {
@@ -892,7 +948,7 @@ static int comm_index(DecoderObject *d, struct col_builder *c, int pid)
 	int r = comm ? 0 : -1;
 	if (comm) {
 		r |= offsets_start(&c->dict_offsets);
-		r |= gbuf_append(&c->dict_data, comm, strlen(comm));
+		r |= gbuf_append_utf8(&c->dict_data, comm, strlen(comm));
 		r |= append_offset(&c->dict_offsets, c->dict_data.len);
 	}
 	pthread_mutex_unlock(&d->trace->lookup_lock);
@@ -969,7 +1025,7 @@ static int append_record(DecoderObject *d, struct event_builder *b, const unsign
 			int n = 0;
 			while (n < limit && s[n])
 				n++;
-			r = offsets_start(&c->offsets) || gbuf_append(&c->child, s, n) ||
+			r = offsets_start(&c->offsets) || gbuf_append_utf8(&c->child, s, n) ||
 			    append_offset(&c->offsets, c->child.len);
 			break;
 		}
@@ -994,7 +1050,9 @@ static int append_record(DecoderObject *d, struct event_builder *b, const unsign
 				s = data;
 				n = 0;
 			}
-			r = offsets_start(&c->offsets) || gbuf_append(&c->child, s, n) ||
+			r = offsets_start(&c->offsets) ||
+			    (cp->kind == COL_DYNSTR ? gbuf_append_utf8(&c->child, s, n)
+						    : gbuf_append(&c->child, s, n)) ||
 			    append_offset(&c->offsets, c->child.len);
 			break;
 		}
@@ -1052,7 +1110,7 @@ static int append_record(DecoderObject *d, struct event_builder *b, const unsign
 				if (!fn)
 					snprintf(sym, sizeof(sym), "0x%llx", (unsigned long long)a);
 				r = offsets_start(&c->child_offsets) ||
-				    gbuf_append(&c->child, sym, strlen(sym)) ||
+				    gbuf_append_utf8(&c->child, sym, strlen(sym)) ||
 				    append_offset(&c->child_offsets, c->child.len);
 			}
 			if (!r)

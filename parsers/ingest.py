@@ -198,7 +198,7 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
         lost_table = _lost_events_table(lost, trace.layout.cpustats)
         _write_table(staging, "lost_events", lost_table)
         rows["lost_events"] = lost_table.num_rows
-        pf = _print_flags_table(trace.native.print_flags())
+        pf = _print_flags_table(trace.print_flags)
         _write_table(staging, "print_flags", pf)
         rows["print_flags"] = pf.num_rows
         if bundle is not None:

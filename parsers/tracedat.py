@@ -44,10 +44,14 @@ class TraceFile:
         self.layout = layout_mod.read_layout(self.path, _tracedat.decompress)
         try:
             self.native = _tracedat.Trace(self.path)
+            self.info = self.native.info()
+            self.tables = self._name_tables()
+            self.print_flags = self.native.print_flags()
         except _tracedat.TraceFileError as exc:
             raise TraceFileError(str(exc)) from None
-        self.info = self.native.info()
-        self.tables = self._name_tables()
+        except UnicodeDecodeError:
+            raise TraceFileError(f"{self.path}: corrupt: event formats hold names that are "
+                                 "not text") from None
 
     def _name_tables(self):
         """Tables are named after events; `system__event` only where names collide."""
