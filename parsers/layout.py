@@ -239,6 +239,9 @@ def _read_v6(r, layout, pos):
             raise TraceFileError(f"{path}: corrupt BUFFER option")
         (offset,) = struct.unpack(r.endian + "Q", data[:8])
         name = _cstrings(data[8:])[0]
+        # An instance's CPU table sits behind a "flyrecord" label of its own.
+        if r.read(offset, 10, f"buffer {name} label") == b"flyrecord\0":
+            offset += 10
         buf = Buffer(name, layout.trace_clock, layout.page_size)
         buf.cpus = _v6_cpu_table(r, offset, cpus)
         layout.buffers.append(buf)
