@@ -164,7 +164,7 @@ def info(dataset, fmt):
         runs = _run_sql(con, """
             SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
                    round((last_ts - first_ts) / 1e9, 3) AS seconds,
-                   file_version, compression, map_entries(labels) AS labels, source
+                   file_version, compression, labels, source
             FROM runs ORDER BY source""")
         click.echo(f"runs ({runs.num_rows})") if fmt == "table" else None
         write_result(runs, fmt)
