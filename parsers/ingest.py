@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tarfile
 import tempfile
 import time
@@ -429,6 +430,15 @@ def _stage_in_child(source, staging, labels, events, threads, progress):
     raise KmemscopeError(payload)
 
 
+class _WithoutPandas:
+    """An import hook under which `import pandas` fails as if it were not installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError(f"{name} is not used while parsing")
+        return None
+
+
 def _child_main(conn, source, staging, labels, events, threads):
     import faulthandler
     import resource
@@ -438,6 +448,11 @@ def _child_main(conn, source, staging, labels, events, threads):
     # line: no Python fault dump on stderr and no core file left behind.
     faulthandler.disable()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # pyarrow imports pandas (a third of a second) the first time it converts a
+    # Python list, only to ask whether the list is a DataFrame. The child never
+    # sees pandas objects, so it tells pyarrow that pandas is not installed.
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _WithoutPandas())
     try:
         summary = stage_run(source, Path(staging), labels, events, threads,
                             progress=lambda msg: conn.send(("progress", msg)))
