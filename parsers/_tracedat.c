@@ -42,7 +42,6 @@ const char *tracecmd_get_trace_clock(struct tracecmd_input *handle);
 
 /* ---------------------------------------------------------------- Arrow C data interface */
 
-#define ARROW_FLAG_NULLABLE 2
 
 struct ArrowSchema {
 	const char *format;
@@ -97,7 +96,9 @@ static struct ArrowSchema *schema_new(const char *format, const char *name, int 
 		return NULL;
 	s->format = strdup(format);
 	s->name = strdup(name ? name : "");
-	s->flags = ARROW_FLAG_NULLABLE;
+	/* Decoded columns never hold nulls. Declaring them non-nullable makes them
+	 * REQUIRED in Parquet, which saves writing definition levels. */
+	s->flags = 0;
 	s->n_children = n_children;
 	s->children = n_children ? calloc(n_children, sizeof(*s->children)) : NULL;
 	s->release = schema_release;
