@@ -312,7 +312,15 @@ def _report_error(ctx, exc):
 
 
 def main(argv=None):
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    # `record` parses its own arguments, including the `--` before COMMAND that
+    # click would swallow: hand them over untouched.
+    first = next((i for i, a in enumerate(args) if a != "--debug"), None)
+    if first is not None and args[first] == "record":
+        from kmemscope.capture.cli import main as record_main
+
+        sys.exit(record_main(args[first + 1:]))
     try:
         cli.main(args=argv, prog_name="kmemscope", standalone_mode=False)
     except click.exceptions.Abort:
