@@ -6,7 +6,7 @@ VENV        := .venv
 BIN         := $(VENV)/bin
 DEBIAN_PKGS := trace-cmd libtracecmd-dev libtraceevent-dev libtracefs-dev libzstd-dev zlib1g-dev \
                pkg-config gcc zstd python3-venv
-EXAMPLE     := examples/kmem-compaction.dat
+EXAMPLE     := examples/kmem-compaction
 DEMO_DIR    := out/demo
 
 .PHONY: all setup native demo test bench dist clean

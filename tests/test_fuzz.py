@@ -49,8 +49,8 @@ def seed_files(tmp_path_factory):
     langraph = PUBLIC_FIXTURES / "langraph_v7_zstd148_le_l8_4cpu_5.15.dat"
     if langraph.is_file():
         seeds.append(langraph)
-    if (EXAMPLES / "kmem-compaction.dat").is_file():
-        seeds.append(EXAMPLES / "kmem-compaction.dat")
+    if (EXAMPLES / "kmem-compaction" / "trace.dat").is_file():
+        seeds.append(EXAMPLES / "kmem-compaction" / "trace.dat")
     if not seeds:
         pytest.skip("no real trace to mutate (public fixtures and examples/ absent)")
     return seeds

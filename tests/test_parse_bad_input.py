@@ -17,7 +17,7 @@ from conftest import EXAMPLES, PUBLIC_FIXTURES
 from kmrun import kmemscope
 from oracle_compare import event_counts, read_table_files
 
-EXAMPLE = EXAMPLES / "kmem-compaction.dat"
+EXAMPLE = EXAMPLES / "kmem-compaction" / "trace.dat"
 SMALL_V6 = PUBLIC_FIXTURES / "trappy_trace_idle_v6_le_l8_6cpu.dat"
 
 

@@ -245,7 +245,7 @@ def test_print_flags_come_from_the_recorded_format(recorded_parsed):
 
 
 def test_committed_example_matches_trace_cmd_raw_output(tmp_path):
-    example = EXAMPLES / "kmem-compaction.dat"
+    example = EXAMPLES / "kmem-compaction" / "trace.dat"
     if not example.is_file():
         pytest.skip(f"{example} is not committed yet")
     ds = tmp_path / "ds"

@@ -1,6 +1,6 @@
 """Every analysis on a real capture, checked against plain Python over the same rows.
 
-The capture is $KMEMSCOPE_QUERIES_TRACE if set, else examples/*.dat when the
+The capture is $KMEMSCOPE_QUERIES_TRACE if set, else examples/*/trace.dat when the
 repository has one; otherwise the test
 records one on this machine (root + tracefs, holding the tracing lock): kmem,
 compaction and vmscan events around a workload that makes tmpfs files (page
@@ -72,7 +72,7 @@ def _record(out, workdir):
     import fcntl
     reason = tracefs_available()
     if reason:
-        pytest.skip(f"no examples/*.dat and cannot record here: {reason}")
+        pytest.skip(f"no examples/*/trace.dat and cannot record here: {reason}")
     cmd = ["trace-cmd", "record", "-d", "--no-filter", "-C", "mono", "-o", str(out)]
     for e in EVENTS:
         cmd += ["-e", e]
@@ -98,7 +98,7 @@ def _record(out, workdir):
 def real(tmp_path_factory):
     """(trace.dat path, dataset path) of a real capture parsed by `kmemscope parse`."""
     tmp = tmp_path_factory.mktemp("real")
-    examples = sorted(EXAMPLES.glob("*.dat"))
+    examples = sorted(EXAMPLES.glob("*/trace.dat"))
     given = os.environ.get("KMEMSCOPE_QUERIES_TRACE")   # reuse a capture while developing
     if given:
         trace = Path(given)

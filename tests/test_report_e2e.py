@@ -127,7 +127,7 @@ def test_report_compare_kernel_is_one_self_contained_html(ab_dataset, tmp_path):
 
 def test_report_on_the_example_says_what_a_bare_trace_lacks(tmp_path):
     ds = tmp_path / "ds"
-    assert kmemscope("parse", EXAMPLES / "kmem-compaction.dat", "-o", ds, "--label", "kernel=example").returncode == 0
+    assert kmemscope("parse", EXAMPLES / "kmem-compaction" / "trace.dat", "-o", ds, "--label", "kernel=example").returncode == 0
     html_path = tmp_path / "r.html"
     out = kmemscope("report", ds, "-o", html_path)
     assert out.returncode == 0, out.stderr
@@ -148,7 +148,7 @@ def test_report_on_the_example_says_what_a_bare_trace_lacks(tmp_path):
 ])
 def test_errors_are_one_line(tmp_path, args, message):
     ds = tmp_path / "ds"
-    assert kmemscope("parse", EXAMPLES / "kmem-compaction.dat", "-o", ds, "--label", "kernel=example",
+    assert kmemscope("parse", EXAMPLES / "kmem-compaction" / "trace.dat", "-o", ds, "--label", "kernel=example",
                      "--events", "mm_page_alloc").returncode == 0
     subst = {"ds": ds, "missing": tmp_path / "nope", "out": tmp_path / "r.html"}
     out = kmemscope(*[a.format(**subst) for a in args])
