@@ -26,7 +26,11 @@ setup(
     ext_modules=[
         Extension(
             "kmemscope.parsers._tracedat",
-            sources=["parsers/_tracedat.c"],
+            sources=["parsers/_tracedat.c", "parsers/native/arrow_c.c", "parsers/native/plan.c",
+                     "parsers/native/decoder.c"],
+            depends=["parsers/native/arrow_c.h", "parsers/native/gbuf.h", "parsers/native/plan.h",
+                     "parsers/native/decoder.h"],
+            include_dirs=["parsers/native"],
             extra_compile_args=pkg_config("--cflags") + ["-O2", "-std=gnu11", "-Wall", "-Wno-unused-function"],
             extra_link_args=pkg_config("--libs") + ["-lpthread"],
         )

@@ -1,0 +1,722 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Page decoding and column building. Every read of trace data is checked
+ * against the size of the page or record it lies in: a corrupt file must
+ * produce an error, never a crash.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <zlib.h>
+
+#include "decoder.h"
+
+static void builder_reset_dict(struct col_builder *c)
+{
+	free(c->slots);
+	c->slots = NULL;
+	c->nslots = 0;
+	c->nvalues = 0;
+	gbuf_free(&c->dict_offsets);
+	gbuf_free(&c->dict_data);
+}
+
+static void builder_free(struct event_builder *b)
+{
+	if (!b)
+		return;
+	for (int i = 0; i < b->plan->ncols; i++) {
+		struct col_builder *c = &b->cols[i];
+		gbuf_free(&c->values);
+		gbuf_free(&c->offsets);
+		gbuf_free(&c->child);
+		gbuf_free(&c->child_offsets);
+		builder_reset_dict(c);
+	}
+	free(b->cols);
+	free(b);
+}
+
+static int offsets_start(struct gbuf *g)
+{
+	int32_t zero = 0;
+	return g->len ? 0 : gbuf_append(g, &zero, 4);
+}
+
+static struct event_builder *builder_new(struct event_plan *plan)
+{
+	struct event_builder *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	b->plan = plan;
+	b->cols = calloc(plan->ncols, sizeof(*b->cols));
+	if (!b->cols) {
+		free(b);
+		return NULL;
+	}
+	return b;
+}
+
+static uint64_t read_uint(const unsigned char *p, int width, bool swap)
+{
+	uint64_t v = 0;
+	switch (width) {
+	case 1: return p[0];
+	case 2: { uint16_t x; memcpy(&x, p, 2); v = swap ? __builtin_bswap16(x) : x; break; }
+	case 4: { uint32_t x; memcpy(&x, p, 4); v = swap ? __builtin_bswap32(x) : x; break; }
+	case 8: { uint64_t x; memcpy(&x, p, 8); v = swap ? __builtin_bswap64(x) : x; break; }
+	}
+	return v;
+}
+
+static int append_int(struct gbuf *g, uint64_t v, int width)
+{
+	if (gbuf_reserve(g, width))
+		return -1;
+	switch (width) {
+	case 1: { uint8_t x = v; memcpy(g->data + g->len, &x, 1); break; }
+	case 2: { uint16_t x = v; memcpy(g->data + g->len, &x, 2); break; }
+	case 4: { uint32_t x = v; memcpy(g->data + g->len, &x, 4); break; }
+	default: memcpy(g->data + g->len, &v, 8); break;
+	}
+	g->len += width;
+	return 0;
+}
+
+static int append_offset(struct gbuf *offsets, size_t child_len)
+{
+	if (offsets_start(offsets))
+		return -1;
+	int32_t o = (int32_t)child_len;
+	return gbuf_append(offsets, &o, 4);
+}
+
+static int comm_index(struct decoder *d, struct col_builder *c, int pid)
+{
+	if (c->nslots == 0 || c->nvalues * 2 >= c->nslots) {
+		int n = c->nslots ? c->nslots * 2 : 64;
+		struct pid_slot *s = malloc(n * sizeof(*s));
+		if (!s)
+			return -1;
+		for (int i = 0; i < n; i++)
+			s[i].index = -1;
+		for (int i = 0; i < c->nslots; i++) {
+			if (c->slots[i].index < 0)
+				continue;
+			unsigned h = ((unsigned)c->slots[i].pid * 2654435761u) & (n - 1);
+			while (s[h].index >= 0)
+				h = (h + 1) & (n - 1);
+			s[h] = c->slots[i];
+		}
+		free(c->slots);
+		c->slots = s;
+		c->nslots = n;
+	}
+	unsigned h = ((unsigned)pid * 2654435761u) & (c->nslots - 1);
+	while (c->slots[h].index >= 0) {
+		if (c->slots[h].pid == pid)
+			return c->slots[h].index;
+		h = (h + 1) & (c->nslots - 1);
+	}
+	pthread_mutex_lock(&d->trace->lookup_lock);
+	const char *comm = tep_data_comm_from_pid(d->trace->tep, pid);
+	int r = comm ? 0 : -1;
+	if (comm) {
+		r |= offsets_start(&c->dict_offsets);
+		r |= gbuf_append_utf8(&c->dict_data, comm, strlen(comm));
+		r |= append_offset(&c->dict_offsets, c->dict_data.len);
+	}
+	pthread_mutex_unlock(&d->trace->lookup_lock);
+	if (r)
+		return -1;
+	c->slots[h].pid = pid;
+	c->slots[h].index = c->nvalues;
+	return c->nvalues++;
+}
+
+/* Locate a __data_loc / __rel_loc payload inside the record, or fail. */
+static int dyn_payload(const struct col_plan *cp, const unsigned char *data, int size, bool swap,
+		       const unsigned char **out, int *len)
+{
+	if (cp->offset + 4 > size)
+		return -1;
+	uint32_t loc = (uint32_t)read_uint(data + cp->offset, 4, swap);
+	int off = loc & 0xffff;
+	int n = loc >> 16;
+	if (cp->relative)
+		off += cp->offset + 4;
+	if (off < 0 || n < 0 || off + n > size)
+		return -1;
+	*out = data + off;
+	*len = n;
+	return 0;
+}
+
+/* Fixed-width columns get a whole batch worth of memory at once: growing them by
+ * doubling costs a copy and fresh page faults per step, and page faults from
+ * several decoder threads contend on the process's memory map. */
+static int presize(struct decoder *d, struct col_builder *c, int width)
+{
+	if (c->values.cap)
+		return 0;
+	return gbuf_reserve(&c->values, (size_t)d->batch_rows * width);
+}
+
+static int append_record(struct decoder *d, struct event_builder *b, const unsigned char *data,
+			 int size, unsigned long long ts, int cpu)
+{
+	struct event_plan *p = b->plan;
+	bool swap = d->trace->swap;
+	int pid = (int)(int32_t)read_uint(data + d->trace->pid_offset, 4, swap);
+	int r = 0;
+	for (int i = 0; i < p->ncols && !r; i++) {
+		struct col_plan *cp = &p->cols[i];
+		struct col_builder *c = &b->cols[i];
+		switch (cp->kind) {
+		case COL_TS: {
+			int64_t t = (int64_t)ts + d->ts_offset;
+			r = presize(d, c, 8) || gbuf_append(&c->values, &t, 8);
+			break;
+		}
+		case COL_CPU: {
+			int32_t v = cpu;
+			r = presize(d, c, 4) || gbuf_append(&c->values, &v, 4);
+			break;
+		}
+		case COL_PID:
+			r = presize(d, c, 4) || gbuf_append(&c->values, &pid, 4);
+			break;
+		case COL_COMM: {
+			int32_t idx = comm_index(d, c, pid);
+			r = idx < 0 ? -1 : (presize(d, c, 4) || gbuf_append(&c->values, &idx, 4));
+			break;
+		}
+		case COL_INT:
+			r = presize(d, c, cp->width) || append_int(&c->values, read_uint(data + cp->offset, cp->width, swap), cp->width);
+			break;
+		case COL_STR: {
+			const unsigned char *s = data + cp->offset;
+			int limit = cp->flexible ? size - cp->offset : cp->size;
+			int n = 0;
+			while (n < limit && s[n])
+				n++;
+			r = offsets_start(&c->offsets) || gbuf_append_utf8(&c->child, s, n) ||
+			    append_offset(&c->offsets, c->child.len);
+			break;
+		}
+		case COL_DYNSTR:
+		case COL_BIN: {
+			const unsigned char *s;
+			int n;
+			if (cp->kind == COL_DYNSTR) {
+				if (dyn_payload(cp, data, size, swap, &s, &n))
+					n = 0, s = data;
+				int k = 0;
+				while (k < n && s[k])
+					k++;
+				n = k;
+			} else if (cp->flexible && cp->offset <= size) {
+				s = data + cp->offset;
+				n = size - cp->offset;
+			} else if (cp->offset + cp->size <= size) {
+				s = data + cp->offset;
+				n = cp->size;
+			} else {
+				s = data;
+				n = 0;
+			}
+			r = offsets_start(&c->offsets) ||
+			    (cp->kind == COL_DYNSTR ? gbuf_append_utf8(&c->child, s, n)
+						    : gbuf_append(&c->child, s, n)) ||
+			    append_offset(&c->offsets, c->child.len);
+			break;
+		}
+		case COL_ARR:
+		case COL_DYNARR: {
+			const unsigned char *s = data + cp->offset;
+			int n = cp->flexible ? size - cp->offset : cp->size;
+			if (cp->kind == COL_DYNARR && dyn_payload(cp, data, size, swap, &s, &n))
+				n = 0;
+			if (n < 0 || cp->offset + n > size)
+				n = 0;
+			int count = n / cp->width;
+			r = offsets_start(&c->offsets);
+			for (int k = 0; k < count && !r; k++)
+				r = append_int(&c->child, read_uint(s + k * cp->width, cp->width, swap),
+					       cp->width);
+			if (!r)
+				r = append_offset(&c->offsets, c->child.len / cp->width);
+			break;
+		}
+		case COL_STACK:
+		case COL_STACKSYM: {
+			int avail = (size - cp->offset) / cp->width;
+			int count = avail;
+			if (cp->count_offset >= 0) {
+				long long want = (long long)read_uint(data + cp->count_offset,
+								      cp->count_width, swap);
+				if (want >= 0 && want < count)
+					count = (int)want;
+			}
+			if (count < 0)
+				count = 0;
+			r = offsets_start(&c->offsets);
+			if (cp->kind == COL_STACK) {
+				for (int k = 0; k < count && !r; k++) {
+					uint64_t a = read_uint(data + cp->offset + k * cp->width,
+							       cp->width, swap);
+					r = append_int(&c->child, a, 8);
+				}
+				if (!r)
+					r = append_offset(&c->offsets, c->child.len / 8);
+				break;
+			}
+			for (int k = 0; k < count && !r; k++) {
+				uint64_t a = read_uint(data + cp->offset + k * cp->width, cp->width, swap);
+				char sym[512];
+				unsigned long long start = 0;
+				const char *fn = NULL;
+				pthread_mutex_lock(&d->trace->lookup_lock);
+				fn = tep_find_function(d->trace->tep, a);
+				start = fn ? tep_find_function_address(d->trace->tep, a) : 0;
+				if (fn)
+					snprintf(sym, sizeof(sym), "%s+0x%llx", fn, (unsigned long long)(a - start));
+				pthread_mutex_unlock(&d->trace->lookup_lock);
+				if (!fn)
+					snprintf(sym, sizeof(sym), "0x%llx", (unsigned long long)a);
+				r = offsets_start(&c->child_offsets) ||
+				    gbuf_append_utf8(&c->child, sym, strlen(sym)) ||
+				    append_offset(&c->child_offsets, c->child.len);
+			}
+			if (!r)
+				r = append_offset(&c->offsets, c->child_offsets.len ?
+						  c->child_offsets.len / 4 - 1 : 0);
+			break;
+		}
+		}
+	}
+	if (!r)
+		b->rows++;
+	return r;
+}
+
+/* ---------------------------------------------------------------- batch export */
+
+static struct ArrowArray *export_var(int64_t rows, struct gbuf *offsets, struct gbuf *data)
+{
+	struct ArrowArray *a = array_new(rows, 3, 0);
+	if (!a)
+		return NULL;
+	if (offsets_start(offsets)) {
+		array_release(a);
+		free(a);
+		return NULL;
+	}
+	a->buffers[1] = gbuf_take(offsets);
+	a->buffers[2] = gbuf_take(data);
+	return a;
+}
+
+/* Turn one event's builders into an Arrow struct array + schema, and reset them. */
+static int export_batch(struct decoder *d, struct event_builder *b, struct batch *out)
+{
+	struct event_plan *p = b->plan;
+	int64_t rows = b->rows;
+	struct ArrowSchema *root_s = schema_new("+s", "", p->ncols);
+	struct ArrowArray *root_a = array_new(rows, 1, p->ncols);
+	if (!root_s || !root_a)
+		goto fail;
+	for (int i = 0; i < p->ncols; i++) {
+		struct col_plan *cp = &p->cols[i];
+		struct col_builder *c = &b->cols[i];
+		struct ArrowSchema *s = NULL;
+		struct ArrowArray *a = NULL;
+		switch (cp->kind) {
+		case COL_TS:
+		case COL_CPU:
+		case COL_PID:
+		case COL_INT: {
+			const char *fmt = cp->kind == COL_TS ? "l" :
+					  cp->kind == COL_INT ? int_format(cp->width, cp->is_signed) : "i";
+			s = schema_new(fmt, cp->name, 0);
+			a = array_new(rows, 2, 0);
+			if (a)
+				a->buffers[1] = gbuf_take(&c->values);
+			break;
+		}
+		case COL_COMM: {
+			s = schema_new("i", cp->name, 0);
+			if (s) {
+				s->dictionary = schema_new("u", "", 0);
+				if (!s->dictionary)
+					goto fail_col;
+			}
+			a = array_new(rows, 2, 0);
+			if (a) {
+				a->buffers[1] = gbuf_take(&c->values);
+				a->dictionary = export_var(c->nvalues, &c->dict_offsets, &c->dict_data);
+				if (!a->dictionary)
+					goto fail_col;
+			}
+			builder_reset_dict(c);
+			break;
+		}
+		case COL_STR:
+		case COL_DYNSTR:
+		case COL_BIN:
+			s = schema_new(cp->kind == COL_BIN ? "z" : "u", cp->name, 0);
+			a = export_var(rows, &c->offsets, &c->child);
+			break;
+		case COL_ARR:
+		case COL_DYNARR:
+		case COL_STACK: {
+			int w = cp->kind == COL_STACK ? 8 : cp->width;
+			s = schema_new("+l", cp->name, 1);
+			if (s) {
+				s->children[0] = schema_new(int_format(w, cp->kind != COL_STACK && cp->is_signed), "item", 0);
+				if (!s->children[0])
+					goto fail_col;
+			}
+			a = array_new(rows, 2, 1);
+			if (a) {
+				if (offsets_start(&c->offsets))
+					goto fail_col;
+				int64_t n = (int64_t)(c->child.len / w);
+				a->buffers[1] = gbuf_take(&c->offsets);
+				a->children[0] = array_new(n, 2, 0);
+				if (!a->children[0])
+					goto fail_col;
+				a->children[0]->buffers[1] = gbuf_take(&c->child);
+			}
+			break;
+		}
+		case COL_STACKSYM: {
+			s = schema_new("+l", cp->name, 1);
+			if (s) {
+				s->children[0] = schema_new("u", "item", 0);
+				if (!s->children[0])
+					goto fail_col;
+			}
+			a = array_new(rows, 2, 1);
+			if (a) {
+				if (offsets_start(&c->offsets) || offsets_start(&c->child_offsets))
+					goto fail_col;
+				int64_t n = (int64_t)(c->child_offsets.len / 4) - 1;
+				a->buffers[1] = gbuf_take(&c->offsets);
+				a->children[0] = export_var(n, &c->child_offsets, &c->child);
+				if (!a->children[0])
+					goto fail_col;
+			}
+			break;
+		}
+		}
+		if (!s || !a)
+			goto fail_col;
+		root_s->children[i] = s;
+		root_a->children[i] = a;
+		continue;
+fail_col:
+		if (s) {
+			schema_release(s);
+			free(s);
+		}
+		if (a) {
+			array_release(a);
+			free(a);
+		}
+		goto fail;
+	}
+	b->rows = 0;
+	out->event_id = p->id;
+	out->schema = root_s;
+	out->array = root_a;
+	return 0;
+fail:
+	/* Children not yet attached are NULL: fill them so release can walk them. */
+	if (root_s) {
+		for (int i = 0; i < root_s->n_children; i++)
+			if (!root_s->children[i])
+				root_s->children[i] = schema_new("n", "", 0);
+		schema_release(root_s);
+		free(root_s);
+	}
+	if (root_a) {
+		for (int i = 0; i < root_a->n_children; i++)
+			if (!root_a->children[i])
+				root_a->children[i] = array_new(0, 0, 0);
+		array_release(root_a);
+		free(root_a);
+	}
+	return -1;
+}
+
+static int queue_batch(struct decoder *d, struct event_builder *b)
+{
+	if (d->nready == d->capready) {
+		int n = d->capready ? d->capready * 2 : 16;
+		struct batch *q = realloc(d->ready, n * sizeof(*q));
+		if (!q)
+			return -1;
+		d->ready = q;
+		d->capready = n;
+	}
+	if (export_batch(d, b, &d->ready[d->nready]))
+		return -1;
+	d->nready++;
+	return 0;
+}
+
+
+#define COMMIT_MASK ((1u << 27) - 1)
+
+
+static int decode_page(struct decoder *d, unsigned char *page, int cpu, long long file_pos,
+		       struct lost_list *lost)
+{
+	struct trace_meta *t = d->trace;
+	int hdr = 8 + (t->lsize == KBUFFER_LSIZE_4 ? 4 : 8);
+	uint64_t commit = read_uint(page + 8, t->lsize == KBUFFER_LSIZE_4 ? 4 : 8, t->swap);
+	uint64_t used = commit & COMMIT_MASK;
+	if (used == 0)
+		return 0;	/* an empty page (the tail of a partly filled buffer) */
+	if ((int64_t)used > d->page_size - hdr) {
+		snprintf(d->error, sizeof(d->error), "corrupt ring-buffer page at file offset %lld "
+			 "(CPU %d): it claims %llu bytes of events in a %d-byte page",
+			 file_pos, cpu, (unsigned long long)used, d->page_size);
+		return -1;
+	}
+	if (kbuffer_load_subbuffer(d->kbuf, page) < 0) {
+		snprintf(d->error, sizeof(d->error), "corrupt ring-buffer page at file offset %lld (CPU %d)",
+			 file_pos, cpu);
+		return -1;
+	}
+	int missed = kbuffer_missed_events(d->kbuf);
+	unsigned long long ts = 0;
+	unsigned char *data = kbuffer_read_event(d->kbuf, &ts);
+	if (missed && lost) {
+		if (lost->n == lost->cap) {
+			int n = lost->cap ? lost->cap * 2 : 16;
+			struct lost_mark *m = realloc(lost->marks, n * sizeof(*m));
+			if (!m)
+				return -1;
+			lost->marks = m;
+			lost->cap = n;
+		}
+		lost->marks[lost->n++] = (struct lost_mark){ cpu, ts + d->ts_offset, missed };
+	}
+	const unsigned char *end = page + hdr + used;
+	while (data) {
+		int size = kbuffer_event_size(d->kbuf);
+		if (size < 0 || data < page + hdr || data + size > end) {
+			snprintf(d->error, sizeof(d->error), "corrupt event at file offset %lld (CPU %d)",
+				 file_pos + (long long)(data - page), cpu);
+			return -1;
+		}
+		if (size >= t->type_offset + t->type_size && size >= t->pid_offset + 4) {
+			int id = (int)read_uint(data + t->type_offset, t->type_size, t->swap);
+			struct event_plan *p = id >= 0 && id <= t->max_id ? t->plans[id] : NULL;
+			if (!p) {
+				d->unknown_events++;
+			} else if (!d->wanted || d->wanted[id]) {
+				if (size < p->min_size) {
+					snprintf(d->error, sizeof(d->error), "corrupt %s event at file offset "
+						 "%lld (CPU %d): %d bytes, its format needs %d", p->name,
+						 file_pos + (long long)(data - page), cpu, size, p->min_size);
+					return -1;
+				}
+				struct event_builder *b = d->builders[id];
+				if (!b) {
+					b = d->builders[id] = builder_new(p);
+					if (!b)
+						return -1;
+				}
+				if (append_record(d, b, data, size, ts, cpu))
+					return -1;
+				if (b->rows >= d->batch_rows && queue_batch(d, b))
+					return -1;
+				long long t = (long long)ts + d->ts_offset;
+				if (!d->events || t < d->min_ts)
+					d->min_ts = t;
+				if (!d->events || t > d->max_ts)
+					d->max_ts = t;
+				d->events++;
+			}
+		} else {
+			d->unknown_events++;
+		}
+		data = kbuffer_next_event(d->kbuf, &ts);
+	}
+	return 0;
+}
+
+static int read_exact(struct decoder *d, void *buf, size_t n, long long offset)
+{
+	size_t done = 0;
+	while (done < n) {
+		ssize_t r = pread(d->fd, (char *)buf + done, n - done, offset + done);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			snprintf(d->error, sizeof(d->error), "cannot read %zu bytes at file offset %lld: %s",
+				 n, offset, r < 0 ? strerror(errno) : "unexpected end of file");
+			return -1;
+		}
+		done += r;
+	}
+	return 0;
+}
+
+static int decode_pages(struct decoder *d, unsigned char *buf, size_t len, int cpu, long long pos,
+			struct lost_list *lost)
+{
+	for (size_t at = 0; at + d->page_size <= len; at += d->page_size)
+		if (decode_page(d, buf + at, cpu, pos + at, lost))
+			return -1;
+	return 0;
+}
+
+static int decompress_chunk(struct decoder *d, const void *in, size_t in_len, void *out, size_t out_len)
+{
+	if (d->compression == COMPRESSION_ZSTD) {
+		size_t r = ZSTD_decompressDCtx(d->zctx, out, out_len, in, in_len);
+		if (ZSTD_isError(r) || r != out_len) {
+			snprintf(d->error, sizeof(d->error), "zstd: %s",
+				 ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short chunk");
+			return -1;
+		}
+		return 0;
+	}
+	uLongf got = out_len;
+	int r = uncompress(out, &got, in, in_len);
+	if (r != Z_OK || got != out_len) {
+		snprintf(d->error, sizeof(d->error), "zlib: cannot inflate chunk (%d)", r);
+		return -1;
+	}
+	return 0;
+}
+
+/* Decode one segment: `length` bytes of pages, or `chunks` compressed chunks. */
+int decoder_segment(struct decoder *d, int cpu, long long offset, long long length, int chunks,
+			  struct lost_list *lost)
+{
+	if (!chunks) {
+		const long long step = 64LL * d->page_size;
+		for (long long at = 0; at < length; at += step) {
+			long long n = length - at < step ? length - at : step;
+			d->pages.len = 0;
+			if (gbuf_reserve(&d->pages, n + 64) || read_exact(d, d->pages.data, n, offset + at))
+				return -1;
+			memset(d->pages.data + n, 0, 64);
+			if (decode_pages(d, (unsigned char *)d->pages.data, n, cpu, offset + at, lost))
+				return -1;
+		}
+		return 0;
+	}
+	d->io.len = 0;
+	if (gbuf_reserve(&d->io, length) || read_exact(d, d->io.data, length, offset))
+		return -1;
+	const unsigned char *p = (const unsigned char *)d->io.data;
+	long long at = 0;
+	for (int i = 0; i < chunks; i++) {
+		if (at + 8 > length) {
+			snprintf(d->error, sizeof(d->error), "truncated chunk header at file offset %lld",
+				 offset + at);
+			return -1;
+		}
+		uint32_t csize = (uint32_t)read_uint(p + at, 4, d->trace->swap);
+		uint32_t usize = (uint32_t)read_uint(p + at + 4, 4, d->trace->swap);
+		if (at + 8 + (long long)csize > length || usize > (256u << 20)) {
+			snprintf(d->error, sizeof(d->error), "corrupt compressed chunk at file offset %lld",
+				 offset + at);
+			return -1;
+		}
+		d->pages.len = 0;
+		if (gbuf_reserve(&d->pages, (size_t)usize + 64))
+			return -1;
+		if (decompress_chunk(d, p + at + 8, csize, d->pages.data, usize)) {
+			/* decompress_chunk said what the codec reported; say where. */
+			char why[128];
+			snprintf(why, sizeof(why), "%.127s", d->error);
+			snprintf(d->error, sizeof(d->error), "corrupt compressed chunk at file offset %lld "
+				 "(CPU %d): %s", offset + at, cpu, why);
+			return -1;
+		}
+		memset(d->pages.data + usize, 0, 64);
+		if (decode_pages(d, (unsigned char *)d->pages.data, usize, cpu, offset + at, lost))
+			return -1;
+		at += 8 + csize;
+	}
+	return 0;
+}
+
+
+/* ---------------------------------------------------------------- life cycle */
+
+int decoder_init(struct decoder *d, struct trace_meta *trace)
+{
+	d->trace = trace;
+	d->builders = calloc(trace->max_id + 1, sizeof(*d->builders));
+	d->kbuf = kbuffer_alloc(trace->lsize, tep_is_file_bigendian(trace->tep) ?
+				KBUFFER_ENDIAN_BIG : KBUFFER_ENDIAN_LITTLE);
+	d->zctx = d->compression == COMPRESSION_ZSTD ? ZSTD_createDCtx() : NULL;
+	if (!d->builders || !d->kbuf || (d->compression == COMPRESSION_ZSTD && !d->zctx))
+		return -1;
+	if (trace->old_format)
+		kbuffer_set_old_format(d->kbuf);
+	return 0;
+}
+
+void batch_release(struct batch *b)
+{
+	if (b->schema) {
+		schema_release(b->schema);
+		free(b->schema);
+		b->schema = NULL;
+	}
+	if (b->array) {
+		array_release(b->array);
+		free(b->array);
+		b->array = NULL;
+	}
+}
+
+void decoder_release(struct decoder *d)
+{
+	if (d->builders && d->trace) {
+		for (int id = 0; id <= d->trace->max_id; id++)
+			builder_free(d->builders[id]);
+	}
+	free(d->builders);
+	d->builders = NULL;
+	for (int k = 0; k < d->nready; k++)
+		batch_release(&d->ready[k]);
+	free(d->ready);
+	d->ready = NULL;
+	d->nready = 0;
+	free(d->wanted);
+	d->wanted = NULL;
+	if (d->kbuf)
+		kbuffer_free(d->kbuf);
+	d->kbuf = NULL;
+	if (d->zctx)
+		ZSTD_freeDCtx(d->zctx);
+	d->zctx = NULL;
+	gbuf_free(&d->io);
+	gbuf_free(&d->pages);
+	if (d->fd >= 0)
+		close(d->fd);
+	d->fd = -1;
+}
+
+int decoder_flush(struct decoder *d)
+{
+	for (int id = 0; id <= d->trace->max_id; id++) {
+		struct event_builder *b = d->builders[id];
+		if (b && b->rows && queue_batch(d, b))
+			return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The page decoder: turns segments of ring-buffer pages (read from the file,
+ * decompressed when the file is v7-compressed) into per-event column builders,
+ * and full builders into Arrow batches. One `struct decoder` per thread; the
+ * `struct trace_meta` they share is read-only after it is built, except for
+ * libtraceevent's lookup caches, which `lookup_lock` guards.
+ */
+#ifndef KMEMSCOPE_DECODER_H
+#define KMEMSCOPE_DECODER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <zstd.h>
+
+#include <event-parse.h>
+#include <kbuffer.h>
+
+#include "arrow_c.h"
+#include "gbuf.h"
+#include "plan.h"
+
+/* What every decoder of one file shares: the event plans and the record layout. */
+struct trace_meta {
+	struct tep_handle *tep;
+	struct event_plan **plans;	/* indexed by event id */
+	int max_id;
+	int type_offset, type_size;	/* common_type */
+	int pid_offset;
+	bool swap;			/* file byte order differs from ours */
+	int lsize;			/* kbuffer long size enum */
+	bool old_format;
+	pthread_mutex_t lookup_lock;	/* tep's cmdline and symbol caches are not thread-safe */
+};
+
+
+struct pid_slot {
+	int pid;
+	int index;
+};
+
+struct col_builder {
+	struct gbuf values;	/* fixed values, or indices for comm */
+	struct gbuf offsets;	/* int32 offsets for strings and lists */
+	struct gbuf child;	/* list elements / string bytes */
+	struct gbuf child_offsets;	/* stack symbols: offsets into `child` */
+	/* comm dictionary for the batch being built */
+	struct pid_slot *slots;
+	int nslots;
+	int nvalues;
+	struct gbuf dict_offsets;
+	struct gbuf dict_data;
+};
+
+struct event_builder {
+	struct event_plan *plan;
+	int64_t rows;
+	struct col_builder *cols;
+};
+
+struct batch {
+	int event_id;
+	struct ArrowSchema *schema;
+	struct ArrowArray *array;
+};
+
+struct lost_mark {
+	int cpu;
+	unsigned long long ts;
+	long long missed;
+};
+
+struct lost_list {
+	struct lost_mark *marks;
+	int n, cap;
+};
+
+enum decoder_compression { COMPRESSION_NONE, COMPRESSION_ZSTD, COMPRESSION_ZLIB };
+
+struct decoder {
+	struct trace_meta *trace;
+	int fd;
+	enum decoder_compression compression;
+	int page_size;
+	long long ts_offset;
+	int64_t batch_rows;
+	unsigned char *wanted;	/* per event id: decode this event? NULL: all */
+	struct event_builder **builders;	/* per event id */
+	struct batch *ready;	/* finished batches not yet taken */
+	int nready, capready;
+	struct kbuffer *kbuf;
+	ZSTD_DCtx *zctx;
+	struct gbuf io;		/* compressed bytes read from the file */
+	struct gbuf pages;	/* uncompressed pages */
+	int64_t events;
+	int64_t unknown_events;
+	long long min_ts, max_ts;	/* over decoded events, for the runs table */
+	char error[512];	/* why the last call failed, when it was the file's fault */
+};
+
+/* Set up `d` for `trace`; the caller has set fd, compression, page_size,
+ * ts_offset, batch_rows and wanted. Returns -1 when out of memory. */
+int decoder_init(struct decoder *d, struct trace_meta *trace);
+/* Free everything `d` holds; safe on a partly initialised decoder. */
+void decoder_release(struct decoder *d);
+/* Decode `length` bytes of pages at `offset`, or `chunks` compressed chunks.
+ * Returns -1 with d->error set when the file is at fault, -1 with it empty
+ * when memory ran out. */
+int decoder_segment(struct decoder *d, int cpu, long long offset, long long length, int chunks,
+		    struct lost_list *lost);
+/* Queue the partly filled batch of every event. */
+int decoder_flush(struct decoder *d);
+void batch_release(struct batch *b);
+
+#endif
