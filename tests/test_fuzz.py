@@ -27,7 +27,7 @@ from conftest import EXAMPLES, PUBLIC_FIXTURES
 
 HERE = Path(__file__).resolve().parent
 MASTER = int(os.environ.get("KMEMSCOPE_FUZZ_SEED", "20240611"))
-SECONDS = float(os.environ.get("KMEMSCOPE_FUZZ_SECONDS", "75"))
+SECONDS = float(os.environ.get("KMEMSCOPE_FUZZ_SECONDS", "100"))
 INPUTS = int(os.environ.get("KMEMSCOPE_FUZZ_INPUTS", "4000"))
 WORKERS = 2
 HANG_SECONDS = 30.0
