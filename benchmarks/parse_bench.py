@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How fast `kmemscope parse` is, against `trace-cmd report` on the same files, in one run.
 
-Targets (issue 2): on a real kmem trace of at least 4 M events, parse-to-Parquet
+Targets: on a real kmem trace of at least 4 M events, parse-to-Parquet
 end to end takes at most 1/15 of `trace-cmd report -i F > /dev/null`, for both
 v6 and v7+zstd; per-event time on a trace about 4x larger is at most 1.3x; peak
 RSS on a trace of at least 10 M events stays under 600 MB.

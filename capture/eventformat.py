@@ -1,7 +1,7 @@
 """Read an event's format from tracefs and the flag tables in its print fmt.
 
 Flag bit values differ between kernels (the gfp bits moved in 5.x, 6.3 and
-6.10; see reference/kernel-tracing.md section 2), so filters that test a flag
+6.10; see queries/KERNEL-ERAS.md section 2), so filters that test a flag
 take its value from the live format's `__print_flags` table, never from a
 table written for one kernel.
 """

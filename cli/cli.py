@@ -228,8 +228,7 @@ def query(name, dataset, runs, labels, params, fmt, output):
     write_result(table, fmt, output)
 
 
-# ---------------------------------------------------------------- compare / report (issue 5)
-# Maintained with issue 5 (kmemscope compare, report notebooks, HTML reports).
+# ---------------------------------------------------------------- compare / report
 
 @cli.command()
 @click.argument("dataset", type=click.Path())

@@ -1,9 +1,11 @@
-"""Figures and tables for the compare notebook: sides of a label, per-host points, seed tables.
+"""Figures and tables for the compare notebook: sides of a label, per-host points, study tables.
 
 The statistics come from kmemscope.queries.compare; this module only lays
-them out. Seed tables reproduce the shape of the kernel patches' own evidence
-(shared/reference/seeds): 000 (HighAtomic, THP, compaction, pgscan, atomic
-order 4+ per side), 001 (top-5 pfns per kernel), 003 (vmstat with % change).
+them out. The study tables reproduce the shape of the evidence that
+page-allocator patches publish: the high-atomic reservation study (HighAtomic,
+THP, compaction, pgscan, atomic order 4+ per side, about 60 hosts a side), the
+per-CPU list study (top-5 pfns per kernel) and the defrag_mode study (vmstat
+counters with % change).
 """
 import html
 
@@ -17,8 +19,8 @@ from kmemscope.queries.sides import compare_sides, condense_notes, load_sides, m
 
 from .figures import Missing, _figure
 
-# Seed 003's rows: (title, vmstat counters summed). Counters absent on a kernel count as absent.
-SEED003_ROWS = [
+# the defrag_mode study's rows: (title, vmstat counters summed). Counters absent on a kernel count as absent.
+DEFRAG_STUDY_ROWS = [
     ("THP fault alloc", ["thp_fault_alloc"]),
     ("THP fault fallback", ["thp_fault_fallback"]),
     ("Direct compact fail", ["compact_fail"]),
@@ -84,8 +86,8 @@ class Comparison:
         sentence = (f"*No run could give {', '.join(empty)}: left out.*" if empty else None)
         return fig, sentence
 
-    def seed000(self):
-        """Seed 000's table: per side, ranges per host and the pgscan total across hosts."""
+    def highatomic_study(self):
+        """the high-atomic reservation study's table: per side, ranges per host and the pgscan total across hosts."""
         out = []
         for side in self.sides.sides:
             v = self.sides.values
@@ -104,8 +106,8 @@ class Comparison:
             })
         return pd.DataFrame(out).set_index(self.sides.label).T
 
-    def seed001(self, runs_per_side=3):
-        """Seed 001: the 5 most-allocated page frames of each run (up to a few runs per side)."""
+    def pcp_study(self, runs_per_side=3):
+        """The per-CPU list study: the 5 most-allocated page frames of each run (up to a few runs per side)."""
         lines = []
         for side in self.sides.sides:
             for run in self.sides.runs[side][:runs_per_side]:
@@ -116,8 +118,8 @@ class Comparison:
                 lines.append(f"  ... and {len(self.sides.runs[side]) - runs_per_side} more runs")
         return "```\n" + "\n".join(lines) + "\n```"
 
-    def seed003(self):
-        """Seed 003: vmstat counters per side (mean of per-run deltas), % change, Welch p."""
+    def defrag_study(self):
+        """The defrag_mode study: vmstat counters per side (mean of per-run deltas), % change, Welch p."""
         try:
             vm = self.scope.query("vmstat_rates")
         except Exception as exc:
@@ -128,7 +130,7 @@ class Comparison:
         vm = vm[vm.run_id.isin(side_of)]
         base = self.sides.baseline
         rows = []
-        for title, names in SEED003_ROWS:
+        for title, names in DEFRAG_STUDY_ROWS:
             sub = vm[vm.name.isin(names)]
             if sub.empty:
                 continue
@@ -148,7 +150,7 @@ class Comparison:
                     row[f"{side} Welch p"] = "n/a" if p is None else f"{p:.3g}"
             rows.append(row)
         if not rows:
-            raise Missing("None of seed 003's vmstat counters is in these runs.")
+            raise Missing("None of the defrag_mode study's vmstat counters is in these runs.")
         return pd.DataFrame(rows).set_index("counter")
 
 

@@ -8,7 +8,7 @@
 --   migratetype_names(run_id, migratetype, name, source)
 --   extfrag_ownership(extfrag_era, change_ownership, meaning)
 --   query_params: one row, one column per parameter of the analysis being run.
--- Kernel-era rules: ../shared/reference/kernel-tracing.md, cited by section.
+-- Kernel-era rules: queries/KERNEL-ERAS.md, cited by section.
 
 -- The gfp bits that decide an allocation's class, per run, read from the run's
 -- own print_flags (the __print_flags table of mm_page_alloc's gfp_flags). Only
@@ -43,7 +43,7 @@ SELECT * FROM (VALUES
 -- Compaction status names per run: the run's own __print_symbolic table first.
 CREATE TEMP VIEW compaction_status_names AS
 SELECT f.run_id, e.status, coalesce(p.name, e.name) AS name,
-       CASE WHEN p.name IS NULL THEN 'kernel-tracing.md section 7' ELSE 'print_flags' END AS source
+       CASE WHEN p.name IS NULL THEN 'KERNEL-ERAS.md section 7' ELSE 'print_flags' END AS source
 FROM run_facts AS f
 CROSS JOIN compact_result_enum AS e
 LEFT JOIN (
@@ -61,7 +61,7 @@ SELECT
   pfn IN (18446744073709551615, 4294967295) AS failed
 FROM mm_page_alloc;
 
--- Every allocation with both high-atomic eligibility rules (kernel-tracing.md
+-- Every allocation with both high-atomic eligibility rules (KERNEL-ERAS.md
 -- section 3) evaluated on the run's own gfp bits; analyses pick the run's era
 -- (run_facts.highatomic_era) or the one the user forced:
 --   era A: order > 0, __GFP_ATOMIC, no __GFP_NOMEMALLOC

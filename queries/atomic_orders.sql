@@ -1,12 +1,12 @@
 -- atomic_orders: order histogram of non-blocking allocations, split by high-atomic reserve eligibility
 --
 -- Which allocations could make the kernel reserve a whole pageblock as
--- HighAtomic, at which orders, and from which tasks? Seed 000 found order 1-3
+-- HighAtomic, at which orders, and from which tasks? The high-atomic reservation study found order 1-3
 -- atomic allocations reserving 2 MiB blocks and starving THP; this analysis
 -- counts the allocations that are eligible for that reserve under the rule of
 -- each run's kernel era, next to other non-blocking and blocking allocations.
 --
--- Classes (kernel-tracing.md section 3; bits read from the run's print_flags):
+-- Classes (KERNEL-ERAS.md section 3; bits read from the run's print_flags):
 --   highatomic_eligible  era A (before 6.3, 5.15 < .171, 6.1 <= .72):
 --                          order > 0, __GFP_ATOMIC, no __GFP_NOMEMALLOC
 --                        era B (6.3+, 5.15.171+, 6.1.116+; 6.1.73-.115 assumed B):

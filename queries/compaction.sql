@@ -14,7 +14,7 @@
 --   compaction.try         mm_compaction_try_to_compact_pages by order and priority
 --   compaction.deferrals   deferred / defer_compaction / defer_reset by order
 --
--- Caveats (kernel-tracing.md sections 1, 7): kind is 'kcompactd' for the
+-- Caveats (KERNEL-ERAS.md sections 1, 7): kind is 'kcompactd' for the
 -- kcompactdN threads (their proactive runs included) and 'direct' for every
 -- other task. Early returns (watermark already met, zone unsuitable) precede
 -- begin, so end.status is success, complete, partial_skipped or contended on
@@ -114,7 +114,7 @@ ORDER BY f.run_id, k.kind
 --   run_id, labels      the run
 --   kind                'direct' or 'kcompactd'
 --   status              compact_result value
---   status_name         its name (run's print_flags, else kernel-tracing.md section 7)
+--   status_name         its name (run's print_flags, else KERNEL-ERAS.md section 7)
 --   runs                runs that ended so
 --   pct_of_kind         % of the kind's runs in the run
 WITH

@@ -4,7 +4,7 @@ Pure functions over lists of numbers (one value per run, None for a run that
 cannot give the metric, e.g. no procfs samples). No dataset access here: see
 queries/sides.py for turning a dataset into per-side values.
 
-Conventions follow mmtests (reference/anchors.md):
+Conventions follow mmtests (mmtests' compare-kernels):
 - Hmean = n / sum(1/x) for a rate where higher is better, Amean otherwise.
 - Percent difference is signed so that positive always means better:
   higher-better `new*100/base - 100`, lower-better `100 - new*100/base`.
@@ -41,7 +41,7 @@ METRICS = {m.name: m for m in [
     Metric("eligible_allocs_order_1_3", "lower", False, "", "high-atomic-eligible allocs, order 1-3"),
     Metric("eligible_allocs_order_4_plus", "lower", False, "", "high-atomic-eligible allocs, order 4+"),
     Metric("pollution_per_1000_allocs", "lower", False, "", "extfrag fallbacks per 1000 allocs"),
-    # Seed 001: more allocations of the hottest frames = faster reuse of cache-hot pages.
+    # The per-CPU list study: more allocations of the hottest frames = faster reuse of cache-hot pages.
     Metric("top5_pfn_allocs_sum", "higher", False, "", "allocs of the 5 hottest pfns"),
     Metric("cross_cpu_free_pct", "lower", False, "%", "pages freed on another CPU"),
     Metric("lost_events", "lower", False, "", "lost trace events"),
@@ -111,7 +111,7 @@ def format_number(x, decimals):
 
 
 def value_range(xs, unit=""):
-    """min-max written like seed 000: "1-6%", "309-312", "1%" when all equal."""
+    """min-max written like the high-atomic reservation study: "1-6%", "309-312", "1%" when all equal."""
     if not xs:
         return "n/a"
     lo, hi = min(xs), max(xs)
@@ -230,7 +230,7 @@ def compare(metric, base, new, test="band", alpha=0.05):
 
 
 def percent_change(base, new):
-    """Plain change new/base - 1 in % (seed 003's vmstat table: no direction); inf from 0."""
+    """Plain change new/base - 1 in % (the defrag_mode study's vmstat table: no direction); inf from 0."""
     if base is None or new is None:
         return None
     if base == 0:

@@ -30,7 +30,7 @@ kinds differ):
   cpu          CPU of the first event of the pair
 Failed allocations (pfn = -1UL) are not events of any pfn and are left out.
 Two frees or two allocations in a row (untraced bulk or compaction pages in
-between, kernel-tracing.md section 1) form no pair.
+between, KERNEL-ERAS.md section 1) form no pair.
 
 pfn_allocs columns (one row per pfn with a successful allocation):
   pfn          page frame number (head page)

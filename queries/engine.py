@@ -422,7 +422,7 @@ def _assumption_notes(con, facts, needs):
                 notes.append(f"run {f['run_id']}: pageblock_order {f['pageblock_order_source']}")
     if {"mm_page_alloc_extfrag", "mm_page_pcpu_drain", "mm_page_alloc_zone_locked"} & set(needs.requires):
         rows = con.sql("SELECT DISTINCT run_id FROM migratetype_names "
-                       "WHERE source LIKE 'kernel-tracing.md%' ORDER BY run_id").fetchall()
+                       "WHERE source LIKE 'KERNEL-ERAS.md%' ORDER BY run_id").fetchall()
         for (run,) in rows:
             notes.append(f"run {run}: no migratetype list in the run (no manifest): names follow "
                          "the upstream enum (0 Unmovable, 1 Movable, 2 Reclaimable, 3 HighAtomic)")

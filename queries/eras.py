@@ -1,6 +1,6 @@
 """Per-run kernel facts that the analyses need and that no event field carries.
 
-Everything here follows ../shared/reference/kernel-tracing.md; the section is
+Everything here follows queries/KERNEL-ERAS.md; the section is
 named at each rule. The facts are computed once per run in Python from the runs
 table (kernel_release, arch, pageblock_order, manifest) and registered in DuckDB
 as the table `run_facts`, together with `migratetype_names`. Gfp bit positions
@@ -162,5 +162,5 @@ def run_facts(runs):
         else:
             for i, n in FALLBACK_MIGRATETYPES.items():
                 mts.append({"run_id": r["run_id"], "migratetype": i, "name": n,
-                            "source": "kernel-tracing.md section 4 enum (no manifest)"})
+                            "source": "KERNEL-ERAS.md section 4 enum (no manifest)"})
     return facts, mts

@@ -14,7 +14,7 @@
 --   fallback_pollution            the matrix per run
 --   fallback_pollution.over_time  events per time bucket per run
 --
--- Caveats (kernel-tracing.md section 1): fragmenting is not a field; it is
+-- Caveats (KERNEL-ERAS.md section 1): fragmenting is not a field; it is
 -- fallback_order < pageblock_order, with the run's pageblock order (runs table,
 -- else manifest, else 9 and a note). change_ownership means, by era:
 --   4.19-6.9   1 = block claimed; 0 = stolen, the remainder moved to the

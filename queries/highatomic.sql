@@ -1,7 +1,7 @@
 -- highatomic: HighAtomic pageblocks over time per zone, and allocations served from the HIGHATOMIC list
 --
 -- How large is the high-atomic reserve, how does it grow during the capture,
--- and how many allocations does it actually serve? Seed 000 measured the first
+-- and how many allocations does it actually serve? The high-atomic reservation study measured the first
 -- (309-312 HighAtomic pageblocks per host, all order-9 free blocks stuck there);
 -- the reserve is not traced, so it is read from /proc/pagetypeinfo samples.
 --
@@ -10,7 +10,7 @@
 --   highatomic.served   mm_page_alloc_zone_locked events taken from the HIGHATOMIC
 --                       free list, by order (kernels 5.19+ and 5.15.171+)
 --
--- Caveats (kernel-tracing.md sections 1, 3, 6): the HighAtomic column of
+-- Caveats (KERNEL-ERAS.md sections 1, 3, 6): the HighAtomic column of
 -- "Number of blocks type" is the reserve size; the cap is about 1% of the zone
 -- (plus one pageblock up to 6.6, aligned down to whole pageblocks from 6.12, and
 -- no reserve at all when 1% is below one pageblock from 6.8). Before 5.19 (and

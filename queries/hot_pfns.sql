@@ -3,7 +3,7 @@
 -- Which page frames does the allocator hand out most often, and how soon does
 -- each come back after it is freed? The top N pfns of successful mm_page_alloc
 -- events per run, ranked by allocations, as `perf kmem --page stat --alloc -s hit`
--- ranks them (seed 001 used exactly this list to show pages going cold on pcp lists).
+-- ranks them (the per-CPU list study used exactly this list to show pages going cold on pcp lists).
 --
 -- @param top_n INTEGER 20 page frames per run
 -- @requires mm_page_alloc
@@ -21,7 +21,7 @@
 --   reuse_mean_ns      mean interval from such a free to the allocation, ns
 --   reuse_median_ns    median of that interval, ns
 --
--- Caveats (kernel-tracing.md section 1): matching is by head pfn, like perf kmem:
+-- Caveats (KERNEL-ERAS.md section 1): matching is by head pfn, like perf kmem:
 -- a free of an order-3 block then an order-0 allocation at the same pfn is a
 -- reuse; allocations at other pfns inside the block are not. Failed allocations
 -- (pfn = -1UL) are not page frames and are left out. Pages taken by the bulk

@@ -2,7 +2,7 @@
 --
 -- How many pages did the per-CPU lists give back to the buddy allocator, at
 -- which orders and from which pageblock types? High-order pages held on the
--- pcp lists of a CPU that only frees are the seed 001 problem; drains show
+-- pcp lists of a CPU that only frees are the the per-CPU list study problem; drains show
 -- when and how much those lists were emptied.
 --
 -- @requires mm_page_pcpu_drain
@@ -17,10 +17,10 @@
 --   drains_per_s         events per second of capture
 --   pct_of_pages         % of the run's drained base pages
 --
--- Caveats (kernel-tracing.md sections 1, 4): migratetype here is the block's
+-- Caveats (KERNEL-ERAS.md sections 1, 4): migratetype here is the block's
 -- type, not the requested one. Up to 5.10 every drain reports order 0 (pcp
 -- lists held only order-0 pages). Pages freed straight to the buddy (e.g. the
--- seed 001 free_high path) do not pass through a drain.
+-- the per-CPU list study free_high path) do not pass through a drain.
 WITH
 counts AS (
   SELECT run_id, "order", migratetype,

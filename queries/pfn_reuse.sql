@@ -3,7 +3,7 @@
 -- When a page frame is freed and then allocated again, how long was it free and
 -- was it reused on the CPU that freed it? And how many allocations are freed on
 -- a different CPU from the one that allocated them (the alloc-on-one-CPU,
--- free-on-another pattern behind seed 001, where high-order pages sat cold on
+-- free-on-another pattern behind the per-CPU list study, where high-order pages sat cold on
 -- the freeing CPU's pcp list)?
 --
 -- Events of one pfn are put in time order (a free sorts before an allocation at
@@ -20,7 +20,7 @@
 --   pfn_reuse.histogram  log2 histogram of reuse intervals
 --   pfn_reuse.cross_cpu  alloc-free pairs freed on another CPU, by allocation order
 --
--- Caveats (kernel-tracing.md section 1): matched by head pfn. mm_page_free fires
+-- Caveats (KERNEL-ERAS.md section 1): matched by head pfn. mm_page_free fires
 -- for every free (mm_page_free_batched is not counted again); pages from the bulk
 -- allocator, compaction isolation and alloc_contig_range have no mm_page_alloc,
 -- so their frees pair only with an earlier traced allocation of the same pfn, if

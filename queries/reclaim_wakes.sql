@@ -2,14 +2,14 @@
 --
 -- How often, and for which orders, did allocations wake the background
 -- reclaim and compaction threads, and how long did tasks stall in direct
--- reclaim? Seed 003 (defrag_mode) wakes kswapd at pageblock order for every
--- fallback; seed 000 watched pgscan_kswapd.
+-- reclaim? The defrag_mode study (defrag_mode) wakes kswapd at pageblock order for every
+-- fallback; the high-atomic reservation study watched pgscan_kswapd.
 --
 -- Sections:
 --   reclaim_wakes                   wake-ups per run, source and order
 --   reclaim_wakes.direct_reclaim    direct reclaim stalls per run and order
 --
--- Caveats (kernel-tracing.md section 1): mm_vmscan_wakeup_kswapd fires only
+-- Caveats (KERNEL-ERAS.md section 1): mm_vmscan_wakeup_kswapd fires only
 -- when kswapd is actually woken; gfp 0 at order 0 is a watermark-boost wake;
 -- with defrag_mode=1 (6.15+) the wake order is raised to at least
 -- pageblock_order. mm_vmscan_kswapd_wake is kswapd starting to balance.

@@ -3,7 +3,7 @@
 -- How often did a THP fault get a huge page, how often did compaction succeed,
 -- and how many huge-page-order allocations did the allocator attempt and fail
 -- during the capture? The rates are vmstat deltas over the capture window (the
--- seed 000 and seed 003 headline metrics); the trace adds what vmstat cannot:
+-- the high-atomic and defrag_mode studies' headline metrics); the trace adds what vmstat cannot:
 -- attempts at the huge page order by any caller, with failures (pfn = -1UL).
 --
 -- @param thp_order INTEGER 9 the huge page order (9 = 2 MiB on x86-64 with 4 KiB pages)
@@ -28,7 +28,7 @@
 --   order_success_pct              100 * (attempts - failures) / attempts
 --   order_attempts_per_s           attempts per second of capture
 --
--- Caveats (kernel-tracing.md section 6): compact_stall = compact_success +
+-- Caveats (KERNEL-ERAS.md section 6): compact_stall = compact_success +
 -- compact_fail, and a skipped compaction counts in neither (6.18).
 -- thp_fault_fallback includes memcg charge failures; thp_fault_fallback_charge
 -- exists from 5.10 (NULL before). The order_* columns count every allocation at

@@ -17,7 +17,7 @@
 --   window_s         seconds between the two samples
 --   per_min          delta per minute of window (NULL when the window is 0)
 --
--- Caveats (kernel-tracing.md section 6): gauges (nr_free_pages, nr_*) are
+-- Caveats (KERNEL-ERAS.md section 6): gauges (nr_free_pages, nr_*) are
 -- included; their "rate" is the net change, not a flow. Counters present only
 -- on some kernels (e.g. *_proactive in 6.15+, thp_fault_fallback_charge from
 -- 5.10, per-order mTHP stats from 6.10) appear only for the runs that have them.

@@ -95,7 +95,7 @@ RUNS_SCHEMA = pa.schema([
     ("pageblock_order", pa.int32()),
 ])
 
-# Single-bit gfp names by kernel (kernel-tracing.md section 2). Composites come
+# Single-bit gfp names by kernel (KERNEL-ERAS.md section 2). Composites come
 # first in a real table; two are included so tests prove they are ignored.
 GFP_BITS = {
     "6.18": {"__GFP_DMA": 0x1, "__GFP_HIGHMEM": 0x2, "__GFP_DMA32": 0x4, "__GFP_MOVABLE": 0x8,

@@ -370,7 +370,7 @@ def test_light_preset_keeps_only_high_order_or_nonblocking_allocations(tmp_path,
                         "--", sys.executable, workload, "30")
     assert result.returncode == 0, result.stderr
     m = manifest(bundle)
-    # __GFP_DIRECT_RECLAIM is bit 10 on 6.x kernels (reference/kernel-tracing.md, section 2).
+    # __GFP_DIRECT_RECLAIM is bit 10 on 6.x kernels (queries/KERNEL-ERAS.md, section 2).
     if os.uname().release.split(".")[0] == "6":
         assert m["events"][0] == {"event": "kmem:mm_page_alloc",
                                   "filter": "order > 0 || !(gfp_flags & 0x400)"}

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LIVE_FORMAT = Path("/sys/kernel/tracing/events/kmem/mm_page_alloc/format")
 
 # Bit numbers of the live 6.18 kernel's gfp table, as read by hand from its
-# format (reference/kernel-tracing.md, section 2, "Live 6.18 table").
+# format (queries/KERNEL-ERAS.md, section 2, "Live 6.18 table").
 GFP_BITS_6_18 = {"__GFP_DMA": 0, "__GFP_HIGHMEM": 1, "__GFP_DMA32": 2, "__GFP_MOVABLE": 3,
                  "__GFP_RECLAIMABLE": 4, "__GFP_HIGH": 5, "__GFP_IO": 6, "__GFP_FS": 7,
                  "__GFP_ZERO": 8, "__GFP_DIRECT_RECLAIM": 10, "__GFP_KSWAPD_RECLAIM": 11,

@@ -1,7 +1,7 @@
 """The comparison statistics (queries/compare.py) on fixed per-run values.
 
 Oracles: the standard library's statistics module, hand computation of the
-mmtests formulas (reference/anchors.md), Welch's t from its textbook formula,
+mmtests formulas (mmtests' compare-kernels), Welch's t from its textbook formula,
 and an exact Mann-Whitney p-value by enumerating every split of the ranks.
 """
 import itertools
@@ -50,7 +50,7 @@ def test_percent_difference_against_a_zero_baseline():
     assert st.pct_diff(0.0, 3.0, "higher") == math.inf
     assert st.pct_diff(None, 3.0, "higher") is None
     assert st.percent_change(0.0, 5.0) == math.inf
-    assert st.percent_change(46727.07, 57054.53) == pytest.approx(22.10, abs=0.01)   # seed 003
+    assert st.percent_change(46727.07, 57054.53) == pytest.approx(22.10, abs=0.01)   # the defrag_mode study
 
 
 def test_band_test_by_hand():
@@ -112,7 +112,7 @@ def test_null_values_are_left_out_and_counted():
 
 
 @pytest.mark.parametrize("values, unit, text", [
-    ([1.2, 6.4, 3.3], "%", "1-6%"),          # seed 000's way
+    ([1.2, 6.4, 3.3], "%", "1-6%"),          # the high-atomic reservation study's way
     ([44.1, 78.0], "%", "44-78%"),
     ([309.0, 312.0], "", "309-312"),
     ([1.0], "", "1"),

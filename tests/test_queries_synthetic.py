@@ -4,7 +4,7 @@ SYNTHETIC DATA: this machine runs 6.18 only, has no procfs samples yet (capture
 is being written) and does not reach kswapd/direct-reclaim pressure on demand.
 The datasets here are written row by row by tests/kmdata.py in the contract
 layout, with the formats and gfp bit positions of the named kernels taken from
-../shared/reference/kernel-tracing.md (sections 1-3). Expected values are
+queries/KERNEL-ERAS.md (sections 1-3). Expected values are
 written out by hand from the kernel rules, not computed by the code under test.
 """
 import pytest

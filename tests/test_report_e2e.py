@@ -38,7 +38,7 @@ OVERVIEW_HEADINGS = ["Runs", "Event rates over time", "Allocation orders", "Atom
                      "Migratetype pollution", "HighAtomic reserve over time",
                      "Free pages and pageblocks per migratetype over time", "Hot page frames",
                      "Compaction timeline", "vmstat rates", "Lost events"]
-COMPARE_HEADINGS = ["Comparison table", "Per-metric distributions", "Seed 000", "Seed 001", "Seed 003"]
+COMPARE_HEADINGS = ["Comparison table", "Per-metric distributions", "High-atomic study", "Per-CPU list study", "defrag_mode study"]
 
 
 def kmemscope(*args, timeout=300):
