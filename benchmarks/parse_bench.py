@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 KMEMSCOPE = ROOT / ".venv" / "bin" / "kmemscope"
 LOCK = "/var/tmp/kmemscope-trace.lock"
+TRACEFS = Path("/sys/kernel/tracing")
 EVENTS = ["kmem:mm_page_alloc", "kmem:mm_page_free", "kmem:mm_page_alloc_zone_locked",
           "kmem:mm_page_pcpu_drain", "kmem:mm_page_alloc_extfrag", "compaction"]
 
@@ -38,16 +39,23 @@ def record(out, seconds):
     cmd = ["trace-cmd", "record", "-d", "--no-filter", "-C", "mono", "-b", "16384", "-o", str(out)]
     for e in EVENTS:
         cmd += ["-e", e]
+    # trace-cmd leaves its buffer size and tracing_on behind on hosts where it
+    # cannot reset tracefs: put them back as they were.
+    saved = {name: (TRACEFS / name).read_text().split()[0] for name in ("buffer_size_kb", "tracing_on")}
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1.5)
-        workers = [subprocess.Popen([sys.executable, str(HERE / "workload_churn.py"), str(seconds)])
-                   for _ in range(2)]
-        for w in workers:
-            w.wait()
-        rec.send_signal(signal.SIGINT)
-        rec.wait()
+        try:
+            time.sleep(1.5)
+            workers = [subprocess.Popen([sys.executable, str(HERE / "workload_churn.py"), str(seconds)])
+                       for _ in range(2)]
+            for w in workers:
+                w.wait()
+        finally:
+            rec.send_signal(signal.SIGINT)
+            rec.wait()
+            for name, value in saved.items():
+                (TRACEFS / name).write_text(value)
 
 
 def convert_v6(src, dst):
