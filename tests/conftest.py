@@ -36,13 +36,32 @@ def tracefs_available():
     return None
 
 
+# Settings that a trace-cmd run may leave changed on hosts where it cannot
+# reset tracefs; tests that record put them back when the session ends.
+RESTORED_SETTINGS = ("tracing_on", "buffer_size_kb", "trace_clock")
+
+
+def _read_setting(name):
+    text = (TRACEFS / name).read_text()
+    if name == "trace_clock":   # "[local] global ...": the selected one is in brackets
+        return text[text.index("[") + 1:text.index("]")] if "[" in text else text.split()[0]
+    return text.split()[0]
+
+
 @pytest.fixture(scope="session")
 def live_tracefs():
     """Skip unless the kernel can be traced here; yields the tracefs path."""
     reason = tracefs_available()
     if reason:
         pytest.skip(reason)
-    return TRACEFS
+    saved = {name: _read_setting(name) for name in RESTORED_SETTINGS}
+    yield TRACEFS
+    for name, value in saved.items():
+        try:
+            if _read_setting(name) != value:
+                (TRACEFS / name).write_text(value)
+        except OSError:
+            pass
 
 
 def _hold_tracing_lock():
