@@ -79,6 +79,11 @@ def parse(ctx, sources, dataset, labels, events, threads, quiet):
             click.echo(f"{source}: run {summary.run_id} {verb}: {summary.events:,} events "
                        f"in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
                        f"{summary.lost_events:,} lost", err=True)
+        if summary.unknown_events:
+            # A tracer that died can leave events enabled that the next trace
+            # records without their format: say so rather than drop them quietly.
+            click.echo(f"kmemscope: warning: {source}: {summary.unknown_events:,} records of "
+                       "event types whose format the file lacks were skipped", err=True)
     if failures:
         sys.exit(1)
 

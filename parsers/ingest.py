@@ -40,6 +40,7 @@ class RunSummary:
     events: int
     tables: dict = field(default_factory=dict)   # table -> rows
     lost_events: int = 0
+    unknown_events: int = 0     # records whose event id has no format in the file
     seconds: float = 0.0
     replaced: bool = False
 
@@ -211,16 +212,18 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
                 rows[table] = t.num_rows
 
         total_events = sum(st["events"] for st in stats)
+        unknown = sum(st["unknown_events"] for st in stats)
         merged_labels = dict((manifest or {}).get("labels") or {})
         merged_labels.update(labels or {})
         missed = sum(m for _, _, _, m in lost if m > 0)
         runs = _runs_table(trace, source, trace_path, sha, ts_range, total_events, missed,
-                           merged_labels, manifest)
+                           merged_labels, manifest, unknown)
         _write_table(staging, RUNS_TABLE, runs)
         rows[RUNS_TABLE] = 1
     event_rows = {t: n for t, n in rows.items()}
     return RunSummary(run_id=run_id, source=str(source), events=total_events, tables=event_rows,
-                      lost_events=missed, seconds=time.monotonic() - started)
+                      lost_events=missed, unknown_events=unknown,
+                      seconds=time.monotonic() - started)
 
 
 def _lost_events_table(lost, cpustats):
@@ -292,7 +295,8 @@ def _procfs_tables(bundle):
     return procfs.read_bundle_procfs(bundle)
 
 
-def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels, manifest):
+def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels, manifest,
+                unknown_events=0):
     import pyarrow as pa
 
     meta = trace.metadata()
@@ -309,6 +313,7 @@ def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels
         "last_ts": ts_range[1],
         "events": events,
         "lost_events": missed,
+        "unknown_events": unknown_events,
         "source_file": str(Path(trace_path).resolve()),
         "source": str(source),
         "sha256": sha,
@@ -325,7 +330,7 @@ def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels
         ("host", pa.string()), ("kernel_release", pa.string()), ("kernel_version", pa.string()),
         ("arch", pa.string()), ("cpus", pa.int32()), ("trace_clock", pa.string()),
         ("first_ts", pa.int64()), ("last_ts", pa.int64()), ("events", pa.int64()),
-        ("lost_events", pa.int64()), ("source_file", pa.string()), ("source", pa.string()),
+        ("lost_events", pa.int64()), ("unknown_events", pa.int64()), ("source_file", pa.string()), ("source", pa.string()),
         ("sha256", pa.string()), ("file_version", pa.int32()), ("compression", pa.string()),
         ("tracecmd_version", pa.string()), ("long_size", pa.int32()), ("page_size", pa.int32()),
         ("pageblock_order", pa.int32()), ("migratetypes", pa.list_(pa.string())),
