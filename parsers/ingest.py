@@ -171,7 +171,7 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
         hasher.start()
         trace = TraceFile(trace_path)
         if progress:
-            progress(("total", trace.layout.data_bytes))
+            progress(("total", trace.data_bytes()))
         event_ids = trace.select(events)
         if events and not event_ids:
             raise KmemscopeError(f"no event in {source} matches {', '.join(events)}",

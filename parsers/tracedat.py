@@ -41,6 +41,7 @@ class TraceFile:
 
     def __init__(self, path):
         self.path = str(path)
+        self._segments = None
         self.layout = layout_mod.read_layout(self.path, _tracedat.decompress)
         try:
             self.native = _tracedat.Trace(self.path)
@@ -93,7 +94,13 @@ class TraceFile:
         return meta
 
     def segments(self):
-        return layout_mod.segments(self.layout)
+        if self._segments is None:
+            self._segments = layout_mod.segments(self.layout)
+        return self._segments
+
+    def data_bytes(self):
+        """Bytes of ring-buffer pages to decode (after decompression): progress's total."""
+        return sum(seg.data_bytes for seg in self.segments())
 
     def decode(self, make_sink, event_ids=None, threads=None, progress=None):
         """Decode every segment; returns per-thread stats.
