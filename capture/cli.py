@@ -5,10 +5,11 @@ and `python3 -m kmemscope.capture` call main() directly. Only this module
 prints; errors are one line: `kmemscope: error: <what> (<what to do>)`.
 """
 import argparse
+import os
 import sys
 import traceback
 
-from kmemscope.capture import cleanup, lock, presets
+from kmemscope.capture import cleanup, lock, pack, presets
 from kmemscope.capture.errors import CaptureError
 from kmemscope.capture.recorder import Interrupted, Options, Recorder, check_host
 from kmemscope.capture.units import parse_duration, parse_size
@@ -57,6 +58,8 @@ def build_parser():
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="label the run, e.g. --label kernel=vanilla (repeatable)")
     p.add_argument("--zoneinfo", action="store_true", help="also sample /proc/zoneinfo")
+    p.add_argument("--pack", choices=pack.FORMATS, metavar="gz|zst",
+                   help="also write the bundle as one BUNDLE.tar.gz or .tar.zst to copy off the host")
     p.add_argument("--force", action="store_true",
                    help="replace an existing bundle; record even if someone else is tracing")
     p.add_argument("--trace-cmd", default="trace-cmd", metavar="PATH", help=argparse.SUPPRESS)
@@ -143,7 +146,11 @@ def main(argv=None):
             return 0
         if args.cleanup:
             return run_cleanup(args.trace_cmd)
-        Recorder(options_from_args(args, command), say).run()
+        options = options_from_args(args, command)
+        Recorder(options, say).run()
+        if args.pack:
+            archive = pack.pack(options.output, args.pack)
+            say("packed %s (%.1f MiB)" % (archive, os.path.getsize(archive) / (1 << 20)))
         return 0
     except CaptureError as exc:
         print("kmemscope: error: %s" % exc, file=sys.stderr)
