@@ -50,9 +50,12 @@ def cli(ctx, debug):
               help="Only events matching this glob (`kmem:*`, `mm_page_alloc`). Repeatable.")
 @click.option("--threads", type=click.IntRange(1, 256), default=None,
               help="Decoder threads (default: one per core).")
+@click.option("--derive", is_flag=True,
+              help="Also pair frees with reallocations now (hot_pfns and pfn_reuse need it; "
+                   "otherwise their first query does it).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
 @click.pass_context
-def parse(ctx, sources, dataset, labels, events, threads, quiet):
+def parse(ctx, sources, dataset, labels, events, threads, derive, quiet):
     """Parse trace.dat files or bundles into a Parquet dataset.
 
     Each input becomes one run, named by a hash of its trace.dat; parsing the
@@ -79,6 +82,8 @@ def parse(ctx, sources, dataset, labels, events, threads, quiet):
             click.echo(f"{source}: run {summary.run_id} {verb}: {summary.events:,} events "
                        f"in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
                        f"{summary.lost_events:,} lost", err=True)
+        if derive:
+            _derive(ctx, dataset, summary.run_id, quiet)
         if summary.unknown_events:
             # A tracer that died can leave events enabled that the next trace
             # records without their format: say so rather than drop them quietly.
@@ -86,6 +91,23 @@ def parse(ctx, sources, dataset, labels, events, threads, quiet):
                        "event types whose format the file lacks were skipped", err=True)
     if failures:
         sys.exit(1)
+
+
+def _derive(ctx, dataset, run_id, quiet):
+    """Build a run's derived pairing tables (queries/derive.py) right after parsing it."""
+    import time
+
+    from kmemscope.queries.derive import derive_runs
+
+    started = time.monotonic()
+    try:
+        derive_runs(dataset, [run_id])
+    except KmemscopeError as exc:
+        _report_error(ctx, exc)
+        return
+    if not quiet:
+        click.echo(f"run {run_id}: derived tables built in {time.monotonic() - started:.2f} s",
+                   err=True)
 
 
 class _progress:

@@ -1,0 +1,22 @@
+"""`parse --derive` builds the pairing tables at parse time; the analyses answer the same."""
+import pytest
+
+from conftest import EXAMPLES
+from kmrun import kmemscope
+
+EXAMPLE = EXAMPLES / "kmem-compaction" / "trace.dat"
+
+
+def test_parse_derive_builds_pairs_that_queries_use_unchanged(tmp_path):
+    if not EXAMPLE.is_file():
+        pytest.skip("the example trace is missing")
+    eager, lazy = tmp_path / "eager", tmp_path / "lazy"
+    out = kmemscope("parse", EXAMPLE, "-o", eager, "--derive")
+    assert "derived tables built" in out.stderr
+    assert list((eager / "_derived" / "page_pairs").glob("run_id=*/*.parquet"))
+    kmemscope("parse", "-q", EXAMPLE, "-o", lazy)
+    assert not (lazy / "_derived").exists()
+    for query in ("hot_pfns", "pfn_reuse.cross_cpu"):
+        eager_out = kmemscope("query", query, eager, "--format", "csv").stdout
+        lazy_out = kmemscope("query", query, lazy, "--format", "csv").stdout
+        assert eager_out == lazy_out and len(eager_out.splitlines()) > 1
