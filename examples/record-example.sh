@@ -8,3 +8,9 @@ set -eu
 HERE=$(dirname "$0")
 sync; echo 3 > /proc/sys/vm/drop_caches
 kmemscope record -o "$1" --buffer-kb 32768 --label kernel=example -- "$HERE/squeeze-workload.sh"
+
+# examples/memory-pressure/ (1 MB: kswapd and kcompactd wake-ups, direct reclaim,
+# direct compaction with deferrals) was recorded the same way with the
+# compaction preset:
+#   sync; echo 3 > /proc/sys/vm/drop_caches
+#   kmemscope record -o OUT --preset compaction -- examples/pressure-workload.sh

@@ -2,7 +2,7 @@
 --
 -- How often, and for which orders, did allocations wake the background
 -- reclaim and compaction threads, and how long did tasks stall in direct
--- reclaim? The defrag_mode study (defrag_mode) wakes kswapd at pageblock order for every
+-- reclaim? The defrag_mode study: defrag_mode wakes kswapd at pageblock order for every
 -- fallback; the high-atomic reservation study watched pgscan_kswapd.
 --
 -- Sections:
