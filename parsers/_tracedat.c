@@ -624,8 +624,7 @@ PyMODINIT_FUNC PyInit__tracedat(void)
 	TraceFileError = PyErr_NewException("kmemscope.parsers._tracedat.TraceFileError", NULL, NULL);
 	if (!TraceFileError || PyModule_AddObjectRef(m, "TraceFileError", TraceFileError) ||
 	    PyModule_AddObjectRef(m, "Trace", (PyObject *)&TraceType) ||
-	    PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType) ||
-	    PyModule_AddIntConstant(m, "COL_STACK", COL_STACK)) {
+	    PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType)) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kmemscope.capture.tracefs import parse_cpu_stats
 from kmemscope.errors import KmemscopeError, TraceFileError
 
 RUNS_TABLE = "runs"
@@ -122,18 +123,19 @@ class _PartSink:
     """One worker thread's Parquet writers, one file per table."""
 
     def __init__(self, staging, index, rows_by_table, lock):
+        import pyarrow.parquet as pq
+
+        self.pq = pq
         self.staging, self.index = staging, index
         self.writers = {}
         self.rows, self.lock = rows_by_table, lock
 
     def __call__(self, table, batch):
-        import pyarrow.parquet as pq
-
         writer = self.writers.get(table)
         if writer is None:
             d = self.staging / table
             d.mkdir(parents=True, exist_ok=True)
-            writer = self.writers[table] = pq.ParquetWriter(
+            writer = self.writers[table] = self.pq.ParquetWriter(
                 str(d / f"part-{self.index}.parquet"), batch.schema,
                 compression=PARQUET_COMPRESSION, use_dictionary=["comm"],
                 # Min/max statistics cost a fifth of the write time; only ts's
@@ -239,14 +241,14 @@ def _lost_events_table(lost, cpustats):
         missed.append(m if m > 0 else None)
         source.append("ring_buffer_marker")
     for text in cpustats:
-        stat = _parse_cpustat(text)
-        for key in ("overrun", "dropped events"):
+        stat = parse_cpu_stats(text)
+        for key, name in (("overrun", "cpustat_overrun"), ("dropped_events", "cpustat_dropped")):
             if stat.get(key):
                 buffers.append("")
                 cpus.append(stat.get("cpu", -1))
                 ts.append(None)
                 missed.append(stat[key])
-                source.append("cpustat_" + key.replace(" events", ""))
+                source.append(name)
     return pa.table({
         "buffer": pa.array(buffers, pa.string()),
         "cpu": pa.array(cpus, pa.int32()),
@@ -254,20 +256,6 @@ def _lost_events_table(lost, cpustats):
         "missed": pa.array(missed, pa.int64()),
         "source": pa.array(source, pa.string()),
     })
-
-
-def _parse_cpustat(text):
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        key, value = key.strip().lower(), value.strip()
-        try:
-            out[key] = int(value)
-        except ValueError:
-            continue
-    return out
 
 
 def _print_flags_table(rows):

@@ -15,6 +15,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 
+from kmemscope.capture.tracefs import selected
 from kmemscope.errors import TraceFileError
 
 MAGIC = b"\x17\x08\x44tracing"
@@ -167,10 +168,8 @@ def _apply_option(layout, r, opt_id, data, buffer_opts):
     elif opt_id == OPT_VERSION:
         layout.tracecmd_version = _cstrings(data)[0]
     elif opt_id == OPT_TRACECLOCK:
-        text = _cstrings(data)[0]
         # The file stores tracefs's trace_clock, with the chosen clock in brackets.
-        start, end = text.find("["), text.find("]")
-        layout.trace_clock = text[start + 1:end] if 0 <= start < end else text.strip()
+        layout.trace_clock = selected(_cstrings(data)[0])
     elif opt_id == OPT_CPUCOUNT and len(data) >= 4:
         (layout.cpu_count,) = struct.unpack(r.endian + "I", data[:4])
     elif opt_id == OPT_CPUSTAT:

@@ -192,8 +192,7 @@ def _derive_one(parts, root, run, sig, threads):
             "pfn_allocs": _PFN_ALLOCS_SQL.format(allocs="SELECT pfn FROM allocs"),
         }
         for name, sql in sqls.items():
-            rel = con.sql(sql)
-            table = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+            table = ds.query_arrow(con, sql)
             out[name] = _write(root, name, run, sig, table)
     finally:
         con.close()

@@ -479,8 +479,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
         con.execute(f"CREATE TEMP TABLE query_params AS SELECT {cols or '1 AS none'}", bound)
         for stmt in _statements(a.prelude):
             con.execute(stmt)
-        rel = con.sql(section.sql, params=_used(section.sql, bound))
-        table = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+        table = ds.query_arrow(con, section.sql, _used(section.sql, bound))
     except Exception as exc:   # duckdb.Error subclasses; keep the first line only
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise QueryError(f"query {qname} failed: {msg}") from exc

@@ -42,10 +42,10 @@ RESTORED_SETTINGS = ("tracing_on", "buffer_size_kb", "trace_clock")
 
 
 def _read_setting(name):
+    from kmemscope.capture.tracefs import selected
+
     text = (TRACEFS / name).read_text()
-    if name == "trace_clock":   # "[local] global ...": the selected one is in brackets
-        return text[text.index("[") + 1:text.index("]")] if "[" in text else text.split()[0]
-    return text.split()[0]
+    return selected(text) if name == "trace_clock" else text.split()[0]
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,21 @@ static bool is_stack_event(struct tep_event *ev)
 }
 
 /* Decide how each field of an event's recorded format becomes an Arrow column. */
+/* A char array is a string; any other array is a list of integers of its
+ * element size, or raw bytes when that size is not 1, 2, 4 or 8. */
+static void array_plan(struct col_plan *c, struct tep_format_field *f, enum col_kind string_kind,
+		       enum col_kind list_kind)
+{
+	if (f->flags & TEP_FIELD_IS_STRING) {
+		c->kind = string_kind;
+		return;
+	}
+	c->kind = list_kind;
+	c->width = f->elementsize;
+	if (!valid_width(c->width))
+		c->kind = COL_BIN;
+}
+
 static struct col_plan field_plan(struct tep_format_field *f)
 {
 	struct col_plan c = { .name = f->name, .offset = f->offset, .size = f->size,
@@ -65,14 +80,7 @@ static struct col_plan field_plan(struct tep_format_field *f)
 	c.is_signed = fl & TEP_FIELD_IS_SIGNED;
 	if (fl & TEP_FIELD_IS_DYNAMIC) {
 		c.relative = fl & TEP_FIELD_IS_RELATIVE;
-		if (fl & TEP_FIELD_IS_STRING) {
-			c.kind = COL_DYNSTR;
-		} else {
-			c.kind = COL_DYNARR;
-			c.width = f->elementsize;
-			if (!valid_width(c.width))
-				c.kind = COL_BIN;
-		}
+		array_plan(&c, f, COL_DYNSTR, COL_DYNARR);
 	} else if (f->size == 0 && !(fl & TEP_FIELD_IS_ARRAY)) {
 		/* Older kernels declare print's trailing buffer as `char buf;` of size 0. */
 		c.flexible = true;
@@ -81,14 +89,7 @@ static struct col_plan field_plan(struct tep_format_field *f)
 		/* ftrace's print and bprint end in `char buf[]` / `u32 buf[]`: size 0 in
 		 * the format, filled up to the end of the record. */
 		c.flexible = f->size == 0 || f->arraylen == 0;
-		if (fl & TEP_FIELD_IS_STRING) {
-			c.kind = COL_STR;
-		} else {
-			c.kind = COL_ARR;
-			c.width = f->elementsize;
-			if (!valid_width(c.width))
-				c.kind = COL_BIN;
-		}
+		array_plan(&c, f, COL_STR, COL_ARR);
 	} else if (valid_width(f->size)) {
 		c.kind = COL_INT;
 		c.width = f->size;
