@@ -26,6 +26,39 @@ POLL_S = 0.1
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Share of MemAvailable that the ring buffers may take before record refuses.
 MAX_BUFFER_SHARE = 0.25
+# Free space record wants above --min-free before it starts: room for
+# trace-cmd's first flushes, the procfs samples and the manifest.
+START_ROOM = 64 << 20
+
+
+def free_space_refusal(free, where, min_free):
+    """The error text when `free` bytes under `where` cannot take a recording, else None."""
+    needed = min_free + START_ROOM
+    if free >= needed:
+        return None
+    return ("only %s free under %s, %s short of the %s that record needs there: "
+            "the --min-free margin %s + %s to start"
+            % (format_size(free), where, format_size(needed - free), format_size(needed),
+               format_size(min_free), format_size(START_ROOM)))
+
+
+def trace_room(free, min_free):
+    """Trace data that fits before free space falls to min_free.
+
+    trace-cmd writes per-CPU files and then copies them into trace.dat, so
+    each byte of trace data needs two bytes of disk until the copy ends.
+    """
+    return max(0, (free - min_free) // 2)
+
+
+def size_limit_text(max_size, free, where, min_free):
+    """The 'at most ...' part of the start line, naming whichever limit is lower."""
+    room = trace_room(free, min_free)
+    if room >= max_size:
+        return "at most %s" % format_size(max_size)
+    return ("at most %s of trace data: %s free under %s minus the --min-free margin %s, "
+            "halved because trace.dat is merged from per-CPU copies"
+            % (format_size(room), format_size(free), where, format_size(min_free)))
 
 
 class Options:
@@ -109,11 +142,9 @@ class Recorder:
         if opt.interval <= 0:
             raise CaptureError("--interval must be positive")
         parent = os.path.dirname(bundle_mod.check_output(opt.output, opt.force))
-        free = bundle_mod.free_bytes(parent)
-        if free < opt.min_free + (64 << 20):
-            raise CaptureError("only %s free under %s, less than the --min-free margin %s"
-                               % (format_size(free), parent, format_size(opt.min_free)),
-                               "free some space, choose another -o, or lower --min-free")
+        refusal = free_space_refusal(bundle_mod.free_bytes(parent), parent, opt.min_free)
+        if refusal:
+            raise CaptureError(refusal, "free some space, choose another -o, or lower --min-free")
         ncpu = len(tfs.cpu_dirs(tracefs)) or os.cpu_count() or 1
         avail_kb = hostinfo.meminfo_kb("MemAvailable")
         if avail_kb and opt.buffer_kb * ncpu > avail_kb * MAX_BUFFER_SHARE and not opt.force:
@@ -195,7 +226,9 @@ class Recorder:
             sampler.open()
             sampler.sample()
             sampler.start()
-            self.say("recording %s to %s (%s)" % (preset or "events", out, self._limits_text()))
+            # Free space as if no trace data were written yet: the stop rule counts it twice.
+            free = bundle_mod.free_bytes(out) + tc.data_bytes()
+            self.say("recording %s to %s (%s)" % (preset or "events", out, self._limits_text(out, free)))
             command = self._start_command()
             self._monitor(tc, sampler, command, manifest["start"]["mono_ns"])
             manifest["command"] = self._finish_command(command)
@@ -229,14 +262,14 @@ class Recorder:
                 bundle_mod.restrict_permissions(out)
         return self._finish(out, trace_dat, trace_cmd, tc, manifest, last_stats, sampler)
 
-    def _limits_text(self):
+    def _limits_text(self, out, free):
         opt = self.opt
         parts = []
         if opt.duration:
             parts.append("for %g s" % opt.duration)
         if opt.command:
             parts.append("while %s runs" % os.path.basename(opt.command[0]))
-        parts.append("at most %s" % format_size(opt.max_size))
+        parts.append(size_limit_text(opt.max_size, free, out, opt.min_free))
         parts.append("Ctrl-C stops")
         return ", ".join(parts)
 

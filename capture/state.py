@@ -46,8 +46,13 @@ def snapshot(tracefs, touched_events=()):
         snap[name] = _try_read(tracefs, name)
     clock = _try_read(tracefs, "trace_clock")
     snap["trace_clock"] = tfs.selected(clock) if clock is not None else None
-    snap["buffer_size_kb"] = {str(cpu): _try_read(tracefs, "per_cpu/cpu%d/buffer_size_kb" % cpu)
-                              for cpu in tfs.cpu_dirs(tracefs)}
+    # Saved as the size a tracer would get: on a fresh boot the buffer is not
+    # yet expanded ('7 (expanded: 1408)'), and writing back the token 7 would
+    # leave every later tracer a 7 KiB buffer. No write can un-expand it.
+    readings = tfs.buffer_readings(tracefs)
+    snap["buffer_size_kb_text"] = readings[0]
+    snap["buffer_size_kb"] = {str(cpu): (str(kb) if kb is not None else None) for cpu, kb
+                              in tfs.effective_buffer_kb(*readings).items()}
     snap["options"] = {}
     for path in sorted(glob.glob(os.path.join(tracefs, "options", "*"))):
         value = _try_read(tracefs, os.path.join("options", os.path.basename(path)))
@@ -114,8 +119,12 @@ def restore(snap):
         current = _try_read(tracefs, "trace_clock")
         if current is not None and tfs.selected(current) != snap["trace_clock"]:
             put("trace_clock", snap["trace_clock"])
-    for cpu, value in snap["buffer_size_kb"].items():
-        put("per_cpu/cpu%s/buffer_size_kb" % cpu, value)
+    current = tfs.effective_buffer_kb(*tfs.buffer_readings(tracefs))
+    for cpu, want in buffer_writes(snap["buffer_size_kb"], current).items():
+        try:
+            tfs.write(tracefs, "per_cpu/cpu%s/buffer_size_kb" % cpu, str(want))
+        except OSError as exc:
+            problems.append("per_cpu/cpu%s/buffer_size_kb: %s" % (cpu, exc.strerror))
     for name in SCALAR_FILES:
         if name != "tracing_on":
             put(name, snap[name])
@@ -123,12 +132,34 @@ def restore(snap):
     return problems
 
 
+def buffer_writes(saved, current):
+    """{cpu: KiB to write} to give each CPU the size a tracer got before.
+
+    saved: a snapshot's {cpu string: KiB string or None} (state files of older
+    versions hold the raw per-CPU text, which parses the same); current:
+    effective_buffer_kb() now. A CPU already at its size is left alone, so an
+    unexpanded buffer that is still unexpanded stays untouched.
+    """
+    out = {}
+    for cpu, value in saved.items():
+        if value is None:
+            continue
+        try:
+            now, expanded = tfs.parse_buffer_size(value)
+        except ValueError:
+            continue
+        want = expanded if expanded is not None else now
+        if current.get(int(cpu)) != want:
+            out[cpu] = want
+    return out
+
+
 def differences(before, after):
     """Human-readable list of what differs between two snapshots (tests, verification)."""
     out = []
     for key in sorted(set(before) | set(after)):
-        if key in ("filters",):
-            continue
+        if key in ("filters", "buffer_size_kb_text"):
+            continue  # the raw text changes once the buffer expands; buffer_size_kb compares sizes
         a, b = before.get(key), after.get(key)
         if a != b:
             out.append("%s: %r -> %r" % (key, a, b))

@@ -6,6 +6,7 @@ one that trace-cmd records from by default.
 import errno
 import glob
 import os
+import re
 
 from kmemscope.capture.errors import CaptureError
 
@@ -39,6 +40,85 @@ def selected(text):
         if word.startswith("[") and word.endswith("]"):
             return word[1:-1]
     return text.strip()
+
+
+_BUFFER_SIZE = re.compile(r"^\s*(\d+)(?:\s*\(expanded:\s*(\d+)\))?\s*$")
+_DATA_FIELD = re.compile(r"field:\s*char\s+data;.*?size:\s*(\d+);")
+
+
+def parse_buffer_size(text):
+    """A buffer_size_kb (or buffer_total_size_kb) reading -> (KiB now, KiB once expanded).
+
+    Until something first traces, the kernel keeps the top-level ring buffer
+    at a token size and the file reads '7 (expanded: 1408)': tracing would
+    grow it by asking for 1408 KiB per CPU. Once expanded (or written) it
+    reads '1410', and the second value is None. 'X' (per-CPU sizes differ)
+    and anything else raise ValueError.
+    """
+    m = _BUFFER_SIZE.match(text)
+    if not m:
+        raise ValueError("not a buffer size: %r" % text)
+    return int(m.group(1)), (int(m.group(2)) if m.group(2) is not None else None)
+
+
+def parse_data_size(header_page):
+    """Bytes of event data per sub-buffer, from events/header_page; None if absent."""
+    m = _DATA_FIELD.search(header_page or "")
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
+
+
+def resized_kb(kb, data_bytes):
+    """What buffer_size_kb reads after asking for `kb` KiB.
+
+    The kernel allocates whole sub-buffers of data_bytes each, at least two,
+    and reports what it allocated: asking for 1408 gives 1410 with 4 KiB
+    sub-buffers (4080 data bytes). Writing back a size read this way gives
+    the same size again.
+    """
+    pages = max(2, -(-kb * 1024 // data_bytes))
+    return pages * data_bytes >> 10
+
+
+def effective_buffer_kb(top_text, per_cpu_texts, data_bytes=None):
+    """{cpu: KiB per CPU a tracer would get (None if unknown)}.
+
+    top_text: the top-level buffer_size_kb reading (None if unreadable);
+    per_cpu_texts: {cpu: per_cpu/cpuN/buffer_size_kb reading or None};
+    data_bytes: parse_data_size() of events/header_page. The per-CPU files
+    never show the expansion (they read '7' on a fresh boot), so an
+    unexpanded top level decides for every CPU: the kernel keeps all CPUs
+    the same size until the first write or trace expands them all.
+    """
+    expanded = None
+    if top_text is not None:
+        try:
+            expanded = parse_buffer_size(top_text)[1]
+        except ValueError:
+            pass  # 'X': sizes differ, so the buffer is expanded; the per-CPU files say it
+    if expanded is not None and data_bytes:
+        expanded = resized_kb(expanded, data_bytes)
+    out = {}
+    for cpu, text in per_cpu_texts.items():
+        if expanded is not None:
+            out[cpu] = expanded
+            continue
+        try:
+            out[cpu] = parse_buffer_size(text)[0] if text is not None else None
+        except ValueError:
+            out[cpu] = None
+    return out
+
+
+def buffer_readings(tracefs):
+    """The arguments of effective_buffer_kb, read from tracefs (None where unreadable)."""
+    def attempt(name):
+        try:
+            return read(tracefs, name)
+        except OSError:
+            return None
+
+    per_cpu = {cpu: attempt("per_cpu/cpu%d/buffer_size_kb" % cpu) for cpu in cpu_dirs(tracefs)}
+    return attempt("buffer_size_kb"), per_cpu, parse_data_size(attempt("events/header_page"))
 
 
 def cpu_dirs(tracefs):

@@ -6,6 +6,7 @@ kmemscope.capture.state (it is the oracle for "record put everything back").
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +31,33 @@ while time.monotonic() < end:
 """
 
 
+def buffer_kb_for_a_tracer(top, per_cpu):
+    """(top-level KiB, sorted per-CPU KiB) that the next tracer would get, as strings.
+
+    A freshly booted kernel reads '7 (expanded: 1408)' at the top level and '7'
+    per CPU: tracing grows the buffer by asking for 1408 KiB per CPU, which
+    no write can undo. What that request gives is read from the kernel itself,
+    off a new instance (instances start at the same requested size).
+    """
+    if not re.fullmatch(r"\d+ \(expanded: \d+\)", top.strip()):
+        return top.strip(), sorted(t.strip() for t in per_cpu)
+    size = new_instance_buffer_kb()
+    return size, [size] * len(per_cpu)
+
+
+def new_instance_buffer_kb():
+    """buffer_size_kb of a just-created tracefs instance (created and removed here)."""
+    probe = TRACEFS / "instances" / ("kmemscope-test-probe-%d" % os.getpid())
+    try:
+        probe.mkdir()
+    except OSError as exc:
+        return "<no instance: %s>" % exc.strerror
+    try:
+        return (probe / "buffer_size_kb").read_text().strip()
+    finally:
+        probe.rmdir()
+
+
 def tracing_state():
     """What record may change, read straight from tracefs."""
     def read(rel):
@@ -39,9 +67,10 @@ def tracing_state():
             return "<%s>" % exc.strerror
 
     state = {name: read(name) for name in ("tracing_on", "trace_clock", "current_tracer",
-                                           "buffer_size_kb", "buffer_percent", "events/enable")}
-    state["per_cpu_buffer_kb"] = sorted(read(os.path.relpath(p, TRACEFS)) for p in
-                                        glob.glob(str(TRACEFS / "per_cpu/cpu*/buffer_size_kb")))
+                                           "buffer_percent", "events/enable")}
+    state["buffer_size_kb"], state["per_cpu_buffer_kb"] = buffer_kb_for_a_tracer(
+        read("buffer_size_kb"), [read(os.path.relpath(p, TRACEFS)) for p in
+                                 glob.glob(str(TRACEFS / "per_cpu/cpu*/buffer_size_kb"))])
     state["options"] = {os.path.basename(p): read(os.path.relpath(p, TRACEFS))
                         for p in glob.glob(str(TRACEFS / "options/*"))}
     state["enabled"] = sorted(p for p in glob.glob(str(TRACEFS / "events/*/*/enable"))

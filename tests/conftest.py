@@ -45,7 +45,11 @@ def _read_setting(name):
     from kmemscope.capture.tracefs import selected
 
     text = (TRACEFS / name).read_text()
-    return selected(text) if name == "trace_clock" else text.split()[0]
+    if name == "buffer_size_kb":
+        # The size a tracer would get: '7 (expanded: 1408)' on a fresh boot is 1408.
+        from capture_helpers import buffer_kb_for_a_tracer
+        return buffer_kb_for_a_tracer(text, [])[0]
+    return selected(text) if name == "trace_clock" else text.strip()
 
 
 @pytest.fixture(scope="session")

@@ -232,13 +232,25 @@ def test_stops_before_free_space_falls_below_the_margin(tmp_path, before, worklo
         assert result.returncode == 0, result.stderr
         assert time.monotonic() - started < 30
         assert "stopping early: free space under" in result.stderr
+        # The start line names the free-space bound, which is lower than --max-size here.
+        room = re.search(r"at most ([\d.]+) MiB of trace data: ([\d.]+) MiB free under (\S+) minus "
+                         r"the --min-free margin 160.0 MiB, halved", result.stderr)
+        assert room, result.stderr
+        assert abs(float(room.group(1)) - (float(room.group(2)) - 160) / 2) <= 0.1
         m = manifest(small / "bundle")
         assert m["status"] == "complete" and "--min-free margin" in m["stop_reason"]
         assert trace_cmd_report(small / "bundle" / "trace.dat")
         # Refused up front when the margin is not there at all.
         refused = run_record("-o", small / "again", "--min-free", "1G", "--duration", "1s")
         assert refused.returncode == 1
-        assert_one_error_line(refused.stderr, "less than the --min-free margin")
+        assert_one_error_line(refused.stderr, "that record needs there: the --min-free margin 1.0 GiB "
+                              "+ 64.0 MiB to start")
+        free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
+        shown = re.search(r"only ([\d.]+) MiB free under \S+, ([\d.]+) MiB short of the 1.1 GiB",
+                          refused.stderr)
+        assert shown, refused.stderr
+        assert abs(float(shown.group(1)) - free / 2**20) <= 0.1
+        assert abs(float(shown.group(2)) - (1024 + 64 - free / 2**20)) <= 0.1
     finally:
         subprocess.run(["umount", str(small)], check=True)
 

@@ -240,3 +240,152 @@ def test_a_missing_trace_cmd_is_one_clear_line(tmp_path):
     assert result.stderr.startswith(("kmemscope: error: trace-cmd is not installed",
                                      "kmemscope: error: recording needs root"))
     assert not (tmp_path / "b").exists()
+
+
+# ---------------------------------------------------------------- ring buffer sizes
+
+TRACEFS_DATA = ROOT / "tests" / "data" / "tracefs"
+FRESH = TRACEFS_DATA / "fresh-boot-6.18"
+TRACED = TRACEFS_DATA / "after-record-6.18"
+
+
+def _reading(directory, name):
+    return (directory / name).read_text().rstrip("\n")
+
+
+def test_buffer_size_readings_of_a_fresh_and_a_traced_kernel():
+    assert tracefs.parse_buffer_size(_reading(FRESH, "buffer_size_kb")) == (7, 1408)
+    assert tracefs.parse_buffer_size(_reading(FRESH, "buffer_total_size_kb")) == (14, 2816)
+    assert tracefs.parse_buffer_size(_reading(FRESH, "per_cpu_cpu0_buffer_size_kb")) == (7, None)
+    assert tracefs.parse_buffer_size(_reading(TRACED, "buffer_size_kb")) == (1410, None)
+    assert tracefs.parse_buffer_size(_reading(TRACED, "buffer_total_size_kb")) == (2820, None)
+    assert tracefs.parse_buffer_size("32771\n") == (32771, None)
+    for bad in ("X", "", "7 (expanded:)", "-1", "1.5"):
+        with pytest.raises(ValueError):
+            tracefs.parse_buffer_size(bad)
+
+
+def test_header_page_gives_the_data_bytes_per_sub_buffer():
+    assert tracefs.parse_data_size(_reading(FRESH, "events_header_page")) == 4080
+    assert tracefs.parse_data_size("") is None and tracefs.parse_data_size(None) is None
+
+
+def _resize_table():
+    rows = []
+    for line in (TRACEFS_DATA / "resize-6.18.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            rows.append(tuple(int(w) for w in line.split()))
+    return rows
+
+
+@pytest.mark.parametrize("data_bytes, written, read_back", _resize_table())
+def test_resized_size_matches_what_the_kernel_read_back(data_bytes, written, read_back):
+    assert tracefs.resized_kb(written, data_bytes) == read_back
+    # Writing back what was read keeps the size (what restoring a snapshot does).
+    assert tracefs.resized_kb(read_back, data_bytes) == read_back
+
+
+def test_effective_size_of_a_fresh_boot_is_what_a_tracer_would_get():
+    data = tracefs.parse_data_size(_reading(FRESH, "events_header_page"))
+    per_cpu = {0: _reading(FRESH, "per_cpu_cpu0_buffer_size_kb"),
+               1: _reading(FRESH, "per_cpu_cpu1_buffer_size_kb")}
+    top = _reading(FRESH, "buffer_size_kb")
+    # The per-CPU files read 7; the buffer grows to the kernel's 1408 KiB request, 1410 read back
+    # (after-record-6.18 is what the same machine read once it had traced).
+    expected = int(_reading(TRACED, "per_cpu_cpu0_buffer_size_kb"))
+    assert tracefs.effective_buffer_kb(top, per_cpu, data) == {0: expected, 1: expected}
+    assert tracefs.effective_buffer_kb(top, per_cpu) == {0: 1408, 1: 1408}  # no header_page
+    # Traced: the per-CPU files are the truth; 'X' means they differ.
+    assert tracefs.effective_buffer_kb("8195", {0: "8195", 1: "8195"}, data) == {0: 8195, 1: 8195}
+    assert tracefs.effective_buffer_kb("X", {0: "8195", 1: "2003"}, data) == {0: 8195, 1: 2003}
+    assert tracefs.effective_buffer_kb(None, {0: None, 1: "junk"}, data) == {0: None, 1: None}
+
+
+def _fake_tracefs(root, source):
+    """A directory laid out like tracefs, holding the files read from a real one."""
+    for name in ("tracing_on", "current_tracer", "buffer_percent", "saved_cmdlines_size",
+                 "tracing_cpumask", "trace_clock", "buffer_size_kb", "buffer_total_size_kb"):
+        (root / name).write_text((source / name).read_text())
+    (root / "events").mkdir()
+    (root / "events" / "enable").write_text(_reading(source, "events_enable") + "\n")
+    (root / "events" / "header_page").write_text((source / "events_header_page").read_text())
+    for cpu in (0, 1):
+        (root / "per_cpu" / ("cpu%d" % cpu)).mkdir(parents=True)
+        (root / "per_cpu" / ("cpu%d" % cpu) / "buffer_size_kb").write_text(
+            (source / ("per_cpu_cpu%d_buffer_size_kb" % cpu)).read_text())
+    (root / "options").mkdir()
+    for line in (source / "options.txt").read_text().splitlines():
+        name, value = line.split()
+        (root / "options" / name).write_text(value + "\n")
+    return root
+
+
+def _files(root):
+    return {str(p.relative_to(root)): p.read_text().strip() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_restore_on_a_fresh_boot_that_never_traced_writes_nothing(tmp_path):
+    from kmemscope.capture import state
+    fake = _fake_tracefs(tmp_path, FRESH)
+    before = _files(fake)
+    snap = state.snapshot(str(fake), ["kmem"])
+    assert snap["buffer_size_kb"] == {"0": "1410", "1": "1410"}
+    assert snap["buffer_size_kb_text"] == "7 (expanded: 1408)"
+    assert state.restore(snap) == []
+    # Same values everywhere (restore stops and restarts tracing_on, which expands nothing);
+    # above all no buffer size was written, so the token buffer stays unexpanded.
+    assert _files(fake) == before
+    assert (fake / "per_cpu" / "cpu0" / "buffer_size_kb").read_text() == "7\n"
+
+
+def test_restore_after_tracing_a_fresh_boot_leaves_the_size_a_tracer_would_get(tmp_path):
+    from kmemscope.capture import state
+    fake = _fake_tracefs(tmp_path, FRESH)
+    snap = state.snapshot(str(fake), ["kmem"])
+    # What trace-cmd -b 8192 leaves behind (8195 read back, see resize-6.18.txt).
+    for name in ("buffer_size_kb", "per_cpu/cpu0/buffer_size_kb", "per_cpu/cpu1/buffer_size_kb"):
+        (fake / name).write_text("8195\n")
+    (fake / "trace_clock").write_text("local global counter uptime perf [mono] mono_raw boot tai x86-tsc\n")
+    assert state.restore(snap) == []
+    # Not the token 7 the per-CPU files read at boot, and what the real machine read afterwards.
+    for cpu in (0, 1):
+        assert (fake / "per_cpu" / ("cpu%d" % cpu) / "buffer_size_kb").read_text() == \
+            _reading(TRACED, "per_cpu_cpu%d_buffer_size_kb" % cpu)
+    assert tracefs.selected((fake / "trace_clock").read_text()) == "local"
+
+
+def test_buffer_writes_compare_sizes_not_text():
+    from kmemscope.capture.state import buffer_writes
+    saved = {"0": "1410", "1": "1410"}
+    assert buffer_writes(saved, {0: 1410, 1: 1410}) == {}
+    assert buffer_writes(saved, {0: 8195, 1: 1410}) == {"0": 1410}
+    assert buffer_writes({"0": None, "1": "X"}, {0: 8195, 1: 8195}) == {}
+    # A state file written before sizes were saved this way holds the raw per-CPU text.
+    assert buffer_writes({"0": "8195"}, {0: 1410}) == {"0": 8195}
+
+
+# ---------------------------------------------------------------- free space
+
+def test_free_space_refusal_shows_the_margin_and_the_room_to_start():
+    from kmemscope.capture.recorder import START_ROOM, free_space_refusal
+    assert START_ROOM == 64 << 20
+    # 1 GiB + 40 MiB free is more than --min-free 1G, yet short of what record needs.
+    text = free_space_refusal((1 << 30) + (40 << 20), "/var/tmp", 1 << 30)
+    assert text == ("only 1.0 GiB free under /var/tmp, 24.0 MiB short of the 1.1 GiB that "
+                    "record needs there: the --min-free margin 1.0 GiB + 64.0 MiB to start")
+    assert free_space_refusal(200 << 20, "/x", 160 << 20) == (
+        "only 200.0 MiB free under /x, 24.0 MiB short of the 224.0 MiB that record needs there: "
+        "the --min-free margin 160.0 MiB + 64.0 MiB to start")
+    assert free_space_refusal((1 << 30) + START_ROOM, "/x", 1 << 30) is None
+
+
+def test_size_limit_names_the_lower_of_max_size_and_free_space():
+    from kmemscope.capture.recorder import size_limit_text, trace_room
+    assert size_limit_text(2 << 30, 10 << 30, "/o", 1 << 30) == "at most 2.0 GiB"
+    # 3 GiB free, 1 GiB kept free: 2 GiB to share between the per-CPU files and trace.dat.
+    assert trace_room(3 << 30, 1 << 30) == 1 << 30
+    assert size_limit_text(2 << 30, 3 << 30, "/o", 1 << 30) == (
+        "at most 1.0 GiB of trace data: 3.0 GiB free under /o minus the --min-free margin 1.0 GiB, "
+        "halved because trace.dat is merged from per-CPU copies")
+    assert trace_room(100 << 20, 1 << 30) == 0
