@@ -11,11 +11,11 @@ import fnmatch
 import os
 import queue
 import threading
-from collections import Counter
 from dataclasses import dataclass
 
 from kmemscope.errors import TraceFileError
 from kmemscope.parsers import _tracedat, layout as layout_mod
+from kmemscope.parsers.tablenames import name_tables
 
 BATCH_ROWS = 1 << 17
 
@@ -55,14 +55,11 @@ class TraceFile:
                                  "not text") from None
 
     def _name_tables(self):
-        """Tables are named after events; `system__event` only where names collide."""
-        formats = self.native.events()
-        per_name = Counter(name for _, _, name, _ in formats)
-        tables = {}
-        for event_id, system, name, _cols in formats:
-            table = name if per_name[name] == 1 else f"{system}__{name}"
-            tables[event_id] = EventTable(event_id, system, name, table)
-        return tables
+        """Tables named after events, in a safe alphabet (parsers/tablenames.py)."""
+        formats = [(event_id, system, name) for event_id, system, name, _cols in self.native.events()]
+        names = name_tables(formats)
+        return {event_id: EventTable(event_id, system, name, names[event_id])
+                for event_id, system, name in formats}
 
     def select(self, patterns):
         """Event ids whose `system:event` or `event` matches any glob in `patterns`."""

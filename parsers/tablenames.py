@@ -1,0 +1,50 @@
+"""Dataset table names for a trace's events: a safe alphabet, never a path or SQL.
+
+System and event names come from the trace's format section, which a hostile
+or corrupt trace can fill with anything (`../../x`, `/etc`, quotes, NUL-free
+binary). A table name becomes a directory of the dataset and a SQL view name,
+so it is restricted to `[a-z][a-z0-9_]*` (at most 64 characters). A name that
+is not safe as it is, or that would collide with a table kmemscope writes
+itself, is rewritten, and a suffix with the event id keeps rewritten names
+apart. The mapping is recorded in the `event_tables` table of every run; the
+original names stay in `event_tables` and `print_flags`.
+"""
+import re
+
+# Tables that kmemscope writes for every run, or from a bundle's /proc samples.
+RESERVED_TABLES = frozenset({
+    "runs", "print_flags", "lost_events", "event_tables",
+    "vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo",
+})
+MAX_NAME = 64
+_SAFE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def is_safe(name):
+    """True when `name` may be used as a table directory and view name as it is."""
+    return bool(_SAFE.fullmatch(name)) and name not in RESERVED_TABLES
+
+
+def _squash(text):
+    """Lower-case, every run of other characters to one '_', at most 40 characters."""
+    text = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+    return text[:40] or "x"
+
+
+def name_tables(formats):
+    """Map event id -> table name for [(event_id, system, event), ...].
+
+    Events are named after themselves; `system__event` only where two systems
+    share an event name. Anything unsafe becomes `ev_<squashed>_<id>`.
+    """
+    per_name = {}
+    for _, _, event in formats:
+        per_name[event] = per_name.get(event, 0) + 1
+    names, used = {}, set()
+    for event_id, system, event in sorted(formats):
+        wanted = event if per_name[event] == 1 else f"{system}__{event}"
+        if not is_safe(wanted) or wanted in used:
+            wanted = f"ev_{_squash(system)}__{_squash(event)}_{int(event_id)}"
+        names[event_id] = wanted
+        used.add(wanted)
+    return names
