@@ -76,7 +76,10 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet):
             _report_error(ctx, exc)
             failures += 1
             continue
-        if not quiet:
+        if summary.concurrent:
+            click.echo(f"{source}: run {summary.run_id} was committed by another parse of the same "
+                       "trace while this one ran; kept that one", err=True)
+        elif not quiet:
             verb = "replaced" if summary.replaced else "added"
             rate = summary.events / summary.seconds / 1e6 if summary.seconds else 0
             click.echo(f"{source}: run {summary.run_id} {verb}: {summary.events:,} events "
@@ -183,10 +186,10 @@ def _run_sql(con, query, params=None):
 def info(dataset, fmt):
     """Show the runs of DATASET and the row count of each table."""
     from kmemscope.output import write_result
-    from kmemscope.queries.dataset import connect, quote_ident, table_dirs
+    from kmemscope.queries.dataset import connect, quote_ident, table_runs
 
     con = connect(dataset)
-    tables = table_dirs(dataset)
+    tables = sorted(table_runs(dataset))
     if "runs" in tables:
         runs = _run_sql(con, """
             SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
@@ -195,10 +198,12 @@ def info(dataset, fmt):
             FROM runs ORDER BY source""")
         click.echo(f"runs ({runs.num_rows})") if fmt == "table" else None
         write_result(runs, fmt)
+    # Table names are directory names of the dataset: quoted as identifiers and
+    # bound as values, never pasted.
     counts = " UNION ALL ".join(
-        f"SELECT '{name}' AS \"table\", count(*) AS rows, count(DISTINCT run_id) AS runs "
-        f"FROM {quote_ident(name)}" for name in tables)
-    table = _run_sql(con, f"SELECT * FROM ({counts}) ORDER BY rows DESC, \"table\"")
+        f'SELECT ? AS "table", count(*) AS rows, count(DISTINCT run_id) AS runs FROM {quote_ident(name)}'
+        for name in tables)
+    table = _run_sql(con, f'SELECT * FROM ({counts}) ORDER BY rows DESC, "table"', tables)
     if fmt == "table":
         click.echo(f"\ntables ({table.num_rows})")
     write_result(table, fmt)

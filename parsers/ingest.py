@@ -1,34 +1,32 @@
 """Parse one trace.dat or bundle into a run of the Parquet dataset.
 
 The dataset layout is DESIGN.md's: DATASET/<table>/run_id=<run_id>/part-<n>.parquet.
-A run is written to a staging directory inside the dataset and moved into place
-only when every table is complete, with `runs` moved last: readers never see a
-half-written run, and an interrupted or failed parse leaves the dataset as it was.
+A run is staged in a work directory inside the dataset and committed only when
+every table is complete (parsers/commit.py: a journaled, crash-safe commit with
+`runs` last): readers never see a half-written run, and an interrupted or failed
+parse leaves the dataset as it was. Inputs are untrusted (parsers/sources.py).
 
 Decoding runs in a forked child process. libtracecmd parses the file's metadata
 with C code that trusts the file more than kmemscope's own page decoder does;
 should it ever crash on a corrupt file, the child dies, not the command, and the
-parent reports the failure as an error about that file.
+parent reports the failure as an error about that file. The child dies with its
+parent (PR_SET_PDEATHSIG), so a killed parse leaves no decoder running.
 """
 import hashlib
 import json
 import os
-import shutil
 import signal
 import sys
-import tarfile
-import tempfile
 import time
 import traceback
-import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kmemscope.capture.tracefs import parse_cpu_stats
 from kmemscope.errors import KmemscopeError, TraceFileError
-
-RUNS_TABLE = "runs"
+from kmemscope.parsers import commit as commit_mod
+from kmemscope.parsers.commit import RUNS_TABLE
+from kmemscope.parsers.sources import open_source, read_manifest
 # Snappy: about 20% larger files than zstd level 1 on page-allocator tables, but
 # 40% less CPU to write them, and writing is half of what parsing costs.
 PARQUET_COMPRESSION = "snappy"
@@ -44,53 +42,10 @@ class RunSummary:
     unknown_events: int = 0     # records whose event id has no format in the file
     seconds: float = 0.0
     replaced: bool = False
+    concurrent: bool = False    # another parse of the same trace committed it first
 
 
 # ---------------------------------------------------------------- inputs
-
-@contextmanager
-def open_source(path):
-    """Yield (trace_path, bundle_dir or None) for a trace.dat, a bundle, or a packed bundle."""
-    p = Path(path)
-    if not p.exists():
-        raise TraceFileError(f"{path}: no such file or directory", "check the path")
-    if p.is_dir():
-        trace = p / "trace.dat"
-        if not trace.is_file():
-            raise TraceFileError(f"{path}: directory has no trace.dat",
-                                 "give a bundle written by `kmemscope record` or a trace.dat")
-        yield trace, p
-        return
-    name = p.name
-    if name.endswith((".tar.gz", ".tgz", ".tar.zst", ".tar.zstd")):
-        with tempfile.TemporaryDirectory(prefix="kmemscope-bundle-") as tmp:
-            _unpack(p, Path(tmp))
-            found = sorted(Path(tmp).rglob("trace.dat"))
-            if not found:
-                raise TraceFileError(f"{path}: packed bundle has no trace.dat")
-            yield found[0], found[0].parent
-        return
-    yield p, None
-
-
-def _unpack(archive, dest):
-    import subprocess
-
-    try:
-        if archive.name.endswith((".tar.zst", ".tar.zstd")):
-            if shutil.which("zstd") is None:
-                raise TraceFileError(f"{archive}: unpacking .tar.zst needs the zstd tool",
-                                     "install zstd, or unpack the bundle yourself")
-            proc = subprocess.run(["tar", "--zstd", "-xf", str(archive), "-C", str(dest)],
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                raise TraceFileError(f"{archive}: cannot unpack: {proc.stderr.strip()}")
-        else:
-            with tarfile.open(archive, "r:gz") as tar:
-                tar.extractall(dest, filter="data")
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise TraceFileError(f"{archive}: cannot unpack: {exc}") from None
-
 
 def file_sha256(path):
     h = hashlib.sha256()
@@ -103,18 +58,6 @@ def file_sha256(path):
 def run_id_for(sha256):
     """A run is named by its content, so parsing the same trace twice replaces it."""
     return sha256[:16]
-
-
-def read_manifest(bundle):
-    if bundle is None:
-        return None
-    path = Path(bundle) / "manifest.json"
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise TraceFileError(f"{path}: unreadable manifest: {exc}") from None
 
 
 # ---------------------------------------------------------------- staging (runs in the child)
@@ -158,18 +101,23 @@ def _write_table(staging, table, pa_table):
     pq.write_table(pa_table, str(d / "part-0.parquet"), compression=PARQUET_COMPRESSION)
 
 
-def stage_run(source, staging, labels=None, events=None, threads=None, progress=None):
-    """Decode `source` into `staging`; returns the RunSummary (run_id set)."""
-    import threading
+def stage_run(source, staging, labels=None, events=None, threads=None, progress=None,
+              scratch=None):
+    """Decode `source` into `staging`; returns the RunSummary (run_id set).
 
-    import pyarrow as pa
+    scratch: where a packed bundle is unpacked (default: beside `staging`).
+    """
+    import threading
 
     from kmemscope.parsers.tracedat import TraceFile
 
     started = time.monotonic()
-    with open_source(source) as (trace_path, bundle):
+    staging = Path(staging)
+    with open_source(source, scratch or staging.parent) as (trace_path, bundle):
+        manifest = read_manifest(bundle)      # a bad manifest fails before decoding
         sha_box = {}
-        hasher = threading.Thread(target=lambda: sha_box.update(sha=file_sha256(trace_path)))
+        hasher = threading.Thread(target=lambda: sha_box.update(sha=file_sha256(trace_path)),
+                                  daemon=True)
         hasher.start()
         trace = TraceFile(trace_path)
         if progress:
@@ -199,7 +147,6 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
         lasts = [st["max_ts"] for st in stats if st["max_ts"] is not None]
         ts_range = (min(firsts) if firsts else None, max(lasts) if lasts else None)
         run_id = run_id_for(sha)
-        manifest = read_manifest(bundle)
 
         lost = [s for st in stats for s in st["lost"]]
         lost_table = _lost_events_table(lost, trace.layout.cpustats)
@@ -208,6 +155,9 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
         pf = _print_flags_table(trace.print_flags)
         _write_table(staging, "print_flags", pf)
         rows["print_flags"] = pf.num_rows
+        et = _event_tables_table(trace.tables.values(), rows)
+        _write_table(staging, "event_tables", et)
+        rows["event_tables"] = et.num_rows
         if bundle is not None:
             for table, t in _procfs_tables(bundle).items():
                 _write_table(staging, table, t)
@@ -273,6 +223,20 @@ def _print_flags_table(rows):
     })
 
 
+def _event_tables_table(tables, rows):
+    """Which table holds which recorded event: names from the trace are kept here verbatim."""
+    import pyarrow as pa
+
+    tables = sorted(tables, key=lambda t: t.event_id)
+    return pa.table({
+        "event_id": pa.array([t.event_id for t in tables], pa.int32()),
+        "system": pa.array([t.system for t in tables], pa.string()),
+        "event": pa.array([t.event for t in tables], pa.string()),
+        "table": pa.array([t.table for t in tables], pa.string()),
+        "rows": pa.array([rows.get(t.table, 0) for t in tables], pa.int64()),
+    })
+
+
 def _procfs_tables(bundle):
     try:
         from kmemscope.parsers import procfs
@@ -328,36 +292,7 @@ def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels
     return pa.Table.from_pylist([row], schema=schema)
 
 
-# ---------------------------------------------------------------- commit (runs in the parent)
-
-def commit_run(dataset, staging, run_id):
-    """Move a staged run into the dataset, replacing any earlier parse of the same trace."""
-    dataset = Path(dataset)
-    part = f"run_id={run_id}"
-    trash = dataset / f".trash-{uuid.uuid4().hex[:8]}"
-    replaced = False
-    # Hide the old run first (runs table), then retire its other tables.
-    old_runs = dataset / RUNS_TABLE / part
-    if old_runs.exists():
-        trash.mkdir(exist_ok=True)
-        os.rename(old_runs, trash / RUNS_TABLE)
-        replaced = True
-    for table_dir in sorted(p for p in dataset.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        old = table_dir / part
-        if old.exists():
-            trash.mkdir(exist_ok=True)
-            os.rename(old, trash / table_dir.name)
-            replaced = True
-    staged = sorted(p for p in Path(staging).iterdir() if p.is_dir())
-    staged.sort(key=lambda p: p.name == RUNS_TABLE)  # runs last: the run appears when complete
-    for table in staged:
-        dest = dataset / table.name
-        dest.mkdir(exist_ok=True)
-        os.rename(table, dest / part)
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.rmtree(trash, ignore_errors=True)
-    return replaced
-
+# ---------------------------------------------------------------- ingest (runs in the parent)
 
 def ingest(source, dataset, labels=None, events=None, threads=None, progress=None, isolate=True):
     """Parse `source` into `dataset`; returns a RunSummary. Raises KmemscopeError on bad input."""
@@ -366,31 +301,49 @@ def ingest(source, dataset, labels=None, events=None, threads=None, progress=Non
         dataset.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise KmemscopeError(f"cannot create dataset {dataset}: {exc.strerror}") from None
+    if not dataset.is_dir():
+        raise KmemscopeError(f"dataset {dataset} is not a directory", "choose another -o")
     if not os.access(dataset, os.W_OK):
         raise KmemscopeError(f"dataset {dataset} is not writable", "check its permissions")
-    staging = dataset / f".staging-{uuid.uuid4().hex[:12]}"
-    staging.mkdir()
+    started_ns = time.time_ns()
+    try:
+        with commit_mod.dataset_lock(dataset):
+            commit_mod.recover(dataset)
+            work = commit_mod.WorkDir(dataset)
+    except OSError as exc:
+        raise KmemscopeError(f"writing {dataset}: {exc.strerror or exc}",
+                             _disk_hint(exc)) from None
     try:
         if isolate:
-            summary = _stage_in_child(source, staging, labels, events, threads, progress)
+            summary = _stage_in_child(source, work, labels, events, threads, progress)
         else:
-            summary = stage_run(source, staging, labels, events, threads, progress)
-        summary.replaced = commit_run(dataset, staging, summary.run_id)
+            summary = stage_run(source, work.stage, labels, events, threads, progress,
+                                scratch=work.scratch)
+        with commit_mod.dataset_lock(dataset):
+            if commit_mod.committed_since(dataset, summary.run_id, started_ns):
+                summary.concurrent = True      # the same trace, committed while this parse ran
+            else:
+                summary.replaced = commit_mod.commit(work, summary.run_id)
         return summary
     except OSError as exc:
         raise KmemscopeError(f"writing {dataset}: {exc.strerror or exc}",
-                             "free some disk space or choose another -o") from None
+                             _disk_hint(exc)) from None
     finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        work.remove()
 
 
-def _stage_in_child(source, staging, labels, events, threads, progress):
+def _disk_hint(exc):
+    return "free some disk space or choose another -o" if exc.errno == 28 else "check the dataset"
+
+
+def _stage_in_child(source, work, labels, events, threads, progress):
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
     parent_end, child_end = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(child_end, source, staging, labels, events, threads),
+    proc = ctx.Process(target=_child_main,
+                       args=(child_end, os.getpid(), source, work.stage, work.scratch, labels,
+                             events, threads),
                        name="kmemscope-parse", daemon=True)
     proc.start()
     child_end.close()
@@ -409,7 +362,7 @@ def _stage_in_child(source, staging, labels, events, threads, progress):
                 break
         proc.join()
     except BaseException:
-        proc.terminate()
+        proc.kill()            # its partial output goes with the work directory
         proc.join()
         raise
     if result is None:
@@ -435,11 +388,29 @@ class _WithoutPandas:
         return None
 
 
-def _child_main(conn, source, staging, labels, events, threads):
+def _die_with_parent(parent_pid):
+    """Have the kernel kill this process when the parse that forked it dies."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:     # it died before prctl took effect
+        os._exit(1)
+
+
+def _child_main(conn, parent_pid, source, staging, scratch, labels, events, threads):
     import faulthandler
     import resource
 
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _die_with_parent(parent_pid)
+    # The parent's handlers raise exceptions that a thread pool would outlive:
+    # here a signal ends the process at once.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     # If libtracecmd crashes on a corrupt file, the parent reports it in one
     # line: no Python fault dump on stderr and no core file left behind.
     faulthandler.disable()
@@ -451,7 +422,7 @@ def _child_main(conn, source, staging, labels, events, threads):
         sys.meta_path.insert(0, _WithoutPandas())
     try:
         summary = stage_run(source, Path(staging), labels, events, threads,
-                            progress=lambda msg: conn.send(("progress", msg)))
+                            progress=lambda msg: conn.send(("progress", msg)), scratch=scratch)
         conn.send(("ok", summary))
     except KmemscopeError as exc:
         conn.send(("error", (type(exc), str(exc))))

@@ -12,7 +12,6 @@ over text; only read_bundle_procfs touches files and imports pyarrow.
 5.4: counting is capped to bound the time spent under the zone lock). Such a
 count is returned as 100000 with capped=True: a lower bound, not a value.
 """
-import json
 import os
 import re
 
@@ -141,31 +140,10 @@ def buddyinfo_rows(text):
 
 # ---------------------------------------------------------------- bundle -> Arrow
 
-def read_manifest(bundle_dir):
-    """The bundle's manifest.json as a dict ({} when the bundle has none)."""
-    from kmemscope.errors import TraceFileError
-
-    path = os.path.join(bundle_dir, "manifest.json")
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise TraceFileError("%s: unreadable manifest: %s" % (path, exc),
-                             "re-record the bundle, or parse its trace.dat alone") from None
-    if not isinstance(manifest, dict):
-        raise TraceFileError("%s: the manifest is not a JSON object" % path,
-                             "re-record the bundle, or parse its trace.dat alone")
-    return manifest
-
-
 def _read(bundle_dir, name):
-    path = os.path.join(bundle_dir, "procfs", name)
-    if not os.path.isfile(path):
-        return None
-    with open(path, errors="replace") as f:
-        return f.read()
+    from kmemscope.parsers.sources import read_procfs_text
+
+    return read_procfs_text(os.path.join(bundle_dir, "procfs", name))
 
 
 def read_bundle_procfs(bundle_dir):

@@ -40,7 +40,11 @@ def table_dirs(dataset):
 
 
 def table_runs(dataset):
-    """Map table name -> {run_id: [parquet files]} for every table of `dataset`."""
+    """Map table name -> {run_id: [parquet files]} for every table of `dataset`.
+
+    A run counts once its `runs` partition is in place (the commit puts it
+    there last): partitions of a run being committed or replaced are left out.
+    """
     out = {}
     for name, path in table_dirs(dataset).items():
         runs = {}
@@ -50,6 +54,11 @@ def table_runs(dataset):
                 if files:
                     runs[part.name[len(RUN_PREFIX):]] = files
         out[name] = runs
+    if "runs" in out:
+        visible = set(out["runs"])
+        out = {name: {run: files for run, files in runs.items() if run in visible}
+               for name, runs in out.items()}
+        out = {name: runs for name, runs in out.items() if runs}
     return out
 
 

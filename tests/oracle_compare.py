@@ -34,9 +34,15 @@ def table_rows(dataset, table):
     return names or [], rows
 
 
+def work_dirs_left(dataset):
+    """Hidden entries of a dataset other than its lock file: what a parse left behind."""
+    return [p.name for p in Path(dataset).iterdir()
+            if p.name.startswith(".") and p.name != ".kmemscope.lock"]
+
+
 def event_counts(dataset):
     """{table: rows} for every per-event table of a dataset."""
-    skip = {"runs", "print_flags", "lost_events"}
+    skip = {"runs", "print_flags", "lost_events", "event_tables"}
     out = {}
     for d in sorted(Path(dataset).iterdir()):
         if d.is_dir() and not d.name.startswith(".") and d.name not in skip:

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import EXAMPLES, PUBLIC_FIXTURES
 from kmrun import kmemscope
-from oracle_compare import event_counts, read_table_files
+from oracle_compare import event_counts, read_table_files, work_dirs_left
 
 EXAMPLE = EXAMPLES / "kmem-compaction" / "trace.dat"
 SMALL_V6 = PUBLIC_FIXTURES / "trappy_trace_idle_v6_le_l8_6cpu.dat"
@@ -155,5 +155,6 @@ def test_parsing_the_same_file_twice_replaces_its_run(tmp_path):
     runs = [r for t in read_table_files(ds, "runs") for r in t.to_pylist()]
     assert len(runs) == 1, f"{len(runs)} runs after parsing the same file twice"
     assert event_counts(ds) == first
-    assert len(list(ds.glob("*/run_id=*"))) == len(first) + 3   # event tables + runs, print_flags, lost_events
-    assert not [p for p in ds.iterdir() if p.name.startswith(".")], "staging or trash left behind"
+    # event tables + runs, print_flags, lost_events, event_tables
+    assert len(list(ds.glob("*/run_id=*"))) == len(first) + 4
+    assert not work_dirs_left(ds), "work directories left behind"

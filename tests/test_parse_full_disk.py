@@ -11,6 +11,7 @@ import pytest
 
 from conftest import EXAMPLES
 from kmrun import kmemscope
+from oracle_compare import work_dirs_left
 
 EXAMPLE = EXAMPLES / "kmem-compaction"
 
@@ -57,4 +58,4 @@ def test_full_disk_gives_one_line_and_leaves_the_dataset_unchanged(small_fs):
     assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), out.stderr
     assert "No space left on device" in lines[0]
     assert tree_digest(ds) == before
-    assert not [p for p in ds.iterdir() if p.name.startswith(".")], "staging left behind"
+    assert not work_dirs_left(ds), "work directory left behind"

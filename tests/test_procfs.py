@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kmemscope.parsers import procfs
+from kmemscope.parsers.sources import read_manifest
 
 DATA = Path(__file__).parent / "data" / "procfs"
 LIVE = DATA / "linux-6.18"
@@ -149,7 +150,7 @@ def test_read_bundle_procfs_gives_the_design_tables_without_run_id():
 def test_read_bundle_procfs_of_a_bare_directory_is_empty(tmp_path):
     pytest.importorskip("pyarrow")
     assert procfs.read_bundle_procfs(tmp_path) == {}
-    assert procfs.read_manifest(tmp_path) == {}
+    assert read_manifest(tmp_path) is None
 
 
 @pytest.mark.parametrize("junk", ["", "\n\n", "garbage\x00\xff", "#kmemscope-sample mono_ns=x\nnr_free 1",
@@ -164,7 +165,7 @@ def test_a_corrupt_manifest_is_a_clear_error(tmp_path):
     from kmemscope.errors import TraceFileError
     (tmp_path / "manifest.json").write_text('{"host": ')
     with pytest.raises(TraceFileError, match="unreadable manifest"):
-        procfs.read_manifest(tmp_path)
+        read_manifest(tmp_path)
     (tmp_path / "manifest.json").write_text("[1, 2]")
     with pytest.raises(TraceFileError, match="not a JSON object"):
-        procfs.read_manifest(tmp_path)
+        read_manifest(tmp_path)

@@ -1,0 +1,211 @@
+"""What `kmemscope parse` accepts, read as untrusted input with every size bounded.
+
+An input is a trace.dat, a bundle directory (trace.dat, manifest.json,
+procfs/ samples), or a bundle packed as .tar.gz / .tar.zst. Every file is
+refused unless it is a regular file (a FIFO or /dev/zero would never end);
+archives are unpacked member by member with their count and total size
+bounded before anything is written, and only the members a bundle has are
+kept; the manifest is size-bounded and its shape checked field by field.
+"""
+import json
+import os
+import stat
+import tarfile
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+
+from kmemscope.errors import TraceFileError
+
+MANIFEST_MAX_BYTES = 1 << 20          # a real manifest is 2-5 KB
+PROCFS_MAX_BYTES = 1 << 30            # one /proc sample file (about 6 KB a second for vmstat)
+ARCHIVE_MAX_MEMBERS = 512
+# Unpacked size: at most this many times the archive (trace-cmd's own zstd
+# pages compress 8-10x; a bomb compresses a thousandfold) and never more
+# than ARCHIVE_MAX_BYTES.
+ARCHIVE_MAX_RATIO = 64
+ARCHIVE_MIN_BUDGET = 256 << 20
+ARCHIVE_MAX_BYTES = 64 << 30
+PACKED_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tar.zstd")
+BUNDLE_HINT = "give a trace.dat, a bundle directory or a .tar.gz/.tar.zst bundle"
+
+
+def regular_file(path, what="file"):
+    """Stat `path` (following symlinks) and refuse anything but a regular file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise TraceFileError(f"{path}: no such file or directory", "check the path") from None
+    except OSError as exc:
+        raise TraceFileError(f"{path}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "not a regular file")
+        raise TraceFileError(f"{path}: {what} is {kind}, not a regular file",
+                             "copy the data to a file first")
+    return st
+
+
+@contextmanager
+def open_source(path, scratch):
+    """Yield (trace_path, bundle_dir or None); packed bundles unpack under `scratch`."""
+    p = Path(path)
+    if p.is_dir():
+        trace = p / "trace.dat"
+        if not trace.exists():
+            raise TraceFileError(f"{path}: directory has no trace.dat",
+                                 "give a bundle written by `kmemscope record` or a trace.dat")
+        regular_file(trace, "trace.dat")
+        yield trace, p
+        return
+    regular_file(p, "input")
+    if p.name.endswith(PACKED_SUFFIXES):
+        dest = Path(scratch) / "unpacked"
+        dest.mkdir(parents=True, exist_ok=True)
+        root = unpack_bundle(p, dest)
+        yield root / "trace.dat", root
+        return
+    yield p, None
+
+
+# ---------------------------------------------------------------- archives
+
+def _bundle_member(name):
+    """The path of an archive member inside its bundle, or None to skip it.
+
+    A bundle packed by `record --pack` holds one top directory, but a bundle
+    packed by hand may not; only trace.dat, manifest.json and procfs/<name>
+    are kept.
+    """
+    parts = [p for p in PurePosixPath(name).parts if p not in ("/", ".")]
+    if len(parts) > 1 and parts[0] not in ("trace.dat", "manifest.json", "procfs"):
+        parts = parts[1:]          # the bundle's own directory
+    if parts in (["trace.dat"], ["manifest.json"]):
+        return parts[0]
+    if len(parts) == 2 and parts[0] == "procfs" and parts[1].isidentifier():
+        return "procfs/" + parts[1]
+    return None
+
+
+def _stream(archive):
+    """A decompressing binary stream over the archive (pyarrow's gzip/zstd codecs)."""
+    import pyarrow as pa
+
+    codec = "zstd" if archive.name.endswith((".tar.zst", ".tar.zstd")) else "gzip"
+    return pa.input_stream(str(archive), compression=codec)
+
+
+def unpack_bundle(archive, dest):
+    """Extract a packed bundle's members into `dest`; returns the bundle directory."""
+    budget = min(ARCHIVE_MAX_BYTES,
+                 max(ARCHIVE_MIN_BUDGET, os.path.getsize(archive) * ARCHIVE_MAX_RATIO))
+    written, members, found = 0, 0, set()
+    try:
+        with _stream(archive) as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
+            for member in tar:
+                members += 1
+                if members > ARCHIVE_MAX_MEMBERS:
+                    raise TraceFileError(f"{archive}: more than {ARCHIVE_MAX_MEMBERS} members; "
+                                         "not a kmemscope bundle")
+                if member.isdir():
+                    continue
+                target = _bundle_member(member.name)
+                if target is None or not member.isfile():
+                    continue                   # links, devices, unrelated files: skipped
+                if target in found:
+                    raise TraceFileError(f"{archive}: {target} appears twice in the archive")
+                written += member.size
+                if written > budget:
+                    raise TraceFileError(
+                        f"{archive}: unpacks to more than {budget >> 20} MiB "
+                        f"({ARCHIVE_MAX_RATIO}x the archive); refusing a likely archive bomb",
+                        "unpack it yourself if it is genuine and parse the directory")
+                out = dest / target
+                out.parent.mkdir(parents=True, exist_ok=True)
+                src = tar.extractfile(member)
+                with open(out, "wb") as f:
+                    _copy_exact(src, f, member.size, archive, target)
+                found.add(target)
+    except TraceFileError:
+        raise
+    except (tarfile.TarError, EOFError, ValueError) as exc:
+        raise TraceFileError(f"{archive}: cannot unpack: {exc}") from None
+    except OSError as exc:
+        if exc.errno == 28:
+            raise
+        raise TraceFileError(f"{archive}: cannot unpack: {exc.strerror or exc}") from None
+    if "trace.dat" not in found:
+        raise TraceFileError(f"{archive}: packed bundle has no trace.dat", BUNDLE_HINT)
+    return dest
+
+
+def _copy_exact(src, dst, size, archive, name):
+    left = size
+    while left:
+        chunk = src.read(min(left, 4 << 20))
+        if not chunk:
+            raise TraceFileError(f"{archive}: {name} is truncated inside the archive")
+        dst.write(chunk)
+        left -= len(chunk)
+
+
+# ---------------------------------------------------------------- manifest
+
+def _bounded_text(path, limit, what):
+    st = regular_file(path, what)
+    if st.st_size > limit:
+        raise TraceFileError(f"{path}: {what} is {st.st_size >> 10} KiB, more than the "
+                             f"{limit >> 10} KiB kmemscope accepts",
+                             "parse the trace.dat alone")
+    with open(path, "rb") as f:
+        return f.read(limit + 1).decode("utf-8", errors="replace")
+
+
+def _check(manifest, key, types, path, what):
+    value = manifest.get(key)
+    if value is not None and not isinstance(value, types):
+        raise TraceFileError(f"{path}: manifest field {key!r} must be {what}, "
+                             f"not {type(value).__name__}", "re-record the bundle, or parse its "
+                             "trace.dat alone")
+    return value
+
+
+def read_manifest(bundle):
+    """The bundle's manifest.json as a validated dict, or None when there is none."""
+    if bundle is None:
+        return None
+    path = Path(bundle) / "manifest.json"
+    if not os.path.lexists(path):
+        return None
+    text = _bounded_text(path, MANIFEST_MAX_BYTES, "manifest.json")
+    try:
+        manifest = json.loads(text)
+    except ValueError as exc:
+        raise TraceFileError(f"{path}: unreadable manifest: {exc}",
+                             "re-record the bundle, or parse its trace.dat alone") from None
+    if not isinstance(manifest, dict):
+        raise TraceFileError(f"{path}: the manifest is not a JSON object",
+                             "re-record the bundle, or parse its trace.dat alone")
+    labels = _check(manifest, "labels", dict, path, "an object of strings")
+    for k, v in (labels or {}).items():
+        if not isinstance(v, str):
+            raise TraceFileError(f"{path}: manifest label {k!r} must be a string, "
+                                 f"not {type(v).__name__}", "re-record the bundle")
+    uname = _check(manifest, "uname", dict, path, "an object")
+    for k in ("release", "version", "machine"):
+        _check(uname or {}, k, str, path, "a string")
+    _check(manifest, "host", str, path, "a string")
+    order = _check(manifest, "pageblock_order", int, path, "an integer")
+    if isinstance(order, bool) or (order is not None and not 0 <= order <= 30):
+        raise TraceFileError(f"{path}: manifest pageblock_order {order!r} is out of range 0-30")
+    mts = _check(manifest, "migratetypes", list, path, "a list of strings")
+    if mts is not None and (len(mts) > 64 or not all(isinstance(m, str) for m in mts)):
+        raise TraceFileError(f"{path}: manifest migratetypes must be at most 64 strings")
+    return manifest
+
+
+def read_procfs_text(path):
+    """One procfs sample file of a bundle, bounded; None when absent."""
+    if not os.path.lexists(path):
+        return None
+    return _bounded_text(path, PROCFS_MAX_BYTES, f"procfs sample {Path(path).name}")
