@@ -16,7 +16,7 @@
 --   unknown              the run's print_flags carry no gfp table
 --
 -- @param era VARCHAR auto [auto|A|B] force an era instead of the one from kernel_release
--- @param top_comms INTEGER 10 comms per class in the comms section
+-- @param top_comms INTEGER 10 [1..100000] comms per class in the comms section
 -- @requires mm_page_alloc
 --
 -- Caveats: eligible is not reserved. reserve_highatomic_pageblock() runs only

@@ -5,6 +5,7 @@ and carries a few machine-read lines:
 
     -- NAME: one-line description                    (the first line)
     -- @param NAME TYPE DEFAULT [CHOICE|CHOICE] description
+    -- @param NAME TYPE DEFAULT [MIN..MAX] description   (a number in that range)
     -- @requires TABLE ...       event tables the answer needs: error if no selected run has them
     -- @optional TABLE ...       tables used when present; an empty stand-in otherwise
     -- @any_of TABLE ...         at least one of these must be present
@@ -25,6 +26,7 @@ run_id and labels; notes about what a run lacks travel in the schema metadata
 under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 """
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +109,11 @@ class Param:
     default: object
     choices: tuple
     doc: str
+    bounds: tuple = None        # (min, max) of a number, inclusive
+
+    def describe_range(self):
+        lo, hi = self.bounds
+        return f"from {lo:g} to {hi:g}" if self.type == "DOUBLE" else f"from {lo} to {hi}"
 
 
 _REQ_KEYS = ("requires", "optional", "any_of", "procfs", "procfs_optional", "derived", "uses")
@@ -165,10 +172,15 @@ def _convert(param, text, qname):
         raise QueryError(f"parameter {param.name} of {qname} must be true or false, not {text!r}")
     conv = _TYPES[param.type]
     try:
-        value = conv(text)
-    except (TypeError, ValueError):
+        value = conv(text.strip() if isinstance(text, str) and conv is not str else text)
+    except (TypeError, ValueError, OverflowError):
         raise QueryError(f"parameter {param.name} of {qname} must be {param.type.lower()}, "
                          f"not {text!r}") from None
+    if conv is float and not math.isfinite(value):
+        raise QueryError(f"parameter {param.name} of {qname} must be a finite number, not {text!r}")
+    if param.bounds and not param.bounds[0] <= value <= param.bounds[1]:
+        raise QueryError(f"parameter {param.name} of {qname} must be {param.describe_range()}, "
+                         f"not {text!r}")
     if param.choices and str(value) not in param.choices:
         raise QueryError(f"parameter {param.name} of {qname} must be one of "
                          f"{', '.join(param.choices)}, not {text!r}")
@@ -209,8 +221,18 @@ def parse_analysis(path):
             pm = re.match(r"(\w+)\s+(\w+)\s+(\S+)(?:\s+\[([^\]]*)\])?\s*(.*)", rest)
             if not pm or pm.group(2).upper() not in _TYPES:
                 raise QueryError(f"{path}: bad @param line: {line}")
-            choices = tuple(c.strip() for c in pm.group(4).split("|")) if pm.group(4) else ()
-            p = Param(pm.group(1), pm.group(2).upper(), None, choices, pm.group(5))
+            bracket = pm.group(4)
+            choices, bounds = (), None
+            if bracket and ".." in bracket:
+                conv = _TYPES[pm.group(2).upper()]
+                lo, _, hi = bracket.partition("..")
+                try:
+                    bounds = (conv(lo), conv(hi))
+                except (TypeError, ValueError):
+                    raise QueryError(f"{path}: bad range in @param line: {line}") from None
+            elif bracket:
+                choices = tuple(c.strip() for c in bracket.split("|"))
+            p = Param(pm.group(1), pm.group(2).upper(), None, choices, pm.group(5), bounds)
             p.default = None if pm.group(3) == "NULL" else _convert(p, pm.group(3), name)
             a.params[p.name] = p
         elif key in _REQ_KEYS:

@@ -6,7 +6,7 @@
 -- Counted from mm_page_alloc_extfrag, per run, as events, per 1,000 successful
 -- allocations and per second; migratetype names from the run's own list.
 --
--- @param bucket_s DOUBLE 1.0 bucket width of the over_time section, seconds
+-- @param bucket_s DOUBLE 1.0 [0.001..86400] bucket width of the over_time section, seconds
 -- @requires mm_page_alloc_extfrag
 -- @optional mm_page_alloc
 --

@@ -5,7 +5,7 @@
 -- events per run, ranked by allocations, as `perf kmem --page stat --alloc -s hit`
 -- ranks them (the per-CPU list study used exactly this list to show pages going cold on pcp lists).
 --
--- @param top_n INTEGER 20 page frames per run
+-- @param top_n INTEGER 20 [1..1000000] page frames per run
 -- @requires mm_page_alloc
 -- @optional mm_page_free
 -- @derived page_pairs pfn_allocs

@@ -6,7 +6,7 @@
 -- the high-atomic and defrag_mode studies' headline metrics); the trace adds what vmstat cannot:
 -- attempts at the huge page order by any caller, with failures (pfn = -1UL).
 --
--- @param thp_order INTEGER 9 the huge page order (9 = 2 MiB on x86-64 with 4 KiB pages)
+-- @param thp_order INTEGER 9 [1..30] the huge page order (9 = 2 MiB on x86-64 with 4 KiB pages)
 -- @requires mm_page_alloc
 -- @procfs_optional vmstat
 --
