@@ -13,9 +13,24 @@ import click
 from kmemscope import __version__
 from kmemscope.errors import KmemscopeError
 
+def utf8_path(ctx, param, value):
+    """Refuse paths that are not valid UTF-8: Arrow and DuckDB cannot open them."""
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        if v is None:
+            continue
+        try:
+            os.fsencode(v).decode("utf-8")
+        except UnicodeDecodeError:
+            shown = os.fsencode(v).decode("utf-8", errors="backslashreplace")
+            raise click.BadParameter(f"'{shown}' is not valid UTF-8 (rename it)") from None
+    return value
+
+
 FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]),
                              default="table", show_default=True, help="Output format.")
 OUTPUT_OPTION = click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
+                             callback=utf8_path,
                              help="Write the result to FILE instead of stdout.")
 
 
@@ -41,8 +56,8 @@ def cli(ctx, debug):
 # ---------------------------------------------------------------- parse
 
 @cli.command()
-@click.argument("sources", nargs=-1, required=True, metavar="TRACE_OR_BUNDLE...")
-@click.option("-o", "--output", "dataset", required=True, metavar="DATASET",
+@click.argument("sources", nargs=-1, required=True, metavar="TRACE_OR_BUNDLE...", callback=utf8_path)
+@click.option("-o", "--output", "dataset", required=True, metavar="DATASET", callback=utf8_path,
               help="Dataset directory to write (created if missing).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="Label the run(s), e.g. --label kernel=patched. Repeatable.")
@@ -149,20 +164,28 @@ class _progress:
 # ---------------------------------------------------------------- sql / info
 
 @cli.command()
-@click.argument("dataset", type=click.Path())
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
 @click.argument("query")
+@click.option("--read-only", is_flag=True,
+              help="Allow only SELECT statements that read the dataset: no other files, "
+                   "no writes, no extensions.")
 @FORMAT_OPTION
 @OUTPUT_OPTION
-def sql(dataset, query, fmt, output):
+def sql(dataset, query, read_only, fmt, output):
     """Run SQL over DATASET; every table is a view of its own name.
+
+    This is DuckDB's full SQL, which can read and write any file the user
+    can: use --read-only for SQL from elsewhere.
 
     \b
     kmemscope sql ds "SELECT \\"order\\", count(*) FROM mm_page_alloc GROUP BY 1"
     """
     from kmemscope.output import write_result
-    from kmemscope.queries.dataset import connect
+    from kmemscope.queries.dataset import confine, connect
 
     con = connect(dataset)
+    if read_only:
+        confine(con, dataset, query)
     table = _run_sql(con, query)
     write_result(table, fmt, output)
 
@@ -181,7 +204,7 @@ def _run_sql(con, query, params=None):
 
 
 @cli.command()
-@click.argument("dataset", type=click.Path())
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
 @FORMAT_OPTION
 def info(dataset, fmt):
     """Show the runs of DATASET and the row count of each table."""
@@ -239,7 +262,7 @@ def queries(fmt):
 
 @cli.command()
 @click.argument("name")
-@click.argument("dataset", type=click.Path())
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
 @click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only runs with this label.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A query parameter.")
@@ -263,7 +286,7 @@ def query(name, dataset, runs, labels, params, fmt, output):
 # ---------------------------------------------------------------- compare / report
 
 @cli.command()
-@click.argument("dataset", type=click.Path())
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
 @click.option("--by", "by", required=True, metavar="LABEL",
               help="Label whose values are the sides, e.g. --by kernel.")
 @click.option("--baseline", metavar="VALUE", help="The side to compare against (default: the first value).")
@@ -309,8 +332,8 @@ def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, outp
 
 
 @cli.command()
-@click.argument("dataset", type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=utf8_path,
               help="The HTML file to write.")
 @click.option("--compare", "compare_label", metavar="LABEL",
               help="Also compare the sides of this label (compare notebook).")
@@ -342,7 +365,21 @@ def _report_error(ctx, exc):
     click.echo(f"kmemscope: error: {message}", err=True)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwound like Ctrl-C, so that work in progress is cleaned up."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
 def main(argv=None):
+    import signal
+
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     # `record` parses its own arguments, including the `--` before COMMAND that
@@ -352,11 +389,18 @@ def main(argv=None):
         from kmemscope.capture.cli import main as record_main
 
         sys.exit(record_main(args[first + 1:]))
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)
     try:
         cli.main(args=argv, prog_name="kmemscope", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("kmemscope: error: interrupted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        # One line like every other error; the usage text is one --help away.
+        where = exc.ctx.command_path if exc.ctx else "kmemscope"
+        click.echo(f"kmemscope: error: {exc.format_message()} (see `{where} --help`)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -370,6 +414,9 @@ def main(argv=None):
             raise
         click.echo(f"kmemscope: error: {exc}", err=True)
         sys.exit(1)
+    except Terminated as exc:
+        click.echo(f"kmemscope: error: terminated by {signal.Signals(exc.signum).name}", err=True)
+        sys.exit(128 + exc.signum)
     except KeyboardInterrupt:
         click.echo("kmemscope: error: interrupted", err=True)
         sys.exit(130)

@@ -10,6 +10,17 @@ FORMATS = ("table", "csv", "json", "parquet")
 MAX_CELL = 60
 
 
+# Control characters in data (a label with a newline, an escape sequence in a
+# comm) would forge rows or colour the terminal: shown escaped in tables.
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7f, 0xa0)]}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def printable(text):
+    """`text` with control characters escaped, for aligned text output."""
+    return text.translate(_CONTROL)
+
+
 def _cell(value, max_cell=MAX_CELL):
     if value is None:
         return ""
@@ -23,6 +34,7 @@ def _cell(value, max_cell=MAX_CELL):
         text = json.dumps(value, default=str)
     else:
         text = str(value)
+    text = printable(text)
     if max_cell is None or len(text) <= max_cell:
         return text
     return text[:max_cell - 1] + "…"
@@ -43,6 +55,8 @@ def format_table(table, max_cell=MAX_CELL):
         return "  ".join(v.rjust(w) if num else v.ljust(w)
                          for v, w, num in zip(values, widths, numeric)).rstrip()
 
+    names = [printable(n) for n in names]
+    widths = [max(w, len(n)) for w, n in zip(widths, names)]
     out = [line(names), "  ".join("-" * w for w in widths)]
     out += [line(c) for c in cells]
     return "\n".join(out) + "\n"

@@ -11,9 +11,10 @@ so a query over one run of a hundred reads one run's files. The run ids that
 reach the SQL text are directory names found on disk, never user input: callers
 match what the user asked for against `table_runs()` first.
 """
+import os
 from pathlib import Path
 
-from kmemscope.errors import DatasetError
+from kmemscope.errors import DatasetError, QueryError
 
 TABLE_GLOB = "*/*.parquet"
 RUN_PREFIX = "run_id="
@@ -76,6 +77,39 @@ def _scan(files):
             "hive_types = {'run_id': VARCHAR}, union_by_name = true)")
 
 
+def finish_interrupted_commits(dataset):
+    """Roll forward a commit whose parse was killed, when this user may write the dataset.
+
+    Until then that run is invisible (its `runs` partition is hidden first).
+    """
+    from kmemscope.parsers import commit
+
+    root = Path(dataset)
+    if not root.is_dir() or not commit.pending_commits(root) or not os.access(root, os.W_OK):
+        return
+    with commit.dataset_lock(root, blocking=False) as locked:
+        if locked:
+            commit.recover(root)
+
+
+def confine(con, dataset, sql):
+    """Restrict `con` to SELECTs that read files of `dataset` only (`sql --read-only`)."""
+    import duckdb
+
+    try:
+        kinds = {str(st.type).rsplit(".", 1)[-1] for st in con.extract_statements(sql)}
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL failed: {str(exc).strip().splitlines()[0]}") from None
+    if kinds - {"SELECT"}:
+        raise QueryError(f"--read-only allows SELECT statements only, not {', '.join(sorted(kinds - {'SELECT'}))}")
+    root = os.path.realpath(dataset) + os.sep
+    con.execute(f"SET allowed_directories = [{quote_literal(root)}]")
+    for setting in ("autoinstall_known_extensions", "autoload_known_extensions",
+                    "enable_external_access"):
+        con.execute(f"SET {setting} = false")
+    con.execute("SET lock_configuration = true")
+
+
 def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
     """Return a DuckDB connection where each table of `dataset` is a view.
 
@@ -87,6 +121,7 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
     """
     import duckdb
 
+    finish_interrupted_commits(dataset)
     parts = table_runs(dataset)
     con = duckdb.connect(database=":memory:")
     if threads:
@@ -112,7 +147,7 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
     for name, need in columns.items():
         if name in present:
             continue
-        cols = ", ".join([f"CAST(NULL AS VARCHAR) AS run_id"] +
+        cols = ", ".join(["CAST(NULL AS VARCHAR) AS run_id"] +
                          [f"CAST(NULL AS {typ}) AS {quote_ident(col)}" for col, typ in need.items()])
         con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT {cols} WHERE false")
     return con
