@@ -111,6 +111,15 @@ def to_html(nb, title):
     return body
 
 
+def _runs(n):
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def _printable(text):
+    """A label value from a run, safe to print on a terminal (no control characters)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(), keep_dir=None,
                  progress=None):
     """Execute overview.ipynb (and compare.ipynb with `compare`) and write `output` (HTML)."""
@@ -127,10 +136,11 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
 
         sides = load_sides(dataset, compare, baseline, run_ids=chosen)   # unknown label: one line
         if progress:
-            progress(f"comparing {compare}: " + ", ".join(f"{s} ({len(r)} runs)" for s, r in sides.runs.items()))
+            progress(f"comparing {_printable(compare)}: "
+                     + ", ".join(f"{_printable(s)} ({_runs(len(r))})" for s, r in sides.runs.items()))
     params = {"dataset": dataset, "runs": list(runs), "labels": list(labels)}
     if progress:
-        progress(f"{len(chosen)} run(s) of {dataset}")
+        progress(f"{_runs(len(chosen))} of {dataset}")
     with tempfile.TemporaryDirectory(prefix="kmemscope-report-") as tmp:
         workdir = keep_dir or tmp
         os.makedirs(workdir, exist_ok=True)

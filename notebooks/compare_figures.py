@@ -1,23 +1,28 @@
-"""Figures and tables for the compare notebook: sides of a label, per-host points, study tables.
+"""Figures and tables for the compare notebook: sides of a label, per-run points, study tables.
 
 The statistics come from kmemscope.queries.compare; this module only lays
-them out. The study tables reproduce the shape of the evidence that
-page-allocator patches publish: the high-atomic reservation study (HighAtomic,
-THP, compaction, pgscan, atomic order 4+ per side, about 60 hosts a side), the
-per-CPU list study (top-5 pfns per kernel) and the defrag_mode study (vmstat
-counters with % change).
+them out. Every figure keeps the sides apart: a panel, a bar or a point per
+side (or per run), never a sum over both. The study tables reproduce the shape
+of the evidence that page-allocator patches publish: the high-atomic
+reservation study (HighAtomic, THP, compaction, pgscan, atomic order 4+ per
+side), the per-CPU list study (top-5 pfns per kernel) and the defrag_mode study
+(vmstat counters with % change).
 """
+import dataclasses
 import html
+import re
 
 import numpy as np
 import pandas as pd
 from IPython.display import HTML
 
 from kmemscope import compare_output as co
+from kmemscope.errors import KmemscopeError
 from kmemscope.queries import compare as st
-from kmemscope.queries.sides import compare_sides, condense_notes, load_sides, missing_notes
+from kmemscope.queries.sides import MetricRow, compare_sides, load_sides, missing_notes
 
-from .figures import Missing, _figure
+from . import figures as F
+from .figures import Missing, _figure, fig_text, hex_pfn, md_text, plural
 
 # the defrag_mode study's rows: (title, vmstat counters summed). Counters absent on a kernel count as absent.
 DEFRAG_STUDY_ROWS = [
@@ -49,16 +54,38 @@ class Comparison:
         self.sides = load_sides(scope.dataset, label, baseline or None,
                                 run_ids=scope.runs or None, labels=scope.labels or None)
         if len(self.sides.sides) < 2:
-            raise Missing(f"Every selected run has the same {label}={self.sides.baseline}: "
+            raise Missing(f"Every selected run has the same {md_text(label)}={md_text(self.sides.baseline)}: "
                           "nothing to compare.")
         self.rows = compare_sides(self.sides, test=test)
+        self.colors = {side: f"C{i}" for i, side in enumerate(self.sides.sides)}
+
+    @property
+    def groups(self):
+        """side -> its run ids, baseline first."""
+        return {side: list(self.sides.runs[side]) for side in self.sides.sides}
+
+    def side_counts(self):
+        """'a: 1 run on 1 host; b: 2 runs on 1 host' from the runs table."""
+        runs = self.scope.query_runs()
+        host = dict(zip(runs.run_id, runs.host))
+        parts = []
+        for side, ids in self.groups.items():
+            hosts = {host.get(r) for r in ids}
+            parts.append(f"{md_text(side)}: {plural(len(ids), 'run')} on {plural(len(hosts), 'host')}")
+        return "; ".join(parts)
+
+    def intro(self):
+        return (f"Sides of `{md_text(self.sides.label)}`, baseline {md_text(self.sides.baseline)}: "
+                f"{self.side_counts()}.")
 
     def table(self):
         """The comparison as markdown, the mmtests-style text, and notes on missing values."""
         notes = condense_notes(self.sides.notes) + missing_notes(self.sides, self.rows)
         text = co.format_text(self.sides, self.rows, self.test)
-        note_md = "\n".join(f"- {n}" for n in notes)
-        return (co.format_markdown(self.sides, self.rows),
+        note_md = "\n".join(f"- {md_text(n)}" for n in notes)
+        shown_sides, shown_rows = _escaped(self.sides, self.rows)
+        return (self.intro(),
+                co.format_markdown(shown_sides, shown_rows),
                 # The long mmtests layout folds away under the compact table.
                 HTML("<details><summary>mmtests compare-kernels layout</summary><pre>"
                      + html.escape(text) + "</pre></details>"),
@@ -71,59 +98,87 @@ class Comparison:
         cols = 3
         fig, axes = _figure((len(rows) + cols - 1) // cols, cols, height=2.6)
         rng = np.random.default_rng(0)      # fixed jitter: the same report every time
+        ticks = [fig_text(s) for s in self.sides.sides]
         for ax, r in zip(axes.flat, rows):
             for i, side in enumerate(self.sides.sides):
                 x = r.stats[side]
                 ax.scatter(i + rng.uniform(-0.12, 0.12, len(x.values)), x.values, s=14, alpha=0.7,
-                           zorder=3)
+                           zorder=3, color=self.colors[side])
                 if x.mean is not None:
                     ax.hlines(x.mean, i - 0.3, i + 0.3, color="black", lw=1.5)
-            ax.set_xticks(range(len(self.sides.sides)), self.sides.sides, fontsize=8)
+                else:
+                    ax.text(i, 0.5, "no value", ha="center", va="center", fontsize=8, color="0.5",
+                            transform=ax.get_xaxis_transform())
+            ax.set_xticks(range(len(self.sides.sides)), ticks, fontsize=8)
             ax.set_xlim(-0.6, len(self.sides.sides) - 0.4)
             ax.set_title(f"{r.metric.name} ({r.metric.better} is better)", fontsize=8)
         for ax in list(axes.flat)[len(rows):]:
             ax.set_visible(False)
+        F.no_negative_axes(fig)
         sentence = (f"*No run could give {', '.join(empty)}: left out.*" if empty else None)
         return fig, sentence
 
+    def pollution(self):
+        """The fallback pollution matrix of each side, side by side on one colour scale."""
+        fig, drawn, frag = F.pollution_by(self.scope, self.groups, what="side")
+        frag = frag.rename(columns={"side": self.sides.label})
+        return fig, drawn, frag
+
+    def atomic_orders(self):
+        """Non-blocking allocations per order, a bar per side, a panel per reserve class."""
+        fig, drawn, note = F.atomic_orders_by(self.scope, self.groups, group_title="side")
+        return fig, drawn, note
+
+    def orders(self):
+        """Every allocation per order, a bar per side (log scale)."""
+        return F.order_histogram(self.scope, self.groups,
+                                 title="allocations per order, summed over each side's runs")
+
     def highatomic_study(self):
-        """the high-atomic reservation study's table: per side, ranges per host and the pgscan total across hosts."""
-        out = []
-        for side in self.sides.sides:
-            v = self.sides.values
-            stat = {m: st.clean(v(m)[side]) for m in st.METRICS}
-            pgscan = stat["pgscan_kswapd_per_min"]
-            out.append({
-                self.sides.label: side,
-                "hosts": len(self.sides.runs[side]),
-                "HighAtomic pageblocks per host": st.value_range(stat["highatomic_pageblocks_max"]),
-                "THP success rate": st.value_range(stat["thp_fault_success_pct"], "%"),
-                "Compaction success rate": st.value_range(stat["compaction_success_pct"], "%"),
-                "pgscan_kswapd per minute (total across hosts)":
-                    _si(sum(pgscan)) if pgscan else "n/a",
-                "Atomic order-4+ allocations": _total(stat["eligible_allocs_order_4_plus"]),
-                "Atomic order 1-3 allocations": _total(stat["eligible_allocs_order_1_3"]),
-            })
-        return pd.DataFrame(out).set_index(self.sides.label).T
+        """the high-atomic reservation study's table: per side, ranges per run and the pgscan total across runs."""
+        runs = self.scope.query_runs()
+        host = dict(zip(runs.run_id, runs.host))
+        v = self.sides.values
+        stats = {side: {m: st.clean(v(m)[side]) for m in st.METRICS} for side in self.sides.sides}
+        rows = [("runs", {s: f"{len(self.sides.runs[s])}" for s in self.sides.sides}),
+                ("hosts", {s: f"{len({host.get(r) for r in self.sides.runs[s]})}" for s in self.sides.sides})]
+        spec = [
+            ("HighAtomic pageblocks per run", lambda x: st.value_range(x["highatomic_pageblocks_max"])),
+            ("THP success rate", lambda x: st.value_range(x["thp_fault_success_pct"], "%")),
+            ("Compaction success rate", lambda x: st.value_range(x["compaction_success_pct"], "%")),
+            ("pgscan_kswapd per minute (total across runs)",
+             lambda x: _si(sum(x["pgscan_kswapd_per_min"])) if x["pgscan_kswapd_per_min"] else "n/a"),
+            ("Atomic order-4+ allocations", lambda x: _total(x["eligible_allocs_order_4_plus"])),
+            ("Atomic order 1-3 allocations", lambda x: _total(x["eligible_allocs_order_1_3"])),
+        ]
+        rows += [(title, {s: fn(stats[s]) for s in self.sides.sides}) for title, fn in spec]
+        table = pd.DataFrame([{"": title, **vals} for title, vals in rows])
+        sentence = f"Over the runs of each side ({self.side_counts()})."
+        return sentence, table
 
     def pcp_study(self, runs_per_side=3):
         """The per-CPU list study: the 5 most-allocated page frames of each run (up to a few runs per side)."""
         lines = []
         for side in self.sides.sides:
             for run in self.sides.runs[side][:runs_per_side]:
-                hot = self.scope.__class__(self.scope.dataset, [run]).query("hot_pfns", top_n=5)
+                try:
+                    hot = self.scope.__class__(self.scope.dataset, [run]).query("hot_pfns", top_n=5)
+                except KmemscopeError:
+                    lines.append(f"{side} ({run[:8]}): no mm_page_alloc events")
+                    continue
                 lines.append(f"{side} ({run[:8]})")
-                lines += [f"{int(r.allocs):>8} pfn=0x{int(r.pfn):x}" for r in hot.itertuples()]
-            if len(self.sides.runs[side]) > runs_per_side:
-                lines.append(f"  ... and {len(self.sides.runs[side]) - runs_per_side} more runs")
-        return "```\n" + "\n".join(lines) + "\n```"
+                lines += [f"{int(r.allocs):>8} pfn={hex_pfn(r.pfn)}" for r in hot.itertuples()]
+            more = len(self.sides.runs[side]) - runs_per_side
+            if more > 0:
+                lines.append(f"  ... and {plural(more, 'more run')}")
+        return HTML("<pre>" + html.escape("\n".join(lines)) + "</pre>")
 
     def defrag_study(self):
         """The defrag_mode study: vmstat counters per side (mean of per-run deltas), % change, Welch p."""
         try:
             vm = self.scope.query("vmstat_rates")
         except Exception as exc:
-            raise Missing(f"No vmstat samples in these runs: no vmstat table ({exc}).") from None
+            raise Missing(f"No vmstat samples in these runs: no vmstat table ({md_text(exc)}).") from None
         if vm.empty:
             raise Missing("No vmstat samples in these runs (bare trace.dat): no vmstat table.")
         side_of = {run: side for side, runs in self.sides.runs.items() for run in runs}
@@ -151,7 +206,49 @@ class Comparison:
             rows.append(row)
         if not rows:
             raise Missing("None of the defrag_mode study's vmstat counters is in these runs.")
-        return pd.DataFrame(rows).set_index("counter")
+        return pd.DataFrame(rows)
+
+
+def _escaped(sides, rows):
+    """The side set and rows with label values made safe for Markdown (they come from the runs)."""
+    esc = md_text
+    shown = dataclasses.replace(sides, label=esc(sides.label), sides=[esc(x) for x in sides.sides],
+                                runs={esc(k): v for k, v in sides.runs.items()})
+    out = [MetricRow(r.metric, {esc(k): v for k, v in r.stats.items()},
+                     {esc(k): v for k, v in r.versus.items()}) for r in rows]
+    return shown, out
+
+
+def condense_notes(notes):
+    """Fold per-run notes that say the same thing ("run X has no ... events") into one line each."""
+    groups, out = {}, []
+    for note in notes:
+        m = re.match(r"run (\S+?):? (.*)$", note)
+        if m:
+            if m.group(2) not in groups:
+                groups[m.group(2)] = []
+                out.append(m.group(2))
+            groups[m.group(2)].append(m.group(1))
+        else:
+            # "1 run(s) have no label ...": the count decides the wording
+            m = re.match(r"(\d+) run\(s\) have (.*)$", note)
+            if m:
+                n = int(m.group(1))
+                note = f"{plural(n, 'run')} {'has' if n == 1 else 'have'} {m.group(2)}"
+            out.append(note)
+    lines = []
+    for n in out:
+        if n not in groups:
+            lines.append(n)
+            continue
+        ids = groups[n]
+        if len(ids) == 1:
+            lines.append(f"run {ids[0]} {n}")
+        else:
+            shown = ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")
+            verb = re.sub(r"^has ", "have ", n)
+            lines.append(f"{len(ids)} runs ({shown}) {verb}")
+    return lines
 
 
 def _si(x):

@@ -6,7 +6,17 @@ section needs (no procfs samples, no extfrag events) it raises Missing with a
 sentence the notebook prints instead of the figure. Figures are plain
 matplotlib Figure objects (not pyplot), rendered to PNG by `show`, so nothing
 depends on the notebook's backend and nothing loads JavaScript.
+
+No figure adds runs (or sides) together: a matrix or a bar chart is drawn once
+per group of runs (a run in the overview, a side in the comparison), on one
+shared scale, and `Drawn` puts the numbers each panel shows under the figure
+as a table that tests (and readers) can check.
+
+SQL here is built only from constants and quote_ident() of table names found
+on disk; values go in as bound parameters. Names read from a trace (event
+tables, labels) never reach SQL text unquoted.
 """
+import html
 import io
 from dataclasses import dataclass, field
 
@@ -16,6 +26,8 @@ MAX_LINES = 12           # legend entries before a figure drops its legend
 MAX_PANELS = 4           # per-run panels before the rest are left out (with a sentence)
 NOT_EVENTS = {"runs", "print_flags", "lost_events", "vmstat", "pagetypeinfo_free",
               "pagetypeinfo_blocks", "buddyinfo", "zoneinfo"}
+# The migratetypes that fallbacks move between on every kernel: always rows/columns of the matrix.
+FALLBACK_TYPES = (0, 1, 2)
 
 
 class Missing(Exception):
@@ -39,14 +51,15 @@ class Scope:
             df["labels"] = df["labels"].map(_labels_text)
         return df
 
-    def sql(self, text, tables):
-        """Ad-hoc SQL over the selected runs, with run_facts; -> DataFrame."""
+    def sql(self, text, tables, params=None):
+        """Ad-hoc SQL over the selected runs, with run_facts; values bound from `params`."""
         from kmemscope.queries.engine import open_run_set
 
         con, chosen, _parts, _facts = open_run_set(self.dataset, self.runs or None,
                                                    self.labels or None, tables=tables)
         try:
-            return con.sql(text).df()
+            rel = con.sql(text, params=params) if params else con.sql(text)
+            return rel.df()
         finally:
             con.close()
 
@@ -61,6 +74,12 @@ class Scope:
                         "FROM runs r JOIN run_facts f USING (run_id) ORDER BY r.run_id",
                         ["runs"]).assign(labels=lambda d: d["labels"].map(_labels_text))
 
+    def runs_with(self, table):
+        """The selected runs that have rows in `table` (its partitions on disk)."""
+        from kmemscope.queries.dataset import table_runs
+
+        return set(table_runs(self.dataset).get(table, {}))
+
 
 def _labels_text(m):
     if m is None:
@@ -70,6 +89,91 @@ def _labels_text(m):
     else:
         items = [tuple(x) if not isinstance(x, dict) else (x["key"], x["value"]) for x in m]
     return ",".join(f"{k}={v}" for k, v in items)
+
+
+# ---------------------------------------------------------------- wording and tables
+
+def plural(n, word, many=None):
+    """'1 run', '2 runs', '1,234 events'."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def md_text(text):
+    """Text from a trace or a label, safe inside Markdown/HTML (no tags, no emphasis)."""
+    return html.escape(str(text)).replace("*", "&#42;").replace("_", "&#95;").replace("`", "&#96;")
+
+
+def fig_text(text):
+    """Text from a trace or a label, safe in a matplotlib label ('$' would start mathtext)."""
+    return str(text).replace("$", r"\$")
+
+
+def hex_pfn(p):
+    """A page frame number as trace-cmd and perf print it."""
+    if p is None or p != p:       # None or NaN
+        return ""
+    return f"0x{int(p):x}"
+
+
+def _is_pfn_column(name):
+    return isinstance(name, str) and (name == "pfn" or name.endswith("_pfn"))
+
+
+def tidy_table(df):
+    """A frame as shown: index folded into columns, no axis names, pfns in hex."""
+    if type(df.index).__name__ != "RangeIndex" or df.index.name is not None:
+        df = df.reset_index()     # a named index is a real column; a row counter says nothing
+    else:
+        df = df.copy()
+    df.columns = [str(c) if not isinstance(c, str) else c for c in df.columns]
+    df.columns.name = None
+    for col in df.columns:
+        if _is_pfn_column(col) and df[col].dtype.kind in "iuf":
+            df[col] = df[col].map(hex_pfn)
+    return df
+
+
+@dataclass
+class Drawn:
+    """The numbers a figure drew, panel by panel, read back from its artists.
+
+    Shown under the figure as a folded table; every cell carries its value in a
+    data-value attribute and every table names its figure and panel, so a test
+    can compare the report's figure with a recount of the data.
+    """
+    figure: str
+    panels: dict                       # panel name -> DataFrame (rows x columns), or None: nothing drawn
+    caption: str = "Numbers drawn"
+
+    def html(self):
+        parts = [f"<details><summary>{html.escape(self.caption)}</summary>"]
+        for name, frame in self.panels.items():
+            attrs = (f'class="kmemscope-drawn" data-figure="{html.escape(self.figure, quote=True)}" '
+                     f'data-panel="{html.escape(str(name), quote=True)}"')
+            if frame is None:
+                parts.append(f"<p {attrs} data-empty=\"1\"><b>{html.escape(str(name))}</b>: nothing drawn</p>")
+                continue
+            head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+            rows = []
+            for idx, row in frame.iterrows():
+                cells = "".join(f'<td data-column="{html.escape(str(c), quote=True)}" '
+                                f'data-value="{_num(v)}">{_cell(v)}</td>' for c, v in row.items())
+                rows.append(f'<tr data-row="{html.escape(str(idx), quote=True)}">'
+                            f"<th>{html.escape(str(idx))}</th>{cells}</tr>")
+            parts.append(f"<p><b>{html.escape(str(name))}</b></p><table {attrs}>"
+                         f"<thead><tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        parts.append("</details>")
+        return "".join(parts)
+
+
+def _num(v):
+    f = float(v)
+    return str(int(f)) if f.is_integer() else repr(f)
+
+
+def _cell(v):
+    f = float(v)
+    return f"{int(f):,}" if f.is_integer() else f"{f:,.3g}"
 
 
 def show(make, *args, **kwargs):
@@ -82,15 +186,17 @@ def show(make, *args, **kwargs):
         display(Markdown(f"*{exc}*"))
         return
     except KmemscopeError as exc:   # a table the analysis requires is absent from these runs
-        display(Markdown(f"*Not available for these runs: {exc}*"))
+        display(Markdown(f"*Not available for these runs: {md_text(exc)}*"))
         return
     for item in result if isinstance(result, tuple) else (result,):
         if item is None:
             continue
         if isinstance(item, str):
             display(Markdown(item))
-        elif hasattr(item, "to_html") and type(item.index).__name__ == "RangeIndex":
-            display(HTML(item.to_html(index=False)))     # a row counter says nothing
+        elif isinstance(item, Drawn):
+            display(HTML(item.html()))
+        elif hasattr(item, "to_html") and hasattr(item, "columns"):
+            display(HTML(tidy_table(item).to_html(index=False)))
         elif hasattr(item, "savefig"):
             buf = io.BytesIO()
             item.savefig(buf, format="png", dpi=90, bbox_inches="tight")
@@ -112,101 +218,315 @@ def _legend(ax, n):
         ax.legend(fontsize=7, loc="best")
 
 
+def no_negative_axes(fig, x=False):
+    """Counts never go below 0: where every plotted value is >= 0, the value axis starts at 0.
+
+    Matplotlib pads an all-zero series to [-0.05, 0.05]; that reads as negative
+    counts. Image axes (heatmaps) are left alone.
+    """
+    for ax in fig.axes:
+        if ax.images or not (ax.lines or ax.collections or ax.patches):
+            continue
+        lim = ax.dataLim
+        lo, hi = (lim.x0, lim.x1) if x else (lim.y0, lim.y1)
+        get, put = (ax.get_xlim, ax.set_xlim) if x else (ax.get_ylim, ax.set_ylim)
+        if lo >= 0 and get()[0] < 0:
+            top = get()[1]
+            put(0, top if hi > 0 else 1)
+    return fig
+
+
 # ---------------------------------------------------------------- overview sections
 
 def runs_table(scope):
     return scope.query_runs()
 
 
-def event_rates(scope):
-    """Events per second over time, one panel per event type (the busiest six), a line per run."""
-    from kmemscope.queries.dataset import table_runs
+def event_counts_per_second(scope):
+    """Events per second of every event table, per run and whole second since the run's first event.
+
+    Zero-filled: every second of a run's capture from 0 to its last (partial)
+    second has a row for every event type the run holds, 0 where no event came.
+    The last second is partial: its count is divided by the part of it the
+    capture covered.
+    """
+    import numpy as np
+    import pandas as pd
+    from kmemscope.queries.dataset import quote_ident, table_runs
 
     parts = table_runs(scope.dataset)
     events = [t for t in parts if t not in NOT_EVENTS and not t.startswith("_")]
     if not events:
         raise Missing("The dataset holds no event tables.")
-    union = " UNION ALL ".join(
-        f"SELECT run_id, '{t}' AS event, ts FROM \"{t}\"" for t in events)
-    df = scope.sql(f"""
-        SELECT e.run_id, e.event, floor((e.ts - f.first_ts) / 1e9) AS second,
-               -- the last second is partial: divide by the part of it the capture covered
-               count(*) / greatest(least(1.0, (f.last_ts - f.first_ts) / 1e9 - second), 0.001) AS events
-        FROM ({union}) e JOIN run_facts f USING (run_id)
-        GROUP BY e.run_id, e.event, second, f.last_ts, f.first_ts ORDER BY 1, 2, 3""", events + ["runs"])
-    if df.empty:
+    # Table names come from the dataset (a trace's event names): only quote_ident() of them
+    # enters the SQL text; the event name itself is a bound parameter.
+    union = " UNION ALL ".join("SELECT run_id, ? AS event, ts FROM " + quote_ident(t) for t in events)
+    counts = scope.sql(
+        "SELECT e.run_id, e.event, CAST(floor((e.ts - f.first_ts) / 1e9) AS BIGINT) AS second, "
+        "count(*) AS n FROM (" + union + ") e JOIN run_facts f USING (run_id) "
+        "GROUP BY 1, 2, 3", events + ["runs"], params=list(events))
+    if counts.empty:
         raise Missing("No events in the selected runs.")
-    top = df.groupby("event")["events"].sum().sort_values(ascending=False).index[:6]
+    spans = scope.sql("SELECT run_id, (last_ts - first_ts) / 1e9 AS span_s FROM run_facts", ["runs"])
+    span = dict(zip(spans.run_id, spans.span_s))
+    frames = []
+    for (run, event), g in counts.groupby(["run_id", "event"], sort=True):
+        s = span.get(run) or 0.0
+        last = max(int(np.floor(s)), int(g["second"].max()))
+        full = pd.DataFrame({"second": np.arange(0, last + 1)})
+        full = full.merge(g[["second", "n"]], on="second", how="left")
+        full["n"] = full["n"].fillna(0).astype("int64")
+        covered = np.clip(s - full["second"], 0.001, 1.0)
+        full["events"] = full["n"] / covered
+        full.insert(0, "event", event)
+        full.insert(0, "run_id", run)
+        frames.append(full)
+    return pd.concat(frames, ignore_index=True)
+
+
+def event_rates(scope):
+    """Events per second over time, one panel per event type (the busiest six), a line per run."""
+    df = event_counts_per_second(scope)
+    top = df.groupby("event")["n"].sum().sort_values(ascending=False).index[:6]
     names = scope.run_names()
     fig, axes = _figure((len(top) + 1) // 2, 2, height=2.6)
     for ax, event in zip(axes.flat, top):
         sub = df[df.event == event]
         for run, g in sub.groupby("run_id"):
-            ax.plot(g["second"], g["events"], marker=".", label=names.get(run, run))
-        ax.set_title(event, fontsize=9)
+            ax.plot(g["second"], g["events"], marker=".", label=fig_text(names.get(run, run)))
+        ax.set_title(fig_text(event), fontsize=9)
         ax.set_xlabel("s since the run's first event", fontsize=8)
         ax.set_ylabel("events/s", fontsize=8)
         _legend(ax, sub.run_id.nunique())
     for ax in list(axes.flat)[len(top):]:
         ax.set_visible(False)
-    return fig
+    return no_negative_axes(fig)
 
 
-def order_histogram(scope):
-    """Allocations per order (every mm_page_alloc), one bar per run, log scale."""
-    df = scope.query("atomic_orders")
-    per = df.groupby(["run_id", "order"])["allocs"].sum().unstack(0).fillna(0)
-    names = scope.run_names()
-    fig, axes = _figure()
-    ax = axes[0, 0]
+def _bars(ax, per, colors=None):
+    """Grouped bars: per is a frame (x values as index, one column per group)."""
     n = per.shape[1]
     width = 0.8 / max(n, 1)
-    for i, run in enumerate(per.columns):
-        ax.bar(per.index + i * width - 0.4 + width / 2, per[run], width, label=names.get(run, run))
+    xs = range(len(per.index))
+    for i, group in enumerate(per.columns):
+        ax.bar([x + i * width - 0.4 + width / 2 for x in xs], per[group], width,
+               label=fig_text(group), color=None if colors is None else colors[i])
+    ax.set_xticks(list(xs), [fig_text(x) for x in per.index])
+
+
+def _read_bars(ax):
+    """The bar heights an axes drew: DataFrame (x tick labels x legend labels)."""
+    import pandas as pd
+
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    cols = {}
+    for cont in ax.containers:
+        cols[cont.get_label()] = [p.get_height() for p in cont.patches]
+    return pd.DataFrame(cols, index=ticks[:len(next(iter(cols.values()), []))])
+
+
+def order_counts(scope, groups):
+    """Allocations per order of each group of runs: frame (order x group); groups without mm_page_alloc left out."""
+    df = scope.query("atomic_orders")
+    have = scope.runs_with("mm_page_alloc")
+    out = {}
+    for name, runs in groups.items():
+        if not have & set(runs):
+            continue
+        sub = df[df.run_id.isin(runs)]
+        out[name] = sub.groupby("order")["allocs"].sum()
+    import pandas as pd
+
+    per = pd.DataFrame(out).fillna(0).astype("int64").sort_index()
+    return per
+
+
+def order_histogram(scope, groups=None, title=None):
+    """Allocations per order (every mm_page_alloc), one bar per group of runs (default: per run), log scale."""
+    names = scope.run_names()
+    if groups is None:
+        groups = {names.get(r, r): [r] for r in sorted(names)}
+    per = order_counts(scope, groups)
+    if per.empty:
+        raise Missing("No mm_page_alloc events in these runs: no allocation orders.")
+    fig, axes = _figure()
+    ax = axes[0, 0]
+    _bars(ax, per, [f"C{list(groups).index(g)}" for g in per.columns])   # a group keeps its colour
     ax.set_yscale("log")
     ax.set_xlabel("order")
     ax.set_ylabel("allocations")
-    ax.set_xticks(per.index)
-    _legend(ax, n)
-    return fig
+    if title:
+        ax.set_title(fig_text(title), fontsize=9)
+    _legend(ax, per.shape[1])
+    lacking = [g for g in groups if g not in per.columns]
+    note = (f"*No mm_page_alloc events in {', '.join(md_text(g) for g in lacking)}: no bars.*"
+            if lacking else None)
+    return fig, Drawn("orders", {"allocations": _read_bars(ax)}), note
+
+
+NONBLOCKING_CLASSES = ("highatomic_eligible", "other_nonblocking")
+
+
+def atomic_orders_by(scope, groups, group_title="run"):
+    """Non-blocking allocations per order, a panel per class, a bar per group of runs (never summed across groups)."""
+    import pandas as pd
+
+    df = scope.query("atomic_orders")
+    have = scope.runs_with("mm_page_alloc")
+    shown = {g: runs for g, runs in groups.items() if have & set(runs)}
+    lacking = [g for g in groups if g not in shown]
+    if not shown:
+        raise Missing("No mm_page_alloc events in these runs: no atomic allocations.")
+    nb = df[df.alloc_class.isin(NONBLOCKING_CLASSES)]
+    orders = sorted(nb["order"].unique()) or [0]
+    fig, axes = _figure(1, len(NONBLOCKING_CLASSES), height=3.0)
+    panels = {}
+    colors = [f"C{i}" for i in range(len(groups))]
+    cols = [colors[list(groups).index(g)] for g in shown]
+    for ax, cls in zip(axes.flat, NONBLOCKING_CLASSES):
+        per = pd.DataFrame({g: nb[(nb.alloc_class == cls) & nb.run_id.isin(runs)]
+                            .groupby("order")["allocs"].sum().reindex(orders, fill_value=0)
+                            for g, runs in shown.items()}).fillna(0).astype("int64")
+        _bars(ax, per, cols)
+        ax.set_title(cls.replace("_", " "), fontsize=9)
+        ax.set_xlabel("order")
+        # linear from 0: a log axis hid a 10% gap as 10x
+        ax.set_ylabel(f"allocations per {group_title}")
+        _legend(ax, len(shown))
+        panels[cls] = _read_bars(ax)
+    no_negative_axes(fig)
+    note = (f"*No mm_page_alloc events in {', '.join(md_text(g) for g in lacking)}: no bars.*"
+            if lacking else None)
+    return fig, Drawn("atomic_orders", panels), note
 
 
 def atomic_orders(scope):
-    """Non-blocking allocations by order band and reserve eligibility: a table and a bar chart."""
+    """Non-blocking allocations by order band and reserve eligibility: a table and a bar chart per run."""
     df = scope.query("atomic_orders.costly")
     table = df.pivot_table(index=["run_id", "labels", "alloc_class"], columns="order_band",
                            values="allocs", aggfunc="sum", fill_value=0).reset_index()
+    table.columns.name = None
     nb = df[df.alloc_class != "blocking"]
     if nb.empty:
         return table, "*No non-blocking allocations in these runs.*"
-    fig, axes = _figure()
-    ax = axes[0, 0]
-    agg = nb.groupby(["alloc_class", "order_band"])["allocs"].sum().unstack(1).fillna(0)
-    agg.plot.bar(ax=ax, rot=0)
-    ax.set_ylabel("allocations (all selected runs)")    # linear from 0: a log axis hid a 10% gap as 10x
-    return table, fig
+    names = scope.run_names()
+    groups = {names.get(r, r): [r] for r in sorted(df.run_id.unique())[:MAX_LINES]}
+    fig, drawn, note = atomic_orders_by(scope, groups)
+    return table, fig, note
+
+
+def _migratetype_order(scope):
+    """Migratetype name -> its smallest number in the selected runs (for a stable axis order)."""
+    mts = scope.sql("SELECT name, min(migratetype) AS migratetype FROM migratetype_names GROUP BY name",
+                    ["runs"])
+    return dict(zip(mts["name"], mts["migratetype"]))
+
+
+def pollution_matrices(scope, groups):
+    """{group: DataFrame (requested type x fallback type, extfrag events)} or None for a group without events.
+
+    Every matrix has the same rows and columns: the types fallbacks move
+    between (Unmovable, Movable, Reclaimable by the runs' own names) and every
+    type seen in any group. Keyed by name, not number: the numbers differ
+    across kernels.
+    """
+    from kmemscope.errors import DatasetError
+
+    try:
+        df = scope.query("fallback_pollution")
+    except DatasetError as exc:
+        raise Missing("No migratetype fallbacks (mm_page_alloc_extfrag) in these runs, "
+                      f"or the event was not recorded: no pollution matrix ({md_text(exc)}).") from None
+    order = _migratetype_order(scope)
+    base = [n for n, num in order.items() if num in FALLBACK_TYPES]
+    names = set(base) | set(df["alloc_type"]) | set(df["fallback_type"])
+    axis = sorted(names, key=lambda n: (order.get(n, 99), n))
+    out = {}
+    for group, runs in groups.items():
+        sub = df[df.run_id.isin(runs)]
+        if sub.empty:
+            out[group] = None
+            continue
+        m = sub.pivot_table(index="alloc_type", columns="fallback_type", values="events",
+                            aggfunc="sum", fill_value=0)
+        out[group] = m.reindex(index=axis, columns=axis, fill_value=0).astype("int64")
+    return out, df
+
+
+def pollution_figure(matrices, titles):
+    """One heatmap per group, side by side, on one colour scale; -> (Figure, Drawn read back from it)."""
+    import numpy as np
+    import pandas as pd
+
+    groups = list(matrices)
+    n = len(groups)
+    vmax = max([int(m.values.max()) for m in matrices.values() if m is not None] + [1])
+    some = next(m for m in matrices.values() if m is not None)
+    side = max(3.2, 0.75 * len(some) + 1.6)
+    fig, axes = _figure(1, n, height=side, width=min(5.2 * n + 1.2, 16))
+    im = None
+    for ax, group in zip(axes.flat, groups):
+        m = matrices[group]
+        ax.set_title(fig_text(titles.get(group, group)), fontsize=9)
+        if m is None:
+            ax.set_axis_off()
+            ax.text(0.5, 0.5, "no mm_page_alloc_extfrag events\n(not recorded, or no fallback)",
+                    ha="center", va="center", fontsize=9, transform=ax.transAxes, color="0.35")
+            continue
+        im = ax.imshow(m.values, cmap="Reds", vmin=0, vmax=vmax)
+        ax.set_xticks(range(len(m.columns)), [fig_text(c) for c in m.columns], rotation=35, ha="right",
+                      fontsize=9)
+        ax.set_yticks(range(len(m.index)), [fig_text(i) for i in m.index], fontsize=9)
+        ax.set_xlabel("fallback (block) migratetype", fontsize=9)
+        ax.set_ylabel("requested migratetype", fontsize=9)
+        for (i, j), v in np.ndenumerate(m.values):
+            ax.text(j, i, f"{v:,}", ha="center", va="center", fontsize=9,
+                    color="white" if v > 0.6 * vmax else ("black" if v else "0.6"))
+    if im is not None:
+        fig.colorbar(im, ax=list(axes.flat), label="extfrag events", shrink=0.8)
+    drawn = {}
+    for ax, group in zip(axes.flat, groups):
+        if not ax.images:
+            drawn[group] = None
+            continue
+        arr = np.asarray(ax.images[0].get_array())
+        drawn[group] = pd.DataFrame(arr.astype("int64"),
+                                    index=[t.get_text() for t in ax.get_yticklabels()],
+                                    columns=[t.get_text() for t in ax.get_xticklabels()])
+    return fig, Drawn("pollution", drawn, "Numbers drawn (extfrag events, requested type by row)")
+
+
+def pollution_by(scope, groups, what="run"):
+    """The pollution matrix of each group of runs, side by side, and the fragmenting/ownership split per group."""
+    matrices, df = pollution_matrices(scope, groups)
+    if all(m is None for m in matrices.values()):
+        raise Missing("No migratetype fallbacks (mm_page_alloc_extfrag) in these runs, "
+                      "or the event was not recorded: no pollution matrix.")
+    titles = {}
+    for g, runs in groups.items():
+        within = f" in {plural(len(runs), 'run')}" if what == "side" else ""
+        if matrices[g] is None:
+            titles[g] = f"{g}: no extfrag events{within}"
+        else:
+            titles[g] = f"{g}: {plural(int(matrices[g].values.sum()), 'fallback')}{within}"
+    fig, drawn = pollution_figure(matrices, titles)
+    side_of = {r: g for g, runs in groups.items() for r in runs}
+    df = df[df.run_id.isin(side_of)].assign(**{what: lambda d: d.run_id.map(side_of)})
+    frag = (df.groupby([what, "fragmenting", "ownership_meaning"], sort=False)["events"].sum()
+            .reset_index())
+    return fig, drawn, frag
 
 
 def pollution_heatmap(scope):
-    """extfrag fallbacks: requested migratetype x the block type it fell back to."""
-    df = scope.query("fallback_pollution")
-    if df.empty or df["events"].sum() == 0:
-        raise Missing("No migratetype fallbacks (mm_page_alloc_extfrag) in these runs, "
-                      "or the event was not recorded: no pollution matrix.")
-    m = df.pivot_table(index="alloc_type", columns="fallback_type", values="events",
-                       aggfunc="sum", fill_value=0)
-    fig, axes = _figure(height=3.4, width=6)
-    ax = axes[0, 0]
-    im = ax.imshow(m.values, cmap="Reds")
-    ax.set_xticks(range(len(m.columns)), m.columns)
-    ax.set_yticks(range(len(m.index)), m.index)
-    ax.set_xlabel("fallback (block) migratetype")
-    ax.set_ylabel("requested migratetype")
-    for (i, j), v in __import__("numpy").ndenumerate(m.values):
-        ax.text(j, i, f"{v:,}", ha="center", va="center", fontsize=9)
-    fig.colorbar(im, ax=ax, label="extfrag events")
-    frag = df.groupby(["fragmenting", "ownership_meaning"])["events"].sum().reset_index()
-    return fig, frag
+    """extfrag fallbacks: requested migratetype x the block type it fell back to, a matrix per run."""
+    names = scope.run_names()
+    runs = sorted(scope.runs_with("mm_page_alloc_extfrag") & set(names)) or sorted(names)
+    shown = runs[:MAX_PANELS]
+    fig, drawn, frag = pollution_by(scope, {names[r]: [r] for r in shown})
+    note = None
+    if len(runs) > len(shown):
+        note = f"*Showing {len(shown)} of {plural(len(runs), 'run')} with fallbacks; pick runs with `--run`.*"
+    return fig, drawn, frag, note
 
 
 def _procfs_query(scope, name):
@@ -232,11 +552,12 @@ def highatomic_over_time(scope):
     fig, axes = _figure(height=2.8)
     ax = axes[0, 0]
     for run, g in per.groupby("run_id"):
-        ax.step(g["t_s"], g["highatomic_pageblocks"], where="post", marker=".", label=names.get(run, run))
+        ax.step(g["t_s"], g["highatomic_pageblocks"], where="post", marker=".",
+                label=fig_text(names.get(run, run)))
     ax.set_xlabel("s since the first sample")
     ax.set_ylabel("HighAtomic pageblocks")
     _legend(ax, per.run_id.nunique())
-    return fig
+    return no_negative_axes(fig)
 
 
 def free_by_migratetype(scope):
@@ -264,19 +585,20 @@ def free_by_migratetype(scope):
     for row, run in zip(axes, shown):
         for mt, g in free[free.run_id == run].groupby("migratetype"):
             g = g.sort_values("t_s")
-            row[0].plot(g["t_s"], g["free_pages"], marker=".", label=mt)
+            row[0].plot(g["t_s"], g["free_pages"], marker=".", label=fig_text(mt))
         for mt, g in blocks[blocks.run_id == run].groupby("migratetype"):
             g = g.sort_values("t_s")
-            row[1].plot(g["t_s"], g["pageblocks"], marker=".", label=mt)
-        row[0].set_title(f"{names.get(run, run)}: free pages", fontsize=9)
-        row[1].set_title(f"{names.get(run, run)}: pageblocks by type", fontsize=9)
+            row[1].plot(g["t_s"], g["pageblocks"], marker=".", label=fig_text(mt))
+        row[0].set_title(f"{fig_text(names.get(run, run))}: free pages", fontsize=9)
+        row[1].set_title(f"{fig_text(names.get(run, run))}: pageblocks by type", fontsize=9)
         for ax in row:
             ax.set_yscale("symlog")
             ax.set_xlabel("s", fontsize=8)
         row[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    no_negative_axes(fig)
     note = None
     if len(runs) > len(shown):
-        note = f"*Showing {len(shown)} of {len(runs)} runs; pick runs with `--run`.*"
+        note = f"*Showing {len(shown)} of {plural(len(runs), 'run')}; pick runs with `--run`.*"
     return fig, note
 
 
@@ -288,7 +610,7 @@ def hot_pfns(scope, top_n=50):
     names = scope.run_names()
     fig, axes = _figure(1, 2, height=3.2)
     for run, g in hot.groupby("run_id"):
-        axes[0, 0].plot(g["rank"], g["allocs"], marker=".", label=names.get(run, run))
+        axes[0, 0].plot(g["rank"], g["allocs"], marker=".", label=fig_text(names.get(run, run)))
     axes[0, 0].set_xlabel("rank of the page frame")
     axes[0, 0].set_ylabel("allocations")
     axes[0, 0].set_title(f"the {top_n} hottest pfns per run", fontsize=9)
@@ -300,15 +622,16 @@ def hot_pfns(scope, top_n=50):
     if hist is not None and not hist.empty:
         for run, g in hist.groupby("run_id"):
             axes[0, 1].plot(g["bucket_hi_ns"] / 1e6, g["cumulative_pct"], marker=".",
-                            label=names.get(run, run))
+                            label=fig_text(names.get(run, run)))
         axes[0, 1].set_xscale("log")
         axes[0, 1].set_xlabel("free -> reallocation interval, ms")
         axes[0, 1].set_ylabel("cumulative % of reuses")
         _legend(axes[0, 1], hist.run_id.nunique())
     else:
         axes[0, 1].set_visible(False)
+    no_negative_axes(fig)
     top = hot[hot["rank"] <= 5][["run_id", "labels", "rank", "pfn", "allocs", "cpus"]].copy()
-    top["pfn"] = top["pfn"].map(lambda p: f"0x{int(p):x}")
+    top["pfn"] = top["pfn"].map(hex_pfn)
     return fig, top
 
 
@@ -333,11 +656,11 @@ def compaction_timeline(scope):
     ax = axes[0, 0]
     for run, g in df.groupby("run_id"):
         ax.scatter(g["t_s"], [rows.index(r) for r in g["row"]], marker="|", s=200,
-                   label=names.get(run, run))
-    ax.set_yticks(range(len(rows)), rows)
+                   label=fig_text(names.get(run, run)))
+    ax.set_yticks(range(len(rows)), [fig_text(r) for r in rows])
     ax.set_xlabel("s since the run's first event")
     _legend(ax, df.run_id.nunique())
-    counts = df.groupby(["run_id", "kind", "status"]).size().rename("runs").reset_index()
+    counts = df.groupby(["run_id", "kind", "status"]).size().rename("compactions").reset_index()
     return fig, counts
 
 
@@ -354,11 +677,13 @@ def vmstat_rates(scope, top=20):
         raise Missing("Every vmstat event counter stood still during these captures.")
     names = scope.run_names()
     fig, axes = _figure(height=max(2.5, 0.28 * len(piv) + 1))
-    piv.rename(columns=names).iloc[::-1].plot.barh(ax=axes[0, 0], legend=piv.shape[1] <= MAX_LINES)
+    shown = piv.rename(columns={r: fig_text(names.get(r, r)) for r in piv.columns},
+                       index=lambda n: fig_text(n))
+    shown.iloc[::-1].plot.barh(ax=axes[0, 0], legend=piv.shape[1] <= MAX_LINES)
     axes[0, 0].set_xscale("symlog")
     axes[0, 0].set_xlabel("per minute")
     axes[0, 0].set_ylabel("")
-    return fig
+    return no_negative_axes(fig, x=True)
 
 
 def lost_events(scope):
@@ -366,7 +691,8 @@ def lost_events(scope):
     runs = scope.query_runs()[["run_id", "labels", "events", "lost_events"]]
     total = int(runs["lost_events"].fillna(0).sum())
     sentence = ("No events were lost in any selected run." if total == 0 else
-                f"**{total:,} events were lost**: rates and counts in the affected runs are lower bounds.")
+                f"**{plural(total, 'event')} {'was' if total == 1 else 'were'} lost**: "
+                "rates and counts in the affected runs are lower bounds.")
     per_cpu = scope.sql("SELECT run_id, cpu, count(*) AS markers, sum(missed) AS missed "
                         "FROM lost_events GROUP BY 1, 2 ORDER BY 1, 2", ["lost_events", "runs"])
     return sentence, runs, (per_cpu if not per_cpu.empty else None)
