@@ -65,14 +65,13 @@ class Comparison:
         return {side: list(self.sides.runs[side]) for side in self.sides.sides}
 
     def side_counts(self):
-        """'a: 1 run on 1 host; b: 2 runs on 1 host' from the runs table."""
+        """'a: 1 run on 1 host; b: 2 runs on 1 host' from the runs table (a bare trace.dat may lack its host)."""
+        return "; ".join(f"{md_text(side)}: {_runs_on_hosts(ids, self._hosts())}"
+                         for side, ids in self.groups.items())
+
+    def _hosts(self):
         runs = self.scope.query_runs()
-        host = dict(zip(runs.run_id, runs.host))
-        parts = []
-        for side, ids in self.groups.items():
-            hosts = {host.get(r) for r in ids}
-            parts.append(f"{md_text(side)}: {plural(len(ids), 'run')} on {plural(len(hosts), 'host')}")
-        return "; ".join(parts)
+        return {r: (None if pd.isna(h) or h == "" else h) for r, h in zip(runs.run_id, runs.host)}
 
     def intro(self):
         return (f"Sides of `{md_text(self.sides.label)}`, baseline {md_text(self.sides.baseline)}: "
@@ -136,12 +135,11 @@ class Comparison:
 
     def highatomic_study(self):
         """the high-atomic reservation study's table: per side, ranges per run and the pgscan total across runs."""
-        runs = self.scope.query_runs()
-        host = dict(zip(runs.run_id, runs.host))
+        host = self._hosts()
         v = self.sides.values
         stats = {side: {m: st.clean(v(m)[side]) for m in st.METRICS} for side in self.sides.sides}
         rows = [("runs", {s: f"{len(self.sides.runs[s])}" for s in self.sides.sides}),
-                ("hosts", {s: f"{len({host.get(r) for r in self.sides.runs[s]})}" for s in self.sides.sides})]
+                ("hosts", {s: _hosts_cell(self.sides.runs[s], host) for s in self.sides.sides})]
         spec = [
             ("HighAtomic pageblocks per run", lambda x: st.value_range(x["highatomic_pageblocks_max"])),
             ("THP success rate", lambda x: st.value_range(x["thp_fault_success_pct"], "%")),
@@ -249,6 +247,23 @@ def condense_notes(notes):
             verb = re.sub(r"^has ", "have ", n)
             lines.append(f"{len(ids)} runs ({shown}) {verb}")
     return lines
+
+
+def _runs_on_hosts(ids, host):
+    named = {host.get(r) for r in ids} - {None}
+    unnamed = sum(1 for r in ids if host.get(r) is None)
+    if not unnamed:
+        return f"{plural(len(ids), 'run')} on {plural(len(named), 'host')}"
+    if not named:
+        return f"{plural(len(ids), 'run')} (host not recorded)"
+    return (f"{plural(len(ids), 'run')} on {plural(len(named), 'host')} "
+            f"({plural(unnamed, 'run')} without a host name)")
+
+
+def _hosts_cell(ids, host):
+    named = {host.get(r) for r in ids} - {None}
+    unnamed = sum(1 for r in ids if host.get(r) is None)
+    return f"{len(named)}" + (f" (+{unnamed} unnamed)" if unnamed else "")
 
 
 def _si(x):

@@ -25,7 +25,7 @@ from kmemscope.errors import KmemscopeError
 MAX_LINES = 12           # legend entries before a figure drops its legend
 MAX_PANELS = 4           # per-run panels before the rest are left out (with a sentence)
 NOT_EVENTS = {"runs", "print_flags", "lost_events", "vmstat", "pagetypeinfo_free",
-              "pagetypeinfo_blocks", "buddyinfo", "zoneinfo"}
+              "pagetypeinfo_blocks", "buddyinfo", "zoneinfo", "event_tables"}
 # The migratetypes that fallbacks move between on every kernel: always rows/columns of the matrix.
 FALLBACK_TYPES = (0, 1, 2)
 
@@ -74,11 +74,34 @@ class Scope:
                         "FROM runs r JOIN run_facts f USING (run_id) ORDER BY r.run_id",
                         ["runs"]).assign(labels=lambda d: d["labels"].map(_labels_text))
 
+    def selected(self):
+        """The run ids this scope selects (all runs when it names none)."""
+        from kmemscope.queries.dataset import table_runs
+        from kmemscope.queries.engine import _select_runs
+
+        return _select_runs(self.dataset, table_runs(self.dataset), self.runs or None, self.labels or None)
+
     def runs_with(self, table):
         """The selected runs that have rows in `table` (its partitions on disk)."""
         from kmemscope.queries.dataset import table_runs
 
-        return set(table_runs(self.dataset).get(table, {}))
+        return set(table_runs(self.dataset).get(table, {})) & set(self.selected())
+
+    def recorded(self):
+        """table -> the selected runs whose trace carries that event's format (recorded, maybe 0 events).
+
+        None for a dataset parsed before runs listed their event tables: then
+        "no events" cannot be told from "not recorded".
+        """
+        from kmemscope.queries.dataset import table_runs
+
+        if "event_tables" not in table_runs(self.dataset):
+            return None
+        df = self.sql('SELECT DISTINCT run_id, "table" FROM event_tables', ["event_tables", "runs"])
+        out = {}
+        for run, table in zip(df["run_id"], df["table"]):
+            out.setdefault(table, set()).add(run)
+        return out
 
 
 def _labels_text(m):
@@ -255,9 +278,14 @@ def event_counts_per_second(scope):
     from kmemscope.queries.dataset import quote_ident, table_runs
 
     parts = table_runs(scope.dataset)
-    events = [t for t in parts if t not in NOT_EVENTS and not t.startswith("_")]
+    chosen = set(scope.selected())
+    recorded = scope.recorded()
+    # only tables with rows in the selected runs: the others would be column-less stand-ins
+    events = [t for t, runs in parts.items()
+              if t not in NOT_EVENTS and not t.startswith("_") and chosen & set(runs)
+              and (recorded is None or t in recorded)]
     if not events:
-        raise Missing("The dataset holds no event tables.")
+        raise Missing("The selected runs hold no event tables.")
     # Table names come from the dataset (a trace's event names): only quote_ident() of them
     # enters the SQL text; the event name itself is a bound parameter.
     union = " UNION ALL ".join("SELECT run_id, ? AS event, ts FROM " + quote_ident(t) for t in events)
@@ -269,6 +297,15 @@ def event_counts_per_second(scope):
         raise Missing("No events in the selected runs.")
     spans = scope.sql("SELECT run_id, (last_ts - first_ts) / 1e9 AS span_s FROM run_facts", ["runs"])
     span = dict(zip(spans.run_id, spans.span_s))
+    # a run whose trace recorded the event but holds none of it: a line of zeros, not no line
+    pairs = {(r, e) for r, e in zip(counts.run_id, counts.event)}
+    if recorded is not None:
+        silent = [(r, e) for e in events for r in sorted(recorded.get(e, set()) & chosen)
+                  if (r, e) not in pairs]
+        if silent:
+            counts = pd.concat([counts, pd.DataFrame({"run_id": [r for r, _ in silent],
+                                                      "event": [e for _, e in silent],
+                                                      "second": 0, "n": 0})], ignore_index=True)
     frames = []
     for (run, event), g in counts.groupby(["run_id", "event"], sort=True):
         s = span.get(run) or 0.0
@@ -325,20 +362,30 @@ def _read_bars(ax):
     return pd.DataFrame(cols, index=ticks[:len(next(iter(cols.values()), []))])
 
 
+def _with_data(scope, groups, table):
+    """(groups to draw, a sentence on the others): a group is drawn when one of its runs has `table`
+    rows or recorded the event (then its bars are honest zeros)."""
+    have = scope.runs_with(table)
+    recorded = scope.recorded()
+    rec = None if recorded is None else recorded.get(table, set())
+    shown = {g: runs for g, runs in groups.items() if have & set(runs) or (rec is not None and rec & set(runs))}
+    lacking = [g for g in groups if g not in shown]
+    if not lacking:
+        return shown, None
+    why = "not recorded" if rec is not None else "no events (not recorded, or none happened)"
+    return shown, f"*{table} in {', '.join(md_text(g) for g in lacking)}: {why}; no bars.*"
+
+
 def order_counts(scope, groups):
     """Allocations per order of each group of runs: frame (order x group); groups without mm_page_alloc left out."""
-    df = scope.query("atomic_orders")
-    have = scope.runs_with("mm_page_alloc")
-    out = {}
-    for name, runs in groups.items():
-        if not have & set(runs):
-            continue
-        sub = df[df.run_id.isin(runs)]
-        out[name] = sub.groupby("order")["allocs"].sum()
     import pandas as pd
 
-    per = pd.DataFrame(out).fillna(0).astype("int64").sort_index()
-    return per
+    df = scope.query("atomic_orders")
+    shown, note = _with_data(scope, groups, "mm_page_alloc")
+    orders = sorted(df["order"].unique())
+    per = pd.DataFrame({g: df[df.run_id.isin(runs)].groupby("order")["allocs"].sum()
+                        .reindex(orders, fill_value=0) for g, runs in shown.items()})
+    return per.fillna(0).astype("int64").sort_index(), note
 
 
 def order_histogram(scope, groups=None, title=None):
@@ -346,7 +393,7 @@ def order_histogram(scope, groups=None, title=None):
     names = scope.run_names()
     if groups is None:
         groups = {names.get(r, r): [r] for r in sorted(names)}
-    per = order_counts(scope, groups)
+    per, note = order_counts(scope, groups)
     if per.empty:
         raise Missing("No mm_page_alloc events in these runs: no allocation orders.")
     fig, axes = _figure()
@@ -358,9 +405,6 @@ def order_histogram(scope, groups=None, title=None):
     if title:
         ax.set_title(fig_text(title), fontsize=9)
     _legend(ax, per.shape[1])
-    lacking = [g for g in groups if g not in per.columns]
-    note = (f"*No mm_page_alloc events in {', '.join(md_text(g) for g in lacking)}: no bars.*"
-            if lacking else None)
     return fig, Drawn("orders", {"allocations": _read_bars(ax)}), note
 
 
@@ -372,9 +416,7 @@ def atomic_orders_by(scope, groups, group_title="run"):
     import pandas as pd
 
     df = scope.query("atomic_orders")
-    have = scope.runs_with("mm_page_alloc")
-    shown = {g: runs for g, runs in groups.items() if have & set(runs)}
-    lacking = [g for g in groups if g not in shown]
+    shown, note = _with_data(scope, groups, "mm_page_alloc")
     if not shown:
         raise Missing("No mm_page_alloc events in these runs: no atomic allocations.")
     nb = df[df.alloc_class.isin(NONBLOCKING_CLASSES)]
@@ -395,8 +437,6 @@ def atomic_orders_by(scope, groups, group_title="run"):
         _legend(ax, len(shown))
         panels[cls] = _read_bars(ax)
     no_negative_axes(fig)
-    note = (f"*No mm_page_alloc events in {', '.join(md_text(g) for g in lacking)}: no bars.*"
-            if lacking else None)
     return fig, Drawn("atomic_orders", panels), note
 
 
@@ -430,6 +470,7 @@ def pollution_matrices(scope, groups):
     type seen in any group. Keyed by name, not number: the numbers differ
     across kernels.
     """
+    import pandas as pd
     from kmemscope.errors import DatasetError
 
     try:
@@ -437,6 +478,8 @@ def pollution_matrices(scope, groups):
     except DatasetError as exc:
         raise Missing("No migratetype fallbacks (mm_page_alloc_extfrag) in these runs, "
                       f"or the event was not recorded: no pollution matrix ({md_text(exc)}).") from None
+    recorded = scope.recorded()
+    rec = None if recorded is None else recorded.get("mm_page_alloc_extfrag", set())
     order = _migratetype_order(scope)
     base = [n for n, num in order.items() if num in FALLBACK_TYPES]
     names = set(base) | set(df["alloc_type"]) | set(df["fallback_type"])
@@ -445,7 +488,10 @@ def pollution_matrices(scope, groups):
     for group, runs in groups.items():
         sub = df[df.run_id.isin(runs)]
         if sub.empty:
-            out[group] = None
+            # recorded but no fallback: a matrix of zeros; not recorded (or cannot tell): nothing
+            recorded_here = rec is not None and rec & set(runs)
+            out[group] = (pd.DataFrame(0, index=axis, columns=axis, dtype="int64")
+                          if recorded_here else None)
             continue
         m = sub.pivot_table(index="alloc_type", columns="fallback_type", values="events",
                             aggfunc="sum", fill_value=0)
@@ -453,7 +499,7 @@ def pollution_matrices(scope, groups):
     return out, df
 
 
-def pollution_figure(matrices, titles):
+def pollution_figure(matrices, titles, empty_text="no mm_page_alloc_extfrag events\n(not recorded, or no fallback)"):
     """One heatmap per group, side by side, on one colour scale; -> (Figure, Drawn read back from it)."""
     import numpy as np
     import pandas as pd
@@ -470,7 +516,7 @@ def pollution_figure(matrices, titles):
         ax.set_title(fig_text(titles.get(group, group)), fontsize=9)
         if m is None:
             ax.set_axis_off()
-            ax.text(0.5, 0.5, "no mm_page_alloc_extfrag events\n(not recorded, or no fallback)",
+            ax.text(0.5, 0.5, empty_text,
                     ha="center", va="center", fontsize=9, transform=ax.transAxes, color="0.35")
             continue
         im = ax.imshow(m.values, cmap="Reds", vmin=0, vmax=vmax)
@@ -502,14 +548,22 @@ def pollution_by(scope, groups, what="run"):
     if all(m is None for m in matrices.values()):
         raise Missing("No migratetype fallbacks (mm_page_alloc_extfrag) in these runs, "
                       "or the event was not recorded: no pollution matrix.")
+    recorded = scope.recorded()
+    known = recorded is not None
+    rec = set() if recorded is None else recorded.get("mm_page_alloc_extfrag", set())
     titles = {}
     for g, runs in groups.items():
         within = f" in {plural(len(runs), 'run')}" if what == "side" else ""
         if matrices[g] is None:
-            titles[g] = f"{g}: no extfrag events{within}"
-        else:
-            titles[g] = f"{g}: {plural(int(matrices[g].values.sum()), 'fallback')}{within}"
-    fig, drawn = pollution_figure(matrices, titles)
+            titles[g] = f"{g}: {'extfrag not recorded' if known else 'no extfrag events'}{within}"
+            continue
+        titles[g] = f"{g}: {plural(int(matrices[g].values.sum()), 'fallback')}{within}"
+        unrecorded = [r for r in runs if r not in rec] if known else []
+        if unrecorded:
+            titles[g] += f"\n({len(unrecorded)} of {plural(len(runs), 'run')} did not record extfrag)"
+    empty = ("mm_page_alloc_extfrag was not recorded" if known else
+             "no mm_page_alloc_extfrag events\n(not recorded, or no fallback)")
+    fig, drawn = pollution_figure(matrices, titles, empty)
     side_of = {r: g for g, runs in groups.items() for r in runs}
     df = df[df.run_id.isin(side_of)].assign(**{what: lambda d: d.run_id.map(side_of)})
     frag = (df.groupby([what, "fragmenting", "ownership_meaning"], sort=False)["events"].sum()
@@ -520,13 +574,19 @@ def pollution_by(scope, groups, what="run"):
 def pollution_heatmap(scope):
     """extfrag fallbacks: requested migratetype x the block type it fell back to, a matrix per run."""
     names = scope.run_names()
-    runs = sorted(scope.runs_with("mm_page_alloc_extfrag") & set(names)) or sorted(names)
-    shown = runs[:MAX_PANELS]
+    have = scope.runs_with("mm_page_alloc_extfrag")
+    recorded = scope.recorded()
+    rec = set(names) if recorded is None else recorded.get("mm_page_alloc_extfrag", set()) & set(names)
+    runs = sorted(have) + sorted(rec - have)          # runs with fallbacks first, then recorded zeros
+    shown = runs[:MAX_PANELS] or sorted(names)[:MAX_PANELS]
     fig, drawn, frag = pollution_by(scope, {names[r]: [r] for r in shown})
-    note = None
+    notes = []
     if len(runs) > len(shown):
-        note = f"*Showing {len(shown)} of {plural(len(runs), 'run')} with fallbacks; pick runs with `--run`.*"
-    return fig, drawn, frag, note
+        notes.append(f"Showing {len(shown)} of {plural(len(runs), 'run')}; pick runs with `--run`.")
+    if recorded is not None and set(names) - rec:
+        notes.append("Not recorded (no mm_page_alloc_extfrag format in the trace): "
+                     + ", ".join(md_text(names[r]) for r in sorted(set(names) - rec)) + ".")
+    return fig, drawn, frag, ("*" + " ".join(notes) + "*" if notes else None)
 
 
 def _procfs_query(scope, name):
