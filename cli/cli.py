@@ -393,7 +393,13 @@ def main(argv=None):
         signal.signal(sig, _raise_terminated)
     try:
         cli.main(args=argv, prog_name="kmemscope", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        # click turns KeyboardInterrupt (and so Terminated) into Abort.
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, Terminated):
+            click.echo(f"kmemscope: error: terminated by {signal.Signals(cause.signum).name}",
+                       err=True)
+            sys.exit(128 + cause.signum)
         click.echo("kmemscope: error: interrupted", err=True)
         sys.exit(130)
     except click.UsageError as exc:

@@ -420,9 +420,16 @@ def _child_main(conn, parent_pid, source, staging, scratch, labels, events, thre
     # sees pandas objects, so it tells pyarrow that pandas is not installed.
     if "pandas" not in sys.modules:
         sys.meta_path.insert(0, _WithoutPandas())
+    def progress(msg):
+        conn.send(("progress", msg))
+        if pause and msg[0] == "bytes":
+            time.sleep(float(pause))       # tests: hold the decoder mid-trace
+
+    # Test hook: the kill tests stop a parse while its decoder threads work.
+    pause = os.environ.get("KMEMSCOPE_TEST_PAUSE_DECODER_S")
     try:
         summary = stage_run(source, Path(staging), labels, events, threads,
-                            progress=lambda msg: conn.send(("progress", msg)), scratch=scratch)
+                            progress=progress, scratch=scratch)
         conn.send(("ok", summary))
     except KmemscopeError as exc:
         conn.send(("error", (type(exc), str(exc))))

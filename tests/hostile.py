@@ -1,0 +1,72 @@
+"""Hostile inputs made at test time from real traces: nothing of the kind is committed.
+
+A v6 trace.dat keeps each event system's name as a NUL-terminated string in
+its format section, followed by the system's format count (4 bytes) and the
+first format's size (8 bytes) and text (`name: ...`). Renaming a system or an
+event to a name of the same length leaves every offset of the file valid, so
+libtracecmd and kmemscope read the file as before, with the new names.
+"""
+import re
+import tarfile
+from pathlib import Path
+
+
+def rename_system(data, old, new):
+    """Rename event system `old` to `new` (same length) in a v6 trace's format section."""
+    old, new = old.encode(), new.encode()
+    assert len(old) == len(new), "renames must keep the length"
+    pattern = re.compile(rb"(?<![a-z0-9_])" + re.escape(old) + rb"\x00(?=.{12}name: )", re.S)
+    hits = list(pattern.finditer(data))
+    assert len(hits) == 1, f"system {old!r} found {len(hits)} times"
+    pos = hits[0].start()
+    return data[:pos] + new + data[pos + len(new):]
+
+
+def rename_event(data, old, new):
+    """Rename event `old` to `new` (same length) in its format text."""
+    old_line, new_line = f"name: {old}\nID: ".encode(), f"name: {new}\nID: ".encode()
+    assert len(old_line) == len(new_line), "renames must keep the length"
+    assert data.count(old_line) == 1, f"event {old} found {data.count(old_line)} times"
+    return data.replace(old_line, new_line)
+
+
+def write_tar(path, members, compression="gz"):
+    """Write a tar archive of {name: bytes or (size, byte) for a run of one byte} members."""
+    import pyarrow as pa
+
+    codec = "zstd" if compression == "zst" else "gzip"
+    with pa.output_stream(str(path), compression=codec) as raw, \
+            tarfile.open(fileobj=raw, mode="w|") as tar:
+        for name, content in members.items():
+            info = tarfile.TarInfo(name)
+            if isinstance(content, tuple):
+                size, byte = content
+                info.size = size
+                tar.addfile(info, _Repeat(byte, size))
+            else:
+                info.size = len(content)
+                tar.addfile(info, _Bytes(content))
+    return Path(path)
+
+
+class _Bytes:
+    def __init__(self, data):
+        self.data, self.pos = data, 0
+
+    def read(self, n=-1):
+        n = len(self.data) - self.pos if n < 0 else n
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += len(chunk)
+        return chunk
+
+
+class _Repeat:
+    """A file object of `size` copies of one byte, produced as it is read."""
+
+    def __init__(self, byte, size):
+        self.byte, self.left = byte, size
+
+    def read(self, n=-1):
+        n = self.left if n < 0 else min(n, self.left)
+        self.left -= n
+        return self.byte * n
