@@ -226,6 +226,7 @@ def info(dataset, fmt):
     counts = " UNION ALL ".join(
         f'SELECT ? AS "table", count(*) AS rows, count(DISTINCT run_id) AS runs FROM {quote_ident(name)}'
         for name in tables)
+    # sql-safe: counts is built just above from quote_ident() names and ? placeholders
     table = _run_sql(con, f'SELECT * FROM ({counts}) ORDER BY rows DESC, "table"', tables)
     if fmt == "table":
         click.echo(f"\ntables ({table.num_rows})")

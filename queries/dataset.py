@@ -73,6 +73,7 @@ def quote_literal(text):
 
 def _scan(files):
     listed = ", ".join(quote_literal(f) for f in files)
+    # sql-safe: listed joins quote_literal() paths
     return (f"read_parquet([{listed}], hive_partitioning = true, "
             "hive_types = {'run_id': VARCHAR}, union_by_name = true)")
 
@@ -106,7 +107,7 @@ def confine(con, dataset, sql):
     con.execute(f"SET allowed_directories = [{quote_literal(root)}]")
     for setting in ("autoinstall_known_extensions", "autoload_known_extensions",
                     "enable_external_access"):
-        con.execute(f"SET {setting} = false")
+        con.execute(f"SET {setting} = false")      # sql-safe: setting names are constants
     con.execute("SET lock_configuration = true")
 
 
@@ -138,9 +139,11 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
         extra = ""
         need = columns.get(name)
         if need:
+            # sql-safe: scan is _scan()'s quoted file list
             have = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
             extra = "".join(f", CAST(NULL AS {typ}) AS {quote_ident(col)}"
                             for col, typ in need.items() if col not in have)
+        # sql-safe: extra casts quote_ident() columns to types of TABLE_COLUMNS; scan is _scan()'s
         con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT *{extra} FROM {scan}")
     present = {row[0] for row in con.execute(
         "SELECT table_name FROM information_schema.tables").fetchall()}
@@ -149,6 +152,7 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
             continue
         cols = ", ".join(["CAST(NULL AS VARCHAR) AS run_id"] +
                          [f"CAST(NULL AS {typ}) AS {quote_ident(col)}" for col, typ in need.items()])
+        # sql-safe: cols casts NULL to quote_ident() columns of the types callers declare
         con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT {cols} WHERE false")
     return con
 

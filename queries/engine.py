@@ -71,6 +71,10 @@ TABLE_COLUMNS = {
     "mm_compaction_defer_reset": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
                                   "considered": "UINTEGER", "defer_shift": "UINTEGER",
                                   "order_failed": "INTEGER"},
+    "mm_compaction_finished": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
+                               "ret": "INTEGER"},
+    "mm_compaction_suitable": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
+                               "ret": "INTEGER"},
     "mm_compaction_kcompactd_wake": {**_EVENT, "nid": "INTEGER", "order": "INTEGER",
                                      "highest_zoneidx": "UINTEGER"},
     "mm_compaction_wakeup_kcompactd": {**_EVENT, "nid": "INTEGER", "order": "INTEGER",
@@ -96,7 +100,10 @@ TABLE_COLUMNS = {
                   "count": "BIGINT"},
 }
 # Tables that _common.sql reads: always given a view (an empty stand-in if absent).
-ALWAYS = ("print_flags", "mm_page_alloc", "vmstat")
+ALWAYS = ("print_flags", "mm_page_alloc", "vmstat",
+          # the direct-compaction outcome model (direct_compactions in _common.sql)
+          "mm_compaction_try_to_compact_pages", "mm_compaction_deferred", "mm_compaction_end",
+          "mm_compaction_defer_reset", "mm_compaction_finished", "mm_vmscan_direct_reclaim_begin")
 
 _TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": None}
 _PARAM_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -498,6 +505,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
             _derived_view(con, dataset, name, chosen, parts, threads)
         # Parameters also live in a one-row table, so prelude views can read them.
         cols = ", ".join(f"CAST(${p.name} AS {p.type}) AS {p.name}" for p in a.params.values())
+        # sql-safe: parameter names match \w+ in our own .sql headers, types come from _TYPES
         con.execute(f"CREATE TEMP TABLE query_params AS SELECT {cols or '1 AS none'}", bound)
         for stmt in _statements(a.prelude):
             con.execute(stmt)
@@ -527,12 +535,14 @@ def _derived_view(con, dataset, name, chosen, parts, threads):
     view = ds.quote_ident(name)
     if files:
         listed = ", ".join(ds.quote_literal(f) for f in files.values())
+        # sql-safe: view is quote_ident(), listed joins quote_literal() paths
         con.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM read_parquet([{listed}], "
                     "hive_partitioning = true, hive_types = {'run_id': VARCHAR})")
     else:
         cols = ", ".join(["CAST(NULL AS VARCHAR) AS run_id"] +
                          [f"CAST(NULL AS {t}) AS {ds.quote_ident(c)}"
                           for c, t in DERIVED_COLUMNS[name].items()])
+        # sql-safe: view is quote_ident(); cols casts NULL to quote_ident() columns
         con.execute(f"CREATE TEMP VIEW {view} AS SELECT {cols} WHERE false")
 
 
