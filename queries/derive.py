@@ -120,7 +120,7 @@ def _run_shas(dataset, parts, run_ids):
     con = duckdb.connect()
     try:
         listed = ", ".join(ds.quote_literal(f) for f in files)
-        rows = con.execute(
+        rows = con.execute(     # sql-safe: listed joins quote_literal() paths
             f"SELECT run_id, sha256 FROM read_parquet([{listed}], hive_partitioning = true, "
             "hive_types = {'run_id': VARCHAR}, union_by_name = true)").fetchall()
     finally:
@@ -174,11 +174,13 @@ def _derive_one(parts, root, run, sig, threads):
         files = parts.get(table, {}).get(run, [])
         listed = ", ".join(ds.quote_literal(f) for f in files)
         if not files:
+            # sql-safe: is_alloc is 0 or 1
             scans[table] = ('SELECT CAST(NULL AS UBIGINT) AS pfn, CAST(NULL AS BIGINT) AS ts, '
                             'CAST(NULL AS INTEGER) AS cpu, CAST(NULL AS UINTEGER) AS "order", '
                             f'{is_alloc} AS is_alloc WHERE false')
             continue
         where = " WHERE pfn NOT IN (18446744073709551615, 4294967295)" if is_alloc else ""
+        # sql-safe: is_alloc is 0 or 1, listed joins quote_literal() paths, where is a constant
         scans[table] = (f'SELECT pfn, ts, cpu, "order", {is_alloc} AS is_alloc '
                         f"FROM read_parquet([{listed}], union_by_name = true){where}")
     con = duckdb.connect()
@@ -186,9 +188,11 @@ def _derive_one(parts, root, run, sig, threads):
     try:
         if threads:
             con.execute(f"SET threads = {int(threads)}")
+        # sql-safe: the scans are built above from constants and quoted paths
         con.execute(f"CREATE TEMP TABLE allocs AS {scans['mm_page_alloc']}")
         sqls = {
-            "page_pairs": _PAIRS_SQL.format(events=f"SELECT * FROM allocs UNION ALL {scans['mm_page_free']}"),
+            "page_pairs": _PAIRS_SQL.format(  # sql-safe: the scans built above
+                events=f"SELECT * FROM allocs UNION ALL {scans['mm_page_free']}"),
             "pfn_allocs": _PFN_ALLOCS_SQL.format(allocs="SELECT pfn FROM allocs"),
         }
         for name, sql in sqls.items():
