@@ -109,3 +109,193 @@ SELECT
   (max(ts) - min(ts)) / 1e9 AS window_s
 FROM vmstat
 GROUP BY run_id, name;
+
+-- THP faults from the trace (KERNEL-ERAS.md sections 1, 2, 6). There is no
+-- THP-fault event: a fault is one or two mm_page_alloc attempts at the PMD huge
+-- page order whose gfp_flags hold every bit of GFP_TRANSHUGE_LIGHT (value from
+-- the run's own print_flags table). On NUMA kernels the first attempt adds
+-- __GFP_THISNODE | __GFP_NORETRY (local node, compaction only); if it fails and
+-- the mask allows direct reclaim, the same task retries at once without them.
+CREATE TEMP VIEW thp_gfp AS
+SELECT
+  run_id,
+  max(CASE WHEN name = 'GFP_TRANSHUGE_LIGHT' THEN value END) AS transhuge_light,
+  max(CASE WHEN name = '__GFP_THISNODE' AND (value & (value - 1)) = 0 THEN value END) AS gfp_thisnode,
+  max(CASE WHEN name = '__GFP_DIRECT_RECLAIM' AND (value & (value - 1)) = 0 THEN value END)
+    AS gfp_direct_reclaim
+FROM print_flags
+WHERE event = 'mm_page_alloc' AND field = 'gfp_flags' AND kind = 'flags' AND value > 0
+GROUP BY run_id;
+
+-- The PMD huge page order per run. The data tells it first: the kernel adds
+-- __GFP_THISNODE to a THP-mask allocation only at HPAGE_PMD_ORDER, so the order
+-- such attempts are made at is that order. Else the run's pageblock_order
+-- (equal to HPAGE_PMD_ORDER wherever pageblocks are huge-page sized, section 5).
+CREATE TEMP VIEW thp_orders AS
+WITH seen AS (
+  SELECT a.run_id, a."order", count(*) AS n
+  FROM mm_page_alloc AS a
+  JOIN thp_gfp AS g ON g.run_id = a.run_id
+  WHERE g.transhuge_light IS NOT NULL AND g.gfp_thisnode IS NOT NULL AND a."order" > 0
+    AND (a.gfp_flags & g.transhuge_light) = g.transhuge_light
+    AND (a.gfp_flags & g.gfp_thisnode) <> 0
+  GROUP BY a.run_id, a."order"
+),
+best AS (
+  SELECT run_id, arg_max("order", n) AS "order" FROM seen GROUP BY run_id
+)
+SELECT f.run_id,
+       CAST(coalesce(b."order", f.pageblock_order) AS INTEGER) AS thp_order,
+       CASE WHEN b."order" IS NOT NULL THEN 'trace: order of __GFP_THISNODE THP attempts'
+            ELSE 'pageblock_order (' || f.pageblock_order_source || ')' END AS thp_order_source
+FROM run_facts AS f
+LEFT JOIN best AS b ON b.run_id = f.run_id;
+
+-- Every allocation at the run's THP order, classified by who asked:
+--   fault        THP mask, any task but khugepaged (anonymous THP faults; also
+--                MADV_COLLAPSE and huge shmem pages, which share the mask)
+--   khugepaged   THP mask from khugepaged (collapses: not faults)
+--   other        any other mask (page-cache large folios, hugetlb pages, drivers)
+--   unknown      the run's print_flags carry no GFP_TRANSHUGE_LIGHT
+-- thisnode_try: the first, local-node attempt; may_reclaim: direct reclaim allowed.
+CREATE TEMP VIEW thp_order_allocs AS
+SELECT
+  a.run_id, a.ts, a.pid, a.comm, a.gfp_flags, a.failed, o.thp_order,
+  CASE WHEN g.transhuge_light IS NULL THEN 'unknown'
+       WHEN (a.gfp_flags & g.transhuge_light) <> g.transhuge_light THEN 'other'
+       WHEN a.comm = 'khugepaged' THEN 'khugepaged'
+       ELSE 'fault' END AS kind,
+  coalesce((a.gfp_flags & g.gfp_thisnode) <> 0, false) AS thisnode_try,
+  coalesce((a.gfp_flags & g.gfp_direct_reclaim) <> 0, false) AS may_reclaim
+FROM page_allocs AS a
+JOIN thp_orders AS o ON o.run_id = a.run_id AND a."order" = o.thp_order
+LEFT JOIN thp_gfp AS g ON g.run_id = a.run_id;
+
+-- THP fault attempts with the retry marked: an attempt without __GFP_THISNODE
+-- right after a failed __GFP_THISNODE attempt of the same task that allowed
+-- direct reclaim is the second half of the same fault. A fault succeeded iff
+-- one of its attempts did, so faults = attempts - retries, successes = attempts
+-- that got a page.
+CREATE TEMP VIEW thp_fault_attempts AS
+SELECT
+  *,
+  coalesce(NOT thisnode_try
+           AND lag(thisnode_try) OVER w AND lag(failed) OVER w AND lag(may_reclaim) OVER w,
+           false) AS is_retry
+FROM thp_order_allocs
+WHERE kind = 'fault'
+WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts);
+
+-- Direct compaction outcomes from the trace, one row per
+-- mm_compaction_try_to_compact_pages (KERNEL-ERAS.md sections 1, 6, 7). vmstat
+-- counts compact_stall when try_to_compact_pages returns anything but
+-- COMPACT_SKIPPED, and compact_success when the allocation then got its page.
+-- What follows the try in the same task, up to its end (the allocation's
+-- mm_page_alloc at that order, a direct-reclaim start, the next try, or a
+-- compaction event of another order), tells both:
+--   stalled    a zone was deferred (mm_compaction_deferred), compacted
+--              (mm_compaction_end) or already fine (mm_compaction_defer_reset);
+--              a try where every zone was skipped shows none of them
+--   succeeded  one defer_reset more than zones that ended with status success:
+--              a zone that reports success is reset once "expected to
+--              succeed", and the allocation's own success resets once more; when
+--              the run records mm_page_alloc, its allocation must also succeed
+--              right there.
+CREATE TEMP VIEW direct_compactions AS
+WITH
+tries AS (
+  SELECT run_id, pid, comm, ts, "order", prio FROM mm_compaction_try_to_compact_pages
+),
+tasks AS (SELECT DISTINCT run_id, pid FROM tries),
+alloc_runs AS (SELECT DISTINCT run_id FROM mm_page_alloc),
+success_status AS (
+  SELECT run_id, status FROM compaction_status_names WHERE name = 'success'
+),
+ev AS (
+  SELECT run_id, pid, ts, 0 AS rank, 'try' AS kind, "order", false AS end_success, NULL AS ok
+  FROM tries
+  UNION ALL
+  SELECT d.run_id, d.pid, d.ts, 1, 'deferred', d."order", false, NULL
+  FROM mm_compaction_deferred AS d JOIN tasks AS t ON t.run_id = d.run_id AND t.pid = d.pid
+  UNION ALL
+  SELECT f.run_id, f.pid, f.ts, 1, 'finished', f."order", false, NULL
+  FROM mm_compaction_finished AS f JOIN tasks AS t ON t.run_id = f.run_id AND t.pid = f.pid
+  UNION ALL
+  SELECT e.run_id, e.pid, e.ts, 2, 'end', NULL, s.status IS NOT NULL, NULL
+  FROM mm_compaction_end AS e JOIN tasks AS t ON t.run_id = e.run_id AND t.pid = e.pid
+  LEFT JOIN success_status AS s ON s.run_id = e.run_id AND s.status = e.status
+  UNION ALL
+  SELECT r.run_id, r.pid, r.ts, 3, 'reset', r."order", false, NULL
+  FROM mm_compaction_defer_reset AS r JOIN tasks AS t ON t.run_id = r.run_id AND t.pid = r.pid
+  UNION ALL
+  SELECT b.run_id, b.pid, b.ts, 4, 'reclaim', NULL, false, NULL
+  FROM mm_vmscan_direct_reclaim_begin AS b JOIN tasks AS t ON t.run_id = b.run_id AND t.pid = b.pid
+  UNION ALL
+  SELECT a.run_id, a.pid, a.ts, 4, 'alloc', CAST(a."order" AS INTEGER), false, NOT a.failed
+  FROM page_allocs AS a JOIN tasks AS t ON t.run_id = a.run_id AND t.pid = a.pid
+  WHERE a."order" > 0
+),
+numbered AS (
+  SELECT *,
+         sum(CASE WHEN kind = 'try' THEN 1 ELSE 0 END)
+           OVER (PARTITION BY run_id, pid ORDER BY ts, rank ROWS UNBOUNDED PRECEDING) AS try_no,
+         row_number() OVER (PARTITION BY run_id, pid ORDER BY ts, rank) AS rn
+  FROM ev
+),
+marked AS (
+  SELECT n.*,
+         first_value(n."order") OVER (PARTITION BY n.run_id, n.pid, n.try_no ORDER BY n.rn) AS try_order
+  FROM numbered AS n
+  WHERE n.try_no > 0
+),
+bounded AS (
+  SELECT *,
+         kind = 'reclaim'
+           OR (kind = 'alloc' AND "order" = try_order)
+           OR (kind IN ('deferred', 'finished', 'reset') AND "order" <> try_order) AS is_end
+  FROM marked
+),
+windows AS (
+  SELECT run_id, pid, try_no,
+         min(CASE WHEN is_end THEN rn END) AS end_rn
+  FROM bounded
+  GROUP BY run_id, pid, try_no
+),
+per_try AS (
+  SELECT
+    b.run_id, b.pid, b.try_no,
+    count(CASE WHEN b.kind = 'deferred' THEN 1 END) AS zones_deferred,
+    count(CASE WHEN b.kind = 'end' THEN 1 END) AS zones_compacted,
+    count(CASE WHEN b.kind = 'end' AND b.end_success THEN 1 END) AS zones_success,
+    count(CASE WHEN b.kind = 'reset' THEN 1 END) AS resets
+  FROM bounded AS b
+  JOIN windows AS w ON w.run_id = b.run_id AND w.pid = b.pid AND w.try_no = b.try_no
+  WHERE b.kind <> 'try' AND (w.end_rn IS NULL OR b.rn < w.end_rn)
+  GROUP BY b.run_id, b.pid, b.try_no
+),
+ends AS (
+  SELECT b.run_id, b.pid, b.try_no, b.kind AS ended_by, b.ok AS alloc_ok
+  FROM bounded AS b
+  JOIN windows AS w ON w.run_id = b.run_id AND w.pid = b.pid AND w.try_no = b.try_no AND b.rn = w.end_rn
+),
+try_rows AS (
+  SELECT run_id, pid, ts, "order", try_no,
+         lead(try_no) OVER (PARTITION BY run_id, pid ORDER BY try_no) IS NOT NULL AS has_next
+  FROM marked WHERE kind = 'try'
+)
+SELECT
+  t.run_id, t.pid, tr.comm, t.ts, t."order", tr.prio,
+  coalesce(p.zones_deferred, 0) AS zones_deferred,
+  coalesce(p.zones_compacted, 0) AS zones_compacted,
+  coalesce(p.zones_success, 0) AS zones_success,
+  coalesce(p.resets, 0) AS resets,
+  coalesce(e.ended_by, CASE WHEN t.has_next THEN 'next try' ELSE 'capture end' END) AS ended_by,
+  e.alloc_ok,
+  coalesce(p.zones_deferred + p.zones_compacted + p.resets, 0) > 0 AS stalled,
+  coalesce(p.resets, 0) > coalesce(p.zones_success, 0)
+    AND (ar.run_id IS NULL OR coalesce(e.ended_by = 'alloc' AND e.alloc_ok, false)) AS succeeded
+FROM try_rows AS t
+JOIN tries AS tr ON tr.run_id = t.run_id AND tr.pid = t.pid AND tr.ts = t.ts
+LEFT JOIN per_try AS p ON p.run_id = t.run_id AND p.pid = t.pid AND p.try_no = t.try_no
+LEFT JOIN ends AS e ON e.run_id = t.run_id AND e.pid = t.pid AND e.try_no = t.try_no
+LEFT JOIN alloc_runs AS ar ON ar.run_id = t.run_id;

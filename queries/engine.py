@@ -25,6 +25,7 @@ and the views of queries/_common.sql. Results are pyarrow Tables that start with
 run_id and labels; notes about what a run lacks travel in the schema metadata
 under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 """
+import difflib
 import json
 import math
 import re
@@ -299,14 +300,42 @@ def _find(name):
     base, _, sec = str(name).partition(".")
     a = analyses.get(base)
     if a is None:
-        raise QueryError(f"unknown query {name!r}", "list them with `kmemscope queries`")
+        every = [n for an in analyses.values() for n in [an.name] + [f"{an.name}.{s.name}"
+                                                                   for s in an.sections if s.name]]
+        close = difflib.get_close_matches(str(name), every, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}?" if close else "list them with `kmemscope queries`"
+        raise QueryError(f"unknown query {name!r}", hint)
     if not sec:
         return a, a.sections[0]
     for s in a.sections:
         if s.name == sec:
             return a, s
+    close = difflib.get_close_matches(sec, [s.name for s in a.sections if s.name], n=1)
     raise QueryError(f"query {base} has no section {sec!r}",
+                     (f"did you mean {base}.{close[0]}? " if close else "") +
                      "sections: " + ", ".join(f"{base}.{s.name}" for s in a.sections[1:]))
+
+
+def label_filter(labels):
+    """{key: [values]} from "k=v" strings or a dict: a run matches every key, any of its values.
+
+    `--label kernel=a --label kernel=b` selects the runs of either kernel;
+    `--label kernel=a --label host=h1` those of kernel a on host h1.
+    """
+    if isinstance(labels, str):
+        labels = [labels]
+    if isinstance(labels, dict):
+        return {str(k): [str(x) for x in (v if isinstance(v, (list, tuple, set)) else [v])]
+                for k, v in labels.items()}
+    wanted = {}
+    for item in labels:
+        k, sep, v = str(item).partition("=")
+        if not sep or not k:
+            raise QueryError(f"label filter {item!r} is not k=v")
+        wanted.setdefault(k, [])
+        if v not in wanted[k]:
+            wanted[k].append(v)
+    return wanted
 
 
 def _select_runs(dataset, parts, run_ids, labels):
@@ -326,26 +355,17 @@ def _select_runs(dataset, parts, run_ids, labels):
             if hits[0] not in chosen:
                 chosen.append(hits[0])
     if labels:
-        if isinstance(labels, str):
-            labels = [labels]
-        if not isinstance(labels, dict):
-            pairs = {}
-            for item in labels:
-                k, sep, v = str(item).partition("=")
-                if not sep or not k:
-                    raise QueryError(f"label filter {item!r} is not k=v")
-                pairs[k] = v
-            labels = pairs
+        wanted = label_filter(labels)
         con = ds.connect(dataset, run_ids=chosen, tables=["runs"])
         rows = con.sql("SELECT run_id, labels FROM runs").fetchall()
         con.close()
         kept = []
         for run_id, lab in rows:
             lab = _as_dict(lab)
-            if all(lab.get(k) == v for k, v in labels.items()):
+            if all(lab.get(k) in values for k, values in wanted.items()):
                 kept.append(run_id)
         if not kept:
-            shown = ", ".join(f"{k}={v}" for k, v in labels.items())
+            shown = ", ".join(f"{k}={'|'.join(v)}" for k, v in wanted.items())
             raise QueryError(f"no run has label {shown}",
                              "see the runs' labels with `kmemscope sql DATASET 'SELECT run_id, labels FROM runs'`")
         chosen = [r for r in chosen if r in kept]
@@ -511,8 +531,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
             con.execute(stmt)
         table = ds.query_arrow(con, section.sql, _used(section.sql, bound))
     except Exception as exc:   # duckdb.Error subclasses; keep the first line only
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise QueryError(f"query {qname} failed: {msg}") from exc
+        raise QueryError(f"query {qname} failed: {ds.sql_error_text(exc)}") from exc
     finally:
         con.close()
     meta = dict(table.schema.metadata or {})
