@@ -74,7 +74,7 @@ class Comparison:
         return {r: (None if pd.isna(h) or h == "" else h) for r, h in zip(runs.run_id, runs.host)}
 
     def intro(self):
-        return (f"Sides of `{md_text(self.sides.label)}`, baseline {md_text(self.sides.baseline)}: "
+        return (f"Sides of `{md_text(self.sides.label)}` (baseline {md_text(self.sides.baseline)}): "
                 f"{self.side_counts()}.")
 
     def table(self):
@@ -150,7 +150,7 @@ class Comparison:
             ("Atomic order 1-3 allocations", lambda x: _total(x["eligible_allocs_order_1_3"])),
         ]
         rows += [(title, {s: fn(stats[s]) for s in self.sides.sides}) for title, fn in spec]
-        table = pd.DataFrame([{"": title, **vals} for title, vals in rows])
+        table = pd.DataFrame([{"measure": title, **vals} for title, vals in rows])
         sentence = f"Over the runs of each side ({self.side_counts()})."
         return sentence, table
 

@@ -325,12 +325,16 @@ def event_rates(scope):
     """Events per second over time, one panel per event type (the busiest six), a line per run."""
     df = event_counts_per_second(scope)
     top = df.groupby("event")["n"].sum().sort_values(ascending=False).index[:6]
+    from matplotlib.ticker import MaxNLocator
+
     names = scope.run_names()
+    color = {run: f"C{i % 10}" for i, run in enumerate(sorted(df.run_id.unique()))}   # a run keeps its colour
     fig, axes = _figure((len(top) + 1) // 2, 2, height=2.6)
     for ax, event in zip(axes.flat, top):
         sub = df[df.event == event]
         for run, g in sub.groupby("run_id"):
-            ax.plot(g["second"], g["events"], marker=".", label=fig_text(names.get(run, run)))
+            ax.plot(g["second"], g["events"], marker=".", color=color[run], label=fig_text(names.get(run, run)))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(fig_text(event), fontsize=9)
         ax.set_xlabel("s since the run's first event", fontsize=8)
         ax.set_ylabel("events/s", fontsize=8)
@@ -430,6 +434,9 @@ def atomic_orders_by(scope, groups, group_title="run"):
                             .groupby("order")["allocs"].sum().reindex(orders, fill_value=0)
                             for g, runs in shown.items()}).fillna(0).astype("int64")
         _bars(ax, per, cols)
+        if not per.values.any():
+            ax.text(0.5, 0.5, "none on any " + group_title, ha="center", va="center", fontsize=9,
+                    color="0.4", transform=ax.transAxes)
         ax.set_title(cls.replace("_", " "), fontsize=9)
         ax.set_xlabel("order")
         # linear from 0: a log axis hid a 10% gap as 10x
