@@ -13,6 +13,8 @@
 --   compaction.status      per run and kind: end status by name
 --   compaction.try         mm_compaction_try_to_compact_pages by order and priority
 --   compaction.deferrals   deferred / defer_compaction / defer_reset by order
+--   compaction.outcomes    per run, kind and order: how compaction runs ended
+--   compaction.direct      per run and order: direct compactions, stalls and successes (trace model)
 --
 -- Caveats (KERNEL-ERAS.md sections 1, 7): kind is 'kcompactd' for the
 -- kcompactdN threads (their proactive runs included) and 'direct' for every
@@ -201,3 +203,93 @@ SELECT
 FROM counts AS c
 JOIN run_facts AS f ON f.run_id = c.run_id
 ORDER BY f.run_id, c."order"
+
+-- @section outcomes: per run, kind and order: how compaction runs ended (end status by requested order)
+-- @requires mm_compaction_end mm_compaction_finished
+-- @optional mm_compaction_begin
+-- Output columns:
+--   run_id, labels      the run
+--   kind                'direct' or 'kcompactd'
+--   order               the order the run compacted for (its mm_compaction_finished
+--                       events); -1: whole-zone compaction (compact_memory, proactive);
+--                       NULL: no finished event inside the run (capture cut)
+--   status              compact_result at mm_compaction_end
+--   status_name         its name (run's print_flags, else KERNEL-ERAS.md section 7)
+--   runs                compaction runs that ended so
+--   pct_of_order        % of the kind's runs at that order
+--   duration_p50_ns     median duration of those runs with a begin, ns
+-- The order comes from the last mm_compaction_finished of the same task inside
+-- the run (compact_finished() traces cc->order on every pass).
+WITH
+ordered AS (
+  SELECT c.*, f."order" AS f_order, f.ts AS f_ts
+  FROM compaction_runs AS c
+  ASOF LEFT JOIN mm_compaction_finished AS f
+    ON f.run_id = c.run_id AND f.pid = c.pid AND f.ts <= c.end_ts
+),
+runs_ AS (
+  SELECT run_id, kind, status, duration_ns,
+         CASE WHEN f_ts IS NOT NULL AND (duration_ns IS NULL OR f_ts >= end_ts - duration_ns)
+              THEN f_order END AS "order"
+  FROM ordered
+),
+counts AS (
+  SELECT run_id, kind, "order", status, count(*) AS runs,
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ns) AS duration_p50_ns
+  FROM runs_
+  GROUP BY run_id, kind, "order", status
+)
+SELECT
+  f.run_id,
+  f.labels,
+  c.kind,
+  c."order",
+  c.status,
+  n.name AS status_name,
+  c.runs,
+  100.0 * c.runs / sum(c.runs) OVER (PARTITION BY c.run_id, c.kind, c."order") AS pct_of_order,
+  c.duration_p50_ns
+FROM counts AS c
+JOIN run_facts AS f ON f.run_id = c.run_id
+LEFT JOIN compaction_status_names AS n ON n.run_id = c.run_id AND n.status = c.status
+ORDER BY f.run_id, c.kind, c."order", c.runs DESC
+
+-- @section direct: per run and order: direct compactions, stalls and successes (trace model)
+-- @requires mm_compaction_try_to_compact_pages
+-- Output columns:
+--   run_id, labels      the run
+--   order               requested order
+--   tries               mm_compaction_try_to_compact_pages events
+--   skipped             of them, every zone skipped (no stall: vmstat counts none)
+--   stalls              the rest (vmstat compact_stall)
+--   successes           stalls whose allocation got its page (vmstat compact_success)
+--   success_pct         100 * successes / stalls
+--   zones_deferred      zones passed over as deferred, over all tries
+--   zones_compacted     zones compacted (mm_compaction_end), over all tries
+--   ended_by_alloc_ok   tries followed by the allocation's success (mm_page_alloc)
+--   ended_by_alloc_fail tries followed by the allocation's failure
+--   ended_by_reclaim    tries followed by direct reclaim
+--   ended_by_next_try   tries followed by another try of the same task
+-- The model (thp's header): a try is a stall unless no deferred, end or
+-- defer_reset event of the task follows it before the allocation ends; it
+-- succeeded when one defer_reset more follows than zones ended with success.
+SELECT
+  f.run_id,
+  f.labels,
+  d."order",
+  count(*) AS tries,
+  count(CASE WHEN NOT d.stalled THEN 1 END) AS skipped,
+  count(CASE WHEN d.stalled THEN 1 END) AS stalls,
+  count(CASE WHEN d.succeeded THEN 1 END) AS successes,
+  100.0 * count(CASE WHEN d.succeeded THEN 1 END) / nullif(count(CASE WHEN d.stalled THEN 1 END), 0)
+    AS success_pct,
+  CAST(sum(d.zones_deferred) AS BIGINT) AS zones_deferred,
+  CAST(sum(d.zones_compacted) AS BIGINT) AS zones_compacted,
+  count(CASE WHEN d.ended_by = 'alloc' AND d.alloc_ok THEN 1 END) AS ended_by_alloc_ok,
+  count(CASE WHEN d.ended_by = 'alloc' AND NOT d.alloc_ok THEN 1 END) AS ended_by_alloc_fail,
+  count(CASE WHEN d.ended_by = 'reclaim' THEN 1 END) AS ended_by_reclaim,
+  count(CASE WHEN d.ended_by = 'next try' THEN 1 END) AS ended_by_next_try
+FROM direct_compactions AS d
+JOIN run_facts AS f ON f.run_id = d.run_id
+GROUP BY f.run_id, f.labels, d."order"
+ORDER BY f.run_id, d."order"

@@ -64,7 +64,38 @@ def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=Non
         values.remove(baseline)
         values.insert(0, baseline)
     runs = {v: [r["run_id"] for r in rows if r["side"] == v] for v in values}
+    notes += source_notes(rows, values)
     return SideSet(by, values, runs, rows, notes)
+
+
+def source_notes(rows, sides):
+    """Notes for metrics that some runs took from the trace instead of vmstat.
+
+    A summary metric M (or M_pct) with a column M_source says per run where its
+    value came from ('vmstat' or 'trace'); sides computed from different sources
+    are not measured alike, and the note says so.
+    """
+    notes = []
+    for metric in st.METRICS:
+        col = (metric[:-4] if metric.endswith("_pct") else metric) + "_source"
+        counts = {}
+        for row in rows:
+            src = row.get(col)
+            if src:
+                side = counts.setdefault(row["side"], {})
+                side[src] = side.get(src, 0) + 1
+        used = {src for side in counts.values() for src in side}
+        if not used or used == {"vmstat"}:
+            continue
+        parts = "; ".join(f"{s}: " + ", ".join(f"{n} from {src}" for src, n in sorted(counts[s].items()))
+                          for s in sides if s in counts)
+        if len(used) > 1:
+            notes.append(f"{metric}: sides computed from different sources ({parts}); "
+                         "the trace model and its agreement with vmstat: queries/thp.sql")
+        else:
+            notes.append(f"{metric}: from the trace, no vmstat samples ({parts}); "
+                         "the trace model and its agreement with vmstat: queries/thp.sql")
+    return notes
 
 
 def resolve_metrics(names=None):

@@ -10,6 +10,7 @@
 -- @param era VARCHAR auto [auto|A|B] force the high-atomic eligibility era instead of the run's
 -- @requires mm_page_alloc
 -- @optional mm_page_free mm_page_alloc_extfrag lost_events
+-- @uses mm_compaction_try_to_compact_pages
 -- @procfs_optional vmstat pagetypeinfo_blocks
 -- @derived page_pairs pfn_allocs
 --
@@ -19,8 +20,12 @@
 --   highatomic_era                    'A' or 'B', the eligibility rule applied
 --   duration_s                        capture window, s
 --   allocs                            mm_page_alloc events (attempts)
---   thp_fault_success_pct             vmstat: 100 * thp_fault_alloc / (alloc + fallback)
---   compaction_success_pct            vmstat: 100 * compact_success / compact_stall
+--   thp_fault_success_pct             100 * THP faults that got a huge page / THP faults:
+--                                     vmstat thp_fault_alloc / (alloc + fallback), else the trace model
+--   thp_fault_success_source          'vmstat' or 'trace' (NULL: no value)
+--   compaction_success_pct            100 * direct compactions that gave the page / stalls:
+--                                     vmstat compact_success / compact_stall, else the trace model
+--   compaction_success_source         'vmstat' or 'trace' (NULL: no value)
 --   pgscan_kswapd_per_min             vmstat: pgscan_kswapd delta per minute
 --   highatomic_pageblocks_max         pagetypeinfo: largest HighAtomic total over all zones in one sample
 --   eligible_allocs_order_1_3         high-atomic-eligible allocations at orders 1-3
@@ -30,8 +35,11 @@
 --   cross_cpu_free_pct                % of alloc-free pairs freed on another CPU than allocated
 --   lost_events                       events the ring buffer dropped (runs table, else lost_events)
 --
--- Caveats: vmstat and pagetypeinfo columns are NULL for runs without procfs
--- samples (bare trace.dat). pollution_per_1000_allocs is 0 for a run without
+-- Caveats: the two success rates come from vmstat when the run's samples give
+-- them and from the trace otherwise (a bare trace.dat): the models, how they
+-- were checked against vmstat and where they can differ are in thp's header.
+-- pgscan_kswapd and pagetypeinfo columns are NULL for runs without procfs
+-- samples. pollution_per_1000_allocs is 0 for a run without
 -- extfrag events, which may mean the event was not recorded (a note says so).
 -- Era rules and their limits: atomic_orders. Matching by head pfn: pfn_reuse.
 WITH
@@ -98,6 +106,20 @@ lost AS (
 ),
 run_lost AS (
   SELECT run_id, lost_events FROM runs
+),
+thp_trace AS (
+  SELECT run_id,
+         100.0 * count(CASE WHEN NOT failed THEN 1 END)
+           / nullif(count(CASE WHEN NOT is_retry THEN 1 END), 0) AS thp_fault_success_pct
+  FROM thp_fault_attempts
+  GROUP BY run_id
+),
+compaction_trace AS (
+  SELECT run_id,
+         100.0 * count(CASE WHEN succeeded THEN 1 END)
+           / nullif(count(CASE WHEN stalled THEN 1 END), 0) AS compaction_success_pct
+  FROM direct_compactions
+  GROUP BY run_id
 )
 SELECT
   f.run_id,
@@ -106,8 +128,12 @@ SELECT
   coalesce(nullif($era, 'auto'), f.highatomic_era) AS highatomic_era,
   f.duration_s,
   a.allocs,
-  v.thp_fault_success_pct,
-  v.compaction_success_pct,
+  coalesce(v.thp_fault_success_pct, tt.thp_fault_success_pct) AS thp_fault_success_pct,
+  CASE WHEN v.thp_fault_success_pct IS NOT NULL THEN 'vmstat'
+       WHEN tt.thp_fault_success_pct IS NOT NULL THEN 'trace' END AS thp_fault_success_source,
+  coalesce(v.compaction_success_pct, ct.compaction_success_pct) AS compaction_success_pct,
+  CASE WHEN v.compaction_success_pct IS NOT NULL THEN 'vmstat'
+       WHEN ct.compaction_success_pct IS NOT NULL THEN 'trace' END AS compaction_success_source,
   v.pgscan_kswapd_per_min,
   h.highatomic_pageblocks_max,
   CASE WHEN a.has_gfp_table THEN a.eligible_allocs_order_1_3 END AS eligible_allocs_order_1_3,
@@ -125,4 +151,6 @@ LEFT JOIN top5 AS t ON t.run_id = f.run_id
 LEFT JOIN cross_cpu AS c ON c.run_id = f.run_id
 LEFT JOIN lost AS l ON l.run_id = f.run_id
 LEFT JOIN run_lost AS r ON r.run_id = f.run_id
+LEFT JOIN thp_trace AS tt ON tt.run_id = f.run_id
+LEFT JOIN compaction_trace AS ct ON ct.run_id = f.run_id
 ORDER BY f.run_id
