@@ -27,8 +27,12 @@ def utf8_path(ctx, param, value):
     return value
 
 
-FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]),
-                             default="table", show_default=True, help="Output format.")
+LABEL_FILTER_HELP = ("Only runs with this label. Repeatable: runs must match every key, and "
+                     "any of the values given for one key.")
+FORMAT_OPTION = click.option("--format", "fmt",
+                             type=click.Choice(["table", "csv", "json", "jsonl", "parquet"]),
+                             default=None, help="Output format (default: from -o's extension, "
+                                                "else table).")
 OUTPUT_OPTION = click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
                              callback=utf8_path,
                              help="Write the result to FILE instead of stdout.")
@@ -180,10 +184,11 @@ def sql(dataset, query, read_only, fmt, output):
     \b
     kmemscope sql ds "SELECT \\"order\\", count(*) FROM mm_page_alloc GROUP BY 1"
     """
-    from kmemscope.output import write_result
+    from kmemscope.output import resolve_format, write_result
     from kmemscope.queries.dataset import confine, connect
 
     con = connect(dataset)
+    fmt = resolve_format(fmt, output)
     if read_only:
         confine(con, dataset, query)
     table = _run_sql(con, query)
@@ -193,44 +198,60 @@ def sql(dataset, query, read_only, fmt, output):
 def _run_sql(con, query, params=None):
     import duckdb
 
-    from kmemscope.queries.dataset import query_arrow
+    from kmemscope.queries.dataset import query_arrow, sql_error_text
 
     try:
         return query_arrow(con, query, params)
     except duckdb.Error as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise KmemscopeError(f"SQL failed: {first}",
+        raise KmemscopeError(f"SQL failed: {sql_error_text(exc)}",
                              "`kmemscope info DATASET` lists the tables; quote \"order\"") from None
 
 
 @cli.command()
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
+@click.option("--per-run", is_flag=True, help="Also list every table's rows in every run.")
 @FORMAT_OPTION
-def info(dataset, fmt):
-    """Show the runs of DATASET and the row count of each table."""
-    from kmemscope.output import write_result
-    from kmemscope.queries.dataset import connect, quote_ident, table_runs
+@OUTPUT_OPTION
+def info(dataset, per_run, fmt, output):
+    """Show the runs of DATASET and the rows of each table.
 
-    con = connect(dataset)
-    tables = sorted(table_runs(dataset))
-    if "runs" in tables:
-        runs = _run_sql(con, """
+    json writes one object {runs, tables, rows_per_run}; csv, jsonl and
+    parquet write the rows of every table in every run (run_id, table, rows).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kmemscope.output import resolve_format, write_document, write_result
+    from kmemscope.queries.dataset import connect, table_runs
+
+    fmt = resolve_format(fmt, output)
+    parts = table_runs(dataset)
+    # Row counts from the Parquet footers: no table is scanned.
+    per_run_rows = [(run, name, sum(pq.ParquetFile(f).metadata.num_rows for f in files))
+                    for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]
+    long = pa.table({"run_id": [r[0] for r in per_run_rows], "table": [r[1] for r in per_run_rows],
+                     "rows": pa.array([r[2] for r in per_run_rows], pa.int64())})
+    if fmt in ("csv", "jsonl", "parquet"):
+        write_result(long, fmt, output)
+        return
+    totals = {}
+    for run, name, rows in per_run_rows:
+        total, runs = totals.get(name, (0, 0))
+        totals[name] = (total + rows, runs + 1)
+    order = sorted(totals, key=lambda n: (-totals[n][0], n))
+    tables = pa.table({"table": order, "rows": pa.array([totals[n][0] for n in order], pa.int64()),
+                       "runs": pa.array([totals[n][1] for n in order], pa.int64())})
+    document = {}
+    if "runs" in parts:
+        document["runs"] = _run_sql(connect(dataset, tables=["runs"]), """
             SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
                    round((last_ts - first_ts) / 1e9, 3) AS seconds,
                    file_version, compression, labels, source
             FROM runs ORDER BY source""")
-        click.echo(f"runs ({runs.num_rows})") if fmt == "table" else None
-        write_result(runs, fmt)
-    # Table names are directory names of the dataset: quoted as identifiers and
-    # bound as values, never pasted.
-    counts = " UNION ALL ".join(
-        f'SELECT ? AS "table", count(*) AS rows, count(DISTINCT run_id) AS runs FROM {quote_ident(name)}'
-        for name in tables)
-    # sql-safe: counts is built just above from quote_ident() names and ? placeholders
-    table = _run_sql(con, f'SELECT * FROM ({counts}) ORDER BY rows DESC, "table"', tables)
-    if fmt == "table":
-        click.echo(f"\ntables ({table.num_rows})")
-    write_result(table, fmt)
+    document["tables"] = tables
+    if per_run or fmt == "json":
+        document["rows_per_run"] = long
+    write_document(document, fmt, output)
 
 
 # ---------------------------------------------------------------- record
@@ -249,33 +270,36 @@ def record(args):
 
 @cli.command()
 @FORMAT_OPTION
-def queries(fmt):
+@OUTPUT_OPTION
+def queries(fmt, output):
     """List the named analyses, one line each."""
     import pyarrow as pa
 
-    from kmemscope.output import write_result
+    from kmemscope.output import resolve_format, write_result
     from kmemscope.queries.engine import list_queries
 
+    fmt = resolve_format(fmt, output)
     rows = list_queries()
     table = pa.table({"name": [r[0] for r in rows], "question": [r[1] for r in rows]})
-    write_result(table, fmt, max_cell=None)
+    write_result(table, fmt, output, max_cell=None)
 
 
 @cli.command()
 @click.argument("name")
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
 @click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only runs with this label.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A query parameter.")
 @FORMAT_OPTION
 @OUTPUT_OPTION
 def query(name, dataset, runs, labels, params, fmt, output):
     """Run the named analysis NAME over DATASET (see `kmemscope queries`)."""
-    from kmemscope.output import write_result
+    from kmemscope.output import resolve_format, write_result
     from kmemscope.queries.engine import notes_of, run_query
 
+    fmt = resolve_format(fmt, output)
     table = run_query(name, dataset, run_ids=list(runs) or None,
-                      labels=_key_values(labels, "--label") or None,
+                      labels=list(labels) or None,
                       params=_key_values(params, "--param") or None)
     # Caveats (a run without procfs samples, an assumed pageblock order) go to
     # stderr so that csv/json on stdout stay clean.
@@ -285,6 +309,19 @@ def query(name, dataset, runs, labels, params, fmt, output):
 
 
 # ---------------------------------------------------------------- compare / report
+
+COMPARE_FORMATS = ["text", "markdown", "csv", "json", "jsonl", "parquet"]
+
+
+def _compare_format(fmt, output):
+    from kmemscope.output import resolve_format
+
+    if output and str(output).lower().endswith(".md"):
+        if fmt not in (None, "markdown"):
+            raise click.BadParameter(f"-o {output} looks like markdown but --format is {fmt}")
+        return "markdown"
+    return resolve_format(fmt, output, allowed=COMPARE_FORMATS, default="text")
+
 
 @cli.command()
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
@@ -297,9 +334,9 @@ def query(name, dataset, runs, labels, params, fmt, output):
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
               show_default=True, help="p-value threshold of --test welch/mannwhitney.")
 @click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only runs with this label.")
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]), default="text",
-              show_default=True, help="Output format.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
+@click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
+              help="Output format (default: from -o's extension, else text).")
 @OUTPUT_OPTION
 def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, output):
     """Compare the summary metrics of the sides of label LABEL (mmtests style).
@@ -312,14 +349,15 @@ def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, outp
     from kmemscope.queries.sides import (compare_sides, condense_notes, load_sides, missing_notes,
                                          resolve_metrics)
 
+    fmt = _compare_format(fmt, output)
     names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     resolve_metrics(names)   # an unknown metric fails before the summary query runs
     sides = load_sides(dataset, by, baseline, run_ids=list(runs) or None,
-                       labels=_key_values(labels, "--label") or None)
+                       labels=list(labels) or None)
     rows = compare_sides(sides, names, test, alpha)
     for note in condense_notes(sides.notes) + missing_notes(sides, rows):
         click.echo(f"kmemscope: note: {note}", err=True)
-    if fmt in ("csv", "json"):
+    if fmt in ("csv", "json", "jsonl", "parquet"):
         import pyarrow as pa
 
         write_result(pa.Table.from_pylist(co.records(sides, rows)), fmt, output)
@@ -340,7 +378,7 @@ def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, outp
               help="Also compare the sides of this label (compare notebook).")
 @click.option("--baseline", metavar="VALUE", help="Baseline side of --compare.")
 @click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only runs with this label.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
 @click.option("--keep-notebooks", type=click.Path(file_okay=False),
               help="Also keep the executed notebooks in this directory.")
 def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks):

@@ -1,14 +1,44 @@
-"""Print query results the same way on every verb: table, csv, json or parquet.
+"""Write query results the same way on every verb: table, csv, json, jsonl or parquet.
 
-The aligned table is for people; csv and json (one object per row, in the
-style of sqlite-utils) are for programs; parquet keeps the Arrow types.
+The aligned table is for people; csv, json (one array of objects, in the style
+of sqlite-utils) and jsonl (one object per line, for streams) are for programs;
+parquet keeps the Arrow types. Every format writes one valid document. `-o FILE`
+takes its format from the file's extension when --format is not given, and a
+mismatch between the two is an error rather than a mislabelled file.
 """
+import base64
 import json
+import math
 import sys
 
-FORMATS = ("table", "csv", "json", "parquet")
+FORMATS = ("table", "csv", "json", "jsonl", "parquet")
+EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl",
+              ".parquet": "parquet", ".txt": "table"}
 MAX_CELL = 60
+NULL = "NULL"      # what a missing value shows as in table output
 
+
+class OutputError(ValueError):
+    """An output format that cannot be written (the CLI prints it as one line)."""
+
+
+def resolve_format(fmt, output, allowed=FORMATS, default="table"):
+    """The format to write: --format if given, else from -o's extension, else `default`."""
+    inferred = None
+    if output:
+        lower = str(output).lower()
+        inferred = next((f for ext, f in EXTENSIONS.items() if lower.endswith(ext)), None)
+        if inferred is not None and inferred not in allowed:
+            inferred = None
+    if fmt is None:
+        return inferred or default
+    if inferred is not None and inferred != fmt:
+        raise OutputError(f"-o {output} looks like {inferred} but --format is {fmt}: "
+                          "give a matching extension or drop one of them")
+    return fmt
+
+
+# ---------------------------------------------------------------- cells
 
 # Control characters in data (a label with a newline, an escape sequence in a
 # comm) would forge rows or colour the terminal: shown escaped in tables.
@@ -21,17 +51,38 @@ def printable(text):
     return text.translate(_CONTROL)
 
 
-def _cell(value, max_cell=MAX_CELL):
+def _is_pairs(value):
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(v, tuple) and len(v) == 2 for v in value)
+
+
+def _float_decimals(values):
+    """Decimals that show about six significant digits of a column, in fixed notation."""
+    finite = [abs(v) for v in values if isinstance(v, float) and math.isfinite(v)]
+    if not finite:
+        return 0
+    biggest = max(finite)
+    digits = len(str(int(biggest))) if biggest >= 1 else 0
+    if all(v == int(v) for v in finite):
+        return 0
+    return max(0, min(6, 6 - digits))
+
+
+def _cell(value, max_cell=MAX_CELL, decimals=None):
     if value is None:
-        return ""
+        return NULL
     if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, list) and value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        if not math.isfinite(value):
+            return str(value)
+        text = f"{value:.{decimals if decimals is not None else 6}f}"
+    elif _is_pairs(value):
         text = ",".join(f"{k}={v}" for k, v in value)   # an Arrow MAP such as labels
     elif isinstance(value, (list, tuple)):
         text = "[" + ", ".join(_cell(v, None) for v in value) + "]"
     elif isinstance(value, dict):
         text = json.dumps(value, default=str)
+    elif isinstance(value, (bytes, bytearray)):
+        text = base64.b64encode(value).decode()
     else:
         text = str(value)
     text = printable(text)
@@ -44,9 +95,12 @@ def format_table(table, max_cell=MAX_CELL):
     """An aligned text table; numbers right-aligned, text left-aligned, long cells cut."""
     import pyarrow as pa
 
-    names = table.column_names
-    rows = table.to_pylist()
-    cells = [[_cell(r[n], max_cell) for n in names] for r in rows]
+    names = [printable(n) for n in table.column_names]
+    columns = [col.to_pylist() for col in table.columns]
+    decimals = [_float_decimals(col) if pa.types.is_floating(t) else None
+                for col, t in zip(columns, table.schema.types)]
+    cells = [[_cell(col[i], max_cell, decimals[j]) for j, col in enumerate(columns)]
+             for i in range(table.num_rows)]
     numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
                for t in table.schema.types]
     widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
@@ -55,55 +109,119 @@ def format_table(table, max_cell=MAX_CELL):
         return "  ".join(v.rjust(w) if num else v.ljust(w)
                          for v, w, num in zip(values, widths, numeric)).rstrip()
 
-    names = [printable(n) for n in names]
-    widths = [max(w, len(n)) for w, n in zip(widths, names)]
     out = [line(names), "  ".join("-" * w for w in widths)]
     out += [line(c) for c in cells]
     return "\n".join(out) + "\n"
 
 
-def _jsonable(value):
-    if isinstance(value, list) and value and isinstance(value[0], tuple) and len(value[0]) == 2:
-        return {k: v for k, v in value}   # Arrow MAP comes back as key/value pairs
+# ---------------------------------------------------------------- JSON
+
+def jsonable(value):
+    """A Python value from Arrow as JSON: MAPs as objects, bytes as base64, NaN as null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if _is_pairs(value):
+        return {str(k): jsonable(v) for k, v in value}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode()
     return value
+
+
+def _json_rows(table):
+    """Rows one record batch at a time: a large result is never one Python list."""
+    for batch in table.to_batches(max_chunksize=8192):
+        for row in batch.to_pylist():
+            yield json.dumps({k: jsonable(v) for k, v in row.items()}, default=str,
+                             ensure_ascii=False)
+
+
+def _write_json(table, out, lines):
+    if lines:
+        for row in _json_rows(table):
+            out.write(row + "\n")
+        return
+    first = True
+    out.write("[")
+    for row in _json_rows(table):
+        out.write(("\n  " if first else ",\n  ") + row)
+        first = False
+    out.write("\n]\n" if not first else "]\n")
+
+
+# ---------------------------------------------------------------- writers
+
+def _csv_ready(table):
+    """CSV cannot hold lists, maps or bytes: write them as JSON or base64 text."""
+    import pyarrow as pa
+
+    cols = []
+    for col in table.columns:
+        if pa.types.is_nested(col.type):
+            col = pa.array([json.dumps(jsonable(v), default=str) if v is not None else None
+                            for v in col.to_pylist()], pa.string())
+        elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+            col = pa.array([jsonable(v) for v in col.to_pylist()], pa.string())
+        elif pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        cols.append(col)
+    return pa.table(cols, names=table.column_names)
 
 
 def write_result(table, fmt="table", output=None, max_cell=MAX_CELL):
     """Write an Arrow table to `output` (a path) or stdout in `fmt`."""
+    if fmt not in FORMATS:
+        raise OutputError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
         if not output:
             if sys.stdout.isatty():
-                raise ValueError("parquet output is binary: give -o FILE")
+                raise OutputError("parquet output is binary: give -o FILE")
             pq.write_table(table, sys.stdout.buffer)
         else:
             pq.write_table(table, output)
         return
     if fmt == "csv":
-        import pyarrow as pa
         import pyarrow.csv as pacsv
 
-        # CSV cannot hold lists or maps: write them as JSON text.
-        cols = []
-        for name, col in zip(table.column_names, table.columns):
-            if pa.types.is_nested(col.type):
-                col = pa.array([json.dumps(_jsonable(v), default=str) if v is not None else None
-                                for v in col.to_pylist()], pa.string())
-            elif pa.types.is_dictionary(col.type):
-                col = col.cast(col.type.value_type)
-            cols.append(col)
-        table = pa.table(cols, names=table.column_names)
-        sink = output or sys.stdout.buffer
-        pacsv.write_csv(table, sink)
+        pacsv.write_csv(_csv_ready(table), output or sys.stdout.buffer)
         return
+    out = open(output, "w", encoding="utf-8") if output else sys.stdout
+    try:
+        if fmt in ("json", "jsonl"):
+            _write_json(table, out, lines=fmt == "jsonl")
+        else:
+            out.write(format_table(table, max_cell))
+    finally:
+        if output:
+            out.close()
+
+
+def write_document(parts, fmt, output=None):
+    """Several named tables as ONE document: a JSON object of arrays, or tables one after another."""
     if fmt == "json":
-        text = json.dumps([{k: _jsonable(v) for k, v in row.items()} for row in table.to_pylist()],
-                          default=str, indent=2) + "\n"
-    else:
-        text = format_table(table, max_cell)
+        out = open(output, "w", encoding="utf-8") if output else sys.stdout
+        try:
+            out.write("{")
+            for i, (name, table) in enumerate(parts.items()):
+                out.write(("" if i == 0 else ",") + f"\n{json.dumps(name)}: ")
+                rows = [json.loads(r) for r in _json_rows(table)]
+                out.write(json.dumps(rows, indent=2, ensure_ascii=False, default=str)
+                          .replace("\n", "\n  "))
+            out.write("\n}\n")
+        finally:
+            if output:
+                out.close()
+        return
+    if fmt != "table":
+        raise OutputError(f"write_document writes json or table, not {fmt}")
+    text = "\n".join(f"{name} ({table.num_rows})\n{format_table(table)}" for name, table in parts.items())
     if output:
-        with open(output, "w") as f:
+        with open(output, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         sys.stdout.write(text)

@@ -78,6 +78,16 @@ def _scan(files):
             "hive_types = {'run_id': VARCHAR}, union_by_name = true)")
 
 
+def sql_error_text(exc):
+    """DuckDB's error as one line, keeping its hints ("Did you mean", candidate bindings)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    hints = [line for line in lines[1:] if line.startswith(("Did you mean", "Candidate bindings",
+                                                            "Candidate tables"))]
+    return " ".join([lines[0], *hints])
+
+
 def finish_interrupted_commits(dataset):
     """Roll forward a commit whose parse was killed, when this user may write the dataset.
 
@@ -100,7 +110,7 @@ def confine(con, dataset, sql):
     try:
         kinds = {str(st.type).rsplit(".", 1)[-1] for st in con.extract_statements(sql)}
     except duckdb.Error as exc:
-        raise QueryError(f"SQL failed: {str(exc).strip().splitlines()[0]}") from None
+        raise QueryError(f"SQL failed: {sql_error_text(exc)}") from None
     if kinds - {"SELECT"}:
         raise QueryError(f"--read-only allows SELECT statements only, not {', '.join(sorted(kinds - {'SELECT'}))}")
     root = os.path.realpath(dataset) + os.sep
