@@ -33,6 +33,9 @@ SECTION_FLAG_COMPRESSED = 1
 # overhead (a Python call, a fresh Arrow batch) negligible.
 SEGMENT_BYTES = 8 << 20
 
+# A decompressed options section is a few hundred bytes; a length beyond this is corrupt.
+MAX_OPTIONS_BYTES = 64 << 20
+
 
 @dataclass
 class Segment:
@@ -274,7 +277,14 @@ def _read_v7(r, layout, pos, decompress):
             if decompress is None or len(body) < 8:
                 raise TraceFileError(f"{path}: compressed options section cannot be read")
             csize, usize = struct.unpack(r.endian + "II", body[:8])
-            body = decompress(layout.compression, body[8:8 + csize], usize)
+            if usize > MAX_OPTIONS_BYTES:
+                raise TraceFileError(f"{path}: corrupt: options section at {next_options} claims "
+                                     f"{usize} bytes uncompressed")
+            try:
+                body = decompress(layout.compression, body[8:8 + csize], usize)
+            except Exception as exc:  # the decompressor's own error type, or a bad name
+                raise TraceFileError(f"{path}: corrupt: compressed options section at "
+                                     f"{next_options} cannot be read: {exc}") from None
         next_options = 0
         at = 0
         while at + 6 <= len(body):
