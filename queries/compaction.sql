@@ -212,7 +212,7 @@ ORDER BY f.run_id, c."order"
 --   kind                'direct' or 'kcompactd'
 --   order               the order the run compacted for (its mm_compaction_finished
 --                       events); -1: whole-zone compaction (compact_memory, proactive);
---                       NULL: no finished event inside the run (capture cut)
+--                       NULL: the run began before the capture (no begin) or shows no finished
 --   status              compact_result at mm_compaction_end
 --   status_name         its name (run's print_flags, else KERNEL-ERAS.md section 7)
 --   runs                compaction runs that ended so
@@ -229,8 +229,7 @@ ordered AS (
 ),
 runs_ AS (
   SELECT run_id, kind, status, duration_ns,
-         CASE WHEN f_ts IS NOT NULL AND (duration_ns IS NULL OR f_ts >= end_ts - duration_ns)
-              THEN f_order END AS "order"
+         CASE WHEN duration_ns IS NOT NULL AND f_ts >= end_ts - duration_ns THEN f_order END AS "order"
   FROM ordered
 ),
 counts AS (

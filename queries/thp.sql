@@ -45,8 +45,8 @@
 -- compaction returns COMPACT_SKIPPED and is no stall.
 --
 -- @param thp_order INTEGER NULL the huge page order (default: the run's, see thp_order_source)
--- @requires mm_page_alloc
--- @optional mm_compaction_try_to_compact_pages
+-- @any_of mm_page_alloc mm_compaction_try_to_compact_pages
+-- @optional mm_page_alloc mm_compaction_try_to_compact_pages
 -- @procfs_optional vmstat
 --
 -- Sections:
