@@ -7,13 +7,14 @@
 # Every setting changed here (defrag_mode, nr_hugepages, THP enabled/defrag) is
 # put back on exit, also on failure or Ctrl-C.
 #
-# usage (root): examples/ab-defrag-mode.sh OUTDIR [RUNS_PER_SIDE] [LEAVE_MB]
+# usage (root): examples/ab-defrag-mode.sh OUTDIR [RUNS_PER_SIDE] [LEAVE_MB] [FIRST_RUN]
 #   then: kmemscope parse OUTDIR/run* -o DATASET; kmemscope compare DATASET --by kernel
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
-OUT=${1:?usage: ab-defrag-mode.sh OUTDIR [RUNS_PER_SIDE] [LEAVE_MB]}
+OUT=${1:?usage: ab-defrag-mode.sh OUTDIR [RUNS_PER_SIDE] [LEAVE_MB] [FIRST_RUN]}
 RUNS=${2:-3}
 LEAVE_MB=${3:-3072}
+FIRST=${4:-1}
 KMEMSCOPE=${KMEMSCOPE:-kmemscope}
 LOCK=${KMEMSCOPE_LOCK:-/var/tmp/kmemscope-trace.lock}
 THP=/sys/kernel/mm/transparent_hugepage
@@ -35,7 +36,7 @@ trap 'exit 130' INT TERM
 echo madvise > $THP/enabled
 echo madvise > $THP/defrag
 mkdir -p "$OUT"
-for i in $(seq 1 "$RUNS"); do
+for i in $(seq "$FIRST" $((FIRST + RUNS - 1))); do
     for v in 0 1; do
         echo 0 > /proc/sys/vm/nr_hugepages
         sync; echo 3 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory

@@ -19,9 +19,10 @@
 -- attempts got a page. khugepaged's collapses are kept apart (kind
 -- 'khugepaged'), as are page-cache large folios and hugetlb pages (kind
 -- 'other': their masks lack __GFP_NOMEMALLOC). Measured on Linux 6.18 (2 CPUs,
--- THP madvise, 8 captures of examples/ab-defrag-mode.sh and examples/thp-faults,
--- 1,900 faults, 78-98% success): within 0.3 percentage points of
--- thp_fault_alloc / (thp_fault_alloc + thp_fault_fallback) on every capture.
+-- THP madvise; 8 captures of examples/ab-defrag-mode.sh and examples/thp-faults:
+-- 2,082 faults, 77.5-97.9% success): within 0.06 percentage points of
+-- thp_fault_alloc / (thp_fault_alloc + thp_fault_fallback) on every capture,
+-- the fault counts at most 5 apart (one in the A/B captures).
 -- Where they can differ: a memcg charge failure after a successful allocation
 -- (vmstat fallback, trace success; thp_fault_fallback_charge counts them); two
 -- threads faulting the same 2 MiB at once (both allocate, one page is dropped
@@ -37,8 +38,9 @@
 -- when one defer_reset more follows than zones that ended with status success
 -- (the allocation's own success resets the zone once more), and, if the run
 -- records mm_page_alloc, that allocation got its page right there. Measured on
--- the same captures and examples/memory-pressure (1,800 stalls): equal to
--- compact_stall and compact_success on every capture. Where it can differ:
+-- the same captures and examples/memory-pressure (1,988 stalls, 33-99%
+-- success): stalls and successes equal to compact_stall and compact_success on
+-- every capture. Where it can differ:
 -- a zone found already good enough by the watermark check with the page then
 -- taken by another CPU (counted as a success when mm_page_alloc is not
 -- recorded); try_to_compact_pages is not traced without __GFP_IO, but such a
