@@ -14,3 +14,10 @@ kmemscope record -o "$1" --buffer-kb 32768 --label kernel=example -- "$HERE/sque
 # compaction preset:
 #   sync; echo 3 > /proc/sys/vm/drop_caches
 #   kmemscope record -o OUT --preset compaction -- examples/pressure-workload.sh
+
+# examples/thp-faults/ (1.4 MB: THP faults with local-node first tries, retries
+# and fallbacks, direct compaction stalls, hugetlb pages at the same order) was
+# recorded with the light preset (order > 0 and non-blocking allocations,
+# compaction), THP enabled=madvise and defrag=madvise, vm.defrag_mode=0:
+#   sync; echo 3 > /proc/sys/vm/drop_caches
+#   kmemscope record -o OUT --preset light --label kernel=example -- examples/thp-squeeze-workload.sh
