@@ -1,0 +1,150 @@
+"""Every verb that prints rows writes one valid document in every format, to stdout and to -o.
+
+The oracle is each format's own reader (json.load, csv, pyarrow.parquet), compared with the
+rows the same verb prints as JSON; the test never parses kmemscope's table layout except to
+check what a person sees (NULL, fixed-point numbers, escaped control characters).
+"""
+import csv
+import io
+import json
+import subprocess
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import EXAMPLES
+from kmrun import KMEMSCOPE, kmemscope
+
+FORMATS = ("table", "csv", "json", "jsonl", "parquet")
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    ds = tmp_path_factory.mktemp("formats") / "ds"
+    kmemscope("parse", "-q", EXAMPLES / "kmem-compaction", "-o", ds, "--label", "kernel=a")
+    kmemscope("parse", "-q", EXAMPLES / "thp-faults", "-o", ds, "--label", "kernel=b")
+    return ds
+
+
+VERBS = {
+    "sql": lambda ds: ["sql", ds, "SELECT \"order\", count(*) AS n, avg(pfn) AS mean_pfn, "
+                                  "NULL AS nothing, 'a' || chr(10) || 'b' AS text "
+                                  "FROM mm_page_alloc GROUP BY 1 ORDER BY 1"],
+    "query": lambda ds: ["query", "pfn_reuse.cross_cpu", ds],
+    "queries": lambda ds: ["queries"],
+    "info": lambda ds: ["info", ds],
+    "compare": lambda ds: ["compare", ds, "--by", "kernel", "--metrics",
+                           "thp_fault_success_pct,cross_cpu_free_pct"],
+}
+
+
+def read_back(fmt, data):
+    """Rows of a written document, as dicts of strings where the format has no types."""
+    if fmt == "json":
+        doc = json.loads(data)
+        return doc["rows_per_run"] if isinstance(doc, dict) else doc
+    if fmt == "jsonl":
+        return [json.loads(line) for line in data.decode().splitlines()]
+    if fmt == "csv":
+        return list(csv.DictReader(io.StringIO(data.decode())))
+    if fmt == "parquet":
+        return pq.read_table(io.BytesIO(data)).to_pylist()
+    raise ValueError(fmt)
+
+
+def run(args, *extra):
+    proc = subprocess.run([*KMEMSCOPE, *map(str, args), *extra], capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout
+
+
+def norm(value):
+    """One spelling per value whatever the format: CSV has only text, Parquet keeps types."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return format(float(value), ".9g")
+    if isinstance(value, list) and value and all(isinstance(v, tuple) for v in value):
+        value = dict(value)                    # an Arrow MAP read from Parquet
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, str):
+        if value[:1] in "[{":
+            try:
+                return json.dumps(json.loads(value), sort_keys=True)
+            except ValueError:
+                return value
+        try:
+            return format(float(value), ".9g")
+        except ValueError:
+            return value
+    return str(value)
+
+
+def canonical(rows):
+    return [{k: norm(v) for k, v in r.items()} for r in rows]
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "table"])
+def test_every_verb_writes_every_format_as_one_valid_document(ds, tmp_path, verb, fmt):
+    args = VERBS[verb](ds)
+    stdout = run(args, "--format", fmt)
+    out = tmp_path / f"result.{fmt}"
+    run(args, "-o", out)                 # the format comes from the extension
+    rows = read_back(fmt, stdout)
+    assert rows, f"{verb} --format {fmt} wrote no rows"
+    assert read_back(fmt, out.read_bytes()) == rows, "-o and stdout differ"
+    # Every format holds the same rows as jsonl.
+    reference = read_back("jsonl", run(args, "--format", "jsonl"))
+    assert canonical(rows) == canonical(reference)
+
+
+def test_info_json_is_one_object_with_runs_tables_and_rows(ds):
+    doc = json.loads(run(["info", ds, "--format", "json"]))
+    assert set(doc) == {"runs", "tables", "rows_per_run"}
+    assert {r["run_id"] for r in doc["runs"]} == {r["run_id"] for r in doc["rows_per_run"]}
+    per_table = {}
+    for r in doc["rows_per_run"]:
+        per_table[r["table"]] = per_table.get(r["table"], 0) + r["rows"]
+    assert {t["table"]: t["rows"] for t in doc["tables"]} == per_table
+    alloc_rows = json.loads(run(["sql", ds, "SELECT run_id, count(*) AS n FROM mm_page_alloc "
+                                            "GROUP BY 1", "--format", "json"]))
+    assert sorted((r["run_id"], r["n"]) for r in alloc_rows) == sorted(
+        (r["run_id"], r["rows"]) for r in doc["rows_per_run"] if r["table"] == "mm_page_alloc")
+
+
+def test_compare_writes_markdown_and_text_by_extension(ds, tmp_path):
+    args = VERBS["compare"](ds)
+    run(args, "-o", tmp_path / "c.md")
+    assert (tmp_path / "c.md").read_text().lstrip().startswith(("|", "#", "kernel"))
+    assert "|" in (tmp_path / "c.md").read_text()
+    run(args, "-o", tmp_path / "c.txt")
+    assert "Amean" in (tmp_path / "c.txt").read_text() or "Hmean" in (tmp_path / "c.txt").read_text()
+
+
+def test_a_format_that_contradicts_the_extension_is_refused(ds, tmp_path):
+    proc = kmemscope("sql", ds, "SELECT 1", "-o", tmp_path / "x.parquet", "--format", "csv",
+                     check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"kmemscope: error: -o {tmp_path / 'x.parquet'} looks like parquet but --format is csv: "
+        "give a matching extension or drop one of them"]
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_table_output_shows_nulls_fixed_point_numbers_and_escaped_text(ds):
+    text = run(VERBS["sql"](ds)).decode()
+    header, rule, *rows = text.splitlines()
+    assert all("e+" not in r and "e-" not in r for r in rows), "scientific notation in a table"
+    assert all(" NULL " in r + " " for r in rows)
+    assert all("a\\nb" in r for r in rows), "a newline in data must not start a new row"
+    assert len(rows) == len(json.loads(run(VERBS["sql"](ds), "--format", "json")))
+
+
+def test_bytes_are_base64_in_json_and_csv(ds):
+    query = ["sql", ds, "SELECT 'hi'::BLOB AS b, 1 AS n"]
+    assert json.loads(run(query, "--format", "json")) == [{"b": "aGk=", "n": 1}]
+    assert read_back("csv", run(query, "--format", "csv")) == [{"b": "aGk=", "n": "1"}]
