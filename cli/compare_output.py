@@ -120,13 +120,22 @@ def records(sides, rows):
     return out
 
 
+def markdown_text(text):
+    """A label value as literal Markdown table text: no markup, no cell breaks, no HTML."""
+    text = " ".join(str(text).split())
+    for ch in "\\`*_{}[]()#+-.!|<>~":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
 def format_markdown(sides, rows):
     """A compact markdown table: one line per metric, "mean [range]" per side, p-values."""
     head = ["metric", "better", "mean"]
+    base = markdown_text(sides.baseline)
     for s in sides.sides:
-        head.append(f"{s} (n={len(sides.runs[s])})")
+        head.append(f"{markdown_text(s)} (n={len(sides.runs[s])})")
         if s != sides.baseline:
-            head += [f"{s} vs {sides.baseline}", "Welch p", "Mann-Whitney p", "bands"]
+            head += [f"{markdown_text(s)} vs {base}", "Welch p", "Mann-Whitney p", "bands"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"`{r.metric.name}`", r.metric.better, r.metric.mean_kind]

@@ -148,3 +148,11 @@ def test_bytes_are_base64_in_json_and_csv(ds):
     query = ["sql", ds, "SELECT 'hi'::BLOB AS b, 1 AS n"]
     assert json.loads(run(query, "--format", "json")) == [{"b": "aGk=", "n": 1}]
     assert read_back("csv", run(query, "--format", "csv")) == [{"b": "aGk=", "n": "1"}]
+
+
+def test_label_values_cannot_break_a_markdown_table():
+    from kmemscope.compare_output import markdown_text
+
+    cell = markdown_text("a|b <b>x</b>\n*y*")
+    assert "|" not in cell.replace("\\|", "") and "\n" not in cell
+    assert "<" not in cell.replace("\\<", "") and "*" not in cell.replace("\\*", "")
