@@ -33,6 +33,11 @@ SECTION_FLAG_COMPRESSED = 1
 # overhead (a Python call, a fresh Arrow batch) negligible.
 SEGMENT_BYTES = 8 << 20
 
+# Ring-buffer page header: the low 27 bits of `commit` count bytes of events, the
+# bits above are flags (missed events). A compressed chunk holds at most this much.
+COMMIT_MASK = (1 << 27) - 1
+MAX_CHUNK_BYTES = 1 << 30
+
 # A decompressed options section is a few hundred bytes; a length beyond this is corrupt.
 MAX_OPTIONS_BYTES = 64 << 20
 
@@ -54,6 +59,7 @@ class Buffer:
     clock: str
     page_size: int
     cpus: list = field(default_factory=list)   # (cpu, offset, size)
+    chunks: dict = field(default_factory=dict)  # (cpu, offset) -> [(pos, csize, usize)], compressed
 
 
 @dataclass
@@ -156,13 +162,47 @@ def read_layout(path, decompress=None):
             _read_v6(r, layout, pos)
         else:
             _read_v7(r, layout, pos, decompress)
-    for buf in layout.buffers:
-        for cpu, offset, nbytes in buf.cpus:
-            if offset + nbytes > size + (4 if layout.version >= 7 else 0):
-                raise TraceFileError(
-                    f"{path}: truncated: CPU {cpu} data of buffer {buf.name or 'top'} ends at "
-                    f"{offset + nbytes} but the file has {size} bytes")
+        for buf in layout.buffers:
+            for cpu, offset, nbytes in buf.cpus:
+                if offset + nbytes > size + (4 if layout.version >= 7 else 0):
+                    raise TraceFileError(
+                        f"{path}: truncated: CPU {cpu} data of buffer {buf.name or 'top'} ends at "
+                        f"{offset + nbytes} but the file has {size} bytes")
+                _check_cpu_data(r, layout, buf, cpu, offset, nbytes)
     return layout
+
+
+def _check_cpu_data(r, layout, buf, cpu, offset, nbytes):
+    """Check what libtracecmd reads of a CPU's data when it opens the file (the chunk
+    table, the first page's header), so that a corrupt value is this module's one-line
+    error rather than a crash of the C library."""
+    where = f"CPU {cpu} of buffer {buf.name or 'top'}"
+    if layout.version >= 7 and layout.compression not in ("", "none"):
+        (count,) = r.unpack("I", offset, f"{where} chunk count")
+        if count > nbytes // 8:
+            raise TraceFileError(f"{r.path}: corrupt: {where} claims {count} compressed chunks "
+                                 f"in {nbytes} bytes")
+        pos, end = offset + 4, offset + 4 + nbytes
+        chunks = []
+        for i in range(count):
+            csize, usize = r.unpack("II", pos, f"{where} chunk {i} header")
+            if pos + 8 + csize > end:
+                raise TraceFileError(f"{r.path}: truncated: {where} chunk {i} runs past the end "
+                                     "of its data")
+            if not usize or usize % buf.page_size or usize > MAX_CHUNK_BYTES:
+                raise TraceFileError(f"{r.path}: corrupt: {where} chunk {i} claims {usize} bytes "
+                                     f"uncompressed (not a multiple of the {buf.page_size}-byte page)")
+            chunks.append((pos, csize, usize))
+            pos += 8 + csize
+        buf.chunks[cpu, offset] = chunks
+        return
+    if nbytes >= buf.page_size:
+        lsize = 4 if layout.long_size == 4 else 8
+        (commit,) = r.unpack("I" if lsize == 4 else "Q", offset + 8, f"{where} first page header")
+        if commit & COMMIT_MASK > buf.page_size - 8 - lsize:
+            raise TraceFileError(f"{r.path}: corrupt ring-buffer page at file offset {offset} "
+                                 f"({where}): it claims {commit & COMMIT_MASK} bytes of events in a "
+                                 f"{buf.page_size}-byte page")
 
 
 def _apply_option(layout, r, opt_id, data, buffer_opts):
@@ -309,6 +349,8 @@ def _v7_buffer(r, data, path):
         name, clock = parts[0].decode(), parts[1].decode()
         rest = parts[2]
         page_size, ncpus = struct.unpack_from(r.endian + "II", rest, 0)
+        if not 512 <= page_size <= (1 << 20):
+            raise TraceFileError(f"{path}: corrupt BUFFER option: page size {page_size}")
         buf = Buffer(name, clock, page_size)
         for i in range(ncpus):
             cpu, offset, size = struct.unpack_from(r.endian + "IQQ", rest, 8 + 20 * i)
@@ -323,34 +365,29 @@ def segments(layout, segment_bytes=SEGMENT_BYTES):
     """Split every buffer's CPU data into independently decodable segments."""
     out = []
     compressed = layout.version >= 7 and layout.compression not in ("", "none")
-    with open(layout.path, "rb") as f:
-        r = _Reader(layout.path, f, layout.file_size, layout.big_endian)
-        for buf in layout.buffers:
-            page = buf.page_size
-            for cpu, offset, size in buf.cpus:
-                if not compressed:
-                    usable = size - size % page
-                    step = max(page, segment_bytes - segment_bytes % page)
-                    for start in range(0, usable, step):
-                        n = min(step, usable - start)
-                        out.append(Segment(buf.name, cpu, offset + start, n, 0, n))
-                    continue
-                (count,) = r.unpack("I", offset, f"CPU {cpu} chunk count")
-                # The recorded size counts the chunk records, not the count before them.
-                pos, end = offset + 4, offset + 4 + size
-                seg_start, seg_chunks, seg_bytes = pos, 0, 0
-                for i in range(count):
-                    csize, usize = r.unpack("II", pos, f"CPU {cpu} chunk {i} header")
-                    if pos + 8 + csize > end:
-                        raise TraceFileError(f"{layout.path}: truncated: CPU {cpu} chunk {i} "
-                                             f"runs past the end of its data")
-                    pos += 8 + csize
-                    seg_chunks += 1
-                    seg_bytes += usize
-                    if seg_bytes >= segment_bytes or i == count - 1:
-                        out.append(Segment(buf.name, cpu, seg_start, pos - seg_start,
-                                           seg_chunks, seg_bytes))
-                        seg_start, seg_chunks, seg_bytes = pos, 0, 0
+    for buf in layout.buffers:
+        page = buf.page_size
+        for cpu, offset, size in buf.cpus:
+            if not compressed:
+                usable = size - size % page
+                step = max(page, segment_bytes - segment_bytes % page)
+                for start in range(0, usable, step):
+                    n = min(step, usable - start)
+                    out.append(Segment(buf.name, cpu, offset + start, n, 0, n))
+                continue
+            # read_layout checked the chunk headers (the recorded size counts the
+            # chunk records, not the count before them).
+            chunks = buf.chunks[cpu, offset]
+            pos = offset + 4
+            seg_start, seg_chunks, seg_bytes = pos, 0, 0
+            for i, (_, csize, usize) in enumerate(chunks):
+                pos += 8 + csize
+                seg_chunks += 1
+                seg_bytes += usize
+                if seg_bytes >= segment_bytes or i == len(chunks) - 1:
+                    out.append(Segment(buf.name, cpu, seg_start, pos - seg_start,
+                                       seg_chunks, seg_bytes))
+                    seg_start, seg_chunks, seg_bytes = pos, 0, 0
     # Largest first, so the last segments to finish are small ones.
     out.sort(key=lambda s: -s.data_bytes)
     return out

@@ -1,7 +1,7 @@
 """Mutated trace.dat inputs for tests/test_fuzz.py, and the worker process that parses them.
 
 Input i of a run is a pure function of (master seed, i, seed files): the test, the worker and
-anyone reproducing a failure regenerate the same bytes with `make_input`. Mutations are aimed
+anyone reproducing a failure regenerate the same bytes with `make_test_input`. Mutations are aimed
 at the metadata (everything before the first CPU's data), at the ring-buffer pages, or
 anywhere, a third each, so that both libtracecmd's metadata parsing and kmemscope's page
 decoding see damage.
@@ -814,7 +814,7 @@ def worker(spec_path):
     tmp = Path(tempfile.mkdtemp(prefix="kmemscope-fuzz-", dir=spec.get("tmp")))
     path, ds = tmp / "input.dat", tmp / "ds"
     for i in spec["inputs"]:
-        data, _ = make_input(spec["master"], i, seeds)
+        data, _ = make_test_input(spec["master"], i, seeds)
         path.write_bytes(data)
         print(f"start {i}", flush=True)
         try:

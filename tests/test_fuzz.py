@@ -3,7 +3,9 @@
 Inputs come from small real trace.dat files (a public fixture in v6, v7+zstd and
 v7-uncompressed forms, the v7+zstd langraph file, and the committed example), damaged by byte
 flips, random bytes, extreme 32-bit values, zeroed ranges, truncations, splices and
-insertions, aimed at the metadata and at the pages (tests/fuzzlib.py). Two worker processes
+insertions, aimed at the metadata and at the pages; every third input has one structure
+damaged instead (a duplicated or zeroed page, a header, section, option, CPU-table, chunk,
+page-header or event-header field: tests/fuzzlib.py, whose long run is tests/fuzz_long.py). Two worker processes
 parse them without kmemscope's isolation, so that a crash in the decoder shows up as a dead
 worker instead of being hidden; the input that killed it is then parsed again the way the
 command does it (`ingest(isolate=True)`), which must turn the crash into a one-line error.
@@ -129,7 +131,7 @@ def test_mutated_traces_never_crash_and_fail_with_one_line_errors(seed_files, tm
     from kmemscope.errors import KmemscopeError
     from kmemscope.parsers.ingest import ingest
 
-    from fuzzlib import load_seeds, make_input
+    from fuzzlib import load_seeds, make_test_input as make_input
 
     print(f"fuzz: master seed {MASTER} (replay with KMEMSCOPE_FUZZ_SEED={MASTER}), "
           f"{INPUTS} inputs, {SECONDS:.0f} s, seeds {[s.name for s in seed_files]}")
