@@ -9,7 +9,7 @@ DEBIAN_PKGS := trace-cmd libtracecmd-dev libtraceevent-dev libtracefs-dev libzst
 EXAMPLE     := examples/kmem-compaction
 DEMO_DIR    := out/demo
 
-.PHONY: all setup native demo test bench dist clean
+.PHONY: all setup native demo test bench fuzz dist clean
 
 all: setup dist
 
@@ -57,6 +57,11 @@ test: setup dist
 
 bench: setup
 	$(BIN)/python benchmarks/parse_bench.py
+
+# Ten minutes of `kmemscope parse` on damaged real traces, a table of outcomes
+# (tests/fuzz_long.py); e.g. FUZZ_ARGS="--seconds 60 --seed 7".
+fuzz: setup
+	$(BIN)/python tests/fuzz_long.py $(FUZZ_ARGS)
 
 clean:
 	rm -rf build dist out *.egg-info .debian-stamp parsers/*.so
