@@ -25,15 +25,23 @@ setup: $(BIN)/kmemscope
 	fi
 	@touch $@
 
-$(BIN)/kmemscope: .debian-stamp setup.cfg setup.py pyproject.toml parsers/_tracedat.c
+NATIVE_SRC  := parsers/_tracedat.c $(wildcard parsers/native/*.c parsers/native/*.h)
+
+# The editable install builds the extension in place, next to parsers/_tracedat.c.
+$(BIN)/kmemscope: .debian-stamp setup.cfg setup.py pyproject.toml $(NATIVE_SRC)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[report,test]'
 	@touch $@
 
-# Rebuild the C extension in place after editing parsers/_tracedat.c.
+# Rebuild the C extension (parsers/_tracedat.*.so, where the editable install
+# keeps it) after editing its sources. Built aside and renamed into place, so a
+# running kmemscope keeps its mapped copy intact.
 native: .debian-stamp
-	$(BIN)/python setup.py -q build_ext --inplace
+	test -x $(BIN)/python || $(MAKE) setup
+	$(BIN)/python setup.py -q build_ext --force --build-lib build/native --build-temp build/native-tmp
+	so=$$(cd build/native/kmemscope/parsers && ls _tracedat*.so) && \
+	cp build/native/kmemscope/parsers/$$so parsers/.$$so.new && mv -f parsers/.$$so.new parsers/$$so
 
 # `kmemscope record` as one file for hosts that have only Python 3.8+ and trace-cmd.
 dist: dist/kmemscope-record.pyz

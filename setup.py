@@ -10,6 +10,13 @@ import sys
 from setuptools import Extension, setup
 
 NATIVE_LIBS = ["libtracecmd", "libtraceevent", "libzstd", "zlib"]
+NATIVE_SOURCES = ["parsers/_tracedat.c", "parsers/native/alloc.c", "parsers/native/arrow_c.c",
+                  "parsers/native/plan.c", "parsers/native/decoder.c"]
+NATIVE_HEADERS = ["parsers/native/alloc.h", "parsers/native/arrow_c.h", "parsers/native/gbuf.h",
+                  "parsers/native/plan.h", "parsers/native/decoder.h"]
+# Hidden visibility: the module exports PyInit__tracedat (PyMODINIT_FUNC marks it
+# visible) and nothing else, so its helpers cannot clash with other libraries'.
+NATIVE_CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wshadow"]
 
 
 def pkg_config(*args):
@@ -26,12 +33,10 @@ setup(
     ext_modules=[
         Extension(
             "kmemscope.parsers._tracedat",
-            sources=["parsers/_tracedat.c", "parsers/native/arrow_c.c", "parsers/native/plan.c",
-                     "parsers/native/decoder.c"],
-            depends=["parsers/native/arrow_c.h", "parsers/native/gbuf.h", "parsers/native/plan.h",
-                     "parsers/native/decoder.h"],
+            sources=NATIVE_SOURCES,
+            depends=NATIVE_HEADERS,
             include_dirs=["parsers/native"],
-            extra_compile_args=pkg_config("--cflags") + ["-O2", "-std=gnu11", "-Wall", "-Wno-unused-function"],
+            extra_compile_args=pkg_config("--cflags") + NATIVE_CFLAGS,
             extra_link_args=pkg_config("--libs") + ["-lpthread"],
         )
     ],

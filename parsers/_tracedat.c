@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -49,9 +50,29 @@ typedef struct {
 	PyObject_HEAD
 	struct tracecmd_input *handle;
 	struct trace_meta meta;
+	bool ready;		/* __init__ succeeded: the methods may use handle and meta */
 } TraceObject;
 
 static PyObject *TraceFileError;
+/* Raised when the decoder's own memory runs out: a MemoryError, and a
+ * TraceFileError so that callers that report file errors cleanly report it too. */
+static PyObject *DecoderMemoryError;
+
+/* common_type is an unsigned short in every kernel: no record names a larger id. */
+#define MAX_EVENT_ID 0xffff
+
+static PyObject *no_memory(const char *what)
+{
+	PyErr_Format(DecoderMemoryError, "out of memory %s", what);
+	return NULL;
+}
+
+static bool trace_ready(TraceObject *self)
+{
+	if (!self->ready)
+		PyErr_SetString(PyExc_RuntimeError, "Trace is not initialised");
+	return self->ready;
+}
 
 
 static void Trace_dealloc(TraceObject *self)
@@ -73,16 +94,27 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 	static char *kwlist[] = { "path", NULL };
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "s", kwlist, &path))
 		return -1;
+	if (self->handle) {
+		PyErr_SetString(PyExc_RuntimeError, "Trace is already initialised");
+		return -1;
+	}
 	pthread_mutex_init(&self->meta.lookup_lock, NULL);
 
 	tracecmd_set_loglevel(TEP_LOG_NONE);
 	tep_set_loglevel(TEP_LOG_NONE);
+	int err;
 	Py_BEGIN_ALLOW_THREADS
+	errno = 0;
 	self->handle = tracecmd_open(path, TRACECMD_FL_LOAD_NO_PLUGINS);
+	err = errno;
 	Py_END_ALLOW_THREADS
 	if (!self->handle) {
-		PyErr_Format(TraceFileError, "%s: libtracecmd cannot read the file's metadata "
-			     "(truncated or corrupt)", path);
+		if (err == ENOMEM)
+			PyErr_Format(DecoderMemoryError, "%s: out of memory reading the file's metadata",
+				     path);
+		else
+			PyErr_Format(TraceFileError, "%s: libtracecmd cannot read the file's metadata "
+				     "(truncated or corrupt)", path);
 		return -1;
 	}
 	self->meta.tep = tracecmd_get_tep(self->handle);
@@ -91,15 +123,29 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 		return -1;
 	}
 
-	struct tep_event **events = tep_list_events(self->meta.tep, TEP_EVENT_SORT_ID);
 	int n = tep_get_events_count(self->meta.tep);
+	/* NULL only when libtraceevent cannot allocate its sorted list. */
+	struct tep_event **events = n <= 0 || km_fault() ? NULL :
+				    tep_list_events(self->meta.tep, TEP_EVENT_SORT_ID);
+	if (n > 0 && !events) {
+		PyErr_Format(DecoderMemoryError, "%s: out of memory listing the event formats", path);
+		return -1;
+	}
 	self->meta.max_id = 0;
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
+		if (events[i]->id > MAX_EVENT_ID) {
+			PyErr_Format(TraceFileError, "%s: corrupt event format: %s:%s has id %d, "
+				     "more than common_type can hold", path,
+				     events[i]->system ? events[i]->system : "?",
+				     events[i]->name ? events[i]->name : "?", events[i]->id);
+			return -1;
+		}
 		if (events[i]->id > self->meta.max_id)
 			self->meta.max_id = events[i]->id;
-	self->meta.plans = calloc(self->meta.max_id + 1, sizeof(*self->meta.plans));
+	}
+	self->meta.plans = km_calloc(self->meta.max_id + 1, sizeof(*self->meta.plans));
 	if (!self->meta.plans) {
-		PyErr_NoMemory();
+		PyErr_Format(DecoderMemoryError, "%s: out of memory reading the event formats", path);
 		return -1;
 	}
 	self->meta.type_offset = 0;
@@ -110,15 +156,19 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 		struct tep_event *ev = events[i];
 		if (ev->id < 0)
 			continue;
+		/* Two formats with one id (a corrupt file): the last one wins. */
+		plan_free(self->meta.plans[ev->id]);
 		self->meta.plans[ev->id] = build_plan(ev);
 		if (!self->meta.plans[ev->id]) {
-			PyErr_NoMemory();
+			PyErr_Format(DecoderMemoryError, "%s: out of memory reading the event formats", path);
 			return -1;
 		}
 		if (!common_seen) {
 			struct tep_format_field *t = tep_find_common_field(ev, "common_type");
 			struct tep_format_field *p = tep_find_common_field(ev, "common_pid");
-			if (t && p && valid_width(t->size)) {
+			/* Records are checked against these before they are read. */
+			if (t && p && valid_width(t->size) && t->offset >= 0 && t->offset < 64 &&
+			    p->offset >= 0 && p->offset < 64) {
 				self->meta.type_offset = t->offset;
 				self->meta.type_size = t->size;
 				self->meta.pid_offset = p->offset;
@@ -138,6 +188,7 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 	 * their first use sorts them in place. */
 	tep_find_function(self->meta.tep, 0);
 	tep_data_comm_from_pid(self->meta.tep, 0);
+	self->ready = true;
 	return 0;
 }
 
@@ -149,8 +200,10 @@ static PyObject *maybe_str(const char *s)
 }
 
 /* Trace.info(): what the file says about where and how it was recorded. */
-static PyObject *Trace_info(TraceObject *self, PyObject *noargs)
+static PyObject *Trace_info(TraceObject *self, PyObject *Py_UNUSED(noargs))
 {
+	if (!trace_ready(self))
+		return NULL;
 	int ninst = tracecmd_buffer_instances(self->handle);
 	PyObject *inst = PyList_New(0);
 	if (!inst)
@@ -164,20 +217,29 @@ static PyObject *Trace_info(TraceObject *self, PyObject *noargs)
 		}
 		Py_DECREF(s);
 	}
-	return Py_BuildValue("{s:N,s:N,s:i,s:i,s:i,s:O,s:K,s:N}",
-			     "uname", maybe_str(tracecmd_get_uname(self->handle)),
-			     "trace_clock", maybe_str(tracecmd_get_trace_clock(self->handle)),
-			     "cpus", tep_get_cpus(self->meta.tep),
-			     "long_size", tep_get_long_size(self->meta.tep),
-			     "page_size", tep_get_page_size(self->meta.tep),
-			     "big_endian", tep_is_file_bigendian(self->meta.tep) ? Py_True : Py_False,
-			     "first_ts", (unsigned long long)tracecmd_get_first_ts(self->handle),
-			     "instances", inst);
+	PyObject *uname = maybe_str(tracecmd_get_uname(self->handle));
+	PyObject *clock = uname ? maybe_str(tracecmd_get_trace_clock(self->handle)) : NULL;
+	PyObject *out = NULL;
+	if (clock)
+		out = Py_BuildValue("{s:O,s:O,s:i,s:i,s:i,s:O,s:K,s:O}",
+				    "uname", uname, "trace_clock", clock,
+				    "cpus", tep_get_cpus(self->meta.tep),
+				    "long_size", tep_get_long_size(self->meta.tep),
+				    "page_size", tep_get_page_size(self->meta.tep),
+				    "big_endian", tep_is_file_bigendian(self->meta.tep) ? Py_True : Py_False,
+				    "first_ts", (unsigned long long)tracecmd_get_first_ts(self->handle),
+				    "instances", inst);
+	Py_XDECREF(uname);
+	Py_XDECREF(clock);
+	Py_DECREF(inst);
+	return out;
 }
 
 /* Trace.events(): (id, system, name, [(column, arrow format)]) per event format. */
-static PyObject *Trace_events(TraceObject *self, PyObject *noargs)
+static PyObject *Trace_events(TraceObject *self, PyObject *Py_UNUSED(noargs))
 {
+	if (!trace_ready(self))
+		return NULL;
 	PyObject *out = PyList_New(0);
 	if (!out)
 		return NULL;
@@ -190,9 +252,15 @@ static PyObject *Trace_events(TraceObject *self, PyObject *noargs)
 			goto fail;
 		for (int i = 0; i < p->ncols; i++) {
 			struct col_plan *c = &p->cols[i];
-			PyList_SET_ITEM(cols, i, Py_BuildValue("(si)", c->name, (int)c->kind));
+			PyObject *col = Py_BuildValue("(si)", c->name, (int)c->kind);
+			if (!col) {
+				Py_DECREF(cols);
+				goto fail;
+			}
+			PyList_SET_ITEM(cols, i, col);
 		}
-		PyObject *t = Py_BuildValue("(issN)", id, p->system, p->name, cols);
+		PyObject *t = Py_BuildValue("(issO)", id, p->system, p->name, cols);
+		Py_DECREF(cols);
 		if (!t || PyList_Append(out, t)) {
 			Py_XDECREF(t);
 			goto fail;
@@ -248,8 +316,11 @@ static int add_symbols(PyObject *out, struct tep_event *ev, const char *kind,
 		} else {
 			val = PyLong_FromUnsignedLongLong(v);
 		}
-		PyObject *t = Py_BuildValue("(sssszNs)", ev->system, ev->name, fname ? fname : "",
+		if (!val)
+			return -1;
+		PyObject *t = Py_BuildValue("(sssszOs)", ev->system, ev->name, fname ? fname : "",
 					    kind, sym->str, val, sym->value);
+		Py_DECREF(val);
 		if (!t || PyList_Append(out, t)) {
 			Py_XDECREF(t);
 			return -1;
@@ -292,13 +363,18 @@ static int collect_symbols(PyObject *out, struct tep_event *ev, struct tep_print
 
 /* Trace.print_flags(): (system, event, field, kind, name, value, expression) rows
  * from every __print_flags and __print_symbolic table in the recorded formats. */
-static PyObject *Trace_print_flags(TraceObject *self, PyObject *noargs)
+static PyObject *Trace_print_flags(TraceObject *self, PyObject *Py_UNUSED(noargs))
 {
+	if (!trace_ready(self))
+		return NULL;
+	int n = tep_get_events_count(self->meta.tep);
+	struct tep_event **events = n <= 0 || km_fault() ? NULL :
+				    tep_list_events(self->meta.tep, TEP_EVENT_SORT_ID);
+	if (n > 0 && !events)
+		return no_memory("listing the event formats");
 	PyObject *out = PyList_New(0);
 	if (!out)
 		return NULL;
-	struct tep_event **events = tep_list_events(self->meta.tep, TEP_EVENT_SORT_ID);
-	int n = tep_get_events_count(self->meta.tep);
 	for (int i = 0; i < n; i++) {
 		if (collect_symbols(out, events[i], events[i]->print_fmt.args, 0)) {
 			Py_DECREF(out);
@@ -316,7 +392,24 @@ typedef struct {
 	TraceObject *trace;	/* keeps the shared metadata alive */
 	struct decoder dec;
 	PyObject *lost;		/* list of (cpu, ts, missed) */
+	bool ready;		/* __init__ succeeded */
+	bool busy;		/* a call is decoding with the GIL released */
 } DecoderObject;
+
+/* May this call use the decoder? One call at a time: it is not thread-safe. */
+static bool decoder_enter(DecoderObject *self)
+{
+	if (!self->ready) {
+		PyErr_SetString(PyExc_RuntimeError, "Decoder is not initialised");
+		return false;
+	}
+	if (self->busy) {
+		PyErr_SetString(PyExc_RuntimeError, "Decoder is in use by another thread");
+		return false;
+	}
+	self->busy = true;
+	return true;
+}
 
 static void capsule_schema_free(PyObject *cap)
 {
@@ -345,28 +438,29 @@ static PyObject *take_ready(struct decoder *d)
 	int i = 0;
 	for (; out && i < d->nready; i++) {
 		struct batch *b = &d->ready[i];
-		PyObject *s = PyCapsule_New(b->schema, "arrow_schema", capsule_schema_free);
-		if (!s)
-			break;
-		b->schema = NULL;
-		PyObject *a = PyCapsule_New(b->array, "arrow_array", capsule_array_free);
-		if (!a) {
-			Py_DECREF(s);
-			break;
-		}
-		b->array = NULL;
-		PyObject *t = Py_BuildValue("(iNN)", b->event_id, s, a);
+		PyObject *id = PyLong_FromLong(b->event_id);
+		PyObject *s = id ? PyCapsule_New(b->schema, "arrow_schema", capsule_schema_free) : NULL;
+		if (s)
+			b->schema = NULL;	/* the capsule owns it now */
+		PyObject *a = s ? PyCapsule_New(b->array, "arrow_array", capsule_array_free) : NULL;
+		if (a)
+			b->array = NULL;
+		PyObject *t = a ? PyTuple_Pack(3, id, s, a) : NULL;
+		Py_XDECREF(id);
+		Py_XDECREF(s);
+		Py_XDECREF(a);
 		if (!t || PyList_Append(out, t)) {
 			Py_XDECREF(t);
 			break;
 		}
 		Py_DECREF(t);
 	}
-	for (int k = i; k < d->nready; k++)
-		batch_release(&d->ready[k]);
 	if (i < d->nready) {
-		Py_XDECREF(out);
-		out = NULL;
+		/* Batches not handed over are dropped: the decoder cannot go on. */
+		for (int k = i; k < d->nready; k++)
+			batch_release(&d->ready[k]);
+		d->failed = true;
+		Py_CLEAR(out);
 	}
 	d->nready = 0;
 	return out;
@@ -398,41 +492,57 @@ static PyObject *Decoder_decode(DecoderObject *self, PyObject *args)
 		PyErr_SetString(PyExc_ValueError, "negative segment bounds");
 		return NULL;
 	}
+	if (!decoder_enter(self))
+		return NULL;
 	struct lost_list lost = { 0 };
 	int r;
 	d->error[0] = 0;
 	Py_BEGIN_ALLOW_THREADS
 	r = decoder_segment(d, cpu, offset, length, chunks, &lost);
 	Py_END_ALLOW_THREADS
-	int lr = add_lost(self, &lost);
+	PyObject *out = NULL;
+	if (r && !d->error[0])
+		PyErr_Format(DecoderMemoryError, "out of memory decoding CPU %d's pages", cpu);
+	else if (r)
+		PyErr_SetString(TraceFileError, d->error);
+	else if (add_lost(self, &lost))
+		d->failed = true;
+	else
+		out = take_ready(d);
 	free(lost.marks);
-	if (r) {
-		if (!d->error[0])
-			PyErr_NoMemory();
-		else
-			PyErr_SetString(TraceFileError, d->error);
-		return NULL;
-	}
-	if (lr)
-		return NULL;
-	return take_ready(d);
+	self->busy = false;
+	return out;
 }
 
 /* Decoder.finish() -> the partly filled batches of every event. */
-static PyObject *Decoder_finish(DecoderObject *self, PyObject *noargs)
-{
-	int r;
-	Py_BEGIN_ALLOW_THREADS
-	r = decoder_flush(&self->dec);
-	Py_END_ALLOW_THREADS
-	if (r)
-		return PyErr_NoMemory();
-	return take_ready(&self->dec);
-}
-
-static PyObject *Decoder_stats(DecoderObject *self, PyObject *noargs)
+static PyObject *Decoder_finish(DecoderObject *self, PyObject *Py_UNUSED(noargs))
 {
 	struct decoder *d = &self->dec;
+	if (!decoder_enter(self))
+		return NULL;
+	int r;
+	d->error[0] = 0;
+	Py_BEGIN_ALLOW_THREADS
+	r = decoder_flush(d);
+	Py_END_ALLOW_THREADS
+	PyObject *out = NULL;
+	if (r && !d->error[0])
+		no_memory("finishing the last batches");
+	else if (r)
+		PyErr_SetString(TraceFileError, d->error);
+	else
+		out = take_ready(d);
+	self->busy = false;
+	return out;
+}
+
+static PyObject *Decoder_stats(DecoderObject *self, PyObject *Py_UNUSED(noargs))
+{
+	struct decoder *d = &self->dec;
+	if (!self->ready) {
+		PyErr_SetString(PyExc_RuntimeError, "Decoder is not initialised");
+		return NULL;
+	}
 	if (!d->events)
 		return Py_BuildValue("{s:L,s:L,s:O,s:O,s:O}", "events", 0LL, "unknown_events",
 				     (long long)d->unknown_events, "lost", self->lost, "min_ts", Py_None,
@@ -469,7 +579,9 @@ static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!sis|LLO", kwlist, &TraceType, &trace, &path,
 					 &page_size, &compression, &batch_rows, &ts_offset, &ids))
 		return -1;
-	if (page_size < 64 || page_size > (1 << 24) || batch_rows < 1) {
+	if (!trace_ready((TraceObject *)trace))
+		return -1;
+	if (page_size < 64 || page_size > (1 << 24) || batch_rows < 1 || batch_rows > (1 << 30)) {
 		PyErr_SetString(PyExc_ValueError, "bad page size or batch size");
 		return -1;
 	}
@@ -490,9 +602,9 @@ static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 	d->batch_rows = batch_rows;
 	d->ts_offset = ts_offset;
 	if (ids != Py_None) {
-		d->wanted = calloc(t->meta.max_id + 1, 1);
+		d->wanted = km_calloc(t->meta.max_id + 1, 1);
 		if (!d->wanted) {
-			PyErr_NoMemory();
+			no_memory("setting up a decoder");
 			return -1;
 		}
 		PyObject *it = PyObject_GetIter(ids), *item;
@@ -501,6 +613,8 @@ static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 		while ((item = PyIter_Next(it))) {
 			long id = PyLong_AsLong(item);
 			Py_DECREF(item);
+			if (id == -1 && PyErr_Occurred())
+				break;
 			if (id >= 0 && id <= t->meta.max_id)
 				d->wanted[id] = 1;
 		}
@@ -509,21 +623,25 @@ static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 			return -1;
 	}
 	self->lost = PyList_New(0);
-	if (!self->lost || decoder_init(d, &t->meta)) {
-		if (!PyErr_Occurred())
-			PyErr_NoMemory();
+	if (!self->lost)
+		return -1;
+	if (decoder_init(d, &t->meta)) {
+		no_memory("setting up a decoder");
 		return -1;
 	}
 	d->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (d->fd < 0) {
+	struct stat st;
+	if (d->fd < 0 || fstat(d->fd, &st)) {
 		PyErr_Format(TraceFileError, "%s: cannot open: %s", path, strerror(errno));
 		return -1;
 	}
+	d->file_size = st.st_size;
+	self->ready = true;
 	return 0;
 }
 
 /* decompress(proto, data, size): inflate a compressed metadata section. */
-static PyObject *mod_decompress(PyObject *mod, PyObject *args)
+static PyObject *mod_decompress(PyObject *Py_UNUSED(mod), PyObject *args)
 {
 	const char *proto;
 	Py_buffer in;
@@ -565,7 +683,7 @@ static PyMethodDef Trace_methods[] = {
 	{ "events", (PyCFunction)Trace_events, METH_NOARGS, "Event formats and their columns." },
 	{ "print_flags", (PyCFunction)Trace_print_flags, METH_NOARGS,
 	  "Rows of every __print_flags/__print_symbolic table in the formats." },
-	{ NULL }
+	{ NULL, NULL, 0, NULL }
 };
 
 static PyTypeObject TraceType = {
@@ -585,7 +703,7 @@ static PyMethodDef Decoder_methods[] = {
 	  "decode(cpu, offset, length, chunks) -> [(event_id, schema, array)]" },
 	{ "finish", (PyCFunction)Decoder_finish, METH_NOARGS, "Flush partly filled batches." },
 	{ "stats", (PyCFunction)Decoder_stats, METH_NOARGS, "Counts and lost-event markers." },
-	{ NULL }
+	{ NULL, NULL, 0, NULL }
 };
 
 static PyTypeObject DecoderType = {
@@ -600,13 +718,46 @@ static PyTypeObject DecoderType = {
 	.tp_methods = Decoder_methods,
 };
 
+/* _alloc_fault(at, persistent=False) -> allocations counted since the last call.
+ * A test hook (alloc.h): at > 0 makes the at-th allocation from now fail (and
+ * every later one when persistent); at < 0 only counts; 0 turns it off. */
+static PyObject *mod_alloc_fault(PyObject *Py_UNUSED(mod), PyObject *args)
+{
+	long at;
+	int persistent = 0;
+	if (!PyArg_ParseTuple(args, "l|p", &at, &persistent))
+		return NULL;
+	return PyLong_FromLong(km_fault_arm(at, persistent));
+}
+
+/* KMEMSCOPE_FAIL_ALLOC=N or N+ arms the hook for a whole process (a test of
+ * the command line); anything else leaves it off. */
+static void arm_from_environment(void)
+{
+	const char *v = getenv("KMEMSCOPE_FAIL_ALLOC");
+	if (!v || !*v)
+		return;
+	char *end;
+	errno = 0;
+	long at = strtol(v, &end, 10);
+	bool persistent = *end == '+';
+	if (!errno && at > 0 && end != v && (!*end || (persistent && !end[1])))
+		km_fault_arm(at, persistent);
+}
+
 static PyMethodDef module_methods[] = {
 	{ "decompress", mod_decompress, METH_VARARGS, "decompress(proto, data, size) -> bytes" },
-	{ NULL }
+	{ "_alloc_fault", mod_alloc_fault, METH_VARARGS,
+	  "_alloc_fault(at, persistent=False) -> int: test hook, fail the at-th allocation" },
+	{ NULL, NULL, 0, NULL }
 };
 
 static struct PyModuleDef module = {
-	PyModuleDef_HEAD_INIT, "_tracedat", "kmemscope's native trace.dat decoder.", -1, module_methods,
+	.m_base = PyModuleDef_HEAD_INIT,
+	.m_name = "_tracedat",
+	.m_doc = "kmemscope's native trace.dat decoder.",
+	.m_size = -1,
+	.m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__tracedat(void)
@@ -618,11 +769,17 @@ PyMODINIT_FUNC PyInit__tracedat(void)
 	 * reused rather than faulted in (and zeroed by the kernel) every time. */
 	mallopt(M_MMAP_THRESHOLD, 64 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	arm_from_environment();
 	PyObject *m = PyModule_Create(&module);
 	if (!m)
 		return NULL;
 	TraceFileError = PyErr_NewException("kmemscope.parsers._tracedat.TraceFileError", NULL, NULL);
-	if (!TraceFileError || PyModule_AddObjectRef(m, "TraceFileError", TraceFileError) ||
+	PyObject *bases = TraceFileError ? PyTuple_Pack(2, TraceFileError, PyExc_MemoryError) : NULL;
+	DecoderMemoryError = bases ? PyErr_NewException("kmemscope.parsers._tracedat.DecoderMemoryError",
+							bases, NULL) : NULL;
+	Py_XDECREF(bases);
+	if (!DecoderMemoryError || PyModule_AddObjectRef(m, "TraceFileError", TraceFileError) ||
+	    PyModule_AddObjectRef(m, "DecoderMemoryError", DecoderMemoryError) ||
 	    PyModule_AddObjectRef(m, "Trace", (PyObject *)&TraceType) ||
 	    PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType)) {
 		Py_DECREF(m);

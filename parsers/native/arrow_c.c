@@ -1,91 +1,107 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Building and releasing Arrow C data interface nodes. */
-#include <stdlib.h>
-#include <string.h>
-
+/*
+ * Building and releasing Arrow C data interface nodes. A node may be released
+ * half built (an allocation failed while its children were being attached), so
+ * every release tolerates NULL children, buffers and strings.
+ */
+#include "alloc.h"
 #include "arrow_c.h"
 
 /* Schema nodes own their format and name strings. */
-void schema_release(struct ArrowSchema *s)
+static void schema_release(struct ArrowSchema *s)
 {
 	if (!s || !s->release)
 		return;
-	for (int64_t i = 0; i < s->n_children; i++) {
-		if (s->children[i]->release)
-			s->children[i]->release(s->children[i]);
-		free(s->children[i]);
-	}
+	for (int64_t i = 0; s->children && i < s->n_children; i++)
+		schema_free(s->children[i]);
 	free(s->children);
-	if (s->dictionary) {
-		if (s->dictionary->release)
-			s->dictionary->release(s->dictionary);
-		free(s->dictionary);
-	}
+	schema_free(s->dictionary);
 	free((void *)s->format);
 	free((void *)s->name);
+	s->children = NULL;
+	s->dictionary = NULL;
 	s->release = NULL;
+}
+
+void schema_free(struct ArrowSchema *s)
+{
+	if (!s)
+		return;
+	if (s->release)
+		s->release(s);
+	free(s);
 }
 
 struct ArrowSchema *schema_new(const char *format, const char *name, int n_children)
 {
-	struct ArrowSchema *s = calloc(1, sizeof(*s));
+	struct ArrowSchema *s = km_calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
-	s->format = strdup(format);
-	s->name = strdup(name ? name : "");
+	s->release = schema_release;
+	s->format = km_strdup(format);
+	s->name = km_strdup(name ? name : "");
 	/* Decoded columns never hold nulls. Declaring them non-nullable makes them
 	 * REQUIRED in Parquet, which saves writing definition levels. */
 	s->flags = 0;
-	s->n_children = n_children;
-	s->children = n_children ? calloc(n_children, sizeof(*s->children)) : NULL;
-	s->release = schema_release;
+	if (n_children) {
+		s->children = km_calloc(n_children, sizeof(*s->children));
+		if (s->children)
+			s->n_children = n_children;
+	}
 	if (!s->format || !s->name || (n_children && !s->children)) {
-		schema_release(s);
-		free(s);
+		schema_free(s);
 		return NULL;
 	}
 	return s;
 }
 
-/* Array nodes own their buffers (at most 3) and their children. */
-void array_release(struct ArrowArray *a)
+/* Array nodes own their buffers and their children. */
+static void array_release(struct ArrowArray *a)
 {
 	if (!a || !a->release)
 		return;
-	for (int64_t i = 0; i < a->n_children; i++) {
-		if (a->children[i]->release)
-			a->children[i]->release(a->children[i]);
-		free(a->children[i]);
-	}
+	for (int64_t i = 0; a->children && i < a->n_children; i++)
+		array_free(a->children[i]);
 	free(a->children);
-	if (a->dictionary) {
-		if (a->dictionary->release)
-			a->dictionary->release(a->dictionary);
-		free(a->dictionary);
-	}
-	for (int64_t i = 0; i < a->n_buffers; i++)
+	array_free(a->dictionary);
+	for (int64_t i = 0; a->buffers && i < a->n_buffers; i++)
 		free((void *)a->buffers[i]);
 	free(a->buffers);
+	a->children = NULL;
+	a->dictionary = NULL;
+	a->buffers = NULL;
 	a->release = NULL;
+}
+
+void array_free(struct ArrowArray *a)
+{
+	if (!a)
+		return;
+	if (a->release)
+		a->release(a);
+	free(a);
 }
 
 struct ArrowArray *array_new(int64_t length, int n_buffers, int n_children)
 {
-	struct ArrowArray *a = calloc(1, sizeof(*a));
+	struct ArrowArray *a = km_calloc(1, sizeof(*a));
 	if (!a)
 		return NULL;
-	a->length = length;
-	a->n_buffers = n_buffers;
-	a->buffers = calloc(n_buffers, sizeof(void *));
-	a->n_children = n_children;
-	a->children = n_children ? calloc(n_children, sizeof(*a->children)) : NULL;
 	a->release = array_release;
-	if (!a->buffers || (n_children && !a->children)) {
-		free(a->buffers);
-		free(a->children);
-		free(a);
+	a->length = length;
+	if (n_buffers) {
+		a->buffers = km_calloc(n_buffers, sizeof(void *));
+		if (a->buffers)
+			a->n_buffers = n_buffers;
+	}
+	if (n_children) {
+		a->children = km_calloc(n_children, sizeof(*a->children));
+		if (a->children)
+			a->n_children = n_children;
+	}
+	if ((n_buffers && !a->buffers) || (n_children && !a->children)) {
+		array_free(a);
 		return NULL;
 	}
 	return a;
 }
-

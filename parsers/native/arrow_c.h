@@ -35,9 +35,12 @@ struct ArrowArray {
 	void *private_data;
 };
 
+/* New nodes with every child slot NULL; NULL when out of memory. */
 struct ArrowSchema *schema_new(const char *format, const char *name, int n_children);
-void schema_release(struct ArrowSchema *s);
 struct ArrowArray *array_new(int64_t length, int n_buffers, int n_children);
-void array_release(struct ArrowArray *a);
+/* Release a node we allocated (if no consumer has) and free it; NULL is fine,
+ * and so is a node whose children were never all attached. */
+void schema_free(struct ArrowSchema *s);
+void array_free(struct ArrowArray *a);
 
 #endif

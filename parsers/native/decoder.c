@@ -48,11 +48,11 @@ static int offsets_start(struct gbuf *g)
 
 static struct event_builder *builder_new(struct event_plan *plan)
 {
-	struct event_builder *b = calloc(1, sizeof(*b));
+	struct event_builder *b = km_calloc(1, sizeof(*b));
 	if (!b)
 		return NULL;
 	b->plan = plan;
-	b->cols = calloc(plan->ncols, sizeof(*b->cols));
+	b->cols = km_calloc(plan->ncols, sizeof(*b->cols));
 	if (!b->cols) {
 		free(b);
 		return NULL;
@@ -94,11 +94,11 @@ static int append_offset(struct gbuf *offsets, size_t child_len)
 	return gbuf_append(offsets, &o, 4);
 }
 
-static int comm_index(struct decoder *d, struct col_builder *c, int pid)
+static int comm_index(struct decoder *d, struct col_builder *c, int pid, bool *full)
 {
 	if (c->nslots == 0 || c->nvalues * 2 >= c->nslots) {
 		int n = c->nslots ? c->nslots * 2 : 64;
-		struct pid_slot *s = malloc(n * sizeof(*s));
+		struct pid_slot *s = km_malloc(n * sizeof(*s));
 		if (!s)
 			return -1;
 		for (int i = 0; i < n; i++)
@@ -123,15 +123,14 @@ static int comm_index(struct decoder *d, struct col_builder *c, int pid)
 	}
 	pthread_mutex_lock(&d->trace->lookup_lock);
 	const char *comm = tep_data_comm_from_pid(d->trace->tep, pid);
-	int r = comm ? 0 : -1;
-	if (comm) {
-		r |= offsets_start(&c->dict_offsets);
-		r |= gbuf_append_utf8(&c->dict_data, comm, strlen(comm));
-		r |= append_offset(&c->dict_offsets, c->dict_data.len);
-	}
+	int r = !comm || offsets_start(&c->dict_offsets) ||
+		gbuf_append_utf8(&c->dict_data, comm, strlen(comm)) ||
+		append_offset(&c->dict_offsets, c->dict_data.len);
 	pthread_mutex_unlock(&d->trace->lookup_lock);
 	if (r)
 		return -1;
+	if (c->dict_data.len > BATCH_VAR_BYTES)
+		*full = true;
 	c->slots[h].pid = pid;
 	c->slots[h].index = c->nvalues;
 	return c->nvalues++;
@@ -172,6 +171,7 @@ static int append_record(struct decoder *d, struct event_builder *b, const unsig
 	bool swap = d->trace->swap;
 	int pid = (int)(int32_t)read_uint(data + d->trace->pid_offset, 4, swap);
 	int r = 0;
+	bool full = false;
 	for (int i = 0; i < p->ncols && !r; i++) {
 		struct col_plan *cp = &p->cols[i];
 		struct col_builder *c = &b->cols[i];
@@ -190,7 +190,7 @@ static int append_record(struct decoder *d, struct event_builder *b, const unsig
 			r = presize(d, c, 4) || gbuf_append(&c->values, &pid, 4);
 			break;
 		case COL_COMM: {
-			int32_t idx = comm_index(d, c, pid);
+			int32_t idx = comm_index(d, c, pid, &full);
 			r = idx < 0 ? -1 : (presize(d, c, 4) || gbuf_append(&c->values, &idx, 4));
 			break;
 		}
@@ -205,6 +205,7 @@ static int append_record(struct decoder *d, struct event_builder *b, const unsig
 				n++;
 			r = offsets_start(&c->offsets) || gbuf_append_utf8(&c->child, s, n) ||
 			    append_offset(&c->offsets, c->child.len);
+			full |= c->child.len > BATCH_VAR_BYTES;
 			break;
 		}
 		case COL_DYNSTR:
@@ -232,6 +233,7 @@ static int append_record(struct decoder *d, struct event_builder *b, const unsig
 			    (cp->kind == COL_DYNSTR ? gbuf_append_utf8(&c->child, s, n)
 						    : gbuf_append(&c->child, s, n)) ||
 			    append_offset(&c->offsets, c->child.len);
+			full |= c->child.len > BATCH_VAR_BYTES;
 			break;
 		}
 		case COL_ARR:
@@ -249,6 +251,7 @@ static int append_record(struct decoder *d, struct event_builder *b, const unsig
 					       cp->width);
 			if (!r)
 				r = append_offset(&c->offsets, c->child.len / cp->width);
+			full |= c->child.len > BATCH_VAR_BYTES;
 			break;
 		}
 		case COL_STACK:
@@ -272,6 +275,7 @@ static int append_record(struct decoder *d, struct event_builder *b, const unsig
 				}
 				if (!r)
 					r = append_offset(&c->offsets, c->child.len / 8);
+				full |= c->child.len > BATCH_VAR_BYTES;
 				break;
 			}
 			for (int k = 0; k < count && !r; k++) {
@@ -294,162 +298,137 @@ static int append_record(struct decoder *d, struct event_builder *b, const unsig
 			if (!r)
 				r = append_offset(&c->offsets, c->child_offsets.len ?
 						  c->child_offsets.len / 4 - 1 : 0);
+			full |= c->child.len > BATCH_VAR_BYTES;
 			break;
 		}
 		}
 	}
 	if (!r)
 		b->rows++;
+	b->full |= full;
 	return r;
 }
 
 /* ---------------------------------------------------------------- batch export */
 
-static struct ArrowArray *export_var(int64_t rows, struct gbuf *offsets, struct gbuf *data)
+static struct ArrowArray *export_fixed(int64_t rows, struct gbuf *values)
 {
-	struct ArrowArray *a = array_new(rows, 3, 0);
-	if (!a)
-		return NULL;
-	if (offsets_start(offsets)) {
-		array_release(a);
-		free(a);
+	struct ArrowArray *a = array_new(rows, 2, 0);
+	if (a && !(a->buffers[1] = gbuf_take(values))) {
+		array_free(a);
 		return NULL;
 	}
-	a->buffers[1] = gbuf_take(offsets);
-	a->buffers[2] = gbuf_take(data);
 	return a;
+}
+
+static struct ArrowArray *export_var(int64_t rows, struct gbuf *offsets, struct gbuf *data)
+{
+	if (offsets_start(offsets))
+		return NULL;
+	struct ArrowArray *a = array_new(rows, 3, 0);
+	if (a && (!(a->buffers[1] = gbuf_take(offsets)) || !(a->buffers[2] = gbuf_take(data)))) {
+		array_free(a);
+		return NULL;
+	}
+	return a;
+}
+
+/* One column's schema and array. Each allocation is checked before the next
+ * step; on failure the partly built nodes are freed and *sp, *ap stay NULL. */
+static int export_column(const struct col_plan *cp, struct col_builder *c, int64_t rows,
+			 struct ArrowSchema **sp, struct ArrowArray **ap)
+{
+	struct ArrowSchema *s = NULL;
+	struct ArrowArray *a = NULL;
+	bool ok = false;
+	switch (cp->kind) {
+	case COL_TS:
+	case COL_CPU:
+	case COL_PID:
+	case COL_INT: {
+		const char *fmt = cp->kind == COL_TS ? "l" :
+				  cp->kind == COL_INT ? int_format(cp->width, cp->is_signed) : "i";
+		s = schema_new(fmt, cp->name, 0);
+		ok = s && (a = export_fixed(rows, &c->values));
+		break;
+	}
+	case COL_COMM:
+		s = schema_new("i", cp->name, 0);
+		ok = s && (s->dictionary = schema_new("u", "", 0)) &&
+		     (a = export_fixed(rows, &c->values)) &&
+		     (a->dictionary = export_var(c->nvalues, &c->dict_offsets, &c->dict_data));
+		if (ok)
+			builder_reset_dict(c);
+		break;
+	case COL_STR:
+	case COL_DYNSTR:
+	case COL_BIN:
+		s = schema_new(cp->kind == COL_BIN ? "z" : "u", cp->name, 0);
+		ok = s && (a = export_var(rows, &c->offsets, &c->child));
+		break;
+	case COL_ARR:
+	case COL_DYNARR:
+	case COL_STACK: {
+		int w = cp->kind == COL_STACK ? 8 : cp->width;
+		const char *item = int_format(w, cp->kind != COL_STACK && cp->is_signed);
+		s = schema_new("+l", cp->name, 1);
+		ok = s && (s->children[0] = schema_new(item, "item", 0)) &&
+		     !offsets_start(&c->offsets) && (a = array_new(rows, 2, 1)) &&
+		     (a->children[0] = export_fixed((int64_t)(c->child.len / w), &c->child)) &&
+		     (a->buffers[1] = gbuf_take(&c->offsets));
+		break;
+	}
+	case COL_STACKSYM:
+		s = schema_new("+l", cp->name, 1);
+		ok = s && (s->children[0] = schema_new("u", "item", 0)) &&
+		     !offsets_start(&c->offsets) && !offsets_start(&c->child_offsets) &&
+		     (a = array_new(rows, 2, 1)) &&
+		     (a->children[0] = export_var((int64_t)(c->child_offsets.len / 4) - 1,
+						  &c->child_offsets, &c->child)) &&
+		     (a->buffers[1] = gbuf_take(&c->offsets));
+		break;
+	}
+	if (!ok) {
+		schema_free(s);
+		array_free(a);
+		return -1;
+	}
+	*sp = s;
+	*ap = a;
+	return 0;
 }
 
 /* Turn one event's builders into an Arrow struct array + schema, and reset them. */
 static int export_batch(struct decoder *d, struct event_builder *b, struct batch *out)
 {
 	struct event_plan *p = b->plan;
-	int64_t rows = b->rows;
-	struct ArrowSchema *root_s = schema_new("+s", "", p->ncols);
-	struct ArrowArray *root_a = array_new(rows, 1, p->ncols);
-	if (!root_s || !root_a)
-		goto fail;
+	/* Arrow's string and list offsets are int32; batches close early long
+	 * before that (BATCH_VAR_BYTES), so only one absurd record gets here. */
 	for (int i = 0; i < p->ncols; i++) {
-		struct col_plan *cp = &p->cols[i];
-		struct col_builder *c = &b->cols[i];
-		struct ArrowSchema *s = NULL;
-		struct ArrowArray *a = NULL;
-		switch (cp->kind) {
-		case COL_TS:
-		case COL_CPU:
-		case COL_PID:
-		case COL_INT: {
-			const char *fmt = cp->kind == COL_TS ? "l" :
-					  cp->kind == COL_INT ? int_format(cp->width, cp->is_signed) : "i";
-			s = schema_new(fmt, cp->name, 0);
-			a = array_new(rows, 2, 0);
-			if (a)
-				a->buffers[1] = gbuf_take(&c->values);
-			break;
+		if (b->cols[i].child.len > INT32_MAX || b->cols[i].dict_data.len > INT32_MAX) {
+			snprintf(d->error, sizeof(d->error), "%s events: column %s holds more than "
+				 "2 GiB in one batch", p->name, p->cols[i].name);
+			return -1;
 		}
-		case COL_COMM: {
-			s = schema_new("i", cp->name, 0);
-			if (s) {
-				s->dictionary = schema_new("u", "", 0);
-				if (!s->dictionary)
-					goto fail_col;
-			}
-			a = array_new(rows, 2, 0);
-			if (a) {
-				a->buffers[1] = gbuf_take(&c->values);
-				a->dictionary = export_var(c->nvalues, &c->dict_offsets, &c->dict_data);
-				if (!a->dictionary)
-					goto fail_col;
-			}
-			builder_reset_dict(c);
-			break;
-		}
-		case COL_STR:
-		case COL_DYNSTR:
-		case COL_BIN:
-			s = schema_new(cp->kind == COL_BIN ? "z" : "u", cp->name, 0);
-			a = export_var(rows, &c->offsets, &c->child);
-			break;
-		case COL_ARR:
-		case COL_DYNARR:
-		case COL_STACK: {
-			int w = cp->kind == COL_STACK ? 8 : cp->width;
-			s = schema_new("+l", cp->name, 1);
-			if (s) {
-				s->children[0] = schema_new(int_format(w, cp->kind != COL_STACK && cp->is_signed), "item", 0);
-				if (!s->children[0])
-					goto fail_col;
-			}
-			a = array_new(rows, 2, 1);
-			if (a) {
-				if (offsets_start(&c->offsets))
-					goto fail_col;
-				int64_t n = (int64_t)(c->child.len / w);
-				a->buffers[1] = gbuf_take(&c->offsets);
-				a->children[0] = array_new(n, 2, 0);
-				if (!a->children[0])
-					goto fail_col;
-				a->children[0]->buffers[1] = gbuf_take(&c->child);
-			}
-			break;
-		}
-		case COL_STACKSYM: {
-			s = schema_new("+l", cp->name, 1);
-			if (s) {
-				s->children[0] = schema_new("u", "item", 0);
-				if (!s->children[0])
-					goto fail_col;
-			}
-			a = array_new(rows, 2, 1);
-			if (a) {
-				if (offsets_start(&c->offsets) || offsets_start(&c->child_offsets))
-					goto fail_col;
-				int64_t n = (int64_t)(c->child_offsets.len / 4) - 1;
-				a->buffers[1] = gbuf_take(&c->offsets);
-				a->children[0] = export_var(n, &c->child_offsets, &c->child);
-				if (!a->children[0])
-					goto fail_col;
-			}
-			break;
-		}
-		}
-		if (!s || !a)
-			goto fail_col;
-		root_s->children[i] = s;
-		root_a->children[i] = a;
-		continue;
-fail_col:
-		if (s) {
-			schema_release(s);
-			free(s);
-		}
-		if (a) {
-			array_release(a);
-			free(a);
-		}
-		goto fail;
 	}
+	struct ArrowSchema *root_s = schema_new("+s", "", p->ncols);
+	struct ArrowArray *root_a = root_s ? array_new(b->rows, 1, p->ncols) : NULL;
+	if (!root_a)
+		goto fail;
+	/* Children not yet attached stay NULL, which the release callbacks skip. */
+	for (int i = 0; i < p->ncols; i++)
+		if (export_column(&p->cols[i], &b->cols[i], b->rows, &root_s->children[i],
+				  &root_a->children[i]))
+			goto fail;
 	b->rows = 0;
+	b->full = false;
 	out->event_id = p->id;
 	out->schema = root_s;
 	out->array = root_a;
 	return 0;
 fail:
-	/* Children not yet attached are NULL: fill them so release can walk them. */
-	if (root_s) {
-		for (int i = 0; i < root_s->n_children; i++)
-			if (!root_s->children[i])
-				root_s->children[i] = schema_new("n", "", 0);
-		schema_release(root_s);
-		free(root_s);
-	}
-	if (root_a) {
-		for (int i = 0; i < root_a->n_children; i++)
-			if (!root_a->children[i])
-				root_a->children[i] = array_new(0, 0, 0);
-		array_release(root_a);
-		free(root_a);
-	}
+	schema_free(root_s);
+	array_free(root_a);
 	return -1;
 }
 
@@ -457,7 +436,7 @@ static int queue_batch(struct decoder *d, struct event_builder *b)
 {
 	if (d->nready == d->capready) {
 		int n = d->capready ? d->capready * 2 : 16;
-		struct batch *q = realloc(d->ready, n * sizeof(*q));
+		struct batch *q = km_realloc(d->ready, n * sizeof(*q));
 		if (!q)
 			return -1;
 		d->ready = q;
@@ -499,7 +478,7 @@ static int decode_page(struct decoder *d, unsigned char *page, int cpu, long lon
 	if (missed && lost) {
 		if (lost->n == lost->cap) {
 			int n = lost->cap ? lost->cap * 2 : 16;
-			struct lost_mark *m = realloc(lost->marks, n * sizeof(*m));
+			struct lost_mark *m = km_realloc(lost->marks, n * sizeof(*m));
 			if (!m)
 				return -1;
 			lost->marks = m;
@@ -535,13 +514,13 @@ static int decode_page(struct decoder *d, unsigned char *page, int cpu, long lon
 				}
 				if (append_record(d, b, data, size, ts, cpu))
 					return -1;
-				if (b->rows >= d->batch_rows && queue_batch(d, b))
+				if ((b->rows >= d->batch_rows || b->full) && queue_batch(d, b))
 					return -1;
-				long long t = (long long)ts + d->ts_offset;
-				if (!d->events || t < d->min_ts)
-					d->min_ts = t;
-				if (!d->events || t > d->max_ts)
-					d->max_ts = t;
+				long long when = (long long)ts + d->ts_offset;
+				if (!d->events || when < d->min_ts)
+					d->min_ts = when;
+				if (!d->events || when > d->max_ts)
+					d->max_ts = when;
 				d->events++;
 			}
 		} else {
@@ -599,8 +578,8 @@ static int decompress_chunk(struct decoder *d, const void *in, size_t in_len, vo
 }
 
 /* Decode one segment: `length` bytes of pages, or `chunks` compressed chunks. */
-int decoder_segment(struct decoder *d, int cpu, long long offset, long long length, int chunks,
-			  struct lost_list *lost)
+static int segment(struct decoder *d, int cpu, long long offset, long long length, int chunks,
+		   struct lost_list *lost)
 {
 	if (!chunks) {
 		const long long step = 64LL * d->page_size;
@@ -653,15 +632,41 @@ int decoder_segment(struct decoder *d, int cpu, long long offset, long long leng
 }
 
 
+static bool refuse_after_failure(struct decoder *d)
+{
+	if (d->failed)
+		snprintf(d->error, sizeof(d->error), "the decoder cannot go on after an earlier error");
+	return d->failed;
+}
+
+int decoder_segment(struct decoder *d, int cpu, long long offset, long long length, int chunks,
+		    struct lost_list *lost)
+{
+	if (refuse_after_failure(d))
+		return -1;
+	if (offset < 0 || length < 0 || offset > d->file_size || length > d->file_size - offset) {
+		snprintf(d->error, sizeof(d->error), "segment of %lld bytes at offset %lld (CPU %d) lies "
+			 "beyond the end of the file (%lld bytes)", length, offset, cpu, d->file_size);
+		return -1;
+	}
+	if (segment(d, cpu, offset, length, chunks, lost)) {
+		d->failed = true;
+		return -1;
+	}
+	return 0;
+}
+
 /* ---------------------------------------------------------------- life cycle */
 
 int decoder_init(struct decoder *d, struct trace_meta *trace)
 {
 	d->trace = trace;
-	d->builders = calloc(trace->max_id + 1, sizeof(*d->builders));
-	d->kbuf = kbuffer_alloc(trace->lsize, tep_is_file_bigendian(trace->tep) ?
-				KBUFFER_ENDIAN_BIG : KBUFFER_ENDIAN_LITTLE);
-	d->zctx = d->compression == COMPRESSION_ZSTD ? ZSTD_createDCtx() : NULL;
+	d->builders = km_calloc(trace->max_id + 1, sizeof(*d->builders));
+	if (!km_fault())
+		d->kbuf = kbuffer_alloc(trace->lsize, tep_is_file_bigendian(trace->tep) ?
+					KBUFFER_ENDIAN_BIG : KBUFFER_ENDIAN_LITTLE);
+	if (d->compression == COMPRESSION_ZSTD && !km_fault())
+		d->zctx = ZSTD_createDCtx();
 	if (!d->builders || !d->kbuf || (d->compression == COMPRESSION_ZSTD && !d->zctx))
 		return -1;
 	if (trace->old_format)
@@ -671,16 +676,10 @@ int decoder_init(struct decoder *d, struct trace_meta *trace)
 
 void batch_release(struct batch *b)
 {
-	if (b->schema) {
-		schema_release(b->schema);
-		free(b->schema);
-		b->schema = NULL;
-	}
-	if (b->array) {
-		array_release(b->array);
-		free(b->array);
-		b->array = NULL;
-	}
+	schema_free(b->schema);
+	b->schema = NULL;
+	array_free(b->array);
+	b->array = NULL;
 }
 
 void decoder_release(struct decoder *d)
@@ -713,10 +712,14 @@ void decoder_release(struct decoder *d)
 
 int decoder_flush(struct decoder *d)
 {
+	if (refuse_after_failure(d))
+		return -1;
 	for (int id = 0; id <= d->trace->max_id; id++) {
 		struct event_builder *b = d->builders[id];
-		if (b && b->rows && queue_batch(d, b))
+		if (b && b->rows && queue_batch(d, b)) {
+			d->failed = true;
 			return -1;
+		}
 	}
 	return 0;
 }

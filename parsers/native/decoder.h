@@ -18,6 +18,7 @@
 #include <event-parse.h>
 #include <kbuffer.h>
 
+#include "alloc.h"
 #include "arrow_c.h"
 #include "gbuf.h"
 #include "plan.h"
@@ -54,9 +55,14 @@ struct col_builder {
 	struct gbuf dict_data;
 };
 
+/* A batch closes early once a string or list column holds this much: Arrow's
+ * int32 offsets must not overflow, whatever the records hold. */
+#define BATCH_VAR_BYTES ((size_t)1 << 30)
+
 struct event_builder {
 	struct event_plan *plan;
 	int64_t rows;
+	bool full;		/* BATCH_VAR_BYTES reached: queue the batch now */
 	struct col_builder *cols;
 };
 
@@ -82,6 +88,7 @@ enum decoder_compression { COMPRESSION_NONE, COMPRESSION_ZSTD, COMPRESSION_ZLIB 
 struct decoder {
 	struct trace_meta *trace;
 	int fd;
+	long long file_size;
 	enum decoder_compression compression;
 	int page_size;
 	long long ts_offset;
@@ -97,20 +104,22 @@ struct decoder {
 	int64_t events;
 	int64_t unknown_events;
 	long long min_ts, max_ts;	/* over decoded events, for the runs table */
+	bool failed;		/* a call failed part-way: the builders are inconsistent */
 	char error[512];	/* why the last call failed, when it was the file's fault */
 };
 
-/* Set up `d` for `trace`; the caller has set fd, compression, page_size,
- * ts_offset, batch_rows and wanted. Returns -1 when out of memory. */
+/* Set up `d` for `trace`; the caller has set fd, file_size, compression,
+ * page_size, ts_offset, batch_rows and wanted. Returns -1 when out of memory. */
 int decoder_init(struct decoder *d, struct trace_meta *trace);
 /* Free everything `d` holds; safe on a partly initialised decoder. */
 void decoder_release(struct decoder *d);
 /* Decode `length` bytes of pages at `offset`, or `chunks` compressed chunks.
  * Returns -1 with d->error set when the file is at fault, -1 with it empty
- * when memory ran out. */
+ * when memory ran out. After a failure part-way through, every later call
+ * fails too: the half-appended record must never reach Arrow. */
 int decoder_segment(struct decoder *d, int cpu, long long offset, long long length, int chunks,
 		    struct lost_list *lost);
-/* Queue the partly filled batch of every event. */
+/* Queue the partly filled batch of every event; fails like decoder_segment. */
 int decoder_flush(struct decoder *d);
 void batch_release(struct batch *b);
 

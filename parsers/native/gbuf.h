@@ -7,9 +7,11 @@
 #ifndef KMEMSCOPE_GBUF_H
 #define KMEMSCOPE_GBUF_H
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 
 struct gbuf {
 	char *data;
@@ -19,13 +21,15 @@ struct gbuf {
 
 static inline int gbuf_reserve(struct gbuf *b, size_t extra)
 {
+	if (extra > SIZE_MAX / 4 - b->len)
+		return -1;	/* no real request is that large: treat it as out of memory */
 	size_t need = b->len + extra;
 	if (need <= b->cap)
 		return 0;
 	size_t cap = b->cap ? b->cap : 256;
 	while (cap < need)
 		cap *= 2;
-	char *p = realloc(b->data, cap);
+	char *p = km_realloc(b->data, cap);
 	if (!p)
 		return -1;
 	b->data = p;
@@ -98,10 +102,13 @@ static inline int gbuf_append_utf8(struct gbuf *b, const void *src, size_t n)
 	return 0;
 }
 
-/* Hand the memory to an Arrow buffer slot; an empty buffer still gets a valid pointer. */
+/* Hand the memory to an Arrow buffer slot; an empty buffer still gets a valid
+ * pointer. NULL (and `b` untouched) when out of memory. */
 static inline void *gbuf_take(struct gbuf *b)
 {
-	void *p = b->data ? b->data : malloc(8);
+	void *p = b->data ? b->data : km_malloc(8);
+	if (!p)
+		return NULL;
 	b->data = NULL;
 	b->len = b->cap = 0;
 	return p;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Event plans: the columns of each event's table, from its recorded format. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "plan.h"
 
 const char *int_format(int width, bool is_signed)
@@ -37,13 +39,13 @@ static int plan_add(struct event_plan *p, int *cap, struct col_plan col)
 {
 	if (p->ncols == *cap) {
 		int ncap = *cap ? *cap * 2 : 16;
-		struct col_plan *c = realloc(p->cols, ncap * sizeof(*c));
+		struct col_plan *c = km_realloc(p->cols, ncap * sizeof(*c));
 		if (!c)
 			return -1;
 		p->cols = c;
 		*cap = ncap;
 	}
-	col.name = strdup(col.name);
+	col.name = km_strdup(col.name);
 	if (!col.name)
 		return -1;
 	p->cols[p->ncols++] = col;
@@ -127,7 +129,7 @@ static int dedupe_columns(struct event_plan *p)
 			else
 				snprintf(buf, sizeof(buf), "%s_%d", p->cols[i].name, k);
 		}
-		char *name = strdup(buf);
+		char *name = km_strdup(buf);
 		if (!name)
 			return -1;
 		free(p->cols[i].name);
@@ -136,15 +138,28 @@ static int dedupe_columns(struct event_plan *p)
 	return 0;
 }
 
+/* Records must hold every fixed field: min_size grows to each field's end.
+ * Offsets and sizes come from the file, so add them without overflow; a field
+ * beyond any record's reach makes every record of the event corrupt. */
+static void need_bytes(struct event_plan *p, long long offset, long long size)
+{
+	long long end = offset < 0 || size < 0 ? INT_MAX : offset + size;
+	if (end > INT_MAX)
+		end = INT_MAX;
+	if (end > p->min_size)
+		p->min_size = (int)end;
+}
+
 struct event_plan *build_plan(struct tep_event *ev)
 {
-	struct event_plan *p = calloc(1, sizeof(*p));
+	struct tep_format_field **common = NULL, **fields = NULL;
+	struct event_plan *p = km_calloc(1, sizeof(*p));
 	int cap = 0;
 	if (!p)
 		return NULL;
 	p->id = ev->id;
-	p->system = strdup(ev->system ? ev->system : "");
-	p->name = strdup(ev->name ? ev->name : "");
+	p->system = km_strdup(ev->system ? ev->system : "");
+	p->name = km_strdup(ev->name ? ev->name : "");
 	if (!p->system || !p->name)
 		goto fail;
 
@@ -159,24 +174,26 @@ struct event_plan *build_plan(struct tep_event *ev)
 			goto fail;
 
 	/* Common fields other than type and pid (flags, preempt count, and whatever
-	 * else an older or newer kernel records) keep their own names. */
-	struct tep_format_field **common = tep_event_common_fields(ev);
-	for (int i = 0; common && common[i]; i++) {
+	 * else an older or newer kernel records) keep their own names. These lists
+	 * are NULL only when libtraceevent ran out of memory. */
+	common = km_fault() ? NULL : tep_event_common_fields(ev);
+	if (!common)
+		goto fail;
+	for (int i = 0; common[i]; i++) {
 		struct tep_format_field *f = common[i];
 		if (!strcmp(f->name, "common_type") || !strcmp(f->name, "common_pid"))
 			continue;
 		if (plan_add(p, &cap, field_plan(f)))
-			goto fail_fields;
-		if (f->offset + (int)f->size > p->min_size)
-			p->min_size = f->offset + f->size;
+			goto fail;
+		need_bytes(p, f->offset, f->size);
 	}
-	free(common);
-	common = NULL;
 
-	struct tep_format_field **fields = tep_event_fields(ev);
+	fields = km_fault() ? NULL : tep_event_fields(ev);
+	if (!fields)
+		goto fail;
 	bool stack = is_stack_event(ev);
 	struct tep_format_field *depth = stack ? tep_find_field(ev, "size") : NULL;
-	for (int i = 0; fields && fields[i]; i++) {
+	for (int i = 0; fields[i]; i++) {
 		struct tep_format_field *f = fields[i];
 		struct col_plan c = field_plan(f);
 		if (stack && !strcmp(f->name, "caller")) {
@@ -191,31 +208,31 @@ struct event_plan *build_plan(struct tep_event *ev)
 				c.count_width = depth->size;
 			}
 			if (plan_add(p, &cap, c))
-				goto fail_fields;
+				goto fail;
 			if (!strcmp(ev->name, "kernel_stack")) {
 				c.kind = COL_STACKSYM;
 				c.name = "caller_symbols";
 				if (plan_add(p, &cap, c))
-					goto fail_fields;
+					goto fail;
 			}
-			if (f->offset > p->min_size)
-				p->min_size = f->offset;
+			need_bytes(p, f->offset, 0);
 			continue;
 		}
 		if (plan_add(p, &cap, c))
-			goto fail_fields;
-		int end = f->offset + ((f->flags & TEP_FIELD_IS_DYNAMIC) ? 4 : f->size);
-		if (end > p->min_size)
-			p->min_size = end;
+			goto fail;
+		need_bytes(p, f->offset, (f->flags & TEP_FIELD_IS_DYNAMIC) ? 4 : f->size);
 	}
+	free(common);
 	free(fields);
-	if (dedupe_columns(p))
-		goto fail;
+	if (dedupe_columns(p)) {
+		plan_free(p);
+		return NULL;
+	}
 	return p;
 
-fail_fields:
-	free(common);
 fail:
+	free(common);
+	free(fields);
 	plan_free(p);
 	return NULL;
 }

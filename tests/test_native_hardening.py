@@ -1,0 +1,323 @@
+"""The native decoder (parsers/_tracedat.c, parsers/native/) when memory runs out, and its build.
+
+The decoder routes every allocation it makes through a test hook (parsers/native/alloc.h): armed
+with N, the Nth allocation from then on fails (or, persistent, it and every later one). The
+sweeps below count the allocations a real decode makes, then fail each one in turn, in a child
+process so that a crash shows up as a signal with the allocation number that caused it. Every
+failure must end in the module's DecoderMemoryError (a MemoryError and a TraceFileError), and
+every batch handed out before it must still be valid Arrow data. A second check lowers the
+process's address-space limit (RLIMIT_AS) so that real allocations fail anywhere, libtracecmd's
+and pyarrow's included; the command line is checked end to end with KMEMSCOPE_FAIL_ALLOC.
+"""
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "kmem-compaction" / "trace.dat"
+PUBLIC = ROOT.parent / "shared" / "fixtures" / "public"
+# Public traces whose events have string, stack and __data_loc columns (the example has only
+# integers), one v7 zstd and one v6 uncompressed; used when present.
+RICH_FIXTURES = ["langraph_v7_zstd148_le_l8_4cpu_5.15.dat", "lisa_sched_load_v6_le_l8_6cpu.dat"]
+KMEMSCOPE = ROOT / ".venv" / "bin" / "kmemscope"
+
+
+def _child(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def _check_sweep(proc):
+    assert proc.returncode == 0, (
+        f"sweep child exited with {proc.returncode} (negative: killed by a signal); "
+        f"last lines:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert summary.startswith("swept "), proc.stdout[-2000:]
+    return summary
+
+
+# ---------------------------------------------------------------- allocation-failure sweeps
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-failure", "all-after"])
+def test_every_allocation_of_a_decode_fails_cleanly(persistent):
+    traces = [EXAMPLE] + [PUBLIC / f for f in RICH_FIXTURES if (PUBLIC / f).is_file()]
+    for trace in traces:
+        summary = _check_sweep(_child("sweep-decode", trace, int(persistent)))
+        print(trace.name, summary)
+
+
+def test_allocations_while_opening_a_trace_fail_cleanly():
+    # Opening parses the formats with libtracecmd first (most of a second), so this sweep
+    # fails the first allocations (every kind of site: the plan table, the first events'
+    # plans, columns and names) and then a spread over the rest, not every one.
+    _check_sweep(_child("sweep-open", EXAMPLE, 40, 12))
+
+
+def test_parse_command_reports_decoder_out_of_memory_in_one_line(tmp_path):
+    if not KMEMSCOPE.exists():
+        pytest.skip("no .venv/bin/kmemscope (run `make setup`)")
+    counts = _child("count", EXAMPLE)
+    assert counts.returncode == 0, counts.stderr
+    opening, decoding = map(int, counts.stdout.split())
+    # Opening is on one thread, so these hit known sites; decoding runs one thread per core
+    # and which allocation comes Nth varies, but one fails all the same.
+    for spec in ["1", "3", str(opening // 2), str(opening + 1), str(opening + decoding // 2),
+                 f"{opening + decoding - 5}+"]:
+        env = dict(os.environ, KMEMSCOPE_FAIL_ALLOC=spec)
+        proc = subprocess.run([KMEMSCOPE, "parse", EXAMPLE, "-o", tmp_path / "ds"], env=env,
+                              capture_output=True, text=True, timeout=300)
+        lines = proc.stderr.splitlines()
+        assert proc.returncode == 1, (spec, proc.returncode, proc.stderr)
+        assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), (spec, proc.stderr)
+        assert "out of memory" in lines[0], (spec, lines[0])
+        for bad in ("internal error", "died", "Traceback", "signal"):
+            assert bad not in proc.stderr, (spec, proc.stderr)
+
+
+def test_address_space_limit_never_crashes_the_decoder():
+    # Each child lowers RLIMIT_AS to what it has mapped plus `extra` MiB and decodes the
+    # example on one thread: libtracecmd, libtraceevent, pyarrow and the decoder all see
+    # real allocation failures. Errors are fine; a signal is not.
+    outcomes = []
+    for phase, extra in [("open", 2), ("open", 24), ("decode", 0), ("decode", 12), ("decode", 40),
+                         ("decode", 64), ("decode", 4096)]:
+        proc = _child("rlimit", EXAMPLE, phase, extra, timeout=300)
+        assert proc.returncode == 0, (phase, extra, proc.returncode, proc.stderr[-2000:])
+        outcome = proc.stdout.strip().splitlines()[-1]
+        assert outcome.startswith(("ok ", "failed ")), (phase, extra, proc.stdout, proc.stderr)
+        outcomes.append(outcome)
+    # The widest limit decodes everything, and at least one limit made the decode fail.
+    assert outcomes[-1] == f"ok {_child_rows(EXAMPLE)}", outcomes
+    assert any(o.startswith("failed ") for o in outcomes), outcomes
+
+
+def _child_rows(trace):
+    proc = _child("rows", trace)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout)
+
+
+# ---------------------------------------------------------------- build checks
+
+def _setup_list(name):
+    """A list literal assigned at the top of setup.py (so the checks follow the real build)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"setup.py has no {name}")
+
+
+def test_extension_exports_only_its_init_function():
+    if not shutil.which("nm"):
+        pytest.skip("nm (binutils) is not installed")
+    from kmemscope.parsers import _tracedat
+
+    out = subprocess.run(["nm", "-D", "--defined-only", _tracedat.__file__], capture_output=True,
+                         text=True, check=True).stdout
+    symbols = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
+    assert symbols == ["PyInit__tracedat"], symbols
+
+
+def test_sources_compile_without_warnings():
+    import sysconfig
+
+    gcc, pkg = shutil.which("gcc"), shutil.which("pkg-config")
+    if not gcc or not pkg:
+        pytest.skip("gcc or pkg-config is not installed")
+    libs = _setup_list("NATIVE_LIBS")
+    cflags = subprocess.run([pkg, "--cflags", *libs], capture_output=True, text=True)
+    if cflags.returncode:
+        pytest.skip(f"pkg-config cannot find {' '.join(libs)}")
+    flags = _setup_list("NATIVE_CFLAGS")
+    for wanted in ("-Wall", "-Wextra", "-Wshadow", "-fvisibility=hidden", "-O2", "-std=gnu11"):
+        assert wanted in flags, f"setup.py's NATIVE_CFLAGS lacks {wanted}"
+    assert "-Wno-unused-function" not in flags
+    for source in _setup_list("NATIVE_SOURCES"):
+        proc = subprocess.run([gcc, "-fsyntax-only", "-fPIC", "-Werror", *flags, *cflags.stdout.split(),
+                               f"-I{sysconfig.get_paths()['include']}", f"-I{ROOT / 'parsers' / 'native'}",
+                               str(ROOT / source)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{source}:\n{proc.stderr}"
+
+
+# ---------------------------------------------------------------- the children
+
+def _open(path):
+    from kmemscope.parsers.tracedat import TraceFile
+
+    return TraceFile(path)
+
+
+def _decoders(tf, batch_rows):
+    """Decoders over a prefix of every segment: its first compressed chunk, or 16 pages."""
+    from kmemscope.parsers import _tracedat
+
+    lay = tf.layout
+    compression = "none" if lay.version < 7 else lay.compression
+    pages = {b.name: b.page_size for b in lay.buffers}
+    work = []
+    for seg in tf.segments():
+        if seg.chunks:
+            work.append((seg, (seg.cpu, seg.offset, seg.length, 1)))
+        else:
+            work.append((seg, (seg.cpu, seg.offset, min(seg.length, 16 * pages[seg.buffer]), 0)))
+
+    def make(seg):
+        return _tracedat.Decoder(tf.native, tf.path, pages[seg.buffer], compression,
+                                 batch_rows=batch_rows, ts_offset=lay.ts_offset)
+    return work, make
+
+
+def _import(batches, rows):
+    """Take batches into pyarrow as the parser does, and check every buffer and offset."""
+    import pyarrow as pa
+
+    for event_id, schema, array in batches:
+        batch = pa.RecordBatch._import_from_c_capsule(schema, array)
+        batch.validate(full=True)
+        rows[event_id] = rows.get(event_id, 0) + batch.num_rows
+
+
+def _decode_prefix(tf, batch_rows=512):
+    """Decode the prefix; returns rows per event id. Lets any exception through."""
+    work, make = _decoders(tf, batch_rows)
+    rows, decoders = {}, {}
+    for seg, args in work:
+        dec = decoders.get(seg.buffer) or decoders.setdefault(seg.buffer, make(seg))
+        _import(dec.decode(*args), rows)
+    for dec in decoders.values():
+        _import(dec.finish(), rows)
+    return rows, decoders
+
+
+def _is_decoder_oom(exc):
+    from kmemscope.parsers import _tracedat
+
+    return (isinstance(exc, _tracedat.DecoderMemoryError) and isinstance(exc, MemoryError)
+            and "out of memory" in str(exc))
+
+
+def main_sweep_decode(path, persistent):
+    from kmemscope.parsers import _tracedat
+
+    persistent = bool(int(persistent))
+    tf = _open(path)
+    _tracedat._alloc_fault(-1)
+    baseline, _ = _decode_prefix(tf)
+    total = _tracedat._alloc_fault(0)
+    assert total > 0 and sum(baseline.values()) > 0, (total, baseline)
+    failures = 0
+    for n in range(1, total + 2):
+        print(n, flush=True)
+        _tracedat._alloc_fault(n, persistent)
+        decoders = {}
+        try:
+            rows, decoders = _decode_prefix(tf)
+        except Exception as exc:
+            counted = _tracedat._alloc_fault(0)
+            assert _is_decoder_oom(exc), f"allocation {n}: {exc!r}"
+            assert counted >= n, f"allocation {n}: failed after only {counted} allocations"
+            failures += 1
+            continue
+        counted = _tracedat._alloc_fault(0)
+        # A failed allocation must never go unnoticed, and a clean run must decode everything.
+        assert counted < n, f"allocation {n} of {counted} failed, yet the decode succeeded"
+        assert rows == baseline, f"allocation hook {n}: rows {rows} != {baseline}"
+    # After a failure part-way through, a decoder refuses to go on instead of exporting the
+    # half-appended record.
+    work, make = _decoders(tf, 512)
+    seg, args = work[0]
+    dec = make(seg)
+    _tracedat._alloc_fault(3, True)
+    try:
+        dec.decode(*args)
+    except MemoryError:
+        pass
+    finally:
+        _tracedat._alloc_fault(0)
+    for call in (lambda: dec.decode(*args), dec.finish):
+        try:
+            call()
+        except _tracedat.TraceFileError as exc:
+            assert "earlier error" in str(exc), exc
+        else:
+            raise AssertionError("a failed decoder went on decoding")
+    dec.stats()
+    print(f"swept {total} allocations of {path.name}: {failures} failed cleanly, "
+          f"{sum(baseline.values())} rows when none fails")
+
+
+def main_sweep_open(path, first, spread):
+    from kmemscope.errors import TraceFileError
+    from kmemscope.parsers import _tracedat
+
+    _tracedat._alloc_fault(-1)
+    _open(path)
+    total = _tracedat._alloc_fault(0)
+    first, spread = int(first), int(spread)
+    numbers = sorted(set(range(1, min(first, total) + 1))
+                     | {1 + i * (total - 1) // spread for i in range(spread + 1)} | {total + 1})
+    for n in numbers:
+        print(n, flush=True)
+        for persistent in (False, True):
+            _tracedat._alloc_fault(n, persistent)
+            try:
+                _open(path)
+            except TraceFileError as exc:
+                assert _tracedat._alloc_fault(0) >= n
+                assert "out of memory" in str(exc), f"allocation {n}: {exc}"
+            else:
+                assert _tracedat._alloc_fault(0) < n, f"allocation {n} failed, yet the open succeeded"
+    print(f"swept {len(numbers)} of {total} allocations opening {path.name}")
+
+
+def main_count(path):
+    """Allocations made opening the trace, then decoding it the way `kmemscope parse` does."""
+    from kmemscope.parsers import _tracedat
+
+    _tracedat._alloc_fault(-1)
+    tf = _open(path)
+    opening = _tracedat._alloc_fault(-1)
+    tf.decode(lambda i: (lambda table, batch: None))
+    print(opening, _tracedat._alloc_fault(0))
+
+
+def main_rows(path):
+    tf = _open(path)
+    rows = []
+    tf.decode(lambda i: (lambda table, batch: rows.append(batch.num_rows)), threads=1)
+    print(sum(rows))
+
+
+def main_rlimit(path, phase, extra):
+    import resource
+
+    def vm_size():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmSize:"))
+
+    import pyarrow  # noqa: F401  (loaded before the limit: this checks decoding, not imports)
+
+    tf = _open(path) if phase == "decode" else None
+    limit = vm_size() + (int(extra) << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    rows = []
+    try:
+        if tf is None:
+            tf = _open(path)
+        tf.decode(lambda i: (lambda table, batch: rows.append(batch.num_rows)), threads=1)
+    except Exception as exc:  # any error is fine (MemoryError, no thread...): a signal is not
+        print(f"failed {type(exc).__name__}: {exc}")
+    else:
+        print(f"ok {sum(rows)}")
+
+
+if __name__ == "__main__":
+    mode, *rest = sys.argv[1:]
+    {"sweep-decode": main_sweep_decode, "sweep-open": main_sweep_open, "count": main_count,
+     "rows": main_rows, "rlimit": main_rlimit}[mode](Path(rest[0]), *rest[1:])
