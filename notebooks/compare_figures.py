@@ -228,11 +228,6 @@ def condense_notes(notes):
                 out.append(m.group(2))
             groups[m.group(2)].append(m.group(1))
         else:
-            # "1 run(s) have no label ...": the count decides the wording
-            m = re.match(r"(\d+) run\(s\) have (.*)$", note)
-            if m:
-                n = int(m.group(1))
-                note = f"{plural(n, 'run')} {'has' if n == 1 else 'have'} {m.group(2)}"
             out.append(note)
     lines = []
     for n in out:

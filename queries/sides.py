@@ -51,7 +51,8 @@ def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=Non
         row["side"] = value
         rows.append(_with_derived(row))
     if missing:
-        notes.append(f"{len(missing)} run(s) have no label {by!r} and are left out: "
+        verb = "run has" if len(missing) == 1 else "runs have"
+        notes.append(f"{len(missing)} {verb} no label {by!r} and {'is' if len(missing) == 1 else 'are'} left out: "
                      + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""))
     values = sorted({r["side"] for r in rows})
     if not values:
@@ -150,5 +151,8 @@ def condense_notes(notes):
             groups[m.group(2)].append(m.group(1))
         else:
             out.append(note)
-    return [f"{len(groups[n])} run(s) ({', '.join(groups[n][:3])}{' ...' if len(groups[n]) > 3 else ''}): {n}"
-            if n in groups else n for n in out]
+    def runs(ids):
+        shown = ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")
+        return f"{len(ids)} {'run' if len(ids) == 1 else 'runs'} ({shown})"
+
+    return [f"{runs(groups[n])}: {n}" if n in groups else n for n in out]
