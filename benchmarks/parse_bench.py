@@ -41,7 +41,9 @@ def record(out, seconds):
         cmd += ["-e", e]
     # trace-cmd leaves its buffer size and tracing_on behind on hosts where it
     # cannot reset tracefs: put them back as they were.
-    saved = {name: (TRACEFS / name).read_text().split()[0] for name in ("buffer_size_kb", "tracing_on")}
+    # A fresh boot reads '7 (expanded: 1408)': save the size a tracer gets, not the token 7.
+    saved = {name: (TRACEFS / name).read_text().split("expanded:")[-1].strip(" )\n")
+             for name in ("buffer_size_kb", "tracing_on")}
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -46,7 +46,7 @@ def _read_setting(name):
 
     text = (TRACEFS / name).read_text()
     if name == "buffer_size_kb":
-        # The size a tracer would get: '7 (expanded: 1408)' on a fresh boot is 1408.
+        # The size a tracer would get: on a fresh boot '7 (expanded: 1408)' is not 7.
         from capture_helpers import buffer_kb_for_a_tracer
         return buffer_kb_for_a_tracer(text, [])[0]
     return selected(text) if name == "trace_clock" else text.strip()
