@@ -259,8 +259,15 @@ class Run:
             t.start()
         ticker = threading.Thread(target=self.progress, args=(started,), daemon=True)
         ticker.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.join()
+        except KeyboardInterrupt:      # stop taking inputs; the table covers what ran
+            with self.lock:
+                self.deadline = 0
+            print("fuzz: interrupted, finishing the inputs under way", file=sys.stderr, flush=True)
+            for t in threads:
+                t.join()
         self.stopped.set()
         self.log.close()
         return time.monotonic() - started
