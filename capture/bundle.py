@@ -5,7 +5,7 @@ import shutil
 import tempfile
 import time
 
-from kmemscope.capture.errors import CaptureError
+from kmemscope.errors import CaptureError
 
 BUNDLE_FILES = ("trace.dat", "manifest.json", "procfs", "trace-cmd.log")
 

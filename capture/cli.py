@@ -10,7 +10,7 @@ import sys
 import traceback
 
 from kmemscope.capture import cleanup, lock, pack, presets
-from kmemscope.capture.errors import CaptureError
+from kmemscope.errors import CaptureError
 from kmemscope.capture.recorder import Interrupted, Options, Recorder, check_host
 from kmemscope.capture.units import parse_duration, parse_size
 

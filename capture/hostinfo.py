@@ -1,4 +1,4 @@
-"""Facts about the host that go into manifest.json (see DESIGN.md, the bundle)."""
+"""Facts about the host that go into manifest.json (README, "Recording on a host")."""
 import os
 import re
 import socket

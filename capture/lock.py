@@ -8,7 +8,7 @@ import errno
 import fcntl
 import os
 
-from kmemscope.capture.errors import CaptureError
+from kmemscope.errors import CaptureError
 
 # /run is cleared at boot, as is the kernel's tracing state; /var/tmp is the
 # fallback for hosts without a writable /run.

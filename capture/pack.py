@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import tarfile
 
-from kmemscope.capture.errors import CaptureError
+from kmemscope.errors import CaptureError
 
 FORMATS = ("gz", "zst")
 

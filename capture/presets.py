@@ -12,7 +12,7 @@ from the lost-event report at the end of a trial recording.
 import os
 
 from kmemscope.capture import eventformat
-from kmemscope.capture.errors import CaptureError
+from kmemscope.errors import CaptureError
 
 PRESETS = {
     "default": {

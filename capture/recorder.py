@@ -16,7 +16,7 @@ from kmemscope.capture import BUNDLE_FORMAT_VERSION
 from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import cleanup, hostinfo, lock, presets, state
 from kmemscope.capture import tracefs as tfs
-from kmemscope.capture.errors import CaptureError
+from kmemscope.errors import CaptureError
 from kmemscope.capture.sampler import ProcfsSampler
 from kmemscope.capture.tracecmd import (TraceCmd, build_args, buffer_stats_from_file,
                                         trace_dat_complete)

@@ -8,7 +8,7 @@ import glob
 import os
 import re
 
-from kmemscope.capture.errors import CaptureError
+from kmemscope.errors import CaptureError
 
 CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 

@@ -1,7 +1,8 @@
-"""kmemscope: trace capture and offline SQL analysis for the Linux page allocator.
+"""The `kmemscope` command line: verbs over the library (capture, parsers, queries, notebooks).
 
-The package root stays import-light: `kmemscope.capture` must run on hosts that
-have only the Python standard library, so nothing here imports pyarrow or duckdb.
+`kmemscope.cli.cli` holds the verbs, `output` the formats every verb writes,
+`compare_output` the mmtests-style comparison tables.
 """
+from kmemscope.cli.cli import main
 
-__version__ = "0.1.0"
+__all__ = ["main"]

@@ -184,10 +184,12 @@ def sql(dataset, query, read_only, fmt, output):
     \b
     kmemscope sql ds "SELECT \\"order\\", count(*) FROM mm_page_alloc GROUP BY 1"
     """
-    from kmemscope.output import resolve_format, write_result
-    from kmemscope.queries.dataset import confine, connect
+    from kmemscope.cli.output import resolve_format, write_result
+    from kmemscope.queries.dataset import confine
+    from kmemscope.queries.engine import open_run_set
 
-    con = connect(dataset)
+    # The analyses' helper views (flag names, allocation classes, ...) come too.
+    con = open_run_set(dataset)[0]
     fmt = resolve_format(fmt, output)
     if read_only:
         confine(con, dataset, query)
@@ -221,7 +223,7 @@ def info(dataset, per_run, fmt, output):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kmemscope.output import resolve_format, write_document, write_result
+    from kmemscope.cli.output import resolve_format, write_document, write_result
     from kmemscope.queries.dataset import connect, table_runs
 
     fmt = resolve_format(fmt, output)
@@ -275,7 +277,7 @@ def queries(fmt, output):
     """List the named analyses, one line each."""
     import pyarrow as pa
 
-    from kmemscope.output import resolve_format, write_result
+    from kmemscope.cli.output import resolve_format, write_result
     from kmemscope.queries.engine import list_queries
 
     fmt = resolve_format(fmt, output)
@@ -294,7 +296,7 @@ def queries(fmt, output):
 @OUTPUT_OPTION
 def query(name, dataset, runs, labels, params, fmt, output):
     """Run the named analysis NAME over DATASET (see `kmemscope queries`)."""
-    from kmemscope.output import resolve_format, write_result
+    from kmemscope.cli.output import resolve_format, write_result
     from kmemscope.queries.engine import notes_of, run_query
 
     fmt = resolve_format(fmt, output)
@@ -314,7 +316,7 @@ COMPARE_FORMATS = ["text", "markdown", "csv", "json", "jsonl", "parquet"]
 
 
 def _compare_format(fmt, output):
-    from kmemscope.output import resolve_format
+    from kmemscope.cli.output import resolve_format
 
     if output and str(output).lower().endswith(".md"):
         if fmt not in (None, "markdown"):
@@ -344,8 +346,8 @@ def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, outp
     \b
     kmemscope compare ds --by kernel --baseline vanilla
     """
-    from kmemscope import compare_output as co
-    from kmemscope.output import write_result
+    from kmemscope.cli import compare_output as co
+    from kmemscope.cli.output import write_result
     from kmemscope.queries.sides import (compare_sides, condense_notes, load_sides, missing_notes,
                                          resolve_metrics)
 
@@ -383,7 +385,7 @@ def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, outp
               help="Also keep the executed notebooks in this directory.")
 def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks):
     """Execute the report notebooks over DATASET and write one self-contained HTML file."""
-    from kmemscope.report import build_report
+    from kmemscope.notebooks.report import build_report
 
     def progress(message):
         click.echo(f"kmemscope report: {message}", err=True)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import HTML
 
-from kmemscope import compare_output as co
+from kmemscope.cli import compare_output as co
 from kmemscope.errors import KmemscopeError
 from kmemscope.queries import compare as st
 from kmemscope.queries.sides import MetricRow, compare_sides, load_sides, missing_notes

@@ -150,7 +150,7 @@ def read_bundle_procfs(bundle_dir):
     """{table: pyarrow.Table} for the procfs tables a bundle has samples for.
 
     Tables: vmstat, pagetypeinfo_free, pagetypeinfo_blocks, buddyinfo (see
-    DESIGN.md), without run_id: the dataset writer adds the partition.
+    README, "The dataset"), without run_id: the dataset writer adds the partition.
     """
     import pyarrow as pa
 

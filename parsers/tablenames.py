@@ -11,10 +11,17 @@ original names stay in `event_tables` and `print_flags`.
 """
 import re
 
-# Tables that kmemscope writes for every run, or from a bundle's /proc samples.
+# Tables that kmemscope writes for every run or from a bundle's /proc samples,
+# and the views and derived tables the analyses define beside them
+# (queries/_common.sql, queries/engine.py): an event may not shadow any of them.
 RESERVED_TABLES = frozenset({
     "runs", "print_flags", "lost_events", "event_tables",
     "vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo",
+    "run_facts", "migratetype_names", "extfrag_ownership", "query_params",
+    "page_pairs", "pfn_allocs", "alloc_stacks", "alloc_stack_frames",
+    "gfp_bits", "compact_result_enum", "compaction_status_names", "page_allocs",
+    "page_alloc_classes", "vmstat_deltas", "thp_gfp", "thp_orders", "thp_order_allocs",
+    "thp_fault_attempts", "direct_compactions",
 })
 MAX_NAME = 64
 _SAFE = re.compile(r"[a-z][a-z0-9_]{0,63}")

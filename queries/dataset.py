@@ -1,6 +1,6 @@
 """Open a kmemscope dataset in DuckDB with every table as a view of its own name.
 
-A dataset is `DATASET/<table>/run_id=<run_id>/part-<n>.parquet` (DESIGN.md). Each
+A dataset is `DATASET/<table>/run_id=<run_id>/part-<n>.parquet` (README). Each
 table directory becomes one view over all its runs. `run_id` comes from the Hive
 partition path and is forced to VARCHAR: a hex id made only of digits would
 otherwise be guessed as an integer. `union_by_name` lets one view span kernels

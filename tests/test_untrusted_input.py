@@ -455,3 +455,15 @@ def test_sql_read_only_reads_the_dataset_and_nothing_else(small_ds, tmp_path):
     # Without --read-only it is DuckDB's full SQL, as documented.
     kmemscope("sql", small_ds, copy)
     assert target.read_text().split() == ["1", "1"]
+
+
+def test_no_event_can_take_the_name_of_a_view_the_analyses_define():
+    from kmemscope.parsers.tablenames import RESERVED_TABLES
+    from kmemscope.queries import engine
+
+    common = (Path(engine.__file__).parent / "_common.sql").read_text()
+    defined = set(re.findall(r"CREATE\s+(?:TEMP\s+)?(?:VIEW|TABLE)\s+(\w+)", common, re.I))
+    defined |= set(engine.DERIVED_COLUMNS) | {"run_facts", "migratetype_names",
+                                              "extfrag_ownership", "query_params"}
+    assert defined, "no views found in _common.sql"
+    assert defined <= RESERVED_TABLES, f"not reserved: {sorted(defined - RESERVED_TABLES)}"

@@ -23,3 +23,8 @@ class DatasetError(KmemscopeError):
 
 class QueryError(KmemscopeError):
     """An unknown analysis, a bad parameter, or SQL that DuckDB rejects."""
+
+
+class CaptureError(KmemscopeError):
+    """A recording that cannot start, run or be put back: no root, no tracefs, no trace-cmd,
+    someone else tracing, no space. Raised by kmemscope.capture, which runs on Python 3.8."""

@@ -1,0 +1,26 @@
+"""kmemscope: trace capture and offline SQL analysis for the Linux page allocator.
+
+    import kmemscope
+    ds = kmemscope.open("DATASET")
+    ds.query("hot_pfns").df()
+
+The package root stays import-light: `kmemscope.capture` must run on hosts that
+have only the Python standard library, so nothing here imports pyarrow or duckdb,
+and the Python API (kmemscope.api) is loaded on first use.
+"""
+
+__version__ = "0.2.0"
+
+_API = ("open", "parse", "queries", "Dataset", "Result", "Comparison", "Labels")
+
+
+def __getattr__(name):
+    if name in _API:
+        from kmemscope import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'kmemscope' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_API))
