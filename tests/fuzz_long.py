@@ -64,7 +64,7 @@ RUN_DIR = re.compile(r"run_id=[0-9a-f]{16}")
 
 # ---------------------------------------------------------------- seeds
 
-def seed_files(cache):
+def seed_files(cache, fixtures=PUBLIC_FIXTURES):
     """(name, path) of the valid traces to damage: the committed examples, the smaller one
     also converted to v7 uncompressed and to v6, and the public fixtures when present
     (long size 4, six and eight CPUs, an empty CPU, a 5.15 kernel's events)."""
@@ -87,8 +87,8 @@ def seed_files(cache):
         out.append(("kmem-compaction-v7zstd", kc))
     for name in ("langraph_v7_zstd148_le_l8_4cpu_5.15.dat", "trappy_tests_trace_v6_le_l4_8cpu_thermal.dat",
                  "trappy_trace_idle_v6_le_l8_6cpu.dat"):
-        if (PUBLIC_FIXTURES / name).is_file():
-            out.append((name[:-4], PUBLIC_FIXTURES / name))
+        if (fixtures / name).is_file():
+            out.append((name[:-4], fixtures / name))
     if not out:
         sys.exit("fuzz: no seed trace found (examples/ missing?)")
     return out
@@ -306,6 +306,8 @@ def main():
                     + ",".join(list(fuzzlib.FAMILIES) + ["bytes"]))
     ap.add_argument("--out", type=Path, default=Path("/var/tmp/kmemscope-fuzz"),
                     help="where seeds, results and kept inputs go (default /var/tmp/kmemscope-fuzz)")
+    ap.add_argument("--fixtures", type=Path, default=PUBLIC_FIXTURES,
+                    help="directory of the public trace.dat fixtures to use as seeds too, if present")
     ap.add_argument("--replay", type=int, metavar="I", help="rebuild input I of --seed, run it, print it")
     args = ap.parse_args()
     if not KMEMSCOPE.exists():
@@ -314,7 +316,7 @@ def main():
         if args.replay is not None:
             sys.exit("fuzz: --replay needs --seed")
         args.seed = random.SystemRandom().randrange(1, 1 << 31)
-    seeds = [fuzzlib.Seed(name, Path(p).read_bytes()) for name, p in seed_files(args.out / "seeds")]
+    seeds = [fuzzlib.Seed(name, Path(p).read_bytes()) for name, p in seed_files(args.out / "seeds", args.fixtures)]
 
     if args.replay is not None:
         data, family, seed, how = fuzzlib.make_structural(args.seed, args.replay, seeds,
