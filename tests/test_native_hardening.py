@@ -64,12 +64,17 @@ def test_parse_command_reports_decoder_out_of_memory_in_one_line(tmp_path):
     counts = _child("count", EXAMPLE)
     assert counts.returncode == 0, counts.stderr
     opening, decoding = map(int, counts.stdout.split())
+    ds = tmp_path / "ds"
+    first = subprocess.run([KMEMSCOPE, "parse", "-q", ROOT / "examples" / "memory-pressure", "-o", ds],
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    before = _tree_digest(ds)
     # Opening is on one thread, so these hit known sites; decoding runs one thread per core
     # and which allocation comes Nth varies, but one fails all the same.
     for spec in ["1", "3", str(opening // 2), str(opening + 1), str(opening + decoding // 2),
                  f"{opening + decoding - 5}+"]:
         env = dict(os.environ, KMEMSCOPE_FAIL_ALLOC=spec)
-        proc = subprocess.run([KMEMSCOPE, "parse", EXAMPLE, "-o", tmp_path / "ds"], env=env,
+        proc = subprocess.run([KMEMSCOPE, "parse", EXAMPLE, "-o", ds], env=env,
                               capture_output=True, text=True, timeout=300)
         lines = proc.stderr.splitlines()
         assert proc.returncode == 1, (spec, proc.returncode, proc.stderr)
@@ -77,6 +82,18 @@ def test_parse_command_reports_decoder_out_of_memory_in_one_line(tmp_path):
         assert "out of memory" in lines[0], (spec, lines[0])
         for bad in ("internal error", "died", "Traceback", "signal"):
             assert bad not in proc.stderr, (spec, proc.stderr)
+        assert _tree_digest(ds) == before, f"{spec}: the failed parse changed the dataset"
+
+
+def _tree_digest(root):
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted(Path(root).rglob("*")):
+        h.update(str(p.relative_to(root)).encode() + b"\0")
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
 
 
 def test_address_space_limit_never_crashes_the_decoder():
@@ -100,6 +117,12 @@ def _child_rows(trace):
     proc = _child("rows", trace)
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout)
+
+
+def test_misuse_from_python_raises_instead_of_crashing():
+    proc = _child("misuse", EXAMPLE)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    assert proc.stdout.strip().splitlines()[-1] == "misuse: all raised", proc.stdout
 
 
 # ---------------------------------------------------------------- build checks
@@ -294,6 +317,35 @@ def main_rows(path):
     print(sum(rows))
 
 
+def main_misuse(path):
+    """Objects used before or twice initialised, and segments outside the file."""
+    from kmemscope.parsers import _tracedat as t
+
+    p = str(path)
+    page = _open(path).layout.buffers[0].page_size
+    blank_trace, blank_decoder = t.Trace.__new__(t.Trace), t.Decoder.__new__(t.Decoder)
+    cases = [
+        (RuntimeError, blank_trace.info), (RuntimeError, blank_trace.events),
+        (RuntimeError, blank_trace.print_flags),
+        (RuntimeError, lambda: blank_decoder.decode(0, 0, 0, 0)),
+        (RuntimeError, blank_decoder.finish), (RuntimeError, blank_decoder.stats),
+        (RuntimeError, lambda: t.Decoder(blank_trace, p, page, "zstd")),
+        (RuntimeError, lambda: t.Trace(p).__init__(p)),
+        (t.TraceFileError, lambda: t.Decoder(t.Trace(p), p, page, "zstd").decode(0, 1 << 40, 100, 1)),
+        (t.TraceFileError, lambda: t.Decoder(t.Trace(p), p, page, "zstd").decode(0, 0, 1 << 62, 1)),
+        (TypeError, lambda: t.Decoder(t.Trace(p), p, page, "zstd", event_ids=["x"])),
+        (ValueError, lambda: t.Decoder(t.Trace(p), p, page, "zstd", batch_rows=0)),
+    ]
+    for i, (expected, call) in enumerate(cases):
+        try:
+            call()
+        except expected as exc:
+            print(i, type(exc).__name__, exc)
+        else:
+            raise AssertionError(f"case {i} did not raise {expected.__name__}")
+    print("misuse: all raised")
+
+
 def main_rlimit(path, phase, extra):
     import resource
 
@@ -320,4 +372,4 @@ def main_rlimit(path, phase, extra):
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:]
     {"sweep-decode": main_sweep_decode, "sweep-open": main_sweep_open, "count": main_count,
-     "rows": main_rows, "rlimit": main_rlimit}[mode](Path(rest[0]), *rest[1:])
+     "rows": main_rows, "rlimit": main_rlimit, "misuse": main_misuse}[mode](Path(rest[0]), *rest[1:])
