@@ -227,3 +227,189 @@ def derive_runs(dataset, run_ids=None, threads=None):
     parts = ds.table_runs(dataset)
     runs = list(run_ids) if run_ids is not None else sorted(parts.get("runs", {}))
     return {name: derived_files(dataset, name, runs, parts, threads) for name in DERIVED_TABLES}
+
+
+# ---------------------------------------------------------------- allocation stacks
+#
+# A recording made with kernel stacks (trace-cmd -T, the atomic-origins preset)
+# holds one ftrace kernel_stack record per event. The stack is written after
+# its event commits, on the same CPU, once the unwinder is done (microseconds
+# later, never before the event). An interrupt that arrives during that unwind
+# and traces events of its own nests: per CPU the records read
+#     A  B1 S(B1)  B2 S(B2)  S(A)
+# so events and stacks pair like brackets, not simply as neighbours. Each run
+# keeps, per CPU and in time order (an event before a stack at the same ts),
+# the depth = events so far - stacks so far; a stack closes the level it came
+# down from, and its event is the record just before it at that level. A stack
+# whose innermost frame names another event (trace_event_raw_event_<name>) is
+# not taken for an allocation.
+#
+#     DATASET/_derived/<alloc_stacks|alloc_stack_ids|stack_pairing>/run_id=<id>/part-0.parquet
+#
+# alloc_stacks (one row per distinct frame sequence of an allocation's stack):
+#   stack_id     1, 2, ... in order of first use in the run
+#   frames       caller_symbols as recorded: "function+0xoffset", innermost first
+#   addresses    caller: the return addresses, innermost first
+# alloc_stack_ids (one row per mm_page_alloc of the run):
+#   ts, cpu, pfn, order   the allocation (the key back into mm_page_alloc)
+#   stack_id     its stack, NULL when no stack paired with it
+# stack_pairing (one row): stacks, stacks_alloc (paired with an allocation),
+#   stacks_other (paired with another event), stacks_unpaired (no event left
+#   at their level: the event was lost or recorded before the capture began),
+#   stacks_mismatched (the frame names another event), allocs, allocs_with_stack.
+
+STACK_DERIVE_VERSION = "1"
+STACK_TABLES = ("alloc_stacks", "alloc_stack_ids", "stack_pairing")
+# Tables of a run that are not events (no cpu/ts ordering to take part in).
+_NOT_EVENTS = {"runs", "print_flags", "lost_events", "event_tables", "vmstat",
+               "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo"}
+
+_STACK_PAIR_SQL = """
+CREATE TEMP TABLE seq AS
+SELECT *,
+       sum(CASE WHEN is_stack THEN -1 ELSE 1 END)
+         OVER (PARTITION BY cpu ORDER BY ts, is_stack, rid ROWS UNBOUNDED PRECEDING)
+       + CASE WHEN is_stack THEN 1 ELSE 0 END AS level
+FROM recs
+"""
+
+_STACK_MATCH_SQL = """
+CREATE TEMP TABLE matched AS
+SELECT rid AS stack_rid, prev_rid AS event_rid,
+       CASE WHEN prev_is_stack IS NULL OR prev_is_stack THEN 'unpaired'
+            WHEN prev_is_alloc AND mismatched THEN 'mismatched'
+            WHEN prev_is_alloc THEN 'alloc'
+            ELSE 'other' END AS outcome
+FROM (
+  SELECT rid, is_stack, mismatched,
+         lag(rid) OVER w AS prev_rid,
+         lag(is_stack) OVER w AS prev_is_stack,
+         lag(is_alloc) OVER w AS prev_is_alloc
+  FROM seq
+  WINDOW w AS (PARTITION BY cpu, level ORDER BY ts, is_stack, rid)
+) AS s
+WHERE is_stack
+"""
+
+
+def _stack_sources(parts, run):
+    """{table: files} of the run's event tables (every table with cpu and ts)."""
+    return {t: runs[run] for t, runs in parts.items()
+            if t not in _NOT_EVENTS and not t.startswith("_") and run in runs}
+
+
+def _stack_signature(parts, run, sha):
+    sizes = {t: [os.path.getsize(f) for f in files]
+             for t, files in sorted(_stack_sources(parts, run).items())}
+    return json.dumps({"version": STACK_DERIVE_VERSION, "sha256": sha, "sizes": sizes},
+                      sort_keys=True)
+
+
+def stack_files(dataset, name, run_ids, parts=None, threads=None):
+    """Like derived_files for the stack tables; runs without kernel_stack are left out."""
+    if name not in STACK_TABLES:
+        raise ValueError(f"no stack table {name}")
+    parts = parts or ds.table_runs(dataset)
+    if "runs" not in parts:
+        raise DatasetError(f"dataset {dataset} has no runs table")
+    shas = _run_shas(dataset, parts, run_ids)
+    roots = [Path(dataset) / DERIVED_DIR] + ([Path(_private_dir)] if _private_dir else [])
+    out = {}
+    for run in run_ids:
+        if run not in parts.get("kernel_stack", {}) or run not in parts.get("mm_page_alloc", {}):
+            continue
+        sig = _stack_signature(parts, run, shas.get(run))
+        for root in roots:
+            path = root / name / f"run_id={run}" / "part-0.parquet"
+            if path.exists() and _read_signature(path) == sig:
+                out[run] = path
+                break
+        else:
+            out[run] = _derive_stacks(parts, _target_root(dataset), run, sig, threads)[name]
+    return out
+
+
+def _rows(src, files, columns):
+    """SELECT columns plus rid (source table, file, row in file) over `files`: the same
+    rid every time the same files are read."""
+    parts = []
+    for k, f in enumerate(files):
+        # sql-safe: columns are constants of this module; src and k are ints; f is quoted
+        parts.append(f"SELECT {columns}, (CAST({int(src)} AS BIGINT) << 48) | "
+                     f"(CAST({k} AS BIGINT) << 32) | file_row_number AS rid "
+                     f"FROM read_parquet({ds.quote_literal(f)}, file_row_number = true)")
+    return " UNION ALL ".join(parts)
+
+
+# A stack whose innermost frame is another event's trace function.
+_MISMATCH = ("coalesce(regexp_matches(caller_symbols[1], '^(trace_event_raw_event_|ftrace_raw_event_)')"
+             " AND regexp_replace(caller_symbols[1], '^(trace_event_raw_event_|ftrace_raw_event_)"
+             "|[+]0x[0-9a-f]+$', '', 'g') <> 'mm_page_alloc', false)")
+
+
+def _derive_stacks(parts, root, run, sig, threads):
+    import duckdb
+
+    sources = sorted(_stack_sources(parts, run).items())
+    index = {table: i for i, (table, _) in enumerate(sources)}
+    scans = []
+    for table, files in sources:
+        if table == "kernel_stack":
+            cols = f"cpu, ts, true AS is_stack, false AS is_alloc, {_MISMATCH} AS mismatched"
+        else:
+            cols = ("cpu, ts, false AS is_stack, " +
+                    ("true" if table == "mm_page_alloc" else "false") +
+                    " AS is_alloc, false AS mismatched")
+        scans.append(_rows(index[table], files, cols))
+    con = duckdb.connect()
+    out = {}
+    try:
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
+        # sql-safe: _rows() builds from constants, ints and quoted paths
+        con.execute("CREATE TEMP TABLE recs AS " + " UNION ALL ".join(scans))
+        con.execute(_STACK_PAIR_SQL)
+        con.execute(_STACK_MATCH_SQL)
+        # sql-safe: _rows() builds from constants, ints and quoted paths
+        con.execute("CREATE TEMP TABLE stacks AS " + _rows(
+            index["kernel_stack"], dict(sources)["kernel_stack"], "caller, caller_symbols"))
+        con.execute("CREATE TEMP TABLE allocs AS " + _rows(  # sql-safe: as above
+            index["mm_page_alloc"], dict(sources)["mm_page_alloc"], 'ts, cpu, pfn, "order"'))
+        con.execute("""
+            CREATE TEMP TABLE paired AS
+            SELECT m.event_rid, s.caller, s.caller_symbols
+            FROM matched AS m JOIN stacks AS s ON s.rid = m.stack_rid
+            WHERE m.outcome = 'alloc'""")
+        con.execute("""
+            CREATE TEMP TABLE interned AS
+            SELECT caller, row_number() OVER (ORDER BY first_ts, first_rid) AS stack_id, frames
+            FROM (SELECT p.caller, min(a.ts) AS first_ts, min(p.event_rid) AS first_rid,
+                         any_value(p.caller_symbols) AS frames
+                  FROM paired AS p JOIN allocs AS a ON a.rid = p.event_rid
+                  GROUP BY p.caller)""")
+        tables = {
+            "alloc_stacks": """
+                SELECT CAST(stack_id AS INTEGER) AS stack_id, frames, caller AS addresses
+                FROM interned ORDER BY stack_id""",
+            "alloc_stack_ids": """
+                SELECT a.ts, a.cpu, a.pfn, a."order", CAST(i.stack_id AS INTEGER) AS stack_id
+                FROM allocs AS a
+                LEFT JOIN paired AS p ON p.event_rid = a.rid
+                LEFT JOIN interned AS i ON i.caller = p.caller
+                ORDER BY a.ts, a.cpu""",
+            "stack_pairing": """
+                SELECT
+                  count(*) AS stacks,
+                  count(*) FILTER (WHERE outcome = 'alloc') AS stacks_alloc,
+                  count(*) FILTER (WHERE outcome = 'other') AS stacks_other,
+                  count(*) FILTER (WHERE outcome = 'unpaired') AS stacks_unpaired,
+                  count(*) FILTER (WHERE outcome = 'mismatched') AS stacks_mismatched,
+                  (SELECT count(*) FROM allocs) AS allocs,
+                  (SELECT count(*) FROM paired) AS allocs_with_stack
+                FROM matched""",
+        }
+        for name, sql in tables.items():
+            out[name] = _write(root, name, run, sig, ds.query_arrow(con, sql))
+    finally:
+        con.close()
+    return out

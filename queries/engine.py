@@ -6,6 +6,8 @@ and carries a few machine-read lines:
     -- NAME: one-line description                    (the first line)
     -- @param NAME TYPE DEFAULT [CHOICE|CHOICE] description
     -- @param NAME TYPE DEFAULT [MIN..MAX] description   (a number in that range)
+    -- @param NAME FILE DEFAULT description   a regular file of at most 1 MiB, bound
+                                 as its absolute path; DEFAULT is relative to queries/
     -- @requires TABLE ...       event tables the answer needs: error if no selected run has them
     -- @optional TABLE ...       tables used when present; an empty stand-in otherwise
     -- @any_of TABLE ...         at least one of these must be present
@@ -18,7 +20,8 @@ and carries a few machine-read lines:
 
 The body is one SELECT, or several `@section`s, each one SELECT; `NAME.SECTION`
 picks a section, `NAME` the first. Parameters are DuckDB named parameters
-(`$top_n`), bound at execution, never pasted into SQL text.
+(`$top_n`), bound at execution, never pasted into SQL text, also in @prelude
+statements (CREATE TABLE ... AS SELECT; a view cannot hold a parameter).
 
 Before the analysis runs, the engine registers per-run facts (queries/eras.py)
 and the views of queries/_common.sql. Results are pyarrow Tables that start with
@@ -28,7 +31,9 @@ under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 import difflib
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,7 +111,10 @@ ALWAYS = ("print_flags", "mm_page_alloc", "vmstat",
           "mm_compaction_try_to_compact_pages", "mm_compaction_deferred", "mm_compaction_end",
           "mm_compaction_defer_reset", "mm_compaction_finished", "mm_vmscan_direct_reclaim_begin")
 
-_TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": None}
+_TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": None,
+          "FILE": str}
+MAX_PARAM_FILE = 1 << 20       # a FILE parameter is a small table (a mapping), not data
+_SQL_TYPE = {"FILE": "VARCHAR"}
 _PARAM_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -166,9 +174,31 @@ def _tables(needs):
                needs.procfs_optional + needs.uses + list(ALWAYS))
 
 
+def _check_file(param, text, qname):
+    """A FILE parameter: an existing regular file, small, named without glob characters."""
+    where = f"parameter {param.name} of {qname}"
+    text = str(text)
+    # DuckDB's readers expand * ? [ in a path: such a name could read other files.
+    if not text or any(c in text for c in "*?[]{}"):
+        raise QueryError(f"{where} must name one file (no * ? [ ] {{ }}), not {text!r}")
+    try:
+        st = os.stat(text)
+    except OSError as exc:
+        raise QueryError(f"{where}: cannot read {text}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise QueryError(f"{where}: {text} is not a regular file")
+    if st.st_size > MAX_PARAM_FILE:
+        raise QueryError(f"{where}: {text} is {st.st_size} bytes, more than {MAX_PARAM_FILE}")
+    if not os.access(text, os.R_OK):
+        raise QueryError(f"{where}: cannot read {text}: permission denied")
+    return os.path.abspath(text)
+
+
 def _convert(param, text, qname):
     if text is None:
         return None
+    if param.type == "FILE":
+        return _check_file(param, text, qname)
     if param.type == "BOOLEAN":
         if isinstance(text, bool):
             return text
@@ -241,7 +271,10 @@ def parse_analysis(path):
             elif bracket:
                 choices = tuple(c.strip() for c in bracket.split("|"))
             p = Param(pm.group(1), pm.group(2).upper(), None, choices, pm.group(5), bounds)
-            p.default = None if pm.group(3) == "NULL" else _convert(p, pm.group(3), name)
+            default = pm.group(3)
+            if p.type == "FILE" and default != "NULL":
+                default = str(QUERY_DIR / default)
+            p.default = None if default == "NULL" else _convert(p, default, name)
             a.params[p.name] = p
         elif key in _REQ_KEYS:
             getattr(target, key).extend(rest.replace(",", " ").split())
@@ -524,11 +557,11 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
         for name in needs.derived:
             _derived_view(con, dataset, name, chosen, parts, threads)
         # Parameters also live in a one-row table, so prelude views can read them.
-        cols = ", ".join(f"CAST(${p.name} AS {p.type}) AS {p.name}" for p in a.params.values())
+        cols = ", ".join(f"CAST(${p.name} AS {_SQL_TYPE.get(p.type, p.type)}) AS {p.name}" for p in a.params.values())
         # sql-safe: parameter names match \w+ in our own .sql headers, types come from _TYPES
         con.execute(f"CREATE TEMP TABLE query_params AS SELECT {cols or '1 AS none'}", bound)
         for stmt in _statements(a.prelude):
-            con.execute(stmt)
+            con.execute(stmt, _used(stmt, bound) or None)
         table = ds.query_arrow(con, section.sql, _used(section.sql, bound))
     except Exception as exc:   # duckdb.Error subclasses; keep the first line only
         raise QueryError(f"query {qname} failed: {ds.sql_error_text(exc)}") from exc
@@ -544,13 +577,22 @@ DERIVED_COLUMNS = {
     "page_pairs": {"pfn": "UBIGINT", "reuse": "BOOLEAN", "interval_ns": "BIGINT",
                    "same_cpu": "BOOLEAN", "order": "UTINYINT", "cpu": "INTEGER"},
     "pfn_allocs": {"pfn": "UBIGINT", "allocs": "BIGINT", "rank": "BIGINT"},
+    "alloc_stacks": {"stack_id": "INTEGER", "frames": "VARCHAR[]", "addresses": "UBIGINT[]"},
+    "alloc_stack_ids": {"ts": "BIGINT", "cpu": "INTEGER", "pfn": "UBIGINT", "order": "UINTEGER",
+                        "stack_id": "INTEGER"},
+    "stack_pairing": {"stacks": "BIGINT", "stacks_alloc": "BIGINT", "stacks_other": "BIGINT",
+                      "stacks_unpaired": "BIGINT", "stacks_mismatched": "BIGINT",
+                      "allocs": "BIGINT", "allocs_with_stack": "BIGINT"},
 }
 
 
 def _derived_view(con, dataset, name, chosen, parts, threads):
     if name not in DERIVED_COLUMNS:
         raise QueryError(f"unknown derived table {name}")
-    files = derive.derived_files(dataset, name, chosen, parts, threads)
+    if name in derive.STACK_TABLES:
+        files = derive.stack_files(dataset, name, chosen, parts, threads)
+    else:
+        files = derive.derived_files(dataset, name, chosen, parts, threads)
     view = ds.quote_ident(name)
     if files:
         listed = ", ".join(ds.quote_literal(f) for f in files.values())
