@@ -25,6 +25,7 @@ OPT_DONE, OPT_DATE, OPT_CPUSTAT, OPT_BUFFER, OPT_TRACECLOCK, OPT_UNAME = 0, 1, 2
 OPT_OFFSET, OPT_CPUCOUNT, OPT_VERSION, OPT_TRACEID, OPT_TSC2NSEC = 7, 8, 9, 11, 14
 
 SECTION_OPTIONS = 0
+SECTION_FLYRECORD = 3
 SECTION_FLAG_COMPRESSED = 1
 
 # Uncompressed segments are cut at this many bytes of pages; compressed ones at
@@ -339,12 +340,25 @@ def _read_v7(r, layout, pos, decompress):
                 break
             _apply_option(layout, r, opt_id, data, buffer_opts)
     for data in buffer_opts:
-        layout.buffers.append(_v7_buffer(r, data, path))
+        buf, section = _v7_buffer(r, data, path)
+        _check_flyrecord_section(r, layout, buf, section)
+        layout.buffers.append(buf)
+
+
+def _check_flyrecord_section(r, layout, buf, at):
+    """The BUFFER option points at its data's section header: libtracecmd trusts its id
+    and compression flag, so check them against the file's compression here."""
+    sec_id, flags = r.unpack("HH", at, f"buffer {buf.name or 'top'} section header")
+    compressed = layout.compression not in ("", "none")
+    if sec_id != SECTION_FLYRECORD or flags not in (SECTION_FLAG_COMPRESSED if compressed else 0,):
+        raise TraceFileError(f"{layout.path}: corrupt: buffer {buf.name or 'top'} section at {at} has "
+                             f"id {sec_id} and flags {flags:#x}, not a "
+                             f"{'compressed ' if compressed else ''}flyrecord section")
 
 
 def _v7_buffer(r, data, path):
     try:
-        (_section,) = struct.unpack_from(r.endian + "Q", data, 0)
+        (section,) = struct.unpack_from(r.endian + "Q", data, 0)
         parts = data[8:].split(b"\0", 2)
         name, clock = parts[0].decode(), parts[1].decode()
         rest = parts[2]
@@ -358,7 +372,7 @@ def _v7_buffer(r, data, path):
                 buf.cpus.append((cpu, offset, size))
     except (struct.error, IndexError, UnicodeDecodeError):
         raise TraceFileError(f"{path}: corrupt BUFFER option") from None
-    return buf
+    return buf, section
 
 
 def segments(layout, segment_bytes=SEGMENT_BYTES):
