@@ -38,6 +38,8 @@ SEGMENT_BYTES = 8 << 20
 # bits above are flags (missed events). A compressed chunk holds at most this much.
 COMMIT_MASK = (1 << 27) - 1
 MAX_CHUNK_BYTES = 1 << 30
+# Far above any kernel's NR_CPUS; a larger CPU count is a corrupt field.
+MAX_CPUS = 1 << 16
 
 # A decompressed options section is a few hundred bytes; a length beyond this is corrupt.
 MAX_OPTIONS_BYTES = 64 << 20
@@ -216,6 +218,8 @@ def _apply_option(layout, r, opt_id, data, buffer_opts):
         layout.trace_clock = selected(_cstrings(data)[0])
     elif opt_id == OPT_CPUCOUNT and len(data) >= 4:
         (layout.cpu_count,) = struct.unpack(r.endian + "I", data[:4])
+        if layout.cpu_count > MAX_CPUS:
+            raise TraceFileError(f"{layout.path}: corrupt: CPUCOUNT option says {layout.cpu_count} CPUs")
     elif opt_id == OPT_CPUSTAT:
         layout.cpustats.append(_cstrings(data)[0])
     elif opt_id == OPT_OFFSET:
@@ -253,6 +257,8 @@ def _read_v6(r, layout, pos):
         (n,) = r.unpack(fmt, pos, what)
         pos += struct.calcsize(fmt) + n
     (cpus,) = r.unpack("I", pos, "CPU count")
+    if cpus > MAX_CPUS:
+        raise TraceFileError(f"{path}: corrupt: the header says {cpus} CPUs")
     pos += 4
     layout.cpu_count = cpus
     buffer_opts = []
