@@ -374,6 +374,8 @@ def _v7_buffer(r, data, path):
         buf = Buffer(name, clock, page_size)
         for i in range(ncpus):
             cpu, offset, size = struct.unpack_from(r.endian + "IQQ", rest, 8 + 20 * i)
+            if cpu >= MAX_CPUS:
+                raise TraceFileError(f"{path}: corrupt BUFFER option: CPU id {cpu}")
             if size:
                 buf.cpus.append((cpu, offset, size))
     except (struct.error, IndexError, UnicodeDecodeError):
