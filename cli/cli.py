@@ -292,14 +292,16 @@ def queries(fmt, output):
 @click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A query parameter.")
-@FORMAT_OPTION
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "jsonl", "parquet", "folded"]),
+              default=None, help="Output format (default: from -o's extension, else table); "
+                                 "folded: flame-graph lines, for alloc_origins.folded.")
 @OUTPUT_OPTION
 def query(name, dataset, runs, labels, params, fmt, output):
     """Run the named analysis NAME over DATASET (see `kmemscope queries`)."""
-    from kmemscope.cli.output import resolve_format, write_result
+    from kmemscope.cli.output import FOLDED, FORMATS, resolve_format, write_result
     from kmemscope.queries.engine import notes_of, run_query
 
-    fmt = resolve_format(fmt, output)
+    fmt = resolve_format(fmt, output, allowed=FORMATS + (FOLDED,))
     table = run_query(name, dataset, run_ids=list(runs) or None,
                       labels=list(labels) or None,
                       params=_key_values(params, "--param") or None)

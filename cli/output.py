@@ -12,8 +12,11 @@ import math
 import sys
 
 FORMATS = ("table", "csv", "json", "jsonl", "parquet")
+# folded: `stack samples` lines for flame-graph tools, from a result with the
+# columns stack and samples (alloc_origins.folded); offered by `query` only.
+FOLDED = "folded"
 EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl",
-              ".parquet": "parquet", ".txt": "table"}
+              ".parquet": "parquet", ".txt": "table", ".folded": FOLDED}
 MAX_CELL = 60
 NULL = "NULL"      # what a missing value shows as in table output
 
@@ -171,8 +174,30 @@ def _csv_ready(table):
     return pa.table(cols, names=table.column_names)
 
 
+def _write_folded(table, out):
+    """`stack samples` per row (flamegraph.pl, inferno, speedscope read it)."""
+    if "stack" not in table.column_names or "samples" not in table.column_names:
+        raise OutputError("--format folded needs a result with columns stack and samples, "
+                          "such as alloc_origins.folded")
+    for stack, samples in zip(table.column("stack").to_pylist(),
+                              table.column("samples").to_pylist()):
+        if stack is None or samples is None:
+            continue
+        # A space inside a frame would move the count; a newline would forge a line.
+        stack = printable(str(stack)).replace(" ", "_")
+        out.write(f"{stack} {samples}\n")
+
+
 def write_result(table, fmt="table", output=None, max_cell=MAX_CELL):
     """Write an Arrow table to `output` (a path) or stdout in `fmt`."""
+    if fmt == FOLDED:
+        out = open(output, "w", encoding="utf-8") if output else sys.stdout
+        try:
+            _write_folded(table, out)
+        finally:
+            if output:
+                out.close()
+        return
     if fmt not in FORMATS:
         raise OutputError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
     if fmt == "parquet":

@@ -19,6 +19,8 @@ RESERVED_TABLES = frozenset({
     "vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo",
     "run_facts", "migratetype_names", "extfrag_ownership", "query_params",
     "page_pairs", "pfn_allocs", "alloc_stacks", "alloc_stack_frames",
+    "alloc_stack_ids", "stack_pairing", "frame_skip", "subsystem_map", "stack_frames",
+    "stack_origins", "origin_allocs",
     "gfp_bits", "compact_result_enum", "compaction_status_names", "page_allocs",
     "page_alloc_classes", "vmstat_deltas", "thp_gfp", "thp_orders", "thp_order_allocs",
     "thp_fault_attempts", "direct_compactions",
