@@ -160,12 +160,14 @@ class Dataset:
         return self.sql("SELECT * EXCLUDE (manifest) FROM runs ORDER BY run_id")
 
     def sql(self, query: str, params: Sequence | Mapping | None = None, *,
+            run: str | Sequence[str] | None = None, label: LabelsArg = None,
             read_only: bool = False) -> Result:
         """Run SQL over the dataset, every table a view of its own name; params are bound.
 
         The shared helper views of the analyses (flag names, allocation classes,
-        migratetype names...) are there too. read_only=True allows SELECTs that
-        read the dataset only, for SQL from elsewhere.
+        migratetype names...) are there too. run/label restrict every view to
+        those runs. read_only=True allows SELECTs that read the dataset only, for
+        SQL from elsewhere.
         """
         import duckdb
 
@@ -173,7 +175,8 @@ class Dataset:
         from kmemscope.queries.dataset import confine, query_arrow, sql_error_text
         from kmemscope.queries.engine import open_run_set
 
-        con, _chosen, _parts, _facts = open_run_set(self.path)
+        con, _chosen, _parts, _facts = open_run_set(
+            self.path, [run] if isinstance(run, str) else run, label)
         try:
             if read_only:
                 confine(con, self.path, query)
@@ -185,7 +188,7 @@ class Dataset:
 
     def query(self, name: str, *, run: str | Sequence[str] | None = None,
               label: LabelsArg = None, **params) -> Result:
-        """Run the named analysis `name` (see kmemscope.queries()) over some or all runs."""
+        """Run the named analysis `name` (see kmemscope.analyses()) over some or all runs."""
         from kmemscope.queries.engine import notes_of, run_query
 
         table = run_query(name, self.path, run_ids=[run] if isinstance(run, str) else run,
@@ -211,7 +214,7 @@ def open(path) -> Dataset:  # noqa: A001 - kmemscope.open reads like open()
     return Dataset(path)
 
 
-def queries() -> Result:
+def analyses() -> Result:
     """The named analyses: name and question."""
     import pyarrow as pa
 

@@ -20,6 +20,7 @@ import html
 import io
 from dataclasses import dataclass, field
 
+import kmemscope
 from kmemscope.errors import KmemscopeError
 
 MAX_LINES = 12           # legend entries before a figure drops its legend
@@ -42,26 +43,16 @@ class Scope:
 
     def query(self, name, **params):
         """A named analysis as a DataFrame (labels flattened to "k=v,...")."""
-        from kmemscope.queries.engine import run_query
-
-        table = run_query(name, self.dataset, run_ids=self.runs or None,
-                          labels=self.labels or None, params=params or None)
-        df = table.to_pandas()
+        df = kmemscope.open(self.dataset).query(name, run=self.runs or None,
+                                                label=self.labels or None, **params).df()
         if "labels" in df:
             df["labels"] = df["labels"].map(_labels_text)
         return df
 
-    def sql(self, text, tables, params=None):
+    def sql(self, text, tables=None, params=None):
         """Ad-hoc SQL over the selected runs, with run_facts; values bound from `params`."""
-        from kmemscope.queries.engine import open_run_set
-
-        con, chosen, _parts, _facts = open_run_set(self.dataset, self.runs or None,
-                                                   self.labels or None, tables=tables)
-        try:
-            rel = con.sql(text, params=params) if params else con.sql(text)
-            return rel.df()
-        finally:
-            con.close()
+        return kmemscope.open(self.dataset).sql(text, params, run=self.runs or None,
+                                                label=self.labels or None).df()
 
     def run_names(self):
         """run_id -> short legend name: id prefix and labels."""

@@ -9,7 +9,6 @@ each panel drew (read back from the matplotlib artists) under the figure as
 data attributes, and the test compares them with counts made here from the
 Parquet files of each side's runs, with pyarrow and collections.Counter only.
 """
-import ast
 import re
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import EXAMPLES, PROJECT_ROOT
+from conftest import EXAMPLES
 
 FULL = EXAMPLES / "kmem-compaction" / "trace.dat"
 PRESSURE = EXAMPLES / "memory-pressure"
@@ -364,31 +363,3 @@ def test_event_table_names_from_a_trace_are_quoted(ab, tmp_path):
     same = df[df.event == hostile].reset_index(drop=True)
     orig = df[df.event == "mm_page_pcpu_drain"].reset_index(drop=True)
     assert list(same["n"]) == list(orig["n"]) and same["n"].sum() > 0
-
-
-SQL_WORDS = re.compile(r"\b(SELECT|FROM|JOIN|WHERE|INSERT|CREATE|DROP|UNION)\b")
-
-
-def _sql_fstrings(path):
-    """f-strings that look like SQL and interpolate anything but quote_ident(...) or a constant."""
-    bad = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.JoinedStr):
-            continue
-        literal = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
-        if not SQL_WORDS.search(literal):
-            continue
-        for v in node.values:
-            if isinstance(v, ast.FormattedValue):
-                e = v.value
-                ok = isinstance(e, ast.Constant) or (isinstance(e, ast.Call) and getattr(e.func, "id", getattr(
-                    e.func, "attr", None)) == "quote_ident")
-                if not ok:
-                    bad.append(f"{path.name}:{node.lineno}: {ast.unparse(node)[:80]}")
-    return bad
-
-
-def test_no_sql_built_by_string_formatting_in_the_report_code():
-    files = sorted((PROJECT_ROOT / "notebooks").glob("*.py")) + [PROJECT_ROOT / "cli" / "report.py"]
-    bad = [b for f in files for b in _sql_fstrings(f)]
-    assert not bad, bad
