@@ -369,7 +369,7 @@ def _stage_in_child(source, work, labels, events, threads, progress):
         code = proc.exitcode
         how = f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit status {code}"
         raise TraceFileError(f"{source}: the trace decoder died ({how}) on this file; "
-                             "it is corrupt or of a kind kmemscope cannot read")
+                             f"it is corrupt or of a kind kmemscope cannot read{_memory_limit_hint()}")
     kind, payload = result
     if kind == "ok":
         return payload
@@ -377,6 +377,16 @@ def _stage_in_child(source, work, labels, events, threads, progress):
         cls, message = payload
         raise cls(message)
     raise KmemscopeError(payload)
+
+
+def _memory_limit_hint():
+    """Under an address-space limit, libraries die on allocation failures too: say so."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return ""
+    return f", or memory ran out (address space limited to {soft >> 20} MiB)"
 
 
 class _WithoutPandas:
@@ -436,6 +446,9 @@ def _child_main(conn, parent_pid, source, staging, scratch, labels, events, thre
     except OSError as exc:
         conn.send(("error", (KmemscopeError, f"{source}: {exc.strerror or exc}"
                              + (" (free some disk space)" if exc.errno == 28 else ""))))
+    except MemoryError:
+        conn.send(("error", (KmemscopeError, f"{source}: out of memory while parsing "
+                             "(raise the memory limit, or parse with fewer --threads)")))
     except Exception as exc:  # an unexpected bug: keep the traceback for --debug
         conn.send(("crash", f"{source}: internal error: {exc!r}\n{traceback.format_exc()}"))
     finally:

@@ -157,8 +157,15 @@ def _bounded_text(path, limit, what):
         raise TraceFileError(f"{path}: {what} is {st.st_size >> 10} KiB, more than the "
                              f"{limit >> 10} KiB kmemscope accepts",
                              "parse the trace.dat alone")
+    # Read in pieces: read(limit) would reserve the whole limit up front.
+    chunks, size = [], 0
     with open(path, "rb") as f:
-        return f.read(limit + 1).decode("utf-8", errors="replace")
+        while size <= limit and (chunk := f.read(1 << 20)):
+            chunks.append(chunk)
+            size += len(chunk)
+    if size > limit:
+        raise TraceFileError(f"{path}: {what} grew past the {limit >> 10} KiB kmemscope accepts")
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def _check(manifest, key, types, path, what):
