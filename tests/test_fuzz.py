@@ -184,3 +184,66 @@ def test_mutated_traces_never_crash_and_fail_with_one_line_errors(seed_files, tm
     assert not problems, "\n".join(problems[:30])
     assert len(results) >= min(INPUTS, 300), f"only {len(results)} inputs ran in {SECONDS:.0f} s"
     assert outcomes["error"] > 0, "no input failed: the mutations are not reaching the parser"
+
+
+def _damaged(seed, damage):
+    """The seed's bytes with `damage(bytearray, structure)` applied."""
+    from fuzzlib import structure
+
+    b = bytearray(seed.read_bytes())
+    damage(b, structure(b))
+    return bytes(b)
+
+
+def _first_cpu(s):
+    return next(c for c in s.cpus if c.size)
+
+
+# Each of these made libtracecmd crash (or an Arrow conversion fail) before layout.py
+# checked it; each must now be layout's own one-line error, before the C library runs.
+LAYOUT_CASES = {
+    "chunk count": (False, lambda b, s: s.put(b, _first_cpu(s).offset, "I", 0xffffffff),
+                    "compressed chunks in"),
+    "chunk usize": (False, lambda b, s: s.put(b, _first_cpu(s).offset + 8, "I", 40959),
+                    "bytes uncompressed"),
+    "first page commit": (True, lambda b, s: s.put(b, _first_cpu(s).offset + 8, "Q", 0xffffffff),
+                          "bytes of events in a 4096-byte page"),
+    "flyrecord flags": (False, lambda b, s: s.put(b, _first_cpu(s).section_size_pos - 6, "H", 0),
+                        "not a compressed flyrecord section"),
+    "buffer page size": (False, lambda b, s: s.put(b, next(p for p, _, w in s.counts
+                                                           if w == "buffer page size"), "I", 0),
+                         "page size 0"),
+    "buffer cpu id": (False, lambda b, s: s.put(b, _first_cpu(s).cpu_id_pos, "I", 0xffffffff),
+                      "CPU id 4294967295"),
+    "cpucount option": (False, lambda b, s: s.put(b, next(p for p, i in s.options if i == 8) + 6,
+                                                  "I", 0xffffffff), "CPUCOUNT option says"),
+    "options flagged compressed": (True, lambda b, s: s.put(b, max(s.sections) + 2, "H", 1),
+                                   "options section at"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUT_CASES))
+def test_structural_damage_is_a_layout_error(case, tmp_path):
+    """Damage one field of a real trace (the example bundle, or its v7-uncompressed form)
+    where the fuzz runs found it crashing the decoder; parse must fail in one line."""
+    from kmemscope.errors import TraceFileError
+    from kmemscope.parsers.layout import read_layout
+    from kmrun import kmemscope
+
+    uncompressed, damage, expect = LAYOUT_CASES[case]
+    seed = EXAMPLES / "memory-pressure" / "trace.dat"
+    if uncompressed:
+        plain = tmp_path / "plain.dat"
+        subprocess.run(["trace-cmd", "convert", "--file-version", "7", "--compression", "none",
+                        "-i", str(seed), "-o", str(plain)], check=True, capture_output=True)
+        seed = plain
+    bad = tmp_path / "bad.dat"
+    bad.write_bytes(_damaged(seed, damage))
+    with pytest.raises(TraceFileError) as err:
+        read_layout(str(bad), lambda proto, data, size: (_ for _ in ()).throw(ValueError("bad data")))
+    assert expect in str(err.value) and "\n" not in str(err.value)
+    proc = kmemscope("parse", "-q", bad, "-o", tmp_path / "ds", check=False)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("kmemscope: error: ") and expect in proc.stderr, proc.stderr
+    # The undamaged file parses: the damage, not the conversion, is what fails.
+    assert kmemscope("parse", "-q", seed, "-o", tmp_path / "ok", check=False).returncode == 0
