@@ -7,8 +7,6 @@ import time
 
 from kmemscope.errors import CaptureError
 
-BUNDLE_FILES = ("trace.dat", "manifest.json", "procfs", "trace-cmd.log")
-
 
 def is_bundle(path):
     """A directory that record wrote (or an empty one): safe to replace with --force."""

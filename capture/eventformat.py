@@ -22,18 +22,6 @@ def read_format(tracefs, system, event):
                            "check that this kernel has the event: ls %s" % os.path.dirname(path))
 
 
-def field_names(format_text):
-    """Names of the fields that a format declares, in order."""
-    names = []
-    for line in format_text.splitlines():
-        line = line.strip()
-        if line.startswith("field:"):
-            decl = line[len("field:"):].split(";", 1)[0]
-            name = decl.split()[-1].split("[", 1)[0]
-            names.append(name)
-    return names
-
-
 def print_fmt(format_text):
     """The `print fmt:` line of a format (everything after the label)."""
     for line in format_text.splitlines():
@@ -124,12 +112,3 @@ def print_flags(format_text, field):
     if not table:
         raise CaptureError("empty __print_flags table for field %r" % field)
     return table
-
-
-def flag_bit(format_text, field, name):
-    """Value of one flag (e.g. __GFP_DIRECT_RECLAIM) in the live format's table."""
-    table = print_flags(format_text, field)
-    if name not in table:
-        raise CaptureError("this kernel's %s table has no %s" % (field, name),
-                           "choose a preset without that filter, or give -e with your own filter")
-    return table[name]

@@ -154,18 +154,6 @@ def buffer_writes(saved, current):
     return out
 
 
-def differences(before, after):
-    """Human-readable list of what differs between two snapshots (tests, verification)."""
-    out = []
-    for key in sorted(set(before) | set(after)):
-        if key in ("filters", "buffer_size_kb_text"):
-            continue  # the raw text changes once the buffer expands; buffer_size_kb compares sizes
-        a, b = before.get(key), after.get(key)
-        if a != b:
-            out.append("%s: %r -> %r" % (key, a, b))
-    return out
-
-
 # ---------------------------------------------------------------- the state file
 
 def save_file(path, record):

@@ -15,7 +15,6 @@ count is returned as 100000 with capped=True: a lower bound, not a value.
 import os
 import re
 
-SAMPLE_HEADER = "#kmemscope-sample"
 PAGETYPEINFO_CAP = 100000
 
 _HEADER = re.compile(r"^#kmemscope-sample\s+mono_ns=(\d+)\s+realtime_ns=(\d+)\s*$")

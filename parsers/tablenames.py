@@ -25,7 +25,6 @@ RESERVED_TABLES = frozenset({
     "page_alloc_classes", "vmstat_deltas", "thp_gfp", "thp_orders", "thp_order_allocs",
     "thp_fault_attempts", "direct_compactions",
 })
-MAX_NAME = 64
 _SAFE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 

@@ -77,15 +77,10 @@ def test_live_gfp_table_matches_the_kernels_bit_numbers():
     assert list(table)[0] == "GFP_TRANSHUGE"  # table order is kept: composites first
 
 
-def test_old_style_format_table_and_fields():
-    assert eventformat.field_names(FORMAT_4_19) == ["common_type", "page", "order", "gfp_flags",
-                                                     "migratetype"]
+def test_old_style_format_table():
     table = eventformat.print_flags(FORMAT_4_19, "gfp_flags")
     assert table == {"GFP_ATOMIC": 0x480020, "__GFP_DIRECT_RECLAIM": 0x200000,
                      "__GFP_KSWAPD_RECLAIM": 0x400000, "__GFP_HIGH": 0x20}
-    assert eventformat.flag_bit(FORMAT_4_19, "gfp_flags", "__GFP_DIRECT_RECLAIM") == 0x200000
-    with pytest.raises(CaptureError):
-        eventformat.flag_bit(FORMAT_4_19, "gfp_flags", "__GFP_NOMEMALLOC")
     with pytest.raises(CaptureError):
         eventformat.print_flags(FORMAT_4_19, "order")
 
