@@ -209,7 +209,8 @@ counts AS (
   SELECT run_id, stack_id, any_value(highatomic_era) AS highatomic_era,
          count(*) AS allocs,
          count(CASE WHEN failed THEN 1 END) AS failed,
-         coalesce(sum(CASE WHEN NOT failed THEN CAST(1 AS BIGINT) << "order" END), 0) AS pages,
+         CAST(coalesce(sum(CASE WHEN NOT failed THEN CAST(1 AS BIGINT) << "order" END), 0) AS BIGINT)
+           AS pages,
          count(CASE WHEN alloc_class = 'highatomic_eligible' THEN 1 END) AS highatomic_eligible,
          count(CASE WHEN alloc_class = 'other_nonblocking' THEN 1 END) AS other_nonblocking,
          count(CASE WHEN alloc_class = 'blocking' THEN 1 END) AS blocking,
@@ -283,7 +284,8 @@ counts AS (
          mode(subsystem) AS subsystem,
          count(*) AS allocs,
          count(CASE WHEN failed THEN 1 END) AS failed,
-         coalesce(sum(CASE WHEN NOT failed THEN CAST(1 AS BIGINT) << "order" END), 0) AS pages,
+         CAST(coalesce(sum(CASE WHEN NOT failed THEN CAST(1 AS BIGINT) << "order" END), 0) AS BIGINT)
+           AS pages,
          count(DISTINCT stack_id) AS stacks
   FROM joined
   GROUP BY run_id, callsite, "order", alloc_class
@@ -342,7 +344,8 @@ counts AS (
   SELECT run_id, any_value(highatomic_era) AS highatomic_era, subsystem, "order", alloc_class,
          count(*) AS allocs,
          count(CASE WHEN failed THEN 1 END) AS failed,
-         coalesce(sum(CASE WHEN NOT failed THEN CAST(1 AS BIGINT) << "order" END), 0) AS pages,
+         CAST(coalesce(sum(CASE WHEN NOT failed THEN CAST(1 AS BIGINT) << "order" END), 0) AS BIGINT)
+           AS pages,
          count(DISTINCT callsite) AS callsites,
          count(DISTINCT stack_id) AS stacks
   FROM joined
@@ -417,8 +420,8 @@ paired AS (
 counts AS (
   SELECT p.run_id, p.stack_id,
          count(CASE WHEN p.free_ts IS NULL THEN 1 END) AS outstanding,
-         coalesce(sum(CASE WHEN p.free_ts IS NULL THEN CAST(1 AS BIGINT) << p."order" END), 0)
-           AS outstanding_pages,
+         CAST(coalesce(sum(CASE WHEN p.free_ts IS NULL THEN CAST(1 AS BIGINT) << p."order" END), 0)
+              AS BIGINT) AS outstanding_pages,
          count(*) AS allocs,
          count(p.free_ts) AS freed,
          (max(f.last_ts) - min(CASE WHEN p.free_ts IS NULL THEN p.ts END)) / 1e9 AS oldest_age_s,
@@ -457,7 +460,8 @@ ORDER BY f.run_id, r.rank
 -- @section folded: folded stacks for flame graphs: `kmemscope query alloc_origins.folded DS --run ID --format folded`
 -- One row per distinct root-first frame sequence; --format folded writes the
 -- lines `frame;frame;...;frame samples` that flamegraph.pl, inferno and
--- speedscope read. Frames are function names (no offsets), root first, the
+-- speedscope read. Frames are function names (no offsets, no compiler
+-- suffixes such as .isra.0), root first, the
 -- tracing frames at the leaf end left out; characters that would break the
 -- format (';', white space, control characters) become '_'. With several runs
 -- pick one (--run) or give each its own root (--param root=run): otherwise the
