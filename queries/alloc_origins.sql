@@ -187,23 +187,22 @@ WHERE p.alloc_class = 'all'
    OR (p.alloc_class = 'nonblocking' AND a.alloc_class IN ('highatomic_eligible', 'other_nonblocking'));
 
 -- @section stacks: per run and distinct stack: allocations by order and class, callsite, subsystem, frames
--- Output columns:
---   run_id, labels        the run
---   highatomic_era        'A' or 'B': the eligibility rule applied
---   stack_id              the stack within the run (1 = first seen)
---   allocs                mm_page_alloc events (attempts) with this stack
---   failed                of them, failed (pfn = -1UL)
---   pages                 pages handed out: sum of 2^order over the successful ones
---   pct_of_run            % of the run's allocations with a stack (of the selected class)
---   orders                attempts per order, 'ORDER:COUNT ...', ascending
---   highatomic_eligible   attempts in that class
---   other_nonblocking     attempts in that class
---   blocking              attempts in that class
---   unknown               attempts in that class (the run has no gfp table)
---   callsite              the first frame outside tracing, allocator, slab and vmalloc
---   subsystem             from the subsystem table, 'other' if no pattern matches
---   depth                 frames in the stack
---   frames                the stack as recorded, innermost first, 'function+0xoffset'
+-- @columns
+--   highatomic_era        text   'A' or 'B': the eligibility rule applied
+--   stack_id              code   the stack within the run (1 = first seen)
+--   allocs                count  mm_page_alloc events (attempts) with this stack
+--   failed                count  of them, failed (pfn = -1UL)
+--   pages                 pages  pages handed out: sum of 2^order over the successful ones
+--   pct_of_run            %      % of the run's allocations with a stack (of the selected class)
+--   orders                text   attempts per order, 'ORDER:COUNT ...', ascending
+--   highatomic_eligible   count  attempts in that class
+--   other_nonblocking     count  attempts in that class
+--   blocking              count  attempts in that class
+--   unknown               count  attempts in that class (the run has no gfp table)
+--   callsite              text   the first frame outside tracing, allocator, slab and vmalloc
+--   subsystem             text   from the subsystem table, 'other' if no pattern matches
+--   depth                 count  frames in the stack
+--   frames                list   the stack as recorded, innermost first, 'function+0xoffset'
 WITH
 counts AS (
   SELECT run_id, stack_id, any_value(highatomic_era) AS highatomic_era,
@@ -259,19 +258,19 @@ WHERE $top_n = 0 OR r.rank <= $top_n
 ORDER BY f.run_id, r.rank
 
 -- @section callsites: per run, callsite, order and class: allocations, stacks, share
--- Output columns:
---   run_id, labels        the run
---   highatomic_era        'A' or 'B'
---   callsite              as in alloc_origins.stacks
---   subsystem             the subsystem of the callsite's stacks (several: the most allocations')
---   order                 allocation order
---   alloc_class           highatomic_eligible | other_nonblocking | blocking | unknown
---   allocs                attempts
---   failed                of them, failed
---   pages                 pages handed out (2^order per successful attempt)
---   stacks                distinct stacks behind them
---   allocs_per_s          attempts per second of capture
---   pct_of_run            % of the run's allocations with a stack (of the selected class)
+-- @columns
+--   highatomic_era        text   'A' or 'B'
+--   callsite              text   as in alloc_origins.stacks
+--   subsystem             text   the subsystem of the callsite's stacks (several: the most
+--                                  allocations')
+--   order                 order  allocation order
+--   alloc_class           text   highatomic_eligible | other_nonblocking | blocking | unknown
+--   allocs                count  attempts
+--   failed                count  of them, failed
+--   pages                 pages  pages handed out (2^order per successful attempt)
+--   stacks                count  distinct stacks behind them
+--   allocs_per_s          /s     attempts per second of capture
+--   pct_of_run            %      % of the run's allocations with a stack (of the selected class)
 WITH
 joined AS (
   SELECT a.run_id, a.highatomic_era, a."order", a.alloc_class, a.failed, a.stack_id,
@@ -309,20 +308,19 @@ JOIN run_facts AS f ON f.run_id = c.run_id
 ORDER BY f.run_id, c.allocs DESC, c.callsite, c."order", c.alloc_class
 
 -- @section subsystems: per run, subsystem, order and class: allocations, callsites, share
--- Output columns:
---   run_id, labels        the run
---   highatomic_era        'A' or 'B'
---   subsystem             from the subsystem table ('other': no pattern matched)
---   order                 allocation order
---   alloc_class           highatomic_eligible | other_nonblocking | blocking | unknown
---   allocs                attempts
---   failed                of them, failed
---   pages                 pages handed out (2^order per successful attempt)
---   callsites             distinct callsites
---   stacks                distinct stacks
---   top_callsite          the callsite with the most of these attempts
---   allocs_per_s          attempts per second of capture
---   pct_of_run            % of the run's allocations with a stack (of the selected class)
+-- @columns
+--   highatomic_era        text   'A' or 'B'
+--   subsystem             text   from the subsystem table ('other': no pattern matched)
+--   order                 order  allocation order
+--   alloc_class           text   highatomic_eligible | other_nonblocking | blocking | unknown
+--   allocs                count  attempts
+--   failed                count  of them, failed
+--   pages                 pages  pages handed out (2^order per successful attempt)
+--   callsites             count  distinct callsites
+--   stacks                count  distinct stacks
+--   top_callsite          text   the callsite with the most of these attempts
+--   allocs_per_s          /s     attempts per second of capture
+--   pct_of_run            %      % of the run's allocations with a stack (of the selected class)
 WITH
 joined AS (
   SELECT a.run_id, a.highatomic_era, a."order", a.alloc_class, a.failed, a.stack_id,
@@ -382,18 +380,18 @@ ORDER BY f.run_id, c.allocs DESC, c.subsystem, c."order", c.alloc_class
 -- page's free counts for the block. A recording whose frees were filtered
 -- (e.g. -e kmem:mm_page_free:'order > 0') must keep the frees of the orders
 -- analysed.
--- Output columns:
---   run_id, labels        the run
---   stack_id              as in alloc_origins.stacks
---   outstanding           successful allocations of this stack not freed by capture end
---   outstanding_pages     their pages (2^order each)
---   allocs                successful allocations of this stack
---   freed                 of them, freed during the capture
---   oldest_age_s          capture end minus the earliest outstanding allocation, s
---   median_age_s          median of (capture end - allocation ts) over the outstanding, s
---   median_lifetime_s     median of (free ts - allocation ts) over the freed, s
---   callsite, subsystem   as in alloc_origins.stacks
---   frames                the stack, innermost first
+-- @columns
+--   stack_id              code   as in alloc_origins.stacks
+--   outstanding           count  successful allocations of this stack not freed by capture end
+--   outstanding_pages     pages  their pages (2^order each)
+--   allocs                count  successful allocations of this stack
+--   freed                 count  of them, freed during the capture
+--   oldest_age_s          s      capture end minus the earliest outstanding allocation
+--   median_age_s          s      median of (capture end - allocation ts) over the outstanding
+--   median_lifetime_s     s      median of (free ts - allocation ts) over the freed
+--   callsite              text   as in alloc_origins.stacks
+--   subsystem             text   as in alloc_origins.stacks
+--   frames                list   the stack, innermost first
 WITH
 ok AS (
   SELECT run_id, ts, pfn, "order", stack_id
@@ -466,10 +464,9 @@ ORDER BY f.run_id, r.rank
 -- format (';', white space, control characters) become '_'. With several runs
 -- pick one (--run) or give each its own root (--param root=run): otherwise the
 -- runs' stacks add up.
--- Output columns:
---   run_id, labels        the run
---   stack                 frames root first, joined by ';' (root=...: that frame first)
---   samples               allocations (weight=allocs) or pages (weight=pages) on this stack
+-- @columns
+--   stack                 text   frames root first, joined by ';' (root=...: that frame first)
+--   samples               count  allocations (weight=allocs) or pages (weight=pages) on this stack
 WITH
 joined AS (
   SELECT a.run_id, a.comm, a."order", a.alloc_class, a.failed, s.subsystem, s.flame_frames
@@ -507,17 +504,16 @@ ORDER BY f.run_id, d.samples DESC, d.stack
 
 -- @section pairing: per run: how many allocations got a stack and what the stacks paired with
 -- @derived stack_pairing
--- Output columns:
---   run_id, labels        the run
---   allocs                mm_page_alloc events of the run (every class)
---   allocs_with_stack     of them, paired with a kernel stack
---   allocs_without_stack  of them, none (stack lost, or the capture ended first)
---   stacks                kernel_stack records of the run
---   stacks_alloc          paired with an allocation
---   stacks_other          paired with another traced event (e.g. mm_page_free)
---   stacks_unpaired       no event at their level (their event came before the capture)
---   stacks_mismatched     the innermost frame names another event than the allocation
---   distinct_stacks       stack_ids of the run
+-- @columns
+--   allocs                count  mm_page_alloc events of the run (every class)
+--   allocs_with_stack     count  of them, paired with a kernel stack
+--   allocs_without_stack  count  of them, none (stack lost, or the capture ended first)
+--   stacks                count  kernel_stack records of the run
+--   stacks_alloc          count  paired with an allocation
+--   stacks_other          count  paired with another traced event (e.g. mm_page_free)
+--   stacks_unpaired       count  no event at their level (their event came before the capture)
+--   stacks_mismatched     count  the innermost frame names another event than the allocation
+--   distinct_stacks       count  stack_ids of the run
 SELECT
   f.run_id,
   f.labels,
