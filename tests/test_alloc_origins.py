@@ -383,3 +383,18 @@ def test_synthetic_needs_stacks(tmp_path):
     proc = kmemscope("query", "alloc_origins", ds, check=False)
     assert proc.returncode != 0 and "kernel_stack" in proc.stderr
     assert proc.stderr.count("\n") == 1
+
+
+def test_documented_callsite_rule_is_the_one_applied():
+    """The globs listed in the header are exactly the VALUES the prelude matches."""
+    text = (Path(engine.__file__).parent / "alloc_origins.sql").read_text()
+    header = text.split("none of these globs:", 1)[1].split("-- '(allocator)'", 1)[0]
+    documented = set()
+    for line in header.splitlines()[1:]:
+        words = line[2:].split()
+        if words and words[0] in ("tracing", "allocator", "slab", "vmalloc"):
+            words = words[1:]
+        documented.update(words)
+    prelude = text.split("CREATE TEMP TABLE frame_skip AS", 1)[1].split(") AS t(pattern, kind)")[0]
+    applied = set(re.findall(r"\('([^']+)', '(?:tracing|allocator|slab|vmalloc)'\)", prelude))
+    assert documented == applied
