@@ -226,7 +226,11 @@ def derive_runs(dataset, run_ids=None, threads=None):
     """Compute every derived table for `run_ids` (default: all runs). For `parse`."""
     parts = ds.table_runs(dataset)
     runs = list(run_ids) if run_ids is not None else sorted(parts.get("runs", {}))
-    return {name: derived_files(dataset, name, runs, parts, threads) for name in DERIVED_TABLES}
+    out = {name: derived_files(dataset, name, runs, parts, threads) for name in DERIVED_TABLES}
+    if "kernel_stack" in parts:     # a recording with stacks: intern them too
+        out.update({name: stack_files(dataset, name, runs, parts, threads)
+                    for name in STACK_TABLES})
+    return out
 
 
 # ---------------------------------------------------------------- allocation stacks
