@@ -134,27 +134,33 @@ def _strays(ds, cwd, tmp, indir):
     return bad
 
 
-def run_one(path, work, token, hang_seconds, memory_bytes):
+def run_one(path, work, token, hang_seconds, memory_bytes, command=KMEMSCOPE):
     """Run `kmemscope parse` on `path`; return (class, detail, exit code, stderr)."""
     ds, cwd, tmp = work / "ds", work / "cwd", work / "tmp"
     for d in (cwd, tmp):
         d.mkdir(exist_ok=True)
     env = dict(os.environ, TMPDIR=str(tmp), KMEMSCOPE_FUZZ_TOKEN=token)
-    cmd = ["prlimit", f"--as={memory_bytes}", "--core=0", "--", str(KMEMSCOPE), "parse", "-q",
+    cmd = ["prlimit", f"--as={memory_bytes}", "--core=0", "--", str(command), "parse", "-q",
            str(path), "-o", str(ds)]
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        _out, err = proc.communicate(timeout=hang_seconds)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _out, err = proc.communicate()
-        _kill(_leftovers(token))
-        return "hang", f"no exit after {hang_seconds:.0f} s", None, err.decode("utf-8", "replace")
-    err = err.decode("utf-8", "replace")
+    # stderr goes to a file, not a pipe: a process left behind that holds it open must
+    # not make the command look hung.
+    with open(work / "stderr.txt", "w+b") as errf:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True)
+        hung = False
+        try:
+            proc.wait(timeout=hang_seconds)
+        except subprocess.TimeoutExpired:
+            hung = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        left = _leftovers(token)
+        _kill(left)
+        errf.seek(0)
+        err = errf.read(1 << 20).decode("utf-8", "replace")
     code = proc.returncode
-    left = _leftovers(token)
-    _kill(left)
+    if hung:
+        return "hang", f"no exit after {hang_seconds:.0f} s", None, err
     strays = _strays(ds, cwd, tmp, path.parent)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     if code < 0:
@@ -181,6 +187,7 @@ def run_one(path, work, token, hang_seconds, memory_bytes):
 def _clean(work):
     for name in ("ds", "cwd", "tmp"):
         shutil.rmtree(work / name, ignore_errors=True)
+    (work / "stderr.txt").unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- the run

@@ -247,3 +247,44 @@ def test_structural_damage_is_a_layout_error(case, tmp_path):
     assert proc.stderr.startswith("kmemscope: error: ") and expect in proc.stderr, proc.stderr
     # The undamaged file parses: the damage, not the conversion, is what fails.
     assert kmemscope("parse", "-q", seed, "-o", tmp_path / "ok", check=False).returncode == 0
+
+
+# What a broken `kmemscope parse` could do, and the class tests/fuzz_long.py must give it.
+FAKE_PARSE = {
+    "success": ('mkdir -p "$5/runs/run_id=0123456789abcdef"', "success"),
+    "clean-error": ('echo "kmemscope: error: $3: corrupt" >&2; exit 1', "clean-error"),
+    "crash-contained": ('echo "kmemscope: error: $3: the trace decoder died (signal SIGSEGV)" >&2; exit 1',
+                        "crash-contained"),
+    "two lines": ('echo "noise" >&2; echo "kmemscope: error: x" >&2; exit 1', "other"),
+    "no run": ("exit 0", "other"),
+    "traceback": ('echo "Traceback (most recent call last):" >&2; exit 1', "traceback"),
+    "hang": ("sleep 30", "hang"),
+    "killed": ("kill -SEGV $$", "escape"),
+    "child left": ('(exec -a kmemscope-fuzz-test-child sleep 30) & echo "kmemscope: error: x" >&2; exit 1',
+                   "escape"),
+    "staging left": ('mkdir -p "$5/.staging-1"; echo "kmemscope: error: x" >&2; exit 1', "escape"),
+    "file in cwd": ('touch stray; echo "kmemscope: error: x" >&2; exit 1', "escape"),
+    "file in TMPDIR": ('touch "$TMPDIR/x"; echo "kmemscope: error: x" >&2; exit 1', "escape"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAKE_PARSE))
+def test_fuzz_runner_classifies_outcomes(case, tmp_path):
+    """The long runner's classes, checked against a stand-in for the command that does
+    each thing on purpose (arguments as the runner passes them: parse -q INPUT -o DS)."""
+    sys.path.insert(0, str(HERE))
+    from fuzz_long import run_one
+
+    script, expected = FAKE_PARSE[case]
+    fake = tmp_path / "fake-kmemscope"
+    fake.write_text(f"#!/bin/bash\n{script}\n")
+    fake.chmod(0o755)
+    work = tmp_path / "work"
+    (work / "in").mkdir(parents=True)
+    (work / "in" / "input.dat").write_bytes(b"x")
+    cls, detail, _code, _err = run_one(work / "in" / "input.dat", work, f"test-{os.getpid()}-{case}",
+                                       hang_seconds=3, memory_bytes=1 << 30, command=fake)
+    assert cls == expected, (cls, detail)
+    # Whatever the fake left running was killed by the runner.
+    out = subprocess.run(["pgrep", "-f", "kmemscope-fuzz-test-child"], capture_output=True, text=True)
+    assert not out.stdout.strip() or case != "child left"
