@@ -50,10 +50,12 @@
 -- @derived alloc_stacks alloc_stack_ids
 --
 -- Caveats: an allocation made before its stack was recorded, or whose stack
--- was lost, has no stack and is counted only in alloc_origins.pairing. Symbols
--- come from the kallsyms in trace.dat; an address outside it shows as 0x...
--- Frames of inlined functions do not appear (the unwinder sees return
--- addresses only). The filter of the atomic-origins preset keeps only order > 0
+-- was lost, has no stack and is counted only in alloc_origins.pairing. Events
+-- lost to a ring-buffer overrun can shift the pairing of the events around the
+-- loss on that CPU; a stack and an event at the same nanosecond are taken in the
+-- order event, then stack. Symbols come from the kallsyms in trace.dat; an
+-- address outside it shows as 0x... Frames of inlined functions do not appear
+-- (the unwinder sees return addresses only). The filter of the atomic-origins preset keeps only order > 0
 -- allocations without __GFP_DIRECT_RECLAIM: the blocking class is then empty.
 -- Rates use the run's capture window.
 --
