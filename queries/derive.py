@@ -262,7 +262,7 @@ def derive_runs(dataset, run_ids=None, threads=None):
 #   at their level: the event was lost or recorded before the capture began),
 #   stacks_mismatched (the frame names another event), allocs, allocs_with_stack.
 
-STACK_DERIVE_VERSION = "1"
+STACK_DERIVE_VERSION = "2"
 STACK_TABLES = ("alloc_stacks", "alloc_stack_ids", "stack_pairing")
 # Tables of a run that are not events (no cpu/ts ordering to take part in).
 _NOT_EVENTS = {"runs", "print_flags", "lost_events", "event_tables", "vmstat",
@@ -281,11 +281,10 @@ _STACK_MATCH_SQL = """
 CREATE TEMP TABLE matched AS
 SELECT rid AS stack_rid, prev_rid AS event_rid,
        CASE WHEN prev_is_stack IS NULL OR prev_is_stack THEN 'unpaired'
-            WHEN prev_is_alloc AND mismatched THEN 'mismatched'
             WHEN prev_is_alloc THEN 'alloc'
             ELSE 'other' END AS outcome
 FROM (
-  SELECT rid, is_stack, mismatched,
+  SELECT rid, is_stack,
          lag(rid) OVER w AS prev_rid,
          lag(is_stack) OVER w AS prev_is_stack,
          lag(is_alloc) OVER w AS prev_is_alloc
@@ -359,11 +358,10 @@ def _derive_stacks(parts, root, run, sig, threads):
     scans = []
     for table, files in sources:
         if table == "kernel_stack":
-            cols = f"cpu, ts, true AS is_stack, false AS is_alloc, {_MISMATCH} AS mismatched"
+            cols = "cpu, ts, true AS is_stack, false AS is_alloc"
         else:
             cols = ("cpu, ts, false AS is_stack, " +
-                    ("true" if table == "mm_page_alloc" else "false") +
-                    " AS is_alloc, false AS mismatched")
+                    ("true" if table == "mm_page_alloc" else "false") + " AS is_alloc")
         scans.append(_rows(index[table], files, cols))
     con = duckdb.connect()
     out = {}
@@ -374,16 +372,17 @@ def _derive_stacks(parts, root, run, sig, threads):
         con.execute("CREATE TEMP TABLE recs AS " + " UNION ALL ".join(scans))
         con.execute(_STACK_PAIR_SQL)
         con.execute(_STACK_MATCH_SQL)
-        # sql-safe: _rows() builds from constants, ints and quoted paths
-        con.execute("CREATE TEMP TABLE stacks AS " + _rows(
-            index["kernel_stack"], dict(sources)["kernel_stack"], "caller, caller_symbols"))
-        con.execute("CREATE TEMP TABLE allocs AS " + _rows(  # sql-safe: as above
+        con.execute("CREATE TEMP TABLE allocs AS " + _rows(  # sql-safe: as below
             index["mm_page_alloc"], dict(sources)["mm_page_alloc"], 'ts, cpu, pfn, "order"'))
-        con.execute("""
-            CREATE TEMP TABLE paired AS
-            SELECT m.event_rid, s.caller, s.caller_symbols
-            FROM matched AS m JOIN stacks AS s ON s.rid = m.stack_rid
-            WHERE m.outcome = 'alloc'""")
+        # The symbols are the costly column: read once, for the stacks of allocations.
+        # sql-safe: _rows() builds from constants, ints and quoted paths; _MISMATCH is a constant
+        con.execute("CREATE TEMP TABLE taken AS SELECT m.event_rid, s.caller, s.caller_symbols, "
+                    f"{_MISMATCH} AS mismatched FROM ("
+                    + _rows(index["kernel_stack"], dict(sources)["kernel_stack"],
+                            "caller, caller_symbols")
+                    + ") AS s JOIN matched AS m ON m.stack_rid = s.rid AND m.outcome = 'alloc'")
+        con.execute("CREATE TEMP TABLE paired AS SELECT event_rid, caller, caller_symbols "
+                    "FROM taken WHERE NOT mismatched")
         con.execute("""
             CREATE TEMP TABLE interned AS
             SELECT caller, row_number() OVER (ORDER BY first_ts, first_rid) AS stack_id, frames
@@ -404,10 +403,10 @@ def _derive_stacks(parts, root, run, sig, threads):
             "stack_pairing": """
                 SELECT
                   count(*) AS stacks,
-                  count(*) FILTER (WHERE outcome = 'alloc') AS stacks_alloc,
+                  (SELECT count(*) FROM paired) AS stacks_alloc,
                   count(*) FILTER (WHERE outcome = 'other') AS stacks_other,
                   count(*) FILTER (WHERE outcome = 'unpaired') AS stacks_unpaired,
-                  count(*) FILTER (WHERE outcome = 'mismatched') AS stacks_mismatched,
+                  (SELECT count(*) FROM taken WHERE mismatched) AS stacks_mismatched,
                   (SELECT count(*) FROM allocs) AS allocs,
                   (SELECT count(*) FROM paired) AS allocs_with_stack
                 FROM matched""",
