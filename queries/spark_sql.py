@@ -1,0 +1,573 @@
+"""Translate kmemscope's DuckDB SQL (the analyses, _common.sql, preludes) to Spark SQL.
+
+sqlglot (pinned: the `spark` extra of setup.cfg) parses the DuckDB text and
+writes Spark SQL; kmemscope's own rules rewrite what sqlglot would translate
+into something that runs but answers differently, and `lint` rejects what has
+no exact Spark form. Rules (each exact, or rejected):
+
+  percentile_cont(p) WITHIN GROUP (ORDER BY x), quantile_cont(x, p | [p, ...]),
+  median(x)                -> percentile(x, p): Spark's exact, interpolating
+                              percentile (sqlglot writes percentile_approx)
+  list(x ORDER BY k)       -> transform(sort_array(collect_list(struct(k, x))), ...):
+                              collect_list alone loses the order and drops NULLs
+  string_agg(x, s ORDER BY k) -> listagg(x, s) WITHIN GROUP (ORDER BY k) (Spark 4)
+  log(x)                   -> log10(x) (DuckDB's one-argument log is base 10,
+                              Spark's is natural); log2(x) stays log2
+  decimal literals (100.0) -> DOUBLE: DuckDB divides decimals in floating point,
+                              Spark would round the quotient to 6 decimal places
+  a & b, a | b, a ^ b      -> on uint64 values held as DECIMAL(20,0): per 32-bit
+                              half in BIGINT, exact for 0 <= a, b < 2^64
+                              (uint64="int64": the columns are BIGINT, plain ops)
+  UBIGINT, UINTEGER, ...   -> DECIMAL(20,0), BIGINT, INT, SMALLINT
+  a GLOB b                 -> a RLIKE the pattern turned into an anchored regex
+  regexp_replace           -> POSIX classes ([:space:]) as Java classes; without
+                              'g' only where the pattern can match once
+  x ASOF [LEFT] JOIN t ON eqs AND t.k <= x.k
+                           -> [LEFT] JOIN LATERAL (SELECT * FROM t WHERE ...
+                              ORDER BY t.k DESC LIMIT 1) ON TRUE
+  several unnest() in one SELECT -> inline(arrays_zip(...)) AS (a, b)
+  len(list)                -> size(list) (length() stays: characters of a string in both)
+  read_csv($param, ...)    -> a view the executor registers from the bound path
+  $name                    -> :name, bound by spark.sql(query, args=...), never pasted
+  CREATE TEMP VIEW         -> a Spark temporary view (re-resolved on use, as in DuckDB)
+  CREATE TEMP TABLE        -> a DataFrame computed once (createOrReplaceTempView)
+
+Golden files (what Spark runs, for review): queries/spark/<analysis>.<section>.sql,
+written by `python -m kmemscope.queries.spark_sql --write-golden`.
+"""
+import functools
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+QUERY_DIR = Path(__file__).resolve().parent
+GOLDEN_DIR = QUERY_DIR / "spark"
+COMMON_SQL = QUERY_DIR / "_common.sql"
+SQLGLOT_VERSION = "30.30.0"      # the golden files are this version's output
+UINT64_MODES = ("decimal", "int64")
+_TWO32 = 4294967296
+
+
+class TranslationError(ValueError):
+    """SQL with a construct that has no exact Spark translation."""
+
+
+@dataclass
+class FileView:
+    """A view the executor makes from a FILE parameter (read_csv in DuckDB)."""
+    view: str
+    param: str
+    header: bool
+    comment: str
+    columns: dict            # name -> Spark type
+
+
+@dataclass
+class Statement:
+    kind: str                # "view", "table" or "select"
+    name: str                # the view/table name; None for a select
+    sql: str                 # Spark SQL of the SELECT
+    params: tuple = ()       # parameter names it binds
+    files: list = field(default_factory=list)   # [FileView]
+
+    def text(self):
+        if self.kind == "select":
+            return self.sql
+        what = "TEMPORARY VIEW" if self.kind == "view" else "TEMPORARY TABLE (a cached DataFrame)"
+        return f"-- {what} {self.name}\n{self.sql}"
+
+
+def _sqlglot():
+    import sqlglot
+    if sqlglot.__version__ != SQLGLOT_VERSION:
+        # Another version writes other (maybe correct, maybe not) Spark SQL.
+        raise TranslationError(f"sqlglot {sqlglot.__version__} is installed; kmemscope's Spark "
+                               f"rules are checked against {SQLGLOT_VERSION} "
+                               "(pip install 'kmemscope[spark]')")
+    return sqlglot
+
+
+# ---------------------------------------------------------------- types
+
+_UNSIGNED = {"UTINYINT": "SMALLINT", "USMALLINT": "INT", "UINTEGER": "BIGINT",
+             "UINT": "BIGINT", "UBIGINT": None, "HUGEINT": "DECIMAL(38, 0)",
+             "INT128": "DECIMAL(38, 0)", "UHUGEINT": "DECIMAL(38, 0)"}
+
+
+def spark_type(duck_type, uint64="decimal"):
+    """The Spark type for a DuckDB type name (stand-in columns, casts)."""
+    sqlglot = _sqlglot()
+    from sqlglot import exp
+    dt = exp.DataType.build(duck_type, dialect="duckdb")
+    return _map_types(dt, uint64).sql(dialect="spark")
+
+
+def _map_types(dt, uint64):
+    from sqlglot import exp
+
+    def fix(node):
+        if isinstance(node, exp.DataType):
+            name = node.this.name
+            if name in _UNSIGNED:
+                target = _UNSIGNED[name] or ("DECIMAL(20, 0)" if uint64 == "decimal" else "BIGINT")
+                return exp.DataType.build(target, dialect="spark")
+        return node
+    return dt.transform(fix)
+
+
+# ---------------------------------------------------------------- lint
+
+# sqlglot expression classes whose Spark form computes what DuckDB computes
+# (checked against DuckDB on the analyses; tests/test_spark_parity.py).
+_EXACT_FUNCS = {
+    "Count", "Sum", "Avg", "Min", "Max", "Coalesce", "Nullif", "Cast", "Case", "If", "Lower",
+    "Upper", "Floor", "Ceil", "Pow", "Abs", "RowNumber", "Lag", "Lead", "FirstValue",
+    "LastValue", "Ln", "Log", "Exp", "Sqrt", "Greatest", "Least", "DPipe", "Concat",
+    "LogicalOr", "LogicalAnd", "AnyValue", "ArgMax", "ArgMin", "Mode", "Length", "Explode",
+    "GenerateSeries", "ArrayPrepend", "ArrayAppend", "ArrayToString", "ArrayJoin", "Transform",
+    "Array", "PercentileCont", "Median", "ArrayAgg", "GroupConcat", "RegexpReplace", "ReadCSV",
+    "Struct", "Substring", "Trim", "Replace", "IgnoreNulls", "CountIf", "Stddev", "StddevSamp",
+    "Variance", "VarianceSamp", "Round", "Sign", "Bracket", "Lambda", "Ntile", "Rank",
+    "DenseRank", "Filter",
+}
+_POSIX = {"alpha": r"\p{Alpha}", "digit": r"\p{Digit}", "alnum": r"\p{Alnum}",
+          "upper": r"\p{Upper}", "lower": r"\p{Lower}", "space": r"\s", "blank": r"\p{Blank}",
+          "cntrl": r"\p{Cntrl}", "punct": r"\p{Punct}", "xdigit": r"\p{XDigit}",
+          "print": r"\p{Print}", "graph": r"\p{Graph}"}
+
+
+def _func_name(node, text):
+    start = node.meta.get("start") if node.meta else None
+    end = node.meta.get("end") if node.meta else None
+    if start is not None and end is not None:
+        return text[start:end + 1].lower()
+    return None
+
+
+def _problems(tree, text):
+    from sqlglot import exp
+    out = []
+    for node in tree.walk():
+        cls = type(node).__name__
+        if isinstance(node, exp.Anonymous):
+            out.append(f"function {node.name}() is not known to have the same meaning in Spark")
+        elif isinstance(node, exp.Func) and cls not in _EXACT_FUNCS and not isinstance(
+                node, (exp.Window, exp.Connector, exp.Binary, exp.Unary)):
+            out.append(f"{node.sql('duckdb')[:60]}: {cls} has no checked Spark translation")
+        if isinstance(node, exp.WithinGroup):
+            order = node.expression.expressions if node.expression else []
+            if not isinstance(node.this, exp.PercentileCont) or len(order) != 1 or order[0].args.get("desc"):
+                out.append(f"{node.sql('duckdb')[:60]}: only percentile_cont(p) WITHIN GROUP "
+                           "(ORDER BY x) (ascending) has an exact Spark form")
+        if isinstance(node, exp.PercentileCont) and not isinstance(node.parent, exp.WithinGroup):
+            if node.expression is None:
+                out.append(f"{node.sql('duckdb')[:60]}: percentile_cont needs WITHIN GROUP")
+        if isinstance(node, exp.ArrayAgg) and isinstance(node.this, exp.Order):
+            dirs = {bool(o.args.get("desc")) for o in node.this.expressions}
+            if len(dirs) > 1:
+                out.append(f"{node.sql('duckdb')[:60]}: list() ordered by keys of mixed "
+                           "directions has no exact Spark form")
+        if isinstance(node, exp.GroupConcat) and node.find(exp.Distinct):
+            out.append(f"{node.sql('duckdb')[:60]}: string_agg(DISTINCT ...) is not translated")
+        if isinstance(node, exp.Length) and _func_name(node, text) not in ("len", "length",
+                                                                            "array_length"):
+            out.append(f"{node.sql('duckdb')[:60]}: write len(list) or length(string)")
+        if isinstance(node, exp.RegexpReplace):
+            out += _regexp_problems(node)
+        if isinstance(node, exp.Join) and node.args.get("method", "").upper() == "ASOF":
+            if _asof_parts(node) is None:
+                out.append(f"{node.sql('duckdb')[:80]}: ASOF JOIN needs ON equalities AND one "
+                           "inequality on a column of the joined table")
+        if isinstance(node, exp.BitwiseNot):
+            out.append(f"{node.sql('duckdb')[:60]}: ~ on uint64 has no exact Spark form")
+        if isinstance(node, exp.ReadCSV) and not isinstance(node.this, exp.Placeholder):
+            out.append("read_csv() must read a FILE parameter ($name)")
+        if isinstance(node, (exp.Qualify, exp.Pivot, exp.Unnest)):
+            out.append(f"{cls} is not translated")
+    for sel in tree.find_all(exp.Select):
+        explodes = [i for i, e in enumerate(sel.expressions) if e.find(exp.Explode)]
+        if len(explodes) > 1:
+            if explodes != list(range(explodes[0], explodes[-1] + 1)) or not all(
+                    isinstance(sel.expressions[i], exp.Alias) and
+                    isinstance(sel.expressions[i].this, exp.Explode) for i in explodes):
+                out.append("several unnest() in one SELECT must be next to each other, each aliased")
+    if isinstance(tree, exp.Create) and tree.find(exp.Placeholder) and \
+            tree.args.get("kind", "").upper() == "VIEW":
+        out.append(f"view {tree.this.sql('duckdb')} holds a parameter (make it a TEMP TABLE)")
+    return out
+
+
+def _regexp_problems(node):
+    from sqlglot import exp
+    pat, mods = node.expression, node.args.get("modifiers")
+    if not isinstance(pat, exp.Literal) or not pat.is_string:
+        return [f"{node.sql('duckdb')[:60]}: regexp_replace needs a literal pattern"]
+    flags = mods.name if mods is not None else ""
+    if flags not in ("", "g"):
+        return [f"{node.sql('duckdb')[:60]}: regexp_replace flags {flags!r} are not translated"]
+    if not flags:
+        # DuckDB replaces the first match only; Spark every match: equal only
+        # when the pattern can match once (anchored, never empty).
+        text = pat.name
+        try:
+            empty = re.fullmatch(text.replace("[[:", "[[").replace(":]]", "]]"), "") is not None
+        except re.error:
+            empty = True
+        if not (text.startswith("^") or text.endswith("$")) or empty:
+            return [f"{node.sql('duckdb')[:60]}: regexp_replace without 'g' replaces the first "
+                    "match only; Spark replaces all (anchor the pattern or add 'g')"]
+    if re.search(r"\\[CQEPpXRz]|\(\?P<", pat.name):
+        return [f"{node.sql('duckdb')[:60]}: RE2-only regex syntax"]
+    return []
+
+
+def _asof_parts(join):
+    """(equalities, inequality, order column, descending) of an ASOF join's ON, or None."""
+    from sqlglot import exp
+    on = join.args.get("on")
+    alias = join.this.alias_or_name
+    if on is None:
+        return None
+    conds = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    eqs = [c for c in conds if isinstance(c, exp.EQ)]
+    ineq = [c for c in conds if isinstance(c, (exp.LT, exp.LTE, exp.GT, exp.GTE))]
+    if len(ineq) != 1 or len(eqs) + 1 != len(conds):
+        return None
+    c = ineq[0]
+    left, right = c.this, c.expression
+    if isinstance(left, exp.Column) and left.table == alias:
+        col, desc = left, isinstance(c, (exp.LT, exp.LTE))
+    elif isinstance(right, exp.Column) and right.table == alias:
+        col, desc = right, isinstance(c, (exp.GT, exp.GTE))
+    else:
+        return None
+    return eqs, c, col, desc
+
+
+def lint(sql):
+    """Problems (strings) of DuckDB `sql` (one or more statements) for Spark; [] = translatable."""
+    sqlglot = _sqlglot()
+    out = []
+    try:
+        trees = [t for t in sqlglot.parse(sql, read="duckdb") if t is not None]
+    except sqlglot.errors.ParseError as exc:
+        return [f"sqlglot cannot parse it: {str(exc).splitlines()[0]}"]
+    for tree in trees:
+        out += _problems(tree, sql)
+    return out
+
+
+# ---------------------------------------------------------------- rewrites
+
+def _double(node):
+    from sqlglot import exp
+    return exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
+
+
+def _fn(name, *args):
+    from sqlglot import exp
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _bitop(op, a, b, uint64):
+    """a op b (op: & | ^) exact on uint64 values."""
+    import sqlglot
+    from sqlglot import exp
+    cls = {"&": exp.BitwiseAnd, "|": exp.BitwiseOr, "^": exp.BitwiseXor}[op]
+    if uint64 == "int64":
+        return exp.Paren(this=cls(this=a, expression=b))
+    # Split at bit 32: each half fits a BIGINT, where Spark has bit operators.
+    tmpl = (f"(CAST(CAST(A DIV {_TWO32} AS BIGINT) {op} CAST(B DIV {_TWO32} AS BIGINT) "
+            f"AS DECIMAL(20, 0)) * {_TWO32} + "
+            f"(CAST(A % {_TWO32} AS BIGINT) {op} CAST(B % {_TWO32} AS BIGINT)))")
+    tree = sqlglot.parse_one(tmpl, read="spark")
+
+    def put(node):
+        if isinstance(node, exp.Column) and node.name in ("A", "B") and not node.table:
+            return exp.Paren(this=(a if node.name == "A" else b).copy())
+        return node
+    return tree.transform(put)
+
+
+def _glob_regex_literal(glob):
+    out, i = [], 0
+    while i < len(glob):
+        ch = glob[i]
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif ch == "[":
+            j = glob.find("]", i + 2)
+            if j < 0:
+                out.append(re.escape(ch))
+            else:
+                body = glob[i + 1:j]
+                neg = body[:1] in ("!", "^")
+                body = body[1:] if neg else body
+                out.append("[" + ("^" if neg else "") + body.replace("\\", "\\\\") + "]")
+                i = j
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "(?s)^" + "".join(out) + "$"
+
+
+def _glob(node):
+    """a GLOB pattern -> a RLIKE regex; a pattern from a column is converted at run time."""
+    from sqlglot import exp
+    pat = node.expression
+    if isinstance(pat, exp.Literal) and pat.is_string:
+        regex = exp.Literal.string(_glob_regex_literal(pat.name))
+    else:
+        # escape regex metacharacters, then * -> .*, ? -> ., [! -> [^
+        esc = _fn("regexp_replace", pat.copy(), exp.Literal.string(r"([.+^$(){}|\\])"),
+                  exp.Literal.string(r"\\$1"))
+        esc = _fn("replace", esc, exp.Literal.string("*"), exp.Literal.string(".*"))
+        esc = _fn("replace", esc, exp.Literal.string("?"), exp.Literal.string("."))
+        esc = _fn("replace", esc, exp.Literal.string("[!"), exp.Literal.string("[^"))
+        regex = _fn("concat", exp.Literal.string("(?s)^"), esc, exp.Literal.string("$"))
+    return exp.RegexpLike(this=node.this, expression=regex)
+
+
+def _posix_to_java(pattern):
+    return re.sub(r"\[:([a-z]+):\]", lambda m: _POSIX.get(m.group(1), m.group(0)), pattern)
+
+
+def _asof(join):
+    from sqlglot import exp
+    eqs, ineq, col, desc = _asof_parts(join)
+    table = join.this.copy()
+    alias = join.this.alias_or_name
+    inner = exp.select("*").from_(table).where(join.args["on"].copy())
+    inner = inner.order_by(exp.Ordered(this=col.copy(), desc=desc, nulls_first=False)).limit(1)
+    lateral = exp.Lateral(this=exp.Subquery(this=inner),
+                          alias=exp.TableAlias(this=exp.to_identifier(alias)))
+    return exp.Join(this=lateral, side=join.args.get("side"), on=exp.true())
+
+
+def _zip_explodes(sel):
+    from sqlglot import exp
+    idx = [i for i, e in enumerate(sel.expressions)
+           if isinstance(e, exp.Alias) and isinstance(e.this, exp.Explode)]
+    if len(idx) < 2:
+        return sel
+    arrays = [sel.expressions[i].this.this for i in idx]
+    names = [sel.expressions[i].args["alias"] for i in idx]
+    zipped = exp.Aliases(this=exp.Inline(this=exp.ArraysZip(expressions=arrays)), expressions=names)
+    new = sel.expressions[:idx[0]] + [zipped] + sel.expressions[idx[-1] + 1:]
+    sel.set("expressions", new)
+    return sel
+
+
+def _rewrite(tree, text, uint64, files):
+    from sqlglot import exp
+
+    def rule(node):
+        if isinstance(node, exp.Literal) and not node.is_string and re.search(r"[.eE]", node.name):
+            return _double(node.copy())
+        if uint64 == "int64" and isinstance(node, exp.Literal) and not node.is_string \
+                and node.name.isdigit() and int(node.name) >= 1 << 63:
+            # a uint64 constant as the BIGINT with the same bits (2^64-1 -> -1)
+            return exp.Literal.number(int(node.name) - (1 << 64))
+        if isinstance(node, exp.DataType):
+            return _map_types(node, uint64)
+        if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.PercentileCont):
+            x = node.expression.expressions[0].this
+            return _fn("percentile", x.copy(), node.this.this.copy())
+        if isinstance(node, exp.PercentileCont) and node.expression is not None:
+            return _fn("percentile", node.this.copy(), node.expression.copy())
+        if isinstance(node, exp.Median):
+            return _fn("percentile", node.this.copy(), _double(exp.Literal.number("0.5")))
+        if isinstance(node, exp.ArrayAgg):
+            inner = node.this
+            if isinstance(inner, exp.Order):
+                keys = [o.this.copy() for o in inner.expressions]
+                value, desc = inner.this.copy(), bool(inner.expressions[0].args.get("desc"))
+            else:
+                keys, value, desc = [], inner.copy(), False
+            fields = [exp.PropertyEQ(this=exp.to_identifier(f"k{i}"), expression=k)
+                      for i, k in enumerate(keys)]
+            fields.append(exp.PropertyEQ(this=exp.to_identifier("v"), expression=value))
+            items = _fn("collect_list", _fn("named_struct", *[
+                x for f in fields for x in (exp.Literal.string(f.this.name), f.expression)]))
+            if keys:
+                items = _fn("sort_array", items, exp.Boolean(this=not desc))
+            lam = exp.Lambda(this=exp.Dot(this=exp.column("e"), expression=exp.to_identifier("v")),
+                             expressions=[exp.to_identifier("e")])
+            return _fn("transform", items, lam)
+        if isinstance(node, exp.Log):
+            if node.expression is None:
+                return _fn("log10", node.this.copy())
+            base = node.this
+            if isinstance(base, exp.Literal) and base.name == "2":
+                return _fn("log2", node.expression.copy())
+        if isinstance(node, (exp.BitwiseAnd, exp.BitwiseOr, exp.BitwiseXor)):
+            op = {exp.BitwiseAnd: "&", exp.BitwiseOr: "|", exp.BitwiseXor: "^"}[type(node)]
+            return _bitop(op, node.this, node.expression, uint64)
+        if isinstance(node, exp.Glob):
+            return _glob(node)
+        if isinstance(node, exp.RegexpReplace):
+            pat = exp.Literal.string(_posix_to_java(node.expression.name))
+            return _fn("regexp_replace", node.this.copy(), pat, node.args["replacement"].copy())
+        if isinstance(node, exp.Length) and _func_name(node, text) in ("len", "array_length"):
+            return _fn("size", node.this.copy())
+        if isinstance(node, exp.Join) and node.args.get("method", "").upper() == "ASOF":
+            return _asof(node)
+        if isinstance(node, exp.Select):
+            return _zip_explodes(node)
+        if isinstance(node, exp.ReadCSV):
+            return node
+        return node
+
+    tree = tree.transform(rule)
+    # read_csv($p, ...) in FROM -> a view the executor registers from the bound path
+    for table in list(tree.find_all(exp.Table)):
+        rc = table.this if isinstance(table.this, exp.ReadCSV) else None
+        if rc is None:
+            continue
+        opts = {}
+        for e in rc.expressions:
+            if isinstance(e, (exp.EQ, exp.PropertyEQ)):
+                opts[e.this.name.lower()] = e.expression
+        cols = {}
+        if "columns" in opts and isinstance(opts["columns"], exp.Struct):
+            for f in opts["columns"].expressions:
+                cols[f.this.name] = spark_type(f.expression.name, uint64)
+        view = f"_file_{rc.this.name}"
+        files.append(FileView(view, rc.this.name,
+                              bool(opts.get("header") is not None and opts["header"].this is True
+                                   or (opts.get("header") is not None and
+                                       opts["header"].sql().lower() == "true")),
+                              opts["comment"].name if "comment" in opts else None, cols))
+        table.replace(exp.Table(this=exp.to_identifier(view), alias=table.args.get("alias")))
+    return tree
+
+
+def translate(sql, uint64="decimal", pretty=True):
+    """DuckDB `sql` (statements separated by ';') -> [Statement] of Spark SQL.
+
+    Raises TranslationError with every problem `lint` finds.
+    """
+    return list(_translate(sql, uint64, pretty))
+
+
+@functools.lru_cache(maxsize=64)
+def _translate(sql, uint64, pretty):
+    sqlglot = _sqlglot()
+    from sqlglot import exp
+    if uint64 not in UINT64_MODES:
+        raise ValueError(f"uint64 must be one of {UINT64_MODES}")
+    problems = lint(sql)
+    if problems:
+        raise TranslationError("; ".join(dict.fromkeys(problems)))
+    out = []
+    for tree in sqlglot.parse(sql, read="duckdb"):
+        if tree is None:
+            continue
+        kind, name = "select", None
+        if isinstance(tree, exp.Create):
+            kind = "view" if tree.args.get("kind", "").upper() == "VIEW" else "table"
+            name = tree.this.name
+            tree = tree.expression
+        files = []
+        tree = _rewrite(tree, sql, uint64, files)
+        params = tuple(dict.fromkeys(p.name for p in tree.find_all(exp.Placeholder)))
+        text = tree.sql(dialect="spark", pretty=pretty)
+        out.append(Statement(kind, name, text, params, files))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- analyses
+
+def _catalog():
+    from . import catalog
+    return catalog
+
+
+def section_plan(a, section, uint64="decimal"):
+    """{"common": [...], "prelude": [...], "section": Statement} for one analysis section."""
+    body = translate(section.sql, uint64)
+    if len(body) != 1 or body[0].kind != "select":
+        raise TranslationError(f"{a.name}.{section.name}: a section is one SELECT")
+    return {"common": translate(COMMON_SQL.read_text(), uint64),
+            "prelude": translate(a.prelude, uint64) if a.prelude.strip() else [],
+            "section": body[0]}
+
+
+def every_section():
+    """[(query name, Analysis, Section)] of every analysis."""
+    out = []
+    for a in _catalog().load_analyses().values():
+        for s in a.sections:
+            out.append((f"{a.name}.{s.name}" if s.name else a.name, a, s))
+    return out
+
+
+def golden_text(a, section, uint64="decimal"):
+    """What Spark runs for one section: its prelude statements, then the SELECT.
+
+    _common.sql's translation is written once, to queries/spark/_common.sql.
+    """
+    plan = section_plan(a, section, uint64)
+    parts = [f"-- {a.name}.{section.name}: Spark SQL written by kmemscope.queries.spark_sql "
+             f"(sqlglot {SQLGLOT_VERSION}, uint64 as {uint64}); do not edit",
+             "-- regenerate: python -m kmemscope.queries.spark_sql --write-golden"]
+    for st in plan["prelude"]:
+        parts.append(st.text() + ";")
+    parts.append(plan["section"].text() + ";")
+    return "\n\n".join(parts) + "\n"
+
+
+def common_golden_text(uint64="decimal"):
+    parts = [f"-- _common: Spark SQL written by kmemscope.queries.spark_sql "
+             f"(sqlglot {SQLGLOT_VERSION}, uint64 as {uint64}); do not edit",
+             "-- regenerate: python -m kmemscope.queries.spark_sql --write-golden"]
+    parts += [st.text() + ";" for st in translate(COMMON_SQL.read_text(), uint64)]
+    return "\n\n".join(parts) + "\n"
+
+
+def golden_files():
+    """{path: text} of every golden file."""
+    out = {GOLDEN_DIR / "_common.sql": common_golden_text()}
+    for _, a, s in every_section():
+        out[GOLDEN_DIR / f"{a.name}.{s.name or 'main'}.sql"] = golden_text(a, s)
+    return out
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m kmemscope.queries.spark_sql",
+                                 description="Check or write the Spark translations of the analyses.")
+    ap.add_argument("--write-golden", action="store_true",
+                    help=f"write {GOLDEN_DIR.relative_to(QUERY_DIR.parent)}/*.sql")
+    ap.add_argument("--show", metavar="NAME.SECTION", help="print one section's Spark SQL")
+    args = ap.parse_args(argv)
+    try:
+        if args.show:
+            a, s = _catalog().find_analysis(args.show)
+            sys.stdout.write(golden_text(a, s))
+            return 0
+        files = golden_files()
+    except (TranslationError, ValueError) as exc:
+        print(f"kmemscope: error: {exc}", file=sys.stderr)
+        return 1
+    if args.write_golden:
+        GOLDEN_DIR.mkdir(exist_ok=True)
+        for old in GOLDEN_DIR.glob("*.sql"):
+            if old not in files:
+                old.unlink()
+        for path, text in files.items():
+            path.write_text(text)
+        print(f"wrote {len(files)} files to {GOLDEN_DIR}")
+    else:
+        stale = [p.name for p, t in files.items() if not p.exists() or p.read_text() != t]
+        print(f"{len(files)} translations; {len(stale)} differ from the golden files"
+              + (": " + ", ".join(stale) if stale else ""))
+        return 1 if stale else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

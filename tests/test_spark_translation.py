@@ -1,0 +1,104 @@
+"""The Spark translation of every analysis section (queries/spark_sql.py): lint, rules, golden files."""
+import pytest
+
+sqlglot = pytest.importorskip("sqlglot", reason="sqlglot is not installed (pip install 'kmemscope[spark]')")
+
+from kmemscope.queries import spark_sql  # noqa: E402
+
+if sqlglot.__version__ != spark_sql.SQLGLOT_VERSION:
+    pytest.skip(f"sqlglot {sqlglot.__version__} is not the pinned {spark_sql.SQLGLOT_VERSION}",
+                allow_module_level=True)
+
+SECTIONS = spark_sql.every_section()
+
+
+@pytest.mark.parametrize("qname,a,section", SECTIONS, ids=[s[0] for s in SECTIONS])
+def test_every_section_lints_clean_and_translates(qname, a, section):
+    assert spark_sql.lint(section.sql) == []
+    assert spark_sql.lint(a.prelude) == []
+    plan = spark_sql.section_plan(a, section)
+    assert plan["section"].kind == "select"
+    # parameters stay markers for spark.sql(args=...), never values in the text
+    for p in a.params:
+        assert f"${p}" not in plan["section"].sql
+
+
+def test_common_lints_clean():
+    assert spark_sql.lint(spark_sql.COMMON_SQL.read_text()) == []
+
+
+def test_golden_files_are_current():
+    files = spark_sql.golden_files()
+    stale = [p.name for p, text in files.items() if not p.exists() or p.read_text() != text]
+    extra = [p.name for p in spark_sql.GOLDEN_DIR.glob("*.sql") if p not in files]
+    assert not stale and not extra, (
+        f"queries/spark/ is out of date (stale: {stale}, extra: {extra}); "
+        "regenerate with `python -m kmemscope.queries.spark_sql --write-golden` and review the diff")
+
+
+def _one(sql, **kw):
+    (st,) = spark_sql.translate(sql, **kw)
+    return " ".join(st.sql.split())
+
+
+def test_percentiles_are_exact_not_approx():
+    out = _one("SELECT percentile_cont(0.9) WITHIN GROUP (ORDER BY x) AS p, median(x) AS m, "
+               "quantile_cont(x, [0.5, 0.99]) AS q FROM t")
+    assert "APPROX" not in out.upper()
+    assert "PERCENTILE(x, 0.9) AS p" in out
+    assert "PERCENTILE(x, CAST(0.5 AS DOUBLE)) AS m" in out
+    assert "PERCENTILE(x, ARRAY(0.5, 0.99)) AS q" in out
+
+
+def test_ordered_aggregates_keep_order():
+    out = _one("SELECT list(a ORDER BY r DESC) AS l, string_agg(s, ',' ORDER BY r) AS g FROM t")
+    assert "SORT_ARRAY(COLLECT_LIST(NAMED_STRUCT('k0', r, 'v', a)), FALSE)" in out
+    assert "LISTAGG(s, ',') WITHIN GROUP (ORDER BY r NULLS LAST)" in out
+
+
+def test_log_base_and_decimal_literals():
+    out = _one("SELECT log(x) AS a, ln(x) AS b, log2(x) AS c, 100.0 * n / d AS e FROM t")
+    assert "LOG10(x)" in out and "LN(x)" in out and "LOG2(x)" in out
+    assert "CAST(100.0 AS DOUBLE)" in out
+
+
+def test_bit_operations_by_uint64_mode():
+    dec = _one("SELECT a & b AS x FROM t")
+    assert "DIV 4294967296" in dec and "DECIMAL(20, 0)" in dec
+    assert _one("SELECT a & b AS x FROM t", uint64="int64") == "SELECT ( a & b ) AS x FROM t"
+    assert "-1" in _one("SELECT pfn = 18446744073709551615 AS f FROM t", uint64="int64")
+
+
+def test_parameters_become_markers():
+    (st,) = spark_sql.translate("SELECT * FROM t WHERE name LIKE $name_like AND n <= $top_n")
+    assert st.params == ("name_like", "top_n")
+    assert ":name_like" in st.sql and ":top_n" in st.sql
+
+
+def test_asof_join_becomes_lateral_limit_1():
+    out = _one("SELECT c.x, f.y FROM c ASOF LEFT JOIN f ON f.k = c.k AND f.ts <= c.ts")
+    assert "LEFT JOIN LATERAL ( SELECT * FROM f WHERE f.k = c.k AND f.ts <= c.ts " \
+           "ORDER BY f.ts DESC LIMIT 1 ) AS f ON TRUE" in out
+
+
+def test_glob_literal_becomes_anchored_regex():
+    out = _one("SELECT fn GLOB 'kmalloc*.?' AS g FROM t")
+    assert "RLIKE '(?s)^kmalloc.*\\\\..$'" in out
+
+
+@pytest.mark.parametrize("sql,why", [
+    ("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM t", "percentile_cont"),
+    ("SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x DESC) FROM t", "ascending"),
+    ("SELECT regexp_replace(s, 'a', 'b') FROM t", "first match"),
+    ("SELECT regexp_replace(s, 'a', 'b', 'i') FROM t", "flags"),
+    ("SELECT my_udf(x) FROM t", "my_udf"),
+    ("SELECT list(a ORDER BY r, q DESC) FROM t", "mixed"),
+    ("SELECT ~x FROM t", "~"),
+    ("CREATE TEMP VIEW v AS SELECT * FROM t WHERE n = $n", "parameter"),
+    ("SELECT * FROM a ASOF JOIN b ON a.k = b.k", "inequality"),
+])
+def test_lint_rejects_constructs_without_exact_translation(sql, why):
+    problems = spark_sql.lint(sql)
+    assert problems and any(why in p for p in problems), problems
+    with pytest.raises(spark_sql.TranslationError):
+        spark_sql.translate(sql)
