@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kmemscope.errors import KmemscopeError
-from kmemscope.queries import derive, engine
+from kmemscope.queries import catalog, derive, engine
 from kmemscope.queries import dataset as ds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,7 +139,7 @@ def main():
     print()
     print(f"{'analysis':30} {'first_s':>8} {'best_of_3_s':>12} {'rows':>7}  status")
     worst = 0.0
-    for name, _ in engine.list_queries():
+    for name, _ in catalog.list_queries():
         times = []
         try:
             for _ in range(3):

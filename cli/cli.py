@@ -271,19 +271,41 @@ def record(args):
 # ---------------------------------------------------------------- named analyses
 
 @cli.command()
+@click.argument("name", required=False)
 @FORMAT_OPTION
 @OUTPUT_OPTION
-def queries(fmt, output):
-    """List the named analyses, one line each."""
+def queries(name, fmt, output):
+    """List the named analyses, one line each; with NAME, document that one.
+
+    NAME (or NAME.SECTION) prints the analysis's question, parameters (type,
+    default, choices or range), sections, output columns with units, and
+    caveats, from its header. --format json gives the same as one object;
+    csv, jsonl and parquet give one row per output column.
+    """
     import pyarrow as pa
 
     from kmemscope.cli.output import resolve_format, write_result
-    from kmemscope.queries.engine import list_queries
+    from kmemscope.queries.catalog import column_rows, describe, format_description, list_queries
 
     fmt = resolve_format(fmt, output)
-    rows = list_queries()
-    table = pa.table({"name": [r[0] for r in rows], "question": [r[1] for r in rows]})
-    write_result(table, fmt, output, max_cell=None)
+    if name is None:
+        rows = list_queries()
+        table = pa.table({"name": [r[0] for r in rows], "question": [r[1] for r in rows]})
+        write_result(table, fmt, output, max_cell=None)
+        return
+    doc = describe(name)
+    if fmt in ("table", "json"):
+        import json
+
+        text = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if fmt == "json"
+                else format_description(doc))
+        if output:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            click.echo(text, nl=False)
+        return
+    write_result(pa.Table.from_pylist(column_rows(doc)), fmt, output, max_cell=None)
 
 
 @cli.command()
@@ -297,7 +319,11 @@ def queries(fmt, output):
                                  "folded: flame-graph lines, for alloc_origins.folded.")
 @OUTPUT_OPTION
 def query(name, dataset, runs, labels, params, fmt, output):
-    """Run the named analysis NAME over DATASET (see `kmemscope queries`)."""
+    """Run the named analysis NAME over DATASET.
+
+    `kmemscope queries` lists the analyses; `kmemscope queries NAME` shows one's
+    parameters, sections and output columns with units.
+    """
     from kmemscope.cli.output import FOLDED, FORMATS, resolve_format, write_result
     from kmemscope.queries.engine import notes_of, run_query
 

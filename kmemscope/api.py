@@ -218,7 +218,7 @@ def analyses() -> Result:
     """The named analyses: name and question."""
     import pyarrow as pa
 
-    from kmemscope.queries.engine import list_queries
+    from kmemscope.queries.catalog import list_queries
 
     rows = list_queries()
     return Result(pa.table({"name": [r[0] for r in rows], "question": [r[1] for r in rows]}))

@@ -68,9 +68,9 @@ class Scope:
     def selected(self):
         """The run ids this scope selects (all runs when it names none)."""
         from kmemscope.queries.dataset import table_runs
-        from kmemscope.queries.engine import _select_runs
+        from kmemscope.queries.selection import select_runs
 
-        return _select_runs(self.dataset, table_runs(self.dataset), self.runs or None, self.labels or None)
+        return select_runs(self.dataset, table_runs(self.dataset), self.runs or None, self.labels or None)
 
     def runs_with(self, table):
         """The selected runs that have rows in `table` (its partitions on disk)."""

@@ -124,13 +124,13 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
                  progress=None):
     """Execute overview.ipynb (and compare.ipynb with `compare`) and write `output` (HTML)."""
     from kmemscope.queries.dataset import table_dirs
-    from kmemscope.queries.engine import _select_runs
+    from kmemscope.queries.selection import select_runs
     from kmemscope.queries.dataset import table_runs
 
     _need_report_extra()
     dataset = os.path.abspath(dataset)
     table_dirs(dataset)                                             # missing/empty dataset: one line
-    chosen = _select_runs(dataset, table_runs(dataset), list(runs) or None, list(labels) or None)
+    chosen = select_runs(dataset, table_runs(dataset), list(runs) or None, list(labels) or None)
     if compare:
         from kmemscope.queries.sides import load_sides
 

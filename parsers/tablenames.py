@@ -23,7 +23,8 @@ RESERVED_TABLES = frozenset({
     "stack_origins", "origin_allocs",
     "gfp_bits", "compact_result_enum", "compaction_status_names", "page_allocs",
     "page_alloc_classes", "vmstat_deltas", "thp_gfp", "thp_orders", "thp_order_allocs",
-    "thp_fault_attempts", "direct_compactions",
+    "thp_fault_attempts", "direct_compactions", "trace_windows", "thp_fault_success",
+    "compaction_success", "compaction_runs",
 })
 _SAFE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 

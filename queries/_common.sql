@@ -131,6 +131,8 @@ GROUP BY run_id;
 -- __GFP_THISNODE to a THP-mask allocation only at HPAGE_PMD_ORDER, so the order
 -- such attempts are made at is that order. Else the run's pageblock_order
 -- (equal to HPAGE_PMD_ORDER wherever pageblocks are huge-page sized, section 5).
+-- The views below read thp_orders by name: thp's thp_order parameter replaces
+-- it for that analysis, and they follow.
 CREATE TEMP VIEW thp_orders AS
 WITH seen AS (
   SELECT a.run_id, a."order", count(*) AS n
@@ -299,3 +301,142 @@ JOIN tries AS tr ON tr.run_id = t.run_id AND tr.pid = t.pid AND tr.ts = t.ts
 LEFT JOIN per_try AS p ON p.run_id = t.run_id AND p.pid = t.pid AND p.try_no = t.try_no
 LEFT JOIN ends AS e ON e.run_id = t.run_id AND e.pid = t.pid AND e.try_no = t.try_no
 LEFT JOIN alloc_runs AS ar ON ar.run_id = t.run_id;
+
+-- The window that rates from the trace count events in, per run: vmstat's
+-- sampling window when the run has one, so that they compare with vmstat's
+-- rates, else the whole capture.
+CREATE TEMP VIEW trace_windows AS
+WITH vm AS (
+  SELECT run_id, min(first_ts) AS lo, max(last_ts) AS hi FROM vmstat_deltas GROUP BY run_id
+)
+SELECT f.run_id,
+       CASE WHEN v.hi > v.lo THEN 'vmstat' ELSE 'capture' END AS trace_window,
+       CASE WHEN v.hi > v.lo THEN v.lo END AS lo,
+       CASE WHEN v.hi > v.lo THEN v.hi END AS hi
+FROM run_facts AS f
+LEFT JOIN vm AS v ON v.run_id = f.run_id;
+
+-- THP fault success per run (section 6), the one place it is computed:
+-- vmstat_pct = thp_fault_alloc / (thp_fault_alloc + thp_fault_fallback);
+-- vmstat_alloc_pct leaves memcg charge failures out of the fallbacks;
+-- trace_pct = faults that got a huge page / faults (thp_fault_attempts inside
+-- trace_windows). success_pct is vmstat's when the run's samples give it, else
+-- the trace's; source says which ('vmstat', 'trace', NULL: neither).
+CREATE TEMP VIEW thp_fault_success AS
+WITH
+vm AS (
+  SELECT
+    run_id,
+    max(CASE WHEN name = 'thp_fault_alloc' THEN delta END) AS thp_fault_alloc,
+    max(CASE WHEN name = 'thp_fault_fallback' THEN delta END) AS thp_fault_fallback,
+    max(CASE WHEN name = 'thp_fault_fallback_charge' THEN delta END) AS thp_fault_fallback_charge
+  FROM vmstat_deltas
+  GROUP BY run_id
+),
+tr AS (
+  SELECT a.run_id,
+         count(CASE WHEN NOT a.is_retry THEN 1 END) AS faults,
+         count(CASE WHEN a.is_retry THEN 1 END) AS retries,
+         count(CASE WHEN NOT a.failed THEN 1 END) AS successes
+  FROM thp_fault_attempts AS a
+  JOIN trace_windows AS w ON w.run_id = a.run_id
+  WHERE w.lo IS NULL OR a.ts BETWEEN w.lo AND w.hi
+  GROUP BY a.run_id
+),
+rates AS (
+  SELECT
+    f.run_id,
+    v.thp_fault_alloc,
+    v.thp_fault_fallback,
+    v.thp_fault_fallback_charge,
+    100.0 * v.thp_fault_alloc / nullif(v.thp_fault_alloc + v.thp_fault_fallback, 0) AS vmstat_pct,
+    100.0 * v.thp_fault_alloc
+      / nullif(v.thp_fault_alloc + v.thp_fault_fallback - coalesce(v.thp_fault_fallback_charge, 0), 0)
+      AS vmstat_alloc_pct,
+    coalesce(t.faults, 0) AS trace_faults,
+    coalesce(t.retries, 0) AS trace_retries,
+    coalesce(t.successes, 0) AS trace_successes,
+    100.0 * t.successes / nullif(t.faults, 0) AS trace_pct
+  FROM run_facts AS f
+  LEFT JOIN vm AS v ON v.run_id = f.run_id
+  LEFT JOIN tr AS t ON t.run_id = f.run_id
+)
+SELECT *,
+       coalesce(vmstat_pct, trace_pct) AS success_pct,
+       CASE WHEN vmstat_pct IS NOT NULL THEN 'vmstat'
+            WHEN trace_pct IS NOT NULL THEN 'trace' END AS source
+FROM rates;
+
+-- Direct compaction success per run (section 6), the one place it is computed:
+-- vmstat_pct = compact_success / compact_stall; trace_pct = successes / stalls
+-- of direct_compactions inside trace_windows. success_pct and source as in
+-- thp_fault_success.
+CREATE TEMP VIEW compaction_success AS
+WITH
+vm AS (
+  SELECT
+    run_id,
+    max(CASE WHEN name = 'compact_stall' THEN delta END) AS compact_stall,
+    max(CASE WHEN name = 'compact_success' THEN delta END) AS compact_success
+  FROM vmstat_deltas
+  GROUP BY run_id
+),
+tr AS (
+  SELECT d.run_id,
+         count(*) AS tries,
+         count(CASE WHEN d.stalled THEN 1 END) AS stalls,
+         count(CASE WHEN d.succeeded THEN 1 END) AS successes
+  FROM direct_compactions AS d
+  JOIN trace_windows AS w ON w.run_id = d.run_id
+  WHERE w.lo IS NULL OR d.ts BETWEEN w.lo AND w.hi
+  GROUP BY d.run_id
+),
+rates AS (
+  SELECT
+    f.run_id,
+    v.compact_stall,
+    v.compact_success,
+    100.0 * v.compact_success / nullif(v.compact_stall, 0) AS vmstat_pct,
+    coalesce(t.tries, 0) AS trace_tries,
+    coalesce(t.stalls, 0) AS trace_stalls,
+    coalesce(t.successes, 0) AS trace_successes,
+    100.0 * t.successes / nullif(t.stalls, 0) AS trace_pct
+  FROM run_facts AS f
+  LEFT JOIN vm AS v ON v.run_id = f.run_id
+  LEFT JOIN tr AS t ON t.run_id = f.run_id
+)
+SELECT *,
+       coalesce(vmstat_pct, trace_pct) AS success_pct,
+       CASE WHEN vmstat_pct IS NOT NULL THEN 'vmstat'
+            WHEN trace_pct IS NOT NULL THEN 'trace' END AS source
+FROM rates;
+
+-- Compaction runs (section 1): one compact_zone() body each, an
+-- mm_compaction_begin paired with the next mm_compaction_end of the same task.
+-- kind: 'kcompactd' for the kcompactdN threads, 'direct' for every other task.
+-- duration_ns is NULL for an end without its begin (begun before the capture).
+CREATE TEMP VIEW compaction_runs AS
+WITH
+bounds AS (
+  SELECT run_id, pid, comm, ts, 1 AS is_begin, CAST(NULL AS INTEGER) AS status FROM mm_compaction_begin
+  UNION ALL
+  SELECT run_id, pid, comm, ts, 0 AS is_begin, status FROM mm_compaction_end
+),
+ordered AS (
+  SELECT run_id, pid, comm, ts, is_begin, status,
+         lag(is_begin) OVER w AS prev_is_begin,
+         lag(ts) OVER w AS prev_ts
+  FROM bounds
+  WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts, is_begin DESC)
+)
+SELECT
+  run_id,
+  pid,
+  comm,
+  CASE WHEN comm LIKE 'kcompactd%' THEN 'kcompactd' ELSE 'direct' END AS kind,
+  ts AS end_ts,
+  status,
+  CASE WHEN prev_is_begin = 1 THEN ts - prev_ts END AS duration_ns
+FROM ordered
+WHERE is_begin = 0;
+

@@ -26,11 +26,6 @@
 -- and late 6.1.y __GFP_ATOMIC still exists but no longer decides; the era comes
 -- from kernel_release for that reason. Failed attempts (pfn = -1UL) are counted
 -- as allocations and separately as failed. Rates use the run's capture window.
---
--- Sections:
---   atomic_orders          per run, class and order
---   atomic_orders.costly   per run and class: order 0, orders 1-3 (<= PAGE_ALLOC_COSTLY_ORDER), 4+
---   atomic_orders.comms    the comms with the most allocations per run and class
 
 -- @prelude
 CREATE TEMP VIEW alloc_classes AS
@@ -48,15 +43,14 @@ FROM page_alloc_classes AS c
 CROSS JOIN query_params AS p;
 
 -- @section orders: per run, class and order: allocations, failures, rate
--- Output columns:
---   run_id, labels     the run
---   highatomic_era     'A' or 'B': the eligibility rule applied
---   alloc_class        highatomic_eligible | other_nonblocking | blocking | unknown
---   order              allocation order
---   above_costly       order > PAGE_ALLOC_COSTLY_ORDER (3)
---   allocs             mm_page_alloc events (attempts)
---   failed             of them, failed (pfn = -1UL)
---   allocs_per_s       allocs per second of capture
+-- @columns
+--   highatomic_era   text   'A' or 'B': the eligibility rule applied
+--   alloc_class      text   highatomic_eligible | other_nonblocking | blocking | unknown
+--   order            order  allocation order
+--   above_costly     bool   order > PAGE_ALLOC_COSTLY_ORDER (3)
+--   allocs           count  mm_page_alloc events (attempts)
+--   failed           count  of them, failed (pfn = -1UL)
+--   allocs_per_s     /s     allocs per second of capture
 WITH
 counts AS (
   SELECT run_id, highatomic_era, alloc_class, "order",
@@ -79,16 +73,15 @@ FROM counts AS c
 JOIN run_facts AS f ON f.run_id = c.run_id
 ORDER BY f.run_id, c.alloc_class, c."order"
 
--- @section costly: per run and class: order 0, orders 1-3 and orders 4+
--- Output columns:
---   run_id, labels     the run
---   highatomic_era     'A' or 'B'
---   alloc_class        as in atomic_orders
---   order_band         '0', '1-3' (at or below PAGE_ALLOC_COSTLY_ORDER) or '4+'
---   allocs             attempts in the band
---   failed             failed attempts
---   allocs_per_s       attempts per second of capture
---   pct_of_class       % of the class's attempts in the run
+-- @section costly: per run and class: order 0, orders 1-3 (<= PAGE_ALLOC_COSTLY_ORDER) and orders 4+
+-- @columns
+--   highatomic_era   text   'A' or 'B'
+--   alloc_class      text   as in atomic_orders
+--   order_band       text   '0', '1-3' (at or below PAGE_ALLOC_COSTLY_ORDER) or '4+'
+--   allocs           count  attempts in the band
+--   failed           count  failed attempts
+--   allocs_per_s     /s     attempts per second of capture
+--   pct_of_class     %      of the class's attempts in the run
 WITH
 counts AS (
   SELECT run_id, highatomic_era, alloc_class,
@@ -114,16 +107,15 @@ JOIN run_facts AS f ON f.run_id = c.run_id
 ORDER BY f.run_id, c.alloc_class, c.order_band
 
 -- @section comms: the tasks with the most allocations per run and class
--- Output columns:
---   run_id, labels     the run
---   highatomic_era     'A' or 'B'
---   alloc_class        as in atomic_orders
---   rank               1 = most allocations in the class
---   comm               task name at the time of the allocation
---   allocs             attempts by this comm in the class
---   orders_1_3         of them, at orders 1-3
---   orders_4_plus      of them, at orders 4 and above
---   pct_of_class       % of the class's attempts in the run
+-- @columns
+--   highatomic_era   text   'A' or 'B'
+--   alloc_class      text   as in atomic_orders
+--   rank             rank   1 = most allocations in the class
+--   comm             text   task name at the time of the allocation
+--   allocs           count  attempts by this comm in the class
+--   orders_1_3       count  of them, at orders 1-3
+--   orders_4_plus    count  of them, at orders 4 and above
+--   pct_of_class     %      of the class's attempts in the run
 WITH
 counts AS (
   SELECT run_id, highatomic_era, alloc_class, comm,

@@ -3,18 +3,8 @@
 -- How often does the kernel compact memory, who pays for it (an allocating task
 -- in direct compaction, or kcompactd in the background), how long does each run
 -- take and how does it end? A run is one compact_zone() body: an
--- mm_compaction_begin paired with the next mm_compaction_end of the same task.
---
--- @any_of mm_compaction_begin mm_compaction_end mm_compaction_try_to_compact_pages mm_compaction_deferred mm_compaction_defer_compaction mm_compaction_defer_reset
--- @uses mm_compaction_begin mm_compaction_end
---
--- Sections:
---   compaction             per run and kind: runs, success rate, duration percentiles
---   compaction.status      per run and kind: end status by name
---   compaction.try         mm_compaction_try_to_compact_pages by order and priority
---   compaction.deferrals   deferred / defer_compaction / defer_reset by order
---   compaction.outcomes    per run, kind and order: how compaction runs ended
---   compaction.direct      per run and order: direct compactions, stalls and successes (trace model)
+-- mm_compaction_begin paired with the next mm_compaction_end of the same task
+-- (_common.sql compaction_runs).
 --
 -- Caveats (KERNEL-ERAS.md sections 1, 7): kind is 'kcompactd' for the
 -- kcompactdN threads (their proactive runs included) and 'direct' for every
@@ -28,48 +18,21 @@
 -- stopped mid-run) or an end without a begin (started before capture) is
 -- counted in the status section but has no duration.
 
--- @prelude
-CREATE TEMP VIEW compaction_runs AS
-WITH
-bounds AS (
-  SELECT run_id, pid, comm, ts, 1 AS is_begin, CAST(NULL AS INTEGER) AS status FROM mm_compaction_begin
-  UNION ALL
-  SELECT run_id, pid, comm, ts, 0 AS is_begin, status FROM mm_compaction_end
-),
-ordered AS (
-  SELECT run_id, pid, comm, ts, is_begin, status,
-         lag(is_begin) OVER w AS prev_is_begin,
-         lag(ts) OVER w AS prev_ts
-  FROM bounds
-  WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts, is_begin DESC)
-)
-SELECT
-  run_id,
-  pid,
-  comm,
-  CASE WHEN comm LIKE 'kcompactd%' THEN 'kcompactd' ELSE 'direct' END AS kind,
-  ts AS end_ts,
-  status,
-  CASE WHEN prev_is_begin = 1 THEN ts - prev_ts END AS duration_ns
-FROM ordered
-WHERE is_begin = 0;
-
 -- @section summary: per run and kind: compaction runs, success rate, duration percentiles
 -- @requires mm_compaction_end
 -- @optional mm_compaction_begin
--- Output columns:
---   run_id, labels      the run
---   kind                'direct' or 'kcompactd'
---   runs                compaction runs (mm_compaction_end events)
---   timed_runs          of them, paired with their begin (have a duration)
---   successes           runs that ended with status success
---   success_pct         100 * successes / runs
---   duration_p50_ns     median duration, ns
---   duration_p90_ns     90th percentile, ns
---   duration_p99_ns     99th percentile, ns
---   duration_max_ns     longest run, ns
---   total_duration_ns   sum of durations, ns
---   runs_per_s          runs per second of capture
+-- @columns
+--   kind                text   'direct' or 'kcompactd'
+--   runs                count  compaction runs (mm_compaction_end events)
+--   timed_runs          count  of them, paired with their begin (have a duration)
+--   successes           count  runs that ended with status success
+--   success_pct         %      100 * successes / runs
+--   duration_p50_ns     ns     median duration
+--   duration_p90_ns     ns     90th percentile of the duration
+--   duration_p99_ns     ns     99th percentile of the duration
+--   duration_max_ns     ns     longest run
+--   total_duration_ns   ns     sum of durations
+--   runs_per_s          /s     runs per second of capture
 WITH
 named AS (
   SELECT c.*, n.name AS status_name
@@ -112,13 +75,12 @@ ORDER BY f.run_id, k.kind
 -- @section status: per run and kind: how compaction runs ended, by status name
 -- @requires mm_compaction_end
 -- @optional mm_compaction_begin
--- Output columns:
---   run_id, labels      the run
---   kind                'direct' or 'kcompactd'
---   status              compact_result value
---   status_name         its name (run's print_flags, else KERNEL-ERAS.md section 7)
---   runs                runs that ended so
---   pct_of_kind         % of the kind's runs in the run
+-- @columns
+--   kind                text   'direct' or 'kcompactd'
+--   status              code   compact_result value
+--   status_name         text   its name (run's print_flags, else KERNEL-ERAS.md section 7)
+--   runs                count  runs that ended so
+--   pct_of_kind         %      of the kind's runs in the run
 WITH
 counts AS (
   SELECT run_id, kind, status, count(*) AS runs
@@ -140,13 +102,12 @@ ORDER BY f.run_id, c.kind, c.runs DESC
 
 -- @section try: direct compaction attempts (mm_compaction_try_to_compact_pages) by order and priority
 -- @requires mm_compaction_try_to_compact_pages
--- Output columns:
---   run_id, labels      the run
---   order               requested order
---   prio                compact_priority: 0 sync_full, 1 sync_light, 2 async
---   prio_name           its name
---   attempts            events
---   attempts_per_s      per second of capture
+-- @columns
+--   order               order  requested order
+--   prio                code   compact_priority: 0 sync_full, 1 sync_light, 2 async
+--   prio_name           text   its name
+--   attempts            count  events
+--   attempts_per_s      /s     per second of capture
 WITH
 counts AS (
   SELECT run_id, "order", prio, count(*) AS attempts
@@ -167,14 +128,12 @@ ORDER BY f.run_id, c."order", c.prio
 
 -- @section deferrals: compaction deferrals by order
 -- @any_of mm_compaction_deferred mm_compaction_defer_compaction mm_compaction_defer_reset
--- @optional mm_compaction_deferred mm_compaction_defer_compaction mm_compaction_defer_reset
--- Output columns:
---   run_id, labels      the run
---   order               order of the request
---   deferred            compaction skipped because the zone is deferred (mm_compaction_deferred)
---   defer_armed         compaction failed and deferral was armed or lengthened (defer_compaction)
---   defer_reset         deferral cleared after success (defer_reset)
---   max_defer_shift     largest defer_shift seen (skip up to 2^shift attempts)
+-- @columns
+--   order               order  order of the request
+--   deferred            count  compaction skipped because the zone is deferred (mm_compaction_deferred)
+--   defer_armed         count  compaction failed and deferral was armed or lengthened (defer_compaction)
+--   defer_reset         count  deferral cleared after success (defer_reset)
+--   max_defer_shift     count  largest defer_shift seen (skip up to 2^shift attempts)
 WITH
 events AS (
   SELECT run_id, "order", 1 AS deferred, 0 AS armed, 0 AS reset, defer_shift FROM mm_compaction_deferred
@@ -207,17 +166,16 @@ ORDER BY f.run_id, c."order"
 -- @section outcomes: per run, kind and order: how compaction runs ended (end status by requested order)
 -- @requires mm_compaction_end mm_compaction_finished
 -- @optional mm_compaction_begin
--- Output columns:
---   run_id, labels      the run
---   kind                'direct' or 'kcompactd'
---   order               the order the run compacted for (its mm_compaction_finished
---                       events); -1: whole-zone compaction (compact_memory, proactive);
---                       NULL: the run began before the capture (no begin) or shows no finished
---   status              compact_result at mm_compaction_end
---   status_name         its name (run's print_flags, else KERNEL-ERAS.md section 7)
---   runs                compaction runs that ended so
---   pct_of_order        % of the kind's runs at that order
---   duration_p50_ns     median duration of those runs with a begin, ns
+-- @columns
+--   kind                text   'direct' or 'kcompactd'
+--   order               order  the order the run compacted for (its mm_compaction_finished
+--                              events); -1: whole-zone compaction (compact_memory, proactive);
+--                              NULL: the run began before the capture (no begin) or shows no finished
+--   status              code   compact_result at mm_compaction_end
+--   status_name         text   its name (run's print_flags, else KERNEL-ERAS.md section 7)
+--   runs                count  compaction runs that ended so
+--   pct_of_order        %      of the kind's runs at that order
+--   duration_p50_ns     ns     median duration of those runs with a begin
 -- The order comes from the last mm_compaction_finished of the same task inside
 -- the run (compact_finished() traces cc->order on every pass).
 WITH
@@ -255,20 +213,19 @@ ORDER BY f.run_id, c.kind, c."order", c.runs DESC
 
 -- @section direct: per run and order: direct compactions, stalls and successes (trace model)
 -- @requires mm_compaction_try_to_compact_pages
--- Output columns:
---   run_id, labels      the run
---   order               requested order
---   tries               mm_compaction_try_to_compact_pages events
---   skipped             of them, every zone skipped (no stall: vmstat counts none)
---   stalls              the rest (vmstat compact_stall)
---   successes           stalls whose allocation got its page (vmstat compact_success)
---   success_pct         100 * successes / stalls
---   zones_deferred      zones passed over as deferred, over all tries
---   zones_compacted     zones compacted (mm_compaction_end), over all tries
---   ended_by_alloc_ok   tries followed by the allocation's success (mm_page_alloc)
---   ended_by_alloc_fail tries followed by the allocation's failure
---   ended_by_reclaim    tries followed by direct reclaim
---   ended_by_next_try   tries followed by another try of the same task
+-- @columns
+--   order               order  requested order
+--   tries               count  mm_compaction_try_to_compact_pages events
+--   skipped             count  of them, every zone skipped (no stall: vmstat counts none)
+--   stalls              count  the rest (vmstat compact_stall)
+--   successes           count  stalls whose allocation got its page (vmstat compact_success)
+--   success_pct         %      100 * successes / stalls
+--   zones_deferred      count  zones passed over as deferred, over all tries
+--   zones_compacted     count  zones compacted (mm_compaction_end), over all tries
+--   ended_by_alloc_ok   count  tries followed by the allocation's success (mm_page_alloc)
+--   ended_by_alloc_fail count  tries followed by the allocation's failure
+--   ended_by_reclaim    count  tries followed by direct reclaim
+--   ended_by_next_try   count  tries followed by another try of the same task
 -- The model (thp's header): a try is a stall unless no deferred, end or
 -- defer_reset event of the task follows it before the allocation ends; it
 -- succeeded when one defer_reset more follows than zones ended with success.

@@ -161,10 +161,6 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None):
     return out
 
 
-def page_pairs_files(dataset, run_ids, parts=None, threads=None):
-    return derived_files(dataset, "page_pairs", run_ids, parts, threads)
-
-
 def _derive_one(parts, root, run, sig, threads):
     """Compute every derived table of one run; return {name: path}."""
     import duckdb

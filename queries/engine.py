@@ -1,49 +1,28 @@
 """Run the named analyses in queries/*.sql over a dataset with DuckDB.
 
-An analysis is one .sql file. Its header comment documents it (Perfetto style)
-and carries a few machine-read lines:
-
-    -- NAME: one-line description                    (the first line)
-    -- @param NAME TYPE DEFAULT [CHOICE|CHOICE] description
-    -- @param NAME TYPE DEFAULT [MIN..MAX] description   (a number in that range)
-    -- @param NAME FILE DEFAULT description   a regular file of at most 1 MiB, bound
-                                 as its absolute path; DEFAULT is relative to queries/
-    -- @requires TABLE ...       event tables the answer needs: error if no selected run has them
-    -- @optional TABLE ...       tables used when present; an empty stand-in otherwise
-    -- @any_of TABLE ...         at least one of these must be present
-    -- @procfs TABLE ...         procfs tables (kmemscope record only); missing -> error
-    -- @procfs_optional TABLE .. procfs tables whose absence only NULLs some columns (a note)
-    -- @derived page_pairs       per-run derived tables (queries/derive.py), made on first use
-    -- @uses TABLE ...           tables a @prelude reads: a stand-in if absent, no note
-    -- @section NAME: description
-    -- @prelude                  statements run before the chosen section (temp views)
-
-The body is one SELECT, or several `@section`s, each one SELECT; `NAME.SECTION`
-picks a section, `NAME` the first. Parameters are DuckDB named parameters
-(`$top_n`), bound at execution, never pasted into SQL text, also in @prelude
-statements (CREATE TABLE ... AS SELECT; a view cannot hold a parameter).
+queries/catalog.py reads an analysis's header (parameters, table needs,
+sections, columns); this module runs it. Parameters are DuckDB named
+parameters (`$top_n`), bound at execution, never pasted into SQL text, also in
+@prelude statements (CREATE TABLE ... AS SELECT; a view cannot hold a parameter).
 
 Before the analysis runs, the engine registers per-run facts (queries/eras.py)
-and the views of queries/_common.sql. Results are pyarrow Tables that start with
-run_id and labels; notes about what a run lacks travel in the schema metadata
-under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
+and the views of queries/_common.sql. Every table that the SQL names gets a view
+over the selected runs; one they lack is an empty stand-in with the columns of
+TABLE_COLUMNS. Results are pyarrow Tables that start with run_id and labels;
+notes about what a run lacks travel in the schema metadata under
+b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 """
-import difflib
 import json
-import math
-import os
 import re
-import stat
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from kmemscope.errors import DatasetError, QueryError
 
 from . import dataset as ds
 from . import derive
 from . import eras
+from .catalog import QUERY_DIR, convert_param, find_analysis
+from .selection import select_runs
 
-QUERY_DIR = Path(__file__).resolve().parent
 COMMON_SQL = QUERY_DIR / "_common.sql"
 NOTES_KEY = b"kmemscope.notes"
 PROCFS_TABLES = ("vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo")
@@ -105,357 +84,57 @@ TABLE_COLUMNS = {
     "buddyinfo": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR", "order": "INTEGER",
                   "count": "BIGINT"},
 }
-# Tables that _common.sql reads: always given a view (an empty stand-in if absent).
-ALWAYS = ("print_flags", "mm_page_alloc", "vmstat",
-          # the direct-compaction outcome model (direct_compactions in _common.sql)
-          "mm_compaction_try_to_compact_pages", "mm_compaction_deferred", "mm_compaction_end",
-          "mm_compaction_defer_reset", "mm_compaction_finished", "mm_vmscan_direct_reclaim_begin")
-
-_TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": None,
-          "FILE": str}
-MAX_PARAM_FILE = 1 << 20       # a FILE parameter is a small table (a mapping), not data
 _SQL_TYPE = {"FILE": "VARCHAR"}
 _PARAM_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@dataclass
-class Param:
-    name: str
-    type: str
-    default: object
-    choices: tuple
-    doc: str
-    bounds: tuple = None        # (min, max) of a number, inclusive
-
-    def describe_range(self):
-        lo, hi = self.bounds
-        return f"from {lo:g} to {hi:g}" if self.type == "DOUBLE" else f"from {lo} to {hi}"
+def _named_tables(sql, known):
+    """The tables of `known` that `sql` names (comments aside): they get a view."""
+    return set(_WORD.findall(re.sub(r"--[^\n]*", "", sql))) & set(known)
 
 
-_REQ_KEYS = ("requires", "optional", "any_of", "procfs", "procfs_optional", "derived", "uses")
+def _check_tables(needs, parts, chosen):
+    """Raise for required tables no chosen run has; notes for the runs that lack one.
 
-
-@dataclass
-class Section:
-    name: str
-    description: str
-    sql: str = ""
-    requires: list = field(default_factory=list)
-    optional: list = field(default_factory=list)
-    any_of: list = field(default_factory=list)
-    procfs: list = field(default_factory=list)
-    procfs_optional: list = field(default_factory=list)
-    derived: list = field(default_factory=list)
-    uses: list = field(default_factory=list)
-
-
-@dataclass
-class Analysis:
-    name: str
-    description: str
-    path: Path
-    params: dict = field(default_factory=dict)
-    common: Section = None           # directives that apply to every section
-    prelude: str = ""
-    sections: list = field(default_factory=list)
-
-    def needs(self, section):
-        """The table requirements of `section`: the file's plus its own."""
-        out = Section(section.name, section.description, section.sql)
-        for key in _REQ_KEYS:
-            setattr(out, key, list(dict.fromkeys(getattr(self.common, key) + getattr(section, key))))
-        # A section's @any_of replaces the file's: it names what that section needs.
-        out.any_of = list(section.any_of or self.common.any_of)
-        return out
-
-
-def _tables(needs):
-    return set(needs.requires + needs.optional + needs.any_of + needs.procfs +
-               needs.procfs_optional + needs.uses + list(ALWAYS))
-
-
-def _check_file(param, text, qname):
-    """A FILE parameter: an existing regular file, small, named without glob characters."""
-    where = f"parameter {param.name} of {qname}"
-    text = str(text)
-    # DuckDB's readers expand * ? [ in a path: such a name could read other files.
-    if not text or any(c in text for c in "*?[]{}"):
-        raise QueryError(f"{where} must name one file (no * ? [ ] {{ }}), not {text!r}")
-    try:
-        st = os.stat(text)
-    except OSError as exc:
-        raise QueryError(f"{where}: cannot read {text}: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise QueryError(f"{where}: {text} is not a regular file")
-    if st.st_size > MAX_PARAM_FILE:
-        raise QueryError(f"{where}: {text} is {st.st_size} bytes, more than {MAX_PARAM_FILE}")
-    if not os.access(text, os.R_OK):
-        raise QueryError(f"{where}: cannot read {text}: permission denied")
-    return os.path.abspath(text)
-
-
-def _convert(param, text, qname):
-    if text is None:
-        return None
-    if param.type == "FILE":
-        return _check_file(param, text, qname)
-    if param.type == "BOOLEAN":
-        if isinstance(text, bool):
-            return text
-        low = str(text).strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise QueryError(f"parameter {param.name} of {qname} must be true or false, not {text!r}")
-    conv = _TYPES[param.type]
-    try:
-        value = conv(text.strip() if isinstance(text, str) and conv is not str else text)
-    except (TypeError, ValueError, OverflowError):
-        raise QueryError(f"parameter {param.name} of {qname} must be {param.type.lower()}, "
-                         f"not {text!r}") from None
-    if conv is float and not math.isfinite(value):
-        raise QueryError(f"parameter {param.name} of {qname} must be a finite number, not {text!r}")
-    if param.bounds and not param.bounds[0] <= value <= param.bounds[1]:
-        raise QueryError(f"parameter {param.name} of {qname} must be {param.describe_range()}, "
-                         f"not {text!r}")
-    if param.choices and str(value) not in param.choices:
-        raise QueryError(f"parameter {param.name} of {qname} must be one of "
-                         f"{', '.join(param.choices)}, not {text!r}")
-    return value
-
-
-def parse_analysis(path):
-    """Read one .sql file into an Analysis (header directives and sections)."""
-    text = Path(path).read_text()
-    name = Path(path).stem
-    lines = text.splitlines()
-    first = lines[0] if lines else ""
-    m = re.match(r"--\s*([\w.]+)\s*:\s*(.*)", first)
-    if not m or m.group(1) != name:
-        raise QueryError(f"{path}: the first line must be `-- {name}: <description>`")
-    a = Analysis(name=name, description=m.group(2).strip(), path=Path(path))
-    a.common = Section("", a.description)
-    target = a.common       # where directives go: the file, or the current section
-    prelude, body = False, []
-
-    def flush():
-        sql = "\n".join(body).strip()
-        if prelude:
-            a.prelude = sql
-        elif target is not a.common:
-            target.sql = sql
-
-    for line in lines:
-        d = re.match(r"--\s*@(\w+)\s*(.*)", line)
-        if not d:
-            if target is a.common and not prelude and not line.startswith("--") and line.strip():
-                target = Section("", a.description)     # a body without @section
-                a.sections.append(target)
-            body.append(line)
-            continue
-        key, rest = d.group(1), d.group(2).strip()
-        if key == "param":
-            pm = re.match(r"(\w+)\s+(\w+)\s+(\S+)(?:\s+\[([^\]]*)\])?\s*(.*)", rest)
-            if not pm or pm.group(2).upper() not in _TYPES:
-                raise QueryError(f"{path}: bad @param line: {line}")
-            bracket = pm.group(4)
-            choices, bounds = (), None
-            if bracket and ".." in bracket:
-                conv = _TYPES[pm.group(2).upper()]
-                lo, _, hi = bracket.partition("..")
-                try:
-                    bounds = (conv(lo), conv(hi))
-                except (TypeError, ValueError):
-                    raise QueryError(f"{path}: bad range in @param line: {line}") from None
-            elif bracket:
-                choices = tuple(c.strip() for c in bracket.split("|"))
-            p = Param(pm.group(1), pm.group(2).upper(), None, choices, pm.group(5), bounds)
-            default = pm.group(3)
-            if p.type == "FILE" and default != "NULL":
-                default = str(QUERY_DIR / default)
-            p.default = None if default == "NULL" else _convert(p, default, name)
-            a.params[p.name] = p
-        elif key in _REQ_KEYS:
-            getattr(target, key).extend(rest.replace(",", " ").split())
-        elif key in ("section", "prelude"):
-            flush()
-            body = []
-            if key == "prelude":
-                prelude = True
-            else:
-                prelude = False
-                sm = re.match(r"(\w+)\s*:?\s*(.*)", rest)
-                if not sm:
-                    raise QueryError(f"{path}: bad @section line: {line}")
-                target = Section(sm.group(1), sm.group(2).strip())
-                a.sections.append(target)
-        else:
-            raise QueryError(f"{path}: unknown directive @{key}")
-    flush()
-    if not a.sections or not all(sec.sql for sec in a.sections):
-        raise QueryError(f"{path}: every section needs a SELECT")
-    return a
-
-
-def load_analyses():
-    out = {}
-    for path in sorted(QUERY_DIR.glob("*.sql")):
-        if not path.name.startswith("_"):
-            a = parse_analysis(path)
-            out[a.name] = a
-    return out
-
-
-def list_queries():
-    """[(name, one-line description)] for every analysis and every extra section."""
-    out = []
-    for a in load_analyses().values():
-        out.append((a.name, a.description))
-        for sec in a.sections[1:]:
-            out.append((f"{a.name}.{sec.name}", sec.description))
-    return out
-
-
-def describe_query(name):
-    """The header comment of an analysis, as written (its documentation)."""
-    a, _ = _find(name)
-    header = []
-    for line in a.path.read_text().splitlines():
-        if not line.startswith("--"):
-            break
-        header.append(line[2:].strip() if line.startswith("-- ") or line == "--" else line[2:])
-    return "\n".join(header)
-
-
-def _find(name):
-    analyses = load_analyses()
-    base, _, sec = str(name).partition(".")
-    a = analyses.get(base)
-    if a is None:
-        every = [n for an in analyses.values() for n in [an.name] + [f"{an.name}.{s.name}"
-                                                                   for s in an.sections if s.name]]
-        close = difflib.get_close_matches(str(name), every, n=3, cutoff=0.6)
-        hint = f"did you mean {' or '.join(close)}?" if close else "list them with `kmemscope queries`"
-        raise QueryError(f"unknown query {name!r}", hint)
-    if not sec:
-        return a, a.sections[0]
-    for s in a.sections:
-        if s.name == sec:
-            return a, s
-    close = difflib.get_close_matches(sec, [s.name for s in a.sections if s.name], n=1)
-    raise QueryError(f"query {base} has no section {sec!r}",
-                     (f"did you mean {base}.{close[0]}? " if close else "") +
-                     "sections: " + ", ".join(f"{base}.{s.name}" for s in a.sections[1:]))
-
-
-def label_filter(labels):
-    """{key: [values]} from "k=v" strings or a dict: a run matches every key, any of its values.
-
-    `--label kernel=a --label kernel=b` selects the runs of either kernel;
-    `--label kernel=a --label host=h1` those of kernel a on host h1.
+    needs: a catalog Section with the effective requirements. Procfs tables
+    (PROCFS_TABLES) come only from `kmemscope record` bundles and say so.
     """
-    if isinstance(labels, str):
-        labels = [labels]
-    if isinstance(labels, dict):
-        return {str(k): [str(x) for x in (v if isinstance(v, (list, tuple, set)) else [v])]
-                for k, v in labels.items()}
-    wanted = {}
-    for item in labels:
-        k, sep, v = str(item).partition("=")
-        if not sep or not k:
-            raise QueryError(f"label filter {item!r} is not k=v")
-        wanted.setdefault(k, [])
-        if v not in wanted[k]:
-            wanted[k].append(v)
-    return wanted
-
-
-def _select_runs(dataset, parts, run_ids, labels):
-    if "runs" not in parts:
-        raise DatasetError(f"dataset {dataset} has no runs table",
-                           "it was not written by `kmemscope parse`")
-    all_runs = sorted(parts["runs"])
-    chosen = list(all_runs)
-    if run_ids:
-        chosen = []
-        for want in ([run_ids] if isinstance(run_ids, str) else run_ids):
-            hits = [r for r in all_runs if r == want] or [r for r in all_runs if r.startswith(str(want))]
-            if len(hits) != 1:
-                what = "no run" if not hits else f"{len(hits)} runs matching"
-                raise QueryError(f"dataset has {what} {want!r}",
-                                 "runs: " + ", ".join(all_runs[:20]) + (" ..." if len(all_runs) > 20 else ""))
-            if hits[0] not in chosen:
-                chosen.append(hits[0])
-    if labels:
-        wanted = label_filter(labels)
-        con = ds.connect(dataset, run_ids=chosen, tables=["runs"])
-        rows = con.sql("SELECT run_id, labels FROM runs").fetchall()
-        con.close()
-        kept = []
-        for run_id, lab in rows:
-            lab = _as_dict(lab)
-            if all(lab.get(k) in values for k, values in wanted.items()):
-                kept.append(run_id)
-        if not kept:
-            shown = ", ".join(f"{k}={'|'.join(v)}" for k, v in wanted.items())
-            raise QueryError(f"no run has label {shown}",
-                             "see the runs' labels with `kmemscope sql DATASET 'SELECT run_id, labels FROM runs'`")
-        chosen = [r for r in chosen if r in kept]
-    return chosen
-
-
-def _as_dict(m):
-    if m is None:
-        return {}
-    if isinstance(m, dict):
-        if set(m) == {"key", "value"} and isinstance(m["key"], list):
-            return dict(zip(m["key"], m["value"]))
-        return m
-    return dict(m)
-
-
-def _check_tables(a, parts, chosen):
-    """`a`: a Section holding the effective requirements."""
-    """Raise for missing required tables; return notes for partly missing ones."""
     notes = []
 
     def runs_with(table):
         return [r for r in chosen if r in parts.get(table, {})]
 
-    for t in a.requires:
-        have = runs_with(t)
-        if not have:
+    def lacking(table):
+        return [r for r in chosen if r not in parts.get(table, {})]
+
+    verb = "has" if len(chosen) == 1 else "have"
+    for t in needs.requires:
+        procfs = t in PROCFS_TABLES
+        if not runs_with(t):
+            if procfs:
+                raise DatasetError(f"{_runs_text(chosen)} {verb} no procfs tables (no {t})",
+                                   "capture with `kmemscope record`")
             if t not in parts:
                 raise DatasetError(f"dataset has no {t} events",
                                    f"record with the {t} tracepoint enabled")
-            raise DatasetError(f"{_runs_text(chosen)} {'has' if len(chosen) == 1 else 'have'} "
-                               f"no {t} events", f"record with the {t} tracepoint enabled")
-        for r in chosen:
-            if r not in have:
-                notes.append(f"run {r} has no {t} events: its rows are empty or zero")
-    if a.any_of and not any(runs_with(t) for t in a.any_of):
-        raise DatasetError(f"{_runs_text(chosen)}: no events of any of {', '.join(a.any_of)}",
+            raise DatasetError(f"{_runs_text(chosen)} {verb} no {t} events",
+                               f"record with the {t} tracepoint enabled")
+        for r in lacking(t):
+            notes.append(f"run {r} has no procfs tables (capture with `kmemscope record`): "
+                         "it is left out" if procfs else
+                         f"run {r} has no {t} events: its rows are empty or zero")
+    if needs.any_of and not any(runs_with(t) for t in needs.any_of):
+        raise DatasetError(f"{_runs_text(chosen)}: no events of any of {', '.join(needs.any_of)}",
                            "record with those tracepoints enabled")
-    for t in a.procfs:
-        have = runs_with(t)
-        if not have:
-            raise DatasetError(f"{_runs_text(chosen)} {'has' if len(chosen) == 1 else 'have'} "
-                               f"no procfs tables (no {t})", "capture with `kmemscope record`")
-        for r in chosen:
-            if r not in have:
-                notes.append(f"run {r} has no procfs tables (capture with `kmemscope record`): "
-                             "it is left out")
-    for t in a.procfs_optional:
-        for r in chosen:
-            if r not in parts.get(t, {}):
+    # procfs notes first: they explain most of what a run lacks
+    for t in sorted(dict.fromkeys(needs.any_of + needs.optional), key=lambda t: t not in PROCFS_TABLES):
+        for r in lacking(t):
+            if t in PROCFS_TABLES:
                 notes.append(f"run {r} has no procfs table {t} (capture with `kmemscope record`): "
                              "the columns from it are NULL")
-    for t in a.optional:
-        if t.startswith("mm_"):
-            for r in chosen:
-                if r not in parts.get(t, {}):
-                    notes.append(f"run {r} has no {t} events: counted as none")
+            elif t.startswith("mm_"):
+                notes.append(f"run {r} has no {t} events: counted as none")
     return notes
 
 
@@ -511,20 +190,29 @@ def _assumption_notes(con, facts, needs):
     return notes
 
 
+def _table_runs(dataset):
+    """ds.table_runs() once a commit that a killed parse left half done is finished."""
+    ds.finish_interrupted_commits(dataset)
+    return ds.table_runs(dataset)
+
+
 def open_run_set(dataset, run_ids=None, labels=None, tables=None, threads=None):
     """Connection over the selected runs with run_facts and _common.sql views.
 
-    Returns (connection, chosen run ids, table partitions). For notebooks and
-    ad-hoc SQL that want the same per-run facts as the analyses.
+    Returns (connection, chosen run ids, table partitions, run facts). tables:
+    the views to make besides those _common.sql reads (default: every table).
+    For notebooks and ad-hoc SQL that want the same per-run facts as the analyses.
     """
-    parts = ds.table_runs(dataset)
-    chosen = _select_runs(dataset, parts, run_ids, labels)
-    wanted = set(tables) if tables is not None else set(TABLE_COLUMNS) | set(parts)
-    wanted |= {"runs", *ALWAYS}
+    parts = _table_runs(dataset)
+    chosen = select_runs(dataset, parts, run_ids, labels)
+    common = COMMON_SQL.read_text()
+    known = set(TABLE_COLUMNS) | set(parts)
+    wanted = set(tables) if tables is not None else known
+    wanted |= {"runs"} | _named_tables(common, known)
     columns = {t: TABLE_COLUMNS[t] for t in wanted if t in TABLE_COLUMNS}
     con = ds.connect(dataset, threads=threads, run_ids=chosen, columns=columns, tables=wanted)
     facts = _register_facts(con, chosen)
-    for stmt in _statements(COMMON_SQL.read_text()):
+    for stmt in _statements(common):
         con.execute(stmt)
     return con, chosen, parts, facts
 
@@ -536,29 +224,33 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     ["k=v", ...]; a run must match all. params: {name: value}, values as
     strings from a command line or typed.
     """
-    a, section = _find(name)
-    qname = a.name if section is a.sections[0] else f"{a.name}.{section.name}"
+    a, section = find_analysis(name)
+    qname = a.query_name(section)
     bound = {}
     params = dict(params or {})
     for key in params:
         if key not in a.params:
             known = ", ".join(a.params) or "none"
-            raise QueryError(f"query {a.name} has no parameter {key!r}", f"its parameters: {known}")
+            raise QueryError(f"query {a.name} has no parameter {key!r}",
+                             f"its parameters: {known}; see `kmemscope queries {a.name}`")
     for p in a.params.values():
-        bound[p.name] = _convert(p, params[p.name], qname) if p.name in params else p.default
+        bound[p.name] = convert_param(p, params[p.name], qname) if p.name in params else p.default
 
     needs = a.needs(section)
-    parts = ds.table_runs(dataset)
-    chosen = _select_runs(dataset, parts, run_ids, labels)
+    parts = _table_runs(dataset)
+    chosen = select_runs(dataset, parts, run_ids, labels)
     notes = _check_tables(needs, parts, chosen)
-    con, chosen, parts, facts = open_run_set(dataset, chosen, None, _tables(needs), threads)
+    tables = _named_tables(a.prelude + "\n" + section.sql, set(TABLE_COLUMNS) | set(parts))
+    tables |= set(needs.requires + needs.any_of + needs.optional)
+    con, chosen, parts, facts = open_run_set(dataset, chosen, None, tables, threads)
     notes += _assumption_notes(con, facts, needs)
     try:
         for name in needs.derived:
             _derived_view(con, dataset, name, chosen, parts, threads)
         # Parameters also live in a one-row table, so prelude views can read them.
-        cols = ", ".join(f"CAST(${p.name} AS {_SQL_TYPE.get(p.type, p.type)}) AS {p.name}" for p in a.params.values())
-        # sql-safe: parameter names match \w+ in our own .sql headers, types come from _TYPES
+        cols = ", ".join(f"CAST(${p.name} AS {_SQL_TYPE.get(p.type, p.type)}) AS {p.name}"
+                         for p in a.params.values())
+        # sql-safe: parameter names match \w+ in our own .sql headers, types come from catalog.TYPES
         con.execute(f"CREATE TEMP TABLE query_params AS SELECT {cols or '1 AS none'}", bound)
         for stmt in _statements(a.prelude):
             con.execute(stmt, _used(stmt, bound) or None)

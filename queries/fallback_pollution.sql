@@ -10,10 +10,6 @@
 -- @requires mm_page_alloc_extfrag
 -- @optional mm_page_alloc
 --
--- Sections:
---   fallback_pollution            the matrix per run
---   fallback_pollution.over_time  events per time bucket per run
---
 -- Caveats (KERNEL-ERAS.md section 1): fragmenting is not a field; it is
 -- fallback_order < pageblock_order, with the run's pageblock order (runs table,
 -- else manifest, else 9 and a note). change_ownership means, by era:
@@ -29,20 +25,19 @@
 -- mislabel types 1-3 on every modern kernel.
 
 -- @section matrix: alloc x fallback migratetype, fragmenting and change_ownership per run
--- Output columns:
---   run_id, labels              the run
---   extfrag_era                 '4.19-6.9', '6.10-6.14' or '6.15+'
---   alloc_migratetype           requested type (number)
---   alloc_type                  its name in the run's kernel
---   fallback_migratetype        type of the free list the page came from (= block type)
---   fallback_type               its name
---   fragmenting                 fallback_order < pageblock_order (split a block)
---   change_ownership            1: the block now belongs to the requester
---   ownership_meaning           what change_ownership means in this era
---   events                      mm_page_alloc_extfrag events
---   events_per_1000_allocs      per 1,000 successful mm_page_alloc of the run
---   events_per_s                per second of capture
---   pct_of_run                  % of the run's extfrag events
+-- @columns
+--   extfrag_era              text   '4.19-6.9', '6.10-6.14' or '6.15+'
+--   alloc_migratetype        code   requested type
+--   alloc_type               text   its name in the run's kernel
+--   fallback_migratetype     code   type of the free list the page came from (= block type)
+--   fallback_type            text   its name
+--   fragmenting              bool   fallback_order < pageblock_order (split a block)
+--   change_ownership         code   1: the block now belongs to the requester
+--   ownership_meaning        text   what change_ownership means in this era
+--   events                   count  mm_page_alloc_extfrag events
+--   events_per_1000_allocs   /1000  per 1,000 successful mm_page_alloc of the run
+--   events_per_s             /s     per second of capture
+--   pct_of_run               %      of the run's extfrag events
 WITH
 allocs AS (
   SELECT run_id, count(*) AS allocs FROM page_allocs WHERE NOT failed GROUP BY run_id
@@ -85,15 +80,14 @@ LEFT JOIN extfrag_ownership AS o
 ORDER BY f.run_id, x.events DESC, x.alloc_migratetype, x.fallback_migratetype
 
 -- @section over_time: extfrag events per time bucket per run
--- Output columns:
---   run_id, labels              the run
---   bucket_start_s              bucket start, seconds since the run's first event
---   events                      extfrag events in the bucket
---   fragmenting_events          of them, fallback_order < pageblock_order
---   claimed_events              of them, change_ownership = 1
---   allocs                      successful mm_page_alloc in the bucket
---   events_per_1000_allocs      events per 1,000 of those allocations
---   events_per_s                events per second in the bucket
+-- @columns
+--   bucket_start_s           s      bucket start, since the run's first event
+--   events                   count  extfrag events in the bucket
+--   fragmenting_events       count  of them, fallback_order < pageblock_order
+--   claimed_events           count  of them, change_ownership = 1
+--   allocs                   count  successful mm_page_alloc in the bucket
+--   events_per_1000_allocs   /1000  events per 1,000 of those allocations
+--   events_per_s             /s     events per second in the bucket
 WITH
 extfrag_buckets AS (
   SELECT

@@ -5,11 +5,6 @@
 -- (309-312 HighAtomic pageblocks per host, all order-9 free blocks stuck there);
 -- the reserve is not traced, so it is read from /proc/pagetypeinfo samples.
 --
--- Sections:
---   highatomic          HighAtomic pageblocks per sample, node and zone (pagetypeinfo)
---   highatomic.served   mm_page_alloc_zone_locked events taken from the HIGHATOMIC
---                       free list, by order (kernels 5.19+ and 5.15.171+)
---
 -- Caveats (KERNEL-ERAS.md sections 1, 3, 6): the HighAtomic column of
 -- "Number of blocks type" is the reserve size; the cap is about 1% of the zone
 -- (plus one pageblock up to 6.6, aligned down to whole pageblocks from 6.12, and
@@ -20,16 +15,15 @@
 -- ALLOC_NON_BLOCK/ALLOC_OOM requests may also take from the HIGHATOMIC list.
 
 -- @section blocks: HighAtomic pageblocks per pagetypeinfo sample, node and zone
--- @procfs pagetypeinfo_blocks
--- Output columns:
---   run_id, labels          the run
---   ts                      sample time, ns (CLOCK_MONOTONIC, same clock as the trace)
---   t_s                     seconds since the run's first sample
---   node                    NUMA node
---   zone                    zone name (DMA, DMA32, Normal, Movable)
---   highatomic_pageblocks   pageblocks of type HighAtomic
---   total_pageblocks        pageblocks of all types in the zone
---   highatomic_pct          100 * highatomic / total
+-- @requires pagetypeinfo_blocks
+-- @columns
+--   ts                      ns     sample time (CLOCK_MONOTONIC, same clock as the trace)
+--   t_s                     s      since the run's first sample
+--   node                    code   NUMA node
+--   zone                    text   zone name (DMA, DMA32, Normal, Movable)
+--   highatomic_pageblocks   count  pageblocks of type HighAtomic
+--   total_pageblocks        count  pageblocks of all types in the zone
+--   highatomic_pct          %      100 * highatomic / total
 WITH
 samples AS (
   SELECT run_id, ts, node, zone,
@@ -57,17 +51,16 @@ JOIN first_sample AS fs ON fs.run_id = s.run_id
 JOIN run_facts AS f ON f.run_id = s.run_id
 ORDER BY f.run_id, s.ts, s.node, s.zone
 
--- @section served: allocations taken from the HIGHATOMIC free list, by order
+-- @section served: allocations taken from the HIGHATOMIC free list, by order (kernels 5.19+ and 5.15.171+)
 -- @requires mm_page_alloc_zone_locked
--- Output columns:
---   run_id, labels           the run
---   freelist_known           true when the run's format has percpu_refill (5.19+,
---                            5.15.171+): migratetype is then the list actually used
---   order                    order taken from the HIGHATOMIC list (NULL: not knowable)
---   events                   mm_page_alloc_zone_locked events from that list
---   percpu_refill_events     of them, refills of a per-CPU list (percpu_refill = 1)
---   events_per_s             events per second of capture
---   pct_of_zone_locked       % of the run's zone_locked events
+-- @columns
+--   freelist_known          bool   true when the run's format has percpu_refill (5.19+,
+--                                  5.15.171+): migratetype is then the list actually used
+--   order                   order  order taken from the HIGHATOMIC list (NULL: not knowable)
+--   events                  count  mm_page_alloc_zone_locked events from that list
+--   percpu_refill_events    count  of them, refills of a per-CPU list (percpu_refill = 1)
+--   events_per_s            /s     events per second of capture
+--   pct_of_zone_locked      %      of the run's zone_locked events
 WITH
 highatomic_type AS (
   -- HIGHATOMIC is MIGRATE_PCPTYPES = 3 on every kernel (section 4); the run's

@@ -10,16 +10,15 @@
 -- @optional mm_page_free
 -- @derived page_pairs pfn_allocs
 --
--- Output columns:
---   run_id, labels     the run
---   rank               1 = most allocated in the run (ties broken by lower pfn)
---   pfn                page frame number (head page of the allocation)
---   allocs             successful allocations of this pfn
---   orders             distinct orders it was allocated at, ascending, e.g. '0,3'
---   cpus               distinct CPUs that allocated it
---   reuses             frees of this pfn whose next event on the pfn is an allocation
---   reuse_mean_ns      mean interval from such a free to the allocation, ns
---   reuse_median_ns    median of that interval, ns
+-- @columns
+--   rank              rank   1 = most allocated in the run (ties broken by lower pfn)
+--   pfn               pfn    head page of the allocation
+--   allocs            count  successful allocations of this pfn
+--   orders            text   distinct orders it was allocated at, ascending, e.g. '0,3'
+--   cpus              count  distinct CPUs that allocated it
+--   reuses            count  frees of this pfn whose next event on the pfn is an allocation
+--   reuse_mean_ns     ns     mean interval from such a free to the allocation
+--   reuse_median_ns   ns     median of that interval
 --
 -- Caveats (KERNEL-ERAS.md section 1): matching is by head pfn, like perf kmem:
 -- a free of an order-3 block then an order-0 allocation at the same pfn is a

@@ -7,15 +7,14 @@
 --
 -- @requires mm_page_pcpu_drain
 --
--- Output columns:
---   run_id, labels       the run
---   order                order of the drained page
---   migratetype          pageblock type of the page (number)
---   migratetype_name     its name in the run's kernel
---   drains               mm_page_pcpu_drain events
---   pages                base pages returned (drains * 2^order)
---   drains_per_s         events per second of capture
---   pct_of_pages         % of the run's drained base pages
+-- @columns
+--   order              order  order of the drained page
+--   migratetype        code   pageblock type of the page
+--   migratetype_name   text   its name in the run's kernel
+--   drains             count  mm_page_pcpu_drain events
+--   pages              pages  base pages returned (drains * 2^order)
+--   drains_per_s       /s     events per second of capture
+--   pct_of_pages       %      of the run's drained base pages
 --
 -- Caveats (KERNEL-ERAS.md sections 1, 4): migratetype here is the block's
 -- type, not the requested one. Up to 5.10 every drain reports order 0 (pcp

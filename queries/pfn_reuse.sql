@@ -15,11 +15,6 @@
 -- @requires mm_page_alloc mm_page_free
 -- @derived page_pairs
 --
--- Sections:
---   pfn_reuse            one row per run: the interval distribution and CPU split
---   pfn_reuse.histogram  log2 histogram of reuse intervals
---   pfn_reuse.cross_cpu  alloc-free pairs freed on another CPU, by allocation order
---
 -- Caveats (KERNEL-ERAS.md section 1): matched by head pfn. mm_page_free fires
 -- for every free (mm_page_free_batched is not counted again); pages from the bulk
 -- allocator, compaction isolation and alloc_contig_range have no mm_page_alloc,
@@ -28,19 +23,19 @@
 -- capture has no predecessor and pairs with nothing.
 
 -- @section summary: one row per run: reuse interval percentiles, reuse within 1/10/100 ms, same vs other CPU
--- Output columns:
---   run_id, labels             the run
---   frees                      mm_page_free events
---   reuse_pairs                frees followed by an allocation of the same pfn
---   reuse_p50_ns               median free -> allocation interval, ns
---   reuse_p90_ns, reuse_p99_ns 90th and 99th percentile, ns
---   reused_within_1ms_pct      % of reuse pairs with interval <= 1 ms
---   reused_within_10ms_pct     % with interval <= 10 ms
---   reused_within_100ms_pct    % with interval <= 100 ms
---   reuse_same_cpu_pct         % of reuse pairs allocated on the CPU that freed
---   reuse_other_cpu_pct        % allocated on another CPU
---   alloc_free_pairs           allocations followed by a free of the same pfn
---   freed_other_cpu_pct        % of those freed on another CPU than allocated
+-- @columns
+--   frees                     count  mm_page_free events
+--   reuse_pairs               count  frees followed by an allocation of the same pfn
+--   reuse_p50_ns              ns     median free -> allocation interval
+--   reuse_p90_ns              ns     90th percentile of that interval
+--   reuse_p99_ns              ns     99th percentile
+--   reused_within_1ms_pct     %      of reuse pairs with interval <= 1 ms
+--   reused_within_10ms_pct    %      with interval <= 10 ms
+--   reused_within_100ms_pct   %      with interval <= 100 ms
+--   reuse_same_cpu_pct        %      of reuse pairs allocated on the CPU that freed
+--   reuse_other_cpu_pct       %      allocated on another CPU
+--   alloc_free_pairs          count  allocations followed by a free of the same pfn
+--   freed_other_cpu_pct       %      of those freed on another CPU than allocated
 WITH
 -- One pass over the pairs. quantile_cont with a list of fractions is DuckDB's
 -- form of three percentile_cont(...) WITHIN GROUP aggregates computed from one
@@ -83,16 +78,15 @@ LEFT JOIN free_counts AS fc ON fc.run_id = f.run_id
 ORDER BY f.run_id
 
 -- @section histogram: log2 histogram of free -> reallocation intervals per run
--- Output columns:
---   run_id, labels   the run
---   bucket           k: intervals in [2^k, 2^(k+1)) ns; bucket -1 holds interval 0
---   bucket_lo_ns     lower bound of the bucket, ns (inclusive)
---   bucket_hi_ns     upper bound, ns (exclusive)
---   reuse_pairs      reuse pairs in the bucket
---   same_cpu         of them, reallocated on the CPU that freed the page
---   other_cpu        reallocated on another CPU
---   pct              % of the run's reuse pairs
---   cumulative_pct   % of the run's reuse pairs at or below this bucket
+-- @columns
+--   bucket           code   k: intervals in [2^k, 2^(k+1)) ns; bucket -1 holds interval 0
+--   bucket_lo_ns     ns     lower bound of the bucket (inclusive)
+--   bucket_hi_ns     ns     upper bound (exclusive)
+--   reuse_pairs      count  reuse pairs in the bucket
+--   same_cpu         count  of them, reallocated on the CPU that freed the page
+--   other_cpu        count  reallocated on another CPU
+--   pct              %      of the run's reuse pairs
+--   cumulative_pct   %      of the run's reuse pairs at or below this bucket
 WITH
 reuse_pairs AS (
   SELECT run_id, interval_ns, same_cpu FROM page_pairs WHERE reuse
@@ -139,14 +133,13 @@ JOIN run_facts AS f ON f.run_id = c.run_id
 ORDER BY f.run_id, c.bucket
 
 -- @section cross_cpu: allocations freed on a different CPU than allocated them, by order
--- Output columns:
---   run_id, labels        the run
---   order                 allocation order
---   alloc_free_pairs      allocations of this order followed by a free of the same pfn
---   freed_same_cpu        freed on the allocating CPU
---   freed_other_cpu       freed on another CPU
---   freed_other_cpu_pct   % freed on another CPU
---   lifetime_p50_ns       median allocation -> free interval, ns
+-- @columns
+--   order                 order  allocation order
+--   alloc_free_pairs      count  allocations of this order followed by a free of the same pfn
+--   freed_same_cpu        count  freed on the allocating CPU
+--   freed_other_cpu       count  freed on another CPU
+--   freed_other_cpu_pct   %      freed on another CPU
+--   lifetime_p50_ns       ns     median allocation -> free interval
 WITH
 alloc_free_pairs AS (
   SELECT run_id, "order" AS alloc_order, NOT same_cpu AS other_cpu, interval_ns AS lifetime_ns

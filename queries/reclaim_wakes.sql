@@ -5,10 +5,6 @@
 -- reclaim? The defrag_mode study: defrag_mode wakes kswapd at pageblock order for every
 -- fallback; the high-atomic reservation study watched pgscan_kswapd.
 --
--- Sections:
---   reclaim_wakes                   wake-ups per run, source and order
---   reclaim_wakes.direct_reclaim    direct reclaim stalls per run and order
---
 -- Caveats (KERNEL-ERAS.md section 1): mm_vmscan_wakeup_kswapd fires only
 -- when kswapd is actually woken; gfp 0 at order 0 is a watermark-boost wake;
 -- with defrag_mode=1 (6.15+) the wake order is raised to at least
@@ -19,16 +15,14 @@
 
 -- @section wakes: kswapd and kcompactd wake-ups per run, source and order
 -- @any_of mm_vmscan_wakeup_kswapd mm_vmscan_kswapd_wake mm_compaction_wakeup_kcompactd mm_compaction_kcompactd_wake
--- @optional mm_vmscan_wakeup_kswapd mm_vmscan_kswapd_wake mm_compaction_wakeup_kcompactd mm_compaction_kcompactd_wake
--- Output columns:
---   run_id, labels   the run
---   source           wakeup_kswapd (an allocation woke kswapd), kswapd_wake (kswapd
---                    starts balancing), wakeup_kcompactd (kswapd/allocator woke
---                    kcompactd), kcompactd_wake (kcompactd starts)
---   order            order of the wake (-1: proactive compaction)
---   wakes            events
---   boost_wakes      wakeup_kswapd with gfp 0 at order 0 (watermark boost); NULL elsewhere
---   wakes_per_s      per second of capture
+-- @columns
+--   source        text   wakeup_kswapd (an allocation woke kswapd), kswapd_wake (kswapd
+--                        starts balancing), wakeup_kcompactd (kswapd/allocator woke
+--                        kcompactd), kcompactd_wake (kcompactd starts)
+--   order         order  order of the wake (-1: proactive compaction)
+--   wakes         count  events
+--   boost_wakes   count  wakeup_kswapd with gfp 0 at order 0 (watermark boost); NULL elsewhere
+--   wakes_per_s   /s     per second of capture
 WITH
 wakes AS (
   SELECT run_id, 'wakeup_kswapd' AS source, "order",
@@ -61,18 +55,17 @@ ORDER BY f.run_id, c.source, c."order"
 -- @section direct_reclaim: direct reclaim stalls per run and order, with durations
 -- @requires mm_vmscan_direct_reclaim_begin
 -- @optional mm_vmscan_direct_reclaim_end
--- Output columns:
---   run_id, labels      the run
---   order               order of the allocation that stalled
---   stalls              direct_reclaim_begin events
---   timed_stalls        of them, paired with their end
---   duration_p50_ns     median stall, ns
---   duration_p90_ns     90th percentile, ns
---   duration_p99_ns     99th percentile, ns
---   duration_max_ns     longest stall, ns
---   total_duration_ns   sum of stalls, ns
---   nr_reclaimed        pages reclaimed by the timed stalls
---   stalls_per_s        stalls per second of capture
+-- @columns
+--   order               order  order of the allocation that stalled
+--   stalls              count  direct_reclaim_begin events
+--   timed_stalls        count  of them, paired with their end
+--   duration_p50_ns     ns     median stall
+--   duration_p90_ns     ns     90th percentile of the stalls
+--   duration_p99_ns     ns     99th percentile
+--   duration_max_ns     ns     longest stall
+--   total_duration_ns   ns     sum of stalls
+--   nr_reclaimed        pages  pages reclaimed by the timed stalls
+--   stalls_per_s        /s     stalls per second of capture
 WITH
 bounds AS (
   SELECT run_id, pid, ts, 1 AS is_begin, "order", CAST(NULL AS UBIGINT) AS nr_reclaimed

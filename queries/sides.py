@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from kmemscope.errors import QueryError
 
 from . import compare as st
-from .engine import _as_dict, notes_of, run_query
+from .engine import notes_of, run_query
+from .selection import labels_dict
 
 
 @dataclass
@@ -44,7 +45,7 @@ def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=Non
     notes = list(notes_of(table))
     rows, missing = [], []
     for row in table.to_pylist():
-        value = _as_dict(row["labels"]).get(by)
+        value = labels_dict(row["labels"]).get(by)
         if value is None:
             missing.append(row["run_id"])
             continue

@@ -9,31 +9,34 @@
 --
 -- @param era VARCHAR auto [auto|A|B] force the high-atomic eligibility era instead of the run's
 -- @requires mm_page_alloc
--- @optional mm_page_free mm_page_alloc_extfrag lost_events
--- @uses mm_compaction_try_to_compact_pages
--- @procfs_optional vmstat pagetypeinfo_blocks
+-- @optional mm_page_free mm_page_alloc_extfrag lost_events vmstat pagetypeinfo_blocks
 -- @derived page_pairs pfn_allocs
 --
--- Output columns:
---   run_id, labels                    the run
---   kernel_release                    uname -r
---   highatomic_era                    'A' or 'B', the eligibility rule applied
---   duration_s                        capture window, s
---   allocs                            mm_page_alloc events (attempts)
---   thp_fault_success_pct             100 * THP faults that got a huge page / THP faults:
---                                     vmstat thp_fault_alloc / (alloc + fallback), else the trace model
---   thp_fault_success_source          'vmstat' or 'trace' (NULL: no value)
---   compaction_success_pct            100 * direct compactions that gave the page / stalls:
---                                     vmstat compact_success / compact_stall, else the trace model
---   compaction_success_source         'vmstat' or 'trace' (NULL: no value)
---   pgscan_kswapd_per_min             vmstat: pgscan_kswapd delta per minute
---   highatomic_pageblocks_max         pagetypeinfo: largest HighAtomic total over all zones in one sample
---   eligible_allocs_order_1_3         high-atomic-eligible allocations at orders 1-3
---   eligible_allocs_order_4_plus      eligible allocations at orders 4 and above
---   pollution_per_1000_allocs         mm_page_alloc_extfrag events per 1,000 successful allocations
---   top5_pfn_allocs                   allocation counts of the 5 most-allocated pfns, descending
---   cross_cpu_free_pct                % of alloc-free pairs freed on another CPU than allocated
---   lost_events                       events the ring buffer dropped (runs table, else lost_events)
+-- @columns
+--   kernel_release                 text   uname -r
+--   highatomic_era                 text   'A' or 'B', the eligibility rule applied
+--   duration_s                     s      capture window
+--   allocs                         count  mm_page_alloc events (attempts)
+--   thp_fault_success_pct          %      100 * THP faults that got a huge page / THP faults:
+--                                         vmstat thp_fault_alloc / (alloc + fallback), else the
+--                                         trace model (_common.sql thp_fault_success)
+--   thp_fault_success_source       text   'vmstat' or 'trace' (NULL: no value)
+--   compaction_success_pct         %      100 * direct compactions that gave the page / stalls:
+--                                         vmstat compact_success / compact_stall, else the trace
+--                                         model (_common.sql compaction_success)
+--   compaction_success_source      text   'vmstat' or 'trace' (NULL: no value)
+--   pgscan_kswapd_per_min          /min   vmstat: pgscan_kswapd delta per minute
+--   highatomic_pageblocks_max      count  pagetypeinfo: largest HighAtomic total over all zones
+--                                         in one sample
+--   eligible_allocs_order_1_3      count  high-atomic-eligible allocations at orders 1-3
+--   eligible_allocs_order_4_plus   count  eligible allocations at orders 4 and above
+--   pollution_per_1000_allocs      /1000  mm_page_alloc_extfrag events per 1,000 successful
+--                                         allocations
+--   top5_pfn_allocs                list   allocation counts of the 5 most-allocated pfns,
+--                                         descending
+--   cross_cpu_free_pct             %      of alloc-free pairs freed on another CPU than allocated
+--   lost_events                    count  events the ring buffer dropped (runs table, else
+--                                         lost_events)
 --
 -- Caveats: the two success rates come from vmstat when the run's samples give
 -- them and from the trace otherwise (a bare trace.dat): the models, how they
@@ -63,11 +66,6 @@ alloc_counts AS (
 vm AS (
   SELECT
     run_id,
-    100.0 * max(CASE WHEN name = 'thp_fault_alloc' THEN delta END)
-      / nullif(max(CASE WHEN name = 'thp_fault_alloc' THEN delta END)
-               + max(CASE WHEN name = 'thp_fault_fallback' THEN delta END), 0) AS thp_fault_success_pct,
-    100.0 * max(CASE WHEN name = 'compact_success' THEN delta END)
-      / nullif(max(CASE WHEN name = 'compact_stall' THEN delta END), 0) AS compaction_success_pct,
     60.0 * max(CASE WHEN name = 'pgscan_kswapd' THEN delta END)
       / nullif(max(window_s), 0) AS pgscan_kswapd_per_min
   FROM vmstat_deltas
@@ -106,20 +104,6 @@ lost AS (
 ),
 run_lost AS (
   SELECT run_id, lost_events FROM runs
-),
-thp_trace AS (
-  SELECT run_id,
-         100.0 * count(CASE WHEN NOT failed THEN 1 END)
-           / nullif(count(CASE WHEN NOT is_retry THEN 1 END), 0) AS thp_fault_success_pct
-  FROM thp_fault_attempts
-  GROUP BY run_id
-),
-compaction_trace AS (
-  SELECT run_id,
-         100.0 * count(CASE WHEN succeeded THEN 1 END)
-           / nullif(count(CASE WHEN stalled THEN 1 END), 0) AS compaction_success_pct
-  FROM direct_compactions
-  GROUP BY run_id
 )
 SELECT
   f.run_id,
@@ -128,12 +112,10 @@ SELECT
   coalesce(nullif($era, 'auto'), f.highatomic_era) AS highatomic_era,
   f.duration_s,
   a.allocs,
-  coalesce(v.thp_fault_success_pct, tt.thp_fault_success_pct) AS thp_fault_success_pct,
-  CASE WHEN v.thp_fault_success_pct IS NOT NULL THEN 'vmstat'
-       WHEN tt.thp_fault_success_pct IS NOT NULL THEN 'trace' END AS thp_fault_success_source,
-  coalesce(v.compaction_success_pct, ct.compaction_success_pct) AS compaction_success_pct,
-  CASE WHEN v.compaction_success_pct IS NOT NULL THEN 'vmstat'
-       WHEN ct.compaction_success_pct IS NOT NULL THEN 'trace' END AS compaction_success_source,
+  tt.success_pct AS thp_fault_success_pct,
+  tt.source AS thp_fault_success_source,
+  ct.success_pct AS compaction_success_pct,
+  ct.source AS compaction_success_source,
   v.pgscan_kswapd_per_min,
   h.highatomic_pageblocks_max,
   CASE WHEN a.has_gfp_table THEN a.eligible_allocs_order_1_3 END AS eligible_allocs_order_1_3,
@@ -151,6 +133,6 @@ LEFT JOIN top5 AS t ON t.run_id = f.run_id
 LEFT JOIN cross_cpu AS c ON c.run_id = f.run_id
 LEFT JOIN lost AS l ON l.run_id = f.run_id
 LEFT JOIN run_lost AS r ON r.run_id = f.run_id
-LEFT JOIN thp_trace AS tt ON tt.run_id = f.run_id
-LEFT JOIN compaction_trace AS ct ON ct.run_id = f.run_id
+LEFT JOIN thp_fault_success AS tt ON tt.run_id = f.run_id
+LEFT JOIN compaction_success AS ct ON ct.run_id = f.run_id
 ORDER BY f.run_id

@@ -46,43 +46,12 @@
 -- recorded); try_to_compact_pages is not traced without __GFP_IO, but such a
 -- compaction returns COMPACT_SKIPPED and is no stall.
 --
--- @param thp_order INTEGER NULL the huge page order (default: the run's, see thp_order_source)
+-- The rates themselves are computed once, in _common.sql (thp_fault_success,
+-- compaction_success), for this analysis and summary alike.
+--
+-- @param thp_order INTEGER NULL [0..20] the huge page order of the trace columns and allocs (default: the run's, see thp_order_source)
 -- @any_of mm_page_alloc mm_compaction_try_to_compact_pages
--- @optional mm_page_alloc mm_compaction_try_to_compact_pages
--- @procfs_optional vmstat
---
--- Sections:
---   thp          per run: vmstat and trace THP fault and compaction success, order attempts
---   thp.allocs   per run: every allocation at the huge page order by kind, attempt and gfp mask
---
--- Output columns (thp):
---   run_id, labels                 the run
---   thp_order                      the huge page order used for the trace columns
---   thp_order_source               where it came from
---   vmstat_window_s                seconds between first and last vmstat sample (NULL: no procfs)
---   thp_fault_alloc                delta of thp_fault_alloc
---   thp_fault_fallback             delta of thp_fault_fallback
---   thp_fault_fallback_charge      delta of thp_fault_fallback_charge (memcg charge failures)
---   thp_fault_success_pct          100 * alloc / (alloc + fallback)
---   thp_fault_alloc_success_pct    same with memcg-charge fallbacks removed (allocator only)
---   compact_stall                  delta of compact_stall (direct compactions)
---   compact_success                delta of compact_success
---   compaction_success_pct         100 * compact_success / compact_stall
---   compact_scan_ratio             compact_migrate_scanned / compact_free_scanned
---   thp_collapse_success_pct       khugepaged: 100 * collapse_alloc / (collapse_alloc + collapse_alloc_failed)
---   trace_window                   'vmstat' (trace_* count events inside the vmstat window) or 'capture'
---   trace_thp_faults               THP faults in the trace (attempts - retries)
---   trace_thp_fault_retries        second attempts after a failed local-node try
---   trace_thp_fault_successes      faults that got a huge page
---   trace_thp_fault_success_pct    100 * successes / faults
---   trace_compact_tries            mm_compaction_try_to_compact_pages events
---   trace_compact_stalls           of them, stalls by the model
---   trace_compact_successes        of them, successes by the model
---   trace_compaction_success_pct   100 * successes / stalls
---   order_attempts                 mm_page_alloc events at thp_order, any caller
---   order_failures                 of them, failed (pfn = -1UL)
---   order_success_pct              100 * (attempts - failures) / attempts
---   order_attempts_per_s           attempts per second of capture
+-- @optional vmstat
 --
 -- Caveats (KERNEL-ERAS.md section 6): compact_stall = compact_success +
 -- compact_fail, and a skipped compaction counts in neither (6.18).
@@ -96,25 +65,49 @@
 -- THP first try adds __GFP_THISNODE (NUMA kernels since 4.20 or so).
 
 -- @prelude
-CREATE TEMP VIEW thp_run_orders AS
+-- thp_order replaces the run's order for every THP view of _common.sql.
+CREATE TEMP TABLE thp_run_orders AS
 SELECT run_id, coalesce(q.thp_order, o.thp_order) AS thp_order,
        CASE WHEN q.thp_order IS NOT NULL THEN 'parameter thp_order' ELSE o.thp_order_source END
          AS thp_order_source
 FROM thp_orders AS o CROSS JOIN query_params AS q;
+CREATE OR REPLACE TEMP VIEW thp_orders AS SELECT * FROM thp_run_orders;
 
 -- @section thp: per run: vmstat and trace THP fault and compaction success, order attempts
+-- @columns
+--   thp_order                      order  the huge page order used for the trace columns
+--   thp_order_source               text   where it came from
+--   vmstat_window_s                s      between first and last vmstat sample (NULL: no procfs)
+--   thp_fault_alloc                count  delta of thp_fault_alloc
+--   thp_fault_fallback             count  delta of thp_fault_fallback
+--   thp_fault_fallback_charge      count  delta of thp_fault_fallback_charge (memcg charge failures)
+--   thp_fault_success_pct          %      100 * alloc / (alloc + fallback)
+--   thp_fault_alloc_success_pct    %      same with memcg-charge fallbacks removed (allocator only)
+--   compact_stall                  count  delta of compact_stall (direct compactions)
+--   compact_success                count  delta of compact_success
+--   compaction_success_pct         %      100 * compact_success / compact_stall
+--   compact_scan_ratio             ratio  compact_migrate_scanned / compact_free_scanned
+--   thp_collapse_success_pct       %      khugepaged: 100 * collapse_alloc / (collapse_alloc +
+--                                         collapse_alloc_failed)
+--   trace_window                   text   'vmstat' (trace_* count events inside the vmstat window)
+--                                         or 'capture'
+--   trace_thp_faults               count  THP faults in the trace (attempts - retries)
+--   trace_thp_fault_retries        count  second attempts after a failed local-node try
+--   trace_thp_fault_successes      count  faults that got a huge page
+--   trace_thp_fault_success_pct    %      100 * successes / faults
+--   trace_compact_tries            count  mm_compaction_try_to_compact_pages events
+--   trace_compact_stalls           count  of them, stalls by the model
+--   trace_compact_successes        count  of them, successes by the model
+--   trace_compaction_success_pct   %      100 * successes / stalls
+--   order_attempts                 count  mm_page_alloc events at thp_order, any caller
+--   order_failures                 count  of them, failed (pfn = -1UL)
+--   order_success_pct              %      100 * (attempts - failures) / attempts
+--   order_attempts_per_s           /s     attempts per second of capture
 WITH
 vm AS (
   SELECT
     run_id,
     max(window_s) AS vmstat_window_s,
-    min(first_ts) AS first_ts,
-    max(last_ts) AS last_ts,
-    max(CASE WHEN name = 'thp_fault_alloc' THEN delta END) AS thp_fault_alloc,
-    max(CASE WHEN name = 'thp_fault_fallback' THEN delta END) AS thp_fault_fallback,
-    max(CASE WHEN name = 'thp_fault_fallback_charge' THEN delta END) AS thp_fault_fallback_charge,
-    max(CASE WHEN name = 'compact_stall' THEN delta END) AS compact_stall,
-    max(CASE WHEN name = 'compact_success' THEN delta END) AS compact_success,
     max(CASE WHEN name = 'compact_migrate_scanned' THEN delta END) AS compact_migrate_scanned,
     max(CASE WHEN name = 'compact_free_scanned' THEN delta END) AS compact_free_scanned,
     max(CASE WHEN name = 'thp_collapse_alloc' THEN delta END) AS thp_collapse_alloc,
@@ -122,41 +115,12 @@ vm AS (
   FROM vmstat_deltas
   GROUP BY run_id
 ),
-win AS (
-  -- the window the trace columns count in: vmstat's when it has one
-  SELECT f.run_id,
-         CASE WHEN v.last_ts > v.first_ts THEN 'vmstat' ELSE 'capture' END AS trace_window,
-         CASE WHEN v.last_ts > v.first_ts THEN v.first_ts END AS lo,
-         CASE WHEN v.last_ts > v.first_ts THEN v.last_ts END AS hi
-  FROM run_facts AS f LEFT JOIN vm AS v ON v.run_id = f.run_id
-),
-faults AS (
-  SELECT a.run_id,
-         count(CASE WHEN NOT a.is_retry THEN 1 END) AS faults,
-         count(CASE WHEN a.is_retry THEN 1 END) AS retries,
-         count(CASE WHEN NOT a.failed THEN 1 END) AS successes
-  FROM thp_fault_attempts AS a
-  JOIN win AS w ON w.run_id = a.run_id
-  JOIN thp_run_orders AS o ON o.run_id = a.run_id AND a.thp_order = o.thp_order
-  WHERE w.lo IS NULL OR a.ts BETWEEN w.lo AND w.hi
-  GROUP BY a.run_id
-),
-dc AS (
-  SELECT d.run_id,
-         count(*) AS tries,
-         count(CASE WHEN d.stalled THEN 1 END) AS stalls,
-         count(CASE WHEN d.succeeded THEN 1 END) AS successes
-  FROM direct_compactions AS d
-  JOIN win AS w ON w.run_id = d.run_id
-  WHERE w.lo IS NULL OR d.ts BETWEEN w.lo AND w.hi
-  GROUP BY d.run_id
-),
 huge_allocs AS (
   SELECT a.run_id,
          count(*) AS order_attempts,
          count(CASE WHEN a.failed THEN 1 END) AS order_failures
   FROM page_allocs AS a
-  JOIN thp_run_orders AS o ON o.run_id = a.run_id AND a."order" = o.thp_order
+  JOIN thp_orders AS o ON o.run_id = a.run_id AND a."order" = o.thp_order
   GROUP BY a.run_id
 )
 SELECT
@@ -165,54 +129,51 @@ SELECT
   o.thp_order,
   o.thp_order_source,
   v.vmstat_window_s,
-  v.thp_fault_alloc,
-  v.thp_fault_fallback,
-  v.thp_fault_fallback_charge,
-  100.0 * v.thp_fault_alloc / nullif(v.thp_fault_alloc + v.thp_fault_fallback, 0) AS thp_fault_success_pct,
-  100.0 * v.thp_fault_alloc
-    / nullif(v.thp_fault_alloc + v.thp_fault_fallback - coalesce(v.thp_fault_fallback_charge, 0), 0)
-    AS thp_fault_alloc_success_pct,
-  v.compact_stall,
-  v.compact_success,
-  100.0 * v.compact_success / nullif(v.compact_stall, 0) AS compaction_success_pct,
+  t.thp_fault_alloc,
+  t.thp_fault_fallback,
+  t.thp_fault_fallback_charge,
+  t.vmstat_pct AS thp_fault_success_pct,
+  t.vmstat_alloc_pct AS thp_fault_alloc_success_pct,
+  c.compact_stall,
+  c.compact_success,
+  c.vmstat_pct AS compaction_success_pct,
   1.0 * v.compact_migrate_scanned / nullif(v.compact_free_scanned, 0) AS compact_scan_ratio,
   100.0 * v.thp_collapse_alloc / nullif(v.thp_collapse_alloc + v.thp_collapse_alloc_failed, 0)
     AS thp_collapse_success_pct,
   w.trace_window,
-  coalesce(t.faults, 0) AS trace_thp_faults,
-  coalesce(t.retries, 0) AS trace_thp_fault_retries,
-  coalesce(t.successes, 0) AS trace_thp_fault_successes,
-  100.0 * t.successes / nullif(t.faults, 0) AS trace_thp_fault_success_pct,
-  coalesce(d.tries, 0) AS trace_compact_tries,
-  coalesce(d.stalls, 0) AS trace_compact_stalls,
-  coalesce(d.successes, 0) AS trace_compact_successes,
-  100.0 * d.successes / nullif(d.stalls, 0) AS trace_compaction_success_pct,
+  t.trace_faults AS trace_thp_faults,
+  t.trace_retries AS trace_thp_fault_retries,
+  t.trace_successes AS trace_thp_fault_successes,
+  t.trace_pct AS trace_thp_fault_success_pct,
+  c.trace_tries AS trace_compact_tries,
+  c.trace_stalls AS trace_compact_stalls,
+  c.trace_successes AS trace_compact_successes,
+  c.trace_pct AS trace_compaction_success_pct,
   coalesce(h.order_attempts, 0) AS order_attempts,
   coalesce(h.order_failures, 0) AS order_failures,
   100.0 * (h.order_attempts - h.order_failures) / nullif(h.order_attempts, 0) AS order_success_pct,
   coalesce(h.order_attempts, 0) / f.duration_s AS order_attempts_per_s
 FROM run_facts AS f
-JOIN thp_run_orders AS o ON o.run_id = f.run_id
-JOIN win AS w ON w.run_id = f.run_id
+JOIN thp_orders AS o ON o.run_id = f.run_id
+JOIN trace_windows AS w ON w.run_id = f.run_id
+JOIN thp_fault_success AS t ON t.run_id = f.run_id
+JOIN compaction_success AS c ON c.run_id = f.run_id
 LEFT JOIN vm AS v ON v.run_id = f.run_id
-LEFT JOIN faults AS t ON t.run_id = f.run_id
-LEFT JOIN dc AS d ON d.run_id = f.run_id
 LEFT JOIN huge_allocs AS h ON h.run_id = f.run_id
 ORDER BY f.run_id
 
 -- @section allocs: per run: every allocation at the huge page order by kind, attempt and gfp mask
--- Output columns:
---   run_id, labels      the run
---   thp_order           the huge page order
---   kind                'fault' (THP mask, not khugepaged), 'khugepaged', 'other' (page-cache
---                       large folios, hugetlb, ...: no THP mask), 'unknown' (no gfp table)
---   attempt             faults only: 'local-node try' (__GFP_THISNODE), 'retry' (after a
---                       failed local-node try), 'single try' (no local-node try before)
---   gfp_flags           the mask
---   gfp_names           its single-bit flag names from the run's print_flags
---   attempts            mm_page_alloc events
---   failures            of them, failed (pfn = -1UL)
---   success_pct         100 * (attempts - failures) / attempts
+-- @columns
+--   thp_order     order  the huge page order
+--   kind          text   'fault' (THP mask, not khugepaged), 'khugepaged', 'other' (page-cache
+--                        large folios, hugetlb, ...: no THP mask), 'unknown' (no gfp table)
+--   attempt       text   faults only: 'local-node try' (__GFP_THISNODE), 'retry' (after a
+--                        failed local-node try), 'single try' (no local-node try before)
+--   gfp_flags     flags  the mask
+--   gfp_names     text   its single-bit flag names from the run's print_flags, '|'-separated
+--   attempts      count  mm_page_alloc events
+--   failures      count  of them, failed (pfn = -1UL)
+--   success_pct   %      100 * (attempts - failures) / attempts
 WITH
 rows_ AS (
   SELECT run_id, thp_order, kind,
@@ -229,7 +190,6 @@ counts AS (
   SELECT r.run_id, r.thp_order, r.kind, r.attempt, r.gfp_flags,
          count(*) AS attempts, count(CASE WHEN r.failed THEN 1 END) AS failures
   FROM rows_ AS r
-  JOIN thp_run_orders AS o ON o.run_id = r.run_id AND r.thp_order = o.thp_order
   GROUP BY ALL
 ),
 names AS (

@@ -6,16 +6,15 @@
 -- delta per kernel; kmemscope's compare adds the statistics across runs.
 --
 -- @param name_like VARCHAR % only counters whose name matches this LIKE pattern
--- @procfs vmstat
+-- @requires vmstat
 --
--- Output columns:
---   run_id, labels   the run
---   name             vmstat counter name
---   first_value      value in the first sample
---   last_value       value in the last sample
---   delta            last - first
---   window_s         seconds between the two samples
---   per_min          delta per minute of window (NULL when the window is 0)
+-- @columns
+--   name          text   vmstat counter name
+--   first_value   count  value in the first sample (pages for the nr_* gauges)
+--   last_value    count  value in the last sample
+--   delta         count  last - first
+--   window_s      s      between the two samples
+--   per_min       /min   delta per minute of window (NULL when the window is 0)
 --
 -- Caveats (KERNEL-ERAS.md section 6): gauges (nr_free_pages, nr_*) are
 -- included; their "rate" is the net change, not a flow. Counters present only

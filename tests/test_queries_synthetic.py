@@ -10,7 +10,7 @@ written out by hand from the kernel rules, not computed by the code under test.
 import pytest
 
 from kmemscope.errors import DatasetError, QueryError
-from kmemscope.queries import engine, eras
+from kmemscope.queries import catalog, engine, eras
 
 import kmdata as K
 
@@ -371,11 +371,11 @@ def test_compaction_pairs_runs_and_names_status(reclaim_dataset):
 # ------------------------------------------------------------------ the engine
 
 def test_list_queries_names_every_analysis():
-    names = {n for n, _ in engine.list_queries()}
+    names = {n for n, _ in catalog.list_queries()}
     for n in ("hot_pfns", "pfn_reuse", "atomic_orders", "highatomic", "fallback_pollution",
               "compaction", "thp", "vmstat_rates", "reclaim_wakes", "pcp", "summary"):
         assert n in names
-    assert all(desc for _, desc in engine.list_queries())
+    assert all(desc for _, desc in catalog.list_queries())
 
 
 def test_errors_are_typed_and_clear(tmp_path, reclaim_dataset):
@@ -402,7 +402,7 @@ def test_parameters_are_bound_not_pasted(reclaim_dataset):
 
 
 def test_every_result_starts_with_run_id_and_labels(reclaim_dataset):
-    for name, _ in engine.list_queries():
+    for name, _ in catalog.list_queries():
         try:
             t = engine.run_query(name, reclaim_dataset)
         except DatasetError:

@@ -1,0 +1,480 @@
+"""The catalog of named analyses: one .sql file each in queries/, documented by its header.
+
+The header is a comment. Its first line names the analysis; prose paragraphs
+say what it answers; a paragraph that starts with `Caveats` says what to
+mind. A few lines are read by kmemscope:
+
+    -- NAME: one-line description                    (the first line)
+    -- @param NAME TYPE DEFAULT [CHOICE|CHOICE] description
+    -- @param NAME TYPE DEFAULT [MIN..MAX] description   (a number in that range)
+    -- @param NAME FILE DEFAULT description   a regular file of at most 1 MiB, bound
+                                 as its absolute path; DEFAULT is relative to queries/
+    -- @requires TABLE ...       tables the answer needs: an error when no selected run has
+                                 one, a note for each run without it
+    -- @optional TABLE ...       tables used when present: a note for each run without one
+    -- @any_of TABLE ...         at least one must be present; each is otherwise optional
+    -- @derived NAME ...         per-run derived tables (queries/derive.py), made on first use
+    -- @section NAME: description
+    -- @columns                  the section's result columns, one a line, after run_id
+    --   NAME  UNIT  description     and labels (which every result starts with); a line
+    --         more indented continues the description. UNIT is one of UNITS.
+    -- @prelude                  statements run before the chosen section (temp views)
+
+Directives after an `@section` line belong to that section, the others to
+every section. A file with one SELECT and no `@section` keeps its `@columns`
+in the header. TYPE is INTEGER, BIGINT, DOUBLE, VARCHAR, BOOLEAN or FILE;
+DEFAULT NULL means none. `NAME.SECTION` picks a section, `NAME` the first.
+`kmemscope queries NAME` prints all of it (`describe`).
+"""
+import difflib
+import math
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kmemscope.errors import QueryError
+
+QUERY_DIR = Path(__file__).resolve().parent
+
+TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": None,
+         "FILE": str}
+MAX_PARAM_FILE = 1 << 20       # a FILE parameter is a small table (a mapping), not data
+
+UNITS = {
+    "text": "a name or label",
+    "map": "key -> value pairs",
+    "bool": "true or false",
+    "count": "a number of events or things",
+    "rank": "position, 1 = first",
+    "pages": "base pages",
+    "order": "allocation order: 2^order base pages",
+    "pfn": "page frame number",
+    "flags": "a bit mask",
+    "code": "a number that names something: enum value, node, bucket",
+    "ns": "nanoseconds (a time stamp: CLOCK_MONOTONIC, the trace's clock)",
+    "s": "seconds",
+    "%": "percent",
+    "/s": "per second",
+    "/min": "per minute",
+    "/1000": "per 1,000 of what the description names",
+    "ratio": "a quotient without unit",
+    "list": "a list: its elements in the description",
+}
+# Every result starts with these two, so no @columns repeats them.
+RUN_COLUMNS = (("run_id", "text", "the run (kmemscope info lists them)"),
+               ("labels", "map", "the run's labels"))
+REQ_KEYS = ("requires", "optional", "any_of", "derived")
+
+
+@dataclass
+class Param:
+    name: str
+    type: str
+    default: object
+    choices: tuple
+    doc: str
+    bounds: tuple = None        # (min, max) of a number, inclusive
+    default_text: str = "NULL"  # as written in the header
+
+    def describe_range(self):
+        lo, hi = self.bounds
+        return f"from {lo:g} to {hi:g}" if self.type == "DOUBLE" else f"from {lo} to {hi}"
+
+
+@dataclass
+class Column:
+    name: str
+    unit: str
+    doc: str
+
+
+@dataclass
+class Section:
+    name: str
+    description: str
+    sql: str = ""
+    requires: list = field(default_factory=list)
+    optional: list = field(default_factory=list)
+    any_of: list = field(default_factory=list)
+    derived: list = field(default_factory=list)
+    columns: list = None             # [Column] from @columns, run_id and labels first; None: none
+    notes: list = field(default_factory=list)   # prose lines in the section's comment
+
+
+@dataclass
+class Analysis:
+    name: str
+    description: str
+    path: Path
+    params: dict = field(default_factory=dict)
+    common: Section = None           # directives that apply to every section
+    prelude: str = ""
+    sections: list = field(default_factory=list)
+    text: list = field(default_factory=list)      # header prose lines, caveats apart
+    caveats: list = field(default_factory=list)
+
+    def needs(self, section):
+        """The table requirements of `section`: the file's plus its own."""
+        out = Section(section.name, section.description, section.sql, columns=section.columns)
+        for key in REQ_KEYS:
+            setattr(out, key, list(dict.fromkeys(getattr(self.common, key) + getattr(section, key))))
+        # A section's @any_of replaces the file's: it names what that section needs.
+        out.any_of = list(section.any_of or self.common.any_of)
+        return out
+
+    def query_name(self, section):
+        return self.name if section is self.sections[0] else f"{self.name}.{section.name}"
+
+
+# ---------------------------------------------------------------- parameters
+
+def _check_file(param, text, qname):
+    """A FILE parameter: an existing regular file, small, named without glob characters."""
+    where = f"parameter {param.name} of {qname}"
+    text = str(text)
+    # DuckDB's readers expand * ? [ in a path: such a name could read other files.
+    if not text or any(c in text for c in "*?[]{}"):
+        raise QueryError(f"{where} must name one file (no * ? [ ] {{ }}), not {text!r}")
+    try:
+        st = os.stat(text)
+    except OSError as exc:
+        raise QueryError(f"{where}: cannot read {text}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise QueryError(f"{where}: {text} is not a regular file")
+    if st.st_size > MAX_PARAM_FILE:
+        raise QueryError(f"{where}: {text} is {st.st_size} bytes, more than {MAX_PARAM_FILE}")
+    if not os.access(text, os.R_OK):
+        raise QueryError(f"{where}: cannot read {text}: permission denied")
+    return os.path.abspath(text)
+
+
+def convert_param(param, text, qname):
+    """`text` (a command-line string or a typed value) as `param`'s type, checked."""
+    if text is None:
+        return None
+    if param.type == "FILE":
+        return _check_file(param, text, qname)
+    if param.type == "BOOLEAN":
+        if isinstance(text, bool):
+            return text
+        low = str(text).strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise QueryError(f"parameter {param.name} of {qname} must be true or false, not {text!r}")
+    conv = TYPES[param.type]
+    try:
+        value = conv(text.strip() if isinstance(text, str) and conv is not str else text)
+    except (TypeError, ValueError, OverflowError):
+        raise QueryError(f"parameter {param.name} of {qname} must be {param.type.lower()}, "
+                         f"not {text!r}") from None
+    if conv is float and not math.isfinite(value):
+        raise QueryError(f"parameter {param.name} of {qname} must be a finite number, not {text!r}")
+    if param.bounds and not param.bounds[0] <= value <= param.bounds[1]:
+        raise QueryError(f"parameter {param.name} of {qname} must be {param.describe_range()}, "
+                         f"not {text!r}")
+    if param.choices and str(value) not in param.choices:
+        raise QueryError(f"parameter {param.name} of {qname} must be one of "
+                         f"{', '.join(param.choices)}, not {text!r}")
+    return value
+
+
+def _parse_param(path, name, line, rest):
+    pm = re.match(r"(\w+)\s+(\w+)\s+(\S+)(?:\s+\[([^\]]*)\])?\s*(.*)", rest)
+    if not pm or pm.group(2).upper() not in TYPES:
+        raise QueryError(f"{path}: bad @param line: {line}")
+    bracket = pm.group(4)
+    choices, bounds = (), None
+    if bracket and ".." in bracket:
+        conv = TYPES[pm.group(2).upper()]
+        lo, _, hi = bracket.partition("..")
+        try:
+            bounds = (conv(lo), conv(hi))
+        except (TypeError, ValueError):
+            raise QueryError(f"{path}: bad range in @param line: {line}") from None
+    elif bracket:
+        choices = tuple(c.strip() for c in bracket.split("|"))
+    p = Param(pm.group(1), pm.group(2).upper(), None, choices, pm.group(5), bounds, pm.group(3))
+    default = pm.group(3)
+    if p.type == "FILE" and default != "NULL":
+        default = str(QUERY_DIR / default)
+    p.default = None if default == "NULL" else convert_param(p, default, name)
+    return p
+
+
+# ---------------------------------------------------------------- headers
+
+_COLUMN = re.compile(r"([a-z_][a-z0-9_]*)\s+(\S+)\s+(\S.*)")
+
+
+def parse_analysis(path):
+    """Read one .sql file into an Analysis (header documentation, directives, sections)."""
+    text = Path(path).read_text()
+    name = Path(path).stem
+    lines = text.splitlines()
+    first = lines[0] if lines else ""
+    m = re.match(r"--\s*([\w.]+)\s*:\s*(.*)", first)
+    if not m or m.group(1) != name:
+        raise QueryError(f"{path}: the first line must be `-- {name}: <description>`")
+    a = Analysis(name=name, description=m.group(2).strip(), path=Path(path))
+    a.common = Section("", a.description)
+    target = a.common       # where directives go: the file, or the current section
+    prelude, body = False, []
+    columns, col_indent = None, None     # the @columns list being read
+    prose = a.text          # where comment prose goes
+    in_code = False         # past the header (a SELECT or a @prelude began)
+
+    def flush():
+        sql = "\n".join(body).strip()
+        if prelude:
+            a.prelude = sql
+        elif target is not a.common:
+            target.sql = sql
+
+    for line in lines[1:]:
+        d = re.match(r"--\s*@(\w+)\s*(.*)", line)
+        if columns is not None and not d:
+            rest = line[2:] if line.startswith("--") else None
+            indent = len(rest) - len(rest.lstrip()) if rest is not None else 0
+            if rest is not None and rest.strip() and indent >= 2 and (
+                    col_indent is None or indent >= col_indent):
+                if col_indent is None or indent == col_indent:
+                    cm = _COLUMN.fullmatch(rest.strip())
+                    if not cm:
+                        raise QueryError(f"{path}: bad @columns line (NAME UNIT description): {line}")
+                    if cm.group(2) not in UNITS:
+                        raise QueryError(f"{path}: unknown unit {cm.group(2)!r} of column "
+                                         f"{cm.group(1)}; units: {' '.join(UNITS)}")
+                    col_indent = indent
+                    columns.append(Column(cm.group(1), cm.group(2), cm.group(3).strip()))
+                else:
+                    columns[-1].doc += " " + rest.strip()
+                continue
+            columns, col_indent = None, None
+        if not d:
+            if not line.startswith("--"):
+                if target is a.common and not prelude and line.strip():
+                    target = Section("", a.description)     # a body without @section
+                    a.sections.append(target)
+                if line.strip():
+                    in_code = True
+                body.append(line)
+            elif not in_code:
+                prose.append(line[3:] if line.startswith("-- ") else line[2:])
+            else:
+                body.append(line)
+            continue
+        key, rest = d.group(1), d.group(2).strip()
+        if key == "param":
+            p = _parse_param(path, name, line, rest)
+            a.params[p.name] = p
+        elif key in REQ_KEYS:
+            getattr(target, key).extend(rest.replace(",", " ").split())
+        elif key == "columns":
+            if rest or target.columns is not None:
+                raise QueryError(f"{path}: one bare `-- @columns` line per section: {line}")
+            target.columns = []
+            columns = target.columns
+        elif key in ("section", "prelude"):
+            flush()
+            body, in_code = [], key == "prelude"
+            if key == "prelude":
+                prelude = True
+            else:
+                prelude = False
+                sm = re.match(r"(\w+)\s*:?\s*(.*)", rest)
+                if not sm:
+                    raise QueryError(f"{path}: bad @section line: {line}")
+                target = Section(sm.group(1), sm.group(2).strip())
+                a.sections.append(target)
+                prose = target.notes
+        else:
+            raise QueryError(f"{path}: unknown directive @{key}")
+    flush()
+    if not a.sections or not all(sec.sql for sec in a.sections):
+        raise QueryError(f"{path}: every section needs a SELECT")
+    _place_columns(a, path)
+    a.text, a.caveats = _split_caveats(a.text)
+    for sec in a.sections:
+        sec.notes = _trim(sec.notes)
+    return a
+
+
+def _place_columns(a, path):
+    """The header's @columns belong to a file's only section (tests/test_query_docs.py checks
+    that every section has them and that they match what it returns)."""
+    if a.common.columns is not None:
+        if len(a.sections) != 1 or a.sections[0].columns is not None:
+            raise QueryError(f"{path}: @columns in the header of a file with sections: "
+                             "put it after each @section line")
+        a.sections[0].columns, a.common.columns = a.common.columns, None
+    for sec in a.sections:
+        if sec.columns is None:
+            continue
+        names = [c.name for c in sec.columns]
+        if {"run_id", "labels"} & set(names) or len(set(names)) != len(names):
+            raise QueryError(f"{path}: section {sec.name or a.name}: columns repeated "
+                             "(run_id and labels come first without being listed)")
+        sec.columns = [Column(*c) for c in RUN_COLUMNS] + sec.columns
+
+
+def _trim(lines):
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
+
+
+def _split_caveats(lines):
+    """(prose, caveats): the paragraph that starts with `Caveats` apart from the rest."""
+    prose, caveats, inside = [], [], False
+    for line in lines:
+        if line.startswith("Caveats"):
+            inside = True
+        elif not line.strip():
+            inside = False
+        (caveats if inside else prose).append(line)
+    return _trim(re.sub(r"\n{3,}", "\n\n", "\n".join(prose)).split("\n")), _trim(caveats)
+
+
+def load_analyses():
+    out = {}
+    for path in sorted(QUERY_DIR.glob("*.sql")):
+        if not path.name.startswith("_"):
+            a = parse_analysis(path)
+            out[a.name] = a
+    return out
+
+
+def list_queries():
+    """[(name, one-line description)] for every analysis and every extra section."""
+    out = []
+    for a in load_analyses().values():
+        out.append((a.name, a.description))
+        for sec in a.sections[1:]:
+            out.append((f"{a.name}.{sec.name}", sec.description))
+    return out
+
+
+def find_analysis(name):
+    """(Analysis, Section) for `NAME` or `NAME.SECTION`, or a QueryError that suggests names."""
+    analyses = load_analyses()
+    base, _, sec = str(name).partition(".")
+    a = analyses.get(base)
+    if a is None:
+        every = [n for an in analyses.values() for n in [an.name] + [f"{an.name}.{s.name}"
+                                                                   for s in an.sections if s.name]]
+        close = difflib.get_close_matches(str(name), every, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}?" if close else "list them with `kmemscope queries`"
+        raise QueryError(f"unknown query {name!r}", hint)
+    if not sec:
+        return a, a.sections[0]
+    for s in a.sections:
+        if s.name == sec:
+            return a, s
+    close = difflib.get_close_matches(sec, [s.name for s in a.sections if s.name], n=1)
+    raise QueryError(f"query {base} has no section {sec!r}",
+                     (f"did you mean {base}.{close[0]}? " if close else "") +
+                     "sections: " + ", ".join(f"{base}.{s.name}" for s in a.sections[1:]))
+
+
+# ---------------------------------------------------------------- describing
+
+def describe(name):
+    """An analysis's documentation as plain data (the JSON of `kmemscope queries NAME`).
+
+    `NAME.SECTION` keeps that section only.
+    """
+    a, chosen = find_analysis(name)
+    return describe_analysis(a, chosen if "." in str(name) else None)
+
+
+def describe_analysis(a, only=None):
+    """describe() of a parsed Analysis; `only`: keep this Section alone."""
+    params = []
+    for p in a.params.values():
+        params.append({
+            "name": p.name, "type": p.type,
+            "default": None if p.default_text == "NULL" else p.default_text,
+            "choices": list(p.choices) or None,
+            "min": p.bounds[0] if p.bounds else None,
+            "max": p.bounds[1] if p.bounds else None,
+            "description": p.doc})
+    sections = []
+    for sec in a.sections:
+        if only is not None and sec is not only:
+            continue
+        needs = a.needs(sec)
+        sections.append({
+            "query": a.query_name(sec), "section": sec.name or None,
+            "description": sec.description,
+            "requires": needs.requires, "any_of": needs.any_of,
+            "optional": needs.optional, "derived": needs.derived,
+            "columns": None if sec.columns is None else [
+                {"name": c.name, "unit": c.unit, "description": c.doc} for c in sec.columns],
+            "notes": "\n".join(sec.notes) or None})
+    return {"name": a.name, "description": a.description,
+            "path": f"queries/{a.path.name}", "text": "\n".join(a.text) or None,
+            "parameters": params, "sections": sections,
+            "caveats": "\n".join(a.caveats) or None}
+
+
+def _aligned(rows, indent):
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
+            for r in rows]
+
+
+def format_description(doc):
+    """The text `kmemscope queries NAME` prints for `describe(NAME)`."""
+    out = [f"{doc['name']}: {doc['description']}", ""]
+    if doc["text"]:
+        out += [doc["text"], ""]
+    if doc["parameters"]:
+        out.append("Parameters (--param NAME=VALUE):")
+        rows = []
+        for p in doc["parameters"]:
+            if p["choices"]:
+                allowed = "one of " + "|".join(p["choices"])
+            elif p["min"] is not None:
+                allowed = f"{p['min']:g}..{p['max']:g}" if p["type"] == "DOUBLE" else \
+                    f"{p['min']}..{p['max']}"
+            elif p["type"] == "FILE":
+                allowed = "a file"
+            else:
+                allowed = "any"
+            default = "none" if p["default"] is None else p["default"]
+            rows.append((p["name"], p["type"].lower(), f"default {default}", allowed,
+                         p["description"]))
+        out += _aligned(rows, "  ") + [""]
+    for sec in doc["sections"]:
+        out.append(f"{sec['query']}: {sec['description']}")
+        needs = [("needs", sec["requires"]), ("needs one of", sec["any_of"]),
+                 ("uses if present", sec["optional"]), ("derived tables", sec["derived"])]
+        for label, tables in needs:
+            if tables:
+                out.append(f"  {label}: {', '.join(tables)}")
+        if sec["columns"] is None:
+            out.append("  (columns not documented)")
+        else:
+            out += _aligned([("column", "unit", "description")] +
+                            [(c["name"], c["unit"], c["description"]) for c in sec["columns"]], "  ")
+        if sec["notes"]:
+            out += ["  " + line if line else "" for line in sec["notes"].split("\n")]
+        out.append("")
+    if doc["caveats"]:
+        out += [doc["caveats"], ""]
+    out.append(f"Run it: kmemscope query {doc['sections'][0]['query']} DATASET "
+               "[--run ID | --label K=V] [--param NAME=VALUE]")
+    return "\n".join(out) + "\n"
+
+
+def column_rows(doc):
+    """One row per output column of every section in `doc`, for csv/jsonl/parquet."""
+    return [{"query": sec["query"], "column": c["name"], "unit": c["unit"],
+             "description": c["description"]}
+            for sec in doc["sections"] for c in sec["columns"] or []]
