@@ -39,8 +39,10 @@
 --                                         lost_events)
 --
 -- Caveats: the two success rates come from vmstat when the run's samples give
--- them and from the trace otherwise (a bare trace.dat): the models, how they
--- were checked against vmstat and where they can differ are in thp's header.
+-- them and from the trace otherwise (a bare trace.dat; the trace's events
+-- inside vmstat's window when there is one), as thp's trace_* columns: the
+-- models, how they were checked against vmstat and where they can differ are
+-- in thp's header.
 -- pgscan_kswapd and pagetypeinfo columns are NULL for runs without procfs
 -- samples. pollution_per_1000_allocs is 0 for a run without
 -- extfrag events, which may mean the event was not recorded (a note says so).

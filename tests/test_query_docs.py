@@ -5,27 +5,47 @@ examples/memory-pressure, real captures on Linux 6.18) are parsed with labels
 into one dataset; every section of every analysis runs on it, and its result's
 column names must be the documented ones, in order. Sections these captures
 cannot feed are listed in CANNOT_RUN with the reason, and the test checks that
-they fail for that reason, so the list cannot go stale. `kmemscope queries
-NAME` is read back as a user sees it.
+they fail for that reason, so the list cannot go stale; where this machine can
+record what they need (root and tracefs), a short recording made here checks
+their columns too. `kmemscope queries NAME` is read back as a user sees it.
 """
+import contextlib
 import json
 import re
+import sys
 
 import pytest
 
 from kmemscope.errors import DatasetError
 from kmemscope.queries import catalog, engine
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, _hold_tracing_lock
 from kmrun import kmemscope
 
 BUNDLES = {"kmem-compaction": "compaction", "thp-faults": "thp", "memory-pressure": "pressure"}
 
-# analysis -> (why it cannot run on the examples, text its error must contain)
+# analysis -> (why it cannot run on the examples, text its error must contain,
+#              kmemscope record arguments that give it what it needs)
 CANNOT_RUN = {
     "alloc_origins": ("needs kernel_stack events (the atomic-origins preset, trace-cmd -T); "
-                      "no example bundle was recorded with stacks", "no kernel_stack events"),
+                      "no example bundle was recorded with stacks", "no kernel_stack events",
+                      ["--preset", "atomic-origins", "-e", "kmem:mm_page_free:order > 0"]),
 }
+# Loopback TCP: high-order non-blocking allocations (skb pages) in a second.
+NETLOAD = r'''
+import socket, threading, time
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+def recv():
+    c, _ = srv.accept()
+    while c.recv(1 << 20):
+        pass
+t = threading.Thread(target=recv); t.start()
+s = socket.create_connection(srv.getsockname())
+end = time.monotonic() + 1
+while time.monotonic() < end:
+    s.sendall(b"x" * (1 << 20))
+s.close(); t.join()
+'''
 
 SECTIONS = [(a.name, a.query_name(s)) for a in catalog.load_analyses().values() for s in a.sections]
 
@@ -56,9 +76,29 @@ def test_result_columns_are_the_documented_ones(examples_ds, qname):
 
 @pytest.mark.parametrize("qname", [q for n, q in SECTIONS if n in CANNOT_RUN])
 def test_sections_that_cannot_run_on_the_examples_fail_for_the_listed_reason(examples_ds, qname):
-    _reason, error = CANNOT_RUN[qname.partition(".")[0]]
+    _reason, error, _record = CANNOT_RUN[qname.partition(".")[0]]
     with pytest.raises(DatasetError, match=re.escape(error)):
         engine.run_query(qname, examples_ds)
+
+
+@pytest.fixture(scope="module")
+def recorded_ds(live_tracefs, tmp_path_factory):
+    """One dataset of short recordings made here, one for each analysis of CANNOT_RUN."""
+    d = tmp_path_factory.mktemp("docs-rec")
+    load = d / "netload.py"
+    load.write_text(NETLOAD)
+    for name, (_reason, _error, args) in CANNOT_RUN.items():
+        with contextlib.contextmanager(_hold_tracing_lock)():
+            kmemscope("record", "-o", d / name, *args, "--", sys.executable, load)
+        kmemscope("parse", "-q", d / name, "-o", d / "ds")
+    return d / "ds"
+
+
+@pytest.mark.parametrize("qname", [q for n, q in SECTIONS if n in CANNOT_RUN])
+def test_sections_that_need_a_recording_document_their_columns(recorded_ds, qname):
+    _, sec = catalog.find_analysis(qname)
+    table = engine.run_query(qname, recorded_ds)
+    assert table.column_names == [c.name for c in sec.columns]
 
 
 def test_every_example_run_is_in_the_dataset(examples_ds):
