@@ -201,6 +201,26 @@ def test_rollups_and_folded_add_up(recorded):
     assert all(line.startswith("order-") for line in pages.splitlines())
 
 
+def test_the_report_icicle_draws_the_nonblocking_high_order_allocations(recorded):
+    """The overview's icicle: its top row equals the allocations of the report-text pairing."""
+    from kmemscope.notebooks.figures import Scope
+    from kmemscope.notebooks.origins import nonblocking_icicles
+
+    trace_dat, ds = recorded
+    allocs, _ = report_pairs(trace_dat)
+    _fig, drawn, _note = nonblocking_icicles(Scope(str(ds)))
+    (top,) = [frame for name, frame in drawn.panels.items() if "widest" not in name]
+    drawn_orders = {name: int(n) for name, n in top["allocations"].items()}
+    # The preset's kernel filter keeps only non-blocking allocations of order > 0, so every
+    # allocation with a stack in the report belongs in the icicle.
+    expected = {}
+    for a in allocs:
+        if a["stack"] is not None:
+            expected[f"order-{a['order']}"] = expected.get(f"order-{a['order']}", 0) + 1
+    assert expected and min(int(k.split("-")[1]) for k in expected) >= 1
+    assert drawn_orders == expected
+
+
 def test_outstanding_matches_report_frees(recorded):
     trace_dat, ds = recorded
     allocs, frees = report_pairs(trace_dat)
