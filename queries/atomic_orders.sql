@@ -1,10 +1,11 @@
 -- atomic_orders: order histogram of non-blocking allocations, split by high-atomic reserve eligibility
 --
 -- Which allocations could make the kernel reserve a whole pageblock as
--- HighAtomic, at which orders, and from which tasks? The high-atomic reservation study found order 1-3
--- atomic allocations reserving 2 MiB blocks and starving THP; this analysis
--- counts the allocations that are eligible for that reserve under the rule of
--- each run's kernel era, next to other non-blocking and blocking allocations.
+-- HighAtomic, at which orders, and from which tasks? The high-atomic
+-- reservation study found order 1-3 atomic allocations reserving 2 MiB blocks
+-- and starving THP; this analysis counts the allocations that are eligible for
+-- that reserve under the rule of each run's kernel era, next to other
+-- non-blocking and blocking allocations.
 --
 -- Classes (KERNEL-ERAS.md section 3; bits read from the run's print_flags):
 --   highatomic_eligible  era A (before 6.3, 5.15 < .171, 6.1 <= .72):

@@ -1,9 +1,10 @@
 -- highatomic: HighAtomic pageblocks over time per zone, and allocations served from the HIGHATOMIC list
 --
 -- How large is the high-atomic reserve, how does it grow during the capture,
--- and how many allocations does it actually serve? The high-atomic reservation study measured the first
--- (309-312 HighAtomic pageblocks per host, all order-9 free blocks stuck there);
--- the reserve is not traced, so it is read from /proc/pagetypeinfo samples.
+-- and how many allocations does it actually serve? The high-atomic
+-- reservation study measured the first (309-312 HighAtomic pageblocks per
+-- host, all order-9 free blocks stuck there); the reserve is not traced, so it
+-- is read from /proc/pagetypeinfo samples.
 --
 -- Caveats (KERNEL-ERAS.md sections 1, 3, 6): the HighAtomic column of
 -- "Number of blocks type" is the reserve size; the cap is about 1% of the zone

@@ -3,7 +3,8 @@
 -- Which page frames does the allocator hand out most often, and how soon does
 -- each come back after it is freed? The top N pfns of successful mm_page_alloc
 -- events per run, ranked by allocations, as `perf kmem --page stat --alloc -s hit`
--- ranks them (the per-CPU list study used exactly this list to show pages going cold on pcp lists).
+-- ranks them (the per-CPU list study used exactly this list to show pages
+-- going cold on pcp lists).
 --
 -- @param top_n INTEGER 20 [1..1000000] page frames per run
 -- @requires mm_page_alloc

@@ -2,8 +2,8 @@
 --
 -- How many pages did the per-CPU lists give back to the buddy allocator, at
 -- which orders and from which pageblock types? High-order pages held on the
--- pcp lists of a CPU that only frees are the the per-CPU list study problem; drains show
--- when and how much those lists were emptied.
+-- pcp lists of a CPU that only frees are the per-CPU list study's problem;
+-- drains show when and how much those lists were emptied.
 --
 -- @requires mm_page_pcpu_drain
 --
@@ -19,7 +19,7 @@
 -- Caveats (KERNEL-ERAS.md sections 1, 4): migratetype here is the block's
 -- type, not the requested one. Up to 5.10 every drain reports order 0 (pcp
 -- lists held only order-0 pages). Pages freed straight to the buddy (e.g. the
--- the per-CPU list study free_high path) do not pass through a drain.
+-- free_high path of the per-CPU list study) do not pass through a drain.
 WITH
 counts AS (
   SELECT run_id, "order", migratetype,

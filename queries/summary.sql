@@ -1,11 +1,12 @@
 -- summary: one row per run with the headline metrics that kernel comparisons use
 --
--- The numbers a kernel A/B comparison puts side by side, one row per run
--- (the high-atomic reservation study's table: THP success, compaction success, pgscan_kswapd per
--- minute, HighAtomic pageblocks, atomic allocations by order; the per-CPU list study's top
--- pfn counts; plus pollution, cross-CPU frees and lost events). Each comes from
--- its own analysis, whose header says more: thp, vmstat_rates, highatomic,
--- atomic_orders, fallback_pollution, hot_pfns, pfn_reuse.
+-- The numbers a kernel A/B comparison puts side by side, one row per run (the
+-- high-atomic reservation study's table: THP success, compaction success,
+-- pgscan_kswapd per minute, HighAtomic pageblocks, atomic allocations by
+-- order; the per-CPU list study's top pfn counts; plus pollution, cross-CPU
+-- frees and lost events). Each comes from its own analysis, whose header says
+-- more: thp, vmstat_rates, highatomic, atomic_orders, fallback_pollution,
+-- hot_pfns, pfn_reuse.
 --
 -- @param era VARCHAR auto [auto|A|B] force the high-atomic eligibility era instead of the run's
 -- @requires mm_page_alloc
