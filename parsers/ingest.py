@@ -368,8 +368,10 @@ def _stage_in_child(source, work, labels, events, threads, progress):
     if result is None:
         code = proc.exitcode
         how = f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit status {code}"
+        said = _last_log_line(Path(work.scratch) / DECODER_LOG)
         raise TraceFileError(f"{source}: the trace decoder died ({how}) on this file; "
-                             f"it is corrupt or of a kind kmemscope cannot read{_memory_limit_hint()}")
+                             f"it is corrupt or of a kind kmemscope cannot read{_memory_limit_hint()}"
+                             + (f" (libtracecmd said: {said})" if said else ""))
     kind, payload = result
     if kind == "ok":
         return payload
@@ -377,6 +379,25 @@ def _stage_in_child(source, work, labels, events, threads, progress):
         cls, message = payload
         raise cls(message)
     raise KmemscopeError(payload)
+
+
+# libtracecmd reports some failures with perror() on stderr, past its log level:
+# the decoder child's stderr goes here, so the command still says one line.
+DECODER_LOG = "decoder.log"
+
+
+def _last_log_line(path, limit=4096):
+    """The last line the decoder child wrote to its log, printable and short."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - limit))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    if not lines:
+        return None
+    text = "".join(ch if ch.isprintable() else "?" for ch in lines[-1])
+    return text[:160]
 
 
 def _memory_limit_hint():
@@ -425,6 +446,10 @@ def _child_main(conn, parent_pid, source, staging, scratch, labels, events, thre
     # line: no Python fault dump on stderr and no core file left behind.
     faulthandler.disable()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    log = os.open(Path(scratch) / DECODER_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                  0o600)
+    os.dup2(log, 2)
+    os.close(log)
     # pyarrow imports pandas (a third of a second) the first time it converts a
     # Python list, only to ask whether the list is a DataFrame. The child never
     # sees pandas objects, so it tells pyarrow that pandas is not installed.

@@ -158,3 +158,13 @@ def test_parsing_the_same_file_twice_replaces_its_run(tmp_path):
     # event tables + runs, print_flags, lost_events, event_tables
     assert len(list(ds.glob("*/run_id=*"))) == len(first) + 4
     assert not work_dirs_left(ds), "work directories left behind"
+
+
+def test_a_dead_decoder_s_last_log_line_is_quoted_printable_and_short(tmp_path):
+    from kmemscope.parsers.ingest import _last_log_line
+
+    log = tmp_path / "decoder.log"
+    assert _last_log_line(log) is None
+    log.write_bytes(b"mmap: Invalid argument\n\n" + b"Can not mmap file, will read\x1b[31m " + b"x" * 400 + b"\n\n")
+    line = _last_log_line(log)
+    assert line.startswith("Can not mmap file, will read?[31m") and len(line) == 160
