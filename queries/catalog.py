@@ -399,7 +399,8 @@ def describe_analysis(a, only=None):
     for p in a.params.values():
         params.append({
             "name": p.name, "type": p.type,
-            "default": None if p.default_text == "NULL" else p.default_text,
+            # typed; a FILE's as written (relative to queries/), not this machine's path
+            "default": p.default_text if p.type == "FILE" and p.default is not None else p.default,
             "choices": list(p.choices) or None,
             "min": p.bounds[0] if p.bounds else None,
             "max": p.bounds[1] if p.bounds else None,
@@ -445,9 +446,13 @@ def format_description(doc):
                     f"{p['min']}..{p['max']}"
             elif p["type"] == "FILE":
                 allowed = "a file"
+            elif p["type"] == "BOOLEAN":
+                allowed = "true|false"
             else:
                 allowed = "any"
-            default = "none" if p["default"] is None else p["default"]
+            default = p["default"]
+            default = "none" if default is None else str(default).lower() if \
+                isinstance(default, bool) else default
             rows.append((p["name"], p["type"].lower(), f"default {default}", allowed,
                          p["description"]))
         out += _aligned(rows, "  ") + [""]
