@@ -18,7 +18,7 @@ classified:
   hang             no exit within --hang-seconds: the process group is killed
   traceback        a Python traceback or an `internal error` on stderr
   escape           the command itself died of a signal, or left a process running,
-                   a .staging-*/.trash-* directory in the dataset, or a file outside it
+                   a work directory (.parse-*, or an older .staging-*/.trash-*) in the dataset, or a file outside it
                    (in its working directory, TMPDIR or beside the input)
   other            any other exit or stderr (e.g. a two-line error, exit 0 without a run)
 
@@ -125,7 +125,7 @@ def _strays(ds, cwd, tmp, indir):
     bad = []
     if ds.exists():
         for p in ds.rglob("*"):
-            if p.name.startswith((".staging-", ".trash-")):
+            if p.name.startswith((".staging-", ".trash-", ".parse-")):
                 bad.append(f"left {p.relative_to(ds.parent)}")
     for d, allowed in ((cwd, set()), (tmp, set()), (indir, {"input.dat"})):
         for p in d.iterdir():
