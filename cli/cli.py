@@ -330,7 +330,8 @@ def query(name, dataset, runs, labels, params, fmt, output):
     fmt = resolve_format(fmt, output, allowed=FORMATS + (FOLDED,))
     table = run_query(name, dataset, run_ids=list(runs) or None,
                       labels=list(labels) or None,
-                      params=_key_values(params, "--param") or None)
+                      params=_key_values(params, "--param") or None,
+                      progress=lambda msg: click.echo(f"kmemscope: {msg}", err=True))
     # Caveats (a run without procfs samples, an assumed pageblock order) go to
     # stderr so that csv/json on stdout stay clean.
     for note in notes_of(table):

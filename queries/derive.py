@@ -128,8 +128,11 @@ def _run_shas(dataset, parts, run_ids):
     return dict(rows)
 
 
-def derived_files(dataset, name, run_ids, parts=None, threads=None):
-    """Make sure derived table `name` is current for `run_ids`; return {run_id: path}."""
+def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=None):
+    """Make sure derived table `name` is current for `run_ids`; return {run_id: path}.
+
+    progress(message) is called before a run's tables are built (not when cached).
+    """
     if name not in DERIVED_TABLES:
         raise ValueError(f"no derived table {name}")
     parts = parts or ds.table_runs(dataset)
@@ -157,6 +160,9 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None):
     if todo:
         root = _target_root(dataset)
         for run, sig in todo:
+            if progress:
+                progress(f"run {run}: pairing frees with reallocations, once (cached under "
+                         f"{root})")
             out[run] = _derive_one(parts, root, run, sig, threads)[name]
     return out
 
@@ -304,7 +310,7 @@ def _stack_signature(parts, run, sha):
                       sort_keys=True)
 
 
-def stack_files(dataset, name, run_ids, parts=None, threads=None):
+def stack_files(dataset, name, run_ids, parts=None, threads=None, progress=None):
     """Like derived_files for the stack tables; runs without kernel_stack are left out."""
     if name not in STACK_TABLES:
         raise ValueError(f"no stack table {name}")
@@ -324,6 +330,9 @@ def stack_files(dataset, name, run_ids, parts=None, threads=None):
                 out[run] = path
                 break
         else:
+            if progress:
+                progress(f"run {run}: pairing kernel stacks with their allocations, once "
+                         f"(cached under {_target_root(dataset)})")
             out[run] = _derive_stacks(parts, _target_root(dataset), run, sig, threads)[name]
     return out
 

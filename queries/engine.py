@@ -217,12 +217,14 @@ def open_run_set(dataset, run_ids=None, labels=None, tables=None, threads=None):
     return con, chosen, parts, facts
 
 
-def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=None):
+def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=None,
+              progress=None):
     """Run analysis `name` (or `name.section`) over `dataset` -> pyarrow.Table.
 
     run_ids: a run id (or unique prefix) or a list of them; labels: {k: v} or
     ["k=v", ...]; a run must match all. params: {name: value}, values as
-    strings from a command line or typed.
+    strings from a command line or typed. progress(message) hears about slow
+    one-time work (building a run's derived tables) before it starts.
     """
     a, section = find_analysis(name)
     qname = a.query_name(section)
@@ -246,7 +248,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     notes += _assumption_notes(con, facts, needs)
     try:
         for name in needs.derived:
-            _derived_view(con, dataset, name, chosen, parts, threads)
+            _derived_view(con, dataset, name, chosen, parts, threads, progress)
         # Parameters also live in a one-row table, so prelude views can read them.
         cols = ", ".join(f"CAST(${p.name} AS {_SQL_TYPE.get(p.type, p.type)}) AS {p.name}"
                          for p in a.params.values())
@@ -278,13 +280,13 @@ DERIVED_COLUMNS = {
 }
 
 
-def _derived_view(con, dataset, name, chosen, parts, threads):
+def _derived_view(con, dataset, name, chosen, parts, threads, progress=None):
     if name not in DERIVED_COLUMNS:
         raise QueryError(f"unknown derived table {name}")
     if name in derive.STACK_TABLES:
-        files = derive.stack_files(dataset, name, chosen, parts, threads)
+        files = derive.stack_files(dataset, name, chosen, parts, threads, progress)
     else:
-        files = derive.derived_files(dataset, name, chosen, parts, threads)
+        files = derive.derived_files(dataset, name, chosen, parts, threads, progress)
     view = ds.quote_ident(name)
     if files:
         listed = ", ".join(ds.quote_literal(f) for f in files.values())

@@ -20,3 +20,13 @@ def test_parse_derive_builds_pairs_that_queries_use_unchanged(tmp_path):
         eager_out = kmemscope("query", query, eager, "--format", "csv").stdout
         lazy_out = kmemscope("query", query, lazy, "--format", "csv").stdout
         assert eager_out == lazy_out and len(eager_out.splitlines()) > 1
+
+
+def test_the_query_that_builds_the_pairing_says_so_and_later_ones_do_not(tmp_path):
+    ds = tmp_path / "ds"
+    kmemscope("parse", "-q", EXAMPLES / "kmem-compaction", "-o", ds)
+    first = kmemscope("query", "hot_pfns", ds, "--param", "top_n=1")
+    assert "pairing frees with reallocations, once" in first.stderr
+    assert (ds / "_derived").is_dir()
+    again = kmemscope("query", "hot_pfns", ds, "--param", "top_n=1")
+    assert "pairing" not in again.stderr and again.stdout == first.stdout
