@@ -32,7 +32,8 @@ no exact Spark form. Rules (each exact, or rejected):
   CREATE TEMP VIEW         -> a Spark temporary view (re-resolved on use, as in DuckDB)
   CREATE TEMP TABLE        -> a DataFrame computed once (createOrReplaceTempView)
 
-Golden files (what Spark runs, for review): queries/spark/<analysis>.<section>.sql,
+Golden files (what Spark runs, for review): queries/spark/<analysis>.<section>.sql
+(<analysis>.sql for an analysis of one SELECT, _common.sql for the shared views),
 written by `python -m kmemscope.queries.spark_sql --write-golden`.
 """
 import functools
@@ -511,8 +512,9 @@ def golden_text(a, section, uint64="decimal"):
     _common.sql's translation is written once, to queries/spark/_common.sql.
     """
     plan = section_plan(a, section, uint64)
-    parts = [f"-- {a.name}.{section.name}: Spark SQL written by kmemscope.queries.spark_sql "
-             f"(sqlglot {SQLGLOT_VERSION}, uint64 as {uint64}); do not edit",
+    qname = f"{a.name}.{section.name}" if section.name else a.name
+    parts = [f"-- {qname}: Spark SQL written by kmemscope.queries.spark_sql "
+             f"(sqlglot {SQLGLOT_VERSION}, uint64 as {uint64}); do not edit\n"
              "-- regenerate: python -m kmemscope.queries.spark_sql --write-golden"]
     for st in plan["prelude"]:
         parts.append(st.text() + ";")
@@ -522,7 +524,7 @@ def golden_text(a, section, uint64="decimal"):
 
 def common_golden_text(uint64="decimal"):
     parts = [f"-- _common: Spark SQL written by kmemscope.queries.spark_sql "
-             f"(sqlglot {SQLGLOT_VERSION}, uint64 as {uint64}); do not edit",
+             f"(sqlglot {SQLGLOT_VERSION}, uint64 as {uint64}); do not edit\n"
              "-- regenerate: python -m kmemscope.queries.spark_sql --write-golden"]
     parts += [st.text() + ";" for st in translate(COMMON_SQL.read_text(), uint64)]
     return "\n\n".join(parts) + "\n"
@@ -531,8 +533,8 @@ def common_golden_text(uint64="decimal"):
 def golden_files():
     """{path: text} of every golden file."""
     out = {GOLDEN_DIR / "_common.sql": common_golden_text()}
-    for _, a, s in every_section():
-        out[GOLDEN_DIR / f"{a.name}.{s.name or 'main'}.sql"] = golden_text(a, s)
+    for qname, a, s in every_section():
+        out[GOLDEN_DIR / f"{qname}.sql"] = golden_text(a, s)
     return out
 
 

@@ -1,5 +1,4 @@
 -- highatomic.served: Spark SQL written by kmemscope.queries.spark_sql (sqlglot 30.30.0, uint64 as decimal); do not edit
-
 -- regenerate: python -m kmemscope.queries.spark_sql --write-golden
 
 WITH highatomic_type AS (

@@ -1,5 +1,4 @@
 -- reclaim_wakes.direct_reclaim: Spark SQL written by kmemscope.queries.spark_sql (sqlglot 30.30.0, uint64 as decimal); do not edit
-
 -- regenerate: python -m kmemscope.queries.spark_sql --write-golden
 
 WITH bounds AS (

@@ -1,5 +1,4 @@
--- summary.: Spark SQL written by kmemscope.queries.spark_sql (sqlglot 30.30.0, uint64 as decimal); do not edit
-
+-- summary: Spark SQL written by kmemscope.queries.spark_sql (sqlglot 30.30.0, uint64 as decimal); do not edit
 -- regenerate: python -m kmemscope.queries.spark_sql --write-golden
 
 WITH alloc_counts AS (
