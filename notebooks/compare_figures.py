@@ -10,7 +10,6 @@ side), the per-CPU list study (top-5 pfns per kernel) and the defrag_mode study
 """
 import dataclasses
 import html
-import re
 
 import numpy as np
 import pandas as pd
@@ -19,7 +18,8 @@ from IPython.display import HTML
 from kmemscope.cli import compare_output as co
 from kmemscope.errors import KmemscopeError
 from kmemscope.queries import compare as st
-from kmemscope.queries.sides import MetricRow, compare_sides, load_sides, missing_notes
+from kmemscope.queries.sides import (MetricRow, compare_sides, condense_notes, load_sides,
+                                     missing_notes)
 
 from . import figures as F
 from .figures import Missing, _figure, fig_text, hex_pfn, md_text, plural
@@ -215,33 +215,6 @@ def _escaped(sides, rows):
     out = [MetricRow(r.metric, {esc(k): v for k, v in r.stats.items()},
                      {esc(k): v for k, v in r.versus.items()}) for r in rows]
     return shown, out
-
-
-def condense_notes(notes):
-    """Fold per-run notes that say the same thing ("run X has no ... events") into one line each."""
-    groups, out = {}, []
-    for note in notes:
-        m = re.match(r"run (\S+?):? (.*)$", note)
-        if m:
-            if m.group(2) not in groups:
-                groups[m.group(2)] = []
-                out.append(m.group(2))
-            groups[m.group(2)].append(m.group(1))
-        else:
-            out.append(note)
-    lines = []
-    for n in out:
-        if n not in groups:
-            lines.append(n)
-            continue
-        ids = groups[n]
-        if len(ids) == 1:
-            lines.append(f"run {ids[0]} {n}")
-        else:
-            shown = ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")
-            verb = re.sub(r"^has ", "have ", n)
-            lines.append(f"{len(ids)} runs ({shown}) {verb}")
-    return lines
 
 
 def _runs_on_hosts(ids, host):

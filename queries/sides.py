@@ -141,7 +141,8 @@ def missing_notes(sides, rows):
 
 
 def condense_notes(notes):
-    """Fold per-run notes that say the same thing ("run X has no ... events") into one line each."""
+    """Fold per-run notes that say the same thing ("run X has no ... events") into one line each:
+    "run X has no ...", or "2 runs (X, Y) have no ..." (60 hosts, one note)."""
     groups, out = {}, []
     for note in notes:
         m = re.match(r"run (\S+?):? (.*)$", note)
@@ -152,8 +153,15 @@ def condense_notes(notes):
             groups[m.group(2)].append(m.group(1))
         else:
             out.append(note)
-    def runs(ids):
-        shown = ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")
-        return f"{len(ids)} {'run' if len(ids) == 1 else 'runs'} ({shown})"
-
-    return [f"{runs(groups[n])}: {n}" if n in groups else n for n in out]
+    lines = []
+    for n in out:
+        if n not in groups:
+            lines.append(n)
+            continue
+        ids = groups[n]
+        if len(ids) == 1:
+            lines.append(f"run {ids[0]} {n}")
+        else:
+            shown = ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")
+            lines.append(f"{len(ids)} runs ({shown}) {re.sub(r'^has ', 'have ', n)}")
+    return lines
