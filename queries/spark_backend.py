@@ -36,6 +36,7 @@ DEFAULT_CONF = {
     "spark.sql.ansi.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.log.level": "ERROR",
+    "spark.ui.showConsoleProgress": "false",
 }
 _WIDER = ["TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL(20,0)"]
 

@@ -23,8 +23,9 @@ no exact Spark form. Rules (each exact, or rejected):
   regexp_replace           -> POSIX classes ([:space:]) as Java classes; without
                               'g' only where the pattern can match once
   x ASOF [LEFT] JOIN t ON eqs AND t.k <= x.k
-                           -> [LEFT] JOIN LATERAL (SELECT * FROM t WHERE ...
-                              ORDER BY t.k DESC LIMIT 1) ON TRUE
+                           -> a window (last_value IGNORE NULLS) over x's and t's
+                              rows finds t.k per row of x, then an equi-join on it
+                              (asof_to_windows; checked against DuckDB's ASOF)
   several unnest() in one SELECT -> inline(arrays_zip(...)) AS (a, b)
   len(list)                -> size(list) (length() stays: characters of a string in both)
   read_csv($param, ...)    -> a view the executor registers from the bound path
@@ -178,8 +179,8 @@ def _problems(tree, text):
             out += _regexp_problems(node)
         if isinstance(node, exp.Join) and node.args.get("method", "").upper() == "ASOF":
             if _asof_parts(node) is None:
-                out.append(f"{node.sql('duckdb')[:80]}: ASOF JOIN needs ON equalities AND one "
-                           "inequality on a column of the joined table")
+                out.append(f"{node.sql('duckdb')[:80]}: ASOF JOIN needs a named table and ON "
+                           "equalities AND one inequality on a column of the joined table")
         if isinstance(node, exp.BitwiseNot):
             out.append(f"{node.sql('duckdb')[:60]}: ~ on uint64 has no exact Spark form")
         if isinstance(node, exp.ReadCSV) and not isinstance(node.this, exp.Placeholder):
@@ -224,26 +225,47 @@ def _regexp_problems(node):
 
 
 def _asof_parts(join):
-    """(equalities, inequality, order column, descending) of an ASOF join's ON, or None."""
+    """An ASOF join's ON split up, or None when it is not `eqs AND one inequality`:
+    (pairs [(joined-table side, other side)], the joined table's column, the other
+    side of the inequality, want_max (f.t <= x: the latest f.t), inclusive)."""
     from sqlglot import exp
     on = join.args.get("on")
     alias = join.this.alias_or_name
-    if on is None:
+    if on is None or not isinstance(join.this, exp.Table):
         return None
+
+    def only_alias(e):
+        cols = list(e.find_all(exp.Column))
+        return bool(cols) and all(c.table == alias for c in cols)
+
+    def no_alias(e):
+        return all(c.table != alias for c in e.find_all(exp.Column))
+
     conds = list(on.flatten()) if isinstance(on, exp.And) else [on]
-    eqs = [c for c in conds if isinstance(c, exp.EQ)]
-    ineq = [c for c in conds if isinstance(c, (exp.LT, exp.LTE, exp.GT, exp.GTE))]
-    if len(ineq) != 1 or len(eqs) + 1 != len(conds):
+    pairs, ineqs = [], []
+    for c in conds:
+        if isinstance(c, exp.EQ):
+            if only_alias(c.this) and no_alias(c.expression):
+                pairs.append((c.this, c.expression))
+            elif only_alias(c.expression) and no_alias(c.this):
+                pairs.append((c.expression, c.this))
+            else:
+                return None
+        elif isinstance(c, (exp.LT, exp.LTE, exp.GT, exp.GTE)):
+            ineqs.append(c)
+        else:
+            return None
+    if len(ineqs) != 1:
         return None
-    c = ineq[0]
+    c = ineqs[0]
     left, right = c.this, c.expression
-    if isinstance(left, exp.Column) and left.table == alias:
-        col, desc = left, isinstance(c, (exp.LT, exp.LTE))
-    elif isinstance(right, exp.Column) and right.table == alias:
-        col, desc = right, isinstance(c, (exp.GT, exp.GTE))
+    if isinstance(left, exp.Column) and left.table == alias and no_alias(right):
+        col, other, want_max = left, right, isinstance(c, (exp.LT, exp.LTE))
+    elif isinstance(right, exp.Column) and right.table == alias and no_alias(left):
+        col, other, want_max = right, left, isinstance(c, (exp.GT, exp.GTE))
     else:
         return None
-    return eqs, c, col, desc
+    return pairs, col, other, want_max, isinstance(c, (exp.LTE, exp.GTE))
 
 
 def lint(sql):
@@ -336,16 +358,80 @@ def _posix_to_java(pattern):
     return re.sub(r"\[:([a-z]+):\]", lambda m: _POSIX.get(m.group(1), m.group(0)), pattern)
 
 
-def _asof(join):
+def _asof_select(sel, counter):
+    """Rewrite the ASOF joins of one SELECT (DuckDB SQL in, DuckDB SQL out).
+
+    x ASOF [LEFT] JOIN t AS f ON f.k = x.k AND f.ts <= x.ts picks, per row of x,
+    the t row with the greatest ts <= x.ts among those with equal keys. Here a
+    window over x's keys and positions and t's rows, in one sort, carries the
+    last ts of t forward (last_value IGNORE NULLS); t is then joined on its keys
+    and that ts, one t row per (keys, ts). O(n log n), where the LATERAL ...
+    LIMIT 1 form that Spark also accepts plans as a cartesian product.
+    """
+    import sqlglot
     from sqlglot import exp
-    eqs, ineq, col, desc = _asof_parts(join)
-    table = join.this.copy()
-    alias = join.this.alias_or_name
-    inner = exp.select("*").from_(table).where(join.args["on"].copy())
-    inner = inner.order_by(exp.Ordered(this=col.copy(), desc=desc, nulls_first=False)).limit(1)
-    lateral = exp.Lateral(this=exp.Subquery(this=inner),
-                          alias=exp.TableAlias(this=exp.to_identifier(alias)))
-    return exp.Join(this=lateral, side=join.args.get("side"), on=exp.true())
+    joins = sel.args.get("joins") or []
+    if not any(j.args.get("method", "").upper() == "ASOF" for j in joins):
+        return sel
+    d = "duckdb"
+    src = sel.args["from_"].this
+    new_joins = []
+    for j in joins:
+        if j.args.get("method", "").upper() != "ASOF":
+            new_joins.append(j)
+            continue
+        pairs, col, other, want_max, inclusive = _asof_parts(j)
+        counter[0] += 1
+        m = f"_asof{counter[0]}"
+        falias = j.this.alias_or_name
+        tname = j.this.copy()
+        tname.set("alias", None)
+        ks = [f"k{i}" for i in range(len(pairs))]
+        x_keys = ", ".join(f"{o.sql(d)} AS {k}" for (_, o), k in zip(pairs, ks))
+        f_keys = ", ".join(f"{f.sql(d)} AS {k}" for (f, _), k in zip(pairs, ks))
+        f_notnull = " AND ".join([f"{f.sql(d)} IS NOT NULL" for f, _ in pairs] +
+                                 [f"{col.sql(d)} IS NOT NULL"])
+        # at equal positions, t's row counts when the inequality is inclusive
+        f_side, x_side = (0, 1) if inclusive else (1, 0)
+        part = f"PARTITION BY {', '.join(ks)} " if ks else ""
+        direction = "ASC" if want_max else "DESC"
+        sep = ", " if ks else ""
+        mm = (f"(SELECT {', '.join(ks)}{sep}_pos, _match FROM ("
+              f"SELECT {', '.join(ks)}{sep}_pos, _side, last_value(_t IGNORE NULLS) OVER ("
+              f"{part}ORDER BY _pos {direction}, _side ROWS UNBOUNDED PRECEDING) AS _match "
+              f"FROM (SELECT DISTINCT {x_keys}{sep}{other.sql(d)} AS _pos, NULL AS _t, "
+              f"{x_side} AS _side FROM {src.sql(d)} "
+              f"UNION ALL SELECT {f_keys}{sep}{col.sql(d)} AS _pos, {col.sql(d)} AS _t, "
+              f"{f_side} AS _side FROM {tname.sql(d)} AS {falias} WHERE {f_notnull}) AS _u"
+              f") AS _w WHERE _side = {x_side}) AS {m}")
+        on1 = " AND ".join([f"{m}.{k} = {o.sql(d)}" for (_, o), k in zip(pairs, ks)] +
+                           [f"{m}._pos = {other.sql(d)}"])
+        f_part = ", ".join([f.sql(d) for f, _ in pairs] + [col.sql(d)])
+        one = (f"(SELECT * EXCLUDE (_asof_rn) FROM (SELECT *, row_number() OVER "
+               f"(PARTITION BY {f_part} ORDER BY {col.sql(d)}) AS _asof_rn FROM {tname.sql(d)} AS {falias}) AS {falias} "
+               f"WHERE _asof_rn = 1) AS {falias}")
+        on2 = " AND ".join([f"{f.sql(d)} = {o.sql(d)}" for f, o in pairs] +
+                           [f"{col.sql(d)} = {m}._match"])
+        side = "LEFT " if (j.args.get("side") or "").upper() == "LEFT" else ""
+        probe = sqlglot.parse_one(f"SELECT 1 FROM _x LEFT JOIN {mm} ON {on1} "
+                                  f"{side}JOIN {one} ON {on2}", read=d)
+        new_joins += probe.args["joins"]
+    sel.set("joins", new_joins)
+    return sel
+
+
+def asof_to_windows(sql):
+    """DuckDB `sql` with every ASOF join rewritten as windows and equi-joins (DuckDB SQL)."""
+    import sqlglot
+    from sqlglot import exp
+    out = []
+    for tree in sqlglot.parse(sql, read="duckdb"):
+        if tree is None:
+            continue
+        counter = [0]
+        tree = tree.transform(lambda n: _asof_select(n, counter) if isinstance(n, exp.Select) else n)
+        out.append(tree.sql("duckdb"))
+    return ";\n".join(out)
 
 
 def _zip_explodes(sel):
@@ -414,8 +500,6 @@ def _rewrite(tree, text, uint64, files):
             return _fn("regexp_replace", node.this.copy(), pat, node.args["replacement"].copy())
         if isinstance(node, exp.Length) and _func_name(node, text) in ("len", "array_length"):
             return _fn("size", node.this.copy())
-        if isinstance(node, exp.Join) and node.args.get("method", "").upper() == "ASOF":
-            return _asof(node)
         if isinstance(node, exp.Select):
             return _zip_explodes(node)
         if isinstance(node, exp.ReadCSV):
@@ -473,6 +557,10 @@ def _translate(sql, uint64, pretty):
             name = tree.this.name
             tree = tree.expression
         files = []
+        if any(j.args.get("method", "").upper() == "ASOF" for j in tree.find_all(exp.Join)):
+            counter = [0]
+            tree = tree.transform(
+                lambda n: _asof_select(n, counter) if isinstance(n, exp.Select) else n)
         tree = _rewrite(tree, sql, uint64, files)
         params = tuple(dict.fromkeys(p.name for p in tree.find_all(exp.Placeholder)))
         text = tree.sql(dialect="spark", pretty=pretty)

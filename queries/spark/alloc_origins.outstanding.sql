@@ -278,33 +278,134 @@ WITH ok AS (
     a.*,
     f.ts AS free_ts
   FROM ok AS a
-  LEFT JOIN LATERAL (
+  LEFT JOIN (
+    SELECT
+      k0,
+      k1,
+      k2,
+      _pos,
+      _match
+    FROM (
+      SELECT
+        k0,
+        k1,
+        k2,
+        _pos,
+        _side,
+        LAST_VALUE(_t) IGNORE NULLS OVER (
+          PARTITION BY k0, k1, k2
+          ORDER BY _pos DESC, _side NULLS LAST
+          ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS _match
+      FROM (
+        SELECT DISTINCT
+          a.run_id AS k0,
+          a.pfn AS k1,
+          a.`order` AS k2,
+          a.ts AS _pos,
+          NULL AS _t,
+          0 AS _side
+        FROM ok AS a
+        UNION ALL
+        SELECT
+          f.run_id AS k0,
+          f.pfn AS k1,
+          f.`order` AS k2,
+          f.ts AS _pos,
+          f.ts AS _t,
+          1 AS _side
+        FROM frees AS f
+        WHERE
+          NOT f.run_id IS NULL
+          AND NOT f.pfn IS NULL
+          AND NOT f.`order` IS NULL
+          AND NOT f.ts IS NULL
+      ) AS _u
+    ) AS _w
+    WHERE
+      _side = 0
+  ) AS _asof1
+    ON _asof1.k0 = a.run_id
+    AND _asof1.k1 = a.pfn
+    AND _asof1.k2 = a.`order`
+    AND _asof1._pos = a.ts
+  LEFT JOIN (
     SELECT
       *
-    FROM frees AS f
+      EXCEPT (_asof_rn)
+    FROM (
+      SELECT
+        *,
+        ROW_NUMBER() OVER (PARTITION BY f.run_id, f.pfn, f.`order`, f.ts ORDER BY f.ts NULLS LAST) AS _asof_rn
+      FROM frees AS f
+    ) AS f
     WHERE
-      f.run_id = a.run_id AND f.pfn = a.pfn AND f.`order` = a.`order` AND f.ts > a.ts
-    ORDER BY
-      f.ts ASC NULLS LAST
-    LIMIT 1
+      _asof_rn = 1
   ) AS f
-    ON TRUE
+    ON f.run_id = a.run_id
+    AND f.pfn = a.pfn
+    AND f.`order` = a.`order`
+    AND f.ts = _asof1._match
 ), any_order AS (
   SELECT
     a.*,
     f.ts AS free_ts
   FROM ok AS a
-  LEFT JOIN LATERAL (
+  LEFT JOIN (
+    SELECT
+      k0,
+      k1,
+      _pos,
+      _match
+    FROM (
+      SELECT
+        k0,
+        k1,
+        _pos,
+        _side,
+        LAST_VALUE(_t) IGNORE NULLS OVER (
+          PARTITION BY k0, k1
+          ORDER BY _pos DESC, _side NULLS LAST
+          ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS _match
+      FROM (
+        SELECT DISTINCT
+          a.run_id AS k0,
+          a.pfn AS k1,
+          a.ts AS _pos,
+          NULL AS _t,
+          0 AS _side
+        FROM ok AS a
+        UNION ALL
+        SELECT
+          f.run_id AS k0,
+          f.pfn AS k1,
+          f.ts AS _pos,
+          f.ts AS _t,
+          1 AS _side
+        FROM frees AS f
+        WHERE
+          NOT f.run_id IS NULL AND NOT f.pfn IS NULL AND NOT f.ts IS NULL
+      ) AS _u
+    ) AS _w
+    WHERE
+      _side = 0
+  ) AS _asof2
+    ON _asof2.k0 = a.run_id AND _asof2.k1 = a.pfn AND _asof2._pos = a.ts
+  LEFT JOIN (
     SELECT
       *
-    FROM frees AS f
+      EXCEPT (_asof_rn)
+    FROM (
+      SELECT
+        *,
+        ROW_NUMBER() OVER (PARTITION BY f.run_id, f.pfn, f.ts ORDER BY f.ts NULLS LAST) AS _asof_rn
+      FROM frees AS f
+    ) AS f
     WHERE
-      f.run_id = a.run_id AND f.pfn = a.pfn AND f.ts > a.ts
-    ORDER BY
-      f.ts ASC NULLS LAST
-    LIMIT 1
+      _asof_rn = 1
   ) AS f
-    ON TRUE
+    ON f.run_id = a.run_id AND f.pfn = a.pfn AND f.ts = _asof2._match
 ), paired AS (
   SELECT
     *

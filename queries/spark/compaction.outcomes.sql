@@ -7,17 +7,61 @@ WITH ordered AS (
     f.`order` AS f_order,
     f.ts AS f_ts
   FROM compaction_runs AS c
-  LEFT JOIN LATERAL (
+  LEFT JOIN (
+    SELECT
+      k0,
+      k1,
+      _pos,
+      _match
+    FROM (
+      SELECT
+        k0,
+        k1,
+        _pos,
+        _side,
+        LAST_VALUE(_t) IGNORE NULLS OVER (
+          PARTITION BY k0, k1
+          ORDER BY _pos ASC NULLS LAST, _side NULLS LAST
+          ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS _match
+      FROM (
+        SELECT DISTINCT
+          c.run_id AS k0,
+          c.pid AS k1,
+          c.end_ts AS _pos,
+          NULL AS _t,
+          1 AS _side
+        FROM compaction_runs AS c
+        UNION ALL
+        SELECT
+          f.run_id AS k0,
+          f.pid AS k1,
+          f.ts AS _pos,
+          f.ts AS _t,
+          0 AS _side
+        FROM mm_compaction_finished AS f
+        WHERE
+          NOT f.run_id IS NULL AND NOT f.pid IS NULL AND NOT f.ts IS NULL
+      ) AS _u
+    ) AS _w
+    WHERE
+      _side = 1
+  ) AS _asof1
+    ON _asof1.k0 = c.run_id AND _asof1.k1 = c.pid AND _asof1._pos = c.end_ts
+  LEFT JOIN (
     SELECT
       *
-    FROM mm_compaction_finished AS f
+      EXCEPT (_asof_rn)
+    FROM (
+      SELECT
+        *,
+        ROW_NUMBER() OVER (PARTITION BY f.run_id, f.pid, f.ts ORDER BY f.ts NULLS LAST) AS _asof_rn
+      FROM mm_compaction_finished AS f
+    ) AS f
     WHERE
-      f.run_id = c.run_id AND f.pid = c.pid AND f.ts <= c.end_ts
-    ORDER BY
-      f.ts DESC
-    LIMIT 1
+      _asof_rn = 1
   ) AS f
-    ON TRUE
+    ON f.run_id = c.run_id AND f.pid = c.pid AND f.ts = _asof1._match
 ), runs_ AS (
   SELECT
     run_id,
