@@ -521,10 +521,8 @@ def _rewrite(tree, text, uint64, files):
             for f in opts["columns"].expressions:
                 cols[f.this.name] = spark_type(f.expression.name, uint64)
         view = f"_file_{rc.this.name}"
-        files.append(FileView(view, rc.this.name,
-                              bool(opts.get("header") is not None and opts["header"].this is True
-                                   or (opts.get("header") is not None and
-                                       opts["header"].sql().lower() == "true")),
+        header = "header" in opts and opts["header"].sql("duckdb").lower() == "true"
+        files.append(FileView(view, rc.this.name, header,
                               opts["comment"].name if "comment" in opts else None, cols))
         table.replace(exp.Table(this=exp.to_identifier(view), alias=table.args.get("alias")))
     return tree
