@@ -21,6 +21,7 @@ Prototype limits: no notes about missing tables (the DuckDB engine's
 _check_tables), and the kernel-stack derived tables come from
 queries/derive.py (DuckDB) files; page_pairs and pfn_allocs are computed here.
 """
+from decimal import Decimal
 from pathlib import Path
 
 from kmemscope.errors import QueryError
@@ -133,7 +134,7 @@ class SparkRunSet:
         if typ != "DECIMAL(20,0)":
             return c
         # the same 64 bits as a signed BIGINT: 2^64-1 -> -1
-        wrapped = F.when(c >= F.lit(2 ** 63), (c - F.lit(2 ** 64))).otherwise(c)
+        wrapped = F.when(c >= F.lit(Decimal(2 ** 63)), c - F.lit(Decimal(2 ** 64))).otherwise(c)
         return wrapped.cast("bigint").alias(col)
 
     def _register_tables(self):
@@ -359,16 +360,23 @@ def bench_uint64(rows, workdir, spark=None, repeat=2):
         paths[kind] = d.parent
     spark = spark or session()
     out = []
-    for kind, mode in (("uint64", "decimal"), ("int64", "int64")):
+    # uint64 storage read as DECIMAL(20,0); int64 storage; uint64 storage turned into
+    # BIGINT as it is read (SparkRunSet(uint64="int64")), Spark only
+    for kind, mode, store in (("uint64", "decimal", "uint64"), ("int64", "int64", "int64"),
+                              ("uint64 read as int64", "int64", "uint64")):
         con = duckdb.connect()
-        con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{paths[kind]}/*/*.parquet')")  # sql-safe: our temp dir
-        df = spark.read.option("basePath", str(paths[kind])).parquet(str(paths[kind] / "run_id=bench"))
+        con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{paths[store]}/*/*.parquet')")  # sql-safe: our temp dir
+        df = spark.read.option("basePath", str(paths[store])).parquet(str(paths[store] / "run_id=bench"))
+        if kind == "uint64 read as int64":
+            df = df.select(*[SparkRunSet._as_int64(f.name, _spark_type_name(f.dataType))
+                             for f in df.schema.fields])
         df.createOrReplaceTempView("t")
         for what, sql in (("pairing", _BENCH_PAIRS), ("gfp_filter", _BENCH_GFP)):
             duck_sql = sql if mode == "decimal" else sql.replace("18446744073709551615", "-1")
             (st,) = spark_sql.translate(sql, mode)
-            for engine_name, run in (("duckdb", lambda: con.sql(duck_sql).fetchall()),
-                                     ("spark", lambda: [tuple(r) for r in spark.sql(st.sql).collect()])):
+            engines = (("duckdb", lambda: con.sql(duck_sql).fetchall()),
+                       ("spark", lambda: [tuple(r) for r in spark.sql(st.sql).collect()]))
+            for engine_name, run in engines[1:] if store != kind else engines:
                 best, result = None, None
                 for _ in range(repeat):
                     t0 = time.perf_counter()
