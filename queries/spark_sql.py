@@ -396,6 +396,8 @@ def _asof_select(sel, counter):
         part = f"PARTITION BY {', '.join(ks)} " if ks else ""
         direction = "ASC" if want_max else "DESC"
         sep = ", " if ks else ""
+        # Every piece is sqlglot's rendering of our own .sql files' expressions or a generated
+        # sql-safe: alias (k0, _asof1); no value from a trace or a user reaches this text
         mm = (f"(SELECT {', '.join(ks)}{sep}_pos, _match FROM ("
               f"SELECT {', '.join(ks)}{sep}_pos, _side, last_value(_t IGNORE NULLS) OVER ("
               f"{part}ORDER BY _pos {direction}, _side ROWS UNBOUNDED PRECEDING) AS _match "
@@ -407,12 +409,14 @@ def _asof_select(sel, counter):
         on1 = " AND ".join([f"{m}.{k} = {o.sql(d)}" for (_, o), k in zip(pairs, ks)] +
                            [f"{m}._pos = {other.sql(d)}"])
         f_part = ", ".join([f.sql(d) for f, _ in pairs] + [col.sql(d)])
+        # sql-safe: as above, rendered expressions of our own SQL and generated aliases
         one = (f"(SELECT * EXCLUDE (_asof_rn) FROM (SELECT *, row_number() OVER "
                f"(PARTITION BY {f_part} ORDER BY {col.sql(d)}) AS _asof_rn FROM {tname.sql(d)} AS {falias}) AS {falias} "
                f"WHERE _asof_rn = 1) AS {falias}")
         on2 = " AND ".join([f"{f.sql(d)} = {o.sql(d)}" for f, o in pairs] +
                            [f"{col.sql(d)} = {m}._match"])
         side = "LEFT " if (j.args.get("side") or "").upper() == "LEFT" else ""
+        # sql-safe: mm, one, on1 and on2 are built just above from rendered expressions
         probe = sqlglot.parse_one(f"SELECT 1 FROM _x LEFT JOIN {mm} ON {on1} "
                                   f"{side}JOIN {one} ON {on2}", read=d)
         new_joins += probe.args["joins"]
