@@ -25,6 +25,7 @@ from pathlib import Path
 from kmemscope.capture.tracefs import parse_cpu_stats
 from kmemscope.errors import KmemscopeError, TraceFileError
 from kmemscope.parsers import commit as commit_mod
+from kmemscope.parsers import dataset_format
 from kmemscope.parsers.commit import RUNS_TABLE
 from kmemscope.parsers.sources import open_source, read_manifest
 # Snappy: about 20% larger files than zstd level 1 on page-allocator tables, but
@@ -72,8 +73,11 @@ class _PartSink:
         self.staging, self.index = staging, index
         self.writers = {}
         self.rows, self.lock = rows_by_table, lock
+        self.canonical = dataset_format.Canonicalizer()
 
     def __call__(self, table, batch):
+        # Known columns at their canonical types, whatever the kernel (dataset format 2).
+        batch = self.canonical(table, batch)
         writer = self.writers.get(table)
         if writer is None:
             d = self.staging / table
@@ -98,6 +102,7 @@ def _write_table(staging, table, pa_table):
 
     d = staging / table
     d.mkdir(parents=True, exist_ok=True)
+    pa_table = dataset_format.to_canonical(table, pa_table)
     pq.write_table(pa_table, str(d / "part-0.parquet"), compression=PARQUET_COMPRESSION)
 
 
@@ -306,6 +311,7 @@ def ingest(source, dataset, labels=None, events=None, threads=None, progress=Non
     if not os.access(dataset, os.W_OK):
         raise KmemscopeError(f"dataset {dataset} is not writable", "check its permissions")
     started_ns = time.time_ns()
+    dataset_format.read_format(dataset)     # a newer format is refused before decoding
     try:
         with commit_mod.dataset_lock(dataset):
             commit_mod.recover(dataset)
@@ -323,6 +329,7 @@ def ingest(source, dataset, labels=None, events=None, threads=None, progress=Non
             if commit_mod.committed_since(dataset, summary.run_id, started_ns):
                 summary.concurrent = True      # the same trace, committed while this parse ran
             else:
+                dataset_format.ensure_format(dataset)
                 summary.replaced = commit_mod.commit(work, summary.run_id)
         return summary
     except OSError as exc:

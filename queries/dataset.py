@@ -4,7 +4,9 @@ A dataset is `DATASET/<table>/run_id=<run_id>/part-<n>.parquet` (README). Each
 table directory becomes one view over all its runs. `run_id` comes from the Hive
 partition path and is forced to VARCHAR: a hex id made only of digits would
 otherwise be guessed as an integer. `union_by_name` lets one view span kernels
-whose event formats differ (gfp_flags is 4 bytes on 5.15 and 8 on 6.x).
+whose event formats differ (gfp_flags is 4 bytes on 5.15 and 8 on 6.x) in a
+dataset of format 1, and columns kmemscope does not know in any format
+(parsers/dataset_format.py; a newer format than this kmemscope reads is refused).
 
 `connect(..., run_ids=[...])` builds the views over those runs' partitions only,
 so a query over one run of a hundred reads one run's files. The run ids that
@@ -15,6 +17,7 @@ import os
 from pathlib import Path
 
 from kmemscope.errors import DatasetError, QueryError
+from kmemscope.parsers.dataset_format import read_format
 
 TABLE_GLOB = "*/*.parquet"
 RUN_PREFIX = "run_id="
@@ -29,6 +32,7 @@ def table_dirs(dataset):
     if not root.is_dir():
         raise DatasetError(f"dataset {dataset} is not a directory",
                            "give the directory that `kmemscope parse -o` wrote")
+    read_format(root)      # refuses a newer format, or a damaged format file
     tables = {}
     for child in sorted(root.iterdir()):
         if child.is_dir() and not child.name.startswith((".", "_")):

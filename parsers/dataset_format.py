@@ -1,0 +1,257 @@
+"""The dataset format version (DATASET/_kmemscope.json) and the canonical column types.
+
+Format 1: a dataset without `_kmemscope.json` (written before the file existed).
+  Every column has the type of its field in the trace's own event format, so
+  runs of different kernels give one table different schemas (gfp_flags is 4
+  bytes up to 5.15 and 8 after; pfn is 4 bytes on 32-bit kernels).
+Format 2: the columns kmemscope knows (TABLE_COLUMNS of the query engine) are
+  stored with their canonical type whatever the kernel, so each known table has
+  one schema across runs. Other columns keep the trace's types.
+
+Readers (queries/dataset.py) accept formats up to FORMAT and refuse newer ones
+in one line. Writers call `ensure_format(dataset)` with the dataset's commit
+lock held, before a run becomes visible: a new dataset gets format FORMAT; one
+that already holds runs and has no file stays format 1 (its old runs are not
+rewritten; its new runs are canonical all the same).
+
+The file is untrusted input: it is read only when it is a regular file of at
+most MAX_FILE_BYTES, and only the fields below, with these types, are accepted.
+"""
+import json
+import os
+import stat
+import uuid
+from pathlib import Path
+
+from kmemscope.errors import DatasetError
+
+FORMAT_FILE = "_kmemscope.json"
+FORMAT = 2             # the format this kmemscope writes and the newest it reads
+LEGACY_FORMAT = 1      # a dataset without FORMAT_FILE
+MAX_FILE_BYTES = 4096
+MAX_WRITER_CHARS = 200
+RUNS_DIR = "runs"
+RUN_PREFIX = "run_id="
+
+
+def _writer():
+    from kmemscope import __version__
+
+    return f"kmemscope {__version__}"
+
+
+def _shown(value, limit=40):
+    """A value from the file, short and printable, for an error message."""
+    text = repr(value)
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _bad(path, what):
+    return DatasetError(f"{path}: not a valid kmemscope dataset format file: {what}",
+                        f"restore it from a copy, or delete it to read the dataset as format "
+                        f"{LEGACY_FORMAT}")
+
+
+def _read_bytes(path):
+    """The file's bytes, or None when it does not exist; only a small regular file is read."""
+    try:
+        # O_NONBLOCK: a FIFO put in its place must not hang the reader.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read: {exc.strerror or exc}",
+                           "check the dataset's permissions") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _bad(path, "not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise _bad(path, f"{st.st_size} bytes, more than {MAX_FILE_BYTES}")
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read: {exc.strerror or exc}",
+                           "check the dataset's permissions") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise _bad(path, f"more than {MAX_FILE_BYTES} bytes")
+    return data
+
+
+def _no_duplicates(pairs):
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise ValueError("a field appears twice")
+    return dict(pairs)
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_format(data, path=FORMAT_FILE):
+    """Validate the bytes of a format file -> {"format": int, "writer": str or None}."""
+    try:
+        doc = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates,
+                         parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise _bad(path, "not UTF-8 text") from None
+    except (ValueError, RecursionError) as exc:
+        raise _bad(path, f"not JSON ({_shown(str(exc), 80)})") from None
+    if not isinstance(doc, dict):
+        raise _bad(path, f"a JSON {type(doc).__name__}, not an object")
+    if "format" not in doc:
+        raise _bad(path, "no \"format\" field")
+    version = doc["format"]
+    if type(version) is not int or version < LEGACY_FORMAT:   # bool is not a version
+        raise _bad(path, f"\"format\" is {_shown(version)}, not a whole number >= {LEGACY_FORMAT}")
+    if version > FORMAT:
+        # A newer kmemscope may add fields: the version alone decides.
+        raise DatasetError(
+            f"{Path(path).parent} is a kmemscope dataset of format {version}; {_writer()} "
+            f"reads formats {LEGACY_FORMAT} to {FORMAT}",
+            "upgrade kmemscope to read it or to add runs to it")
+    unknown = sorted(set(doc) - {"format", "writer"})
+    if unknown:
+        raise _bad(path, f"unexpected field {_shown(unknown[0])}")
+    writer = doc.get("writer")
+    if writer is not None and (not isinstance(writer, str) or len(writer) > MAX_WRITER_CHARS
+                               or not writer.isprintable()):
+        raise _bad(path, f"\"writer\" is {_shown(writer)}, not a short printable string")
+    return {"format": version, "writer": writer}
+
+
+def read_format(dataset):
+    """The dataset's format, validated: LEGACY_FORMAT without a file; raises DatasetError
+    for a damaged file or a format newer than this kmemscope reads."""
+    path = Path(dataset) / FORMAT_FILE
+    data = _read_bytes(path)
+    if data is None:
+        return LEGACY_FORMAT
+    return parse_format(data, path)["format"]
+
+
+def _holds_runs(dataset):
+    runs = Path(dataset) / RUNS_DIR
+    try:
+        return any(p.name.startswith(RUN_PREFIX) for p in runs.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def write_format(dataset, version=FORMAT):
+    """Write FORMAT_FILE atomically (a temporary file renamed over it, both synced)."""
+    dataset = Path(dataset)
+    body = json.dumps({"format": int(version), "writer": _writer()}, sort_keys=True) + "\n"
+    tmp = dataset / f".{FORMAT_FILE}.{uuid.uuid4().hex[:12]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dataset / FORMAT_FILE)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dfd = os.open(dataset, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def ensure_format(dataset):
+    """Make `dataset` ready to take a run written by this kmemscope; returns its format.
+
+    Call with the dataset's commit lock held (parsers/commit.py dataset_lock),
+    before the run's partitions are moved in. A dataset with a file is checked
+    (a newer format is refused: this kmemscope would write runs it does not
+    describe); a dataset with no run yet gets a FORMAT file; a dataset of runs
+    written before format files stays format 1.
+    """
+    version = read_format(dataset)
+    if (Path(dataset) / FORMAT_FILE).exists() or _holds_runs(dataset):
+        return version
+    write_format(dataset, FORMAT)
+    return FORMAT
+
+
+# ---------------------------------------------------------------- canonical column types
+
+def _arrow_types():
+    import pyarrow as pa
+
+    return {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(),
+            "BIGINT": pa.int64(), "UTINYINT": pa.uint8(), "USMALLINT": pa.uint16(),
+            "UINTEGER": pa.uint32(), "UBIGINT": pa.uint64()}
+
+
+def _known_columns():
+    from kmemscope.queries.engine import TABLE_COLUMNS
+
+    return TABLE_COLUMNS
+
+
+def lossless(src, dst):
+    """True when every value of integer type `src` is a value of integer type `dst`."""
+    import pyarrow.types as t
+
+    if not (t.is_integer(src) and t.is_integer(dst)):
+        return False
+    if t.is_signed_integer(src) == t.is_signed_integer(dst):
+        return dst.bit_width >= src.bit_width
+    # unsigned -> signed needs a wider type; signed -> unsigned never (negatives)
+    return t.is_unsigned_integer(src) and dst.bit_width > src.bit_width
+
+
+def canonical_schema(table, schema):
+    """`schema` with kmemscope's known integer columns of `table` at their canonical Arrow type.
+
+    Only casts that keep every value are made: a column whose recorded type is
+    wider, or signed where the canonical is unsigned, keeps its type (readers
+    widen it per run, as for format 1). Strings, lists and maps are written by
+    kmemscope itself with their canonical types, and left alone.
+    """
+    import pyarrow as pa
+
+    known = _known_columns().get(table)
+    if not known:
+        return schema
+    arrow = _arrow_types()
+    fields = []
+    for f in schema:
+        target = arrow.get(known.get(f.name, ""))
+        if target is not None and f.type != target and lossless(f.type, target):
+            f = f.with_type(target)
+        fields.append(f)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def to_canonical(table, data):
+    """Cast a RecordBatch or Table of dataset table `table` to canonical_schema()."""
+    target = canonical_schema(table, data.schema)
+    if target.equals(data.schema):
+        return data
+    return data.cast(target)       # safe cast: widening only, never fails
+
+
+class Canonicalizer:
+    """to_canonical() for a stream of batches: the target schema is worked out once per table."""
+
+    def __init__(self):
+        self._targets = {}     # table -> (input schema, target schema)
+
+    def __call__(self, table, batch):
+        cached = self._targets.get(table)
+        if cached is None or not cached[0].equals(batch.schema):
+            cached = self._targets[table] = (batch.schema, canonical_schema(table, batch.schema))
+        source, target = cached
+        return batch if target.equals(source) else batch.cast(target)
