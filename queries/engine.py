@@ -1,90 +1,46 @@
-"""Run the named analyses in queries/*.sql over a dataset with DuckDB.
+"""Run the named analyses of queries/*.sql over a dataset, on DuckDB or on Spark.
 
-queries/catalog.py reads an analysis's header (parameters, table needs,
-sections, columns); this module runs it. Parameters are DuckDB named
-parameters (`$top_n`), bound at execution, never pasted into SQL text, also in
-@prelude statements (CREATE TABLE ... AS SELECT; a view cannot hold a parameter).
+This module is the one home of what an analysis means, whichever engine runs
+it: header directives and parameters (queries/catalog.py; parameters are always
+bound, never pasted into SQL text), run and label selection (selection.py), the
+check that the chosen runs have the tables a section needs and the notes about
+what they lack, and the per-run era facts (eras.py). A backend only registers
+views and Arrow tables, executes statements written in DuckDB's dialect,
+returns Arrow, and builds the derived tables:
 
-Before the analysis runs, the engine registers per-run facts (queries/eras.py)
-and the views of queries/_common.sql. Every table that the SQL names gets a view
-over the selected runs; one they lack is an empty stand-in with the columns of
-TABLE_COLUMNS. Results are pyarrow Tables that start with run_id and labels;
-notes about what a run lacks travel in the schema metadata under
-b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
+  duckdb_backend.py   DuckDB in this process (the default)
+  spark_backend.py    Apache Spark, local or a cluster; the SQL is translated by
+                      spark_sql.py (sqlglot plus kmemscope's rewrite rules)
+
+    prepare(name, dataset, ...)   -> Plan: the section, bound parameters, chosen runs, notes
+    run_query(name, dataset, ..., engine="duckdb" | "spark" | spark_engine(...))
+                                  -> pyarrow.Table
+
+Every table that an analysis names gets a view over the selected runs; one
+they lack is an empty stand-in with the columns of schema.TABLE_COLUMNS. Before
+the analysis runs, the backend gets the per-run facts (run_facts,
+migratetype_names, extfrag_ownership), the views of queries/_common.sql and a
+one-row query_params table (prelude views read parameters from it). Results
+start with run_id and labels; notes about what a run lacks travel in the schema
+metadata under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 """
 import json
 import re
+import threading
+from dataclasses import dataclass
 
-from kmemscope.errors import DatasetError, QueryError
+from kmemscope.errors import DatasetError, KmemscopeError, QueryError
 
 from . import dataset as ds
-from . import derive
 from . import eras
 from .catalog import QUERY_DIR, convert_param, find_analysis
+from .schema import DERIVED_COLUMNS, TABLE_COLUMNS  # noqa: F401 - re-exported
 from .selection import select_runs
 
 COMMON_SQL = QUERY_DIR / "_common.sql"
 NOTES_KEY = b"kmemscope.notes"
 PROCFS_TABLES = ("vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo")
-
-# Columns the analyses read, with the type a stand-in gets when a run's format
-# lacks the column (an older kernel) or the dataset lacks the table.
-_EVENT = {"ts": "BIGINT", "cpu": "INTEGER", "pid": "INTEGER", "comm": "VARCHAR"}
-TABLE_COLUMNS = {
-    "mm_page_alloc": {**_EVENT, "pfn": "UBIGINT", "order": "UINTEGER",
-                      "gfp_flags": "UBIGINT", "migratetype": "INTEGER"},
-    "mm_page_free": {**_EVENT, "pfn": "UBIGINT", "order": "UINTEGER"},
-    "mm_page_alloc_extfrag": {**_EVENT, "pfn": "UBIGINT", "alloc_order": "INTEGER",
-                              "fallback_order": "INTEGER", "alloc_migratetype": "INTEGER",
-                              "fallback_migratetype": "INTEGER", "change_ownership": "INTEGER"},
-    "mm_page_alloc_zone_locked": {**_EVENT, "pfn": "UBIGINT", "order": "UINTEGER",
-                                  "migratetype": "INTEGER", "percpu_refill": "INTEGER"},
-    "mm_page_pcpu_drain": {**_EVENT, "pfn": "UBIGINT", "order": "UINTEGER", "migratetype": "INTEGER"},
-    "mm_compaction_begin": {**_EVENT, "zone_start": "UBIGINT", "migrate_pfn": "UBIGINT",
-                            "free_pfn": "UBIGINT", "zone_end": "UBIGINT", "sync": "UTINYINT"},
-    "mm_compaction_end": {**_EVENT, "zone_start": "UBIGINT", "migrate_pfn": "UBIGINT",
-                          "free_pfn": "UBIGINT", "zone_end": "UBIGINT", "sync": "UTINYINT",
-                          "status": "INTEGER"},
-    "mm_compaction_try_to_compact_pages": {**_EVENT, "order": "INTEGER", "gfp_mask": "UBIGINT",
-                                           "prio": "INTEGER"},
-    "mm_compaction_deferred": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
-                               "considered": "UINTEGER", "defer_shift": "UINTEGER",
-                               "order_failed": "INTEGER"},
-    "mm_compaction_defer_compaction": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER",
-                                       "order": "INTEGER", "considered": "UINTEGER",
-                                       "defer_shift": "UINTEGER", "order_failed": "INTEGER"},
-    "mm_compaction_defer_reset": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
-                                  "considered": "UINTEGER", "defer_shift": "UINTEGER",
-                                  "order_failed": "INTEGER"},
-    "mm_compaction_finished": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
-                               "ret": "INTEGER"},
-    "mm_compaction_suitable": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
-                               "ret": "INTEGER"},
-    "mm_compaction_kcompactd_wake": {**_EVENT, "nid": "INTEGER", "order": "INTEGER",
-                                     "highest_zoneidx": "UINTEGER"},
-    "mm_compaction_wakeup_kcompactd": {**_EVENT, "nid": "INTEGER", "order": "INTEGER",
-                                       "highest_zoneidx": "UINTEGER"},
-    "mm_vmscan_wakeup_kswapd": {**_EVENT, "nid": "INTEGER", "zid": "INTEGER", "order": "INTEGER",
-                                "gfp_flags": "UBIGINT"},
-    "mm_vmscan_kswapd_wake": {**_EVENT, "nid": "INTEGER", "zid": "INTEGER", "order": "INTEGER"},
-    "mm_vmscan_direct_reclaim_begin": {**_EVENT, "order": "INTEGER", "gfp_flags": "UBIGINT"},
-    "mm_vmscan_direct_reclaim_end": {**_EVENT, "nr_reclaimed": "UBIGINT"},
-    "runs": {"kernel_release": "VARCHAR", "arch": "VARCHAR", "first_ts": "BIGINT",
-             "last_ts": "BIGINT", "pageblock_order": "INTEGER", "manifest": "VARCHAR",
-             "migratetypes": "VARCHAR[]", "labels": "MAP(VARCHAR, VARCHAR)",
-             "lost_events": "BIGINT", "sha256": "VARCHAR"},
-    "print_flags": {"event": "VARCHAR", "field": "VARCHAR", "kind": "VARCHAR",
-                    "value": "UBIGINT", "name": "VARCHAR"},
-    "lost_events": {"cpu": "INTEGER", "ts": "BIGINT", "missed": "BIGINT"},
-    "vmstat": {"ts": "BIGINT", "name": "VARCHAR", "value": "BIGINT"},
-    "pagetypeinfo_free": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR",
-                          "migratetype": "VARCHAR", "order": "INTEGER", "count": "BIGINT"},
-    "pagetypeinfo_blocks": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR",
-                            "migratetype": "VARCHAR", "blocks": "BIGINT"},
-    "buddyinfo": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR", "order": "INTEGER",
-                  "count": "BIGINT"},
-}
-_SQL_TYPE = {"FILE": "VARCHAR"}
+ENGINES = ("duckdb", "spark")
 _PARAM_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -144,13 +100,17 @@ def _runs_text(chosen):
     return f"runs {', '.join(chosen[:5])}{' ...' if len(chosen) > 5 else ''}"
 
 
-def _register_facts(con, chosen):
+def _arrow_types():
+    import pyarrow as pa
+    return {"INTEGER": pa.int32(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(),
+            "VARCHAR": pa.string(), "FILE": pa.string(), "BOOLEAN": pa.bool_()}
+
+
+def _facts_tables(rows):
+    """eras.run_facts of the runs table's rows -> (facts, mts, Arrow tables to register)."""
     import pyarrow as pa
 
-    cols = ["run_id", "kernel_release", "arch", "first_ts", "last_ts", "pageblock_order",
-            "manifest", "migratetypes"]
-    rows = con.sql("SELECT " + ", ".join(cols) + " FROM runs").fetchall()
-    facts, mts = eras.run_facts([dict(zip(cols, r)) for r in rows])
+    facts, mts = eras.run_facts(rows)
     facts_t = pa.Table.from_pylist(facts, schema=pa.schema([
         ("run_id", pa.string()), ("kernel_release", pa.string()),
         ("highatomic_era", pa.string()), ("highatomic_era_note", pa.string()),
@@ -160,21 +120,35 @@ def _register_facts(con, chosen):
     mts_t = pa.Table.from_pylist(mts, schema=pa.schema([
         ("run_id", pa.string()), ("migratetype", pa.int32()), ("name", pa.string()),
         ("source", pa.string())]))
-    meanings = [{"extfrag_era": e, "change_ownership": c, "meaning": m}
-                for (e, c), m in eras.OWNERSHIP_MEANING.items()]
-    con.register("_facts_in", facts_t)
-    con.register("_mts_in", mts_t)
-    con.register("_ownership_in", pa.Table.from_pylist(meanings))
-    con.execute("CREATE TEMP TABLE run_facts AS SELECT f.run_id, r.labels, f.* EXCLUDE (run_id) "
-                "FROM _facts_in AS f JOIN runs AS r USING (run_id)")
-    con.execute("CREATE TEMP TABLE migratetype_names AS SELECT * FROM _mts_in")
-    con.execute("CREATE TEMP TABLE extfrag_ownership AS SELECT * FROM _ownership_in")
-    for name in ("_facts_in", "_mts_in", "_ownership_in"):
-        con.unregister(name)
-    return facts
+    meanings = pa.Table.from_pylist(
+        [{"extfrag_era": e, "change_ownership": c, "meaning": m}
+         for (e, c), m in eras.OWNERSHIP_MEANING.items()],
+        schema=pa.schema([("extfrag_era", pa.string()), ("change_ownership", pa.int32()),
+                          ("meaning", pa.string())]))
+    return facts, mts, {"_facts_in": facts_t, "migratetype_names": mts_t,
+                        "extfrag_ownership": meanings}
 
 
-def _assumption_notes(con, facts, needs):
+_FACT_COLUMNS = ("kernel_release", "highatomic_era", "highatomic_era_note", "extfrag_era",
+                 "pageblock_order", "pageblock_order_source", "first_ts", "last_ts", "duration_s")
+# run_facts: the facts with each run's labels, computed once
+_RUN_FACTS_SQL = ("CREATE TEMP TABLE run_facts AS SELECT f.run_id, r.labels, "
+                  + ", ".join(f"f.{c}" for c in _FACT_COLUMNS)
+                  + " FROM _facts_in AS f JOIN runs AS r ON r.run_id = f.run_id")
+
+
+def _register_facts(backend):
+    cols = ["run_id", "kernel_release", "arch", "first_ts", "last_ts", "pageblock_order",
+            "manifest", "migratetypes"]
+    rows = backend.query_arrow("SELECT " + ", ".join(cols) + " FROM runs", None).to_pylist()
+    facts, mts, tables = _facts_tables(rows)
+    for name, table in tables.items():
+        backend.register_arrow(name, table)
+    backend.run_script(_RUN_FACTS_SQL, {})
+    return facts, mts
+
+
+def _assumption_notes(facts, mts, needs):
     """Notes for per-run facts that were assumed rather than read from the run."""
     notes = []
     if "mm_page_alloc_extfrag" in needs.requires:
@@ -182,9 +156,7 @@ def _assumption_notes(con, facts, needs):
             if f["pageblock_order_source"].startswith("assumed"):
                 notes.append(f"run {f['run_id']}: pageblock_order {f['pageblock_order_source']}")
     if {"mm_page_alloc_extfrag", "mm_page_pcpu_drain", "mm_page_alloc_zone_locked"} & set(needs.requires):
-        rows = con.sql("SELECT DISTINCT run_id FROM migratetype_names "
-                       "WHERE source LIKE 'KERNEL-ERAS.md%' ORDER BY run_id").fetchall()
-        for (run,) in rows:
+        for run in sorted({m["run_id"] for m in mts if m["source"].startswith("KERNEL-ERAS.md")}):
             notes.append(f"run {run}: no migratetype list in the run (no manifest): names follow "
                          "the upstream enum (0 Unmovable, 1 Movable, 2 Reclaimable, 3 HighAtomic)")
     return notes
@@ -196,118 +168,182 @@ def _table_runs(dataset):
     return ds.table_runs(dataset)
 
 
-def open_run_set(dataset, run_ids=None, labels=None, tables=None, threads=None):
-    """Connection over the selected runs with run_facts and _common.sql views.
+# ---------------------------------------------------------------- engines
 
-    Returns (connection, chosen run ids, table partitions, run facts). tables:
-    the views to make besides those _common.sql reads (default: every table).
-    For notebooks and ad-hoc SQL that want the same per-run facts as the analyses.
+class DuckDBEngine:
+    """DuckDB in this process; stateless: every query gets a fresh connection."""
+
+    name = "duckdb"
+
+    def open(self, dataset, chosen, parts, tables, threads=None):
+        from .duckdb_backend import DuckDBBackend
+        return DuckDBBackend(dataset, chosen, parts, tables, threads)
+
+    def close(self):
+        pass
+
+
+_DUCKDB = DuckDBEngine()
+_default_spark = None
+_default_spark_lock = threading.Lock()
+
+
+def spark_engine(master="local[*]", conf=None, uint64="decimal"):
+    """A Spark engine (one SparkSession, made on first use, reused by every query).
+
+    master: "local[*]", "spark://host:7077", "yarn", ...; conf: {key: value} or
+    ["key=value", ...] for the session. Needs `pip install 'kmemscope[spark]'`
+    and Java 17 or later.
     """
+    from .spark_backend import SparkEngine
+    return SparkEngine(master=master, conf=conf, uint64=uint64)
+
+
+def resolve_engine(engine):
+    """None/"duckdb" -> DuckDB; "spark" -> this process's default Spark engine; an engine as is."""
+    global _default_spark
+    if engine is None or engine == "duckdb":
+        return _DUCKDB
+    if engine == "spark":
+        with _default_spark_lock:
+            if _default_spark is None:
+                _default_spark = spark_engine()
+            return _default_spark
+    if hasattr(engine, "open") and hasattr(engine, "name"):
+        return engine
+    raise QueryError(f"unknown engine {engine!r}", f"engines: {', '.join(ENGINES)}")
+
+
+def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, engine=None):
+    """A backend over the selected runs with run_facts and the _common.sql views.
+
+    Returns (backend, chosen run ids, table partitions, run facts, migratetypes).
+    tables: the views to make besides those _common.sql reads (default: every
+    table). The caller closes the backend.
+    """
+    eng = resolve_engine(engine)
     parts = _table_runs(dataset)
     chosen = select_runs(dataset, parts, run_ids, labels)
     common = COMMON_SQL.read_text()
     known = set(TABLE_COLUMNS) | set(parts)
     wanted = set(tables) if tables is not None else known
     wanted |= {"runs"} | _named_tables(common, known)
-    columns = {t: TABLE_COLUMNS[t] for t in wanted if t in TABLE_COLUMNS}
-    con = ds.connect(dataset, threads=threads, run_ids=chosen, columns=columns, tables=wanted)
-    facts = _register_facts(con, chosen)
-    for stmt in _statements(common):
-        con.execute(stmt)
-    return con, chosen, parts, facts
+    backend = eng.open(dataset, chosen, parts, wanted, threads)
+    try:
+        facts, mts = _register_facts(backend)
+        backend.run_script(common, {})
+    except BaseException:
+        backend.close()
+        raise
+    return backend, chosen, parts, facts, mts
 
 
-def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=None,
-              progress=None):
-    """Run analysis `name` (or `name.section`) over `dataset` -> pyarrow.Table.
+def open_run_set(dataset, run_ids=None, labels=None, tables=None, threads=None):
+    """DuckDB connection over the selected runs with run_facts and _common.sql views.
 
-    run_ids: a run id (or unique prefix) or a list of them; labels: {k: v} or
-    ["k=v", ...]; a run must match all. params: {name: value}, values as
-    strings from a command line or typed. progress(message) hears about slow
-    one-time work (building a run's derived tables) before it starts.
+    Returns (connection, chosen run ids, table partitions, run facts); for
+    notebooks and ad-hoc SQL that want the same per-run facts as the analyses.
+    """
+    backend, chosen, parts, facts, _mts = open_runs(dataset, run_ids, labels, tables, threads)
+    return backend.con, chosen, parts, facts
+
+
+# ---------------------------------------------------------------- one analysis
+
+@dataclass
+class Plan:
+    """What running one analysis section needs, decided the same way for every engine."""
+    analysis: object          # catalog.Analysis
+    section: object           # catalog.Section
+    qname: str                # name.section as the user writes it
+    bound: dict               # parameter -> typed value (defaults filled in)
+    needs: object             # the section's effective table needs
+    chosen: list              # run ids
+    parts: dict               # table -> {run_id: [files]}
+    tables: set               # dataset tables the SQL names
+    notes: list               # what the chosen runs lack
+
+
+def prepare(name, dataset, run_ids=None, labels=None, params=None):
+    """Resolve analysis `name` (or `name.section`), its parameters and runs -> Plan.
+
+    Raises QueryError for an unknown analysis or parameter, DatasetError when
+    no chosen run has a table the section requires.
     """
     a, section = find_analysis(name)
     qname = a.query_name(section)
-    bound = {}
     params = dict(params or {})
     for key in params:
         if key not in a.params:
             known = ", ".join(a.params) or "none"
             raise QueryError(f"query {a.name} has no parameter {key!r}",
                              f"its parameters: {known}; see `kmemscope queries {a.name}`")
-    for p in a.params.values():
-        bound[p.name] = convert_param(p, params[p.name], qname) if p.name in params else p.default
-
+    bound = {p.name: convert_param(p, params[p.name], qname) if p.name in params else p.default
+             for p in a.params.values()}
     needs = a.needs(section)
     parts = _table_runs(dataset)
     chosen = select_runs(dataset, parts, run_ids, labels)
     notes = _check_tables(needs, parts, chosen)
     tables = _named_tables(a.prelude + "\n" + section.sql, set(TABLE_COLUMNS) | set(parts))
     tables |= set(needs.requires + needs.any_of + needs.optional)
-    con, chosen, parts, facts = open_run_set(dataset, chosen, None, tables, threads)
-    notes += _assumption_notes(con, facts, needs)
+    return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes)
+
+
+def _params_table(plan):
+    """The bound parameters as a one-row Arrow table (query_params)."""
+    import pyarrow as pa
+
+    types = _arrow_types()
+    ps = list(plan.analysis.params.values())
+    if not ps:
+        return pa.table({"none": pa.array([1], pa.int32())})
+    return pa.table({p.name: pa.array([plan.bound[p.name]], types[p.type]) for p in ps})
+
+
+def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=None,
+              progress=None, engine=None):
+    """Run analysis `name` (or `name.section`) over `dataset` -> pyarrow.Table.
+
+    run_ids: a run id (or unique prefix) or a list of them; labels: {k: v} or
+    ["k=v", ...]; a run must match all. params: {name: value}, values as
+    strings from a command line or typed. progress(message) hears about slow
+    one-time work (building a run's derived tables) before it starts. engine:
+    "duckdb" (default), "spark", or an engine from spark_engine().
+    """
+    plan = prepare(name, dataset, run_ids, labels, params)
+    backend, _chosen, _parts, facts, mts = open_runs(
+        dataset, plan.chosen, None, plan.tables, threads, engine)
+    notes = plan.notes + _assumption_notes(facts, mts, plan.needs)
+    bound = plan.bound
     try:
-        for name in needs.derived:
-            _derived_view(con, dataset, name, chosen, parts, threads, progress)
-        # Parameters also live in a one-row table, so prelude views can read them.
-        cols = ", ".join(f"CAST(${p.name} AS {_SQL_TYPE.get(p.type, p.type)}) AS {p.name}"
-                         for p in a.params.values())
-        # sql-safe: parameter names match \w+ in our own .sql headers, types come from catalog.TYPES
-        con.execute(f"CREATE TEMP TABLE query_params AS SELECT {cols or '1 AS none'}", bound)
-        for stmt in _statements(a.prelude):
-            con.execute(stmt, _used(stmt, bound) or None)
-        table = ds.query_arrow(con, section.sql, _used(section.sql, bound))
-    except Exception as exc:   # duckdb.Error subclasses; keep the first line only
-        raise QueryError(f"query {qname} failed: {ds.sql_error_text(exc)}") from exc
+        for derived in plan.needs.derived:
+            if derived not in DERIVED_COLUMNS:
+                raise QueryError(f"unknown derived table {derived}")
+            backend.derived(derived, progress)
+        backend.register_arrow("query_params", _params_table(plan))
+        if plan.analysis.prelude.strip():
+            backend.run_script(plan.analysis.prelude, bound)
+        table = backend.query_arrow(plan.section.sql, _used(plan.section.sql, bound))
+    except KmemscopeError:
+        raise
+    except Exception as exc:
+        text = backend.error_text(exc)
+        if text is None:
+            raise
+        raise QueryError(f"query {plan.qname} failed{backend.where}: {text}") from exc
     finally:
-        con.close()
+        backend.close()
     meta = dict(table.schema.metadata or {})
     meta[NOTES_KEY] = json.dumps(notes).encode()
-    meta[b"kmemscope.query"] = qname.encode()
+    meta[b"kmemscope.query"] = plan.qname.encode()
+    meta[b"kmemscope.engine"] = backend.name.encode()
     return table.replace_schema_metadata(meta)
 
 
-DERIVED_COLUMNS = {
-    "page_pairs": {"pfn": "UBIGINT", "reuse": "BOOLEAN", "interval_ns": "BIGINT",
-                   "same_cpu": "BOOLEAN", "order": "UTINYINT", "cpu": "INTEGER"},
-    "pfn_allocs": {"pfn": "UBIGINT", "allocs": "BIGINT", "rank": "BIGINT"},
-    "alloc_stacks": {"stack_id": "INTEGER", "frames": "VARCHAR[]", "addresses": "UBIGINT[]"},
-    "alloc_stack_ids": {"ts": "BIGINT", "cpu": "INTEGER", "pfn": "UBIGINT", "order": "UINTEGER",
-                        "stack_id": "INTEGER"},
-    "stack_pairing": {"stacks": "BIGINT", "stacks_alloc": "BIGINT", "stacks_other": "BIGINT",
-                      "stacks_unpaired": "BIGINT", "stacks_mismatched": "BIGINT",
-                      "allocs": "BIGINT", "allocs_with_stack": "BIGINT"},
-}
-
-
-def _derived_view(con, dataset, name, chosen, parts, threads, progress=None):
-    if name not in DERIVED_COLUMNS:
-        raise QueryError(f"unknown derived table {name}")
-    if name in derive.STACK_TABLES:
-        files = derive.stack_files(dataset, name, chosen, parts, threads, progress)
-    else:
-        files = derive.derived_files(dataset, name, chosen, parts, threads, progress)
-    view = ds.quote_ident(name)
-    if files:
-        listed = ", ".join(ds.quote_literal(f) for f in files.values())
-        # sql-safe: view is quote_ident(), listed joins quote_literal() paths
-        con.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM read_parquet([{listed}], "
-                    "hive_partitioning = true, hive_types = {'run_id': VARCHAR})")
-    else:
-        cols = ", ".join(["CAST(NULL AS VARCHAR) AS run_id"] +
-                         [f"CAST(NULL AS {t}) AS {ds.quote_ident(c)}"
-                          for c, t in DERIVED_COLUMNS[name].items()])
-        # sql-safe: view is quote_ident(); cols casts NULL to quote_ident() columns
-        con.execute(f"CREATE TEMP VIEW {view} AS SELECT {cols} WHERE false")
-
-
 def _used(sql, bound):
+    """The parameters that `sql` refers to ($name, comments aside)."""
     names = set(_PARAM_REF.findall(re.sub(r"--[^\n]*", "", sql)))
-    return {k: v for k, v in bound.items() if k in names}
-
-
-def _statements(sql):
-    return [s for s in (x.strip() for x in re.sub(r"--[^\n]*", "", sql).split(";")) if s]
+    return {k: v for k, v in (bound or {}).items() if k in names}
 
 
 def notes_of(table):

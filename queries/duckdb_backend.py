@@ -1,0 +1,79 @@
+"""The DuckDB backend of queries/engine.py: one in-process connection per query.
+
+Every dataset table is a view over the chosen runs' Parquet files
+(queries/dataset.py `connect`), with NULL stand-ins for the columns of
+schema.TABLE_COLUMNS that an older kernel's format lacks. Derived tables are
+Parquet files built once per run by queries/derive.py and read as views.
+"""
+import duckdb
+
+from kmemscope.errors import QueryError
+
+from . import dataset as ds
+from . import derive
+from .schema import DERIVED_COLUMNS, TABLE_COLUMNS
+
+_ARROW_IN = "_kmemscope_arrow_in"
+
+
+class DuckDBBackend:
+    name = "duckdb"
+    where = ""                 # error messages need not say which engine: it is the default
+
+    def __init__(self, dataset, chosen, parts, tables, threads=None):
+        self.dataset, self.chosen, self.parts, self.threads = dataset, chosen, parts, threads
+        columns = {t: TABLE_COLUMNS[t] for t in tables if t in TABLE_COLUMNS}
+        self.con = ds.connect(dataset, threads=threads, run_ids=chosen, columns=columns,
+                              tables=tables)
+
+    def register_arrow(self, name, table):
+        """A temp table `name` holding the Arrow `table`."""
+        self.con.register(_ARROW_IN, table)
+        try:
+            # sql-safe: name is quote_ident()
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {ds.quote_ident(name)} AS "
+                             f"SELECT * FROM {_ARROW_IN}")
+        finally:
+            self.con.unregister(_ARROW_IN)
+
+    def run_script(self, sql, params):
+        """Execute each statement of `sql`, binding the parameters it refers to."""
+        for statement in self.con.extract_statements(sql):
+            used = {k: params[k] for k in statement.named_parameters if k in (params or {})}
+            self.con.execute(statement.query, used or None)
+
+    def query_arrow(self, sql, params):
+        return ds.query_arrow(self.con, sql, params or None)
+
+    def derived(self, name, progress=None):
+        """A view of derived table `name` over the chosen runs, built where missing."""
+        if name in derive.STACK_TABLES:
+            files = derive.stack_files(self.dataset, name, self.chosen, self.parts, self.threads,
+                                       progress)
+        else:
+            files = derive.derived_files(self.dataset, name, self.chosen, self.parts,
+                                         self.threads, progress)
+        view = ds.quote_ident(name)
+        if files:
+            listed = ", ".join(ds.quote_literal(f) for f in files.values())
+            # sql-safe: view is quote_ident(), listed joins quote_literal() paths
+            self.con.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM read_parquet([{listed}], "
+                             "hive_partitioning = true, hive_types = {'run_id': VARCHAR})")
+        else:
+            cols = ", ".join(["CAST(NULL AS VARCHAR) AS run_id"] +
+                             [f"CAST(NULL AS {t}) AS {ds.quote_ident(c)}"
+                              for c, t in DERIVED_COLUMNS[name].items()])
+            # sql-safe: view is quote_ident(); cols casts NULL to quote_ident() columns
+            self.con.execute(f"CREATE TEMP VIEW {view} AS SELECT {cols} WHERE false")
+
+    @staticmethod
+    def error_text(exc):
+        """One line for a DuckDB error (None: not DuckDB's, let it through)."""
+        if isinstance(exc, duckdb.Error):
+            return ds.sql_error_text(exc)
+        if isinstance(exc, QueryError):
+            return str(exc)
+        return None
+
+    def close(self):
+        self.con.close()

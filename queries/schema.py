@@ -1,0 +1,76 @@
+"""The columns kmemscope's analyses read, with their types (DuckDB type names).
+
+One home for both engines: the DuckDB backend gives a run that lacks a column
+(an older kernel's format) a NULL of this type, and a dataset that lacks a
+table an empty view with these columns; the Spark backend maps the same names
+to Spark types (queries/spark_sql.py `spark_type`).
+"""
+
+_EVENT = {"ts": "BIGINT", "cpu": "INTEGER", "pid": "INTEGER", "comm": "VARCHAR"}
+TABLE_COLUMNS = {
+    "mm_page_alloc": {**_EVENT, "pfn": "UBIGINT", "order": "UINTEGER",
+                      "gfp_flags": "UBIGINT", "migratetype": "INTEGER"},
+    "mm_page_free": {**_EVENT, "pfn": "UBIGINT", "order": "UINTEGER"},
+    "mm_page_alloc_extfrag": {**_EVENT, "pfn": "UBIGINT", "alloc_order": "INTEGER",
+                              "fallback_order": "INTEGER", "alloc_migratetype": "INTEGER",
+                              "fallback_migratetype": "INTEGER", "change_ownership": "INTEGER"},
+    "mm_page_alloc_zone_locked": {**_EVENT, "pfn": "UBIGINT", "order": "UINTEGER",
+                                  "migratetype": "INTEGER", "percpu_refill": "INTEGER"},
+    "mm_page_pcpu_drain": {**_EVENT, "pfn": "UBIGINT", "order": "UINTEGER", "migratetype": "INTEGER"},
+    "mm_compaction_begin": {**_EVENT, "zone_start": "UBIGINT", "migrate_pfn": "UBIGINT",
+                            "free_pfn": "UBIGINT", "zone_end": "UBIGINT", "sync": "UTINYINT"},
+    "mm_compaction_end": {**_EVENT, "zone_start": "UBIGINT", "migrate_pfn": "UBIGINT",
+                          "free_pfn": "UBIGINT", "zone_end": "UBIGINT", "sync": "UTINYINT",
+                          "status": "INTEGER"},
+    "mm_compaction_try_to_compact_pages": {**_EVENT, "order": "INTEGER", "gfp_mask": "UBIGINT",
+                                           "prio": "INTEGER"},
+    "mm_compaction_deferred": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
+                               "considered": "UINTEGER", "defer_shift": "UINTEGER",
+                               "order_failed": "INTEGER"},
+    "mm_compaction_defer_compaction": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER",
+                                       "order": "INTEGER", "considered": "UINTEGER",
+                                       "defer_shift": "UINTEGER", "order_failed": "INTEGER"},
+    "mm_compaction_defer_reset": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
+                                  "considered": "UINTEGER", "defer_shift": "UINTEGER",
+                                  "order_failed": "INTEGER"},
+    "mm_compaction_finished": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
+                               "ret": "INTEGER"},
+    "mm_compaction_suitable": {**_EVENT, "nid": "INTEGER", "idx": "UINTEGER", "order": "INTEGER",
+                               "ret": "INTEGER"},
+    "mm_compaction_kcompactd_wake": {**_EVENT, "nid": "INTEGER", "order": "INTEGER",
+                                     "highest_zoneidx": "UINTEGER"},
+    "mm_compaction_wakeup_kcompactd": {**_EVENT, "nid": "INTEGER", "order": "INTEGER",
+                                       "highest_zoneidx": "UINTEGER"},
+    "mm_vmscan_wakeup_kswapd": {**_EVENT, "nid": "INTEGER", "zid": "INTEGER", "order": "INTEGER",
+                                "gfp_flags": "UBIGINT"},
+    "mm_vmscan_kswapd_wake": {**_EVENT, "nid": "INTEGER", "zid": "INTEGER", "order": "INTEGER"},
+    "mm_vmscan_direct_reclaim_begin": {**_EVENT, "order": "INTEGER", "gfp_flags": "UBIGINT"},
+    "mm_vmscan_direct_reclaim_end": {**_EVENT, "nr_reclaimed": "UBIGINT"},
+    "runs": {"kernel_release": "VARCHAR", "arch": "VARCHAR", "first_ts": "BIGINT",
+             "last_ts": "BIGINT", "pageblock_order": "INTEGER", "manifest": "VARCHAR",
+             "migratetypes": "VARCHAR[]", "labels": "MAP(VARCHAR, VARCHAR)",
+             "lost_events": "BIGINT", "sha256": "VARCHAR"},
+    "print_flags": {"event": "VARCHAR", "field": "VARCHAR", "kind": "VARCHAR",
+                    "value": "UBIGINT", "name": "VARCHAR"},
+    "lost_events": {"cpu": "INTEGER", "ts": "BIGINT", "missed": "BIGINT"},
+    "vmstat": {"ts": "BIGINT", "name": "VARCHAR", "value": "BIGINT"},
+    "pagetypeinfo_free": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR",
+                          "migratetype": "VARCHAR", "order": "INTEGER", "count": "BIGINT"},
+    "pagetypeinfo_blocks": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR",
+                            "migratetype": "VARCHAR", "blocks": "BIGINT"},
+    "buddyinfo": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR", "order": "INTEGER",
+                  "count": "BIGINT"},
+}
+
+# Per-run tables built once from a run's events (queries/derive.py).
+DERIVED_COLUMNS = {
+    "page_pairs": {"pfn": "UBIGINT", "reuse": "BOOLEAN", "interval_ns": "BIGINT",
+                   "same_cpu": "BOOLEAN", "order": "UTINYINT", "cpu": "INTEGER"},
+    "pfn_allocs": {"pfn": "UBIGINT", "allocs": "BIGINT", "rank": "BIGINT"},
+    "alloc_stacks": {"stack_id": "INTEGER", "frames": "VARCHAR[]", "addresses": "UBIGINT[]"},
+    "alloc_stack_ids": {"ts": "BIGINT", "cpu": "INTEGER", "pfn": "UBIGINT", "order": "UINTEGER",
+                        "stack_id": "INTEGER"},
+    "stack_pairing": {"stacks": "BIGINT", "stacks_alloc": "BIGINT", "stacks_other": "BIGINT",
+                      "stacks_unpaired": "BIGINT", "stacks_mismatched": "BIGINT",
+                      "allocs": "BIGINT", "allocs_with_stack": "BIGINT"},
+}
