@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Build a many-run dataset from the three real example bundles, for the fleet benchmark.
+
+    fleet_dataset.py --runs N -o DATASET [--source DIR]
+
+The example bundles (examples/kmem-compaction, thp-faults, memory-pressure) are
+parsed once with `kmemscope parse`. The N runs of DATASET are RE-LABELLED COPIES
+of those three real runs, not N distinct captures: run i copies source run
+i mod 3 (every table's `run_id=<id>` partition, hard-linked where the file
+system allows, else copied) under a new 16-hex-digit run id, and its `runs` row
+gets host hNNN and the labels kernel=a|b (alternating), host=hNNN and
+copy_of=<source run id>. Run 0's id is all digits (0123456789012345), so a
+reader that guesses partition types would turn it into a number and lose it.
+Derived tables (DATASET/_derived) are not copied: the first query builds them.
+"""
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = [ROOT / "examples" / n for n in ("kmem-compaction", "thp-faults", "memory-pressure")]
+DIGIT_ID = "0123456789012345"
+
+
+def kmemscope_command():
+    script = Path(sys.executable).with_name("kmemscope")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kmemscope.cli"]
+
+
+def parse_sources(out, bundles=EXAMPLES):
+    """Parse each bundle into dataset `out`; return the run ids in bundle order."""
+    from kmemscope.queries import dataset as ds
+    ids = []
+    for bundle in bundles:
+        before = set(ds.table_runs(out).get("runs", {})) if Path(out).is_dir() and any(
+            Path(out).iterdir()) else set()
+        subprocess.run([*kmemscope_command(), "parse", str(bundle), "-o", str(out)], check=True,
+                       stdout=subprocess.DEVNULL)
+        after = set(ds.table_runs(out)["runs"])
+        new = after - before
+        # parsing the same trace again keeps its id: find it by its source then
+        ids.append(new.pop() if new else _run_of(out, bundle))
+    return ids
+
+
+def _run_of(dataset, bundle):
+    from kmemscope.queries import dataset as ds
+    for run, files in ds.table_runs(dataset)["runs"].items():
+        row = pq.read_table(files[0]).to_pylist()[0]
+        if Path(row["source_file"]).resolve().parent == Path(bundle).resolve():
+            return run
+    raise SystemExit(f"fleet_dataset: no run of {bundle} in {dataset}")
+
+
+def fleet_run_id(i):
+    """Run i's id: 16 hex digits; run 0's is all digits."""
+    if i == 0:
+        return DIGIT_ID
+    return hashlib.sha256(f"kmemscope-fleet-{i}".encode()).hexdigest()[:16]
+
+
+def fleet_labels(i, source_run):
+    return {"kernel": "a" if i % 2 == 0 else "b", "host": f"h{i:03d}", "copy_of": source_run}
+
+
+def _link_or_copy(src, dst):
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _relabelled_runs(files, host, labels):
+    """The runs table of a source run with host and labels replaced (same schema)."""
+    table = pq.read_table(files[0]) if len(files) == 1 else pa.concat_tables(
+        pq.read_table(f) for f in files)
+    cols = {name: table.column(name) for name in table.column_names}
+    n = table.num_rows
+    cols["host"] = pa.array([host] * n, table.schema.field("host").type)
+    cols["labels"] = pa.array([list(labels.items())] * n, table.schema.field("labels").type)
+    return pa.table(cols, schema=table.schema)
+
+
+def build(source, dest, n, source_runs=None):
+    """Write N re-labelled copies of the runs of dataset `source` into `dest`.
+
+    Returns [(new run id, source run id)]. `dest` must not exist yet.
+    """
+    from kmemscope.queries import dataset as ds
+    parts = ds.table_runs(source)
+    source_runs = list(source_runs or sorted(parts["runs"]))
+    dest = Path(dest)
+    dest.mkdir(parents=True)
+    made = []
+    for i in range(n):
+        src = source_runs[i % len(source_runs)]
+        new = fleet_run_id(i)
+        for table, byrun in parts.items():
+            if table == "runs" or src not in byrun:
+                continue
+            d = dest / table / f"run_id={new}"
+            d.mkdir(parents=True)
+            for f in byrun[src]:
+                _link_or_copy(f, d / f.name)
+        # the runs partition last: readers see a run once it is in place
+        d = dest / "runs" / f"run_id={new}"
+        d.mkdir(parents=True)
+        pq.write_table(_relabelled_runs(parts["runs"][src], f"h{i:03d}", fleet_labels(i, src)),
+                       d / "part-0.parquet")
+        made.append((new, src))
+    return made
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, required=True, metavar="N")
+    ap.add_argument("-o", "--output", type=Path, required=True, help="new dataset directory")
+    ap.add_argument("--source", type=Path,
+                    help="dataset of the parsed examples (default: parsed into OUTPUT.source)")
+    args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    if args.output.exists():
+        ap.error(f"{args.output} exists")
+    source = args.source
+    runs = None
+    if source is None:
+        source = args.output.with_name(args.output.name + ".source")
+        runs = parse_sources(source)
+    made = build(source, args.output, args.runs, runs)
+    print(f"{args.output}: {len(made)} runs, re-labelled copies of the {len(set(s for _, s in made))} "
+          f"real runs in {source}")
+
+
+if __name__ == "__main__":
+    main()
