@@ -1,33 +1,39 @@
-"""A prototype executor of kmemscope's analyses on Apache Spark (pip install 'kmemscope[spark]').
+"""The Spark backend of queries/engine.py (pip install 'kmemscope[spark]', Java 17+).
 
-It runs the same queries/*.sql as the DuckDB engine, translated by
-queries/spark_sql.py, over the same Parquet dataset:
+It runs the same queries/*.sql as the DuckDB backend, translated by
+queries/spark_sql.py, over the same Parquet dataset; engine.py decides what an
+analysis needs (parameters, runs, table checks, notes, era facts) for both.
 
-    spark = spark_backend.session()                 # local[*]; or master="spark://..."
-    rs = spark_backend.SparkRunSet(spark, "ds")     # every table a temp view
-    table = rs.query("pfn_reuse.cross_cpu")         # a pyarrow.Table
+    eng = engine.spark_engine("local[*]", conf={"spark.executor.memory": "8g"})
+    table = engine.run_query("pfn_reuse.cross_cpu", "ds", engine=eng)   # pyarrow.Table
+    eng.close()
 
 Each dataset table is read with basePath partition discovery and partition
 type inference off, so run_id stays a string (an all-digit id would become a
 number). Runs whose formats give a column different widths (gfp_flags is 32
-bits on some kernels, 64 on others) are read in groups of equal schema and
-widened before the union, because Spark's schema merging refuses that.
-uint64 columns are DECIMAL(20,0) in Spark (exact; uint64="int64" reads them
-as BIGINT holding the same bits, 2^64-1 as -1, for the comparison of speed).
+bits on kernels up to 5.15, 64 after; datasets of format 1) are read in groups
+of equal schema and widened before the union, because Spark's schema merging
+refuses that. uint64 columns are DECIMAL(20,0) in Spark, exact; results give
+them back as uint64 where every value fits. SparkEngine(uint64="int64") reads
+them as BIGINT holding the same bits (2^64-1 as -1): faster, for experiments.
 
 Parameters are bound by spark.sql(query, args=...), never pasted into SQL
 text; file parameters are read by the DataFrame reader from the bound path.
-Prototype limits: no notes about missing tables (the DuckDB engine's
-_check_tables), and the kernel-stack derived tables come from
-queries/derive.py (DuckDB) files; page_pairs and pfn_allocs are computed here.
+The free/alloc pairing tables (page_pairs, pfn_allocs) are computed in Spark,
+partitioned by run_id; the kernel-stack tables come from queries/derive.py's
+per-run files (built where missing). The dataset must be on a filesystem every
+executor sees (a shared mount, or an object store Spark is configured for).
 """
+import os
+import tempfile
+import threading
 from decimal import Decimal
 from pathlib import Path
 
 from kmemscope.errors import QueryError
 
-from . import dataset as ds
 from . import spark_sql
+from .schema import DERIVED_COLUMNS, TABLE_COLUMNS
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -40,23 +46,61 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
 }
 _WIDER = ["TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL(20,0)"]
+JAVA_HINT = ("Spark needs Java 17 or later: apt-get install openjdk-17-jre-headless, "
+             "or set JAVA_HOME")
+
+
+def _spark_log_path():
+    return Path(tempfile.gettempdir()) / f"kmemscope-spark-{os.getuid()}.log"
 
 
 def session(master="local[*]", conf=None, app="kmemscope"):
-    """A SparkSession with kmemscope's settings; conf: {key: value} or ["k=v", ...]."""
-    from pyspark.sql import SparkSession
+    """A SparkSession with kmemscope's settings; conf: {key: value} or ["k=v", ...].
 
+    The JVM's own log lines (log4j banners, warnings) go to a log file in the
+    temporary directory, not to the terminal, where results and notes go.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise QueryError("the Spark engine needs pyspark",
+                         "pip install 'kmemscope[spark]' (and Java 17 or later)") from None
     settings = dict(DEFAULT_CONF)
-    if conf:
-        items = conf.items() if isinstance(conf, dict) else (c.split("=", 1) for c in conf)
-        for k, v in items:
-            settings[str(k)] = str(v)
+    for k, v in _conf_items(conf):
+        settings[k] = v
     builder = SparkSession.builder.master(master).appName(app)
     for k, v in settings.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    log = _spark_log_path()
+    saved = os.dup(2)
+    try:
+        # The JVM inherits fd 2 when it starts: point it at the log for its lifetime.
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = JAVA_HINT if "JAVA" in first.upper() else f"the JVM's log: {log}"
+        raise QueryError(f"could not start Spark ({master}): {first}", hint) from None
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _conf_items(conf):
+    if not conf:
+        return []
+    items = conf.items() if isinstance(conf, dict) else (str(c).split("=", 1) for c in conf)
+    out = []
+    for item in items:
+        if len(item) != 2 or not str(item[0]).strip():
+            raise QueryError(f"--spark-conf {'='.join(map(str, item))!r} is not KEY=VALUE",
+                             "e.g. --spark-conf spark.executor.memory=8g")
+        out.append((str(item[0]).strip(), str(item[1])))
+    return out
 
 
 def _q(name):
@@ -65,26 +109,64 @@ def _q(name):
 
 
 def _spark_type_name(dt):
-    s = dt.simpleString().upper()
-    return {"DECIMAL(20,0)": "DECIMAL(20,0)"}.get(s, s)
+    return dt.simpleString().upper()
 
 
-class SparkRunSet:
-    """The selected runs of a dataset as Spark temp views, ready for analyses."""
+class SparkEngine:
+    """One SparkSession (made on first use) for any number of queries, one at a time."""
 
-    def __init__(self, spark, dataset, run_ids=None, labels=None, uint64="decimal"):
-        from .selection import select_runs
+    name = "spark"
+
+    def __init__(self, master="local[*]", conf=None, uint64="decimal", spark=None):
         if uint64 not in spark_sql.UINT64_MODES:
             raise ValueError(f"uint64 must be one of {spark_sql.UINT64_MODES}")
-        self.spark, self.dataset, self.uint64 = spark, str(dataset), uint64
-        self.parts = ds.table_runs(dataset)
-        self.chosen = select_runs(dataset, self.parts, run_ids, labels)
+        _conf_items(conf)                      # a bad --spark-conf fails before the JVM starts
+        self.master, self.conf, self.uint64 = master, conf, uint64
+        self._spark, self._own = spark, spark is None
+        self._lock = threading.Lock()
+        self._derived = {}                     # (dataset, name, runs) -> cached DataFrame
+        # (table dir, files) -> DataFrame: reading a table lists and reads footers; a
+        # run's files never change (run ids are content hashes), so later queries reuse it
+        self._frames = {}
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            self._spark = session(self.master, self.conf)
+        return self._spark
+
+    def open(self, dataset, chosen, parts, tables, threads=None):
+        # Temp views are per session: one query at a time keeps them apart.
+        self._lock.acquire()
+        try:
+            return SparkBackend(self, dataset, chosen, parts, tables)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def close(self):
+        for df in self._derived.values():
+            df.unpersist()
+        self._derived.clear()
+        self._frames.clear()
+        if self._own and self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+
+class SparkBackend:
+    """The chosen runs of a dataset as Spark temp views, for one query."""
+
+    name = "spark"
+    where = " on Spark"
+
+    def __init__(self, engine, dataset, chosen, parts, tables):
+        self.engine, self.spark, self.uint64 = engine, engine.spark, engine.uint64
+        self.dataset, self.chosen, self.parts = str(dataset), list(chosen), parts
         self._registered = set()
-        self._register_tables()
-        self._register_facts()
-        for st in spark_sql.translate(spark_sql.COMMON_SQL.read_text(), uint64):
-            self._run_statement(st, {})
-        self._base_views = set(self._registered)
+        self._cached = []
+        for name in sorted(tables):
+            self._register_table(name)
 
     # ------------------------------------------------------------ tables
 
@@ -97,6 +179,13 @@ class SparkRunSet:
         return self._read_files(str(Path(self.dataset) / name), files)
 
     def _read_files(self, base, files):
+        key = (os.path.realpath(base), tuple(files), self.uint64)
+        df = self.engine._frames.get(key)
+        if df is None:
+            df = self.engine._frames[key] = self._read_groups(base, files)
+        return df
+
+    def _read_groups(self, base, files):
         import pyarrow.parquet as pq
         from pyspark.sql import functions as F
 
@@ -123,73 +212,41 @@ class SparkRunSet:
             df = df.select(*cols)
             out = df if out is None else out.unionByName(df, allowMissingColumns=True)
         if self.uint64 == "int64":
-            out = out.select(*[self._as_int64(c, _spark_type_name(t))
+            out = out.select(*[_as_int64(c, _spark_type_name(t))
                                for c, t in ((f.name, f.dataType) for f in out.schema.fields)])
         return out
 
-    @staticmethod
-    def _as_int64(col, typ):
+    def _register_table(self, name):
         from pyspark.sql import functions as F
-        c = F.col(_q(col))
-        if typ != "DECIMAL(20,0)":
-            return c
-        # the same 64 bits as a signed BIGINT: 2^64-1 -> -1
-        wrapped = F.when(c >= F.lit(Decimal(2 ** 63)), c - F.lit(Decimal(2 ** 64))).otherwise(c)
-        return wrapped.cast("bigint").alias(col)
 
-    def _register_tables(self):
-        from pyspark.sql import functions as F
-        from .engine import TABLE_COLUMNS
+        df = self.read_table(name) if name in self.parts else None
+        need = TABLE_COLUMNS.get(name, {})
+        if df is None:
+            if not need:
+                return
+            df = self._empty(need)
+        else:
+            extra = [F.lit(None).cast(spark_sql.spark_type(t, self.uint64)).alias(c)
+                     for c, t in need.items() if c not in df.columns]
+            if extra:
+                df = df.select("*", *extra)
+        self._view(name, df)
 
-        for name in sorted(set(self.parts) | set(TABLE_COLUMNS)):
-            df = self.read_table(name) if name in self.parts else None
-            need = TABLE_COLUMNS.get(name, {})
-            if df is None:
-                if not need:
-                    continue
-                ddl = ", ".join([f"`run_id` STRING"] + [
-                    f"{_q(c)} {spark_sql.spark_type(t, self.uint64)}" for c, t in need.items()])
-                df = self.spark.createDataFrame([], ddl)
-            else:
-                extra = [F.lit(None).cast(spark_sql.spark_type(t, self.uint64)).alias(c)
-                         for c, t in need.items() if c not in df.columns]
-                if extra:
-                    df = df.select("*", *extra)
-            self._view(name, df)
+    def _empty(self, columns):
+        ddl = ", ".join(["`run_id` STRING"] + [
+            f"{_q(c)} {spark_sql.spark_type(t, self.uint64)}" for c, t in columns.items()])
+        return self.spark.createDataFrame([], ddl)
 
     def _view(self, name, df):
         df.createOrReplaceTempView(name)
         self._registered.add(name)
 
-    def _register_facts(self):
-        from . import eras
-
-        cols = ["run_id", "kernel_release", "arch", "first_ts", "last_ts", "pageblock_order",
-                "manifest", "migratetypes"]
-        rows = [r.asDict(recursive=True) for r in
-                self.spark.table("runs").select(*[_q(c) for c in cols]).collect()]
-        facts, mts = eras.run_facts(rows)
-        fact_cols = [("run_id", "STRING"), ("kernel_release", "STRING"),
-                     ("highatomic_era", "STRING"), ("highatomic_era_note", "STRING"),
-                     ("extfrag_era", "STRING"), ("pageblock_order", "INT"),
-                     ("pageblock_order_source", "STRING"), ("first_ts", "BIGINT"),
-                     ("last_ts", "BIGINT"), ("duration_s", "DOUBLE")]
-        ddl = ", ".join(f"{_q(c)} {t}" for c, t in fact_cols)
-        facts_df = self.spark.createDataFrame([tuple(f[c] for c, _ in fact_cols) for f in facts], ddl)
-        runs = self.spark.table("runs").select("run_id", "labels")
-        run_facts = facts_df.join(runs, "run_id").select(
-            "run_id", "labels", *[c for c, _ in fact_cols[1:]])
-        self._view("run_facts", run_facts.cache())
-        mt_ddl = "`run_id` STRING, `migratetype` INT, `name` STRING, `source` STRING"
-        self._view("migratetype_names", self.spark.createDataFrame(
-            [(m["run_id"], m["migratetype"], m["name"], m["source"]) for m in mts], mt_ddl))
-        self._view("extfrag_ownership", self.spark.createDataFrame(
-            [(e, c, m) for (e, c), m in eras.OWNERSHIP_MEANING.items()],
-            "`extfrag_era` STRING, `change_ownership` INT, `meaning` STRING"))
+    def register_arrow(self, name, table):
+        """A temp view `name` holding the (small) Arrow `table`."""
+        self._view(name, self.spark.createDataFrame(table))
 
     # ------------------------------------------------------------ derived tables
 
-    # derive.py's pairing, over every chosen run at once (partitioned by run_id).
     PAIRS_SQL = """
     SELECT run_id, pfn, is_alloc = 1 AS reuse, ts - prev_ts AS interval_ns,
            cpu = prev_cpu AS same_cpu,
@@ -216,35 +273,37 @@ class SparkRunSet:
           WHERE pfn NOT IN (18446744073709551615, 4294967295) GROUP BY run_id, pfn) AS c
     """
 
-    def derived(self, name):
-        """Register derived table `name` (queries/derive.py's tables) as a view."""
-        if name in self._registered:
-            return
+    def derived(self, name, progress=None):
+        """A view of derived table `name` (queries/derive.py's tables) over the chosen runs."""
         if name in ("page_pairs", "pfn_allocs"):
-            sql = self.PAIRS_SQL if name == "page_pairs" else self.PFN_ALLOCS_SQL
-            (st,) = spark_sql.translate(sql, self.uint64)
-            self._view(name, self.spark.sql(st.sql).cache())
+            key = (os.path.realpath(self.dataset), name, tuple(sorted(self.chosen)), self.uint64)
+            df = self.engine._derived.get(key)
+            if df is None:
+                if progress:
+                    progress(f"pairing frees with allocations for {name} on Spark")
+                sql = self.PAIRS_SQL if name == "page_pairs" else self.PFN_ALLOCS_SQL
+                (st,) = spark_sql.translate(sql, self.uint64)
+                df = self.spark.sql(st.sql).persist()
+                self.engine._derived[key] = df
+            self._view(name, df)
             return
         from . import derive
-        from .engine import DERIVED_COLUMNS
-        if name not in DERIVED_COLUMNS:
-            raise QueryError(f"unknown derived table {name}")
-        # The kernel-stack pairing is not ported yet: read derive.py's files.
-        files = derive.stack_files(self.dataset, name, self.chosen, self.parts)
+        # The kernel-stack pairing runs per run in derive.py (DuckDB), once; Spark reads its files.
+        files = derive.stack_files(self.dataset, name, self.chosen, self.parts, progress=progress)
         if files:
             df = self._read_files(str(Path(self.dataset) / derive.DERIVED_DIR / name),
                                   [str(f) for f in files.values()])
         else:
-            ddl = ", ".join(["`run_id` STRING"] + [
-                f"{_q(c)} {spark_sql.spark_type(t, self.uint64)}"
-                for c, t in DERIVED_COLUMNS[name].items()])
-            df = self.spark.createDataFrame([], ddl)
+            df = self._empty(DERIVED_COLUMNS[name])
         self._view(name, df)
 
     # ------------------------------------------------------------ running
 
     def _run_statement(self, st, bound):
-        args = {p: bound[p] for p in st.params}
+        args = {p: bound[p] for p in st.params if p in bound}
+        missing = [p for p in st.params if p not in bound]
+        if missing:
+            raise QueryError(f"parameter {missing[0]} has no value")
         for fv in st.files:
             path = bound.get(fv.param)
             if path is None:
@@ -268,54 +327,75 @@ class SparkRunSet:
             return None
         return df
 
-    def query(self, name, params=None):
-        """Run analysis `name` (or `name.section`) -> pyarrow.Table."""
-        from .catalog import convert_param, find_analysis
-        a, section = find_analysis(name)
-        qname = a.query_name(section) if hasattr(a, "query_name") else name
-        params = dict(params or {})
-        for key in params:
-            if key not in a.params:
-                raise QueryError(f"query {a.name} has no parameter {key!r}")
-        bound = {p.name: convert_param(p, params[p.name], qname) if p.name in params else p.default
-                 for p in a.params.values()}
-        needs = a.needs(section)
-        for d in needs.derived:
-            self.derived(d)
-        type_of = {"INTEGER": "INT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "VARCHAR": "STRING",
-                   "BOOLEAN": "BOOLEAN", "FILE": "STRING"}
-        if a.params:
-            ddl = ", ".join(f"{_q(p.name)} {type_of[p.type]}" for p in a.params.values())
-            qp = self.spark.createDataFrame([tuple(bound[p] for p in a.params)], ddl)
-        else:
-            qp = self.spark.createDataFrame([(1,)], "`none` INT")
-        self._view("query_params", qp)
-        plan = spark_sql.section_plan(a, section, self.uint64)
+    def run_script(self, sql, params):
+        """Translate DuckDB `sql` and run each statement (views, temp tables)."""
+        for st in spark_sql.translate(sql, self.uint64):
+            self._run_statement(st, params or {})
+
+    def query_arrow(self, sql, params):
+        """Translate DuckDB `sql`; run its statements; the last one's rows as Arrow."""
+        statements = spark_sql.translate(sql, self.uint64)
+        if not statements or statements[-1].kind != "select":
+            raise QueryError("the last statement must be a SELECT")
+        for st in statements[:-1]:
+            self._run_statement(st, params or {})
+        return _uint64_back(self._run_statement(statements[-1], params or {}).toArrow())
+
+    @staticmethod
+    def error_text(exc):
+        """One line for a Spark or translation error (None: not one, let it through)."""
+        if isinstance(exc, spark_sql.TranslationError):
+            return f"no exact Spark translation: {exc}"
+        module = type(exc).__module__ or ""
+        if module.startswith(("pyspark", "py4j")):
+            text = str(exc).strip()
+            return text.splitlines()[0] if text else type(exc).__name__
+        return None
+
+    def close(self):
         try:
-            for st in plan["prelude"]:
-                self._run_statement(st, bound)
-            df = self._run_statement(plan["section"], bound)
-            return df.toArrow()
-        except QueryError:
-            raise
-        except Exception as exc:  # py4j / pyspark analysis errors: first line only
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise QueryError(f"query {qname} failed on Spark: {first}") from exc
+            for name in self._registered:
+                self.spark.catalog.dropTempView(name)
         finally:
-            self._drop_prelude(plan)
+            self.engine._lock.release()
 
-    def _drop_prelude(self, plan):
-        # Views a prelude replaced (thp's thp_orders) go back to their _common.sql form.
-        replaced = {st.name for st in plan["prelude"] if st.name in self._base_views}
-        if replaced:
-            for st in spark_sql.translate(spark_sql.COMMON_SQL.read_text(), self.uint64):
-                if st.kind == "view" and st.name in replaced:
-                    self._run_statement(st, {})
 
-    def sql(self, query, args=None):
-        """Ad-hoc Spark SQL over the views -> pyarrow.Table (parameters bound via args)."""
-        return self.spark.sql(query, args=args or None).toArrow()
+def _as_int64(col, typ):
+    from pyspark.sql import functions as F
+    c = F.col(_q(col))
+    if typ != "DECIMAL(20,0)":
+        return c
+    # the same 64 bits as a signed BIGINT: 2^64-1 -> -1
+    wrapped = F.when(c >= F.lit(Decimal(2 ** 63)), c - F.lit(Decimal(2 ** 64))).otherwise(c)
+    return wrapped.cast("bigint").alias(col)
 
+
+def _uint64_back(table):
+    """DECIMAL(20,0) columns (Spark's exact uint64) back to uint64 where every value fits."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, fld in enumerate(table.schema):
+        if pa.types.is_decimal(fld.type) and fld.type.precision == 20 and fld.type.scale == 0:
+            try:
+                col = pc.cast(table.column(i), pa.uint64())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+            table = table.set_column(i, pa.field(fld.name, pa.uint64(), fld.nullable,
+                                                 fld.metadata), col)
+    return table
+
+
+class SparkRunSet:
+    """The engine's Spark path over chosen runs, for callers of the first prototype."""
+
+    def __init__(self, spark, dataset, run_ids=None, labels=None, uint64="decimal"):
+        self.engine = SparkEngine(spark=spark, uint64=uint64)
+        self.dataset, self.run_ids, self.labels = dataset, run_ids, labels
+
+    def query(self, name, params=None):
+        from .engine import run_query
+        return run_query(name, self.dataset, self.run_ids, self.labels, params, engine=self.engine)
 
 
 # ---------------------------------------------------------------- uint64 benchmark
@@ -368,7 +448,7 @@ def bench_uint64(rows, workdir, spark=None, repeat=2):
         con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{paths[store]}/*/*.parquet')")  # sql-safe: our temp dir
         df = spark.read.option("basePath", str(paths[store])).parquet(str(paths[store] / "run_id=bench"))
         if kind == "uint64 read as int64":
-            df = df.select(*[SparkRunSet._as_int64(f.name, _spark_type_name(f.dataType))
+            df = df.select(*[_as_int64(f.name, _spark_type_name(f.dataType))
                              for f in df.schema.fields])
         df.createOrReplaceTempView("t")
         for what, sql in (("pairing", _BENCH_PAIRS), ("gfp_filter", _BENCH_GFP)):
