@@ -37,13 +37,14 @@ from pathlib import Path
 from kmemscope import errors
 from kmemscope.errors import DatasetError, KmemscopeError
 from kmemscope.parsers import commit as commit_mod
+from kmemscope.parsers import dataset_format
 from kmemscope.parsers.ingest import RunSummary
 
 TASKS = "tasks"
 RESULT = "result.json"
 POLL_S = 0.5
-SHARED_HINT = ("the dataset must be on a file system that the driver and every executor "
-               "see at the same path")
+SHARED_HINT = ("put the dataset on a file system shared by the driver and every executor, "
+               "at the same path")
 # Test hook (a Spark local property): the first attempt of the task whose input
 # ends with this string dies mid-staging, as a lost executor would.
 _KILL_FIRST_ATTEMPT = "kmemscope.test.kill_first_attempt"
@@ -52,6 +53,7 @@ _KILL_FIRST_ATTEMPT = "kmemscope.test.kill_first_attempt"
 @dataclass
 class SparkRunSummary(RunSummary):
     host: str = ""                    # the executor host that decoded it
+    attempt: int = 0                  # Spark's attempt number of that task (0: first try)
     derive_seconds: float = None      # derive=True: time its derived tables took
     derive_error: KmemscopeError = None
 
@@ -73,6 +75,7 @@ def parse_on_spark(sources, dataset, *, spark, labels=None, events=None, derive=
         return []
     dataset = Path(os.path.abspath(dataset))
     _check_dataset(dataset)
+    dataset_format.read_format(dataset)     # a newer format is refused before any task runs
     labels, events = dict(labels or {}), list(events or [])
     sc = spark.sparkContext
     try:
@@ -158,7 +161,8 @@ class _Driver:
                 shutil.rmtree(attempt, ignore_errors=True)
 
     def _commit(self, index, res, attempt):
-        fields = dict(res["summary"], source=self.given[index], host=res.get("host", ""))
+        fields = dict(res["summary"], source=self.given[index], host=res.get("host", ""),
+                      attempt=res.get("attempt_no", 0))
         summary = SparkRunSummary(**fields)
         staged = attempt / "stage"
         if not staged.is_dir():
@@ -176,6 +180,7 @@ class _Driver:
                                                                     self.started_ns):
                     summary.concurrent = True     # another parse committed this trace meanwhile
                 else:
+                    dataset_format.ensure_format(self.dataset)
                     work = commit_mod.WorkDir(self.dataset)
                     try:
                         os.rmdir(work.stage)
@@ -187,6 +192,9 @@ class _Driver:
         except OSError as exc:
             self.fail(index, KmemscopeError(f"writing {self.dataset}: {exc.strerror or exc}",
                                             "check the dataset"))
+            return
+        except KmemscopeError as exc:      # e.g. a dataset format this kmemscope does not write
+            self.fail(index, exc)
             return
         self.entries[index] = summary
         if self.progress:
@@ -300,7 +308,7 @@ def _stage_task(item):
     host = socket.gethostname()
     ctx = TaskContext.get()
     attempt_no = ctx.attemptNumber() if ctx else 0
-    res = {"index": index, "host": host, "attempt": None}
+    res = {"index": index, "host": host, "attempt": None, "attempt_no": attempt_no}
     tasks = Path(tasks)
     if not tasks.is_dir():
         return dict(res, kind="unshared",

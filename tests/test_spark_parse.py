@@ -1,0 +1,212 @@
+"""Parsing on Spark executors (parsers/spark_parse.py) against the serial parse.
+
+Oracle: the same inputs parsed one by one with kmemscope.parse into another
+dataset. Both must hold the same runs and, run by run, the same rows in every
+table (compared in full, sorted); a bad input fails alike in both and does not
+stop the others; `kmemscope info` prints the same. Then: a second Spark job
+over the same inputs leaves the dataset as it was; a task whose Python worker
+dies mid-staging is retried by Spark and leaves no debris; derive=True builds
+the same derived tables as queries/derive.py on the serial dataset.
+
+One local[2,2] session for the module (2 cores; a failed task gets a second
+attempt). Budget: KMEMSCOPE_SPARK_PARSE_BUDGET_S seconds (default 180).
+"""
+import os
+import shutil
+import sys
+import time
+
+import pytest
+
+from conftest import EXAMPLES
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'kmemscope[spark]')")
+if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+    pytest.skip("no Java runtime for Spark (apt-get install openjdk-17-jre-headless)",
+                allow_module_level=True)
+
+import pyarrow.parquet as pq  # noqa: E402
+
+import kmemscope  # noqa: E402
+from kmemscope.errors import DatasetError, KmemscopeError, TraceFileError  # noqa: E402
+from kmemscope.parsers import spark_parse  # noqa: E402
+from kmrun import kmemscope as run_cli  # noqa: E402
+
+BUDGET_S = float(os.environ.get("KMEMSCOPE_SPARK_PARSE_BUDGET_S", "180"))
+GOOD = [EXAMPLES / "kmem-compaction", EXAMPLES / "thp-faults", EXAMPLES / "memory-pressure"]
+STARTED = time.monotonic()
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    from kmemscope.queries import spark_backend
+
+    active = SparkSession.getActiveSession()
+    if active is not None:          # an earlier module's session: this one needs its own master
+        active.stop()
+    # Local executors are this machine: they run this Python, which has kmemscope.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = spark_backend.session("local[2,2]", {"spark.default.parallelism": "2"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """The three example bundles, a truncated bundle, a missing path and a packed copy."""
+    tmp = tmp_path_factory.mktemp("inputs")
+    bad = tmp / "truncated"
+    shutil.copytree(EXAMPLES / "memory-pressure", bad)
+    data = (EXAMPLES / "memory-pressure" / "trace.dat").read_bytes()
+    (bad / "trace.dat").write_bytes(data[:500_000])
+    # A distinct run: the thp-faults trace with bytes appended (a new content hash),
+    # packed as `record --pack gz` does.
+    import tarfile
+    copy = tmp / "thp-copy"
+    shutil.copytree(EXAMPLES / "thp-faults", copy)
+    with open(copy / "trace.dat", "ab") as f:
+        f.write(b"kmemscope-test-copy")
+    packed = tmp / "thp-copy.tar.gz"
+    with tarfile.open(packed, "w:gz") as tar:
+        tar.add(copy, arcname="thp-copy")
+    return [str(p) for p in (GOOD[0], bad, GOOD[1], tmp / "missing", packed, GOOD[2])]
+
+
+@pytest.fixture(scope="module")
+def serial(inputs, tmp_path_factory):
+    ds = tmp_path_factory.mktemp("serial") / "ds"
+    return ds, kmemscope.parse(inputs, str(ds), labels={"fleet": "test"}, on_error="skip")
+
+
+@pytest.fixture(scope="module")
+def on_spark(spark, inputs, tmp_path_factory):
+    ds = tmp_path_factory.mktemp("spark") / "ds"
+    seen = []
+    out = spark_parse.parse_on_spark(inputs, ds, spark=spark, labels={"fleet": "test"},
+                                     progress=lambda kind, source, entry: seen.append(
+                                         (kind, source, entry)))
+    return ds, out, seen
+
+
+def _debris(ds):
+    return sorted(p.name for p in ds.iterdir() if p.name.startswith(".parse-"))
+
+
+def _table_rows(ds):
+    """{(table, run_id): rows} over every partition of the dataset."""
+    out = {}
+    for table in sorted(p for p in ds.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+        for part in table.iterdir():
+            run = part.name.split("=", 1)[1]
+            out[(table.name, run)] = sum(pq.ParquetFile(f).metadata.num_rows
+                                         for f in part.glob("*.parquet"))
+    return out
+
+
+def _sorted_rows(path, drop=()):
+    """A partition's (or file's) rows as sorted tuples: an order-free full comparison."""
+    t = pq.read_table(path)
+    t = t.drop_columns([c for c in drop if c in t.column_names])
+    rows = [tuple(repr(v) for v in r.values()) for r in t.to_pylist()]
+    return t.schema.remove_metadata(), sorted(rows)
+
+
+def _assert_same_dataset(a, b, runs):
+    """Dataset `a` holds exactly `runs`, each equal to its namesake in `b`, table by table."""
+    rows_a, rows_b = _table_rows(a), _table_rows(b)
+    assert {r for _, r in rows_a} == set(runs)
+    assert rows_a == {k: n for k, n in rows_b.items() if k[1] in runs}
+    for (table, run) in rows_a:
+        part = f"{table}/run_id={run}"
+        # A packed bundle's source_file names where the parse unpacked it, a
+        # temporary path that differs from one parse to the next, serial or not.
+        drop = ("source_file",) if table == "runs" else ()
+        assert _sorted_rows(a / part, drop) == _sorted_rows(b / part, drop), part
+
+
+def test_runs_and_errors_match_the_serial_parse(serial, on_spark, inputs):
+    assert time.monotonic() - STARTED < BUDGET_S
+    ser_ds, ser = serial
+    ds, out, seen = on_spark
+    assert len(out) == len(inputs)
+    for s, o in zip(ser, out):
+        if isinstance(s, KmemscopeError):
+            assert type(o) is type(s), (s, o)
+            assert str(o) == str(s).splitlines()[0]
+        else:
+            assert isinstance(o, spark_parse.SparkRunSummary), o
+            assert (o.run_id, o.events, o.tables, o.lost_events) == \
+                (s.run_id, s.events, s.tables, s.lost_events)
+            assert not o.replaced and not o.concurrent
+    assert [type(e) for e in out].count(TraceFileError) == 2      # truncated, missing
+    assert "truncated or corrupt" in str(out[1])
+    # One progress call per input, each with the entry returned for it.
+    assert sorted((src, id(e)) for kind, src, e in seen if kind == "run") == \
+        sorted((src, id(e)) for src, e in zip(inputs, out))
+    runs = [s.run_id for s in ser if not isinstance(s, KmemscopeError)]
+    assert len(set(runs)) == 4
+    _assert_same_dataset(ds, ser_ds, runs)
+    assert _debris(ds) == [] and not list((ds).glob("*/.parse-*"))
+    info_spark = run_cli("info", ds).stdout
+    assert info_spark == run_cli("info", ser_ds).stdout
+    assert "fleet=test" in info_spark
+
+
+def test_second_job_gives_the_same_dataset(spark, on_spark, inputs, serial):
+    ds, first, _ = on_spark
+    before = {str(p.relative_to(ds)) for p in ds.rglob("*.parquet")}
+    info = run_cli("info", ds).stdout
+    again = spark_parse.parse_on_spark(inputs, ds, spark=spark, labels={"fleet": "test"})
+    for a, b in zip(first, again):
+        if isinstance(a, KmemscopeError):
+            assert str(a) == str(b)
+        else:
+            assert b.run_id == a.run_id and b.replaced and not b.concurrent
+    assert {str(p.relative_to(ds)) for p in ds.rglob("*.parquet")} == before
+    assert run_cli("info", ds).stdout == info
+    _assert_same_dataset(ds, serial[0], [a.run_id for a in first
+                                         if not isinstance(a, KmemscopeError)])
+    assert _debris(ds) == []
+
+
+def test_lost_task_is_retried_and_derive_matches(spark, serial, tmp_path):
+    """The first attempt's Python worker dies mid-trace; Spark's retry commits the run."""
+    from kmemscope.queries.derive import DERIVED_DIR, DERIVED_TABLES, derive_runs
+
+    ser_ds, ser = serial
+    ds = tmp_path / "ds"
+    sc = spark.sparkContext
+    sc.setLocalProperty(spark_parse._KILL_FIRST_ATTEMPT, "kmem-compaction")
+    try:
+        out = spark_parse.parse_on_spark([str(GOOD[0]), str(GOOD[2])], ds, spark=spark,
+                                         labels={"fleet": "test"}, derive=True)
+    finally:
+        sc.setLocalProperty(spark_parse._KILL_FIRST_ATTEMPT, None)
+    assert [type(e) for e in out] == [spark_parse.SparkRunSummary] * 2, out
+    assert out[0].attempt == 1 and out[1].attempt == 0      # the first was retried
+    assert out[0].derive_error is None and out[0].derive_seconds > 0
+    assert _debris(ds) == []
+    _assert_same_dataset(ds, ser_ds, [out[0].run_id, out[1].run_id])
+    derive_runs(ser_ds, [out[0].run_id])
+    for name in DERIVED_TABLES:
+        part = f"{DERIVED_DIR}/{name}/run_id={out[0].run_id}"
+        assert _sorted_rows(ds / part)[1] == _sorted_rows(ser_ds / part)[1], part
+        assert len(_sorted_rows(ds / part)[1]) > 1000
+
+
+def test_driver_says_when_it_cannot_see_what_a_task_wrote(tmp_path):
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    driver = spark_parse._Driver(ds, ["host7.tar.zst"], time.time_ns(), None)
+    driver.handle({"index": 0, "kind": "ok", "host": "exec-3", "attempt": "/nowhere/0-0-ab",
+                   "summary": {"run_id": "0123456789abcdef", "source": "x", "events": 1}})
+    err = driver.entries[0]
+    assert isinstance(err, DatasetError)
+    assert "exec-3" in str(err) and "cannot see" in str(err) and "shared" in str(err)
+
+
+def test_executors_that_cannot_see_the_dataset_stop_the_job_early(spark, tmp_path):
+    with pytest.raises(DatasetError, match="cannot see"):
+        spark_parse._probe_executors(spark.sparkContext, tmp_path / "not-shared")
