@@ -4,7 +4,7 @@ Format 1: a dataset without `_kmemscope.json` (written before the file existed).
   Every column has the type of its field in the trace's own event format, so
   runs of different kernels give one table different schemas (gfp_flags is 4
   bytes up to 5.15 and 8 after; pfn is 4 bytes on 32-bit kernels).
-Format 2: the columns kmemscope knows (TABLE_COLUMNS of the query engine) are
+Format 2: the columns kmemscope knows (queries/schema.py TABLE_COLUMNS) are
   stored with their canonical type whatever the kernel, so each known table has
   one schema across runs. Other columns keep the trace's types.
 
@@ -195,7 +195,7 @@ def _arrow_types():
 
 
 def _known_columns():
-    from kmemscope.queries.engine import TABLE_COLUMNS
+    from kmemscope.queries.schema import TABLE_COLUMNS
 
     return TABLE_COLUMNS
 
