@@ -6,10 +6,13 @@ VENV        := .venv
 BIN         := $(VENV)/bin
 DEBIAN_PKGS := trace-cmd libtracecmd-dev libtraceevent-dev libtracefs-dev libzstd-dev zlib1g-dev \
                pkg-config gcc zstd python3-venv
+SPARK_DEBIAN_PKGS := openjdk-17-jre-headless
+# prints the [spark] extra's requirements from setup.cfg; --check: exit 0 when installed as pinned
+SPARK_REQS  := tests/spark_reqs.py
 EXAMPLE     := examples/kmem-compaction
 DEMO_DIR    := out/demo
 
-.PHONY: all setup native demo test bench fuzz dist clean
+.PHONY: all setup setup-spark native demo test bench fuzz dist clean
 
 all: setup dist
 
@@ -60,8 +63,36 @@ demo: setup
 	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT \"order\", count(*) AS allocations, count(*) FILTER (WHERE pfn = 18446744073709551615) AS failed FROM mm_page_alloc GROUP BY 1 ORDER BY 1"
 	$(BIN)/kmemscope report $(DEMO_DIR)/dataset -o $(DEMO_DIR)/report.html
 
-test: setup dist
-	$(BIN)/python -m pytest -q -rs tests
+# Apache Spark for `--engine spark` and its tests: Java 17+ (from Debian, only
+# when no usable java is found) and the pinned [spark] extra of setup.cfg
+# (pyspark, about 520 MB). Kept out of `setup`, so `make demo` stays light.
+# Quick when both are already there.
+setup-spark: setup
+	@java=$${JAVA_HOME:+$$JAVA_HOME/bin/}java; \
+	major=$$("$$java" -version 2>&1 | sed -n 's/.* version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n 1); \
+	if [ -z "$$major" ] || [ "$$major" -lt 17 ]; then \
+		[ -z "$$JAVA_HOME" ] || { echo "kmemscope: error: JAVA_HOME=$$JAVA_HOME has no Java 17 or later (Spark needs it); unset it or point it at one" >&2; exit 1; }; \
+		echo "installing Java for Spark (no Java 17+ found): $(SPARK_DEBIAN_PKGS)"; \
+		SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+		$$SUDO mkdir -p /usr/share/man/man1; \
+		{ $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(SPARK_DEBIAN_PKGS); } \
+		|| { echo "kmemscope: error: could not install $(SPARK_DEBIAN_PKGS) (Spark needs Java 17+); install a JDK 17+ and set JAVA_HOME" >&2; exit 1; }; \
+		java -version >/dev/null 2>&1 || { echo "kmemscope: error: java still does not run after installing $(SPARK_DEBIAN_PKGS)" >&2; exit 1; }; \
+	fi
+	@reqs=$$($(BIN)/python $(SPARK_REQS)) || exit 1; \
+	$(BIN)/python $(SPARK_REQS) --check && exit 0; \
+	echo "installing the [spark] extra into $(VENV):" $$reqs "(pyspark is about 520 MB)"; \
+	for attempt in 1 2 3; do \
+		$(BIN)/pip install -q --retries 10 --timeout 60 $$reqs && exit 0; \
+		echo "pip install failed (attempt $$attempt of 3)" >&2; sleep $$((attempt * 10)); \
+	done; \
+	echo "kmemscope: error: could not install" $$reqs "into $(VENV) (network or PyPI down?); retry \`make setup-spark\`" >&2; \
+	exit 1
+
+# KMEMSCOPE_REQUIRE_SPARK=1: with Spark installed above, a Spark test that
+# cannot run fails instead of skipping.
+test: setup dist setup-spark
+	KMEMSCOPE_REQUIRE_SPARK=1 $(BIN)/python -m pytest -q -rs tests
 
 bench: setup
 	$(BIN)/python benchmarks/parse_bench.py

@@ -94,3 +94,65 @@ def public_fixtures():
     if not PUBLIC_FIXTURES.is_dir():
         pytest.skip(f"public trace fixtures not found at {PUBLIC_FIXTURES}")
     return PUBLIC_FIXTURES
+
+
+# Spark: one local session for every Spark test of a pytest run (a JVM start
+# costs 10-20 s here). `make test` sets KMEMSCOPE_REQUIRE_SPARK=1, having
+# installed Java and the [spark] extra: a missing piece then fails the tests
+# instead of skipping them.
+SPARK_MASTER = "local[2]"
+# Two cores and small data: few shuffle partitions, no progress bars.
+SPARK_TEST_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+
+
+def spark_unavailable():
+    """None when Spark can run here (pyspark, sqlglot, Java), else the reason."""
+    import importlib.util
+    import shutil
+
+    for mod in ("pyspark", "sqlglot"):
+        if importlib.util.find_spec(mod) is None:
+            return f"{mod} is not installed (make setup-spark, or pip install 'kmemscope[spark]')"
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        return "no Java runtime for Spark (make setup-spark installs openjdk-17-jre-headless)"
+    return None
+
+
+_SPARK_MISSING = []
+
+
+def skip_spark_test(reason, allow_module_level=False):
+    """Skip a Spark test for `reason`; under KMEMSCOPE_REQUIRE_SPARK=1 the run then fails
+    at its end (a collection error would stop every other test from running)."""
+    if os.environ.get("KMEMSCOPE_REQUIRE_SPARK") == "1":
+        _SPARK_MISSING.append(reason)
+        reason = f"KMEMSCOPE_REQUIRE_SPARK=1 but {reason}: the run fails"
+    pytest.skip(reason, allow_module_level=allow_module_level)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for reason in dict.fromkeys(_SPARK_MISSING):
+        terminalreporter.write_line(f"FAILED: KMEMSCOPE_REQUIRE_SPARK=1 but {reason}", red=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _SPARK_MISSING and exitstatus == 0:
+        session.exitstatus = 1
+
+
+def skip_without_spark(allow_module_level=False):
+    """skip_spark_test() when Spark cannot run here."""
+    reason = spark_unavailable()
+    if reason is not None:
+        skip_spark_test(reason, allow_module_level)
+
+
+@pytest.fixture(scope="session")
+def spark_engine():
+    """engine.spark_engine() on local[2], shared by the whole run; closed at its end."""
+    skip_without_spark()
+    from kmemscope.queries import engine
+
+    eng = engine.spark_engine(master=SPARK_MASTER, conf=SPARK_TEST_CONF)
+    yield eng
+    eng.close()

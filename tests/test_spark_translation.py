@@ -1,13 +1,19 @@
 """The Spark translation of every analysis section (queries/spark_sql.py): lint, rules, golden files."""
 import pytest
 
-sqlglot = pytest.importorskip("sqlglot", reason="sqlglot is not installed (pip install 'kmemscope[spark]')")
+from conftest import skip_spark_test
+
+try:
+    import sqlglot
+except ImportError:
+    skip_spark_test("sqlglot is not installed (make setup-spark, or pip install 'kmemscope[spark]')",
+                    allow_module_level=True)
 
 from kmemscope.queries import spark_sql  # noqa: E402
 
 if sqlglot.__version__ != spark_sql.SQLGLOT_VERSION:
-    pytest.skip(f"sqlglot {sqlglot.__version__} is not the pinned {spark_sql.SQLGLOT_VERSION}",
-                allow_module_level=True)
+    skip_spark_test(f"sqlglot {sqlglot.__version__} is not the pinned {spark_sql.SQLGLOT_VERSION}",
+                    allow_module_level=True)
 
 SECTIONS = spark_sql.every_section()
 
