@@ -9,7 +9,7 @@ dies mid-staging is retried by Spark and leaves no debris; derive=True builds
 the same derived tables as queries/derive.py on the serial dataset.
 
 One local[2,2] session for the module (2 cores; a failed task gets a second
-attempt). Budget: KMEMSCOPE_SPARK_PARSE_BUDGET_S seconds (default 180).
+attempt); the driver-crash test starts a second driver in a subprocess.
 """
 import os
 import shutil
@@ -32,9 +32,7 @@ from kmemscope.errors import DatasetError, KmemscopeError, TraceFileError  # noq
 from kmemscope.parsers import spark_parse  # noqa: E402
 from kmrun import kmemscope as run_cli  # noqa: E402
 
-BUDGET_S = float(os.environ.get("KMEMSCOPE_SPARK_PARSE_BUDGET_S", "180"))
 GOOD = [EXAMPLES / "kmem-compaction", EXAMPLES / "thp-faults", EXAMPLES / "memory-pressure"]
-STARTED = time.monotonic()
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +125,6 @@ def _assert_same_dataset(a, b, runs):
 
 
 def test_runs_and_errors_match_the_serial_parse(serial, on_spark, inputs):
-    assert time.monotonic() - STARTED < BUDGET_S
     ser_ds, ser = serial
     ds, out, seen = on_spark
     assert len(out) == len(inputs)
@@ -210,3 +207,41 @@ def test_driver_says_when_it_cannot_see_what_a_task_wrote(tmp_path):
 def test_executors_that_cannot_see_the_dataset_stop_the_job_early(spark, tmp_path):
     with pytest.raises(DatasetError, match="cannot see"):
         spark_parse._probe_executors(spark.sparkContext, tmp_path / "not-shared")
+
+
+CRASHING_DRIVER = """
+import sys
+from kmemscope.parsers.spark_parse import parse_on_spark
+from kmemscope.queries import spark_backend
+spark = spark_backend.session("local[2]")
+parse_on_spark(sys.argv[2:], sys.argv[1], spark=spark)
+"""
+
+
+def test_driver_killed_mid_commit_is_rolled_forward(serial, tmp_path):
+    """A driver that dies between two renames of a commit leaves a journal; the next
+    `kmemscope parse` finishes that commit and removes the job's work directory."""
+    import subprocess
+
+    ds = tmp_path / "ds"
+    script = tmp_path / "driver.py"
+    script.write_text(CRASHING_DRIVER)
+    env = dict(os.environ, KMEMSCOPE_TEST_CRASH_AFTER_RENAMES="3",
+               PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+    proc = subprocess.run([sys.executable, script, ds, GOOD[1], GOOD[2]], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 99, proc.stderr[-2000:]
+    left = _debris(ds)
+    assert len(left) == 2, left              # the job's folder and the journaled commit
+    assert sum((ds / d / "commit.json").exists() for d in left) == 1
+    assert not (ds / "runs").is_dir() or not any((ds / "runs").iterdir())
+    run_cli("parse", GOOD[0], "-o", ds)     # any later parse recovers first
+    assert _debris(ds) == []
+    ser = {s.source: s.run_id for s in serial[1] if not isinstance(s, KmemscopeError)}
+    done = {p.name.split("=", 1)[1] for p in (ds / "runs").iterdir()}
+    crashed = done - {ser[str(GOOD[0])]}
+    assert len(crashed) == 1 and crashed <= {ser[str(GOOD[1])], ser[str(GOOD[2])]}
+    # The rolled-forward run is whole: every table equal to the serial parse's
+    # (labels aside: that run's parse here had none).
+    rows = {k: n for k, n in _table_rows(ds).items() if k[1] in crashed}
+    assert rows == {k: n for k, n in _table_rows(serial[0]).items() if k[1] in crashed}
