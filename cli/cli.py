@@ -38,6 +38,41 @@ OUTPUT_OPTION = click.option("-o", "--output", type=click.Path(dir_okay=False, w
                              help="Write the result to FILE instead of stdout.")
 
 
+def engine_options(f):
+    """--engine, --spark-master, --spark-conf: which engine runs the SQL."""
+    f = click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+                     help="A Spark setting, e.g. spark.executor.memory=8g. Repeatable.")(f)
+    f = click.option("--spark-master", metavar="URL",
+                     help="Spark master with --engine spark (default local[*]; "
+                          "spark://host:7077, yarn, k8s://...).")(f)
+    return click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb",
+                        show_default=True,
+                        help="Run on DuckDB in this process, or on Apache Spark "
+                             "(pip install 'kmemscope[spark]', Java 17+).")(f)
+
+
+class _engine:
+    """The engine the options chose, stopped (a Spark session) when the verb is done."""
+
+    def __init__(self, engine, master, conf):
+        if engine != "spark" and (master or conf):
+            raise click.BadParameter("--spark-master and --spark-conf need --engine spark",
+                                     param_hint="--engine")
+        self.kind, self.master, self.conf = engine, master, list(conf)
+        self.engine = None
+
+    def __enter__(self):
+        if self.kind == "spark":
+            from kmemscope.queries.engine import spark_engine
+
+            self.engine = spark_engine(self.master or "local[*]", self.conf)
+        return self.engine
+
+    def __exit__(self, *exc):
+        if self.engine is not None:
+            self.engine.close()
+
+
 def _key_values(values, what):
     out = {}
     for item in values:
@@ -175,7 +210,8 @@ class _progress:
                    "no writes, no extensions.")
 @FORMAT_OPTION
 @OUTPUT_OPTION
-def sql(dataset, query, read_only, fmt, output):
+@engine_options
+def sql(dataset, query, read_only, fmt, output, engine, spark_master, spark_conf):
     """Run SQL over DATASET; every table is a view of its own name.
 
     This is DuckDB's full SQL, which can read and write any file the user
@@ -183,18 +219,46 @@ def sql(dataset, query, read_only, fmt, output):
 
     \b
     kmemscope sql ds "SELECT \\"order\\", count(*) FROM mm_page_alloc GROUP BY 1"
+
+    With --engine spark the same DuckDB SQL is translated to Spark SQL (the
+    analyses' rules); what has no exact translation is refused.
     """
     from kmemscope.cli.output import resolve_format, write_result
     from kmemscope.queries.dataset import confine
-    from kmemscope.queries.engine import open_run_set
+    from kmemscope.queries.engine import open_run_set, open_runs
 
+    fmt = resolve_format(fmt, output)
+    if engine == "spark":
+        if read_only:
+            raise click.BadParameter("--read-only is for the DuckDB engine: Spark SQL can "
+                                     "read any path the cluster can", param_hint="--read-only")
+        with _engine(engine, spark_master, spark_conf) as eng:
+            backend = open_runs(dataset, engine=eng)[0]
+            try:
+                table = _run_backend_sql(backend, query)
+            finally:
+                backend.close()
+        write_result(table, fmt, output)
+        return
+    _engine(engine, spark_master, spark_conf)
     # The analyses' helper views (flag names, allocation classes, ...) come too.
     con = open_run_set(dataset)[0]
-    fmt = resolve_format(fmt, output)
     if read_only:
         confine(con, dataset, query)
     table = _run_sql(con, query)
     write_result(table, fmt, output)
+
+
+def _run_backend_sql(backend, query):
+    try:
+        return backend.query_arrow(query, None)
+    except KmemscopeError:
+        raise
+    except Exception as exc:
+        text = backend.error_text(exc)
+        if text is None:
+            raise
+        raise KmemscopeError(f"SQL failed{backend.where}: {text}") from None
 
 
 def _run_sql(con, query, params=None):
@@ -318,7 +382,8 @@ def queries(name, fmt, output):
               default=None, help="Output format (default: from -o's extension, else table); "
                                  "folded: flame-graph lines, for alloc_origins.folded.")
 @OUTPUT_OPTION
-def query(name, dataset, runs, labels, params, fmt, output):
+@engine_options
+def query(name, dataset, runs, labels, params, fmt, output, engine, spark_master, spark_conf):
     """Run the named analysis NAME over DATASET.
 
     `kmemscope queries` lists the analyses; `kmemscope queries NAME` shows one's
@@ -328,10 +393,12 @@ def query(name, dataset, runs, labels, params, fmt, output):
     from kmemscope.queries.engine import notes_of, run_query
 
     fmt = resolve_format(fmt, output, allowed=FORMATS + (FOLDED,))
-    table = run_query(name, dataset, run_ids=list(runs) or None,
-                      labels=list(labels) or None,
-                      params=_key_values(params, "--param") or None,
-                      progress=lambda msg: click.echo(f"kmemscope: {msg}", err=True))
+    with _engine(engine, spark_master, spark_conf) as eng:
+        table = run_query(name, dataset, run_ids=list(runs) or None,
+                          labels=list(labels) or None,
+                          params=_key_values(params, "--param") or None,
+                          progress=lambda msg: click.echo(f"kmemscope: {msg}", err=True),
+                          engine=eng)
     # Caveats (a run without procfs samples, an assumed pageblock order) go to
     # stderr so that csv/json on stdout stay clean.
     for note in notes_of(table):
@@ -369,7 +436,9 @@ def _compare_format(fmt, output):
 @click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
               help="Output format (default: from -o's extension, else text).")
 @OUTPUT_OPTION
-def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, output):
+@engine_options
+def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, output, engine,
+            spark_master, spark_conf):
     """Compare the summary metrics of the sides of label LABEL (mmtests style).
 
     \b
@@ -383,8 +452,9 @@ def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, outp
     fmt = _compare_format(fmt, output)
     names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     resolve_metrics(names)   # an unknown metric fails before the summary query runs
-    sides = load_sides(dataset, by, baseline, run_ids=list(runs) or None,
-                       labels=list(labels) or None)
+    with _engine(engine, spark_master, spark_conf) as eng:
+        sides = load_sides(dataset, by, baseline, run_ids=list(runs) or None,
+                           labels=list(labels) or None, engine=eng)
     rows = compare_sides(sides, names, test, alpha)
     for note in condense_notes(sides.notes) + missing_notes(sides, rows):
         click.echo(f"kmemscope: note: {note}", err=True)
@@ -412,15 +482,20 @@ def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, outp
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
 @click.option("--keep-notebooks", type=click.Path(file_okay=False),
               help="Also keep the executed notebooks in this directory.")
-def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks):
+@engine_options
+def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks, engine,
+           spark_master, spark_conf):
     """Execute the report notebooks over DATASET and write one self-contained HTML file."""
     from kmemscope.notebooks.report import build_report
 
     def progress(message):
         click.echo(f"kmemscope report: {message}", err=True)
 
+    _engine(engine, spark_master, spark_conf)     # the option checks; the notebooks start Spark
     build_report(dataset, output, compare=compare_label, baseline=baseline, runs=list(runs),
-                 labels=list(labels), keep_dir=keep_notebooks, progress=progress)
+                 labels=list(labels), keep_dir=keep_notebooks, progress=progress,
+                 engine={"engine": engine, "spark_master": spark_master or "",
+                         "spark_conf": list(spark_conf)})
 
 
 # ---------------------------------------------------------------- entry point

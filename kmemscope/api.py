@@ -136,17 +136,44 @@ class Comparison:
         return self.text()
 
 
-class Dataset:
-    """A kmemscope dataset opened for queries (DuckDB, in this process)."""
+_spark_engines = {}
 
-    def __init__(self, path):
+
+def _engine_for(engine, spark_master, spark_conf):
+    """None for DuckDB; a Spark engine shared by every Dataset opened with the same settings."""
+    if engine in (None, "duckdb"):
+        if spark_master or spark_conf:
+            raise ValueError("spark_master and spark_conf need engine='spark'")
+        return None
+    if engine != "spark":
+        return engine                     # an engine object (kmemscope.queries.engine.spark_engine)
+    if not spark_master and not spark_conf:
+        return "spark"                    # the process's default Spark engine
+    conf = tuple(sorted(spark_conf.items())) if isinstance(spark_conf, Mapping) else \
+        tuple(spark_conf or ())
+    key = (spark_master or "local[*]", conf)
+    if key not in _spark_engines:
+        from kmemscope.queries.engine import spark_engine
+
+        _spark_engines[key] = spark_engine(key[0], dict(conf) if isinstance(spark_conf, Mapping)
+                                           else list(conf))
+    return _spark_engines[key]
+
+
+class Dataset:
+    """A kmemscope dataset opened for queries, on DuckDB in this process or on Spark."""
+
+    def __init__(self, path, engine="duckdb", spark_master=None, spark_conf=None):
         from kmemscope.queries.dataset import table_dirs
 
         self.path = Path(path)
         table_dirs(self.path)              # a missing or empty dataset fails here, in one line
+        self.engine = engine if isinstance(engine, str) else getattr(engine, "name", "?")
+        self._engine = _engine_for(engine, spark_master, spark_conf)
 
     def __repr__(self):
-        return f"kmemscope.Dataset({str(self.path)!r})"
+        extra = f", engine={self.engine!r}" if self._engine is not None else ""
+        return f"kmemscope.Dataset({str(self.path)!r}{extra})"
 
     @property
     def tables(self) -> list[str]:
@@ -171,12 +198,30 @@ class Dataset:
         """
         import duckdb
 
-        from kmemscope.errors import QueryError
+        from kmemscope.errors import KmemscopeError, QueryError
         from kmemscope.queries.dataset import confine, query_arrow, sql_error_text
-        from kmemscope.queries.engine import open_run_set
+        from kmemscope.queries.engine import open_run_set, open_runs
 
-        con, _chosen, _parts, _facts = open_run_set(
-            self.path, [run] if isinstance(run, str) else run, label)
+        runs = [run] if isinstance(run, str) else run
+        if self._engine is not None:
+            # Spark: the same DuckDB SQL, translated (spark_sql.py); what has no exact form is refused
+            if read_only:
+                raise QueryError("read_only is for the DuckDB engine")
+            if params is not None and not isinstance(params, Mapping):
+                raise QueryError("on Spark, parameters are named: pass a mapping for $name")
+            backend = open_runs(self.path, runs, label, engine=self._engine)[0]
+            try:
+                return Result(backend.query_arrow(query, dict(params or {})))
+            except KmemscopeError:
+                raise
+            except Exception as exc:
+                text = backend.error_text(exc)
+                if text is None:
+                    raise
+                raise QueryError(f"SQL failed{backend.where}: {text}") from None
+            finally:
+                backend.close()
+        con, _chosen, _parts, _facts = open_run_set(self.path, runs, label)
         try:
             if read_only:
                 confine(con, self.path, query)
@@ -193,7 +238,8 @@ class Dataset:
 
         table = run_query(name, self.path, run_ids=[run] if isinstance(run, str) else run,
                           labels=label, params={k: str(v) if not isinstance(v, str) else v
-                                                for k, v in params.items()} or None)
+                                                for k, v in params.items()} or None,
+                          engine=self._engine)
         return Result(table, notes_of(table))
 
     def compare(self, by: str, baseline: str | None = None, *, metrics: Iterable[str] | None = None,
@@ -205,13 +251,19 @@ class Dataset:
         names = list(metrics) if metrics else None
         resolve_metrics(names)
         sides = load_sides(self.path, by, baseline, run_ids=[run] if isinstance(run, str) else run,
-                           labels=label)
+                           labels=label, engine=self._engine)
         return Comparison(sides, compare_sides(sides, names, test, alpha), test, alpha)
 
 
-def open(path) -> Dataset:  # noqa: A001 - kmemscope.open reads like open()
-    """Open the dataset at `path` (written by kmemscope parse)."""
-    return Dataset(path)
+def open(path, engine: str = "duckdb", spark_master: str | None = None,  # noqa: A001
+         spark_conf: Mapping[str, str] | Sequence[str] | None = None) -> Dataset:
+    """Open the dataset at `path` (written by kmemscope parse).
+
+    engine="spark" runs queries on Apache Spark (pip install 'kmemscope[spark]',
+    Java 17+): spark_master "local[*]" by default, spark_conf {key: value}.
+    The session is made on first use and shared by datasets opened alike.
+    """
+    return Dataset(path, engine, spark_master, spark_conf)
 
 
 def analyses() -> Result:

@@ -52,7 +52,8 @@ class Comparison:
     def __init__(self, scope, label, baseline=None, test="band"):
         self.scope, self.test = scope, test
         self.sides = load_sides(scope.dataset, label, baseline or None,
-                                run_ids=scope.runs or None, labels=scope.labels or None)
+                                run_ids=scope.runs or None, labels=scope.labels or None,
+                                engine=scope.open()._engine)
         if len(self.sides.sides) < 2:
             raise Missing(f"Every selected run has the same {md_text(label)}={md_text(self.sides.baseline)}: "
                           "nothing to compare.")

@@ -40,18 +40,30 @@ class Scope:
     dataset: str
     runs: list = field(default_factory=list)      # run ids or prefixes; empty: all runs
     labels: list = field(default_factory=list)    # "k=v" filters
+    engine: str = "duckdb"                        # or "spark"
+    spark_master: str = ""
+    spark_conf: list = field(default_factory=list)
+
+    def open(self):
+        return kmemscope.open(self.dataset, self.engine, self.spark_master or None,
+                              list(self.spark_conf) or None)
+
+    def narrowed(self, runs):
+        """The same dataset and engine over other runs."""
+        return Scope(self.dataset, list(runs), [], self.engine, self.spark_master,
+                     list(self.spark_conf))
 
     def query(self, name, **params):
         """A named analysis as a DataFrame (labels flattened to "k=v,...")."""
-        df = kmemscope.open(self.dataset).query(name, run=self.runs or None,
-                                                label=self.labels or None, **params).df()
+        df = self.open().query(name, run=self.runs or None,
+                               label=self.labels or None, **params).df()
         if "labels" in df:
             df["labels"] = df["labels"].map(_labels_text)
         return df
 
     def sql(self, text, tables=None, params=None):
         """Ad-hoc SQL over the selected runs, with run_facts; values bound from `params`."""
-        return kmemscope.open(self.dataset).sql(text, params, run=self.runs or None,
+        return self.open().sql(text, params, run=self.runs or None,
                                                 label=self.labels or None).df()
 
     def run_names(self):

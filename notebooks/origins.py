@@ -8,7 +8,7 @@ the numbers drawn are listed under the figure like every other figure's.
 """
 import zlib
 
-from kmemscope.notebooks.figures import (MAX_PANELS, Drawn, Missing, Scope, _figure, fig_text,
+from kmemscope.notebooks.figures import (MAX_PANELS, Drawn, Missing, _figure, fig_text,
                                          plural)
 
 MIN_FRACTION = 0.004     # frames narrower than this share of a panel are not drawn
@@ -68,7 +68,7 @@ def nonblocking_icicles(scope):
     fig, axes = _figure(len(shown), 1, height=4.2, width=12)
     panels = {}
     for ax, run in zip(axes[:, 0], shown):
-        folded = Scope(scope.dataset, [run]).query("alloc_origins.folded", alloc_class="nonblocking",
+        folded = scope.narrowed([run]).query("alloc_origins.folded", alloc_class="nonblocking",
                                                    root="order")
         lines = [(s, n) for s, n in zip(folded.get("stack", []), folded.get("samples", []))
                  if not s.startswith("order-0;")]

@@ -121,8 +121,13 @@ def _printable(text):
 
 
 def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(), keep_dir=None,
-                 progress=None):
-    """Execute overview.ipynb (and compare.ipynb with `compare`) and write `output` (HTML)."""
+                 progress=None, engine=None):
+    """Execute overview.ipynb (and compare.ipynb with `compare`) and write `output` (HTML).
+
+    engine: {"engine": "duckdb" | "spark", "spark_master": URL, "spark_conf": ["k=v", ...]},
+    handed to the notebooks, whose kernels start their own Spark session.
+    """
+    engine = dict(engine or {"engine": "duckdb"})
     from kmemscope.queries.dataset import table_dirs
     from kmemscope.queries.selection import select_runs
     from kmemscope.queries.dataset import table_runs
@@ -134,11 +139,15 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
     if compare:
         from kmemscope.queries.sides import load_sides
 
-        sides = load_sides(dataset, compare, baseline, run_ids=chosen)   # unknown label: one line
+        # unknown label: one line, before any notebook runs (on DuckDB: one summary query)
+        sides = load_sides(dataset, compare, baseline, run_ids=chosen)
         if progress:
             progress(f"comparing {_printable(compare)}: "
                      + ", ".join(f"{_printable(s)} ({_runs(len(r))})" for s, r in sides.runs.items()))
-    params = {"dataset": dataset, "runs": list(runs), "labels": list(labels)}
+    params = {"dataset": dataset, "runs": list(runs), "labels": list(labels),
+              "engine": engine.get("engine") or "duckdb",
+              "spark_master": engine.get("spark_master") or "",
+              "spark_conf": list(engine.get("spark_conf") or [])}
     if progress:
         progress(f"{_runs(len(chosen))} of {dataset}")
     with tempfile.TemporaryDirectory(prefix="kmemscope-report-") as tmp:

@@ -39,9 +39,13 @@ def _with_derived(row):
     return row
 
 
-def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=None):
-    """Run `summary` over the dataset and split its rows by the value of label `by`."""
-    table = run_query("summary", dataset, run_ids=run_ids, labels=labels, params=params)
+def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=None, engine=None):
+    """Run `summary` over the dataset and split its rows by the value of label `by`.
+
+    engine: as for engine.run_query ("duckdb", "spark" or a spark_engine()).
+    """
+    table = run_query("summary", dataset, run_ids=run_ids, labels=labels, params=params,
+                      engine=engine)
     notes = list(notes_of(table))
     rows, missing = [], []
     for row in table.to_pylist():
