@@ -108,17 +108,34 @@ def cli(ctx, debug):
               help="Also pair frees with reallocations now (hot_pfns and pfn_reuse need it; "
                    "otherwise their first query does it).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
+@engine_options
 @click.pass_context
-def parse(ctx, sources, dataset, labels, events, threads, derive, quiet):
+def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine, spark_master,
+          spark_conf):
     """Parse trace.dat files or bundles into a Parquet dataset.
 
     Each input becomes one run, named by a hash of its trace.dat; parsing the
     same trace again replaces its run. A run appears only when complete.
+
+    With --engine spark each input is decoded in a Spark task and the driver
+    commits the runs; the dataset must be on a file system that the driver and
+    every executor see at the same path.
     """
     from kmemscope.parsers.ingest import ingest
 
     labels = _key_values(labels, "--label")
     patterns = [p for item in events for p in item.split(",") if p]
+    if engine == "spark":
+        if threads:
+            raise click.BadParameter("--threads is for the local decoder; Spark runs one "
+                                     "task per input", param_hint="--threads")
+        with _engine(engine, spark_master, spark_conf) as eng:
+            failures = _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet,
+                                       eng)
+        if failures:
+            sys.exit(1)
+        return
+    _engine(engine, spark_master, spark_conf)
     show_progress = not quiet and sys.stderr.isatty()
     failures = 0
     for source in sources:
@@ -148,6 +165,39 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet):
                        "event types whose format the file lacks were skipped", err=True)
     if failures:
         sys.exit(1)
+
+
+def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng):
+    """`parse --engine spark`: one Spark task per input; a line per run as the driver commits it."""
+    from kmemscope.parsers.spark_parse import parse_on_spark
+
+    def progress(kind, source, entry):
+        if isinstance(entry, KmemscopeError):
+            _report_error(ctx, entry)
+        elif kind == "run" and not quiet:
+            verb = "replaced" if entry.replaced else "added"
+            if entry.concurrent:
+                verb = "already committed by another parse; kept"
+            click.echo(f"{source}: run {entry.run_id} {verb}: {entry.events:,} events in "
+                       f"{entry.seconds:.2f} s on {entry.host}, {entry.lost_events:,} lost",
+                       err=True)
+        elif kind == "derived" and not quiet:
+            if entry.derive_error is not None:
+                _report_error(ctx, entry.derive_error)
+            else:
+                click.echo(f"run {entry.run_id}: derived tables built in "
+                           f"{entry.derive_seconds:.2f} s", err=True)
+
+    if not quiet:
+        click.echo(f"kmemscope: parsing {len(sources)} input(s) on Spark "
+                   f"({eng.master})", err=True)
+    entries = parse_on_spark(sources, dataset, spark=eng.spark, labels=labels, events=patterns,
+                             derive=derive, progress=progress)
+    failures = sum(isinstance(e, KmemscopeError) for e in entries)
+    if not quiet:
+        click.echo(f"kmemscope: {len(entries) - failures} of {len(entries)} input(s) parsed"
+                   + (f", {failures} failed" if failures else ""), err=True)
+    return failures
 
 
 def _derive(ctx, dataset, run_id, quiet):
@@ -285,15 +335,15 @@ def info(dataset, per_run, fmt, output):
     parquet write the rows of every table in every run (run_id, table, rows).
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from kmemscope.cli.output import resolve_format, write_document, write_result
     from kmemscope.queries.dataset import connect, table_runs
+    from kmemscope.queries.storage import parquet_rows
 
     fmt = resolve_format(fmt, output)
     parts = table_runs(dataset)
-    # Row counts from the Parquet footers: no table is scanned.
-    per_run_rows = [(run, name, sum(pq.ParquetFile(f).metadata.num_rows for f in files))
+    # Row counts from the Parquet footers (local or s3): no table is scanned.
+    per_run_rows = [(run, name, sum(parquet_rows(f) for f in files))
                     for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]
     long = pa.table({"run_id": [r[0] for r in per_run_rows], "table": [r[1] for r in per_run_rows],
                      "rows": pa.array([r[2] for r in per_run_rows], pa.int64())})

@@ -22,9 +22,12 @@ text; file parameters are read by the DataFrame reader from the bound path.
 The free/alloc pairing tables (page_pairs, pfn_allocs) are computed in Spark,
 partitioned by run_id; the kernel-stack tables come from queries/derive.py's
 per-run files (built where missing). The dataset must be on a filesystem every
-executor sees (a shared mount, or an object store Spark is configured for).
+executor sees (a shared mount, or an object store Spark is configured for). An
+s3:// dataset is read as s3a:// through hadoop-aws: a session made for one gets
+storage.spark_conf()'s settings under the user's --spark-conf.
 """
 import os
+import sys
 import tempfile
 import threading
 from decimal import Decimal
@@ -32,7 +35,7 @@ from pathlib import Path
 
 from kmemscope.errors import QueryError
 
-from . import spark_sql
+from . import spark_sql, storage
 from .schema import DERIVED_COLUMNS, TABLE_COLUMNS
 
 DEFAULT_CONF = {
@@ -66,6 +69,12 @@ def session(master="local[*]", conf=None, app="kmemscope"):
         raise QueryError("the Spark engine needs pyspark",
                          "pip install 'kmemscope[spark]' (and Java 17 or later)") from None
     settings = dict(DEFAULT_CONF)
+    if master.startswith("local"):
+        # Local workers run this Python, the one with kmemscope (pyspark would take the
+        # first python3 on PATH). They start with `python -m` in the driver's directory;
+        # in a kmemscope source tree that would put its top folder ahead of the package.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYTHONSAFEPATH", "1")
     for k, v in _conf_items(conf):
         settings[k] = v
     builder = SparkSession.builder.master(master).appName(app)
@@ -123,6 +132,7 @@ class SparkEngine:
         _conf_items(conf)                      # a bad --spark-conf fails before the JVM starts
         self.master, self.conf, self.uint64 = master, conf, uint64
         self._spark, self._own = spark, spark is None
+        self._s3 = False                       # a session for s3 datasets: hadoop-aws settings
         self._lock = threading.Lock()
         self._derived = {}                     # (dataset, name, runs) -> cached DataFrame
         # (table dir, files) -> DataFrame: reading a table lists and reads footers; a
@@ -132,10 +142,29 @@ class SparkEngine:
     @property
     def spark(self):
         if self._spark is None:
-            self._spark = session(self.master, self.conf)
+            conf = self.conf
+            if self._s3:
+                conf = {**storage.spark_conf(), **dict(_conf_items(self.conf))}
+            self._spark = session(self.master, conf)
         return self._spark
 
+    def _use_s3(self):
+        """Make the session able to read s3a://: settings at start, else its Hadoop conf now."""
+        if self._spark is None:
+            self._s3 = True
+            return
+        if self._s3:
+            return
+        self._s3 = True
+        hadoop = self._spark.sparkContext._jsc.hadoopConfiguration()
+        mine = dict(_conf_items(self.conf))
+        for k, v in storage.spark_conf().items():
+            if k.startswith("spark.hadoop.") and k not in mine:
+                hadoop.set(k[len("spark.hadoop."):], v)
+
     def open(self, dataset, chosen, parts, tables, threads=None):
+        if storage.is_url(dataset):
+            self._use_s3()
         # Temp views are per session: one query at a time keeps them apart.
         self._lock.acquire()
         try:
@@ -176,10 +205,11 @@ class SparkBackend:
         files = [str(f) for r in runs for f in self.parts.get(name, {}).get(r, [])]
         if not files:
             return None
-        return self._read_files(str(Path(self.dataset) / name), files)
+        return self._read_files(_base_of(files), files)
 
     def _read_files(self, base, files):
-        key = (os.path.realpath(base), tuple(files), self.uint64)
+        key = (base if storage.is_url_file(base) else os.path.realpath(base), tuple(files),
+               self.uint64)
         df = self.engine._frames.get(key)
         if df is None:
             df = self.engine._frames[key] = self._read_groups(base, files)
@@ -192,8 +222,12 @@ class SparkBackend:
         # One read per distinct file schema (a kernel era), widened, then one union.
         groups = {}
         for f in files:
-            groups.setdefault(str(pq.read_schema(f).remove_metadata()), []).append(f)
-        frames = [self.spark.read.option("basePath", base).parquet(*fs) for fs in groups.values()]
+            groups.setdefault(str(storage.read_schema(f).remove_metadata()), []).append(f)
+        if storage.is_url_file(base):
+            frames = _read_s3(self.spark, base, groups.values())
+        else:
+            frames = [self.spark.read.option("basePath", base).parquet(*fs)
+                      for fs in groups.values()]
         types = {}
         for df in frames:
             for fld in df.schema.fields:
@@ -291,8 +325,8 @@ class SparkBackend:
         # The kernel-stack pairing runs per run in derive.py (DuckDB), once; Spark reads its files.
         files = derive.stack_files(self.dataset, name, self.chosen, self.parts, progress=progress)
         if files:
-            df = self._read_files(str(Path(self.dataset) / derive.DERIVED_DIR / name),
-                                  [str(f) for f in files.values()])
+            listed = [str(f) for f in files.values()]
+            df = self._read_files(_base_of(listed), listed)
         else:
             df = self._empty(DERIVED_COLUMNS[name])
         self._view(name, df)
@@ -358,6 +392,32 @@ class SparkBackend:
                 self.spark.catalog.dropTempView(name)
         finally:
             self.engine._lock.release()
+
+
+def _base_of(files):
+    """The table directory of `files` (the parent of their run_id= directories): Spark's
+    basePath, so that run_id comes from the path. Every file of one read shares it."""
+    first = str(files[0])
+    if storage.is_url_file(first):
+        return first.rsplit("/", 2)[0]
+    return str(Path(first).parent.parent)
+
+
+def _read_s3(spark, base, groups):
+    """spark.read of s3 files as s3a://; a failure (no hadoop-aws, no access) in one line."""
+    try:
+        return [spark.read.option("basePath", storage.spark_path(base))
+                .parquet(*[storage.spark_path(f) for f in fs]) for fs in groups]
+    except Exception as exc:
+        module = type(exc).__module__ or ""
+        if not module.startswith(("pyspark", "py4j")):
+            raise
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        hint = storage.S3_HINT
+        if "S3AFileSystem" in text or "No FileSystem for scheme" in text:
+            hint = (f"Spark needs hadoop-aws for s3a://: --spark-conf spark.jars.packages="
+                    f"{storage.HADOOP_AWS}:{storage.hadoop_version() or '<Hadoop version>'}")
+        raise QueryError(f"Spark cannot read {base}: {text[:300]}", hint) from None
 
 
 def _as_int64(col, typ):
