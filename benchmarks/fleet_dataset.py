@@ -11,7 +11,8 @@ system allows, else copied) under a new 16-hex-digit run id, and its `runs` row
 gets host hNNN and the labels kernel=a|b (alternating), host=hNNN and
 copy_of=<source run id>. Run 0's id is all digits (0123456789012345), so a
 reader that guesses partition types would turn it into a number and lose it.
-Derived tables (DATASET/_derived) are not copied: the first query builds them.
+Derived tables (DATASET/_derived) are not copied: the first query builds them;
+the format file (_kmemscope.json) is.
 """
 import argparse
 import hashlib
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = [ROOT / "examples" / n for n in ("kmem-compaction", "thp-faults", "memory-pressure")]
 DIGIT_ID = "0123456789012345"
+FORMAT_FILE = "_kmemscope.json"
 
 
 def kmemscope_command():
@@ -98,6 +100,10 @@ def build(source, dest, n, source_runs=None):
     source_runs = list(source_runs or sorted(parts["runs"]))
     dest = Path(dest)
     dest.mkdir(parents=True)
+    fmt = Path(source) / FORMAT_FILE
+    if fmt.is_file():
+        # the copies are of the same dataset format as their source
+        shutil.copy2(fmt, dest / FORMAT_FILE)
     made = []
     for i in range(n):
         src = source_runs[i % len(source_runs)]

@@ -42,6 +42,9 @@ def test_five_copies(source, tmp_path):
     ids = [r for r, _ in made]
     assert len(set(ids)) == 5 and fleet_dataset.DIGIT_ID in ids
     assert all(len(r) == 16 and int(r, 16) >= 0 for r in ids)
+    fmt = src / fleet_dataset.FORMAT_FILE
+    assert fmt.is_file()
+    assert (tmp_path / "fleet" / fleet_dataset.FORMAT_FILE).read_bytes() == fmt.read_bytes()
 
     info = json.loads(kmemscope("info", tmp_path / "fleet", "--format", "json").stdout)
     assert sorted(r["run_id"] for r in info["runs"]) == sorted(ids)
