@@ -109,8 +109,10 @@ def parse_format(data, path=FORMAT_FILE):
         raise _bad(path, f"\"format\" is {_shown(version)}, not a whole number >= {LEGACY_FORMAT}")
     if version > FORMAT:
         # A newer kmemscope may add fields: the version alone decides.
+        where = str(path)       # a path or a URL: no Path() that would fold "s3://"
+        dataset = where[:-len(FORMAT_FILE)].rstrip("/") if where.endswith(FORMAT_FILE) else where
         raise DatasetError(
-            f"{Path(path).parent} is a kmemscope dataset of format {version}; {_writer()} "
+            f"{dataset or '.'} is a kmemscope dataset of format {version}; {_writer()} "
             f"reads formats {LEGACY_FORMAT} to {FORMAT}",
             "upgrade kmemscope to read it or to add runs to it")
     unknown = sorted(set(doc) - {"format", "writer"})
