@@ -17,14 +17,21 @@ import os
 from pathlib import Path
 
 from kmemscope.errors import DatasetError, QueryError
-from kmemscope.parsers.dataset_format import read_format
+from kmemscope.parsers.dataset_format import FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format
+
+from . import storage
 
 TABLE_GLOB = "*/*.parquet"
 RUN_PREFIX = "run_id="
 
 
 def table_dirs(dataset):
-    """Map table name -> directory for every table that has at least one run."""
+    """Map table name -> directory (an s3:// URL for an s3 dataset) for every table with a run."""
+    if storage.is_url(dataset):
+        _read_url_format(dataset)
+        bucket, key = storage.split(dataset)
+        return {name: storage.url(bucket, f"{key}/{name}" if key else name)
+                for name in _url_tables(dataset)}
     root = Path(dataset)
     if not root.exists():
         raise DatasetError(f"dataset {dataset} does not exist",
@@ -49,7 +56,11 @@ def table_runs(dataset):
 
     A run counts once its `runs` partition is in place (the commit puts it
     there last): partitions of a run being committed or replaced are left out.
+    Files of an s3 dataset are s3:// URLs (queries/storage.py).
     """
+    if storage.is_url(dataset):
+        _read_url_format(dataset)
+        return _visible(_url_tables(dataset))
     out = {}
     for name, path in table_dirs(dataset).items():
         runs = {}
@@ -59,12 +70,34 @@ def table_runs(dataset):
                 if files:
                     runs[part.name[len(RUN_PREFIX):]] = files
         out[name] = runs
+    return _visible(out)
+
+
+def _visible(out):
     if "runs" in out:
         visible = set(out["runs"])
         out = {name: {run: files for run, files in runs.items() if run in visible}
                for name, runs in out.items()}
         out = {name: runs for name, runs in out.items() if runs}
     return out
+
+
+def _read_url_format(dataset):
+    """The format file of an s3 dataset, validated like a local one's."""
+    data = storage.read_small(dataset, FORMAT_FILE, MAX_FILE_BYTES)
+    if data is not None:
+        if len(data) > MAX_FILE_BYTES:
+            raise DatasetError(f"{dataset}/{FORMAT_FILE}: not a valid kmemscope dataset format "
+                               f"file: more than {MAX_FILE_BYTES} bytes")
+        parse_format(data, f"{dataset.rstrip('/')}/{FORMAT_FILE}")
+
+
+def _url_tables(dataset):
+    tables = storage.list_tables(dataset)
+    if not tables:
+        raise DatasetError(f"dataset {dataset} holds no tables",
+                           "copy a dataset that `kmemscope parse -o` wrote under that prefix")
+    return tables
 
 
 def quote_ident(name):
@@ -99,6 +132,8 @@ def finish_interrupted_commits(dataset):
     """
     from kmemscope.parsers import commit
 
+    if storage.is_url(dataset):
+        return                     # read only: nothing is committed to an object store
     root = Path(dataset)
     if not root.is_dir() or not commit.pending_commits(root) or not os.access(root, os.W_OK):
         return
@@ -139,6 +174,8 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
     finish_interrupted_commits(dataset)
     parts = table_runs(dataset)
     con = duckdb.connect(database=":memory:")
+    if storage.is_url(dataset):
+        storage.register_duckdb(con, [storage.url(*storage.split(dataset))])
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     wanted = None if run_ids is None else set(run_ids)

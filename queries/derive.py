@@ -12,8 +12,9 @@ Table names starting with "_" are not dataset tables (dataset.table_dirs skips
 them). Each file records in its Parquet metadata the signature of what it was
 derived from (derivation version, the run's sha256, the sizes of the source
 partition files); a stale or missing file is recomputed on first use, written
-atomically (temp file + rename). Where the dataset is read-only the pairs go to
-a private temporary directory for the life of the process.
+atomically (temp file + rename). Where the dataset is read-only (an s3 dataset
+too: current files under its _derived/ are read, never written) the pairs go
+to a private temporary directory for the life of the process.
 
 `kmemscope parse` can call `derive_runs(dataset, [run_id])` after writing a run
 so the first query does not pay for it.
@@ -45,6 +46,7 @@ from pathlib import Path
 from kmemscope.errors import DatasetError
 
 from . import dataset as ds
+from . import storage
 
 DERIVE_VERSION = "2"
 DERIVED_TABLES = ("page_pairs", "pfn_allocs")
@@ -81,16 +83,19 @@ ORDER BY rank
 _private_dir = None
 
 
+def _size(f):
+    return storage.size(f) if storage.is_url_file(f) else os.path.getsize(f)
+
+
 def _signature(parts, run_id, sha):
-    sizes = {t: [os.path.getsize(f) for f in parts.get(t, {}).get(run_id, [])] for t in SOURCES}
+    sizes = {t: [_size(f) for f in parts.get(t, {}).get(run_id, [])] for t in SOURCES}
     return json.dumps({"version": DERIVE_VERSION, "sha256": sha, "sizes": sizes}, sort_keys=True)
 
 
 def _read_signature(path):
-    import pyarrow.parquet as pq
     try:
-        meta = pq.read_schema(path).metadata or {}
-    except (OSError, ValueError):
+        meta = storage.read_schema(path).metadata or {}
+    except (OSError, ValueError, DatasetError):
         return None
     raw = meta.get(SIG_KEY)
     return raw.decode() if raw else None
@@ -101,6 +106,8 @@ def _target_root(dataset):
     global _private_dir
     root = Path(dataset) / DERIVED_DIR
     try:
+        if storage.is_url(dataset):
+            raise PermissionError("an s3 dataset is read only")
         root.mkdir(exist_ok=True)
         probe = root / f".probe-{os.getpid()}"
         probe.touch()
@@ -108,8 +115,43 @@ def _target_root(dataset):
         return root
     except OSError:
         if _private_dir is None:
+            import atexit
+            import shutil
+
             _private_dir = tempfile.mkdtemp(prefix="kmemscope-derived-")
+            # every query of an s3 dataset comes here: leave no directory behind
+            atexit.register(shutil.rmtree, _private_dir, ignore_errors=True)
         return Path(_private_dir)
+
+
+def _cached_roots(dataset):
+    """Where current derived files may be: DATASET/_derived, then the private directory.
+
+    An s3 dataset's _derived/ is listed once: {file URL} instead of a request per file.
+    """
+    if storage.is_url(dataset):
+        bucket, key = storage.split(dataset)
+        root = storage.url(bucket, f"{key}/{DERIVED_DIR}" if key else DERIVED_DIR)
+        roots = [(root, storage.list_files(root))]
+    else:
+        roots = [(Path(dataset) / DERIVED_DIR, None)]
+    if _private_dir:
+        roots.append((Path(_private_dir), None))
+    return roots
+
+
+def _cached(roots, name, run, sig):
+    """The current derived file of `run` for table `name`, or None."""
+    for root, listed in roots:
+        if listed is not None:
+            path = f"{root}/{name}/run_id={run}/part-0.parquet"
+            present = path in listed
+        else:
+            path = root / name / f"run_id={run}" / "part-0.parquet"
+            present = path.exists()
+        if present and _read_signature(path) == sig:
+            return path
+    return None
 
 
 def _run_shas(dataset, parts, run_ids):
@@ -119,6 +161,7 @@ def _run_shas(dataset, parts, run_ids):
         return {}
     con = duckdb.connect()
     try:
+        storage.register_duckdb(con, files)
         listed = ", ".join(ds.quote_literal(f) for f in files)
         rows = con.execute(     # sql-safe: listed joins quote_literal() paths
             f"SELECT run_id, sha256 FROM read_parquet([{listed}], hive_partitioning = true, "
@@ -140,19 +183,12 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=Non
         raise DatasetError(f"dataset {dataset} has no runs table")
     shas = _run_shas(dataset, parts, run_ids)
     out, todo = {}, []
-    roots = [Path(dataset) / DERIVED_DIR]
-    if _private_dir:
-        roots.append(Path(_private_dir))
+    roots = _cached_roots(dataset)
     for run in run_ids:
         if run not in parts.get("mm_page_alloc", {}) and run not in parts.get("mm_page_free", {}):
             continue
         sig = _signature(parts, run, shas.get(run))
-        found = None
-        for root in roots:
-            path = root / name / f"run_id={run}" / "part-0.parquet"
-            if path.exists() and _read_signature(path) == sig:
-                found = path
-                break
+        found = _cached(roots, name, run, sig)
         if found:
             out[run] = found
         else:
@@ -188,6 +224,7 @@ def _derive_one(parts, root, run, sig, threads):
     con = duckdb.connect()
     out = {}
     try:
+        storage.register_duckdb(con, [f for t in SOURCES for f in parts.get(t, {}).get(run, [])])
         if threads:
             con.execute(f"SET threads = {int(threads)}")
         # sql-safe: the scans are built above from constants and quoted paths
@@ -304,7 +341,7 @@ def _stack_sources(parts, run):
 
 
 def _stack_signature(parts, run, sha):
-    sizes = {t: [os.path.getsize(f) for f in files]
+    sizes = {t: [_size(f) for f in files]
              for t, files in sorted(_stack_sources(parts, run).items())}
     return json.dumps({"version": STACK_DERIVE_VERSION, "sha256": sha, "sizes": sizes},
                       sort_keys=True)
@@ -318,17 +355,15 @@ def stack_files(dataset, name, run_ids, parts=None, threads=None, progress=None)
     if "runs" not in parts:
         raise DatasetError(f"dataset {dataset} has no runs table")
     shas = _run_shas(dataset, parts, run_ids)
-    roots = [Path(dataset) / DERIVED_DIR] + ([Path(_private_dir)] if _private_dir else [])
+    roots = _cached_roots(dataset)
     out = {}
     for run in run_ids:
         if run not in parts.get("kernel_stack", {}) or run not in parts.get("mm_page_alloc", {}):
             continue
         sig = _stack_signature(parts, run, shas.get(run))
-        for root in roots:
-            path = root / name / f"run_id={run}" / "part-0.parquet"
-            if path.exists() and _read_signature(path) == sig:
-                out[run] = path
-                break
+        found = _cached(roots, name, run, sig)
+        if found:
+            out[run] = found
         else:
             if progress:
                 progress(f"run {run}: pairing kernel stacks with their allocations, once "
@@ -371,6 +406,7 @@ def _derive_stacks(parts, root, run, sig, threads):
     con = duckdb.connect()
     out = {}
     try:
+        storage.register_duckdb(con, [f for _, files in sources for f in files])
         if threads:
             con.execute(f"SET threads = {int(threads)}")
         # sql-safe: _rows() builds from constants, ints and quoted paths

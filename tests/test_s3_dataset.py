@@ -1,0 +1,259 @@
+"""Datasets on an S3-compatible object store, read by `kmemscope info`, `query` and `compare`.
+
+A moto S3 server runs on a free loopback port for this module. Two example
+bundles are parsed into a local dataset, and the directory tree is copied into
+a bucket as a user would (`aws s3 sync`). The oracles: the same command over
+the local directory (byte for byte), and the row counts that `kmemscope.parse`
+reported when it wrote the runs. Errors (no bucket, no credentials, no server,
+a bad URL) must be one line and exit 1.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, PROJECT_ROOT, SPARK_TEST_CONF, skip_without_spark
+
+pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'kmemscope[test]')")
+moto_server = pytest.importorskip("moto.server",
+                                  reason="moto[server] is not installed (pip install 'kmemscope[test]')")
+
+import kmemscope  # noqa: E402
+
+_SCRIPT = Path(sys.executable).parent / "kmemscope"
+KMEMSCOPE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kmemscope.cli"]
+BUCKET = "kmemscope-test"
+CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+         "AWS_DEFAULT_REGION": "us-east-1"}
+# Nothing from this machine's own AWS setup may take part.
+ISOLATE = {"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+           "AWS_EC2_METADATA_DISABLED": "true"}
+AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
+            "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+            "AWS_EC2_METADATA_DISABLED")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(**over):
+    env = {k: v for k, v in os.environ.items() if k not in AWS_VARS}
+    env.update(ISOLATE)
+    env.update(over)
+    return env
+
+
+def cli(env, *args, check=True):
+    proc = subprocess.run([*KMEMSCOPE, *map(str, args)], capture_output=True, text=True,
+                          cwd=PROJECT_ROOT, env=env, timeout=600)
+    if check and proc.returncode:
+        raise AssertionError(f"kmemscope {' '.join(map(str, args))} failed "
+                             f"({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on a free loopback port; yields the environment that reaches it.
+
+    This process's environment points at it too while the module runs (a Spark
+    JVM started here inherits it), and is put back afterwards.
+    """
+    port = _free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", **CREDS, **ISOLATE}
+    saved = {k: os.environ.get(k) for k in AWS_VARS}
+    for k in AWS_VARS:
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    from kmemscope.queries import storage
+    storage._fs_cache.clear()
+    try:
+        yield _env(**env)
+    finally:
+        storage._fs_cache.clear()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def datasets(s3, tmp_path_factory):
+    """(local dataset, its s3:// URL, {run_id: {table: rows}} as parse reported them)."""
+    import s3fs
+
+    local = tmp_path_factory.mktemp("s3src") / "ds"
+    counts = {}
+    for bundle, kernel in (("kmem-compaction", "a"), ("thp-faults", "b")):
+        for summary in kmemscope.parse([EXAMPLES / bundle], local, labels={"kernel": kernel}):
+            counts[summary.run_id] = dict(summary.tables)
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.mkdir(BUCKET)
+    fs.put(str(local), f"{BUCKET}/fleet/ds", recursive=True)
+    return local, f"s3://{BUCKET}/fleet/ds", counts
+
+
+def _bucket_keys():
+    import s3fs
+    return sorted(s3fs.S3FileSystem(skip_instance_cache=True).find(BUCKET))
+
+
+def test_info_lists_the_runs_and_rows_of_the_local_dataset(s3, datasets):
+    local, url, counts = datasets
+    remote = json.loads(cli(s3, "info", url, "--format", "json").stdout)
+    here = json.loads(cli(s3, "info", local, "--format", "json").stdout)
+    assert remote == here
+    assert sorted(r["run_id"] for r in remote["runs"]) == sorted(counts)
+    got = {(r["run_id"], r["table"]): r["rows"] for r in remote["rows_per_run"]}
+    want = {(run, table): rows for run, tables in counts.items() for table, rows in tables.items()}
+    assert got == want
+    assert got[(next(r for r in counts if counts[r]["mm_page_alloc"] == 170393),
+                "mm_page_alloc")] == 170393
+    # the table printout too, byte for byte
+    assert cli(s3, "info", url).stdout == cli(s3, "info", local).stdout
+
+
+def test_query_on_duckdb_equals_the_local_query_and_writes_nothing(s3, datasets, tmp_path):
+    local, url, _ = datasets
+    before = _bucket_keys()
+    remote = cli(s3, "query", "hot_pfns", url, "--format", "csv")
+    # Another copy of the local dataset: the first query there writes _derived into it.
+    here = cli(s3, "query", "hot_pfns", local, "--format", "csv")
+    assert remote.stdout == here.stdout
+    assert remote.stdout.count("\n") > 10
+    assert _bucket_keys() == before
+    # the free/alloc pairs were computed into a private directory, gone at exit
+    line = next(l for l in remote.stderr.splitlines() if "cached under" in l)
+    private = line.rsplit("cached under ", 1)[1].rstrip(")")
+    assert "kmemscope-derived-" in private and not Path(private).exists()
+    one = cli(s3, "query", "hot_pfns", url, "--run", "017c", "--format", "csv")
+    assert one.stdout == cli(s3, "query", "hot_pfns", local, "--run", "017c",
+                             "--format", "csv").stdout
+
+
+def test_derived_tables_copied_with_the_dataset_are_used(s3, datasets):
+    import s3fs
+
+    local, _, _ = datasets
+    cli(s3, "query", "hot_pfns", local, "--format", "csv")      # builds local/_derived
+    assert (local / "_derived" / "page_pairs").is_dir()
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.put(str(local), f"{BUCKET}/with-derived/ds", recursive=True)
+    url = f"s3://{BUCKET}/with-derived/ds"
+    remote = cli(s3, "query", "hot_pfns", url, "--format", "csv")
+    assert "pairing frees" not in remote.stderr
+    assert remote.stdout == cli(s3, "query", "hot_pfns", local, "--format", "csv").stdout
+
+
+def test_compare_by_kernel_equals_the_local_compare(s3, datasets):
+    local, url, _ = datasets
+    remote = cli(s3, "compare", url, "--by", "kernel", "--format", "json")
+    here = cli(s3, "compare", local, "--by", "kernel", "--format", "json")
+    assert json.loads(remote.stdout) == json.loads(here.stdout)
+    assert {r["side"] for r in json.loads(remote.stdout)} == {"a", "b"}
+    assert cli(s3, "compare", url, "--by", "kernel").stdout == \
+        cli(s3, "compare", local, "--by", "kernel").stdout
+
+
+def _one_error_line(proc):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize("verb", [("info",), ("query", "hot_pfns")])
+def test_errors_are_one_line(s3, datasets, verb):
+    _, url, _ = datasets
+    no_bucket = _one_error_line(cli(s3, *verb, "s3://no-such-bucket/ds", check=False))
+    assert "no bucket no-such-bucket" in no_bucket
+    no_prefix = _one_error_line(cli(s3, *verb, f"s3://{BUCKET}/nothing/here", check=False))
+    assert "does not exist" in no_prefix
+    nocreds = {k: v for k, v in s3.items()
+               if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    assert "credentials" in _one_error_line(cli(nocreds, *verb, url, check=False))
+    down = dict(s3, AWS_ENDPOINT_URL=f"http://127.0.0.1:{_free_port()}")
+    assert "Could not connect" in _one_error_line(cli(down, *verb, url, check=False))
+    for bad in ("s3://Bad_Bucket/ds", f"s3://{BUCKET}/../ds", f"s3://{BUCKET}/ds/*",
+                f"s3://{BUCKET}/a//b", "s3://ab/ds"):
+        assert "s3://" in _one_error_line(cli(s3, *verb, bad, check=False))
+
+
+def test_url_validation():
+    from kmemscope.errors import DatasetError
+    from kmemscope.queries import storage
+
+    assert storage.split("s3://my.bucket-1/a/b/ds/") == ("my.bucket-1", "a/b/ds")
+    assert storage.split("s3a://bkt") == ("bkt", "")
+    assert storage.spark_path("s3://bkt/ds/t/run_id=1/p.parquet") == "s3a://bkt/ds/t/run_id=1/p.parquet"
+    assert storage.spark_path(Path("/x/y")) == "/x/y"
+    for bad in ("s3://UPPER/x", "s3://a..b/x", "s3://-bkt/x", "s3://bkt/x/../y",
+                "s3://bkt/x?y", "s3://bkt/x#y", "s3://bkt/x\ny", "s3://bkt/x%2e", "gs://bkt/x"):
+        with pytest.raises(DatasetError):
+            storage.split(bad)
+    conf = storage.spark_conf({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+                               "AWS_ACCESS_KEY_ID": "secret-id"})
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert "secret-id" not in json.dumps(conf)        # credentials stay in the environment
+    assert storage.spark_conf({})["spark.jars.packages"].startswith("org.apache.hadoop:hadoop-aws:")
+
+
+@pytest.fixture(scope="module")
+def s3_spark(s3):
+    """One Spark engine for this module, started with the s3a settings (hadoop-aws)."""
+    skip_without_spark()
+    from kmemscope.errors import QueryError
+    from kmemscope.queries import engine
+
+    eng = engine.spark_engine(master="local[2]", conf=SPARK_TEST_CONF)
+    eng._use_s3()
+    try:
+        eng.spark
+    except QueryError as exc:
+        eng.close()
+        pytest.skip(f"Spark with hadoop-aws did not start (Maven Central unreachable?): {exc}")
+    yield eng
+    eng.close()
+
+
+def test_query_and_compare_on_spark_equal_duckdb_over_the_local_copy(s3, datasets, s3_spark):
+    from kmemscope.queries import engine
+    from kmemscope.queries.sides import load_sides
+
+    local, url, _ = datasets
+    for name in ("hot_pfns", "summary"):
+        remote = engine.run_query(name, url, engine=s3_spark)
+        here = engine.run_query(name, str(local))
+        assert remote.column_names == here.column_names
+        assert remote.num_rows == here.num_rows > 0
+        assert _rows(remote) == _rows(here), name
+    remote_sides = load_sides(url, "kernel", engine=s3_spark)
+    here_sides = load_sides(str(local), "kernel")
+    assert remote_sides.sides == here_sides.sides == ["a", "b"]
+    assert remote_sides.runs == here_sides.runs
+    assert _rows_of(remote_sides.summary) == _rows_of(here_sides.summary)
+
+
+def _rows(table):
+    return _rows_of(table.to_pylist())
+
+
+def _rows_of(rows):
+    """Rows with floats rounded to 9 significant digits (Spark and DuckDB sum in other orders)."""
+    return [{k: (float(f"{v:.9g}") if isinstance(v, float) else v) for k, v in row.items()}
+            for row in rows]
