@@ -27,7 +27,6 @@ import os
 import shutil
 import socket
 import sys
-import threading
 import time
 import traceback
 import uuid
@@ -93,10 +92,10 @@ def parse_on_spark(sources, dataset, *, spark, labels=None, events=None, derive=
         items = [(i, os.path.abspath(s), str(dataset), str(tasks), labels, events)
                  for i, s in enumerate(given)]
         collected = _run_job(sc, items, _stage_task, tasks, driver)
-        for res in collected.get("results") or []:
+        for res in (collected.get("results") or []) + _landed(tasks):
             driver.handle(res)
         if collected.get("error") is not None:
-            why = _first_line(collected["error"])
+            why = _spark_reason(collected["error"])
             for i in driver.pending():
                 driver.fail(i, KmemscopeError(f"{given[i]}: the Spark task failed: {why}"))
         for i in driver.pending():       # a result nobody returned: cannot happen, but never lose one
@@ -117,6 +116,15 @@ def _check_dataset(dataset):
         raise KmemscopeError(f"dataset {dataset} is not a directory", "choose another -o")
     if not os.access(dataset, os.W_OK):
         raise KmemscopeError(f"dataset {dataset} is not writable", "check its permissions")
+
+
+def _spark_reason(exc):
+    """The line of a failed Spark job's error that says why (not py4j's call site)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        if "SparkException:" in ln:
+            return ln[ln.index("SparkException:") + len("SparkException:"):].strip()[:300]
+    return _first_line(exc)
 
 
 def _first_line(text):
@@ -186,8 +194,10 @@ class _Driver:
                         os.rmdir(work.stage)
                         os.rename(staged, work.stage)
                         summary.replaced = commit_mod.commit(work, run_id)
-                    finally:
-                        work.remove()
+                    except BaseException:
+                        _abandon(work)
+                        raise
+                    work.remove()
                     self.committed[run_id] = index
         except OSError as exc:
             self.fail(index, KmemscopeError(f"writing {self.dataset}: {exc.strerror or exc}",
@@ -199,6 +209,15 @@ class _Driver:
         self.entries[index] = summary
         if self.progress:
             self.progress("run", summary.source, summary)
+
+
+def _abandon(work):
+    """A commit cut short: a journaled one stays for recovery to roll forward."""
+    if (work.path / commit_mod.JOURNAL).is_file():
+        os.close(work._lock)          # its owner is gone: the next parse finishes it
+        work._lock = None
+    else:
+        work.remove()
 
 
 def _rebuild_error(res, source):
@@ -372,7 +391,7 @@ def _derive_on_spark(sc, dataset, driver):
     items = [(run_id, str(dataset)) for run_id in sorted(by_run)]
     box = _run_job(sc, items, _derive_task, None, None, poll=False)
     results = {r["run_id"]: r for r in box.get("results") or []}
-    why = _first_line(box["error"]) if box.get("error") is not None else "no result"
+    why = _spark_reason(box["error"]) if box.get("error") is not None else "no result"
     for run_id, indexes in by_run.items():
         r = results.get(run_id)
         for i in indexes:

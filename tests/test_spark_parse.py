@@ -8,22 +8,20 @@ over the same inputs leaves the dataset as it was; a task whose Python worker
 dies mid-staging is retried by Spark and leaves no debris; derive=True builds
 the same derived tables as queries/derive.py on the serial dataset.
 
-One local[2,2] session for the module (2 cores; a failed task gets a second
-attempt); the driver-crash test starts a second driver in a subprocess.
+The pytest run's shared Spark session serves most tests. A second driver, in
+a subprocess on local[2,2] (a failed task gets a second attempt), runs the
+retry test and then dies mid-commit for the crash test.
 """
-import os
+import json
 import shutil
 import sys
 import time
 
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, SPARK_TEST_CONF, skip_without_spark
 
-pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'kmemscope[spark]')")
-if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-    pytest.skip("no Java runtime for Spark (apt-get install openjdk-17-jre-headless)",
-                allow_module_level=True)
+skip_without_spark(allow_module_level=True)
 
 import pyarrow.parquet as pq  # noqa: E402
 
@@ -36,19 +34,8 @@ GOOD = [EXAMPLES / "kmem-compaction", EXAMPLES / "thp-faults", EXAMPLES / "memor
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-
-    from kmemscope.queries import spark_backend
-
-    active = SparkSession.getActiveSession()
-    if active is not None:          # an earlier module's session: this one needs its own master
-        active.stop()
-    # Local executors are this machine: they run this Python, which has kmemscope.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = spark_backend.session("local[2,2]", {"spark.default.parallelism": "2"})
-    yield session
-    session.stop()
+def spark(spark_engine):
+    return spark_engine.spark
 
 
 @pytest.fixture(scope="module")
@@ -168,29 +155,21 @@ def test_second_job_gives_the_same_dataset(spark, on_spark, inputs, serial):
     assert _debris(ds) == []
 
 
-def test_lost_task_is_retried_and_derive_matches(spark, serial, tmp_path):
-    """The first attempt's Python worker dies mid-trace; Spark's retry commits the run."""
-    from kmemscope.queries.derive import DERIVED_DIR, DERIVED_TABLES, derive_runs
-
-    ser_ds, ser = serial
+def test_failed_job_reports_its_inputs_and_leaves_no_debris(spark, tmp_path):
+    """On local[2] a task gets one attempt: its dead worker aborts the job. The inputs not
+    committed by then fail with Spark's reason; nothing is left in the dataset."""
     ds = tmp_path / "ds"
     sc = spark.sparkContext
     sc.setLocalProperty(spark_parse._KILL_FIRST_ATTEMPT, "kmem-compaction")
     try:
-        out = spark_parse.parse_on_spark([str(GOOD[0]), str(GOOD[2])], ds, spark=spark,
-                                         labels={"fleet": "test"}, derive=True)
+        out = spark_parse.parse_on_spark([str(GOOD[2]), str(GOOD[0])], ds, spark=spark)
     finally:
         sc.setLocalProperty(spark_parse._KILL_FIRST_ATTEMPT, None)
-    assert [type(e) for e in out] == [spark_parse.SparkRunSummary] * 2, out
-    assert out[0].attempt == 1 and out[1].attempt == 0      # the first was retried
-    assert out[0].derive_error is None and out[0].derive_seconds > 0
+    assert isinstance(out[1], KmemscopeError), out
+    assert "the Spark task failed" in str(out[1]) and "Python worker" in str(out[1])
     assert _debris(ds) == []
-    _assert_same_dataset(ds, ser_ds, [out[0].run_id, out[1].run_id])
-    derive_runs(ser_ds, [out[0].run_id])
-    for name in DERIVED_TABLES:
-        part = f"{DERIVED_DIR}/{name}/run_id={out[0].run_id}"
-        assert _sorted_rows(ds / part)[1] == _sorted_rows(ser_ds / part)[1], part
-        assert len(_sorted_rows(ds / part)[1]) > 1000
+    committed = {e.run_id for e in out if isinstance(e, spark_parse.SparkRunSummary)}
+    assert {p.name.split("=", 1)[1] for p in (ds / "runs").glob("run_id=*")} == committed
 
 
 def test_driver_says_when_it_cannot_see_what_a_task_wrote(tmp_path):
@@ -209,28 +188,70 @@ def test_executors_that_cannot_see_the_dataset_stop_the_job_early(spark, tmp_pat
         spark_parse._probe_executors(spark.sparkContext, tmp_path / "not-shared")
 
 
-CRASHING_DRIVER = """
-import sys
-from kmemscope.parsers.spark_parse import parse_on_spark
+
+SECOND_DRIVER = """
+import json, sys
+from kmemscope.parsers import commit, spark_parse
 from kmemscope.queries import spark_backend
-spark = spark_backend.session("local[2]")
-parse_on_spark(sys.argv[2:], sys.argv[1], spark=spark)
-"""
+retry_ds, crash_ds, compaction, thp, pressure = sys.argv[1:]
+spark = spark_backend.session("local[2,2]", json.loads(%r))
+sc = spark.sparkContext
+# 1. The first attempt of the kmem-compaction task dies mid-trace; Spark retries it.
+sc.setLocalProperty(spark_parse._KILL_FIRST_ATTEMPT, "kmem-compaction")
+out = spark_parse.parse_on_spark([compaction, pressure], retry_ds, spark=spark,
+                                 labels={"fleet": "test"}, derive=True)
+sc.setLocalProperty(spark_parse._KILL_FIRST_ATTEMPT, None)
+print(json.dumps([{"type": type(e).__name__, "run_id": getattr(e, "run_id", None),
+                   "attempt": getattr(e, "attempt", None),
+                   "derive_seconds": getattr(e, "derive_seconds", None),
+                   "derive_error": str(getattr(e, "derive_error", None) or "") or None,
+                   "error": str(e) if isinstance(e, Exception) else None} for e in out]),
+      flush=True)
+# 2. This driver dies after the third rename of its first commit.
+commit._CRASH_AFTER = "3"
+spark_parse.parse_on_spark([thp, pressure], crash_ds, spark=spark)
+""" % json.dumps(SPARK_TEST_CONF)
 
 
-def test_driver_killed_mid_commit_is_rolled_forward(serial, tmp_path):
-    """A driver that dies between two renames of a commit leaves a journal; the next
-    `kmemscope parse` finishes that commit and removes the job's work directory."""
+@pytest.fixture(scope="module")
+def second_driver(tmp_path_factory):
     import subprocess
 
-    ds = tmp_path / "ds"
-    script = tmp_path / "driver.py"
-    script.write_text(CRASHING_DRIVER)
-    env = dict(os.environ, KMEMSCOPE_TEST_CRASH_AFTER_RENAMES="3",
-               PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
-    proc = subprocess.run([sys.executable, script, ds, GOOD[1], GOOD[2]], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 99, proc.stderr[-2000:]
+    tmp = tmp_path_factory.mktemp("driver2")
+    script = tmp / "driver.py"
+    script.write_text(SECOND_DRIVER)
+    retry_ds, crash_ds = tmp / "retry", tmp / "crash"
+    proc = subprocess.run([sys.executable, script, retry_ds, crash_ds, *GOOD], capture_output=True,
+                          text=True, timeout=600)
+    return proc, retry_ds, crash_ds
+
+
+def test_lost_task_is_retried_and_derive_matches(second_driver, serial):
+    """The first attempt's Python worker dies mid-trace; Spark's retry commits the run."""
+    from kmemscope.queries.derive import DERIVED_DIR, DERIVED_TABLES, derive_runs
+
+    proc, ds, _ = second_driver
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[0])
+    assert [e["type"] for e in out] == ["SparkRunSummary"] * 2, out
+    assert out[0]["attempt"] == 1 and out[1]["attempt"] == 0       # the first was retried
+    assert out[0]["derive_error"] is None and out[0]["derive_seconds"] > 0
+    assert _debris(ds) == []
+    ser_ds = serial[0]
+    runs = [out[0]["run_id"], out[1]["run_id"]]
+    _assert_same_dataset(ds, ser_ds, runs)
+    derive_runs(ser_ds, runs[:1])
+    for name in DERIVED_TABLES:
+        part = f"{DERIVED_DIR}/{name}/run_id={runs[0]}"
+        assert _sorted_rows(ds / part)[1] == _sorted_rows(ser_ds / part)[1], part
+        assert len(_sorted_rows(ds / part)[1]) > 1000
+
+
+def test_driver_killed_mid_commit_is_rolled_forward(second_driver, serial):
+    """A driver that dies between two renames of a commit leaves a journal; the next
+    `kmemscope parse` finishes that commit and removes the job's work directory."""
+    proc, _, ds = second_driver
+    assert proc.returncode == 99, proc.stderr[-3000:]
     left = _debris(ds)
     assert len(left) == 2, left              # the job's folder and the journaled commit
     assert sum((ds / d / "commit.json").exists() for d in left) == 1
