@@ -213,17 +213,30 @@ spark_parse.parse_on_spark([thp, pressure], crash_ds, spark=spark)
 """ % json.dumps(SPARK_TEST_CONF)
 
 
-@pytest.fixture(scope="module")
-def second_driver(tmp_path_factory):
+@pytest.fixture(scope="module", autouse=True)
+def _second_driver_started(tmp_path_factory):
+    """Started with the module's first test: its JVM starts while the other tests run."""
     import subprocess
 
     tmp = tmp_path_factory.mktemp("driver2")
     script = tmp / "driver.py"
     script.write_text(SECOND_DRIVER)
     retry_ds, crash_ds = tmp / "retry", tmp / "crash"
-    proc = subprocess.run([sys.executable, script, retry_ds, crash_ds, *GOOD], capture_output=True,
-                          text=True, timeout=600)
-    return proc, retry_ds, crash_ds
+    proc = subprocess.Popen([sys.executable, script, retry_ds, crash_ds, *GOOD],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield proc, retry_ds, crash_ds
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def second_driver(_second_driver_started):
+    import subprocess
+
+    proc, retry_ds, crash_ds = _second_driver_started
+    out, err = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), retry_ds, crash_ds
 
 
 def test_lost_task_is_retried_and_derive_matches(second_driver, serial):
