@@ -98,7 +98,7 @@ def parse_on_spark(sources, dataset, *, spark, labels=None, events=None, derive=
             why = _spark_reason(collected["error"])
             for i in driver.pending():
                 driver.fail(i, KmemscopeError(f"{given[i]}: the Spark task failed: {why}"))
-        for i in driver.pending():       # a result nobody returned: cannot happen, but never lose one
+        for i in driver.pending():       # no result at all: never lose an input silently
             driver.fail(i, KmemscopeError(f"{given[i]}: no result came back from Spark"))
         if derive:
             _derive_on_spark(sc, dataset, driver)
@@ -183,7 +183,7 @@ class _Driver:
             with commit_mod.dataset_lock(self.dataset):
                 earlier = self.committed.get(run_id)
                 if earlier is not None and earlier > index:
-                    summary.concurrent = True     # a later input of the same trace wins, as in order
+                    summary.concurrent = True     # a later input of this trace wins
                 elif earlier is None and commit_mod.committed_since(self.dataset, run_id,
                                                                     self.started_ns):
                     summary.concurrent = True     # another parse committed this trace meanwhile

@@ -82,7 +82,8 @@ def _debris(ds):
 def _table_rows(ds):
     """{(table, run_id): rows} over every partition of the dataset."""
     out = {}
-    for table in sorted(p for p in ds.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+    tables = (p for p in ds.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    for table in sorted(tables):
         for part in table.iterdir():
             run = part.name.split("=", 1)[1]
             out[(table.name, run)] = sum(pq.ParquetFile(f).metadata.num_rows
