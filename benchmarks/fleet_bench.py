@@ -212,13 +212,13 @@ def time_report(trace):
     return time.perf_counter() - t0
 
 
-def run_worker(spec, procs):
+def run_worker(spec, procs, results):
+    """Run one engine's worker; its results are appended to `results` as they arrive."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker"]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     procs.append(proc)
     proc.stdin.write(json.dumps(spec))
     proc.stdin.close()
-    results = []
     for line in proc.stdout:
         obj = json.loads(line)
         results.append(obj)
@@ -230,7 +230,17 @@ def run_worker(spec, procs):
     proc.wait()
     if proc.returncode:
         log(f"{spec['engine']} worker exited with status {proc.returncode}")
-    return results
+
+
+def stop(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def _f(x, digits=2):
@@ -356,6 +366,7 @@ def main():
     if set(analyses) - known:
         ap.error(f"unknown analyses: {', '.join(sorted(set(analyses) - known))}")
 
+    results = []
     work = args.keep or Path(tempfile.mkdtemp(prefix="kmemscope-fleet-", dir="/var/tmp"))
     procs = []
 
@@ -394,31 +405,35 @@ def main():
             datasets.append({"n": n, "dataset": str(d),
                              "events": sum(src_runs[s][1] for s in srcs),
                              "report_s": sum(report["per_source"][src_runs[s][0]] for s in srcs)})
-        results = []
-        for e in engines:
-            spec = {"engine": e, "datasets": datasets, "analyses": analyses,
-                    "repeat": args.repeat, "budget": args.budget, "spark_conf": args.spark_conf}
-            results += run_worker(spec, procs)
+        interrupted = False
+        try:
+            for e in engines:
+                spec = {"engine": e, "datasets": datasets, "analyses": analyses,
+                        "repeat": args.repeat, "budget": args.budget, "spark_conf": args.spark_conf}
+                run_worker(spec, procs, results)
+        except KeyboardInterrupt:
+            # what was measured before the interruption is still printed
+            interrupted = True
+            log("interrupted: printing what was measured")
+            stop(procs)
         print_table(report, results, datasets, analyses, engines)
+        if interrupted:
+            print("INTERRUPTED: measurements after the last row above were not made")
         if args.json:
             args.json.write_text(json.dumps({
                 "cores": os.cpu_count(), "loadavg_end": os.getloadavg(),
                 "note": "runs are re-labelled copies of 3 real example runs",
+                "interrupted": interrupted,
                 "trace_cmd_report_s": report["per_source"], "report": report,
                 "engines": engines, "datasets": datasets,
                 "results": results}, indent=1) + "\n")
+        if interrupted:
+            sys.exit(130)
     except KeyboardInterrupt:
         log("interrupted")
         sys.exit(130)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        stop(procs)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
