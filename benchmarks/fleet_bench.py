@@ -47,8 +47,8 @@ sys.path.insert(0, str(HERE))
 import fleet_dataset  # noqa: E402
 
 DEFAULT_ANALYSES = ["summary", "hot_pfns", "pfn_reuse", "atomic_orders", "fallback_pollution",
-                    "compaction", "vmstat_rates"]
-COMPARE = "compare --by kernel"
+                    "compaction", "vmstat_rates", "compare"]
+COMPARE = "compare --by kernel"     # "compare" in --analyses: sides.load_sides + compare_sides
 
 
 def log(msg):
@@ -171,7 +171,7 @@ def _measure_all(spec, name, eng, emit, measure):
                   "why": f"estimated {est:.0f} s from N's predecessor > budget {spec['budget']:.0f} s"})
             continue
         spent = 0.0
-        for analysis in spec["analyses"] + [COMPARE]:
+        for analysis in spec["analyses"]:
             if spent > spec["budget"]:
                 emit({"kind": "result", "engine": name, "n": n, "analysis": analysis,
                       "skipped": f"budget of {spec['budget']:.0f} s spent at this N"})
@@ -274,7 +274,7 @@ def print_table(report, results, datasets, analyses, engines):
            "duck MB", "JVM MB", "rep/duck", "rep/spark", "rows"]
     rows = []
     for d in datasets:
-        for a in analyses + [COMPARE]:
+        for a in analyses:
             du = by.get(("duckdb", d["n"], a), {}) if "duckdb" in engines else {}
             sp = by.get(("spark", d["n"], a), {}) if "spark" in engines else {}
             if not du and not sp:
@@ -302,7 +302,7 @@ def print_table(report, results, datasets, analyses, engines):
     errors = [r for r in results if r["kind"] == "result" and "error" in r]
     for r in errors:
         print(f"error: {r['engine']} N={r['n']} {r['analysis']}: {r['error']}")
-    mismatch = [(d["n"], a) for d in datasets for a in analyses + [COMPARE]
+    mismatch = [(d["n"], a) for d in datasets for a in analyses
                 if "rows" in by.get(("duckdb", d["n"], a), {}) and "rows" in by.get(("spark", d["n"], a), {})
                 and by[("duckdb", d["n"], a)]["rows"] != by[("spark", d["n"], a)]["rows"]]
     for n, a in mismatch:
@@ -316,7 +316,7 @@ def merge(files):
     datasets = {d["n"]: d for doc in docs for d in doc["datasets"]}
     analyses = []
     for r in results:
-        if r["kind"] == "result" and r["analysis"] != COMPARE and r["analysis"] not in analyses:
+        if r["kind"] == "result" and r["analysis"] not in analyses:
             analyses.append(r["analysis"])
     engines = sorted({r["engine"] for r in results})
     print(f"merged from {', '.join(map(str, files))}; load average at each file's end: "
@@ -360,9 +360,9 @@ def main():
     engines = [e for e in args.engines.split(",") if e]
     if not engines or set(engines) - {"duckdb", "spark"}:
         ap.error("--engines takes duckdb and/or spark")
-    analyses = [a for a in args.analyses.split(",") if a]
+    analyses = [COMPARE if a == "compare" else a for a in args.analyses.split(",") if a]
     from kmemscope.queries import catalog
-    known = {n for n, _ in catalog.list_queries()}
+    known = {n for n, _ in catalog.list_queries()} | {COMPARE}
     if set(analyses) - known:
         ap.error(f"unknown analyses: {', '.join(sorted(set(analyses) - known))}")
 
