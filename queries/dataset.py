@@ -152,7 +152,10 @@ def confine(con, dataset, sql):
         raise QueryError(f"SQL failed: {sql_error_text(exc)}") from None
     if kinds - {"SELECT"}:
         raise QueryError(f"--read-only allows SELECT statements only, not {', '.join(sorted(kinds - {'SELECT'}))}")
-    root = os.path.realpath(dataset) + os.sep
+    if storage.is_url(dataset):
+        root = storage.url(*storage.split(dataset)) + "/"
+    else:
+        root = os.path.realpath(dataset) + os.sep
     con.execute(f"SET allowed_directories = [{quote_literal(root)}]")
     for setting in ("autoinstall_known_extensions", "autoload_known_extensions",
                     "enable_external_access"):
