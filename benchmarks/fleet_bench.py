@@ -260,7 +260,8 @@ def print_table(report, results, datasets, analyses, engines):
     print("runs are RE-LABELLED COPIES of 3 real example runs "
           "(kmem-compaction, thp-faults, memory-pressure), not distinct captures")
     print("yardstick, measured in this run: trace-cmd report -i TRACE > /dev/null: " + ", ".join(
-        f"{k} {v:.2f} s" for k, v in report["per_source"].items()))
+        f"{k} {v:.2f} s" for k, v in report["per_source"].items())
+        + (" (merged: each N uses its own file's)" if report.get("merged") else ""))
     for s in sessions:
         print(f"spark session start (local[*], once, not in the times below): {s['seconds']:.1f} s; "
               f"driver JVM RSS after start {_f(s['jvm_rss_mb'], 0)} MB")
@@ -313,15 +314,22 @@ def print_table(report, results, datasets, analyses, engines):
 def merge(files):
     docs = [json.loads(Path(f).read_text()) for f in files]
     results = [r for d in docs for r in d["results"]]
-    datasets = {d["n"]: d for doc in docs for d in doc["datasets"]}
+    # a size one file skipped and another measured is not "not run"
+    measured = {(r["engine"], r["n"]) for r in results if r["kind"] == "result"}
+    results = [r for r in results if not (r["kind"] == "skip_n" and (r["engine"], r["n"]) in measured)]
+    datasets = {d["n"]: d for doc in docs for d in doc["datasets"]
+                if any(n == d["n"] for _, n in measured)}
     analyses = []
     for r in results:
         if r["kind"] == "result" and r["analysis"] not in analyses:
             analyses.append(r["analysis"])
     engines = sorted({r["engine"] for r in results})
-    print(f"merged from {', '.join(map(str, files))}; load average at each file's end: "
-          + "; ".join(" ".join(f"{x:.1f}" for x in d["loadavg_end"]) for d in docs))
-    print_table(docs[0]["report"], results, [datasets[n] for n in sorted(datasets)], analyses,
+    for f, d in zip(files, docs):
+        sizes = ",".join(str(x["n"]) for x in d["datasets"])
+        print(f"merged: {f} (N={sizes}; {', '.join(d['engines'])}): load average at its end "
+              + " ".join(f"{x:.1f}" for x in d["loadavg_end"]) + "; trace-cmd report there: "
+              + ", ".join(f"{k} {v:.2f} s" for k, v in d["trace_cmd_report_s"].items()))
+    print_table(dict(docs[0]["report"], merged=True), results, [datasets[n] for n in sorted(datasets)], analyses,
                 engines)
 
 
