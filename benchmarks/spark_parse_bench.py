@@ -31,9 +31,11 @@ def make_inputs(work, copies):
     inputs = [str(p) for p in EXAMPLES]
     for i in range(copies):
         src = EXAMPLES[i % len(EXAMPLES)]
+        # sql-safe: a directory name, not SQL
         dst = work / f"copy{i:03d}-{src.name}"
         shutil.copytree(src, dst)
         with open(dst / "trace.dat", "ab") as f:
+            # sql-safe: bytes that make each copy a distinct trace, not SQL
             f.write(f"copy {i}".encode())
         inputs.append(str(dst))
     return inputs

@@ -287,6 +287,7 @@ def _probe_executors(sc, job):
         said = [ln for ln in str(exc).splitlines() if "Error:" in ln and "Py4J" not in ln]
         raise KmemscopeError(
             f"Spark executors cannot run kmemscope: {_first_line(said[-1] if said else exc)}",
+            # sql-safe: a hint for the user, not SQL ("install" is also a DuckDB statement)
             "install kmemscope on every executor and point PYSPARK_PYTHON at that Python "
             f"(for local masters: PYSPARK_PYTHON={sys.executable})") from None
     problems = sorted({p for p in found if p})
