@@ -450,8 +450,10 @@ def query(name, dataset, runs, labels, params, fmt, output, engine, spark_master
                           progress=lambda msg: click.echo(f"kmemscope: {msg}", err=True),
                           engine=eng)
     # Caveats (a run without procfs samples, an assumed pageblock order) go to
-    # stderr so that csv/json on stdout stay clean.
-    for note in notes_of(table):
+    # stderr so that csv/json on stdout stay clean; one line per caveat, not per run.
+    from kmemscope.queries.sides import condense_notes
+
+    for note in condense_notes(notes_of(table)):
         click.echo(f"kmemscope: note: {note}", err=True)
     write_result(table, fmt, output)
 

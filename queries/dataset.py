@@ -163,7 +163,7 @@ def confine(con, dataset, sql):
     con.execute("SET lock_configuration = true")
 
 
-def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
+def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, parts=None):
     """Return a DuckDB connection where each table of `dataset` is a view.
 
     run_ids: restrict every view to these runs (ids as found on disk).
@@ -171,11 +171,14 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
       such a column (an older kernel's format) gets it as NULL; a table that none
       of the runs has becomes an empty view with run_id and these columns.
     tables: create views for these tables only (default: all).
+    parts: table_runs(dataset) when the caller has just listed it (a listing
+      of hundreds of runs takes seconds; a query needs one).
     """
     import duckdb
 
-    finish_interrupted_commits(dataset)
-    parts = table_runs(dataset)
+    if parts is None:
+        finish_interrupted_commits(dataset)
+        parts = table_runs(dataset)
     con = duckdb.connect(database=":memory:")
     if storage.is_url(dataset):
         storage.register_duckdb(con, [storage.url(*storage.split(dataset))])
@@ -192,7 +195,9 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None):
         scan = _scan(files)
         extra = ""
         need = columns.get(name)
-        if need:
+        # One footer tells most of the time: in a format-2 dataset every run of a table
+        # has the known columns. Otherwise DESCRIBE reads every file's footer.
+        if need and not set(need) <= set(storage.read_schema(str(files[0])).names):
             # sql-safe: scan is _scan()'s quoted file list
             have = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
             extra = "".join(f", CAST(NULL AS {typ}) AS {quote_ident(col)}"

@@ -24,7 +24,7 @@ class DuckDBBackend:
         self.dataset, self.chosen, self.parts, self.threads = dataset, chosen, parts, threads
         columns = {t: TABLE_COLUMNS[t] for t in tables if t in TABLE_COLUMNS}
         self.con = ds.connect(dataset, threads=threads, run_ids=chosen, columns=columns,
-                              tables=tables)
+                              tables=tables, parts=parts)
 
     def register_arrow(self, name, table):
         """A temp table `name` holding the Arrow `table`."""

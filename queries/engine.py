@@ -214,15 +214,17 @@ def resolve_engine(engine):
     raise QueryError(f"unknown engine {engine!r}", f"engines: {', '.join(ENGINES)}")
 
 
-def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, engine=None):
+def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, engine=None,
+              parts=None):
     """A backend over the selected runs with run_facts and the _common.sql views.
 
     Returns (backend, chosen run ids, table partitions, run facts, migratetypes).
     tables: the views to make besides those _common.sql reads (default: every
-    table). The caller closes the backend.
+    table). parts: the dataset's listing when the caller has it (prepare's).
+    The caller closes the backend.
     """
     eng = resolve_engine(engine)
-    parts = _table_runs(dataset)
+    parts = _table_runs(dataset) if parts is None else parts
     chosen = select_runs(dataset, parts, run_ids, labels)
     common = COMMON_SQL.read_text()
     known = set(TABLE_COLUMNS) | set(parts)
@@ -312,7 +314,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     """
     plan = prepare(name, dataset, run_ids, labels, params)
     backend, _chosen, _parts, facts, mts = open_runs(
-        dataset, plan.chosen, None, plan.tables, threads, engine)
+        dataset, plan.chosen, None, plan.tables, threads, engine, plan.parts)
     notes = plan.notes + _assumption_notes(facts, mts, plan.needs)
     bound = plan.bound
     try:

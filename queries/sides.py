@@ -167,5 +167,6 @@ def condense_notes(notes):
             lines.append(f"run {ids[0]} {n}")
         else:
             shown = ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")
-            lines.append(f"{len(ids)} runs ({shown}) {re.sub(r'^has ', 'have ', n)}")
+            plural = re.sub(r"^has ", "have ", n).replace(": its rows", ": their rows")
+            lines.append(f"{len(ids)} runs ({shown}) {plural}")
     return lines
