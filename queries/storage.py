@@ -245,9 +245,8 @@ def spark_conf(environ=None):
         conf["spark.hadoop.fs.s3a.endpoint.region"] = region
     elif endpoint:
         conf["spark.hadoop.fs.s3a.endpoint.region"] = "us-east-1"
-    # hadoop-aws 3.5's default "analytics" stream keeps what it read in the driver's
-    # heap: the summary analysis ran out of a 1 GiB heap with it; the classic one reads
-    # ranges as asked.
+    # hadoop-aws 3.5's default "analytics" stream keeps an entry per object read for
+    # the life of the filesystem; the classic stream reads the ranges asked for.
     conf["spark.hadoop.fs.s3a.input.stream.type"] = "classic"
     # Fail in seconds when the endpoint does not answer.
     conf["spark.hadoop.fs.s3a.attempts.maximum"] = "3"
