@@ -233,7 +233,9 @@ def s3_spark(s3):
     from kmemscope.errors import QueryError
     from kmemscope.queries import engine
 
-    eng = engine.spark_engine(master="local[2]", conf=SPARK_TEST_CONF)
+    # summary over s3a ran out of the default 1 GiB driver heap here
+    eng = engine.spark_engine(master="local[2]", conf={**SPARK_TEST_CONF,
+                                                       "spark.driver.memory": "2g"})
     eng._use_s3()
     try:
         eng.spark
