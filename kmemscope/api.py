@@ -164,9 +164,11 @@ class Dataset:
     """A kmemscope dataset opened for queries, on DuckDB in this process or on Spark."""
 
     def __init__(self, path, engine="duckdb", spark_master=None, spark_conf=None):
+        from kmemscope.queries import storage
         from kmemscope.queries.dataset import table_dirs
 
-        self.path = Path(path)
+        # an s3:// URL stays a string: Path() would fold its double slash
+        self.path = str(path) if storage.is_url(str(path)) else Path(path)
         table_dirs(self.path)              # a missing or empty dataset fails here, in one line
         self.engine = engine if isinstance(engine, str) else getattr(engine, "name", "?")
         self._engine = _engine_for(engine, spark_master, spark_conf)

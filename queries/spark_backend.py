@@ -47,6 +47,8 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.log.level": "ERROR",
     "spark.ui.showConsoleProgress": "false",
+    # summary's plan (about 160 stages) ran out of the default 1 GiB driver heap over s3a
+    "spark.driver.memory": "2g",
 }
 _WIDER = ["TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL(20,0)"]
 JAVA_HINT = ("Spark needs Java 17 or later: apt-get install openjdk-17-jre-headless, "
