@@ -136,10 +136,14 @@ def jsonable(value):
 
 def _json_rows(table):
     """Rows one record batch at a time: a large result is never one Python list."""
+    import pyarrow as pa
+
     for batch in table.to_batches(max_chunksize=8192):
+        # an empty MAP comes back from Arrow as [], a full one as pairs: both are objects
+        maps = {f.name for f in batch.schema if pa.types.is_map(f.type)}
         for row in batch.to_pylist():
-            yield json.dumps({k: jsonable(v) for k, v in row.items()}, default=str,
-                             ensure_ascii=False)
+            yield json.dumps({k: {} if k in maps and v == [] else jsonable(v)
+                              for k, v in row.items()}, default=str, ensure_ascii=False)
 
 
 def _write_json(table, out, lines):
