@@ -300,15 +300,10 @@ def sql(dataset, query, read_only, fmt, output, engine, spark_master, spark_conf
 
 
 def _run_backend_sql(backend, query):
-    try:
+    from kmemscope.queries.engine import backend_errors
+
+    with backend_errors(backend, "SQL"):
         return backend.query_arrow(query, None)
-    except KmemscopeError:
-        raise
-    except Exception as exc:
-        text = backend.error_text(exc)
-        if text is None:
-            raise
-        raise KmemscopeError(f"SQL failed{backend.where}: {text}") from None
 
 
 def _run_sql(con, query, params=None):

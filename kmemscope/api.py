@@ -200,9 +200,9 @@ class Dataset:
         """
         import duckdb
 
-        from kmemscope.errors import KmemscopeError, QueryError
+        from kmemscope.errors import QueryError
         from kmemscope.queries.dataset import confine, query_arrow, sql_error_text
-        from kmemscope.queries.engine import open_run_set, open_runs
+        from kmemscope.queries.engine import backend_errors, open_run_set, open_runs
 
         runs = [run] if isinstance(run, str) else run
         if self._engine is not None:
@@ -213,14 +213,8 @@ class Dataset:
                 raise QueryError("on Spark, parameters are named: pass a mapping for $name")
             backend = open_runs(self.path, runs, label, engine=self._engine)[0]
             try:
-                return Result(backend.query_arrow(query, dict(params or {})))
-            except KmemscopeError:
-                raise
-            except Exception as exc:
-                text = backend.error_text(exc)
-                if text is None:
-                    raise
-                raise QueryError(f"SQL failed{backend.where}: {text}") from None
+                with backend_errors(backend, "SQL"):
+                    return Result(backend.query_arrow(query, dict(params or {})))
             finally:
                 backend.close()
         con, _chosen, _parts, _facts = open_run_set(self.path, runs, label)

@@ -27,6 +27,7 @@ metadata under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 import json
 import re
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kmemscope.errors import DatasetError, KmemscopeError, QueryError
@@ -318,21 +319,15 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     notes = plan.notes + _assumption_notes(facts, mts, plan.needs)
     bound = plan.bound
     try:
-        for derived in plan.needs.derived:
-            if derived not in DERIVED_COLUMNS:
-                raise QueryError(f"unknown derived table {derived}")
-            backend.derived(derived, progress)
-        backend.register_arrow("query_params", _params_table(plan))
-        if plan.analysis.prelude.strip():
-            backend.run_script(plan.analysis.prelude, bound)
-        table = backend.query_arrow(plan.section.sql, _used(plan.section.sql, bound))
-    except KmemscopeError:
-        raise
-    except Exception as exc:
-        text = backend.error_text(exc)
-        if text is None:
-            raise
-        raise QueryError(f"query {plan.qname} failed{backend.where}: {text}") from exc
+        with backend_errors(backend, f"query {plan.qname}"):
+            for derived in plan.needs.derived:
+                if derived not in DERIVED_COLUMNS:
+                    raise QueryError(f"unknown derived table {derived}")
+                backend.derived(derived, progress)
+            backend.register_arrow("query_params", _params_table(plan))
+            if plan.analysis.prelude.strip():
+                backend.run_script(plan.analysis.prelude, bound)
+            table = backend.query_arrow(plan.section.sql, _used(plan.section.sql, bound))
     finally:
         backend.close()
     meta = dict(table.schema.metadata or {})
@@ -340,6 +335,20 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     meta[b"kmemscope.query"] = plan.qname.encode()
     meta[b"kmemscope.engine"] = backend.name.encode()
     return table.replace_schema_metadata(meta)
+
+
+@contextmanager
+def backend_errors(backend, what):
+    """A backend's own error (DuckDB's, Spark's, a translation's) as one QueryError line."""
+    try:
+        yield
+    except KmemscopeError:
+        raise
+    except Exception as exc:
+        text = backend.error_text(exc)
+        if text is None:           # not the engine's: a bug, let it through
+            raise
+        raise QueryError(f"{what} failed{backend.where}: {text}") from exc
 
 
 def _used(sql, bound):
