@@ -98,7 +98,19 @@ def session(master="local[*]", conf=None, app="kmemscope"):
         os.dup2(saved, 2)
         os.close(saved)
     spark.sparkContext.setLogLevel("ERROR")
+    _quiet_pyspark_error_logs()
     return spark
+
+
+def _quiet_pyspark_error_logs():
+    """pyspark logs every SQL error as a page of JSON on stderr before raising it;
+    kmemscope reports the error in one line itself."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
 
 
 def _conf_items(conf):
