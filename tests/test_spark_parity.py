@@ -209,6 +209,25 @@ def test_compare_sides_on_spark_equal_duckdb(dataset, spark):
     assert ok, f"compare_sides: {msg}"
 
 
+def test_spark_sql_error_is_one_line(dataset, spark, capfd):
+    """A Spark SQL error reaches the user as one line, without pyspark's page of JSON."""
+    from kmemscope.errors import QueryError
+    from kmemscope.queries.engine import backend_errors, open_runs
+
+    backend = open_runs(dataset, tables=["runs"], engine=spark)[0]
+    try:
+        with pytest.raises(QueryError) as info:
+            with backend_errors(backend, "SQL"):
+                backend.query_arrow("SELECT no_such_column FROM runs", None)
+    finally:
+        backend.close()
+    message = str(info.value)
+    assert message.startswith("SQL failed on Spark: ") and "no_such_column" in message
+    assert "\n" not in message
+    err = capfd.readouterr().err
+    assert "QueryContextLogger" not in err and "Py4JJavaError" not in err, err[:500]
+
+
 def _csv_rows(text):
     return list(csv.reader(io.StringIO(text)))
 
