@@ -83,10 +83,15 @@ def session(master="local[*]", conf=None, app="kmemscope"):
     for k, v in settings.items():
         builder = builder.config(k, v)
     log = _spark_log_path()
-    saved = os.dup(2)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
     try:
-        # The JVM inherits fd 2 when it starts: point it at the log for its lifetime.
+        # The JVM inherits fds 1 and 2 when it starts, and writes warnings to both (the
+        # code cache's go to stdout): point them at the log for its lifetime, so that
+        # results on stdout stay clean.
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
         spark = builder.getOrCreate()
@@ -95,8 +100,9 @@ def session(master="local[*]", conf=None, app="kmemscope"):
         hint = JAVA_HINT if "JAVA" in first.upper() else f"the JVM's log: {log}"
         raise QueryError(f"could not start Spark ({master}): {first}", hint) from None
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        for target, fd in zip((1, 2), saved):
+            os.dup2(fd, target)
+            os.close(fd)
     spark.sparkContext.setLogLevel("ERROR")
     _quiet_pyspark_error_logs()
     return spark
@@ -155,6 +161,11 @@ class SparkEngine:
 
     @property
     def spark(self):
+        if self._own and self._spark is not None and self._spark.sparkContext._jsc is None:
+            # stopped elsewhere (a session with other jars took its place): start anew
+            self._spark = None
+            self._derived.clear()
+            self._frames.clear()
         if self._spark is None:
             conf = self.conf
             if self._s3:
