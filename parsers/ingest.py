@@ -299,9 +299,8 @@ def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels
 
 # ---------------------------------------------------------------- ingest (runs in the parent)
 
-def ingest(source, dataset, labels=None, events=None, threads=None, progress=None, isolate=True):
-    """Parse `source` into `dataset`; returns a RunSummary. Raises KmemscopeError on bad input."""
-    dataset = Path(dataset)
+def writable_dataset(dataset):
+    """Create the dataset directory if needed; raise one line when it cannot be written."""
     try:
         dataset.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -310,6 +309,12 @@ def ingest(source, dataset, labels=None, events=None, threads=None, progress=Non
         raise KmemscopeError(f"dataset {dataset} is not a directory", "choose another -o")
     if not os.access(dataset, os.W_OK):
         raise KmemscopeError(f"dataset {dataset} is not writable", "check its permissions")
+
+
+def ingest(source, dataset, labels=None, events=None, threads=None, progress=None, isolate=True):
+    """Parse `source` into `dataset`; returns a RunSummary. Raises KmemscopeError on bad input."""
+    dataset = Path(dataset)
+    writable_dataset(dataset)
     started_ns = time.time_ns()
     dataset_format.read_format(dataset)     # a newer format is refused before decoding
     try:

@@ -37,7 +37,7 @@ from kmemscope import errors
 from kmemscope.errors import DatasetError, KmemscopeError
 from kmemscope.parsers import commit as commit_mod
 from kmemscope.parsers import dataset_format
-from kmemscope.parsers.ingest import RunSummary
+from kmemscope.parsers.ingest import RunSummary, writable_dataset
 
 TASKS = "tasks"
 RESULT = "result.json"
@@ -73,7 +73,7 @@ def parse_on_spark(sources, dataset, *, spark, labels=None, events=None, derive=
     if not given:
         return []
     dataset = Path(os.path.abspath(dataset))
-    _check_dataset(dataset)
+    writable_dataset(dataset)
     dataset_format.read_format(dataset)     # a newer format is refused before any task runs
     labels, events = dict(labels or {}), list(events or [])
     sc = spark.sparkContext
@@ -105,17 +105,6 @@ def parse_on_spark(sources, dataset, *, spark, labels=None, events=None, derive=
         return driver.entries
     finally:
         job.remove()
-
-
-def _check_dataset(dataset):
-    try:
-        dataset.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise KmemscopeError(f"cannot create dataset {dataset}: {exc.strerror}") from None
-    if not dataset.is_dir():
-        raise KmemscopeError(f"dataset {dataset} is not a directory", "choose another -o")
-    if not os.access(dataset, os.W_OK):
-        raise KmemscopeError(f"dataset {dataset} is not writable", "check its permissions")
 
 
 def _spark_reason(exc):
