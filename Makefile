@@ -12,7 +12,7 @@ SPARK_REQS  := tests/spark_reqs.py
 EXAMPLE     := examples/kmem-compaction
 DEMO_DIR    := out/demo
 
-.PHONY: all setup setup-spark native demo test bench fuzz dist clean
+.PHONY: all setup setup-spark native demo test bench fuzz dist clean docs
 
 all: setup dist
 
@@ -93,6 +93,16 @@ setup-spark: setup
 # cannot run fails instead of skipping.
 test: setup dist setup-spark
 	KMEMSCOPE_REQUIRE_SPARK=1 $(BIN)/python -m pytest -q -rs tests
+
+# The documentation site (mkdocs.yml, docs/) into out/site. The generated parts of
+# docs/cli.md, docs/analyses.md and docs/eras.md are rewritten from the code first
+# (tools/gen_docs.py); --strict turns every warning (a broken link or anchor) into a failure.
+MKDOCS_PIN  := mkdocs==1.6.1
+
+docs: setup
+	@$(BIN)/python -c "import mkdocs" 2>/dev/null || { echo "installing $(MKDOCS_PIN) into $(VENV)"; $(BIN)/pip install -q $(MKDOCS_PIN); }
+	$(BIN)/python tools/gen_docs.py
+	$(BIN)/mkdocs build --strict --site-dir out/site
 
 bench: setup
 	$(BIN)/python benchmarks/parse_bench.py

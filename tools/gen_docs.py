@@ -259,13 +259,20 @@ def main(argv=None):
         if (ROOT / page).read_text() == new:
             continue
         if args.check:
-            stale.append(page)
+            import difflib
+
+            lines = list(difflib.unified_diff((ROOT / page).read_text().splitlines(), new.splitlines(),
+                                              f"{page} (as committed)", "(from the code now)",
+                                              lineterm="", n=1))
+            stale.append((page, lines))
         else:
             (ROOT / page).write_text(new)
             print(f"wrote {page}")
-    for page in stale:
+    for page, lines in stale:
         print(f"{page} is stale: its generated part no longer matches the code "
               "(run .venv/bin/python tools/gen_docs.py)", file=sys.stderr)
+        shown = lines[:40] + ([f"... ({len(lines) - 40} more diff lines)"] if len(lines) > 40 else [])
+        print("\n".join(shown), file=sys.stderr)
     return 1 if stale else 0
 
 

@@ -1,0 +1,186 @@
+"""The documentation says what the code does: README.md and docs/ are checked against it.
+
+- The generated parts (docs/cli.md from the click commands, docs/analyses.md from the .sql
+  headers, docs/eras.md from queries/KERNEL-ERAS.md) are what tools/gen_docs.py writes now.
+- Every verb and every option has help text, and an entry in the command-line reference;
+  every analysis, section and parameter has one in the analyses reference.
+- Every link between the pages (and from the README) reaches a page and an anchor that exist,
+  and every page is in the site's navigation.
+- Every example marked `<!-- check -->` prints, when run again on the example bundles, what
+  the page shows (tools/doc_examples.py; only times and temporary paths are normalised).
+
+The oracle for the references is the code's own objects (click's command tree, the argparse
+parser of `record`, queries/catalog.py), read here apart from the generator's rendering.
+"""
+import re
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import click
+import pytest
+
+from conftest import PROJECT_ROOT
+
+sys.path.insert(0, str(PROJECT_ROOT / "tools"))
+import doc_examples  # noqa: E402  (tools/ is development-only: not a package)
+import gen_docs  # noqa: E402
+
+DOCS = PROJECT_ROOT / "docs"
+PAGES = [PROJECT_ROOT / "README.md"] + sorted(DOCS.glob("*.md"))
+
+
+def test_generated_pages_are_current():
+    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "tools" / "gen_docs.py"), "--check"],
+                          capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+# ---------------------------------------------------------------- the command line
+
+def _section(text, anchor):
+    """The part of a page from the heading with {#anchor} to the next heading of its level or above."""
+    m = re.search(rf"^(#+) .*\{{#{re.escape(anchor)}\}}\s*$", text, re.M)
+    assert m, f"no heading with id {anchor!r}"
+    level = len(m.group(1))
+    end = re.compile(rf"^#{{1,{level}}} ", re.M).search(text, m.end())
+    return text[m.end():end.start() if end else len(text)]
+
+
+COMMANDS = gen_docs.walk_commands()
+
+
+@pytest.mark.parametrize("path,command,ctx", COMMANDS, ids=[" ".join(c[0]) for c in COMMANDS])
+def test_every_verb_and_option_has_help_and_an_entry(path, command, ctx):
+    section = _section((DOCS / "cli.md").read_text(), gen_docs.anchor(path))
+    assert (command.help or command.short_help or "").strip(), f"{' '.join(path)} has no help text"
+    if gen_docs.parses_own_arguments(command, ctx):
+        return          # its own parser: the next test
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.hidden:
+            continue
+        assert (param.help or "").strip(), f"{' '.join(path)} {param.opts[0]} has no help text"
+        for opt in param.opts + param.secondary_opts:
+            assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", section), \
+                f"{' '.join(path)} {opt} is not in docs/cli.md"
+
+
+def test_record_options_have_help_and_an_entry():
+    """`record` parses its own arguments (argparse, so that it runs from a .pyz without click)."""
+    import argparse
+
+    from kmemscope.capture.cli import build_parser
+
+    section = _section((DOCS / "cli.md").read_text(), "record")
+    for action in build_parser()._actions:
+        if action.help == argparse.SUPPRESS or not action.option_strings:
+            continue
+        assert (action.help or "").strip(), f"record {action.option_strings[0]} has no help text"
+        for opt in action.option_strings:
+            assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", section), \
+                f"record {opt} is not in docs/cli.md"
+
+
+def test_every_analysis_section_and_parameter_has_an_entry():
+    from kmemscope.queries import catalog
+
+    text = (DOCS / "analyses.md").read_text()
+    for analysis in catalog.load_analyses().values():
+        part = _section(text, analysis.name)
+        for param in analysis.params:
+            assert f"`{param}`" in part, f"parameter {param} of {analysis.name} is not in docs/analyses.md"
+        for sec in analysis.sections:
+            query = analysis.query_name(sec)
+            assert f"#### {query} {{#" in part, f"{query} is not in docs/analyses.md"
+            for column in sec.columns or []:
+                assert f"`{column.name}`" in part, f"column {column.name} of {query} is not documented"
+
+
+# ---------------------------------------------------------------- links
+
+def _slug(text):
+    """Python-Markdown's toc slug (mkdocs' default): the heading's text without its markup."""
+    text = re.sub(r"`([^`]*)`", r"\1", text)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"[*_]{1,2}([^*_]+)[*_]{1,2}", r"\1", text)
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def _prose(text):
+    """The page without its fenced blocks and code spans (links there are not links)."""
+    text = re.sub(r"^(```|~~~).*?^\1[^\n]*$", "", text, flags=re.M | re.S)
+    return re.sub(r"`[^`\n]*`", "``", text)
+
+
+def anchors(page):
+    out, seen = set(), {}
+    for m in re.finditer(r"^#{1,6} (.*?)\s*$", _prose(page.read_text()), re.M):
+        heading = m.group(1)
+        explicit = re.search(r"\{#([^}\s]+)\}$", heading)
+        if explicit:
+            out.add(explicit.group(1))
+            continue
+        slug = _slug(heading)
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}_{n}")
+    return out
+
+
+def _links(page):
+    for m in re.finditer(r"\]\(([^)\s]+)\)", _prose(page.read_text())):
+        target = m.group(1)
+        if not re.match(r"[a-z]+:", target):
+            yield target
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(PROJECT_ROOT)) for p in PAGES])
+def test_links_reach_a_page_and_an_anchor(page):
+    bad = []
+    for target in _links(page):
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            bad.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{target}: no heading with that anchor in {dest.relative_to(PROJECT_ROOT)}")
+        if page.parent == DOCS and path and not dest.is_relative_to(DOCS):
+            bad.append(f"{target}: a docs page links outside docs/ (the site would lose it)")
+    assert not bad, f"{page.relative_to(PROJECT_ROOT)}: broken links:\n" + "\n".join(bad)
+
+
+def test_every_page_is_in_the_navigation():
+    nav = re.findall(r":\s*([\w-]+\.md)\s*$", (PROJECT_ROOT / "mkdocs.yml").read_text(), re.M)
+    pages = sorted(p.name for p in DOCS.glob("*.md"))
+    assert sorted(nav) == pages
+
+
+# ---------------------------------------------------------------- examples
+
+EXAMPLES = [e for page in PAGES for e in doc_examples.find_examples(page)]
+
+
+@pytest.fixture(scope="module")
+def workdirs():
+    dirs = doc_examples.Workdirs()
+    yield dirs
+    dirs.close()
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.where for e in EXAMPLES])
+def test_example_output_matches_the_page(example, workdirs):
+    expected, actual, _ = doc_examples.run_example(example, workdirs)
+    assert expected == actual, (
+        f"{example.where}: the example's output changed (after a change you meant, "
+        "`.venv/bin/python tools/doc_examples.py --update` rewrites it)\n"
+        + doc_examples.diff(example, expected, actual))
+
+
+def test_readme_is_short_and_has_the_two_commands():
+    text = (PROJECT_ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 260
+    assert "make demo" in text and "make test" in text
+    assert "## Comparing two kernels" in text
