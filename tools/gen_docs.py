@@ -123,7 +123,7 @@ def prose(text):
     for para in re.split(r"\n\s*\n", text.strip("\n")):
         lines = para.split("\n")
         if any(line[:1].isspace() for line in lines[1:]) or any("   " in line.strip() for line in lines):
-            out += ["```text", para, "```"]
+            out += ["```text", para, "```", ""]
             cited = sorted({n for m in _ERAS.finditer(para) for n in re.findall(r"\d+", m.group(2))},
                            key=int)
             if cited:
