@@ -9,7 +9,7 @@ import os
 import sys
 import traceback
 
-from kmemscope.capture import cleanup, lock, pack, presets
+from kmemscope.capture import bench_metrics, cleanup, lock, pack, presets
 from kmemscope.errors import CaptureError
 from kmemscope.capture.recorder import Interrupted, Options, Recorder, check_host
 from kmemscope.capture.units import parse_duration, parse_size
@@ -58,6 +58,9 @@ def build_parser():
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="label the run, e.g. --label kernel=vanilla (repeatable)")
     p.add_argument("--zoneinfo", action="store_true", help="also sample /proc/zoneinfo")
+    p.add_argument("--metrics", metavar="FILE",
+                   help="a JSON file of benchmark results that COMMAND writes (its path is also "
+                        "in $KMEMSCOPE_METRICS_OUT); copied into the bundle as metrics.json")
     p.add_argument("--pack", choices=pack.FORMATS, metavar="gz|zst",
                    help="also write the bundle as one BUNDLE.tar.gz or .tar.zst to copy off the host")
     p.add_argument("--force", action="store_true",
@@ -147,7 +150,10 @@ def main(argv=None):
         if args.cleanup:
             return run_cleanup(args.trace_cmd)
         options = options_from_args(args, command)
+        metrics = bench_metrics.Expected(args.metrics, command) if args.metrics else None
         Recorder(options, say).run()
+        if metrics:
+            metrics.copy_into(options.output, say)
         if args.pack:
             archive = pack.pack(options.output, args.pack)
             say("packed %s (%.1f MiB)" % (archive, os.path.getsize(archive) / (1 << 20)))

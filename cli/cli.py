@@ -455,7 +455,7 @@ def query(name, dataset, runs, labels, params, fmt, output, engine, spark_master
 
 # ---------------------------------------------------------------- compare / report
 
-COMPARE_FORMATS = ["text", "markdown", "csv", "json", "jsonl", "parquet"]
+COMPARE_FORMATS = ["text", "mmtests", "markdown", "csv", "json", "jsonl", "parquet"]
 
 
 def _compare_format(fmt, output):
@@ -468,54 +468,168 @@ def _compare_format(fmt, output):
     return resolve_format(fmt, output, allowed=COMPARE_FORMATS, default="text")
 
 
+METRICS_HELP = ("Only these metrics, in this order (default: the headline metrics, the vmstat "
+                "rows of a kernel A/B table, stall latencies and every imported metric). A metric "
+                "is a `summary` column, vmstat.NAME (a counter's increase over the capture), "
+                "vmstat.NAME/min (its rate), stalls.KIND.STAT, or an imported metric's name.")
+
+
 @cli.command()
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
 @click.option("--by", "by", required=True, metavar="LABEL",
               help="Label whose values are the sides, e.g. --by kernel.")
 @click.option("--baseline", metavar="VALUE", help="The side to compare against (default: the first value).")
-@click.option("--metrics", metavar="M1,M2", help="Only these summary metrics (default: all).")
+@click.option("--metrics", metavar="M1,M2", help=METRICS_HELP)
 @click.option("--test", type=click.Choice(["band", "welch", "mannwhitney"]), default="band",
               show_default=True, help="The test whose verdict marks a difference *x%*.")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
               show_default=True, help="p-value threshold of --test welch/mannwhitney.")
+@click.option("--over", type=click.Choice(["run", "minute"]),
+              help="Show each metric over the side's runs in recording order, or over the "
+                   "minutes of the capture (vmstat metrics), instead of the statistics.")
 @click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
 @click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
-              help="Output format (default: from -o's extension, else text).")
+              help="Output format (default: from -o's extension, else text). mmtests: the "
+                   "compare-kernels layout to paste into a patch.")
+@click.option("-q", "--quiet", is_flag=True, help="No notes on stderr (they stay in the output).")
 @OUTPUT_OPTION
 @engine_options
-def compare(dataset, by, baseline, metrics, test, alpha, runs, labels, fmt, output, engine,
-            spark_master, spark_conf):
-    """Compare the summary metrics of the sides of label LABEL (mmtests style).
+def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt, quiet, output,
+            engine, spark_master, spark_conf):
+    """Compare the metrics of the sides of label LABEL (mmtests style).
+
+    Every run is one value per metric; each side is summarised per run (Min,
+    Hmean or Amean, Stddev, CoeffVar, Max) and compared with the baseline:
+    the percent difference is positive when better, *x%* when significant.
+    Three or more sides are each compared with the baseline.
 
     \b
-    kmemscope compare ds --by kernel --baseline vanilla
+    kmemscope compare ds --by kernel --baseline vanilla --format mmtests
+    kmemscope compare ds --by kernel --metrics vmstat.compact_stall,tps
+    kmemscope compare ds --by kernel --metrics vmstat.thp_fault_alloc --over run
     """
     from kmemscope.cli import compare_output as co
-    from kmemscope.cli.output import write_result
-    from kmemscope.queries.sides import (compare_sides, condense_notes, load_sides, missing_notes,
-                                         resolve_metrics)
+    from kmemscope.queries.sides import compare_sides, condense_notes, load_sides, missing_notes
 
     fmt = _compare_format(fmt, output)
     names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
-    resolve_metrics(names)   # an unknown metric fails before the summary query runs
     with _engine(engine, spark_master, spark_conf) as eng:
         sides = load_sides(dataset, by, baseline, run_ids=list(runs) or None,
-                           labels=list(labels) or None, engine=eng)
+                           labels=list(labels) or None, engine=eng, metrics=names)
+        if over:
+            _compare_over(sides, names, over, fmt, output, quiet, dataset, eng)
+            return
     rows = compare_sides(sides, names, test, alpha)
-    for note in condense_notes(sides.notes) + missing_notes(sides, rows):
-        click.echo(f"kmemscope: note: {note}", err=True)
+    notes = condense_notes(sides.notes) + missing_notes(sides, rows)
+    if output and not quiet:
+        for note in notes:
+            click.echo(f"kmemscope: note: {note}", err=True)
     if fmt in ("csv", "json", "jsonl", "parquet"):
-        import pyarrow as pa
-
-        write_result(pa.Table.from_pylist(co.records(sides, rows)), fmt, output)
+        co.write_records(co.records(sides, rows), notes, fmt, output,
+                         meta={"label": sides.label, "baseline": sides.baseline,
+                               "sides": sides.sides, "test": test, "alpha": alpha})
         return
-    text = co.format_text(sides, rows, test, alpha) if fmt == "text" else co.format_markdown(sides, rows)
+    if fmt == "text":
+        text = co.format_text(sides, rows, test, alpha, notes)
+    elif fmt == "mmtests":
+        text = co.format_mmtests(sides, rows, test, alpha, notes)
+    else:
+        text = co.format_markdown(sides, rows, notes)
+    _write_text(text, output)
+
+
+def _write_text(text, output):
     if output:
-        with open(output, "w") as f:
+        with open(output, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         click.echo(text, nl=False)
+
+
+def _compare_over(sides, names, over, fmt, output, quiet, dataset, eng):
+    """compare --over run|minute: each metric's values over runs or minutes, per side."""
+    from kmemscope.cli import compare_output as co
+    from kmemscope.queries.metrics import minute_series
+    from kmemscope.queries.sides import condense_notes
+
+    names = names or list(sides.metrics)
+    notes = condense_notes(sides.notes)
+    series = {}
+    if over == "minute":
+        series, more, names = minute_series(dataset, sides, names, engine=eng)
+        notes += more
+    rows = co.over_rows(sides, names, over, series)
+    if output and not quiet:
+        for note in notes:
+            click.echo(f"kmemscope: note: {note}", err=True)
+    if fmt in ("csv", "json", "jsonl", "parquet"):
+        co.write_records(rows, notes, fmt, output,
+                         meta={"label": sides.label, "baseline": sides.baseline,
+                               "sides": sides.sides, "over": over})
+        return
+    if fmt == "mmtests":
+        raise click.BadParameter("--over writes text, markdown, csv, json, jsonl or parquet, "
+                                 "not mmtests", param_hint="--format")
+    titles = {n: m.title for n, m in sides.metrics.items()}
+    _write_text(co.format_over(sides, names, over, rows, titles, notes), output)
+
+
+@cli.group()
+def metrics():
+    """Benchmark results beside the trace: import them for runs, list them.
+
+    Each row names a run (its id, a unique prefix, or a host with one run),
+    a metric, its value, unit, and whether higher or lower is better.
+    `compare` shows imported metrics beside the allocator's.
+    """
+
+
+@metrics.command("import")
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
+@click.argument("file", type=click.Path(dir_okay=False), callback=utf8_path)
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default=None,
+              help="The file's format (default: from its extension, else from its first character).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing when it worked.")
+def metrics_import(dataset, file, fmt, quiet):
+    """Import FILE's metrics into DATASET (CSV or JSON: run,metric,value,unit,better).
+
+    A bad row, a run that does not resolve, a non-number or a `better` other
+    than higher/lower is one error line, and nothing is imported. Importing
+    a metric again replaces that metric's values for the runs named.
+
+    \b
+    run,metric,value,unit,better
+    host-a1,pgbench_tps,1234.5,tps,higher
+    4f1c0e9a,pgbench_tps,1198.0,tps,higher
+    """
+    from kmemscope.parsers.run_metrics import import_metrics
+
+    written = import_metrics(dataset, file, fmt)
+    if not quiet:
+        values = sum(len(v) for v in written.values())
+        names = sorted({m for v in written.values() for m in v})
+        click.echo(f"imported {values} value{'s' if values != 1 else ''} of "
+                   f"{len(names)} metric{'s' if len(names) != 1 else ''} for {len(written)} "
+                   f"run{'s' if len(written) != 1 else ''}: {', '.join(names[:8])}"
+                   + (" ..." if len(names) > 8 else ""), err=True)
+
+
+@metrics.command("list")
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
+@click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "jsonl", "parquet"]),
+              default=None, help="Output format (default: from -o's extension, else table).")
+@OUTPUT_OPTION
+def metrics_list(dataset, runs, labels, fmt, output):
+    """List the imported metrics of DATASET's runs (the run_metrics analysis)."""
+    from kmemscope.cli.output import resolve_format, write_result
+    from kmemscope.queries.engine import run_query
+
+    fmt = resolve_format(fmt, output)
+    write_result(run_query("run_metrics", dataset, run_ids=list(runs) or None,
+                           labels=list(labels) or None), fmt, output)
 
 
 @cli.command()

@@ -1,10 +1,20 @@
-"""Write a comparison (queries/sides.py) as mmtests-style text, markdown, or rows for csv/json.
+"""Write a comparison (queries/sides.py) as mmtests text, markdown, or rows for csv/json/parquet.
 
-The text layout follows mmtests compare-kernels: one block of rows per metric
-(Min, Amean/Hmean, Stddev, CoeffVar, Max, BAmean-95/BHmean-95), one column per
-side, each cell `%12.2f (%7.2f%%)` with the percent difference against the
-baseline (positive = better), significant ones `*x%*`. Below it, the p-values.
+Layouts:
+- text: one block of rows per metric (Min, Amean/Hmean, Stddev, CoeffVar, Max,
+  BAmean-95/BHmean-95, Range, N), one column per side, then the p-values.
+- mmtests: mmtests compare-kernels' layout, ready to paste into a patch: a
+  block of headline metrics and one of imported benchmark results, each
+  grouped by statistic; a block of the vmstat rows a kernel A/B table shows,
+  under their mmtests names, one row per counter; a block of stall latencies.
+- markdown: one line per metric, "mean [range]" per side, the p-values.
+Every cell is `%12.2f (%7.2f%%)`: the value and its percent difference against
+the baseline, positive = better; significant ones `*x%*`; n/a where there is no
+number (a side without values, a zero baseline). Notes are part of every
+output: a block of lines at the end, a comment block at the top of CSV, a
+`notes` field of JSON, the `kmemscope.notes` metadata of Parquet.
 """
+import json
 import math
 
 STAT_ROWS = ("min", "mean", "stddev", "coeffvar", "max", "best_mean")
@@ -14,6 +24,11 @@ TEST_TEXT = {
     "welch": "Welch's t-test, p < {alpha}",
     "mannwhitney": "Mann-Whitney U test, p < {alpha}",
 }
+# mmtests blocks: which metric kinds go in which, and how each is laid out.
+BLOCKS = (("headline", ("summary",), "stats"),
+          ("vmstat", ("vmstat",), "means"),
+          ("stalls", ("stalls",), "means"),
+          ("benchmark", ("imported",), "stats"))
 
 
 def _stat_name(metric, key):
@@ -23,19 +38,18 @@ def _stat_name(metric, key):
 
 
 def pct_text(pct):
-    if pct is None:
+    if pct is None or (isinstance(pct, float) and not math.isfinite(pct)):
         return "n/a"
-    if math.isinf(pct):
-        return "+inf" if pct > 0 else "-inf"
     return f"{pct:.2f}"
 
 
 def _cell(value, pct, significant):
-    v = f"{value:12.2f}" if value is not None else f"{'n/a':>12}"
     if value is None:
-        return v.ljust(CELL_WIDTH)
-    p = f"{pct_text(pct):>7}"
-    return f"{v} *{p}%*" if significant else f"{v} ({p}%)"
+        return f"{'n/a':>12}" + " " * (CELL_WIDTH - 12)
+    v = f"{value:12.2f}"
+    if pct is None:
+        return f"{v} ({'n/a':>7} )"
+    return f"{v} *{pct:7.2f}%*" if significant else f"{v} ({pct:7.2f}%)"
 
 
 def _row_pct(metric, key, base, new):
@@ -46,34 +60,59 @@ def _row_pct(metric, key, base, new):
     return pct_diff(getattr(base, key), getattr(new, key), better)
 
 
-def format_text(sides, rows, test="band", alpha=0.05):
-    """The mmtests-style table, as one string."""
+def _cells(sides, r, key):
+    base = r.stats[sides.baseline]
+    cells = []
+    for s in sides.sides:
+        x = r.stats[s]
+        value = getattr(x, key)
+        if s == sides.baseline:
+            cells.append(_cell(value, 0.0 if value is not None else None, False))
+        else:
+            sig = key == "mean" and bool(r.versus[s].significant)
+            cells.append(_cell(value, _row_pct(r.metric, key, base, x), sig))
+    return cells
+
+
+def _width(sides):
+    return max([CELL_WIDTH] + [len(str(s)) + 2 for s in sides.sides])
+
+
+def _header(sides, lead):
+    w = _width(sides)
+    counts = [f"({len(sides.runs[s])} run{'' if len(sides.runs[s]) == 1 else 's'})" for s in sides.sides]
+    return [" " * lead + "".join(f"{s:>{w}}" for s in sides.sides),
+            " " * lead + "".join(f"{c:>{w}}" for c in counts)]
+
+
+def _join(cells, sides):
+    w = _width(sides)
+    return "".join(c.rjust(w) if len(c) < w else c for c in cells).rstrip()
+
+
+def _intro(sides, test, alpha):
+    return (f"{sides.label}: baseline {sides.baseline}; percent difference: positive = better; "
+            f"*x%*: significant by the {TEST_TEXT[test].format(alpha=alpha)}")
+
+
+def _notes_block(notes):
+    return [""] + [f"note: {n}" for n in notes] if notes else []
+
+
+def format_text(sides, rows, test="band", alpha=0.05, notes=()):
+    """The per-metric table with p-values, as one string."""
     width = max([len(r.metric.name) for r in rows] + [10])
     lead = 10 + width + 1
-    out = [f"{sides.label}: baseline {sides.baseline}; percent difference: positive = better; "
-           f"*x%*: significant by the {TEST_TEXT[test].format(alpha=alpha)}", ""]
-    out.append(" " * lead + "".join(f"{s:>{CELL_WIDTH}}" for s in sides.sides))
-    counts = [f"({len(sides.runs[s])} run{'' if len(sides.runs[s]) == 1 else 's'})" for s in sides.sides]
-    out.append(" " * lead + "".join(f"{c:>{CELL_WIDTH}}" for c in counts))
+    out = [_intro(sides, test, alpha), ""] + _header(sides, lead)
+    w = _width(sides)
     for r in rows:
-        base = r.stats[sides.baseline]
         for key in STAT_ROWS:
-            cells = []
-            for s in sides.sides:
-                x = r.stats[s]
-                value = getattr(x, key)
-                if s == sides.baseline:
-                    pct = 0.0 if value is not None else None
-                    sig = False
-                else:
-                    pct = _row_pct(r.metric, key, base, x)
-                    sig = key == "mean" and bool(r.versus[s].significant)
-                cells.append(_cell(value, pct, sig))
-            out.append(f"{_stat_name(r.metric, key):<9} {r.metric.name:<{width}} " + "".join(cells).rstrip())
+            out.append(f"{_stat_name(r.metric, key):<9} {r.metric.name:<{width}} "
+                       + _join(_cells(sides, r, key), sides))
         out.append(f"{'Range':<9} {r.metric.name:<{width}} "
-                   + "".join(f"{r.stats[s].range:>12}" + " " * 11 for s in sides.sides).rstrip())
+                   + "".join(f"{r.stats[s].range:>12}" + " " * (w - 12) for s in sides.sides).rstrip())
         out.append(f"{'N':<9} {r.metric.name:<{width}} "
-                   + "".join(f"{r.stats[s].n:>12}" + " " * 11 for s in sides.sides).rstrip())
+                   + "".join(f"{r.stats[s].n:>12}" + " " * (w - 12) for s in sides.sides).rstrip())
         out.append("")
     for s in sides.sides[1:]:
         out.append(f"Significance of {s} vs {sides.baseline} (better: the direction each metric prefers)")
@@ -86,6 +125,33 @@ def format_text(sides, rows, test="band", alpha=0.05):
         out.append("")
     if any(len(v) < 2 for v in sides.runs.values()):
         out.append("n/a: a side with one run has no stddev, and no test can be run against it.")
+    out += _notes_block(notes)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def format_mmtests(sides, rows, test="band", alpha=0.05, notes=()):
+    """mmtests compare-kernels' layout: a block per kind of metric, ready to paste into a patch."""
+    out = [_intro(sides, test, alpha)]
+    for title, kinds, layout in BLOCKS:
+        block = [r for r in rows if r.metric.kind in kinds]
+        if not block:
+            continue
+        out.append("")
+        if layout == "stats":
+            width = max(len(r.metric.name) for r in block)
+            lead = 10 + width + 1
+            out += [title] + _header(sides, lead)
+            for key in STAT_ROWS:
+                for r in block:
+                    out.append(f"{_stat_name(r.metric, key):<9} {r.metric.name:<{width}} "
+                               + _join(_cells(sides, r, key), sides))
+        else:
+            width = max(len(r.metric.title) for r in block)
+            lead = width + 1
+            out += [title] + _header(sides, lead)
+            for r in block:
+                out.append(f"{r.metric.title:<{width}} " + _join(_cells(sides, r, "mean"), sides))
+    out += _notes_block(notes)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -96,7 +162,7 @@ def _p(p):
 
 
 def records(sides, rows):
-    """One dict per metric and side: the rows of --format csv/json."""
+    """One dict per metric and side: the rows of --format csv/json/jsonl/parquet."""
     out = []
     for r in rows:
         for s in sides.sides:
@@ -105,12 +171,12 @@ def records(sides, rows):
             pct = 0.0 if c is None and x.mean is not None else (c.pct_diff if c else None)
             out.append({
                 "label": sides.label, "side": s, "baseline": s == sides.baseline,
-                "metric": r.metric.name, "better": r.metric.better, "mean_kind": r.metric.mean_kind,
+                "metric": r.metric.name, "title": r.metric.title, "kind": r.metric.kind,
+                "unit": r.metric.unit, "better": r.metric.better, "mean_kind": r.metric.mean_kind,
                 "runs": len(sides.runs[s]), "n": x.n, "runs_without_value": x.runs_without_value,
                 "min": x.min, "mean": x.mean, "max": x.max, "stddev": x.stddev,
                 "coeffvar": x.coeffvar, "best_mean_95": x.best_mean, "range": x.range,
-                # JSON has no infinity: the number is null and the text says +inf/-inf.
-                "pct_diff": None if pct is None or math.isinf(pct) else pct,
+                "pct_diff": pct,
                 "pct_diff_text": pct_text(pct),
                 "band_significant": c.band_significant if c else None,
                 "welch_p": c.welch_p if c else None,
@@ -128,7 +194,7 @@ def markdown_text(text):
     return text
 
 
-def format_markdown(sides, rows):
+def format_markdown(sides, rows, notes=()):
     """A compact markdown table: one line per metric, "mean [range]" per side, p-values."""
     head = ["metric", "better", "mean"]
     base = markdown_text(sides.baseline)
@@ -144,7 +210,7 @@ def format_markdown(sides, rows):
             if x.n == 0:
                 cells.append("n/a")
             else:
-                cells.append(f"{x.mean:.2f} [{x.range}]"
+                cells.append(f"{x.mean:.2f} [{markdown_text(x.range)}]"
                              + (f" n={x.n}" if x.n != len(sides.runs[s]) else ""))
             if s != sides.baseline:
                 c = r.versus[s]
@@ -154,4 +220,104 @@ def format_markdown(sides, rows):
                 band = "n/a" if c.band_significant is None else ("apart" if c.band_significant else "overlap")
                 cells += [_p(c.welch_p), _p(c.mannwhitney_p), band]
         lines.append("| " + " | ".join(cells) + " |")
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {markdown_text(n)}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- data formats
+
+def write_records(table_rows, notes, fmt, output, meta=None):
+    """csv/json/jsonl/parquet of `table_rows` (dicts) with the notes inside the file."""
+    import sys
+
+    import pyarrow as pa
+
+    from kmemscope.cli.output import jsonable, write_result
+
+    table = pa.Table.from_pylist(table_rows)
+    if fmt == "parquet":
+        metadata = {b"kmemscope.notes": json.dumps(list(notes)).encode()}
+        metadata.update({k.encode(): json.dumps(v).encode() for k, v in (meta or {}).items()})
+        write_result(table.replace_schema_metadata(metadata), fmt, output)
+        return
+    out = open(output, "w", encoding="utf-8", newline="") if output else sys.stdout
+    try:
+        if fmt == "json":
+            doc = dict(meta or {})
+            doc["rows"] = [{k: jsonable(v) for k, v in row.items()} for row in table_rows]
+            doc["notes"] = list(notes)
+            out.write(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+        elif fmt == "jsonl":
+            for note in notes:
+                out.write(json.dumps({"note": note}, ensure_ascii=False) + "\n")
+            for row in table_rows:
+                out.write(json.dumps({k: jsonable(v) for k, v in row.items()},
+                                     ensure_ascii=False) + "\n")
+        elif fmt == "csv":
+            import io
+
+            import pyarrow.csv as pacsv
+
+            for note in notes:
+                out.write("# note: " + " ".join(str(note).split()) + "\n")
+            buf = io.BytesIO()
+            pacsv.write_csv(table, buf)
+            out.write(buf.getvalue().decode("utf-8"))
+        else:
+            raise ValueError(f"unknown format {fmt}")
+    finally:
+        if output:
+            out.close()
+
+
+# ---------------------------------------------------------------- trends
+
+def over_rows(sides, names, over, series):
+    """Rows (metric, side, index, value) of each metric over runs or minutes.
+
+    over="run": the side's runs in recording order, index 1..n, the run's value.
+    over="minute": `series[(run_id, metric)] = {minute: value}`, averaged over
+    the side's runs that have that minute.
+    """
+    out = []
+    for name in names:
+        for s in sides.sides:
+            if over == "run":
+                for i, row in enumerate(sides.ordered_runs(s), 1):
+                    out.append({"metric": name, "side": s, "index": i, "run_id": row["run_id"],
+                                "value": row.get(name), "runs": 1 if row.get(name) is not None else 0})
+            else:
+                minutes = {}
+                for run_id in sides.runs[s]:
+                    for minute, value in (series.get((run_id, name)) or {}).items():
+                        minutes.setdefault(minute, []).append(value)
+                for minute in sorted(minutes):
+                    vals = [v for v in minutes[minute] if v is not None]
+                    out.append({"metric": name, "side": s, "index": minute, "run_id": None,
+                                "value": sum(vals) / len(vals) if vals else None,
+                                "runs": len(vals)})
+    return out
+
+
+def format_over(sides, names, over, rows, titles, notes=()):
+    """Each metric as a column per side, a line per run (or minute): the patch's trend table."""
+    w = _width(sides)
+    label = "run" if over == "run" else "minute"
+    out = []
+    for name in names:
+        mine = [r for r in rows if r["metric"] == name]
+        what = ("per run, in recording order" if over == "run"
+                else "per minute of the capture, mean over the side's runs")
+        out += [f"{titles.get(name, name)} ({what})",
+                f"{label:>6}" + "".join(f"{s:>{w}}" for s in sides.sides)]
+        indexes = sorted({r["index"] for r in mine})
+        for i in indexes:
+            cells = []
+            for s in sides.sides:
+                v = next((r["value"] for r in mine if r["side"] == s and r["index"] == i), None)
+                cells.append(f"{v:{w}.2f}" if v is not None else f"{'':>{w}}")
+            out.append(f"{i:>6}" + "".join(cells).rstrip())
+        out.append("")
+    out += _notes_block(notes)
+    return "\n".join(out).rstrip() + "\n"

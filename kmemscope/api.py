@@ -112,7 +112,7 @@ class Comparison:
         return condense_notes(self.sides.notes) + missing_notes(self.sides, self.rows)
 
     def result(self) -> Result:
-        """One row per metric, statistic and side (the csv/json output of compare)."""
+        """One row per metric and side (the csv/json rows of compare)."""
         import pyarrow as pa
 
         from kmemscope.cli.compare_output import records
@@ -123,17 +123,29 @@ class Comparison:
         return self.result().df()
 
     def text(self) -> str:
+        """The per-metric table with its p-values and notes."""
         from kmemscope.cli.compare_output import format_text
 
-        return format_text(self.sides, self.rows, self.test, self.alpha)
+        return format_text(self.sides, self.rows, self.test, self.alpha, self.notes)
+
+    def mmtests(self) -> str:
+        """mmtests compare-kernels' layout, ready to paste into a patch."""
+        from kmemscope.cli.compare_output import format_mmtests
+
+        return format_mmtests(self.sides, self.rows, self.test, self.alpha, self.notes)
 
     def markdown(self) -> str:
         from kmemscope.cli.compare_output import format_markdown
 
-        return format_markdown(self.sides, self.rows)
+        return format_markdown(self.sides, self.rows, self.notes)
 
     def __repr__(self):
         return self.text()
+
+    def _repr_html_(self):
+        import html
+
+        return f"<pre>{html.escape(self.mmtests())}</pre>"
 
 
 _spark_engines = {}
@@ -241,14 +253,29 @@ class Dataset:
     def compare(self, by: str, baseline: str | None = None, *, metrics: Iterable[str] | None = None,
                 test: str = "band", alpha: float = 0.05, run=None, label: LabelsArg = None
                 ) -> Comparison:
-        """Compare the summary metrics of the sides of label `by`, mmtests style."""
-        from kmemscope.queries.sides import compare_sides, load_sides, resolve_metrics
+        """Compare the sides of label `by`, mmtests style.
 
-        names = list(metrics) if metrics else None
-        resolve_metrics(names)
+        metrics: summary columns, "vmstat.NAME" (a counter's increase over the
+        capture), "vmstat.NAME/min", "stalls.KIND.STAT" or imported metric
+        names; None for the default set (see `kmemscope compare --help`).
+        """
+        from kmemscope.queries.sides import compare_sides, load_sides
+
+        names = [metrics] if isinstance(metrics, str) else (list(metrics) if metrics else None)
         sides = load_sides(self.path, by, baseline, run_ids=[run] if isinstance(run, str) else run,
-                           labels=label, engine=self._engine)
+                           labels=label, engine=self._engine, metrics=names)
         return Comparison(sides, compare_sides(sides, names, test, alpha), test, alpha)
+
+    def import_metrics(self, path, fmt: str | None = None) -> dict:
+        """Import benchmark results (CSV or JSON: run,metric,value,unit,better) for the runs.
+
+        Returns {run_id: [metric names written]}; a bad row imports nothing.
+        """
+        from kmemscope.parsers.run_metrics import import_metrics
+
+        if not isinstance(self.path, Path):
+            raise KmemscopeError("metrics are imported into a local dataset, not an s3:// one")
+        return import_metrics(self.path, path, fmt)
 
 
 def open(path, engine: str = "duckdb", spark_master: str | None = None,  # noqa: A001

@@ -162,6 +162,9 @@ def roll_forward(dataset, work):
 
 def commit(workdir, run_id):
     """Move the staged run of `workdir` into its dataset; returns True if it replaced one."""
+    from kmemscope.parsers import run_metrics
+
+    run_metrics.keep_imported(workdir.dataset, workdir.stage, run_id)   # imports outlive re-parses
     tables = [p.name for p in workdir.stage.iterdir() if p.is_dir()]
     _fsync_dir(workdir.stage)
     _write_journal(workdir.path, run_id, tables)

@@ -25,7 +25,7 @@ from pathlib import Path
 from kmemscope.capture.tracefs import parse_cpu_stats
 from kmemscope.errors import KmemscopeError, TraceFileError
 from kmemscope.parsers import commit as commit_mod
-from kmemscope.parsers import dataset_format
+from kmemscope.parsers import dataset_format, run_metrics
 from kmemscope.parsers.commit import RUNS_TABLE
 from kmemscope.parsers.sources import open_source, read_manifest
 # Snappy: about 20% larger files than zstd level 1 on page-allocator tables, but
@@ -120,6 +120,7 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
     staging = Path(staging)
     with open_source(source, scratch or staging.parent) as (trace_path, bundle):
         manifest = read_manifest(bundle)      # a bad manifest fails before decoding
+        bench = run_metrics.read_bundle_metrics(bundle)     # and so does a bad metrics.json
         sha_box = {}
         hasher = threading.Thread(target=lambda: sha_box.update(sha=file_sha256(trace_path)),
                                   daemon=True)
@@ -167,6 +168,9 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
             for table, t in _procfs_tables(bundle).items():
                 _write_table(staging, table, t)
                 rows[table] = t.num_rows
+        if bench:
+            _write_table(staging, run_metrics.TABLE, run_metrics.metrics_table(bench, "bundle"))
+            rows[run_metrics.TABLE] = len(bench)
 
         total_events = sum(st["events"] for st in stats)
         unknown = sum(st["unknown_events"] for st in stats)

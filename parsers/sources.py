@@ -74,13 +74,13 @@ def _bundle_member(name):
     """The path of an archive member inside its bundle, or None to skip it.
 
     A bundle packed by `record --pack` holds one top directory, but a bundle
-    packed by hand may not; only trace.dat, manifest.json and procfs/<name>
-    are kept.
+    packed by hand may not; only trace.dat, manifest.json, metrics.json and
+    procfs/<name> are kept.
     """
     parts = [p for p in PurePosixPath(name).parts if p not in ("/", ".")]
-    if len(parts) > 1 and parts[0] not in ("trace.dat", "manifest.json", "procfs"):
+    if len(parts) > 1 and parts[0] not in ("trace.dat", "manifest.json", "metrics.json", "procfs"):
         parts = parts[1:]          # the bundle's own directory
-    if parts in (["trace.dat"], ["manifest.json"]):
+    if parts in (["trace.dat"], ["manifest.json"], ["metrics.json"]):
         return parts[0]
     if len(parts) == 2 and parts[0] == "procfs" and parts[1].isidentifier():
         return "procfs/" + parts[1]

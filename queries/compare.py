@@ -5,7 +5,7 @@ cannot give the metric, e.g. no procfs samples). No dataset access here: see
 queries/sides.py for turning a dataset into per-side values.
 
 Conventions follow mmtests (mmtests' compare-kernels):
-- Hmean = n / sum(1/x) for a rate where higher is better, Amean otherwise.
+- Hmean = n / sum(1/x) where higher is better, Amean otherwise.
 - Percent difference is signed so that positive always means better:
   higher-better `new*100/base - 100`, lower-better `100 - new*100/base`.
 - mmtests' band test: significant when the bands mean +/- 1.96*s of the two
@@ -15,37 +15,12 @@ Beside it: Welch's t-test and the Mann-Whitney U test (scipy), two-sided.
 import math
 from dataclasses import dataclass, field
 
+# The metric catalogue lives in metrics.py; METRICS are the summary analysis's metrics.
+from .metrics import SUMMARY as METRICS  # noqa: F401
+from .metrics import Metric  # noqa: F401
+
 BAND_Z = 1.96
 BEST_PCT = 95   # BAmean-95 / BHmean-95: the mean of the best 95% of the runs
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str
-    better: str          # "higher" or "lower"
-    rate: bool           # a rate: Hmean when higher is better
-    unit: str            # "%" or "" (used in ranges: "1-6%")
-    title: str
-
-    @property
-    def mean_kind(self):
-        return "Hmean" if self.rate and self.better == "higher" else "Amean"
-
-
-# The summary query's headline metrics, each with the direction that is better.
-METRICS = {m.name: m for m in [
-    Metric("thp_fault_success_pct", "higher", True, "%", "THP fault success"),
-    Metric("compaction_success_pct", "higher", True, "%", "compaction success"),
-    Metric("pgscan_kswapd_per_min", "lower", True, "", "pgscan_kswapd per minute"),
-    Metric("highatomic_pageblocks_max", "lower", False, "", "HighAtomic pageblocks (max)"),
-    Metric("eligible_allocs_order_1_3", "lower", False, "", "high-atomic-eligible allocs, order 1-3"),
-    Metric("eligible_allocs_order_4_plus", "lower", False, "", "high-atomic-eligible allocs, order 4+"),
-    Metric("pollution_per_1000_allocs", "lower", False, "", "extfrag fallbacks per 1000 allocs"),
-    # The per-CPU list study: more allocations of the hottest frames = faster reuse of cache-hot pages.
-    Metric("top5_pfn_allocs_sum", "higher", False, "", "allocs of the 5 hottest pfns"),
-    Metric("cross_cpu_free_pct", "lower", False, "%", "pages freed on another CPU"),
-    Metric("lost_events", "lower", False, "", "lost trace events"),
-]}
 
 
 def clean(values):
@@ -90,16 +65,13 @@ def best_mean(metric, xs, pct=BEST_PCT):
 def pct_diff(base, new, better):
     """mmtests' percent difference, positive = better.
 
-    0 when both are 0; +/-inf when only the baseline is 0 (the sign says
-    better or worse); None when either is missing.
+    0 when both are 0; None when either is missing or only the baseline is 0
+    (no finite percentage: the outputs print n/a and a note says why).
     """
     if base is None or new is None:
         return None
     if base == 0:
-        if new == 0:
-            return 0.0
-        up = new > 0
-        return math.inf if up == (better == "higher") else -math.inf
+        return 0.0 if new == 0 else None
     if better == "higher":
         return new * 100.0 / base - 100.0
     return 100.0 - new * 100.0 / base
@@ -156,7 +128,7 @@ def describe(metric, values, side=""):
     if st.stddev is not None and am:
         st.coeffvar = 100.0 * st.stddev / abs(am)
     st.best_mean = best_mean(metric, xs)
-    st.range = value_range(xs, metric.unit)
+    st.range = value_range(xs, metric.range_unit)
     return st
 
 
@@ -230,9 +202,9 @@ def compare(metric, base, new, test="band", alpha=0.05):
 
 
 def percent_change(base, new):
-    """Plain change new/base - 1 in % (the defrag_mode study's vmstat table: no direction); inf from 0."""
+    """Plain change new/base - 1 in %, without direction; None from a zero baseline."""
     if base is None or new is None:
         return None
     if base == 0:
-        return 0.0 if new == 0 else math.copysign(math.inf, new)
+        return 0.0 if new == 0 else None
     return (new / base - 1.0) * 100.0

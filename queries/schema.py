@@ -60,6 +60,10 @@ TABLE_COLUMNS = {
                             "migratetype": "VARCHAR", "blocks": "BIGINT"},
     "buddyinfo": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR", "order": "INTEGER",
                   "count": "BIGINT"},
+    # Benchmark results of the run (parsers/run_metrics.py): a bundle's metrics.json, or
+    # `kmemscope metrics import`.
+    "run_metrics": {"metric": "VARCHAR", "value": "DOUBLE", "unit": "VARCHAR",
+                    "better": "VARCHAR", "source": "VARCHAR"},
 }
 
 # Per-run tables built once from a run's events (queries/derive.py).

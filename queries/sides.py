@@ -1,7 +1,8 @@
-"""Group a dataset's runs into sides by a label and compare the summary metrics.
+"""Group a dataset's runs into sides by a label and compare their metrics.
 
-A side is the set of runs sharing one value of a label (kernel=vanilla). The
-per-run values come from the `summary` analysis; the statistics from compare.py.
+A side is the set of runs sharing one value of a label (kernel=vanilla); the
+first side is the baseline the others are compared against. The per-run
+values come from queries/metrics.py, the statistics from compare.py.
 """
 import re
 from dataclasses import dataclass, field
@@ -9,8 +10,6 @@ from dataclasses import dataclass, field
 from kmemscope.errors import QueryError
 
 from . import compare as st
-from .engine import notes_of, run_query
-from .selection import labels_dict
 
 
 @dataclass
@@ -18,8 +17,9 @@ class SideSet:
     label: str
     sides: list                      # label values, baseline first
     runs: dict                       # side -> [run_id]
-    summary: list                    # the summary rows (dicts) of the runs on a side
+    summary: list                    # one dict per run on a side: run_id, side, metric values
     notes: list = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)   # name -> Metric, in the order to show
 
     @property
     def baseline(self):
@@ -32,29 +32,35 @@ class SideSet:
             out[row["side"]].append(row.get(metric))
         return out
 
+    def ordered_runs(self, side):
+        """The side's runs in the order they were recorded (wall-clock start, else run id)."""
+        rows = [r for r in self.summary if r["side"] == side]
+        return sorted(rows, key=lambda r: (r.get("started_ns") is None, r.get("started_ns") or 0,
+                                           r["run_id"]))
 
-def _with_derived(row):
-    top5 = row.get("top5_pfn_allocs")
-    row["top5_pfn_allocs_sum"] = sum(top5) if top5 else None
-    return row
 
+def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=None, engine=None,
+               metrics=None):
+    """Per-run metric values of the selected runs, split by the value of label `by`.
 
-def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=None, engine=None):
-    """Run `summary` over the dataset and split its rows by the value of label `by`.
-
-    engine: as for engine.run_query ("duckdb", "spark" or a spark_engine()).
+    metrics: names (queries/metrics.py); None for the default set. engine: as
+    for engine.run_query ("duckdb", "spark" or a spark_engine()). Fewer than
+    two sides is an error: there is nothing to compare.
     """
-    table = run_query("summary", dataset, run_ids=run_ids, labels=labels, params=params,
-                      engine=engine)
-    notes = list(notes_of(table))
+    from .metrics import gather
+
+    if params:
+        raise QueryError("compare takes no analysis parameters")
+    found = gather(dataset, metrics, run_ids=run_ids, labels=labels, engine=engine)
+    notes = list(found.notes)
     rows, missing = [], []
-    for row in table.to_pylist():
-        value = labels_dict(row["labels"]).get(by)
+    for row in found.runs:
+        value = row["labels"].get(by)
         if value is None:
             missing.append(row["run_id"])
             continue
         row["side"] = value
-        rows.append(_with_derived(row))
+        rows.append(row)
     if missing:
         verb = "run has" if len(missing) == 1 else "runs have"
         notes.append(f"{len(missing)} {verb} no label {by!r} and {'is' if len(missing) == 1 else 'are'} left out: "
@@ -69,9 +75,14 @@ def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=Non
                              f"values of {by}: {', '.join(values)}")
         values.remove(baseline)
         values.insert(0, baseline)
+    if len(values) < 2:
+        n = len(rows)
+        raise QueryError(f"nothing to compare: every selected run ({n}) has {by}={values[0]}",
+                         f"compare needs runs with two or more values of {by}; "
+                         "label the other side's runs at parse time (--label)")
     runs = {v: [r["run_id"] for r in rows if r["side"] == v] for v in values}
     notes += source_notes(rows, values)
-    return SideSet(by, values, runs, rows, notes)
+    return SideSet(by, values, runs, rows, notes, found.metrics)
 
 
 def source_notes(rows, sides):
@@ -81,8 +92,10 @@ def source_notes(rows, sides):
     value came from ('vmstat' or 'trace'); sides computed from different sources
     are not measured alike, and the note says so.
     """
+    from .metrics import SUMMARY
+
     notes = []
-    for metric in st.METRICS:
+    for metric in SUMMARY:
         col = (metric[:-4] if metric.endswith("_pct") else metric) + "_source"
         counts = {}
         for row in rows:
@@ -97,34 +110,33 @@ def source_notes(rows, sides):
                           for s in sides if s in counts)
         if len(used) > 1:
             notes.append(f"{metric}: sides computed from different sources ({parts}); "
-                         "the trace model and its agreement with vmstat: queries/thp.sql")
+                         "the trace model and its agreement with vmstat: kmemscope queries thp")
         else:
             notes.append(f"{metric}: from the trace, no vmstat samples ({parts}); "
-                         "the trace model and its agreement with vmstat: queries/thp.sql")
+                         "the trace model and its agreement with vmstat: kmemscope queries thp")
     return notes
-
-
-def resolve_metrics(names=None):
-    """The Metric objects for `names` (all when None); unknown names are an error."""
-    if not names:
-        return list(st.METRICS.values())
-    unknown = [n for n in names if n not in st.METRICS]
-    if unknown:
-        raise QueryError(f"unknown metric {unknown[0]!r}", "metrics: " + ", ".join(st.METRICS))
-    return [st.METRICS[n] for n in names]
 
 
 @dataclass
 class MetricRow:
-    metric: st.Metric
+    metric: object       # queries.metrics.Metric
     stats: dict          # side -> SideStats
     versus: dict         # side (not the baseline) -> Comparison against the baseline
 
 
 def compare_sides(sides, metrics=None, test="band", alpha=0.05):
-    """[MetricRow] for every metric: each side described, each non-baseline side compared."""
+    """[MetricRow] for every metric: each side described, each non-baseline side compared.
+
+    metrics: names among sides.metrics (default: all of them, in order).
+    """
+    from .metrics import SUMMARY
+
+    names = list(metrics) if metrics else list(sides.metrics)
     out = []
-    for metric in resolve_metrics(metrics):
+    for name in names:
+        metric = sides.metrics.get(name) or SUMMARY.get(name)
+        if metric is None:
+            raise QueryError(f"unknown metric {name!r}", "metrics: " + ", ".join(sides.metrics))
         values = sides.values(metric.name)
         stats = {s: st.describe(metric, values[s], s) for s in sides.sides}
         base = stats[sides.baseline]
@@ -135,12 +147,19 @@ def compare_sides(sides, metrics=None, test="band", alpha=0.05):
 
 def missing_notes(sides, rows):
     """One note per metric that some runs could not give (no procfs, no events)."""
-    notes = []
+    notes, zero_base = [], []
     for row in rows:
         lacking = {s: x.runs_without_value for s, x in row.stats.items() if x.runs_without_value}
         if lacking:
             parts = ", ".join(f"{n} of {len(sides.runs[s])} on {s}" for s, n in lacking.items())
             notes.append(f"{row.metric.name}: no value for {parts} (left out of its statistics)")
+        base = row.stats[sides.baseline].mean
+        if base == 0 and any(row.stats[s].mean not in (None, 0) for s in sides.sides[1:]):
+            zero_base.append(row.metric.name)
+    if zero_base:
+        notes.append(f"the baseline's mean is 0, so there is no percent difference (n/a), for "
+                     f"{', '.join(zero_base[:6])}" + (f" and {len(zero_base) - 6} more"
+                                                       if len(zero_base) > 6 else ""))
     return notes
 
 

@@ -14,7 +14,7 @@ from scipy import stats as sps
 
 from kmemscope.cli import compare_output as co
 from kmemscope.queries import compare as st
-from kmemscope.queries.sides import SideSet, compare_sides
+from kmemscope.queries.sides import SideSet, compare_sides, missing_notes
 
 HIGHER_RATE = st.METRICS["thp_fault_success_pct"]     # Hmean, higher is better
 LOWER = st.METRICS["highatomic_pageblocks_max"]       # Amean, lower is better
@@ -44,12 +44,12 @@ def test_percent_difference_positive_means_better():
     assert st.pct_diff(50.0, 60.0, "lower") == pytest.approx(-20.0)
 
 
-def test_percent_difference_against_a_zero_baseline():
+def test_percent_difference_against_a_zero_baseline_is_not_a_number():
     assert st.pct_diff(0.0, 0.0, "lower") == 0.0
-    assert st.pct_diff(0.0, 3.0, "lower") == -math.inf      # worse from nothing
-    assert st.pct_diff(0.0, 3.0, "higher") == math.inf
+    assert st.pct_diff(0.0, 3.0, "lower") is None           # no finite percentage: n/a
+    assert st.pct_diff(0.0, 3.0, "higher") is None
     assert st.pct_diff(None, 3.0, "higher") is None
-    assert st.percent_change(0.0, 5.0) == math.inf
+    assert st.percent_change(0.0, 5.0) is None
     assert st.percent_change(46727.07, 57054.53) == pytest.approx(22.10, abs=0.01)   # the defrag_mode study
 
 
@@ -152,11 +152,17 @@ def test_text_table_marks_significant_cells_and_one_run_sides():
     assert recs["single"]["welch_p"] is None and recs["single"]["stddev"] is None
 
 
-def test_zero_on_one_side_in_the_outputs():
+def test_zero_baseline_is_n_a_with_a_note_never_inf():
     sides = _sides({"vanilla": [0.0, 0.0, 0.0], "patched": [2.0, 3.0, 1.0]}, LOWER.name)
     rows = compare_sides(sides, [LOWER.name])
     rec = [r for r in co.records(sides, rows) if r["side"] == "patched"][0]
-    assert rec["pct_diff"] is None and rec["pct_diff_text"] == "-inf"
+    assert rec["pct_diff"] is None and rec["pct_diff_text"] == "n/a"
     assert rec["welch_p"] == pytest.approx(_welch_by_hand([0.0, 0.0, 0.0], [2.0, 3.0, 1.0]))
-    assert "-inf%" in co.format_text(sides, rows)
-    assert "-inf%" in co.format_markdown(sides, rows)
+    notes = missing_notes(sides, rows)
+    assert any("baseline's mean is 0" in n and LOWER.name in n for n in notes)
+    for text in (co.format_text(sides, rows, notes=notes), co.format_markdown(sides, rows, notes),
+                 co.format_mmtests(sides, rows, notes=notes)):
+        assert "inf" not in text
+        assert "n/a" in text and "baseline's mean is 0" in text
+
+

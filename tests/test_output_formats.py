@@ -7,6 +7,7 @@ check what a person sees (NULL, fixed-point numbers, escaped control characters)
 import csv
 import io
 import json
+import re
 import subprocess
 
 import pyarrow.parquet as pq
@@ -42,11 +43,16 @@ def read_back(fmt, data):
     """Rows of a written document, as dicts of strings where the format has no types."""
     if fmt == "json":
         doc = json.loads(data)
-        return doc["rows_per_run"] if isinstance(doc, dict) else doc
+        if isinstance(doc, dict):          # info: runs, tables, rows; compare: rows and notes
+            return doc["rows"] if "rows" in doc else doc["rows_per_run"]
+        return doc
     if fmt == "jsonl":
-        return [json.loads(line) for line in data.decode().splitlines()]
+        rows = [json.loads(line) for line in data.decode().splitlines()]
+        return [r for r in rows if set(r) != {"note"}]
     if fmt == "csv":
-        return list(csv.DictReader(io.StringIO(data.decode())))
+        lines = [line for line in data.decode().splitlines(keepends=True)
+                 if not line.startswith("# ")]          # compare's notes: a comment block
+        return list(csv.DictReader(io.StringIO("".join(lines))))
     if fmt == "parquet":
         return pq.read_table(io.BytesIO(data)).to_pylist()
     raise ValueError(fmt)
@@ -100,6 +106,41 @@ def test_every_verb_writes_every_format_as_one_valid_document(ds, tmp_path, verb
     # Every format holds the same rows as jsonl.
     reference = read_back("jsonl", run(args, "--format", "jsonl"))
     assert canonical(rows) == canonical(reference)
+
+
+def notes_back(fmt, data):
+    """The notes a compare document carries, read with the format's own reader."""
+    if fmt == "json":
+        return json.loads(data)["notes"]
+    if fmt == "jsonl":
+        return [r["note"] for r in map(json.loads, data.decode().splitlines()) if set(r) == {"note"}]
+    if fmt == "csv":
+        return [line[len("# note: "):] for line in data.decode().splitlines()
+                if line.startswith("# note: ")]
+    if fmt == "parquet":
+        meta = pq.read_schema(io.BytesIO(data)).metadata
+        return json.loads(meta[b"kmemscope.notes"])
+    text = data.decode()
+    if fmt == "markdown":
+        return [re.sub(r"\\(.)", r"\1", line[2:])                 # markdown escapes its text
+                for line in text.split("\nNotes:\n", 1)[1].splitlines() if line.startswith("- ")]
+    return [line[len("note: "):] for line in text.splitlines() if line.startswith("note: ")]
+
+
+@pytest.mark.parametrize("fmt", ["text", "mmtests", "markdown", "csv", "json", "jsonl", "parquet"])
+def test_compare_notes_are_inside_every_format_also_with_o(ds, tmp_path, fmt):
+    """The caveats of a comparison travel with it: never only on stderr, where -o loses them."""
+    args = VERBS["compare"](ds)
+    out = tmp_path / "cmp.out"
+    proc = subprocess.run([*KMEMSCOPE, *map(str, args), "--format", fmt, "-o", str(out)],
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()
+    notes = notes_back(fmt, out.read_bytes())
+    # cross_cpu_free_pct needs mm_page_free, which the thp-faults run did not record
+    assert any("cross_cpu_free_pct: no value for 1 of 1 on b" in n for n in notes), notes
+    stderr_notes = [line.split("note: ", 1)[1] for line in proc.stderr.decode().splitlines()
+                    if "note: " in line]
+    assert stderr_notes == notes        # with -o, the notes are also shown on stderr
 
 
 def test_info_json_is_one_object_with_runs_tables_and_rows(ds):

@@ -1,4 +1,4 @@
--- vmstat_rates: Spark SQL written by kmemscope.queries.spark_sql (sqlglot 30.30.0, uint64 as decimal); do not edit
+-- vmstat_rates.vmstat_rates: Spark SQL written by kmemscope.queries.spark_sql (sqlglot 30.30.0, uint64 as decimal); do not edit
 -- regenerate: python -m kmemscope.queries.spark_sql --write-golden
 
 SELECT
