@@ -150,9 +150,13 @@ def welch_p(a, b):
         return None
     if len(set(a)) == 1 and len(set(b)) == 1:
         return 1.0 if a[0] == b[0] else 0.0
+    import warnings
+
     from scipy import stats
 
-    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    with warnings.catch_warnings():      # near-equal values: scipy warns, the p-value stands
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
     return None if math.isnan(p) else p
 
 
