@@ -2,13 +2,14 @@
 
 The statistics come from kmemscope.queries.compare; this module only lays
 them out. Every figure keeps the sides apart: a panel, a bar or a point per
-side (or per run), never a sum over both. The study tables reproduce the shape
-of the evidence that page-allocator patches publish: the high-atomic
-reservation study (HighAtomic, THP, compaction, pgscan, atomic order 4+ per
-side), the per-CPU list study (top-5 pfns per kernel) and the defrag_mode study
-(vmstat counters with % change).
+side (or per run), never a sum over both: each side is summarised per run
+(mean, spread, range), and a total across hosts appears only where a row says
+so. The tables have the shape of the evidence page-allocator patches publish:
+the high-atomic reserve (HighAtomic pageblocks, THP and compaction success,
+pgscan_kswapd, atomic allocations per side), the per-CPU lists (the five
+hottest pfns per run) and compaction and THP (the vmstat rows of a kernel A/B
+table, with percent difference and significance).
 """
-import dataclasses
 import html
 
 import numpy as np
@@ -18,33 +19,10 @@ from IPython.display import HTML
 from kmemscope.cli import compare_output as co
 from kmemscope.errors import KmemscopeError
 from kmemscope.queries import compare as st
-from kmemscope.queries.sides import (MetricRow, compare_sides, condense_notes, load_sides,
-                                     missing_notes)
+from kmemscope.queries.sides import compare_sides, condense_notes, load_sides, missing_notes
 
 from . import figures as F
 from .figures import Missing, _figure, fig_text, hex_pfn, md_text, plural
-
-# the defrag_mode study's rows: (title, vmstat counters summed). Counters absent on a kernel count as absent.
-DEFRAG_STUDY_ROWS = [
-    ("THP fault alloc", ["thp_fault_alloc"]),
-    ("THP fault fallback", ["thp_fault_fallback"]),
-    ("Direct compact fail", ["compact_fail"]),
-    ("Direct compact success", ["compact_success"]),
-    ("Compact daemon scanned migrate", ["compact_daemon_migrate_scanned"]),
-    ("Compact daemon scanned free", ["compact_daemon_free_scanned"]),
-    ("Compact total migrate scanned", ["compact_migrate_scanned"]),
-    ("Compact total free scanned", ["compact_free_scanned"]),
-    ("Alloc stall", ["allocstall_dma", "allocstall_dma32", "allocstall_normal", "allocstall_movable",
-                     "allocstall_device"]),
-    ("Pages kswapd scanned", ["pgscan_kswapd"]),
-    ("Pages kswapd reclaimed", ["pgsteal_kswapd"]),
-    ("Pages direct scanned", ["pgscan_direct"]),
-    ("Pages direct reclaimed", ["pgsteal_direct"]),
-    ("Swap out", ["pswpout"]),
-    ("Swap in", ["pswpin"]),
-    ("File refaults", ["workingset_refault_file"]),
-]
-
 
 class Comparison:
     """The sides of `label` in a dataset and every metric compared; built once per notebook."""
@@ -54,9 +32,6 @@ class Comparison:
         self.sides = load_sides(scope.dataset, label, baseline or None,
                                 run_ids=scope.runs or None, labels=scope.labels or None,
                                 engine=scope.open()._engine)
-        if len(self.sides.sides) < 2:
-            raise Missing(f"Every selected run has the same {md_text(label)}={md_text(self.sides.baseline)}: "
-                          "nothing to compare.")
         self.rows = compare_sides(self.sides, test=test)
         self.colors = {side: f"C{i}" for i, side in enumerate(self.sides.sides)}
 
@@ -79,22 +54,24 @@ class Comparison:
                 f"{self.side_counts()}.")
 
     def table(self):
-        """The comparison as markdown, the mmtests-style text, and notes on missing values."""
+        """The comparison: a table that marks better and worse, the mmtests layout, the notes."""
         notes = condense_notes(self.sides.notes) + missing_notes(self.sides, self.rows)
-        text = co.format_text(self.sides, self.rows, self.test)
+        text = co.format_mmtests(self.sides, self.rows, self.test)
         note_md = "\n".join(f"- {md_text(n)}" for n in notes)
-        shown_sides, shown_rows = _escaped(self.sides, self.rows)
+        shown = [r for r in self.rows if r.metric.kind != "vmstat"]
         return (self.intro(),
-                co.format_markdown(shown_sides, shown_rows),
+                HTML(comparison_html(self.sides, shown)),
                 # The long mmtests layout folds away under the compact table.
-                HTML("<details><summary>mmtests compare-kernels layout</summary><pre>"
+                HTML("<details><summary>mmtests compare-kernels layout (every metric)</summary><pre>"
                      + html.escape(text) + "</pre></details>"),
                 ("**Notes**\n\n" + note_md) if notes else None)
 
     def distributions(self):
         """One panel per metric: every run a point (jittered), the side's mean a bar."""
-        rows = [r for r in self.rows if any(x.n for x in r.stats.values())]
-        empty = [r.metric.name for r in self.rows if r not in rows]
+        # vmstat rows have a table of their own (vmstat_table); the rest get a panel each
+        mine = [r for r in self.rows if r.metric.kind != "vmstat"]
+        rows = [r for r in mine if any(x.n for x in r.stats.values())]
+        empty = [r.metric.name for r in mine if r not in rows]
         cols = 3
         fig, axes = _figure((len(rows) + cols - 1) // cols, cols, height=2.6)
         rng = np.random.default_rng(0)      # fixed jitter: the same report every time
@@ -135,24 +112,39 @@ class Comparison:
                                  title="allocations per order, summed over each side's runs")
 
     def highatomic_study(self):
-        """the high-atomic reservation study's table: per side, ranges per run and the pgscan total across runs."""
+        """The high-atomic reserve per side: per-run ranges and means; totals only where labelled."""
         host = self._hosts()
         v = self.sides.values
-        stats = {side: {m: st.clean(v(m)[side]) for m in st.METRICS} for side in self.sides.sides}
+        names = ("highatomic_pageblocks_max", "thp_fault_success_pct", "compaction_success_pct",
+                 "pgscan_kswapd_per_min", "eligible_allocs_order_4_plus", "eligible_allocs_order_1_3")
+        stats = {side: {m: st.clean(v(m)[side]) for m in names} for side in self.sides.sides}
+        hosts = {s: len({host.get(r) for r in self.sides.runs[s]} - {None}) or len(self.sides.runs[s])
+                 for s in self.sides.sides}
         rows = [("runs", {s: f"{len(self.sides.runs[s])}" for s in self.sides.sides}),
                 ("hosts", {s: _hosts_cell(self.sides.runs[s], host) for s in self.sides.sides})]
         spec = [
-            ("HighAtomic pageblocks per run", lambda x: st.value_range(x["highatomic_pageblocks_max"])),
-            ("THP success rate", lambda x: st.value_range(x["thp_fault_success_pct"], "%")),
-            ("Compaction success rate", lambda x: st.value_range(x["compaction_success_pct"], "%")),
-            ("pgscan_kswapd per minute (total across runs)",
-             lambda x: _si(sum(x["pgscan_kswapd_per_min"])) if x["pgscan_kswapd_per_min"] else "n/a"),
-            ("Atomic order-4+ allocations", lambda x: _total(x["eligible_allocs_order_4_plus"])),
-            ("Atomic order 1-3 allocations", lambda x: _total(x["eligible_allocs_order_1_3"])),
+            ("HighAtomic pageblocks per run (range)",
+             lambda s, x: st.value_range(x["highatomic_pageblocks_max"])),
+            ("THP success rate per run (range)",
+             lambda s, x: st.value_range(x["thp_fault_success_pct"], "%")),
+            ("Compaction success rate per run (range)",
+             lambda s, x: st.value_range(x["compaction_success_pct"], "%")),
+            ("pgscan_kswapd per minute, per run (mean ± stddev)",
+             lambda s, x: _mean_sd(x["pgscan_kswapd_per_min"])),
+            ("pgscan_kswapd per minute, total across the side's hosts",
+             lambda s, x: (f"{_si(sum(x['pgscan_kswapd_per_min']))} over {plural(hosts[s], 'host')}"
+                           if x["pgscan_kswapd_per_min"] else "n/a")),
+            ("Atomic order-4+ allocations per run (mean, range)",
+             lambda s, x: _mean_range(x["eligible_allocs_order_4_plus"])),
+            ("Atomic order 1-3 allocations per run (mean, range)",
+             lambda s, x: _mean_range(x["eligible_allocs_order_1_3"])),
         ]
-        rows += [(title, {s: fn(stats[s]) for s in self.sides.sides}) for title, fn in spec]
+        rows += [(title, {s: fn(s, stats[s]) for s in self.sides.sides}) for title, fn in spec]
         table = pd.DataFrame([{"measure": title, **vals} for title, vals in rows])
-        sentence = f"Over the runs of each side ({self.side_counts()})."
+        sentence = f"Per run over each side ({self.side_counts()})."
+        if len(set(hosts.values())) > 1:
+            sentence += (" The sides have different numbers of hosts: compare the per-run rows, "
+                         "not the totals.")
         return sentence, table
 
     def pcp_study(self, runs_per_side=3):
@@ -161,7 +153,7 @@ class Comparison:
         for side in self.sides.sides:
             for run in self.sides.runs[side][:runs_per_side]:
                 try:
-                    hot = self.scope.__class__(self.scope.dataset, [run]).query("hot_pfns", top_n=5)
+                    hot = self.scope.narrowed([run]).query("hot_pfns", top_n=5)
                 except KmemscopeError:
                     lines.append(f"{side} ({run[:8]}): no mm_page_alloc events")
                     continue
@@ -172,50 +164,89 @@ class Comparison:
                 lines.append(f"  ... and {plural(more, 'more run')}")
         return HTML("<pre>" + html.escape("\n".join(lines)) + "</pre>")
 
-    def defrag_study(self):
-        """The defrag_mode study: vmstat counters per side (mean of per-run deltas), % change, Welch p."""
-        try:
-            vm = self.scope.query("vmstat_rates")
-        except Exception as exc:
-            raise Missing(f"No vmstat samples in these runs: no vmstat table ({md_text(exc)}).") from None
-        if vm.empty:
-            raise Missing("No vmstat samples in these runs (bare trace.dat): no vmstat table.")
-        side_of = {run: side for side, runs in self.sides.runs.items() for run in runs}
-        vm = vm[vm.run_id.isin(side_of)]
-        base = self.sides.baseline
-        rows = []
-        for title, names in DEFRAG_STUDY_ROWS:
-            sub = vm[vm.name.isin(names)]
-            if sub.empty:
-                continue
-            per_run = sub.groupby("run_id")["delta"].sum()
-            row = {"counter": title}
-            means = {}
-            for side in self.sides.sides:
-                vals = [float(per_run[r]) for r in self.sides.runs[side] if r in per_run.index]
-                means[side] = st.amean(vals)
-                row[side] = "n/a" if means[side] is None else f"{means[side]:.2f}"
-                if side != base:
-                    pct = st.percent_change(means[base], means[side])
-                    row[f"{side} %"] = "n/a" if pct is None else (
-                        co.pct_text(pct) if np.isinf(pct) else f"{pct:+.2f}%")
-                    base_vals = [float(per_run[r]) for r in self.sides.runs[base] if r in per_run.index]
-                    p = st.welch_p(base_vals, vals)
-                    row[f"{side} Welch p"] = "n/a" if p is None else f"{p:.3g}"
-            rows.append(row)
+    def vmstat_table(self):
+        """Compaction and THP: the vmstat rows of a kernel A/B table, per-run mean ± stddev per side,
+        the percent difference (positive = better), marked better or worse, and Welch's p."""
+        rows = [r for r in self.rows if r.metric.kind == "vmstat"]
         if not rows:
-            raise Missing("None of the defrag_mode study's vmstat counters is in these runs.")
-        return pd.DataFrame(rows)
+            raise Missing("No vmstat samples in these runs (bare trace.dat): no vmstat table.")
+        base = self.sides.baseline
+        out = []
+        for r in rows:
+            row = {"counter": r.metric.title, "better": r.metric.better}
+            for side in self.sides.sides:
+                x = r.stats[side]
+                row[side] = "n/a" if x.mean is None else _mean_sd(x.values)
+                if side != base:
+                    c = r.versus[side]
+                    row[f"{side} vs {base}"] = _verdict(c.pct_diff, c.significant)
+                    row[f"{side} Welch p"] = "n/a" if c.welch_p is None else f"{c.welch_p:.3g}"
+            out.append(row)
+        return pd.DataFrame(out)
 
 
-def _escaped(sides, rows):
-    """The side set and rows with label values made safe for Markdown (they come from the runs)."""
-    esc = md_text
-    shown = dataclasses.replace(sides, label=esc(sides.label), sides=[esc(x) for x in sides.sides],
-                                runs={esc(k): v for k, v in sides.runs.items()})
-    out = [MetricRow(r.metric, {esc(k): v for k, v in r.stats.items()},
-                     {esc(k): v for k, v in r.versus.items()}) for r in rows]
-    return shown, out
+def _verdict(pct, significant):
+    """'+22.10% better', '-5.00% worse *' (significant), 'n/a'."""
+    if pct is None:
+        return "n/a"
+    word = "better" if pct > 0 else ("worse" if pct < 0 else "same")
+    return f"{pct:+.2f}% {word}" + (" *" if significant else "")
+
+
+def comparison_html(sides, rows):
+    """The comparison as an HTML table: per side "mean [range]", and against the baseline the
+    percent difference coloured by direction (green better, red worse; bold when significant)."""
+    esc = html.escape
+    head = ["metric", "unit", "better"] + [f"{esc(s)} (n={len(sides.runs[s])})" for s in sides.sides]
+    for s in sides.sides[1:]:
+        head += [f"{esc(s)} vs {esc(sides.baseline)}", "Welch p", "Mann-Whitney p", "bands"]
+    out = ["<table class='kmemscope-compare'><thead><tr>"
+           + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    for r in rows:
+        cells = [f"<code>{esc(r.metric.name)}</code>", esc(r.metric.unit), esc(r.metric.better)]
+        for s in sides.sides:
+            x = r.stats[s]
+            cells.append("n/a" if x.n == 0 else f"{x.mean:.2f} [{esc(x.range)}]"
+                         + (f" n={x.n}" if x.n != len(sides.runs[s]) else ""))
+        for s in sides.sides[1:]:
+            c = r.versus[s]
+            pct = c.pct_diff
+            if pct is None:
+                cell = "<td>n/a</td>"
+            else:
+                color = "#1a7f37" if pct > 0 else ("#cf222e" if pct < 0 else "inherit")
+                text = _verdict(pct, False)
+                text = f"<b>*{text}*</b>" if c.significant else text
+                cell = f"<td style='color:{color}'>{text}</td>"
+            band = "n/a" if c.band_significant is None else ("apart" if c.band_significant else "overlap")
+            cells_s = [cell, f"<td>{_p(c.welch_p)}</td>", f"<td>{_p(c.mannwhitney_p)}</td>",
+                       f"<td>{band}</td>"]
+            cells += [None] + cells_s
+        row = "".join(c if c and c.startswith("<td") else ("" if c is None else f"<td>{c}</td>")
+                      for c in cells)
+        out.append(f"<tr>{row}</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _p(p):
+    if p is None:
+        return "n/a"
+    return f"{p:.4f}" if p >= 0.0001 else f"{p:.1e}"
+
+
+def _mean_sd(values):
+    if not values:
+        return "n/a"
+    m = st.amean(values)
+    sd = st.stddev(values)
+    return f"{m:.2f}" if sd is None else f"{m:.2f} ± {sd:.2f}"
+
+
+def _mean_range(values):
+    if not values:
+        return "n/a"
+    return f"{st.amean(values):,.1f} ({st.value_range(values)})"
 
 
 def _runs_on_hosts(ids, host):

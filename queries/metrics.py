@@ -20,7 +20,7 @@ one dict of values per run. The statistics are in compare.py.
 import re
 from dataclasses import dataclass
 
-from kmemscope.errors import QueryError
+from kmemscope.errors import DatasetError, QueryError
 
 from .selection import labels_dict
 
@@ -350,7 +350,7 @@ def gather(dataset, names=None, run_ids=None, labels=None, engine=None, with_def
 def _vmstat_rows(dataset, run_ids, labels, engine):
     try:
         return _run_query("vmstat_rates", dataset, run_ids, labels, engine)
-    except QueryError as exc:
+    except DatasetError as exc:
         if "vmstat" in str(exc):        # no run has procfs samples: no vmstat metrics
             return [], ["no selected run has vmstat samples: no vmstat metrics"]
         raise
@@ -367,7 +367,7 @@ def _stall_rows(dataset, run_ids, labels, engine, required):
         return [], []
     try:
         return _run_query("stalls.per_run", dataset, run_ids, labels, engine)
-    except QueryError:
+    except DatasetError:
         if required:
             raise
         return [], []        # no run recorded stall events: nothing to add by default

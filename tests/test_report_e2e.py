@@ -38,7 +38,8 @@ OVERVIEW_HEADINGS = ["Runs", "Event rates over time", "Allocation orders", "Atom
                      "Migratetype pollution", "HighAtomic reserve over time",
                      "Free pages and pageblocks per migratetype over time", "Hot page frames",
                      "Compaction timeline", "vmstat rates", "Lost events"]
-COMPARE_HEADINGS = ["Comparison table", "Per-metric distributions", "High-atomic study", "Per-CPU list study", "defrag_mode study"]
+COMPARE_HEADINGS = ["Comparison table", "Per-metric distributions", "High-atomic reserve", "Per-CPU lists",
+                    "Compaction and THP"]
 
 
 def kmemscope(*args, timeout=300):
@@ -100,7 +101,7 @@ def test_compare_by_kernel_on_two_real_captures(ab_dataset):
     js = kmemscope("compare", ab_dataset, "--by", "kernel", "--baseline", "defrag1", "--format", "json",
                    "--metrics", "highatomic_pageblocks_max,top5_pfn_allocs_sum")
     assert js.returncode == 0, js.stderr
-    recs = json.loads(js.stdout)
+    recs = json.loads(js.stdout)["rows"]
     assert {(r["side"], r["metric"]) for r in recs} == {
         (s, m) for s in ("defrag0", "defrag1") for m in ("highatomic_pageblocks_max", "top5_pfn_allocs_sum")}
     for r in recs:

@@ -363,3 +363,37 @@ def test_event_table_names_from_a_trace_are_quoted(ab, tmp_path):
     same = df[df.event == hostile].reset_index(drop=True)
     orig = df[df.event == "mm_page_pcpu_drain"].reset_index(drop=True)
     assert list(same["n"]) == list(orig["n"]) and same["n"].sum() > 0
+
+
+def test_report_sections_are_named_for_what_they_show_and_summarise_per_run(report):
+    html, _ = report
+    text = text_of(html)
+    heads = re.findall(r"<h2[^>]*>(.*?)</h2>", html, re.S)
+    assert not any("study" in h for h in heads), heads          # no patch series in the titles
+    assert any(h.startswith("High-atomic reserve") for h in heads)
+    assert any(h.startswith("Per-CPU lists") for h in heads)
+    assert any(h.startswith("Compaction and THP") for h in heads)
+    # every per-side row says it is per run; the only total says across how many hosts
+    assert "pgscan_kswapd per minute, per run (mean ± stddev)" in text
+    assert "total across the side's hosts" in text
+    assert "total across runs" not in text
+    assert "-inf" not in text and "+inf" not in text
+
+
+def test_report_marks_better_and_worse_apart(report):
+    html, _ = report
+    table = re.search(r"<table class=[\"']kmemscope-compare[\"']>(.*?)</table>", html, re.S).group(1)
+    cells = re.findall(r"<td style=[\"']color:\s*(#[0-9a-f]+);?[\"']>(.*?)</td>", table)
+    assert cells, "no percent difference in the comparison table"
+    for color, text in cells:
+        word = "better" if "better" in text else ("worse" if "worse" in text else "same")
+        assert color == {"better": "#1a7f37", "worse": "#cf222e"}.get(word, color), (color, text)
+
+
+def test_report_of_a_one_sided_comparison_is_one_clear_line(ab, tmp_path):
+    ds, _sides = ab
+    proc = kmemscope("report", ds, "-o", tmp_path / "r.html", "--compare", "kernel", "--label", "kernel=a")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("kmemscope: error: nothing to compare: every selected run (1) has kernel=a")
+    assert not (tmp_path / "r.html").exists()
