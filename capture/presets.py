@@ -1,8 +1,16 @@
 """What each preset records, and how -e SYSTEM:EVENT[:FILTER] adds to it.
 
 A preset is a list of events (whole systems allowed), optional in-kernel
-filters, and whether each event carries a kernel stack. Filters that test gfp
-bits get their values from the live mm_page_alloc format (eventformat.py).
+filters, and which events carry a kernel stack. Filters that test gfp bits get
+their values from the live mm_page_alloc format (eventformat.py).
+
+Kernel stacks come two ways. "stacktrace": True puts one on every recorded
+event (trace-cmd -T). STACK as an event's fourth element puts one only on the
+events of that entry, through an event trigger `stacktrace if FILTER` (trace-cmd
+-R): the trigger carries the event's own filter because a trigger without a
+condition runs before the event filter, on every hit of the tracepoint. A
+kernel without the stacktrace trigger (before 3.14, or built without it) gets
+-T instead, and record says so.
 
 Rates: the measured ones come from a 2-CPU 6.18 VM (benchmarks/
 capture_overhead.py: page-fault churn; a TCP loopback transfer for
@@ -13,6 +21,9 @@ import os
 
 from kmemscope.capture import eventformat
 from kmemscope.errors import CaptureError
+
+# An event entry's fourth element: a kernel stack on each of its events (and no other).
+STACK = "stack"
 
 PRESETS = {
     "default": {
@@ -51,6 +62,25 @@ PRESETS = {
             ("kmem", "mm_page_alloc", "order > 0 && !(gfp_flags & {__GFP_DIRECT_RECLAIM})"),
         ],
     },
+    "costly-stalls": {
+        "purpose": "who stalls at costly orders and for how long (the stalls and alloc_origins "
+                   "analyses together): allocations and direct-compaction attempts of order > 3 "
+                   "with kernel stacks, and the begin and end of every direct compaction, direct "
+                   "reclaim, kcompactd and kswapd run",
+        "rate": "near 0 on a quiet host: one event per costly allocation (large page-cache folio, "
+                "THP, hugetlb page), compaction attempt and run, reclaim stall and kswapd "
+                "wake; the squeeze of examples/workload_stalls.py gave 1.7x10^4 events, 7x10^3 "
+                "of them with stacks, in 37 s here (1.1 MiB of trace.dat)",
+        "buffer_kb": 8192,
+        "events": [
+            ("kmem", "mm_page_alloc", "order > 3", STACK),
+            ("compaction", "mm_compaction_try_to_compact_pages", "order > 3", STACK),
+            ("compaction", "mm_compaction_begin"), ("compaction", "mm_compaction_end"),
+            ("compaction", "mm_compaction_kcompactd_wake"),
+            ("vmscan", "mm_vmscan_direct_reclaim_begin"), ("vmscan", "mm_vmscan_direct_reclaim_end"),
+            ("vmscan", "mm_vmscan_kswapd_wake"), ("vmscan", "mm_vmscan_kswapd_sleep"),
+        ],
+    },
     "compaction": {
         "purpose": "compaction and reclaim only: why huge pages fail or stall, at little cost",
         "rate": "near 0 when idle; bursts while compaction scans: a full compact_memory over 2 GiB "
@@ -68,23 +98,38 @@ PRESETS = {
 
 
 class EventSpec:
-    """One `-e` for trace-cmd: SYSTEM:EVENT (EVENT may be '*') with an optional filter."""
+    """One `-e` for trace-cmd: SYSTEM:EVENT (EVENT may be '*') with an optional filter.
 
-    def __init__(self, system, event, filter=None, required=True):
+    trigger: an event trigger for trace-cmd -R (`stacktrace if FILTER`), or None.
+    """
+
+    def __init__(self, system, event, filter=None, required=True, trigger=None):
         self.system, self.event, self.filter, self.required = system, event, filter, required
+        self.trigger = trigger
+        self.stack_fallback = False     # wanted a stack trigger the kernel lacks: -T instead
 
     @property
     def name(self):
         return self.system if self.event == "*" else "%s:%s" % (self.system, self.event)
 
+    @property
+    def trigger_path(self):
+        """events/SYSTEM/EVENT/trigger, relative to tracefs."""
+        return "events/%s/%s/trigger" % (self.system, self.event)
+
     def trace_cmd_args(self):
         args = ["-e", self.name]
         if self.filter:
             args += ["-f", self.filter]
+        if self.trigger:
+            args += ["-R", self.trigger]
         return args
 
     def as_dict(self):
-        return {"event": self.name, "filter": self.filter}
+        out = {"event": self.name, "filter": self.filter}
+        if self.trigger:
+            out["trigger"] = self.trigger
+        return out
 
 
 def parse_event_arg(text):
@@ -115,6 +160,36 @@ def _fill_filter(template, tracefs, system, event):
     return "".join(out + [rest])
 
 
+def stack_trigger(filter):
+    """The trigger that records a kernel stack on exactly the events `filter` keeps."""
+    return "stacktrace if %s" % filter if filter else "stacktrace"
+
+
+def has_stacktrace_trigger(tracefs, system, event):
+    """True when this kernel can run the stacktrace trigger on SYSTEM:EVENT.
+
+    A trigger file lists the commands this kernel has ('# Available triggers:')
+    only while it holds no trigger; one that holds some lists those, and then
+    the trigger section of tracefs's README tells.
+    """
+    try:
+        with open(os.path.join(tracefs, "events", system, event, "trigger")) as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    lines = head.splitlines()
+    if lines and lines[0].startswith("# Available triggers"):
+        return len(lines) > 1 and "stacktrace" in lines[1].lstrip("#").split()
+    try:
+        with open(os.path.join(tracefs, "README")) as f:
+            readme = f.read()
+    except OSError:
+        return False
+    start = readme.find("Format: <trigger>")
+    end = readme.find("example:", start)
+    return start >= 0 and "stacktrace" in readme[start:end].split()
+
+
 def event_exists(tracefs, spec):
     base = os.path.join(tracefs, "events", spec.system)
     return os.path.isdir(base if spec.event == "*" else os.path.join(base, spec.event))
@@ -125,7 +200,9 @@ def resolve(tracefs, preset, extra_events):
 
     A preset event that this kernel lacks is skipped and reported in `missing`
     (older kernels lack some compaction and vmscan events); an -e event that it
-    lacks is an error.
+    lacks is an error. A STACK entry gets its stacktrace trigger where the
+    kernel has one; otherwise stacktrace is True (a stack on every event) and
+    the spec's stack_fallback is True, for record to say so.
     """
     specs, missing, stacktrace = [], [], False
     if preset is not None:
@@ -140,6 +217,11 @@ def resolve(tracefs, preset, extra_events):
                 missing.append(spec.name)
                 continue
             spec.filter = _fill_filter(template, tracefs, system, event)
+            if len(entry) > 3 and entry[3] == STACK:
+                if has_stacktrace_trigger(tracefs, system, event):
+                    spec.trigger = stack_trigger(spec.filter)
+                else:
+                    stacktrace = spec.stack_fallback = True
             specs.append(spec)
     for spec in extra_events:
         # An -e for an event the preset already has replaces it (its filter wins).
@@ -157,7 +239,9 @@ def describe():
     """Text for `--list-presets`: each preset's purpose, expected rate and events."""
     lines = []
     for name, p in PRESETS.items():
-        events = ", ".join(e[0] if e[1] == "*" else "%s:%s" % (e[0], e[1]) for e in p["events"])
+        events = ", ".join((e[0] if e[1] == "*" else "%s:%s" % (e[0], e[1])) +
+                           (" (with kernel stacks)" if len(e) > 3 and e[3] == STACK else "")
+                           for e in p["events"])
         lines.append("%s\n  purpose: %s\n  rate:    %s\n  events:  %s%s\n  buffer:  %d KiB per CPU"
                      % (name, p["purpose"], p["rate"], events,
                         " (with kernel stacks)" if p.get("stacktrace") else "", p["buffer_kb"]))

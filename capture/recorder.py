@@ -19,7 +19,7 @@ from kmemscope.capture import tracefs as tfs
 from kmemscope.errors import CaptureError
 from kmemscope.capture.sampler import ProcfsSampler
 from kmemscope.capture.tracecmd import (TraceCmd, build_args, buffer_stats_from_file,
-                                        trace_dat_complete)
+                                        restore_triggers, save_triggers, trace_dat_complete)
 from kmemscope.capture.units import format_size
 
 POLL_S = 0.1
@@ -199,6 +199,10 @@ class Recorder:
         host_flags = tfs.trace_cmd_flags(restrictions)
         for name in missing:
             self.warn("this kernel has no %s; the %s preset records without it" % (name, preset))
+        for spec in specs:
+            if spec.stack_fallback:
+                self.warn("this kernel has no stacktrace trigger on %s; the %s preset records a "
+                          "kernel stack on every event instead (trace-cmd -T)" % (spec.name, preset))
         if self.stop_reason:
             raise Interrupted()
 
@@ -211,7 +215,9 @@ class Recorder:
 
         state_file = cleanup.state_path(state_dir)
         snap = state.snapshot(tracefs, [s.name for s in specs])
-        saved = {"snapshot": snap, "record_pid": os.getpid(), "bundle": out, "trace_cmd": None}
+        triggers = save_triggers(tracefs, specs)
+        saved = {"snapshot": snap, "record_pid": os.getpid(), "bundle": out, "trace_cmd": None,
+                 "triggers": triggers}
         state.save_file(state_file, saved)
         tc = TraceCmd(args, trace_dat, os.path.join(out, "trace-cmd.log"))
         sampler = ProcfsSampler(os.path.join(out, "procfs"), opt.interval, opt.zoneinfo)
@@ -246,7 +252,7 @@ class Recorder:
         finally:
             sampler.close()
             tc.kill()
-            problems = state.restore(snap)
+            problems = state.restore(snap) + restore_triggers(tracefs, triggers)
             for problem in problems:
                 self.warn("could not restore %s" % problem)
             if not problems:

@@ -178,9 +178,77 @@ def _tracing_on(tracefs):
 def _spec_enabled(tracefs, spec):
     rel = "events/%s/enable" % (spec.system if spec.event == "*" else spec.system + "/" + spec.event)
     try:
-        return tfs.read(tracefs, rel) in ("1", "X")
+        # '1*': enabled, and in soft mode because a trigger is attached
+        return tfs.read(tracefs, rel) in ("1", "1*", "X")
     except OSError:
         return False
+
+
+# ---------------------------------------------------------------- event triggers
+#
+# trace-cmd -R writes a trigger into events/SYSTEM/EVENT/trigger. It clears the
+# triggers of the events it records when it starts (a trigger someone had set
+# there is gone) and its own when it exits normally; a trace-cmd killed with
+# SIGKILL leaves its trigger active. record saves each trigger file it will
+# touch and puts it back with restore_triggers() on every way out.
+
+def read_triggers(tracefs, rel):
+    """The triggers active in tracefs/rel (a trigger file): its lines but the # comments."""
+    text = tfs.read(tracefs, rel)
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def _trigger_command(line):
+    """'stacktrace:unlimited if order > 3' -> 'stacktrace': what `!` removes."""
+    return line.split(" if ", 1)[0].split(":", 1)[0].strip()
+
+
+def _trigger_as_written(line):
+    """A trigger as read back -> as written: 'traceoff:count=1 if x' -> 'traceoff:1 if x'."""
+    head, sep, cond = line.partition(" if ")
+    head = head.replace(":unlimited", "").replace(":count=", ":")
+    return head + sep + cond
+
+
+def _append(tracefs, rel, text):
+    # Append, never truncate: opening a trigger file with O_TRUNC drops the event's hist
+    # triggers on kernels that have them.
+    with open(os.path.join(tracefs, rel), "a") as f:
+        f.write(text)
+
+
+def save_triggers(tracefs, specs):
+    """{trigger file: active triggers} of every spec that sets a trigger (unreadable: None)."""
+    saved = {}
+    for spec in specs:
+        if spec.trigger:
+            try:
+                saved[spec.trigger_path] = read_triggers(tracefs, spec.trigger_path)
+            except OSError:
+                saved[spec.trigger_path] = None
+    return saved
+
+
+def restore_triggers(tracefs, saved):
+    """Make each trigger file of `saved` hold what it held; returns what could not be done."""
+    problems = []
+    for rel, before in saved.items():
+        if before is None:
+            continue
+        try:
+            now = read_triggers(tracefs, rel)
+            for line in now:
+                if line not in before:
+                    _append(tracefs, rel, "!" + _trigger_command(line))
+            for line in before:
+                if line not in now:
+                    _append(tracefs, rel, _trigger_as_written(line))
+            after = read_triggers(tracefs, rel)
+            if sorted(after) != sorted(before):
+                problems.append("%s (holds %s, had %s)" % (rel, after, before))
+        except OSError as exc:
+            problems.append("%s: %s" % (rel, exc.strerror))
+    return problems
 
 
 def trace_dat_complete(path):
