@@ -28,11 +28,15 @@ Presets (--list-presets shows their events and rates): %s.
 """ % ", ".join(presets.PRESETS)
 
 
+class UsageError(CaptureError):
+    """The command line itself is wrong (exit 2, like every kmemscope verb)."""
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors in kmemscope's one-line form."""
 
     def error(self, message):
-        raise CaptureError(message, "see `%s --help`" % PROG)
+        raise UsageError(message, "see `%s --help`" % PROG)
 
 
 def build_parser():
@@ -158,6 +162,9 @@ def main(argv=None):
             archive = pack.pack(options.output, args.pack)
             say("packed %s (%.1f MiB)" % (archive, os.path.getsize(archive) / (1 << 20)))
         return 0
+    except UsageError as exc:
+        print("kmemscope: error: %s" % exc, file=sys.stderr)
+        return 2
     except CaptureError as exc:
         print("kmemscope: error: %s" % exc, file=sys.stderr)
         return 1

@@ -83,13 +83,16 @@ def _key_values(values, what):
     return out
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(__version__, prog_name="kmemscope")
 @click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
 @click.pass_context
 def cli(ctx, debug):
     """Record page-allocator traces and answer questions about them in SQL."""
     ctx.obj = {"debug": debug}
+    if ctx.invoked_subcommand is None:          # bare `kmemscope`: the help, not an error
+        click.echo(ctx.get_help())
+        ctx.exit(0)
 
 
 # ---------------------------------------------------------------- parse
@@ -156,6 +159,9 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
             click.echo(f"{source}: run {summary.run_id} {verb}: {summary.events:,} events "
                        f"in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
                        f"{summary.lost_events:,} lost", err=True)
+        for key, was, now in summary.label_overrides:
+            click.echo(f"kmemscope: note: {source}: --label {key}={now} replaces the bundle's own "
+                       f"label {key}={was}", err=True)
         if derive:
             _derive(ctx, dataset, summary.run_id, quiet)
         if summary.unknown_events:
@@ -254,21 +260,26 @@ class _progress:
 
 @cli.command()
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
-@click.argument("query")
+@click.argument("query", required=False)
+@click.option("-f", "--file", "sql_file", type=click.Path(dir_okay=False), callback=utf8_path,
+              help="Read the SQL from FILE (QUERY `-` reads it from stdin).")
 @click.option("--read-only", is_flag=True,
               help="Allow only SELECT statements that read the dataset: no other files, "
                    "no writes, no extensions.")
 @FORMAT_OPTION
 @OUTPUT_OPTION
 @engine_options
-def sql(dataset, query, read_only, fmt, output, engine, spark_master, spark_conf):
+def sql(dataset, query, sql_file, read_only, fmt, output, engine, spark_master, spark_conf):
     """Run SQL over DATASET; every table is a view of its own name.
 
     This is DuckDB's full SQL, which can read and write any file the user
-    can: use --read-only for SQL from elsewhere.
+    can: use --read-only for SQL from elsewhere. Several statements run one
+    after the other, and each one's result is shown.
 
     \b
     kmemscope sql ds "SELECT \\"order\\", count(*) FROM mm_page_alloc GROUP BY 1"
+    kmemscope sql ds -f question.sql
+    echo "SELECT count(*) FROM runs" | kmemscope sql ds -
 
     With --engine spark the same DuckDB SQL is translated to Spark SQL (the
     analyses' rules); what has no exact translation is refused.
@@ -277,6 +288,8 @@ def sql(dataset, query, read_only, fmt, output, engine, spark_master, spark_conf
     from kmemscope.queries.dataset import confine
     from kmemscope.queries.engine import open_run_set, open_runs
 
+    query = _sql_text(query, sql_file)
+    statements = _statements(query)
     fmt = resolve_format(fmt, output)
     if engine == "spark":
         if read_only:
@@ -285,18 +298,89 @@ def sql(dataset, query, read_only, fmt, output, engine, spark_master, spark_conf
         with _engine(engine, spark_master, spark_conf) as eng:
             backend = open_runs(dataset, engine=eng)[0]
             try:
-                table = _run_backend_sql(backend, query)
+                tables = [_run_backend_sql(backend, q) for q in statements]
             finally:
                 backend.close()
-        write_result(table, fmt, output)
+    else:
+        _engine(engine, spark_master, spark_conf)
+        # The analyses' helper views (flag names, allocation classes, ...) come too.
+        con = open_run_set(dataset)[0]
+        if read_only:
+            confine(con, dataset, query)
+        tables = [_run_sql(con, q) for q in statements]
+    shown = [t for t in tables if t is not None]
+    if len(shown) > 1 and fmt in ("json", "parquet"):
+        raise KmemscopeError(f"--format {fmt} holds one result and the SQL has {len(shown)} "
+                             "statements that return rows",
+                             "run them one at a time, or use --format table, csv or jsonl")
+    if shown:
+        _write_results(shown, fmt, output, write_result)
+
+
+def _sql_text(query, sql_file):
+    """The SQL from QUERY, `-` (stdin) or -f FILE; exactly one of them."""
+    if sql_file and query is not None:
+        raise click.UsageError("give the SQL either as QUERY or with -f FILE, not both")
+    if sql_file:
+        from kmemscope.parsers.run_metrics import MetricsError, _read_bounded
+
+        try:
+            return _read_bounded(sql_file, "SQL file")
+        except MetricsError as exc:
+            raise KmemscopeError(str(exc)) from None
+    if query is None:
+        raise click.UsageError("no SQL: give QUERY, `-` to read stdin, or -f FILE")
+    if query == "-":
+        if sys.stdin.isatty():
+            raise click.UsageError("`-` reads the SQL from stdin, which is a terminal")
+        return sys.stdin.read()
+    return query
+
+
+def _statements(query):
+    """The statements of `query` as DuckDB splits them; none (empty, comments only) is an error."""
+    import duckdb
+
+    try:
+        statements = [str(s.query) if hasattr(s, "query") else str(s)
+                      for s in duckdb.extract_statements(query)]
+    except duckdb.Error as exc:
+        from kmemscope.queries.dataset import sql_error_text
+
+        raise KmemscopeError(f"SQL failed: {sql_error_text(exc)}") from None
+    statements = [q for q in statements if q.strip()]
+    if not statements:
+        raise KmemscopeError("the SQL holds no statement (it is empty or only comments)",
+                             "give a query such as \"SELECT count(*) FROM runs\"")
+    return statements
+
+
+def _write_results(tables, fmt, output, write_result):
+    """Each statement's result in turn: tables one after another (csv and jsonl concatenate)."""
+    if len(tables) == 1:
+        write_result(tables[0], fmt, output)
         return
-    _engine(engine, spark_master, spark_conf)
-    # The analyses' helper views (flag names, allocation classes, ...) come too.
-    con = open_run_set(dataset)[0]
-    if read_only:
-        confine(con, dataset, query)
-    table = _run_sql(con, query)
-    write_result(table, fmt, output)
+    out = open(output, "w", encoding="utf-8") if output else None
+    try:
+        for i, table in enumerate(tables):
+            if i and fmt in ("table", "csv"):
+                (out or sys.stdout).write("\n")
+            if out is None:
+                write_result(table, fmt, None)
+                sys.stdout.flush()
+            else:
+                import io
+
+                buf = io.StringIO()
+                real, sys.stdout = sys.stdout, buf
+                try:
+                    write_result(table, fmt, None)
+                finally:
+                    sys.stdout = real
+                out.write(buf.getvalue())
+    finally:
+        if out is not None:
+            out.close()
 
 
 def _run_backend_sql(backend, query):
@@ -426,9 +510,11 @@ def queries(name, fmt, output):
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "jsonl", "parquet", "folded"]),
               default=None, help="Output format (default: from -o's extension, else table); "
                                  "folded: flame-graph lines, for alloc_origins.folded.")
+@click.option("-q", "--quiet", is_flag=True, help="No notes on stderr.")
 @OUTPUT_OPTION
 @engine_options
-def query(name, dataset, runs, labels, params, fmt, output, engine, spark_master, spark_conf):
+def query(name, dataset, runs, labels, params, fmt, quiet, output, engine, spark_master,
+          spark_conf):
     """Run the named analysis NAME over DATASET.
 
     `kmemscope queries` lists the analyses; `kmemscope queries NAME` shows one's
@@ -448,8 +534,9 @@ def query(name, dataset, runs, labels, params, fmt, output, engine, spark_master
     # stderr so that csv/json on stdout stay clean; one line per caveat, not per run.
     from kmemscope.queries.sides import condense_notes
 
-    for note in condense_notes(notes_of(table)):
-        click.echo(f"kmemscope: note: {note}", err=True)
+    if not quiet:
+        for note in condense_notes(notes_of(table)):
+            click.echo(f"kmemscope: note: {note}", err=True)
     write_result(table, fmt, output)
 
 
@@ -683,6 +770,16 @@ def _raise_terminated(signum, frame):
     raise Terminated(signum)
 
 
+def _sql_comment_first(args):
+    """SQL that starts with a `-- comment` is the query, not an option: put it after `--`."""
+    for i, a in enumerate(args):
+        if a.startswith("--") and (a == "--" or any(c.isspace() for c in a[2:]) or a[2:3] == "-"):
+            if a == "--":
+                return args
+            return args[:i] + args[i + 1:] + ["--", a]
+    return args
+
+
 def main(argv=None):
     import signal
 
@@ -697,8 +794,10 @@ def main(argv=None):
         sys.exit(record_main(args[first + 1:]))
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
+    if first is not None and args[first] == "sql":
+        args = _sql_comment_first(args)
     try:
-        cli.main(args=argv, prog_name="kmemscope", standalone_mode=False)
+        cli.main(args=args, prog_name="kmemscope", standalone_mode=False)
     except click.exceptions.Abort as exc:
         # click turns KeyboardInterrupt (and so Terminated) into Abort.
         cause = exc.__cause__ or exc.__context__
@@ -732,6 +831,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         click.echo("kmemscope: error: interrupted", err=True)
         sys.exit(130)
+    except BrokenPipeError:
+        # `kmemscope sql ... | head`: the reader has what it wanted; quiet, and no
+        # second error when Python flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except SystemExit:
         raise
     except Exception as exc:  # a bug in kmemscope: one line, the traceback on --debug

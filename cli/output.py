@@ -94,12 +94,43 @@ def _cell(value, max_cell=MAX_CELL, decimals=None):
     return text[:max_cell - 1] + "…"
 
 
-def format_table(table, max_cell=MAX_CELL):
-    """An aligned text table; numbers right-aligned, text left-aligned, long cells cut."""
+def is_pfn_column(name, arrow_type):
+    """Page frame numbers: shown in hex in tables, as trace-cmd and perf print them."""
+    import pyarrow as pa
+
+    return pa.types.is_integer(arrow_type) and (name == "pfn" or name.endswith("_pfn"))
+
+
+def _fit(widths, width, floor=8):
+    """Column widths shrunk, widest first, until the line fits `width` (None: as they are)."""
+    widths = list(widths)
+    if not width:
+        return widths
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        widest = max(range(len(widths)), key=lambda i: widths[i])
+        if widths[widest] <= floor:
+            break
+        widths[widest] -= 1
+    return widths
+
+
+def _clip(text, width):
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+
+
+def format_table(table, max_cell=MAX_CELL, width=None):
+    """An aligned text table; numbers right-aligned, text left-aligned, long cells cut.
+
+    pfn columns print in hex. width: the terminal's columns; wider tables cut
+    their widest columns (with …) until each line fits.
+    """
     import pyarrow as pa
 
     names = [printable(n) for n in table.column_names]
     columns = [col.to_pylist() for col in table.columns]
+    for j, (name, t) in enumerate(zip(table.column_names, table.schema.types)):
+        if is_pfn_column(name, t):
+            columns[j] = [hex(v) if isinstance(v, int) else v for v in columns[j]]
     decimals = [_float_decimals(col) if pa.types.is_floating(t) else None
                 for col, t in zip(columns, table.schema.types)]
     cells = [[_cell(col[i], max_cell, decimals[j]) for j, col in enumerate(columns)]
@@ -107,6 +138,33 @@ def format_table(table, max_cell=MAX_CELL):
     numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
                for t in table.schema.types]
     widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
+    hidden = []
+    if width:
+        # Too many columns even when cut: leave out middle ones, like duckdb's shell, for "…"
+        while len(widths) > 2 and sum(min(w, 8) for w in widths) + 2 * len(widths) > width:
+            mid = len(widths) // 2 if "…" not in names else names.index("…")
+            # then neighbours of "…", right and left in turn, so both ends stay in view
+            drop = mid + 1 if len(hidden) % 2 and mid + 1 < len(names) - 1 else mid - 1
+            if drop <= 0:
+                drop = mid + 1
+            if "…" not in names:
+                hidden.append(names[mid])
+                names[mid], widths[mid], numeric[mid] = "…", 1, False
+                for row in cells:
+                    row[mid] = "…"
+                continue
+            if drop <= 0 or drop >= len(names) - 1:
+                break
+            hidden.append(names[drop])
+            for lst in (names, widths, numeric):
+                del lst[drop]
+            for row in cells:
+                del row[drop]
+    fitted = _fit(widths, width)
+    if fitted != widths:
+        names = [_clip(n, w) for n, w in zip(names, fitted)]
+        cells = [[_clip(v, w) for v, w in zip(row, fitted)] for row in cells]
+        widths = fitted
 
     def line(values):
         return "  ".join(v.rjust(w) if num else v.ljust(w)
@@ -114,6 +172,10 @@ def format_table(table, max_cell=MAX_CELL):
 
     out = [line(names), "  ".join("-" * w for w in widths)]
     out += [line(c) for c in cells]
+    if hidden:
+        out.append(_clip(f"({len(hidden)} columns not shown at this width: "
+                         f"{', '.join(sorted(hidden, key=table.column_names.index))}; "
+                         "--format csv or json shows all)", width))
     return "\n".join(out) + "\n"
 
 
@@ -192,6 +254,15 @@ def _write_folded(table, out):
         out.write(f"{stack} {samples}\n")
 
 
+def terminal_width():
+    """stdout's columns when it is a terminal (tables fit it), else None (pipes get whole lines)."""
+    import shutil
+
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size((100, 24)).columns
+
+
 def write_result(table, fmt="table", output=None, max_cell=MAX_CELL):
     """Write an Arrow table to `output` (a path) or stdout in `fmt`."""
     if fmt == FOLDED:
@@ -224,7 +295,7 @@ def write_result(table, fmt="table", output=None, max_cell=MAX_CELL):
         if fmt in ("json", "jsonl"):
             _write_json(table, out, lines=fmt == "jsonl")
         else:
-            out.write(format_table(table, max_cell))
+            out.write(format_table(table, max_cell, width=None if output else terminal_width()))
     finally:
         if output:
             out.close()

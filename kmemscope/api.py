@@ -93,7 +93,14 @@ class Result:
             f"... {self._table.num_rows - 50} more rows\n" if self._table.num_rows > 50 else "")
 
     def _repr_html_(self):
-        return self.df().head(50).to_html(index=False)
+        import html
+
+        n = self._table.num_rows
+        shown = min(n, 50)
+        head = f"<p>showing {shown:,} of {n:,} row{'s' if n != 1 else ''}</p>" if n > shown else ""
+        notes = "".join(f"<li>{html.escape(x)}</li>" for x in self.notes)
+        notes = f"<p>Notes:</p><ul>{notes}</ul>" if notes else ""
+        return head + self.df().head(50).to_html(index=False) + notes
 
 
 @dataclass
@@ -181,13 +188,36 @@ class Dataset:
 
         # an s3:// URL stays a string: Path() would fold its double slash
         self.path = str(path) if storage.is_url(str(path)) else Path(path)
-        table_dirs(self.path)              # a missing or empty dataset fails here, in one line
+        tables = table_dirs(self.path)     # a missing or empty dataset fails here, in one line
+        if "runs" not in tables:
+            from kmemscope.errors import DatasetError
+
+            raise DatasetError(f"{path} is not a kmemscope dataset (it has no runs table)",
+                               "open the directory that `kmemscope parse -o` wrote")
         self.engine = engine if isinstance(engine, str) else getattr(engine, "name", "?")
         self._engine = _engine_for(engine, spark_master, spark_conf)
 
     def __repr__(self):
         extra = f", engine={self.engine!r}" if self._engine is not None else ""
         return f"kmemscope.Dataset({str(self.path)!r}{extra})"
+
+    def close(self) -> None:
+        """Stop the Spark session this dataset started (DuckDB holds nothing open between calls)."""
+        engine, self._engine = self._engine, None
+        if engine is None or isinstance(engine, str):
+            return
+        for key, shared in list(_spark_engines.items()):
+            if shared is engine:
+                del _spark_engines[key]
+                stop = getattr(engine, "close", None) or getattr(engine, "stop", None)
+                if stop:
+                    stop()
+
+    def __enter__(self) -> "Dataset":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     @property
     def tables(self) -> list[str]:
@@ -229,11 +259,23 @@ class Dataset:
                     return Result(backend.query_arrow(query, dict(params or {})))
             finally:
                 backend.close()
+        import duckdb as _duckdb
+
+        if not isinstance(query, str) or not [s for s in _duckdb.extract_statements(query)]:
+            raise QueryError("the SQL holds no statement (it is empty or only comments)")
         con, _chosen, _parts, _facts = open_run_set(self.path, runs, label)
         try:
             if read_only:
                 confine(con, self.path, query)
-            return Result(query_arrow(con, query, params))
+            else:
+                # pandas, polars and Arrow objects of the caller are tables by their name
+                con.execute("SET python_scan_all_frames = true")
+            table = query_arrow(con, query, params)
+            if table is None:
+                import pyarrow as pa
+
+                table = pa.table({})
+            return Result(table)
         except duckdb.Error as exc:
             raise QueryError(f"SQL failed: {sql_error_text(exc)}") from None
         finally:

@@ -44,6 +44,8 @@ class RunSummary:
     seconds: float = 0.0
     replaced: bool = False
     concurrent: bool = False    # another parse of the same trace committed it first
+    # labels given at parse that replaced the bundle's own: [(key, bundle's value, new value)]
+    label_overrides: list = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- inputs
@@ -175,6 +177,8 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
         total_events = sum(st["events"] for st in stats)
         unknown = sum(st["unknown_events"] for st in stats)
         merged_labels = dict((manifest or {}).get("labels") or {})
+        overrides = [(k, merged_labels[k], v) for k, v in sorted((labels or {}).items())
+                     if k in merged_labels and merged_labels[k] != v]
         merged_labels.update(labels or {})
         missed = sum(m for _, _, _, m in lost if m > 0)
         runs = _runs_table(trace, source, trace_path, sha, ts_range, total_events, missed,
@@ -184,7 +188,7 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
     event_rows = {t: n for t, n in rows.items()}
     return RunSummary(run_id=run_id, source=str(source), events=total_events, tables=event_rows,
                       lost_events=missed, unknown_events=unknown,
-                      seconds=time.monotonic() - started)
+                      seconds=time.monotonic() - started, label_overrides=overrides)
 
 
 def _lost_events_table(lost, cpustats):

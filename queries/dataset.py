@@ -217,7 +217,7 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, part
 
 
 def query_arrow(con, sql, params=None):
-    """Run `sql` with bound `params` and return an Arrow table.
+    """Run `sql` with bound `params` and return an Arrow table (None for a statement without one).
 
     DuckDB 2 prefers relations (`con.sql(...).to_arrow_table()`); DuckDB 1 has
     `execute(...).fetch_arrow_table()`. Both bind parameters, never paste them.
@@ -225,7 +225,9 @@ def query_arrow(con, sql, params=None):
     rel_api = hasattr(con, "sql")
     if rel_api:
         rel = con.sql(sql, params=params) if params else con.sql(sql)
-        if rel is not None and hasattr(rel, "to_arrow_table"):
+        if rel is None:
+            return None           # a statement without a result (CREATE, SET...): it ran
+        if hasattr(rel, "to_arrow_table"):
             return rel.to_arrow_table()
         if rel is not None and hasattr(rel, "arrow"):
             table = rel.arrow()
