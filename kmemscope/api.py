@@ -308,6 +308,10 @@ class Dataset:
                            labels=label, engine=self._engine, metrics=names)
         return Comparison(sides, compare_sides(sides, names, test, alpha), test, alpha)
 
+    def describe(self, name: str) -> AnalysisDoc:
+        """The documentation of analysis `name` (see kmemscope.describe)."""
+        return describe(name)
+
     def import_metrics(self, path, fmt: str | None = None) -> dict:
         """Import benchmark results (CSV or JSON: run,metric,value,unit,better) for the runs.
 
@@ -329,6 +333,30 @@ def open(path, engine: str = "duckdb", spark_master: str | None = None,  # noqa:
     The session is made on first use and shared by datasets opened alike.
     """
     return Dataset(path, engine, spark_master, spark_conf)
+
+
+class AnalysisDoc(dict):
+    """An analysis's documentation (`kmemscope queries NAME`): a dict that renders in notebooks."""
+
+    def text(self) -> str:
+        from kmemscope.queries.catalog import format_description
+
+        return format_description(self)
+
+    def __repr__(self):
+        return self.text()
+
+    def _repr_html_(self):
+        import html
+
+        return f"<pre>{html.escape(self.text())}</pre>"
+
+
+def describe(name: str) -> AnalysisDoc:
+    """The documentation of analysis `name` (or `name.section`): question, parameters, columns."""
+    from kmemscope.queries.catalog import describe as _describe
+
+    return AnalysisDoc(_describe(name))
 
 
 def analyses() -> Result:
