@@ -11,7 +11,7 @@ import time
 
 from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import state
-from kmemscope.capture.tracecmd import process_alive
+from kmemscope.capture.tracecmd import process_alive, restore_triggers
 
 STATE_FILE = "record-state.json"
 
@@ -73,6 +73,8 @@ def recover(directory, say):
         return False
     _stop_leftover(record, say)
     problems = state.restore(record["snapshot"])
+    # trace-cmd clears an event's triggers and, killed, leaves its own: put the saved ones back
+    problems += restore_triggers(record["snapshot"]["tracefs"], record.get("triggers") or {})
     for problem in problems:
         say("warning: could not restore %s" % problem)
     _mark_bundle(record.get("bundle"), problems)

@@ -55,6 +55,7 @@ UNITS = {
     "code": "a number that names something: enum value, node, bucket",
     "ns": "nanoseconds (a time stamp: CLOCK_MONOTONIC, the trace's clock)",
     "s": "seconds",
+    "ms": "milliseconds (a duration)",
     "%": "percent",
     "/s": "per second",
     "/min": "per minute",

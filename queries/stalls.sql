@@ -69,9 +69,9 @@
 -- runs at least must have some (the default and light presets do not record
 -- the event; costly-stalls and compaction do).
 --
--- @requires mm_vmscan_kswapd_sleep
 -- @any_of mm_compaction_end mm_vmscan_direct_reclaim_end mm_vmscan_kswapd_wake
 -- @optional mm_compaction_begin mm_compaction_try_to_compact_pages mm_vmscan_direct_reclaim_begin
+-- @optional mm_vmscan_kswapd_sleep
 -- @derived alloc_stacks alloc_stack_ids stack_pairing
 --
 -- Sections:
@@ -390,12 +390,12 @@ LEFT JOIN _stall_stack_callsites AS c ON c.run_id = w.run_id AND c.stack_id = i.
 --   callsite    text   the caller of the allocation that stalled (direct kinds; '(no stack)':
 --                      its allocation has none); NULL: kcompactd, kswapd, or no stacks in the run
 --   stalls      count  stalls (begin and end both in the capture)
---   total_ms    s      time stalled, summed, in milliseconds
---   mean_ms     s      total_ms / stalls, in milliseconds
---   p50_ms      s      median stall (percentile_cont), in milliseconds
---   p90_ms      s      90th percentile, in milliseconds
---   p99_ms      s      99th percentile, in milliseconds
---   max_ms      s      longest stall, in milliseconds
+--   total_ms    ms      time stalled, summed, in milliseconds
+--   mean_ms     ms      total_ms / stalls, in milliseconds
+--   p50_ms      ms      median stall (percentile_cont), in milliseconds
+--   p90_ms      ms      90th percentile, in milliseconds
+--   p99_ms      ms      99th percentile, in milliseconds
+--   max_ms      ms      longest stall, in milliseconds
 WITH
 named AS (
   SELECT s.run_id, s.kind, s."order", s.comm, c.callsite, s.duration_ns
@@ -438,12 +438,12 @@ ORDER BY f.run_id, k.kind, k.total_ns DESC, k."order", k.comm, k.callsite
 -- @columns
 --   kind        text   direct_compaction, direct_reclaim, kcompactd or kswapd
 --   stalls      count  stalls (begin and end both in the capture)
---   total_ms    s      time stalled, summed, in milliseconds
---   mean_ms     s      total_ms / stalls, in milliseconds
---   p50_ms      s      median stall (percentile_cont), in milliseconds
---   p90_ms      s      90th percentile, in milliseconds
---   p99_ms      s      99th percentile, in milliseconds
---   max_ms      s      longest stall, in milliseconds
+--   total_ms    ms      time stalled, summed, in milliseconds
+--   mean_ms     ms      total_ms / stalls, in milliseconds
+--   p50_ms      ms      median stall (percentile_cont), in milliseconds
+--   p90_ms      ms      90th percentile, in milliseconds
+--   p99_ms      ms      99th percentile, in milliseconds
+--   max_ms      ms      longest stall, in milliseconds
 WITH
 per_kind AS (
   SELECT run_id, kind,
