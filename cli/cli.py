@@ -558,7 +558,8 @@ def _compare_format(fmt, output):
 METRICS_HELP = ("Only these metrics, in this order (default: the headline metrics, the vmstat "
                 "rows of a kernel A/B table, stall latencies and every imported metric). A metric "
                 "is a `summary` column, vmstat.NAME (a counter's increase over the capture), "
-                "vmstat.NAME/min (its rate), stalls.KIND.STAT, or an imported metric's name.")
+                "vmstat.NAME/min (its rate), stalls.KIND.STAT, or an imported metric's name; "
+                "headline, vmstat, stalls and benchmark name those groups.")
 
 
 @cli.command()

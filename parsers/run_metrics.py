@@ -38,8 +38,9 @@ NAME_MAX = 128
 UNIT_MAX = 32
 BETTER = ("higher", "lower")
 COLUMNS = ("run", "metric", "value", "unit", "better")
-# Names the comparison gives its own metrics: an imported metric may not take them.
+# Names the comparison gives its own metrics and groups: an imported metric may not take them.
 RESERVED_PREFIXES = ("vmstat.", "stalls.")
+RESERVED_NAMES = ("headline", "vmstat", "stalls", "benchmark")
 
 
 class MetricsError(KmemscopeError):
@@ -159,6 +160,9 @@ def check_row(row, where, with_run=True):
     if metric.startswith(RESERVED_PREFIXES):
         raise MetricsError(f"{where}: metric {metric!r} starts with a prefix kmemscope uses for its "
                            f"own metrics ({', '.join(RESERVED_PREFIXES)})", "rename the metric")
+    if metric in RESERVED_NAMES:
+        raise MetricsError(f"{where}: metric {metric!r} is the name of a group of kmemscope's "
+                           "metrics", "rename the metric")
     value = _number(row.get("value"), where)
     unit = _text(row.get("unit"), "unit", where, UNIT_MAX, required=False)
     better = _text(row.get("better"), "better", where, 8)

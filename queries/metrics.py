@@ -145,6 +145,9 @@ STALL_STATS = {"stalls": "count", "total_ms": "ms", "mean_ms": "ms", "p50_ms": "
                "p90_ms": "ms", "p99_ms": "ms", "max_ms": "ms"}
 STALL_HEADLINE = ("stalls", "total_ms", "p99_ms")
 
+# Names of the default set's blocks (what --format mmtests prints under these titles).
+GROUPS = {"headline": "summary", "vmstat": "vmstat", "stalls": "stalls", "benchmark": "imported"}
+
 _VMSTAT_NAME = re.compile(r"vmstat\.([a-z][a-z0-9_]{0,63})(/min)?")
 _STALL_NAME = re.compile(r"stalls\.([a-z_]+)\.([a-z0-9_]+)")
 
@@ -234,8 +237,9 @@ def gather(dataset, names=None, run_ids=None, labels=None, engine=None, with_def
     kinds some run recorded, and every imported metric. An explicit name that
     no run can give is an error naming what is there.
     """
-    parsed = [(n, parse_name(n)) for n in names] if names else []
-    kinds = {p[0] for _, p in parsed}
+    groups = [n for n in names or [] if n in GROUPS]
+    parsed = [(n, parse_name(n)) for n in names or [] if n not in GROUPS]
+    kinds = {p[0] for _, p in parsed} | {GROUPS[g] for g in groups}
     defaults = not names and with_defaults
     notes = []
 
@@ -308,21 +312,28 @@ def gather(dataset, names=None, run_ids=None, labels=None, engine=None, with_def
             if target is not None:
                 for stat in STALL_STATS:
                     target[f"stalls.{r['kind']}.{stat}"] = r.get(stat)
+        if rows:
+            _zero_stalls(dataset, runs)
 
     # The metrics to show, in order, each checked against what the runs have.
+    def group(kind):
+        if kind == "summary":
+            return {name: SUMMARY[name] for name in HEADLINE}
+        if kind == "vmstat":
+            return {f"vmstat.{c}": vmstat_metric(c) for _t, c in MMTESTS_VMSTAT if c in counters}
+        if kind == "stalls":
+            return {m.name: m for kind in STALL_KINDS if kind in stall_kinds
+                    for m in (stall_metric(kind, stat) for stat in STALL_HEADLINE)}
+        return dict(imported)
+
     if defaults:
-        for name in HEADLINE:
-            chosen[name] = SUMMARY[name]
-        for _title, counter in MMTESTS_VMSTAT:
-            if counter in counters:
-                chosen[f"vmstat.{counter}"] = vmstat_metric(counter)
-        for kind in STALL_KINDS:
-            if kind in stall_kinds:
-                for stat in STALL_HEADLINE:
-                    m = stall_metric(kind, stat)
-                    chosen[m.name] = m
-        chosen.update(imported)
-    for name, p in parsed:
+        for kind in ("summary", "vmstat", "stalls", "imported"):
+            chosen.update(group(kind))
+    for name in names or []:
+        if name in GROUPS:
+            chosen.update(group(GROUPS[name]))
+            continue
+        p = parse_name(name)
         if p[0] == "summary":
             chosen[name] = SUMMARY[name]
         elif p[0] == "vmstat":
@@ -354,6 +365,34 @@ def _vmstat_rows(dataset, run_ids, labels, engine):
         if "vmstat" in str(exc):        # no run has procfs samples: no vmstat metrics
             return [], ["no selected run has vmstat samples: no vmstat metrics"]
         raise
+
+
+# The events a kind of stall is timed by: a run that recorded them and has no row had none.
+STALL_EVENTS = {
+    "direct_compaction": ("mm_compaction_try_to_compact_pages", "mm_compaction_begin",
+                          "mm_compaction_end"),
+    "direct_reclaim": ("mm_vmscan_direct_reclaim_begin", "mm_vmscan_direct_reclaim_end"),
+    "kcompactd": ("mm_compaction_begin", "mm_compaction_end"),
+    "kswapd": ("mm_vmscan_kswapd_wake", "mm_vmscan_kswapd_sleep"),
+}
+
+
+def _zero_stalls(dataset, runs):
+    """0 stalls and 0 ms for a kind a run recorded the events of and never stalled in.
+
+    stalls.per_run has no row for such a run; without this its comparison would
+    leave it out ("no value") instead of counting a run that never stalled.
+    """
+    from .dataset import table_runs
+
+    tables = table_runs(dataset)
+    for run_id, target in runs.items():
+        for kind, events in STALL_EVENTS.items():
+            if f"stalls.{kind}.stalls" in target:
+                continue
+            if all(run_id in tables.get(e, {}) for e in events):
+                target[f"stalls.{kind}.stalls"] = 0
+                target[f"stalls.{kind}.total_ms"] = 0.0
 
 
 def _stall_rows(dataset, run_ids, labels, engine, required):

@@ -129,9 +129,14 @@ def compare_sides(sides, metrics=None, test="band", alpha=0.05):
 
     metrics: names among sides.metrics (default: all of them, in order).
     """
-    from .metrics import SUMMARY
+    from .metrics import GROUPS, SUMMARY
 
-    names = list(metrics) if metrics else list(sides.metrics)
+    names = []
+    for name in metrics or list(sides.metrics):
+        if name in GROUPS:          # a group: its metrics that the sides have
+            names += [n for n, m in sides.metrics.items() if m.kind == GROUPS[name]]
+        else:
+            names.append(name)
     out = []
     for name in names:
         metric = sides.metrics.get(name) or SUMMARY.get(name)

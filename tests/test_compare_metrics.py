@@ -248,3 +248,26 @@ def test_python_api_compare_takes_the_same_metrics(fleet):
     assert "<pre>" in cmp._repr_html_()
     rows = ds.sql("SELECT metric, count(*) AS n FROM run_metrics GROUP BY metric ORDER BY metric").rows()
     assert rows == [{"metric": "latency_ms", "n": 9}, {"metric": "tps", "n": 9}]
+
+
+def test_group_names_pick_a_block_of_metrics(fleet):
+    doc = compare_json(fleet, "--metrics", "lost_events,benchmark")
+    assert list(dict.fromkeys(r["metric"] for r in doc["rows"])) == ["lost_events", "latency_ms", "tps"]
+    assert {r["kind"] for r in doc["rows"]} == {"summary", "imported"}
+    vm = compare_json(fleet, "--metrics", "vmstat")
+    assert {r["kind"] for r in vm["rows"]} == {"vmstat"}
+    assert "vmstat.pgscan_total" in {r["metric"] for r in vm["rows"]}
+
+
+def test_a_run_that_recorded_a_stall_kind_and_never_stalled_counts_zero(fleet):
+    from kmemscope.queries.metrics import STALL_EVENTS, gather
+
+    found = gather(fleet["ds"], ["stalls.direct_reclaim.stalls", "stalls.kswapd.stalls"])
+    per_run = {r["run_id"]: r for r in found.runs}
+    rows = json.loads(kmemscope("query", "stalls.per_run", fleet["ds"], "--format", "json").stdout)
+    has_row = {(r["run_id"], r["kind"]): r["stalls"] for r in rows}
+    for run_id, values in per_run.items():
+        for kind in ("direct_reclaim", "kswapd"):
+            recorded = all((fleet["ds"] / e / f"run_id={run_id}").is_dir() for e in STALL_EVENTS[kind])
+            want = has_row.get((run_id, kind), 0 if recorded else None)
+            assert values.get(f"stalls.{kind}.stalls") == want, (run_id, kind)
