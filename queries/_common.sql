@@ -177,7 +177,15 @@ LEFT JOIN thp_gfp AS g ON g.run_id = a.run_id;
 -- right after a failed __GFP_THISNODE attempt of the same task that allowed
 -- direct reclaim is the second half of the same fault. A fault succeeded iff
 -- one of its attempts did, so faults = attempts - retries, successes = attempts
--- that got a page.
+-- that got a page. Failures equal vmstat's thp_fault_fallback (without memcg
+-- charge failures). Successes can exceed thp_fault_alloc, which 6.18 counts
+-- when the huge page is mapped, not when it is allocated: two threads of one
+-- process faulting the same 2 MiB at once both allocate a huge page; the one
+-- that takes the page-table lock second finds the PMD mapped and frees its
+-- page. Its allocation is a success in the trace and no fault in vmstat. The
+-- trace cannot tell it apart: its only marks (the task frees the page-table
+-- page it allocated, then the huge page, before it allocates again) are those
+-- of a task that maps a huge page and unmaps it without allocating in between.
 CREATE TEMP VIEW thp_fault_attempts AS
 SELECT
   *,
@@ -189,20 +197,38 @@ WHERE kind = 'fault'
 WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts);
 
 -- Direct compaction outcomes from the trace, one row per
--- mm_compaction_try_to_compact_pages (KERNEL-ERAS.md sections 1, 6, 7). vmstat
--- counts compact_stall when try_to_compact_pages returns anything but
--- COMPACT_SKIPPED, and compact_success when the allocation then got its page.
--- What follows the try in the same task, up to its end (the allocation's
+-- mm_compaction_try_to_compact_pages (KERNEL-ERAS.md sections 1, 6, 7), read
+-- from 6.18's try_to_compact_pages and __alloc_pages_direct_compact.
+-- try_to_compact_pages visits the zones in zonelist order (on one node Normal,
+-- DMA32, DMA). A zone is deferred (mm_compaction_deferred), or already meets
+-- its watermark at the order (nothing logged), or gets mm_compaction_suitable
+-- and, if that says continue, a compaction run (mm_compaction_finished on each
+-- pass, mm_compaction_end). The first zone that reports COMPACT_SUCCESS, by its
+-- watermark or by a run that ended with status success, gets a
+-- mm_compaction_defer_reset and ends the loop ("expected to succeed": its
+-- deferral state is kept); an async run that must reschedule (status contended)
+-- ends it too. Unless every zone was skipped, vmstat then counts compact_stall
+-- and the allocation takes the page compaction captured or tries the freelist:
+-- with a page, it logs a defer_reset for the page's zone that clears its
+-- deferral state (considered = 0, defer_shift = 0) and counts compact_success;
+-- without, compact_fail. Under vm.defrag_mode=1 a zone's success is often
+-- followed by no page: the watermark counts free pages of every migratetype,
+-- the freelist will not take them from another type's pageblock.
+-- From the events of the same task up to the try's end (the allocation's
 -- mm_page_alloc at that order, a direct-reclaim start, the next try, or a
--- compaction event of another order), tells both:
---   stalled    a zone was deferred (mm_compaction_deferred), compacted
---              (mm_compaction_end) or already fine (mm_compaction_defer_reset);
---              a try where every zone was skipped shows none of them
---   succeeded  one defer_reset more than zones that ended with status success:
---              a zone that reports success is reset once "expected to
---              succeed", and the allocation's own success resets once more; when
---              the run records mm_page_alloc, its allocation must also succeed
---              right there.
+-- compaction event of another order):
+--   stalled     a zone was deferred, compacted or already fine: a deferred, end
+--               or defer_reset event follows
+--   zone_ready  the loop logged its defer_reset: the try's first defer_reset is
+--               the loop's when its zone's deferral state is not cleared
+--               (considered or defer_shift above 0), when an end with status
+--               success came before it, or when the loop had not reached its zone
+--               before (no deferred, suitable or finished event of that zone or
+--               of a lower zone of its node, and no run ended contended): there
+--               the watermark check, which precedes both events, was met
+--   succeeded   a defer_reset that is not the loop's follows (the allocation's
+--               own) and, when the run records mm_page_alloc, the allocation got
+--               its page right there
 CREATE TEMP VIEW direct_compactions AS
 WITH
 tries AS (
@@ -210,30 +236,42 @@ tries AS (
 ),
 tasks AS (SELECT DISTINCT run_id, pid FROM tries),
 alloc_runs AS (SELECT DISTINCT run_id FROM mm_page_alloc),
-success_status AS (
-  SELECT run_id, status FROM compaction_status_names WHERE name = 'success'
+end_statuses AS (
+  SELECT run_id, status, name FROM compaction_status_names WHERE name IN ('success', 'contended')
 ),
 ev AS (
-  SELECT run_id, pid, ts, 0 AS rank, 'try' AS kind, "order", false AS end_success, NULL AS ok
+  SELECT run_id, pid, ts, 0 AS rank, 'try' AS kind, "order",
+         CAST(NULL AS INTEGER) AS nid, CAST(NULL AS BIGINT) AS idx,
+         CAST(NULL AS BIGINT) AS considered, CAST(NULL AS BIGINT) AS defer_shift,
+         false AS end_success, false AS end_contended, CAST(NULL AS BOOLEAN) AS ok
   FROM tries
   UNION ALL
-  SELECT d.run_id, d.pid, d.ts, 1, 'deferred', d."order", false, NULL
+  SELECT d.run_id, d.pid, d.ts, 1, 'deferred', d."order", d.nid, CAST(d.idx AS BIGINT),
+         NULL, NULL, false, false, NULL
   FROM mm_compaction_deferred AS d JOIN tasks AS t ON t.run_id = d.run_id AND t.pid = d.pid
   UNION ALL
-  SELECT f.run_id, f.pid, f.ts, 1, 'finished', f."order", false, NULL
+  SELECT s.run_id, s.pid, s.ts, 1, 'suitable', s."order", s.nid, CAST(s.idx AS BIGINT),
+         NULL, NULL, false, false, NULL
+  FROM mm_compaction_suitable AS s JOIN tasks AS t ON t.run_id = s.run_id AND t.pid = s.pid
+  UNION ALL
+  SELECT f.run_id, f.pid, f.ts, 1, 'finished', f."order", f.nid, CAST(f.idx AS BIGINT),
+         NULL, NULL, false, false, NULL
   FROM mm_compaction_finished AS f JOIN tasks AS t ON t.run_id = f.run_id AND t.pid = f.pid
   UNION ALL
-  SELECT e.run_id, e.pid, e.ts, 2, 'end', NULL, s.status IS NOT NULL, NULL
+  SELECT e.run_id, e.pid, e.ts, 2, 'end', NULL, NULL, NULL, NULL, NULL,
+         coalesce(s.name = 'success', false), coalesce(s.name = 'contended', false), NULL
   FROM mm_compaction_end AS e JOIN tasks AS t ON t.run_id = e.run_id AND t.pid = e.pid
-  LEFT JOIN success_status AS s ON s.run_id = e.run_id AND s.status = e.status
+  LEFT JOIN end_statuses AS s ON s.run_id = e.run_id AND s.status = e.status
   UNION ALL
-  SELECT r.run_id, r.pid, r.ts, 3, 'reset', r."order", false, NULL
+  SELECT r.run_id, r.pid, r.ts, 3, 'reset', r."order", r.nid, CAST(r.idx AS BIGINT),
+         CAST(r.considered AS BIGINT), CAST(r.defer_shift AS BIGINT), false, false, NULL
   FROM mm_compaction_defer_reset AS r JOIN tasks AS t ON t.run_id = r.run_id AND t.pid = r.pid
   UNION ALL
-  SELECT b.run_id, b.pid, b.ts, 4, 'reclaim', NULL, false, NULL
+  SELECT b.run_id, b.pid, b.ts, 4, 'reclaim', NULL, NULL, NULL, NULL, NULL, false, false, NULL
   FROM mm_vmscan_direct_reclaim_begin AS b JOIN tasks AS t ON t.run_id = b.run_id AND t.pid = b.pid
   UNION ALL
-  SELECT a.run_id, a.pid, a.ts, 4, 'alloc', CAST(a."order" AS INTEGER), false, NOT a.failed
+  SELECT a.run_id, a.pid, a.ts, 4, 'alloc', CAST(a."order" AS INTEGER), NULL, NULL, NULL, NULL,
+         false, false, NOT a.failed
   FROM page_allocs AS a JOIN tasks AS t ON t.run_id = a.run_id AND t.pid = a.pid
   WHERE a."order" > 0
 ),
@@ -254,7 +292,7 @@ bounded AS (
   SELECT *,
          kind = 'reclaim'
            OR (kind = 'alloc' AND "order" = try_order)
-           OR (kind IN ('deferred', 'finished', 'reset') AND "order" <> try_order) AS is_end
+           OR (kind IN ('deferred', 'suitable', 'finished', 'reset') AND "order" <> try_order) AS is_end
   FROM marked
 ),
 windows AS (
@@ -263,17 +301,51 @@ windows AS (
   FROM bounded
   GROUP BY run_id, pid, try_no
 ),
-per_try AS (
+-- The events of each try, up to its end, with the run endings that came before each.
+inside AS (
   SELECT
-    b.run_id, b.pid, b.try_no,
-    count(CASE WHEN b.kind = 'deferred' THEN 1 END) AS zones_deferred,
-    count(CASE WHEN b.kind = 'end' THEN 1 END) AS zones_compacted,
-    count(CASE WHEN b.kind = 'end' AND b.end_success THEN 1 END) AS zones_success,
-    count(CASE WHEN b.kind = 'reset' THEN 1 END) AS resets
+    b.*,
+    max(CASE WHEN b.end_success THEN 1 ELSE 0 END)
+      OVER (PARTITION BY b.run_id, b.pid, b.try_no ORDER BY b.rn
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS success_before,
+    max(CASE WHEN b.end_contended THEN 1 ELSE 0 END)
+      OVER (PARTITION BY b.run_id, b.pid, b.try_no ORDER BY b.rn
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS contended_before,
+    sum(CASE WHEN b.kind = 'reset' THEN 1 ELSE 0 END)
+      OVER (PARTITION BY b.run_id, b.pid, b.try_no ORDER BY b.rn ROWS UNBOUNDED PRECEDING) AS reset_no
   FROM bounded AS b
   JOIN windows AS w ON w.run_id = b.run_id AND w.pid = b.pid AND w.try_no = b.try_no
   WHERE b.kind <> 'try' AND (w.end_rn IS NULL OR b.rn < w.end_rn)
-  GROUP BY b.run_id, b.pid, b.try_no
+),
+-- Zones the loop has reached: the first deferred, suitable or finished event of each.
+zones_reached AS (
+  SELECT run_id, pid, try_no, nid, idx, min(rn) AS first_rn
+  FROM inside
+  WHERE kind IN ('deferred', 'suitable', 'finished')
+  GROUP BY run_id, pid, try_no, nid, idx
+),
+-- Each try's first defer_reset, and whether the loop logged it (zone_ready above).
+first_resets AS (
+  SELECT
+    r.run_id, r.pid, r.try_no,
+    max(CASE WHEN r.considered > 0 OR r.defer_shift > 0 OR r.success_before = 1 THEN 1 ELSE 0 END) = 1
+      OR (max(coalesce(r.contended_before, 0)) = 0 AND count(z.first_rn) = 0) AS by_loop
+  FROM inside AS r
+  LEFT JOIN zones_reached AS z
+    ON z.run_id = r.run_id AND z.pid = r.pid AND z.try_no = r.try_no
+   AND z.nid = r.nid AND z.idx <= r.idx AND z.first_rn < r.rn
+  WHERE r.kind = 'reset' AND r.reset_no = 1
+  GROUP BY r.run_id, r.pid, r.try_no
+),
+per_try AS (
+  SELECT
+    run_id, pid, try_no,
+    count(CASE WHEN kind = 'deferred' THEN 1 END) AS zones_deferred,
+    count(CASE WHEN kind = 'end' THEN 1 END) AS zones_compacted,
+    count(CASE WHEN kind = 'end' AND end_success THEN 1 END) AS zones_success,
+    count(CASE WHEN kind = 'reset' THEN 1 END) AS resets
+  FROM inside
+  GROUP BY run_id, pid, try_no
 ),
 ends AS (
   SELECT b.run_id, b.pid, b.try_no, b.kind AS ended_by, b.ok AS alloc_ok
@@ -291,14 +363,16 @@ SELECT
   coalesce(p.zones_compacted, 0) AS zones_compacted,
   coalesce(p.zones_success, 0) AS zones_success,
   coalesce(p.resets, 0) AS resets,
+  coalesce(fr.by_loop, false) AS zone_ready,
   coalesce(e.ended_by, CASE WHEN t.has_next THEN 'next try' ELSE 'capture end' END) AS ended_by,
   e.alloc_ok,
   coalesce(p.zones_deferred + p.zones_compacted + p.resets, 0) > 0 AS stalled,
-  coalesce(p.resets, 0) > coalesce(p.zones_success, 0)
+  coalesce(p.resets, 0) > CASE WHEN coalesce(fr.by_loop, false) THEN 1 ELSE 0 END
     AND (ar.run_id IS NULL OR coalesce(e.ended_by = 'alloc' AND e.alloc_ok, false)) AS succeeded
 FROM try_rows AS t
 JOIN tries AS tr ON tr.run_id = t.run_id AND tr.pid = t.pid AND tr.ts = t.ts
 LEFT JOIN per_try AS p ON p.run_id = t.run_id AND p.pid = t.pid AND p.try_no = t.try_no
+LEFT JOIN first_resets AS fr ON fr.run_id = t.run_id AND fr.pid = t.pid AND fr.try_no = t.try_no
 LEFT JOIN ends AS e ON e.run_id = t.run_id AND e.pid = t.pid AND e.try_no = t.try_no
 LEFT JOIN alloc_runs AS ar ON ar.run_id = t.run_id;
 

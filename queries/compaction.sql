@@ -226,9 +226,16 @@ ORDER BY f.run_id, c.kind, c."order", c.runs DESC
 --   ended_by_alloc_fail count  tries followed by the allocation's failure
 --   ended_by_reclaim    count  tries followed by direct reclaim
 --   ended_by_next_try   count  tries followed by another try of the same task
--- The model (thp's header): a try is a stall unless no deferred, end or
--- defer_reset event of the task follows it before the allocation ends; it
--- succeeded when one defer_reset more follows than zones ended with success.
+--   failed_when_ready   count  stalls in which a zone reported success (its watermark already
+--                              met, or a run ended with status success) and the allocation
+--                              still got no page right after (vmstat compact_fail); under
+--                              vm.defrag_mode=1 the freelist will not take another
+--                              migratetype's free pages that the watermark counted
+-- The model (thp's header, _common.sql direct_compactions): a try is a stall
+-- unless no deferred, end or defer_reset event of the task follows it before
+-- the allocation ends; it succeeded when a defer_reset follows that is the
+-- allocation's own, not the one try_to_compact_pages logs for a zone that
+-- reported success.
 SELECT
   f.run_id,
   f.labels,
@@ -244,7 +251,8 @@ SELECT
   count(CASE WHEN d.ended_by = 'alloc' AND d.alloc_ok THEN 1 END) AS ended_by_alloc_ok,
   count(CASE WHEN d.ended_by = 'alloc' AND NOT d.alloc_ok THEN 1 END) AS ended_by_alloc_fail,
   count(CASE WHEN d.ended_by = 'reclaim' THEN 1 END) AS ended_by_reclaim,
-  count(CASE WHEN d.ended_by = 'next try' THEN 1 END) AS ended_by_next_try
+  count(CASE WHEN d.ended_by = 'next try' THEN 1 END) AS ended_by_next_try,
+  count(CASE WHEN d.stalled AND d.zone_ready AND NOT d.succeeded THEN 1 END) AS failed_when_ready
 FROM direct_compactions AS d
 JOIN run_facts AS f ON f.run_id = d.run_id
 GROUP BY f.run_id, f.labels, d."order"

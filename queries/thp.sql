@@ -19,32 +19,50 @@
 -- attempts got a page. khugepaged's collapses are kept apart (kind
 -- 'khugepaged'), as are page-cache large folios and hugetlb pages (kind
 -- 'other': their masks lack __GFP_NOMEMALLOC). Measured on Linux 6.18 (2 CPUs,
--- THP madvise; 8 captures of examples/ab-defrag-mode.sh and examples/thp-faults:
--- 2,082 faults, 77.5-97.9% success): within 0.06 percentage points of
--- thp_fault_alloc / (thp_fault_alloc + thp_fault_fallback) on every capture,
--- the fault counts at most 5 apart (one in the A/B captures).
--- Where they can differ: a memcg charge failure after a successful allocation
--- (vmstat fallback, trace success; thp_fault_fallback_charge counts them); two
--- threads faulting the same 2 MiB at once (both allocate, one page is dropped
--- unmapped: two trace successes, one vmstat alloc); MADV_COLLAPSE and huge shmem
--- pages (the THP mask from a user task: trace faults, vmstat collapse or file
--- counters); faults at the window's edges.
+-- one node, THP madvise; 44 captures of examples/ab-defrag-mode.sh, 22 with
+-- vm.defrag_mode=0 and 22 with 1, 16 of them with the 64 KiB and 256 KiB mTHP
+-- sizes on, and examples/thp-faults: 15,620 faults, 72-100% success): the
+-- trace's failed faults equal thp_fault_fallback on every capture; its
+-- successes equal thp_fault_alloc on 22 and exceed it by 1 to 5 on the others,
+-- at most 0.29 percentage points of success rate. Every surplus found on the captures that record order-0 pages
+-- is a lost race (below), from multi-threaded processes beside the
+-- single-threaded workload. Where they differ:
+-- two threads faulting the same 2 MiB at once both allocate a huge page, and
+-- the one that takes the page-table lock second frees its page unmapped
+-- (thp_fault_alloc is counted at mapping: one fault in vmstat, two successes
+-- in the trace; the trace cannot tell this from a map and unmap, see
+-- _common.sql thp_fault_attempts); a memcg charge failure after a successful
+-- allocation (vmstat fallback, trace success; thp_fault_fallback_charge counts
+-- them); MADV_COLLAPSE and huge shmem pages (the THP mask from a user task:
+-- trace faults, vmstat collapse or file counters); faults at the window's
+-- edges.
 --
 -- Direct compaction model (_common.sql direct_compactions): one direct
 -- compaction per mm_compaction_try_to_compact_pages; it is a stall (vmstat
 -- compact_stall) unless every zone was skipped, i.e. unless no
 -- mm_compaction_deferred, mm_compaction_end or mm_compaction_defer_reset of the
--- same task follows before the allocation ends; it succeeded (compact_success)
--- when one defer_reset more follows than zones that ended with status success
--- (the allocation's own success resets the zone once more), and, if the run
--- records mm_page_alloc, that allocation got its page right there. Measured on
--- the same captures and examples/memory-pressure (1,988 stalls, 33-99%
--- success): stalls and successes equal to compact_stall and compact_success on
--- every capture. Where it can differ:
--- a zone found already good enough by the watermark check with the page then
--- taken by another CPU (counted as a success when mm_page_alloc is not
--- recorded); try_to_compact_pages is not traced without __GFP_IO, but such a
--- compaction returns COMPACT_SKIPPED and is no stall.
+-- same task follows before the allocation ends. It succeeded (compact_success)
+-- when a defer_reset follows that the allocation logged for its page's zone,
+-- and, if the run records mm_page_alloc, the allocation got its page right
+-- there. The other defer_reset a try can show is try_to_compact_pages' own,
+-- for the zone that reported success (watermark already met, or a run that
+-- ended with status success) before any page was taken: it is the try's first
+-- when the zone's deferral state is not cleared (consider above 0 or limit
+-- above 1), when an end with status success precedes it, or when the loop had
+-- not reached its zone before. Under vm.defrag_mode=1 that zone success is
+-- often followed by no page (the watermark counts every migratetype's free
+-- pages, the freelist refuses another type's pageblock: compaction.direct's
+-- failed_when_ready), and the allocation may get one later without
+-- compaction. Measured on the same captures and examples/memory-pressure
+-- (19,566 stalls, 1-99% success; orders 4, 6 and 9): stalls and successes
+-- equal to compact_stall and compact_success on every capture. Where it can differ: a true success whose
+-- zone the loop passed without an event (an async run that stopped to
+-- reschedule without status contended, or a zone skipped by the free-page
+-- check that precedes mm_compaction_suitable) is taken for the zone's own
+-- reset, unless a second defer_reset follows; a run recorded without
+-- mm_compaction_suitable or mm_compaction_finished sees fewer zones reached;
+-- try_to_compact_pages is not traced without __GFP_IO, but such a compaction
+-- returns COMPACT_SKIPPED and is no stall.
 --
 -- The rates themselves are computed once, in _common.sql (thp_fault_success,
 -- compaction_success), for this analysis and summary alike.

@@ -4,8 +4,8 @@
    (pyarrow only, no SQL, no code shared with queries/): the THP fault model
    (first local-node try, retry after a failed try that may reclaim) and the
    direct compaction model (stall unless every zone was skipped; success when
-   one defer_reset more follows than zones ending in success), and compaction
-   outcomes by order.
+   a defer_reset follows that is the allocation's, not the one try_to_compact_pages
+   logs for a zone that reported success), and compaction outcomes by order.
 2. Against the kernel's own counters: vmstat's thp_fault_alloc /
    (thp_fault_alloc + thp_fault_fallback) and compact_success / compact_stall
    over the same window must agree within 1 percentage point.
@@ -150,7 +150,13 @@ def thp_faults_oracle(ds, window=None):
 
 
 def direct_compaction_oracle(ds, window=None):
-    """{order: [tries, stalls, successes]} by replaying each task's events after every try."""
+    """{order: [tries, stalls, successes]} by replaying each task's events after every try.
+
+    A try's first defer_reset is try_to_compact_pages' own (a zone reported
+    success; no page yet) when the zone's deferral state is left uncleared, when
+    an end with status success came before it, or when no deferred, suitable or
+    finished event of its zone or a lower zone of its node came before it and no
+    run ended contended. Any other defer_reset is the allocation's: a success."""
     status = {r["value"]: r["name"] for r in rows(ds, "print_flags")
               if r["event"] == "mm_compaction_end" and r["field"] == "status"}
     tries = rows(ds, "mm_compaction_try_to_compact_pages", ["ts", "pid", "order"])
@@ -158,29 +164,26 @@ def direct_compaction_oracle(ds, window=None):
     has_alloc = bool(rows(ds, "mm_page_alloc", ["ts"]))
     stream = defaultdict(list)
     for t in tries:
-        stream[t["pid"]].append((t["ts"], 0, "try", t["order"], None))
-    for table, kind, rank in (("mm_compaction_deferred", "deferred", 1),
-                              ("mm_compaction_finished", "finished", 1),
-                              ("mm_compaction_defer_reset", "reset", 3)):
-        for r in rows(ds, table, ["ts", "pid", "order"]):
-            if r["pid"] in pids:
-                stream[r["pid"]].append((r["ts"], rank, kind, r["order"], None))
-    for r in rows(ds, "mm_compaction_end", ["ts", "pid", "status"]):
-        if r["pid"] in pids:
-            stream[r["pid"]].append((r["ts"], 2, "end", None, status.get(r["status"]) == "success"))
-    for r in rows(ds, "mm_vmscan_direct_reclaim_begin", ["ts", "pid"]):
-        if r["pid"] in pids:
-            stream[r["pid"]].append((r["ts"], 4, "reclaim", None, None))
-    for r in rows(ds, "mm_page_alloc", ["ts", "pid", "order", "pfn"]):
-        if r["pid"] in pids and r["order"] > 0:
-            stream[r["pid"]].append((r["ts"], 4, "alloc", r["order"], r["pfn"] not in FAILED))
+        stream[t["pid"]].append((t["ts"], 0, "try", t))
+    zone = ["ts", "pid", "order", "nid", "idx"]
+    for table, kind, rank, columns in (
+            ("mm_compaction_deferred", "deferred", 1, zone),
+            ("mm_compaction_suitable", "suitable", 1, zone),
+            ("mm_compaction_finished", "finished", 1, zone),
+            ("mm_compaction_end", "end", 2, ["ts", "pid", "status"]),
+            ("mm_compaction_defer_reset", "reset", 3, zone + ["considered", "defer_shift"]),
+            ("mm_vmscan_direct_reclaim_begin", "reclaim", 4, ["ts", "pid"]),
+            ("mm_page_alloc", "alloc", 4, ["ts", "pid", "order", "pfn"])):
+        for r in rows(ds, table, columns):
+            if r["pid"] in pids and (kind != "alloc" or r["order"] > 0):
+                stream[r["pid"]].append((r["ts"], rank, kind, r))
     out = defaultdict(lambda: [0, 0, 0])
 
     def close(cur):
         if cur is None or (window and not window[0] <= cur["ts"] <= window[1]):
             return
         stalled = cur["deferred"] + cur["ends"] + cur["resets"] > 0
-        ok = cur["resets"] > cur["success_ends"] and (not has_alloc or cur["alloc_ok"] is True)
+        ok = cur["resets"] > cur["loop_resets"] and (not has_alloc or cur["alloc_ok"] is True)
         o = out[cur["order"]]
         o[0] += 1
         o[1] += stalled
@@ -188,25 +191,36 @@ def direct_compaction_oracle(ds, window=None):
 
     for events in stream.values():
         cur = None
-        for ts, _, kind, order, extra in sorted(events, key=lambda e: (e[0], e[1])):
+        for ts, _, kind, r in sorted(events, key=lambda e: (e[0], e[1])):
             if kind == "try":
                 close(cur)
-                cur = {"ts": ts, "order": order, "open": True, "deferred": 0, "ends": 0,
-                       "success_ends": 0, "resets": 0, "alloc_ok": None}
+                cur = {"ts": ts, "order": r["order"], "open": True, "deferred": 0, "ends": 0,
+                       "resets": 0, "loop_resets": 0, "alloc_ok": None, "reached": set(),
+                       "contended": False, "success": False}
                 continue
             if cur is None or not cur["open"]:
                 continue
-            if kind == "reclaim" or (kind == "alloc" and order == cur["order"]):
+            if kind == "reclaim" or (kind == "alloc" and r["order"] == cur["order"]):
                 cur["open"] = False
-                cur["alloc_ok"] = extra if kind == "alloc" else None
-            elif kind in ("deferred", "finished", "reset") and order != cur["order"]:
+                cur["alloc_ok"] = r["pfn"] not in FAILED if kind == "alloc" else None
+                continue
+            if kind in ("deferred", "suitable", "finished", "reset") and r["order"] != cur["order"]:
                 cur["open"] = False
-            elif kind == "deferred":
-                cur["deferred"] += 1
+                continue
+            if kind in ("deferred", "suitable", "finished"):
+                cur["reached"].add((r["nid"], r["idx"]))
+                cur["deferred"] += kind == "deferred"
             elif kind == "end":
+                name = status.get(r["status"])
                 cur["ends"] += 1
-                cur["success_ends"] += extra
+                cur["contended"] |= name == "contended"
+                cur["success"] |= name == "success"
             elif kind == "reset":
+                if cur["resets"] == 0:
+                    passed = any(nid == r["nid"] and idx <= r["idx"] for nid, idx in cur["reached"])
+                    cur["loop_resets"] = int(r["considered"] > 0 or r["defer_shift"] > 0
+                                             or cur["success"]
+                                             or (not passed and not cur["contended"]))
                 cur["resets"] += 1
         close(cur)
     return dict(out)

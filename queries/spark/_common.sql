@@ -458,13 +458,14 @@ WITH tries AS (
   SELECT DISTINCT
     run_id
   FROM mm_page_alloc
-), success_status AS (
+), end_statuses AS (
   SELECT
     run_id,
-    status
+    status,
+    name
   FROM compaction_status_names
   WHERE
-    name = 'success'
+    name IN ('success', 'contended')
 ), ev AS (
   SELECT
     run_id,
@@ -473,8 +474,13 @@ WITH tries AS (
     0 AS rank,
     'try' AS kind,
     `order`,
+    CAST(NULL AS INT) AS nid,
+    CAST(NULL AS BIGINT) AS idx,
+    CAST(NULL AS BIGINT) AS considered,
+    CAST(NULL AS BIGINT) AS defer_shift,
     FALSE AS end_success,
-    NULL AS ok
+    FALSE AS end_contended,
+    CAST(NULL AS BOOLEAN) AS ok
   FROM tries
   UNION ALL
   SELECT
@@ -484,11 +490,34 @@ WITH tries AS (
     1,
     'deferred',
     d.`order`,
+    d.nid,
+    CAST(d.idx AS BIGINT),
+    NULL,
+    NULL,
+    FALSE,
     FALSE,
     NULL
   FROM mm_compaction_deferred AS d
   JOIN tasks AS t
     ON t.run_id = d.run_id AND t.pid = d.pid
+  UNION ALL
+  SELECT
+    s.run_id,
+    s.pid,
+    s.ts,
+    1,
+    'suitable',
+    s.`order`,
+    s.nid,
+    CAST(s.idx AS BIGINT),
+    NULL,
+    NULL,
+    FALSE,
+    FALSE,
+    NULL
+  FROM mm_compaction_suitable AS s
+  JOIN tasks AS t
+    ON t.run_id = s.run_id AND t.pid = s.pid
   UNION ALL
   SELECT
     f.run_id,
@@ -497,6 +526,11 @@ WITH tries AS (
     1,
     'finished',
     f.`order`,
+    f.nid,
+    CAST(f.idx AS BIGINT),
+    NULL,
+    NULL,
+    FALSE,
     FALSE,
     NULL
   FROM mm_compaction_finished AS f
@@ -510,12 +544,17 @@ WITH tries AS (
     2,
     'end',
     NULL,
-    NOT s.status IS NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    COALESCE(s.name = 'success', FALSE),
+    COALESCE(s.name = 'contended', FALSE),
     NULL
   FROM mm_compaction_end AS e
   JOIN tasks AS t
     ON t.run_id = e.run_id AND t.pid = e.pid
-  LEFT JOIN success_status AS s
+  LEFT JOIN end_statuses AS s
     ON s.run_id = e.run_id AND s.status = e.status
   UNION ALL
   SELECT
@@ -525,6 +564,11 @@ WITH tries AS (
     3,
     'reset',
     r.`order`,
+    r.nid,
+    CAST(r.idx AS BIGINT),
+    CAST(r.considered AS BIGINT),
+    CAST(r.defer_shift AS BIGINT),
+    FALSE,
     FALSE,
     NULL
   FROM mm_compaction_defer_reset AS r
@@ -538,6 +582,11 @@ WITH tries AS (
     4,
     'reclaim',
     NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    FALSE,
     FALSE,
     NULL
   FROM mm_vmscan_direct_reclaim_begin AS b
@@ -551,6 +600,11 @@ WITH tries AS (
     4,
     'alloc',
     CAST(a.`order` AS INT),
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    FALSE,
     FALSE,
     NOT a.failed
   FROM page_allocs AS a
@@ -583,7 +637,7 @@ WITH tries AS (
       kind = 'alloc' AND `order` = try_order
     )
     OR (
-      kind IN ('deferred', 'finished', 'reset') AND `order` <> try_order
+      kind IN ('deferred', 'suitable', 'finished', 'reset') AND `order` <> try_order
     ) AS is_end
   FROM marked
 ), windows AS (
@@ -597,15 +651,24 @@ WITH tries AS (
     run_id,
     pid,
     try_no
-), per_try AS (
+), inside /* The events of each try, up to its end, with the run endings that came before each. */ AS (
   SELECT
-    b.run_id,
-    b.pid,
-    b.try_no,
-    COUNT(CASE WHEN b.kind = 'deferred' THEN 1 END) AS zones_deferred,
-    COUNT(CASE WHEN b.kind = 'end' THEN 1 END) AS zones_compacted,
-    COUNT(CASE WHEN b.kind = 'end' AND b.end_success THEN 1 END) AS zones_success,
-    COUNT(CASE WHEN b.kind = 'reset' THEN 1 END) AS resets
+    b.*,
+    MAX(CASE WHEN b.end_success THEN 1 ELSE 0 END) OVER (
+      PARTITION BY b.run_id, b.pid, b.try_no
+      ORDER BY b.rn NULLS LAST
+      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS success_before,
+    MAX(CASE WHEN b.end_contended THEN 1 ELSE 0 END) OVER (
+      PARTITION BY b.run_id, b.pid, b.try_no
+      ORDER BY b.rn NULLS LAST
+      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS contended_before,
+    SUM(CASE WHEN b.kind = 'reset' THEN 1 ELSE 0 END) OVER (
+      PARTITION BY b.run_id, b.pid, b.try_no
+      ORDER BY b.rn NULLS LAST
+      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    ) AS reset_no
   FROM bounded AS b
   JOIN windows AS w
     ON w.run_id = b.run_id AND w.pid = b.pid AND w.try_no = b.try_no
@@ -613,10 +676,66 @@ WITH tries AS (
     b.kind <> 'try' AND (
       w.end_rn IS NULL OR b.rn < w.end_rn
     )
+), zones_reached /* Zones the loop has reached: the first deferred, suitable or finished event of each. */ AS (
+  SELECT
+    run_id,
+    pid,
+    try_no,
+    nid,
+    idx,
+    MIN(rn) AS first_rn
+  FROM inside
+  WHERE
+    kind IN ('deferred', 'suitable', 'finished')
   GROUP BY
-    b.run_id,
-    b.pid,
-    b.try_no
+    run_id,
+    pid,
+    try_no,
+    nid,
+    idx
+), first_resets /* Each try's first defer_reset, and whether the loop logged it (zone_ready above). */ AS (
+  SELECT
+    r.run_id,
+    r.pid,
+    r.try_no,
+    MAX(
+      CASE
+        WHEN r.considered > 0 OR r.defer_shift > 0 OR r.success_before = 1
+        THEN 1
+        ELSE 0
+      END
+    ) = 1
+    OR (
+      MAX(COALESCE(r.contended_before, 0)) = 0 AND COUNT(z.first_rn) = 0
+    ) AS by_loop
+  FROM inside AS r
+  LEFT JOIN zones_reached AS z
+    ON z.run_id = r.run_id
+    AND z.pid = r.pid
+    AND z.try_no = r.try_no
+    AND z.nid = r.nid
+    AND z.idx <= r.idx
+    AND z.first_rn < r.rn
+  WHERE
+    r.kind = 'reset' AND r.reset_no = 1
+  GROUP BY
+    r.run_id,
+    r.pid,
+    r.try_no
+), per_try AS (
+  SELECT
+    run_id,
+    pid,
+    try_no,
+    COUNT(CASE WHEN kind = 'deferred' THEN 1 END) AS zones_deferred,
+    COUNT(CASE WHEN kind = 'end' THEN 1 END) AS zones_compacted,
+    COUNT(CASE WHEN kind = 'end' AND end_success THEN 1 END) AS zones_success,
+    COUNT(CASE WHEN kind = 'reset' THEN 1 END) AS resets
+  FROM inside
+  GROUP BY
+    run_id,
+    pid,
+    try_no
 ), ends AS (
   SELECT
     b.run_id,
@@ -650,10 +769,11 @@ SELECT
   COALESCE(p.zones_compacted, 0) AS zones_compacted,
   COALESCE(p.zones_success, 0) AS zones_success,
   COALESCE(p.resets, 0) AS resets,
+  COALESCE(fr.by_loop, FALSE) AS zone_ready,
   COALESCE(e.ended_by, CASE WHEN t.has_next THEN 'next try' ELSE 'capture end' END) AS ended_by,
   e.alloc_ok,
   COALESCE(p.zones_deferred + p.zones_compacted + p.resets, 0) > 0 AS stalled,
-  COALESCE(p.resets, 0) > COALESCE(p.zones_success, 0)
+  COALESCE(p.resets, 0) > CASE WHEN COALESCE(fr.by_loop, FALSE) THEN 1 ELSE 0 END
   AND (
     ar.run_id IS NULL OR COALESCE(e.ended_by = 'alloc' AND e.alloc_ok, FALSE)
   ) AS succeeded
@@ -662,6 +782,8 @@ JOIN tries AS tr
   ON tr.run_id = t.run_id AND tr.pid = t.pid AND tr.ts = t.ts
 LEFT JOIN per_try AS p
   ON p.run_id = t.run_id AND p.pid = t.pid AND p.try_no = t.try_no
+LEFT JOIN first_resets AS fr
+  ON fr.run_id = t.run_id AND fr.pid = t.pid AND fr.try_no = t.try_no
 LEFT JOIN ends AS e
   ON e.run_id = t.run_id AND e.pid = t.pid AND e.try_no = t.try_no
 LEFT JOIN alloc_runs AS ar

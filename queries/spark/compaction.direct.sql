@@ -15,7 +15,8 @@ SELECT
   COUNT(CASE WHEN d.ended_by = 'alloc' AND d.alloc_ok THEN 1 END) AS ended_by_alloc_ok,
   COUNT(CASE WHEN d.ended_by = 'alloc' AND NOT d.alloc_ok THEN 1 END) AS ended_by_alloc_fail,
   COUNT(CASE WHEN d.ended_by = 'reclaim' THEN 1 END) AS ended_by_reclaim,
-  COUNT(CASE WHEN d.ended_by = 'next try' THEN 1 END) AS ended_by_next_try
+  COUNT(CASE WHEN d.ended_by = 'next try' THEN 1 END) AS ended_by_next_try,
+  COUNT(CASE WHEN d.stalled AND d.zone_ready AND NOT d.succeeded THEN 1 END) AS failed_when_ready
 FROM direct_compactions AS d
 JOIN run_facts AS f
   ON f.run_id = d.run_id
