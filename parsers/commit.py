@@ -1,6 +1,6 @@
 """Crash-safe commits of parsed runs into a dataset, and recovery from dead parses.
 
-Each parse works in its own directory inside the dataset, `.parse-<id>/`:
+Each parse works in its own directory inside the dataset, `.parse-<12 hex>/`:
 
     owner.lock     flock()ed by the parse for as long as it lives (and by its
                    decoder child, which inherits it): a lock that can be taken
@@ -13,31 +13,165 @@ Each parse works in its own directory inside the dataset, `.parse-<id>/`:
 A commit writes the journal, then rolls forward: hide the old run (its `runs`
 partition first), swap every other table's partition, show the new run
 (`runs` last), delete the work directory. Every step is a rename inside one
-file system, and rolling forward is idempotent: whoever finds a dead parse's
-journal finishes its commit; a dead parse without a journal never touched the
-dataset and its directory is simply removed. Readers see a run once its
-`runs` partition is in place (queries/dataset.py reads only those runs), so
-they see the old run, the new one, or, for the moment of a replacement,
-neither; never half of one.
+file system, and rolling forward is idempotent: the next writer (parse) that
+finds a dead parse's journal finishes its commit; a dead parse without a
+journal never touched the dataset and its directory is simply removed.
+Readers see a run once its `runs` partition is in place (queries/dataset.py
+reads only those runs), so they see the old run, the new one, or, for the
+moment of a replacement, neither; never half of one. Readers never recover:
+unfinished_commits() tells them what is pending, and writes nothing.
+
+A dataset is untrusted (someone else may have written it), so recovery and
+commits stay inside it: every folder is opened without following symbolic
+links (O_NOFOLLOW, then renames relative to the opened folders), a journal is
+read only as a small regular file naming a hex run id and tables of the safe
+alphabet, and a work folder, journal, stage or table folder that does not fit
+is reported and left alone: never moved, never deleted.
 
 Commits and recovery hold the dataset's lock file, `.kmemscope.lock`.
 """
+import errno
 import fcntl
 import json
 import os
+import re
 import shutil
+import stat
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+
+from kmemscope.errors import DatasetError
 
 RUNS_TABLE = "runs"
 RUN_PREFIX = "run_id="
 WORK_PREFIX = ".parse-"
 LOCK_NAME = ".kmemscope.lock"
 JOURNAL = "commit.json"
+JOURNAL_MAX_BYTES = 1 << 16           # a real journal names a few dozen tables
 # Left by kmemscope before work directories had owners and journals.
 LEGACY_PREFIXES = (".staging-", ".trash-")
+# What kmemscope itself names things: anything else in those places is not its own.
+WORK_NAME = re.compile(r"\.parse-[0-9a-f]{12}")
+SAFE_TABLE = re.compile(r"[a-z][a-z0-9_]{0,127}")
+SAFE_RUN_ID = re.compile(r"[0-9a-f]{1,64}")
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class UnsafeEntry(DatasetError):
+    """Something in a dataset that kmemscope did not write as it is (a link, a FIFO, a
+    journal of another shape): recovery leaves it alone, a commit refuses to start."""
+
+
+def kind_of(mode):
+    """What a file of this st_mode is, for a message."""
+    return ("a symbolic link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode)
+            else "a regular file" if stat.S_ISREG(mode) else "not a regular file")
+
+
+class _Dir:
+    """A folder opened without following links, and the path it is shown by in messages."""
+
+    def __init__(self, fd, path):
+        self.fd, self.path = fd, Path(path)
+
+    @classmethod
+    def root(cls, dataset):
+        """The dataset folder itself (the path the user gave, links and all)."""
+        return cls(os.open(dataset, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), dataset)
+
+    def lstat(self, name):
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def sub(self, name, what="a folder"):
+        """The real folder `name` in this one; UnsafeEntry when it is anything else."""
+        try:
+            return _Dir(os.open(name, _DIR_FLAGS, dir_fd=self.fd), self.path / name)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            st = self.lstat(name)
+            kind = kind_of(st.st_mode) if st else "missing"
+            raise UnsafeEntry(f"{self.path / name} is {kind} where {what} belongs",
+                              _HINT_LINK if st and stat.S_ISLNK(st.st_mode) else _HINT) from None
+
+    def entries(self):
+        with os.scandir(self.fd) as it:
+            return sorted(it, key=lambda e: e.name)
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+_HINT = "kmemscope keeps only its own files and folders in a dataset: remove it"
+_HINT_LINK = "kmemscope writes no links in a dataset: remove it, or put a copy in its place"
+
+
+def _entry_kind(entry):
+    """'dir', 'file' or the kind of anything else, without following a link."""
+    if entry.is_symlink():
+        return "a symbolic link"
+    if entry.is_dir(follow_symlinks=False):
+        return "dir"
+    if entry.is_file(follow_symlinks=False):
+        return "file"
+    return kind_of(entry.stat(follow_symlinks=False).st_mode)
+
+
+def _table_folders(root, wanted=()):
+    """{name: _Dir} of the dataset's table folders (the caller closes them).
+
+    A link, FIFO, device or socket where a table folder could be is refused, and
+    so is a regular file named like one of the tables in `wanted`.
+    """
+    out = {}
+    try:
+        for entry in root.entries():
+            if entry.name.startswith((".", "_")):
+                continue
+            kind = _entry_kind(entry)
+            if kind == "file" and entry.name not in wanted:
+                continue               # a note beside the tables: not a table
+            if kind == "dir":
+                out[entry.name] = root.sub(entry.name, "a table folder")
+                continue
+            raise UnsafeEntry(f"{root.path / entry.name} is "
+                              f"{'a regular file' if kind == 'file' else kind} where a table "
+                              "folder belongs", _HINT_LINK if "link" in kind else _HINT)
+    except BaseException:
+        for d in out.values():
+            d.close()
+        raise
+    return out
+
+
+def check_layout(dataset):
+    """Raise UnsafeEntry when a table folder of `dataset` is a link or special file.
+
+    A parse calls it before decoding, so that it fails in a second rather than
+    after the whole trace (its commit checks again).
+    """
+    with _Dir.root(dataset) as root:
+        for d in _table_folders(root).values():
+            d.close()
+
+
+# ---------------------------------------------------------------- the parse's own folder
 
 class WorkDir:
     """One parse's private directory in the dataset, locked for its lifetime."""
@@ -46,7 +180,9 @@ class WorkDir:
         self.dataset = Path(dataset)
         self.path = self.dataset / f"{WORK_PREFIX}{uuid.uuid4().hex[:12]}"
         self.path.mkdir()
-        self._lock = os.open(self.path / "owner.lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        self._lock = os.open(self.path / "owner.lock",
+                             os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o600)
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         self.stage = self.path / "stage"
         self.scratch = self.path
@@ -54,29 +190,73 @@ class WorkDir:
 
     def remove(self):
         shutil.rmtree(self.path, ignore_errors=True)
+        self._release()
+
+    def abandon(self):
+        """A commit cut short: keep a journaled one for the next parse to roll forward."""
+        if os.path.lexists(self.path / JOURNAL):
+            self._release()
+        else:
+            self.remove()
+
+    def _release(self):
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
 
 
+def _take_lock(path, blocking):
+    """An fd holding the flock of the lock file at `path`, or None when busy (not blocking).
+
+    A failed parse into a new dataset removes the lock file it made, with the
+    lock held: whoever then gets the lock of the removed file tries again.
+    """
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafeEntry(f"{path} is a symbolic link where the dataset's lock file "
+                                  "belongs", _HINT_LINK) from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafeEntry(f"{path} is {kind_of(st.st_mode)} where the dataset's lock file "
+                                  "belongs", _HINT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            try:
+                now = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
 @contextmanager
 def dataset_lock(dataset, blocking=True):
     """Hold the dataset's commit lock; yields False when not blocking and it is busy."""
-    fd = os.open(Path(dataset) / LOCK_NAME, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+    fd = _take_lock(Path(dataset) / LOCK_NAME, blocking)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
+        yield fd is not None
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def _write_journal(work, run_id, tables):
     tmp = work / (JOURNAL + ".tmp")
-    with open(tmp, "w") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
         json.dump({"run_id": run_id, "tables": sorted(tables)}, f)
         f.flush()
         os.fsync(f.fileno())
@@ -86,7 +266,7 @@ def _write_journal(work, run_id, tables):
 
 def _fsync_dir(path):
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(path, _DIR_FLAGS)
     except OSError:
         return
     try:
@@ -97,85 +277,175 @@ def _fsync_dir(path):
         os.close(fd)
 
 
-def _table_dirs(dataset):
-    return sorted(p for p in Path(dataset).iterdir()
-                  if p.is_dir() and not p.name.startswith((".", "_")))
+# ---------------------------------------------------------------- journals
+
+def _read_journal(work):
+    """(run_id, tables) of the journal in `work`, validated; UnsafeEntry when it does not fit."""
+    path = work.path / JOURNAL
+
+    def unfit(why):
+        return UnsafeEntry(f"{path} is not a commit journal kmemscope wrote: {why}", _HINT)
+
+    try:
+        fd = os.open(JOURNAL, _FILE_FLAGS, dir_fd=work.fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise unfit("a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise unfit(kind_of(st.st_mode))
+        data = f.read(JOURNAL_MAX_BYTES + 1)
+    if len(data) > JOURNAL_MAX_BYTES:
+        raise unfit(f"more than {JOURNAL_MAX_BYTES} bytes")
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        raise unfit("not JSON") from None
+    if not isinstance(doc, dict) or set(doc) != {"run_id", "tables"}:
+        raise unfit("not an object of run_id and tables")
+    run_id, tables = doc["run_id"], doc["tables"]
+    if not isinstance(run_id, str) or not SAFE_RUN_ID.fullmatch(run_id):
+        raise unfit("its run id is not a hex id")
+    if (not isinstance(tables, list) or not all(isinstance(t, str) and SAFE_TABLE.fullmatch(t)
+                                                 for t in tables)
+            or len(set(tables)) != len(tables) or RUNS_TABLE not in tables):
+        raise unfit("its tables are not table names, or lack runs")
+    return run_id, tables
 
 
-def _retire(old, trash, table):
-    """Move an old partition into the trash (under a fresh name if one is there)."""
-    trash.mkdir(exist_ok=True)
-    dest = trash / table
-    if dest.exists():
-        dest = trash / f"{table}.{uuid.uuid4().hex[:6]}"
-    os.rename(old, dest)
+def _check_stage(stage, tables):
+    """The staged tables of `tables` still in `stage`: real folders holding regular files only."""
+    staged = set()
+    for table in tables:
+        st = stage.lstat(table)
+        if st is None:
+            continue                       # moved in already
+        with stage.sub(table, "a staged table folder") as d:
+            for entry in d.entries():
+                kind = _entry_kind(entry)
+                if kind != "file":
+                    raise UnsafeEntry(f"{d.path / entry.name} is "
+                                      f"{'a folder' if kind == 'dir' else kind} where a staged "
+                                      "Parquet file belongs", _HINT)
+        staged.add(table)
+    return staged
 
 
-# Test hook: raise SystemExit after this many renames of a commit (crash tests).
+# ---------------------------------------------------------------- rolling forward
+
+class _Counter:
+    """Renames done by one roll-forward (the crash tests stop a commit after the n-th)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def renamed(self):
+        self.n += 1
+        if _CRASH_AFTER is not None and self.n >= int(_CRASH_AFTER):
+            os._exit(99)
+
+
+# Test hook: exit after this many renames of a commit (crash tests).
 _CRASH_AFTER = os.environ.get("KMEMSCOPE_TEST_CRASH_AFTER_RENAMES")
 
 
-def _renamed(counter):
-    counter[0] += 1
-    if _CRASH_AFTER is not None and counter[0] >= int(_CRASH_AFTER):
-        os._exit(99)
+def _roll_forward(root, work):
+    """Finish the commit journaled in `work` (idempotent); True if a run was replaced.
 
-
-def roll_forward(dataset, work):
-    """Finish the commit journaled in `work` (idempotent); returns True if a run was replaced."""
-    dataset, work = Path(dataset), Path(work)
-    journal = json.loads((work / JOURNAL).read_text())
-    run_id, tables = journal["run_id"], journal["tables"]
-    if not isinstance(run_id, str) or not run_id.isalnum() or not all(
-            isinstance(t, str) and "/" not in t and not t.startswith(".") for t in tables):
-        raise ValueError(f"{work / JOURNAL}: not a commit journal kmemscope wrote")
+    Everything is checked before the first rename: when something does not fit
+    (UnsafeEntry) nothing has moved.
+    """
+    run_id, tables = _read_journal(work)
     part = RUN_PREFIX + run_id
-    stage, trash = work / "stage", work / "trash"
-    renames = [0]
-    replaced = False
-    showing_new = (stage / RUNS_TABLE).exists()
-    if showing_new and (dataset / RUNS_TABLE / part).exists():
-        _retire(dataset / RUNS_TABLE / part, trash, RUNS_TABLE)      # hide the old run
-        _renamed(renames)
-        replaced = True
-    for table_dir in _table_dirs(dataset):
-        old = table_dir / part
-        if table_dir.name not in tables and old.exists():
-            _retire(old, trash, table_dir.name)       # a table the new parse does not have
-            _renamed(renames)
+    with ExitStack() as stack:
+        stage = stack.enter_context(work.sub("stage", "the stage folder"))
+        staged = _check_stage(stage, tables)
+        folders = _table_folders(root, wanted=tables)
+        for d in folders.values():
+            stack.enter_context(d)
+        trash_st = work.lstat("trash")
+        trash = [stack.enter_context(work.sub("trash", "the trash folder"))] if trash_st else []
+
+        def retire(folder, table):
+            """Move an old partition into the trash (under a fresh name if one is there)."""
+            if not trash:
+                os.mkdir("trash", 0o700, dir_fd=work.fd)
+                trash.append(stack.enter_context(work.sub("trash", "the trash folder")))
+            dest = table
+            if trash[0].lstat(dest) is not None:
+                dest = f"{table}.{uuid.uuid4().hex[:6]}"
+            os.rename(part, dest, src_dir_fd=folder.fd, dst_dir_fd=trash[0].fd)
+            counter.renamed()
+
+        counter = _Counter()
+        replaced = False
+        runs = folders.get(RUNS_TABLE)
+        if RUNS_TABLE in staged and runs is not None and runs.lstat(part) is not None:
+            retire(runs, RUNS_TABLE)                         # hide the old run
             replaced = True
-    for table in sorted(tables, key=lambda t: t == RUNS_TABLE):        # runs last
-        new = stage / table
-        if not new.exists():
-            continue
-        dest = dataset / table / part
-        if dest.exists():
-            _retire(dest, trash, table)
-            _renamed(renames)
-            replaced = True
-        dest.parent.mkdir(exist_ok=True)
-        os.rename(new, dest)
-        _renamed(renames)
-    _fsync_dir(dataset / RUNS_TABLE)
+        for name, folder in sorted(folders.items()):
+            if name not in tables and folder.lstat(part) is not None:
+                retire(folder, name)        # a table the new parse does not have
+                replaced = True
+        for table in sorted(tables, key=lambda t: t == RUNS_TABLE):        # runs last
+            if table not in staged:
+                continue
+            folder = folders.get(table)
+            if folder is None:
+                try:
+                    os.mkdir(table, dir_fd=root.fd)
+                except FileExistsError:
+                    pass
+                folder = folders[table] = stack.enter_context(root.sub(table, "a table folder"))
+            if folder.lstat(part) is not None:
+                retire(folder, table)
+                replaced = True
+            os.rename(table, part, src_dir_fd=stage.fd, dst_dir_fd=folder.fd)
+            counter.renamed()
+        if RUNS_TABLE in folders:
+            os.fsync(folders[RUNS_TABLE].fd)
     return replaced
 
 
+def roll_forward(dataset, work):
+    """Finish the commit journaled in the work folder `work` of `dataset`; True if a run was replaced."""
+    with _Dir.root(dataset) as root, root.sub(Path(work).name, "a work folder") as w:
+        return _roll_forward(root, w)
+
+
 def commit(workdir, run_id):
-    """Move the staged run of `workdir` into its dataset; returns True if it replaced one."""
+    """Move the staged run of `workdir` into its dataset; returns True if it replaced one.
+
+    Raises UnsafeEntry, with nothing moved, when a table folder of the dataset
+    is a link or special file.
+    """
     from kmemscope.parsers import run_metrics
 
+    check_layout(workdir.dataset)       # keep_imported reads the dataset's run_metrics folder
     run_metrics.keep_imported(workdir.dataset, workdir.stage, run_id)   # imports outlive re-parses
-    tables = [p.name for p in workdir.stage.iterdir() if p.is_dir()]
+    tables = [p.name for p in workdir.stage.iterdir() if p.is_dir() and not p.is_symlink()]
     _fsync_dir(workdir.stage)
     _write_journal(workdir.path, run_id, tables)
-    return roll_forward(workdir.dataset, workdir.path)
+    try:
+        return roll_forward(workdir.dataset, workdir.path)
+    except UnsafeEntry:
+        # Found while checking, before the first rename: with nothing moved, the
+        # journal goes and the parse fails; otherwise the next parse rolls it forward.
+        if not os.path.lexists(workdir.path / "trash") and all(
+                os.path.lexists(workdir.stage / t) for t in tables):
+            os.unlink(workdir.path / JOURNAL)
+        raise
 
 
 def committed_since(dataset, run_id, since_ns):
     """True if run `run_id`'s runs partition was written after `since_ns` (wall clock)."""
     part = Path(dataset) / RUNS_TABLE / (RUN_PREFIX + run_id)
     try:
-        return any(f.stat().st_mtime_ns >= since_ns for f in part.glob("*.parquet"))
+        with os.scandir(part) as it:
+            return any(e.name.endswith(".parquet") and e.is_file(follow_symlinks=False)
+                       and e.stat(follow_symlinks=False).st_mtime_ns >= since_ns for e in it)
     except OSError:
         return False
 
@@ -184,14 +454,18 @@ def committed_since(dataset, run_id, since_ns):
 
 def _owner_gone(work):
     """True when no live process holds the work directory's owner lock."""
-    lock = work / "owner.lock"
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open("owner.lock", _FILE_FLAGS, dir_fd=work.fd)
     except FileNotFoundError:
         return True            # created, killed before its lock file existed
-    except OSError:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeEntry(f"{work.path / 'owner.lock'} is a symbolic link", _HINT) from None
         return False
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeEntry(f"{work.path / 'owner.lock'} is {kind_of(st.st_mode)}", _HINT)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
@@ -200,60 +474,132 @@ def _owner_gone(work):
         os.close(fd)
 
 
+def _work_folders(root):
+    """The names of the dataset's work folders, current and legacy."""
+    return sorted(n for n in os.listdir(root.fd) if n.startswith((WORK_PREFIX,) + LEGACY_PREFIXES))
+
+
 def recover(dataset):
     """Finish or discard what dead parses left in `dataset`; returns what was done.
 
-    Only work directories whose owner is gone are touched. Call with the
-    dataset lock held.
+    Only work directories whose owner is gone are touched, and only those that
+    are what kmemscope writes: anything else is reported and left alone. Call
+    with the dataset lock held.
     """
     done = []
-    dataset = Path(dataset)
-    for work in sorted(dataset.glob(WORK_PREFIX + "*")):
-        if not work.is_dir() or not _owner_gone(work):
-            continue
-        if (work / JOURNAL).is_file():
+    with _Dir.root(dataset) as root:
+        for name in _work_folders(root):
             try:
-                roll_forward(dataset, work)
-                done.append(f"finished the interrupted commit of {work.name}")
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                done.append(f"could not finish {work.name}: {exc}; left in place")
-                continue
-        else:
-            done.append(f"removed {work.name}, left by a parse that did not finish")
-        shutil.rmtree(work, ignore_errors=True)
-    for legacy in sorted(p for p in dataset.iterdir() if p.name.startswith(LEGACY_PREFIXES)):
-        if legacy.name.startswith(".trash-"):
-            _restore_legacy_trash(dataset, legacy)
-        shutil.rmtree(legacy, ignore_errors=True)
-        done.append(f"removed {legacy.name}, left by an earlier kmemscope")
+                said = (_recover_work(root, name) if name.startswith(WORK_PREFIX)
+                        else _recover_legacy(root, name))
+            except UnsafeEntry as exc:
+                said = f"left {name} alone: {exc.args[0]}"
+            except OSError as exc:
+                said = f"could not finish {name}: {exc.strerror or exc}; left in place"
+            if said:
+                done.append(said)
     return done
 
 
-def _restore_legacy_trash(dataset, trash):
+def _recover_work(root, name):
+    if not WORK_NAME.fullmatch(name):
+        raise UnsafeEntry(f"{root.path / name} is not a work folder kmemscope made", _HINT)
+    with root.sub(name, "a work folder") as work:
+        if not _owner_gone(work):
+            return None                # a live parse's
+        if work.lstat(JOURNAL) is not None:
+            _roll_forward(root, work)
+            said = f"finished the interrupted commit of {name}"
+        else:
+            said = f"removed {name}, left by a parse that did not finish"
+    # By name in the opened dataset folder; rmtree never follows a link, at the top or inside.
+    shutil.rmtree(name, ignore_errors=True, dir_fd=root.fd)
+    return said
+
+
+def _recover_legacy(root, name):
+    with root.sub(name, "a work folder") as legacy:
+        if name.startswith(".trash-"):
+            _restore_legacy_trash(root, legacy)
+    shutil.rmtree(name, ignore_errors=True, dir_fd=root.fd)
+    return f"removed {name}, left by an earlier kmemscope"
+
+
+def _restore_legacy_trash(root, trash):
     """An old-style trash whose run vanished (killed mid-commit) goes back in place."""
-    runs = sorted((trash / RUNS_TABLE).glob("*.parquet")) if (trash / RUNS_TABLE).is_dir() else []
-    if not runs:
+    if trash.lstat(RUNS_TABLE) is None:
         return
-    try:
-        import pyarrow.parquet as pq
+    with trash.sub(RUNS_TABLE) as runs:
+        files = [e.name for e in runs.entries()
+                 if e.name.endswith(".parquet") and e.is_file(follow_symlinks=False)]
+        if not files:
+            return
+        try:
+            import pyarrow.parquet as pq
 
-        sha = pq.read_table(runs[0], columns=["sha256"]).column(0)[0].as_py()
-    except Exception:  # unreadable: nothing can be restored from it
-        return
+            with os.fdopen(os.open(files[0], _FILE_FLAGS, dir_fd=runs.fd), "rb") as f:
+                sha = pq.read_table(f, columns=["sha256"]).column(0)[0].as_py()
+        except Exception:  # unreadable: nothing can be restored from it
+            return
     run_id = str(sha)[:16]
-    if not run_id.isalnum() or (dataset / RUNS_TABLE / (RUN_PREFIX + run_id)).exists():
+    if not SAFE_RUN_ID.fullmatch(run_id):
         return
-    for table in trash.iterdir():
-        dest = dataset / table.name / (RUN_PREFIX + run_id)
-        if table.is_dir() and not table.name.startswith(".") and not dest.exists():
-            dest.parent.mkdir(exist_ok=True)
-            os.rename(table, dest)
+    part = RUN_PREFIX + run_id
+    tables = [e.name for e in trash.entries()
+              if SAFE_TABLE.fullmatch(e.name) and _entry_kind(e) == "dir"]
+    with ExitStack() as stack:
+        folders = _table_folders(root, wanted=tables)
+        for d in folders.values():
+            stack.enter_context(d)
+        if RUNS_TABLE in folders and folders[RUNS_TABLE].lstat(part) is not None:
+            return
+        for table in tables:
+            folder = folders.get(table)
+            if folder is None:
+                os.mkdir(table, dir_fd=root.fd)
+                folder = stack.enter_context(root.sub(table, "a table folder"))
+            if folder.lstat(part) is None:
+                os.rename(table, part, src_dir_fd=trash.fd, dst_dir_fd=folder.fd)
 
 
-def pending_commits(dataset):
-    """Work directories with a journal whose owner is gone (a reader's warning)."""
-    out = []
-    for work in Path(dataset).glob(WORK_PREFIX + "*"):
-        if (work / JOURNAL).is_file() and _owner_gone(work):
-            out.append(work.name)
-    return sorted(out)
+# ---------------------------------------------------------------- what readers are told
+
+def unfinished_commits(dataset):
+    """Notes on what dead parses left in `dataset` that readers leave out; writes nothing.
+
+    A reader never recovers (only parse does): an interrupted commit's run is
+    left out, or shown as before it, until the next parse finishes the commit.
+    """
+    notes = []
+    try:
+        root = _Dir.root(dataset)
+    except OSError:
+        return notes
+    with root:
+        for name in _work_folders(root):
+            try:
+                note = _pending_note(root, name)
+            except UnsafeEntry as exc:
+                note = (f"{exc.args[0]}: ignored; recovery leaves it alone (remove it)")
+            except OSError:
+                note = None
+            if note:
+                notes.append(note)
+    return notes
+
+
+def _pending_note(root, name):
+    if name.startswith(LEGACY_PREFIXES):
+        return (f"{name} was left by an earlier kmemscope's interrupted parse; the next "
+                "`kmemscope parse` into this dataset restores or removes it")
+    if not WORK_NAME.fullmatch(name):
+        raise UnsafeEntry(f"{root.path / name} is not a work folder kmemscope made", _HINT)
+    with root.sub(name, "a work folder") as work:
+        if not _owner_gone(work) or work.lstat(JOURNAL) is None:
+            return None            # a live parse, or a dead one that never touched the dataset
+        run_id, tables = _read_journal(work)
+        with work.sub("stage", "the stage folder") as stage:
+            if not _check_stage(stage, tables):
+                return None        # every partition is in place: only the clean-up is left
+    return (f"run {run_id}: its commit was interrupted ({name}); queries leave out what it had "
+            "not finished until the next `kmemscope parse` into this dataset completes it")
