@@ -12,6 +12,14 @@ dataset of format 1, and columns kmemscope does not know in any format
 so a query over one run of a hundred reads one run's files. The run ids that
 reach the SQL text are directory names found on disk, never user input: callers
 match what the user asked for against `table_runs()` first.
+
+A local dataset is untrusted: before DuckDB opens anything, every table folder,
+`run_id=` folder and part file that a view would read is checked without
+following links, and a symbolic link, FIFO, device or socket among them is an
+error naming it (a FIFO would block the reader forever; a link would read, or
+let a later parse write, outside the dataset). Readers write nothing: an
+interrupted commit is left to the next parse (parsers/commit.py) and only
+reported by finish_interrupted_commits().
 """
 import os
 from pathlib import Path
@@ -21,7 +29,6 @@ from kmemscope.parsers.dataset_format import FORMAT_FILE, MAX_FILE_BYTES, parse_
 
 from . import storage
 
-TABLE_GLOB = "*/*.parquet"
 RUN_PREFIX = "run_id="
 
 
@@ -33,22 +40,7 @@ def table_dirs(dataset):
         return {name: storage.url(bucket, f"{key}/{name}" if key else name)
                 for name in _url_tables(dataset)}
     root = Path(dataset)
-    if not root.exists():
-        raise DatasetError(f"dataset {dataset} does not exist",
-                           "create it with `kmemscope parse TRACE -o DATASET`")
-    if not root.is_dir():
-        raise DatasetError(f"dataset {dataset} is not a directory",
-                           "give the directory that `kmemscope parse -o` wrote")
-    read_format(root)      # refuses a newer format, or a damaged format file
-    tables = {}
-    for child in sorted(root.iterdir()):
-        if child.is_dir() and not child.name.startswith((".", "_")):
-            if any(child.glob(TABLE_GLOB)):
-                tables[child.name] = child
-    if not tables:
-        raise DatasetError(f"dataset {dataset} holds no tables",
-                           "parse a trace into it with `kmemscope parse TRACE -o DATASET`")
-    return tables
+    return {name: root / name for name in _local_tables(dataset)}
 
 
 def table_runs(dataset):
@@ -61,16 +53,79 @@ def table_runs(dataset):
     if storage.is_url(dataset):
         _read_url_format(dataset)
         return _visible(_url_tables(dataset))
-    out = {}
-    for name, path in table_dirs(dataset).items():
-        runs = {}
-        for part in sorted(path.iterdir()):
-            if part.is_dir() and part.name.startswith(RUN_PREFIX):
-                files = sorted(part.glob("*.parquet"))
-                if files:
-                    runs[part.name[len(RUN_PREFIX):]] = files
-        out[name] = runs
+    out = _local_tables(dataset)
+    if "runs" not in out:
+        # Every run hidden: say why when a parse was interrupted while committing one.
+        pending = finish_interrupted_commits(dataset)
+        if pending:
+            raise DatasetError(f"dataset {dataset} holds no finished run: {pending[0]}")
     return _visible(out)
+
+
+def _local_tables(dataset):
+    """{table: {run_id: [files]}} of a local dataset, for tables with at least one run.
+
+    Raises DatasetError naming the first link or special file where a table
+    folder, run folder or part file could be (regular files beside them, a
+    note or a README, are not part of the dataset and are passed over).
+    """
+    root = Path(dataset)
+    if not root.exists():
+        raise DatasetError(f"dataset {dataset} does not exist",
+                           "create it with `kmemscope parse TRACE -o DATASET`")
+    if not root.is_dir():
+        raise DatasetError(f"dataset {dataset} is not a directory",
+                           "give the directory that `kmemscope parse -o` wrote")
+    read_format(root)      # refuses a newer format, or a damaged format file
+    tables = {}
+    for table in _entries(root):
+        if table.name.startswith((".", "_")) or _checked(table, "a table folder") != "dir":
+            continue
+        runs = {}
+        for part in _entries(table.path):
+            if not part.name.startswith(RUN_PREFIX) or _checked(part, "a run folder") != "dir":
+                continue
+            files = [Path(f.path) for f in _entries(part.path)
+                     if f.name.endswith(".parquet") and _checked(f, "a Parquet file", True)]
+            if files:
+                runs[part.name[len(RUN_PREFIX):]] = files
+        if runs:
+            tables[table.name] = runs
+    if not tables:
+        raise DatasetError(f"dataset {dataset} holds no tables",
+                           "parse a trace into it with `kmemscope parse TRACE -o DATASET`")
+    return tables
+
+
+def _entries(path):
+    try:
+        with os.scandir(path) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        raise DatasetError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _checked(entry, what, file=False):
+    """'dir' or 'file' for an entry of the dataset (links not followed); refuses the rest.
+
+    file: a part file, which must be a regular file (anything else is refused).
+    """
+    if entry.is_symlink():
+        raise DatasetError(f"{entry.path}: a symbolic link inside the dataset where {what} "
+                           "belongs", "kmemscope writes no links in a dataset: remove it, or put "
+                           "a copy of what it points to in its place")
+    if entry.is_dir(follow_symlinks=False):
+        if file:
+            raise DatasetError(f"{entry.path}: a folder inside the dataset where {what} belongs, "
+                               "not a regular file", "remove it")
+        return "dir"
+    if entry.is_file(follow_symlinks=False):
+        return "file"
+    from kmemscope.parsers.commit import kind_of
+
+    kind = kind_of(entry.stat(follow_symlinks=False).st_mode)
+    raise DatasetError(f"{entry.path}: {kind} inside the dataset where {what} belongs, not a "
+                       "regular file or folder", "remove it: kmemscope reads only regular files")
 
 
 def _visible(out):
@@ -126,20 +181,21 @@ def sql_error_text(exc):
 
 
 def finish_interrupted_commits(dataset):
-    """Roll forward a commit whose parse was killed, when this user may write the dataset.
+    """Notes on commits that killed parses left unfinished; checks only, writes nothing.
 
-    Until then that run is invisible (its `runs` partition is hidden first).
+    Readers never recover: the next `kmemscope parse` into the dataset does
+    (parsers/commit.py). Until then an interrupted commit's run is left out
+    (its `runs` partition is hidden first), or shown as it was before it; a
+    work folder that kmemscope did not leave as it is gets a note too.
     """
     from kmemscope.parsers import commit
 
     if storage.is_url(dataset):
-        return                     # read only: nothing is committed to an object store
+        return []                  # read only: nothing is committed to an object store
     root = Path(dataset)
-    if not root.is_dir() or not commit.pending_commits(root) or not os.access(root, os.W_OK):
-        return
-    with commit.dataset_lock(root, blocking=False) as locked:
-        if locked:
-            commit.recover(root)
+    if not root.is_dir():
+        return []
+    return commit.unfinished_commits(root)
 
 
 def confine(con, dataset, sql):
