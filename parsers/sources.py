@@ -2,11 +2,16 @@
 
 An input is a trace.dat, a bundle directory (trace.dat, manifest.json,
 procfs/ samples), or a bundle packed as .tar.gz / .tar.zst. Every file is
-refused unless it is a regular file (a FIFO or /dev/zero would never end);
-archives are unpacked member by member with their count and total size
-bounded before anything is written, and only the members a bundle has are
-kept; the manifest is size-bounded and its shape checked field by field.
+refused unless it is a regular file (a FIFO or /dev/zero would never end).
+A bundle's own files (trace.dat, manifest.json, metrics.json, procfs/ and its
+samples) are opened without following symbolic links: a link in a bundle is
+one error, never a file of the host that parses it read as the bundle's
+(an archive's link members are skipped). Archives are unpacked member by
+member with their count and total size bounded before anything is written,
+and only the members a bundle has are kept; the manifest is size-bounded and
+its shape checked field by field.
 """
+import errno
 import json
 import os
 import stat
@@ -30,20 +35,58 @@ BUNDLE_HINT = "give a trace.dat, a bundle directory or a .tar.gz/.tar.zst bundle
 
 
 def regular_file(path, what="file"):
-    """Stat `path` (following symlinks) and refuse anything but a regular file."""
+    """Stat `path` (following symlinks: the user named it) and refuse anything but a regular file."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         raise TraceFileError(f"{path}: no such file or directory", "check the path") from None
     except OSError as exc:
         raise TraceFileError(f"{path}: {exc.strerror}") from None
+    _refuse_special(path, st, what)
+    return st
+
+
+def _refuse_special(path, st, what):
     if not stat.S_ISREG(st.st_mode):
         kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
                 or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
                 else "not a regular file")
         raise TraceFileError(f"{path}: {what} is {kind}, not a regular file",
                              "copy the data to a file first")
-    return st
+
+
+LINK_HINT = "copy the file into the bundle in place of the link"
+
+
+def _link_error(path, what):
+    return TraceFileError(f"{path}: {what} is a symbolic link; kmemscope reads only a bundle's "
+                          "own files", LINK_HINT)
+
+
+def open_bundle_file(path, what, dir_fd=None, shown=None):
+    """(fd, stat) of a file of a bundle, opened without following a link; only a regular file.
+
+    dir_fd: the folder `path` is relative to; shown: the path messages give
+    (default `path`). Raises FileNotFoundError when it is absent,
+    TraceFileError for a link, a FIFO, a device or an unreadable file.
+    """
+    shown = path if shown is None else shown
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _link_error(shown, what) from None
+        raise TraceFileError(f"{shown}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        _refuse_special(shown, st, what)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
 
 
 @contextmanager
@@ -52,10 +95,12 @@ def open_source(path, scratch):
     p = Path(path)
     if p.is_dir():
         trace = p / "trace.dat"
-        if not trace.exists():
+        try:
+            fd, _st = open_bundle_file(trace, "trace.dat")
+        except FileNotFoundError:
             raise TraceFileError(f"{path}: directory has no trace.dat",
-                                 "give a bundle written by `kmemscope record` or a trace.dat")
-        regular_file(trace, "trace.dat")
+                                 "give a bundle written by `kmemscope record` or a trace.dat") from None
+        os.close(fd)
         yield trace, p
         return
     regular_file(p, "input")
@@ -151,15 +196,24 @@ def _copy_exact(src, dst, size, archive, name):
 
 # ---------------------------------------------------------------- manifest
 
-def _bounded_text(path, limit, what):
-    st = regular_file(path, what)
+def _bounded_text(path, limit, what, dir_fd=None, name=None):
+    """A bundle file's text, at most `limit` bytes; None when it is absent.
+
+    dir_fd, name: the file `name` in the folder opened as dir_fd (`path` is
+    then only what messages show).
+    """
+    try:
+        fd, st = open_bundle_file(path if name is None else name, what, dir_fd, shown=path)
+    except FileNotFoundError:
+        return None
     if st.st_size > limit:
+        os.close(fd)
         raise TraceFileError(f"{path}: {what} is {st.st_size >> 10} KiB, more than the "
                              f"{limit >> 10} KiB kmemscope accepts",
                              "parse the trace.dat alone")
     # Read in pieces: read(limit) would reserve the whole limit up front.
     chunks, size = [], 0
-    with open(path, "rb") as f:
+    with os.fdopen(fd, "rb") as f:
         while size <= limit and (chunk := f.read(1 << 20)):
             chunks.append(chunk)
             size += len(chunk)
@@ -182,9 +236,9 @@ def read_manifest(bundle):
     if bundle is None:
         return None
     path = Path(bundle) / "manifest.json"
-    if not os.path.lexists(path):
-        return None
     text = _bounded_text(path, MANIFEST_MAX_BYTES, "manifest.json")
+    if text is None:
+        return None
     try:
         manifest = json.loads(text)
     except ValueError as exc:
@@ -212,7 +266,25 @@ def read_manifest(bundle):
 
 
 def read_procfs_text(path):
-    """One procfs sample file of a bundle, bounded; None when absent."""
-    if not os.path.lexists(path):
+    """One procfs sample file of a bundle (BUNDLE/procfs/NAME), bounded; None when absent.
+
+    procfs/ itself is opened without following a link too: a bundle whose
+    procfs/ links elsewhere is refused like a linked sample.
+    """
+    path = Path(path)
+    try:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
         return None
-    return _bounded_text(path, PROCFS_MAX_BYTES, f"procfs sample {Path(path).name}")
+    except OSError as exc:
+        # A link gives ELOOP or, with O_DIRECTORY, ENOTDIR.
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path.parent):
+            raise _link_error(path.parent, path.parent.name) from None
+        if exc.errno == errno.ENOTDIR:
+            return None            # not a folder of samples: the bundle has none
+        raise TraceFileError(f"{path.parent}: {exc.strerror}") from None
+    try:
+        return _bounded_text(path, PROCFS_MAX_BYTES, f"procfs sample {path.name}",
+                             dir_fd=folder, name=path.name)
+    finally:
+        os.close(folder)
