@@ -46,6 +46,8 @@ class RunSummary:
     concurrent: bool = False    # another parse of the same trace committed it first
     # labels given at parse that replaced the bundle's own: [(key, bundle's value, new value)]
     label_overrides: list = field(default_factory=list)
+    # what this parse's recovery did with what dead parses left (commit.recover)
+    recovered: list = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- inputs
@@ -308,7 +310,16 @@ def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels
 # ---------------------------------------------------------------- ingest (runs in the parent)
 
 def writable_dataset(dataset):
-    """Create the dataset directory if needed; raise one line when it cannot be written."""
+    """Create the dataset directory if needed; raise one line when it cannot be written.
+
+    Returns the directories it created, the outermost first (a failed parse
+    removes them again).
+    """
+    dataset = Path(dataset)
+    missing, p = [], dataset
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
     try:
         dataset.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -317,39 +328,77 @@ def writable_dataset(dataset):
         raise KmemscopeError(f"dataset {dataset} is not a directory", "choose another -o")
     if not os.access(dataset, os.W_OK):
         raise KmemscopeError(f"dataset {dataset} is not writable", "check its permissions")
+    return missing[::-1]
 
 
 def ingest(source, dataset, labels=None, events=None, threads=None, progress=None, isolate=True):
-    """Parse `source` into `dataset`; returns a RunSummary. Raises KmemscopeError on bad input."""
+    """Parse `source` into `dataset`; returns a RunSummary. Raises KmemscopeError on bad input.
+
+    A parse that fails leaves the dataset as it found it: a path that did not
+    exist is gone again, and an existing dataset gets no lock file it lacked.
+    """
     dataset = Path(dataset)
-    writable_dataset(dataset)
+    created = writable_dataset(dataset)
+    had_lock = os.path.lexists(dataset / commit_mod.LOCK_NAME)
+    try:
+        return _ingest(source, dataset, labels, events, threads, progress, isolate)
+    except BaseException:
+        _leave_as_found(dataset, created, had_lock)
+        raise
+
+
+def _ingest(source, dataset, labels, events, threads, progress, isolate):
     started_ns = time.time_ns()
     dataset_format.read_format(dataset)     # a newer format is refused before decoding
     try:
         with commit_mod.dataset_lock(dataset):
-            commit_mod.recover(dataset)
+            recovered = commit_mod.recover(dataset)
+            commit_mod.check_layout(dataset)     # a linked table folder fails before decoding
             work = commit_mod.WorkDir(dataset)
     except OSError as exc:
         raise KmemscopeError(f"writing {dataset}: {exc.strerror or exc}",
                              _disk_hint(exc)) from None
+    committed = False
     try:
         if isolate:
             summary = _stage_in_child(source, work, labels, events, threads, progress)
         else:
             summary = stage_run(source, work.stage, labels, events, threads, progress,
                                 scratch=work.scratch)
+        summary.recovered = recovered
         with commit_mod.dataset_lock(dataset):
             if commit_mod.committed_since(dataset, summary.run_id, started_ns):
                 summary.concurrent = True      # the same trace, committed while this parse ran
             else:
                 dataset_format.ensure_format(dataset)
                 summary.replaced = commit_mod.commit(work, summary.run_id)
+        committed = True
         return summary
     except OSError as exc:
         raise KmemscopeError(f"writing {dataset}: {exc.strerror or exc}",
                              _disk_hint(exc)) from None
     finally:
-        work.remove()
+        if committed:
+            work.remove()
+        else:
+            work.abandon()          # a commit cut short mid-way stays for the next parse
+
+
+def _leave_as_found(dataset, created, had_lock):
+    """After a failed parse: remove the lock file it made, and the directories it created."""
+    if had_lock and not created:
+        return
+    lock = dataset / commit_mod.LOCK_NAME
+    try:
+        if os.path.lexists(lock):
+            with commit_mod.dataset_lock(dataset):
+                # Held while it goes: a parse waiting for it takes the next one.
+                if not created or os.listdir(dataset) == [commit_mod.LOCK_NAME]:
+                    os.unlink(lock)
+        for path in reversed(created):
+            os.rmdir(path)              # only while empty: what another parse wrote stays
+    except (OSError, KmemscopeError):
+        pass
 
 
 def _disk_hint(exc):
