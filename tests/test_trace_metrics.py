@@ -362,7 +362,8 @@ def test_compare_notes_sources(tmp_path):
     kmemscope("parse", "-q", bare, "-o", ds, "--label", "side=a")
     kmemscope("parse", "-q", PRESSURE_BUNDLE, "-o", ds, "--label", "side=b")
     proc = kmemscope("compare", ds, "--by", "side", "--metrics", "compaction_success_pct,thp_fault_success_pct")
-    notes = [line for line in proc.stderr.splitlines() if "kmemscope: note:" in line]
+    # the notes end the comparison's own text
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note: ")]
     mixed = [n for n in notes if n.split("note: ", 1)[1].startswith("compaction_success_pct:")]
     assert len(mixed) == 1 and "different sources" in mixed[0]
     assert "a: 1 from trace" in mixed[0] and "b: 1 from vmstat" in mixed[0]
