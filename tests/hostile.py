@@ -70,3 +70,59 @@ class _Repeat:
         n = self.left if n < 0 else min(n, self.left)
         self.left -= n
         return self.byte * n
+
+
+# ---------------------------------------------------------------- datasets and bundles
+
+def tree_state(root):
+    """{relative path: what is there} for everything under `root`, links never followed.
+
+    A file maps to its sha256, a directory to "dir", a symbolic link to its
+    target, a FIFO or device to its kind: any move, deletion, write or new entry
+    shows as a difference.
+    """
+    import hashlib
+    import os
+    import stat
+
+    root = Path(root)
+    out = {}
+    if not os.path.lexists(root):
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            rel = str(p.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = "link -> " + os.readlink(p)
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = "dir"
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+            else:
+                out[rel] = f"special {stat.S_IFMT(st.st_mode):o}"
+    return out
+
+
+def plant_work_dir(dataset, name, journal=None, stage=None):
+    """A work folder `dataset/name` as a dead parse would leave it.
+
+    journal: the commit.json contents (a dict, or raw text) or None for none;
+    stage: a path that `stage` links to, or None for a real, empty stage folder.
+    Its owner.lock is present and unlocked (the parse is gone).
+    """
+    import json
+    import os
+
+    work = Path(dataset) / name
+    work.mkdir()
+    (work / "owner.lock").touch()
+    if stage is None:
+        (work / "stage").mkdir()
+    else:
+        os.symlink(stage, work / "stage")
+    if journal is not None:
+        text = journal if isinstance(journal, str) else json.dumps(journal)
+        (work / "commit.json").write_text(text)
+    return work

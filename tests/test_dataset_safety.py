@@ -1,0 +1,319 @@
+"""A dataset or bundle that someone else wrote can never make kmemscope move, delete, read or
+write anything outside it, hang a reader, or pass a file of the analysing host off as data.
+
+Every hostile dataset and bundle is built here at run time (tests/hostile.py) from the
+committed example bundles. The oracles are the file system itself (a snapshot of every entry
+outside the dataset, and of the dataset, taken before and compared after: hashes of files,
+targets of links) and the real run's row counts read with plain pyarrow.
+"""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import hostile
+from conftest import EXAMPLES
+from kmrun import KMEMSCOPE, kmemscope
+
+SMALL = EXAMPLES / "memory-pressure"      # the run every dataset here holds
+OTHER = EXAMPLES / "thp-faults"           # a second bundle: its run has mm_page_alloc
+READERS = [("info", "{ds}"), ("query", "compaction", "{ds}"),
+           ("sql", "--read-only", "{ds}", "SELECT count(*) AS n FROM runs")]
+
+
+def run(*args, timeout=120):
+    return subprocess.run([*KMEMSCOPE, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def readers(ds):
+    return [[str(a).format(ds=ds) for a in args] for args in READERS]
+
+
+def one_error_line(proc):
+    assert proc.returncode == 1, f"exit status {proc.returncode}: {proc.stderr}"
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    return lines[0]
+
+
+def part_rows(ds, run_id="*"):
+    """{table: rows} of a run's partitions (every run's by default), read with plain pyarrow."""
+    import pyarrow.parquet as pq
+
+    return {p.parent.name: sum(pq.ParquetFile(f).metadata.num_rows for f in p.glob("*.parquet"))
+            for p in Path(ds).glob(f"*/run_id={run_id}") if p.is_dir() and not p.is_symlink()}
+
+
+def answered_runs(ds):
+    return json.loads(kmemscope("sql", ds, "SELECT run_id FROM runs ORDER BY run_id",
+                                "--format", "json").stdout)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    ds = tmp_path_factory.mktemp("safety") / "ds"
+    kmemscope("parse", "-q", SMALL, "-o", ds, "--label", "side=base")
+    run_id = answered_runs(ds)[0]["run_id"]
+    return ds, run_id, part_rows(ds)
+
+
+@pytest.fixture
+def ds(base, tmp_path):
+    """A fresh copy of the one-run dataset, and a folder outside it with files in it."""
+    src, run_id, rows = base
+    dest = tmp_path / "ds"
+    shutil.copytree(src, dest, symlinks=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    return dest, run_id, rows, outside
+
+
+def tiny_parquet(path, **columns):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns or {"ts": [1, 2, 3], "pfn": [7, 8, 9]}), path)
+    return path
+
+
+# ---------------------------------------------------------------- 1. recovery through links
+
+def test_a_journal_whose_stage_links_outside_moves_and_deletes_nothing(ds):
+    ds, run_id, rows, outside = ds
+    victim = outside / "victim"
+    tiny_parquet(victim / "secret" / "part-0.parquet")
+    (victim / "secret" / "notes.txt").write_text("precious")
+    # The first journal pulls the outside folder in; the second retires it and deletes it.
+    hostile.plant_work_dir(ds, ".parse-aaaaaaaaaaaa", stage=victim,
+                           journal={"run_id": "deadbeefdeadbeef", "tables": ["secret", "runs"]})
+    hostile.plant_work_dir(ds, ".parse-bbbbbbbbbbbb",
+                           journal={"run_id": "deadbeefdeadbeef", "tables": ["runs"]})
+    outside_before, ds_before = hostile.tree_state(outside), hostile.tree_state(ds)
+
+    for args in readers(ds):
+        proc = run(*args)
+        assert proc.returncode == 0, proc.stderr
+        assert hostile.tree_state(ds) == ds_before, f"`kmemscope {args[0]}` wrote to the dataset"
+    assert hostile.tree_state(outside) == outside_before
+
+    kmemscope("parse", "-q", SMALL, "-o", ds, "--label", "side=base")    # the writer recovers
+    assert hostile.tree_state(outside) == outside_before, "recovery touched a folder outside"
+    assert (ds / ".parse-aaaaaaaaaaaa" / "stage").is_symlink(), "the hostile folder was not left alone"
+    assert not (ds / "secret").exists()
+    assert answered_runs(ds) == [{"run_id": run_id}]
+    assert part_rows(ds) == rows
+
+
+# ---------------------------------------------------------------- 2. a work folder that is a link
+
+def test_a_work_folder_linking_outside_never_takes_the_runs_out(ds):
+    ds, run_id, rows, outside = ds
+    evil = outside / "evil"
+    (evil / "stage" / "runs").mkdir(parents=True)
+    (evil / "owner.lock").touch()
+    (evil / "commit.json").write_text(json.dumps({"run_id": run_id, "tables": ["runs"]}))
+    os.symlink(evil, ds / ".parse-0123456789ab")
+    outside_before, ds_before = hostile.tree_state(outside), hostile.tree_state(ds)
+
+    for args in readers(ds):
+        proc = run(*args)
+        assert proc.returncode == 0, proc.stderr
+        assert hostile.tree_state(ds) == ds_before, f"`kmemscope {args[0]}` wrote to the dataset"
+    kmemscope("parse", "-q", SMALL, "-o", ds, "--label", "side=base")
+    assert hostile.tree_state(outside) == outside_before, "partitions were moved out"
+    assert (ds / ".parse-0123456789ab").is_symlink()
+    assert answered_runs(ds) == [{"run_id": run_id}]
+    assert part_rows(ds) == rows
+
+
+@pytest.mark.parametrize("shape", ["journal a link", "journal a FIFO", "table a path",
+                                   "run id a path", "owner lock a FIFO"])
+def test_a_journal_of_another_shape_is_left_alone(ds, shape):
+    ds, run_id, rows, outside = ds
+    journal = {"run_id": run_id, "tables": ["runs"]}
+    if shape == "table a path":
+        journal["tables"].append("../outside")
+    elif shape == "run id a path":
+        journal["run_id"] = "../../outside"
+    work = hostile.plant_work_dir(ds, ".parse-cccccccccccc",
+                                  journal=None if shape.startswith("journal") else journal)
+    if shape == "journal a link":
+        # A journal elsewhere that, followed, retires every table of the real run but runs.
+        (outside / "commit.json").write_text(json.dumps(journal))
+        os.symlink(outside / "commit.json", work / "commit.json")
+    elif shape == "journal a FIFO":
+        os.mkfifo(work / "commit.json")
+    elif shape == "owner lock a FIFO":
+        (work / "owner.lock").unlink()
+        os.mkfifo(work / "owner.lock")
+    outside_before, ds_before = hostile.tree_state(outside), hostile.tree_state(ds)
+    for args in readers(ds):
+        proc = run(*args, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    assert hostile.tree_state(ds) == ds_before
+    kmemscope("parse", "-q", SMALL, "-o", ds, "--label", "side=base", timeout=120)
+    assert hostile.tree_state(work) == {k[len(work.name) + 1:]: v for k, v in ds_before.items()
+                                        if k.startswith(work.name + "/")}, "the folder was changed"
+    assert hostile.tree_state(outside) == outside_before
+    assert part_rows(ds, run_id) == rows
+
+
+# ---------------------------------------------------------------- 3. reading and writing through links
+
+def test_a_table_folder_linking_outside_is_refused_by_readers_and_by_parse(ds):
+    ds, run_id, rows, outside = ds
+    tiny_parquet(outside / "tables" / "mm_page_alloc" / f"run_id={run_id}" / "part-0.parquet")
+    os.symlink(outside / "tables" / "mm_page_alloc", ds / "mm_page_alloc")
+    outside_before, ds_before = hostile.tree_state(outside), hostile.tree_state(ds)
+
+    for args in readers(ds):
+        line = one_error_line(run(*args))
+        assert "mm_page_alloc" in line and "symbolic link" in line, line
+    # OTHER's run has an mm_page_alloc table: its partition would land outside.
+    line = one_error_line(run("parse", "-q", OTHER, "-o", ds))
+    assert "mm_page_alloc" in line and "symbolic link" in line, line
+    assert hostile.tree_state(outside) == outside_before, "parse wrote through the link"
+    assert hostile.tree_state(ds) == ds_before, "a refused parse changed the dataset"
+    os.unlink(ds / "mm_page_alloc")
+    assert answered_runs(ds) == [{"run_id": run_id}]
+    assert part_rows(ds) == rows
+
+
+def test_a_part_file_linking_to_another_file_is_not_read_as_data(ds):
+    ds, run_id, rows, outside = ds
+    part = ds / "runs" / f"run_id={run_id}" / "part-0.parquet"
+    shutil.copy(part, outside / "other.parquet")
+    os.symlink(outside / "other.parquet", part.with_name("part-1.parquet"))
+    outside_before = hostile.tree_state(outside)
+    for args in readers(ds):
+        line = one_error_line(run(*args))
+        assert "part-1.parquet" in line and "symbolic link" in line, line
+    assert hostile.tree_state(outside) == outside_before
+    os.unlink(part.with_name("part-1.parquet"))
+    assert answered_runs(ds) == [{"run_id": run_id}]
+
+
+# ---------------------------------------------------------------- 4. FIFOs and devices
+
+@pytest.mark.parametrize("where", ["part file", "run folder", "device"])
+def test_a_fifo_or_device_in_a_dataset_is_an_error_not_a_hang(ds, where):
+    ds, run_id, rows, outside = ds
+    run_dir = ds / "mm_compaction_begin" / f"run_id={run_id}"
+    if where == "part file":
+        bad = run_dir / "part-7.parquet"
+        os.mkfifo(bad)
+    elif where == "run folder":
+        bad = ds / "mm_compaction_begin" / "run_id=0123456789abcdef"
+        os.mkfifo(bad)
+    else:
+        bad = run_dir / "part-7.parquet"
+        try:
+            os.mknod(bad, stat.S_IFCHR | 0o600, os.makedev(1, 5))     # what /dev/zero is
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    before = hostile.tree_state(ds)
+    for args in readers(ds):
+        started = time.monotonic()
+        try:
+            proc = run(*args, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`kmemscope {args[0]}` hung on a {where} that is no regular file")
+        line = one_error_line(proc)
+        assert bad.name in line and "not a regular" in line, line
+        assert time.monotonic() - started < 30
+    assert hostile.tree_state(ds) == before
+    os.unlink(bad)
+    assert answered_runs(ds) == [{"run_id": run_id}]
+
+
+# ---------------------------------------------------------------- 6. bundle files that are links
+
+@pytest.mark.parametrize("item", ["manifest.json", "metrics.json", "procfs/vmstat", "procfs",
+                                  "trace.dat"])
+def test_a_bundle_file_linking_to_the_analysing_host_is_refused(tmp_path, item):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(SMALL, bundle)
+    outside = tmp_path / "host"
+    outside.mkdir()
+    target = outside / Path(item).name
+    if item == "manifest.json":
+        target.write_text(json.dumps({"host": "the-analysing-host", "labels": {"secret": "s3cr3t"}}))
+    elif item == "metrics.json":
+        target.write_text(json.dumps([{"metric": "secret", "value": 1, "better": "higher"}]))
+    elif item == "procfs":
+        shutil.copytree(bundle / "procfs", target)
+    else:
+        shutil.copy(bundle / item, target)
+    if (bundle / item).is_dir():
+        shutil.rmtree(bundle / item)
+    else:
+        (bundle / item).unlink(missing_ok=True)
+    os.symlink(target, bundle / item)
+    outside_before = hostile.tree_state(outside)
+    ds = tmp_path / "ds"
+
+    line = one_error_line(run("parse", "-q", bundle, "-o", ds))
+    assert Path(item).name in line and "symbolic link" in line, line
+    assert not os.path.lexists(ds), "a refused parse into a new path left it behind"
+    assert hostile.tree_state(outside) == outside_before
+
+
+# ---------------------------------------------------------------- 10. a failed parse leaves nothing
+
+def test_a_failed_parse_into_a_new_path_leaves_nothing_behind(tmp_path):
+    bad = tmp_path / "bad.dat"
+    bad.write_bytes(b"this is not a trace.dat\n" * 100)
+    new = tmp_path / "new" / "deeper" / "ds"
+    one_error_line(run("parse", bad, "-o", new))
+    assert not (tmp_path / "new").exists(), sorted(map(str, (tmp_path / "new").rglob("*")))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    one_error_line(run("parse", bad, "-o", empty))
+    assert list(empty.iterdir()) == [], "a failed parse left files in an empty folder"
+
+
+def test_a_failed_parse_leaves_an_existing_dataset_exactly_as_it_was(ds):
+    ds, run_id, rows, _outside = ds
+    (ds / ".kmemscope.lock").unlink()       # a copy made without it
+    bad = ds.parent / "bad.dat"
+    bad.write_bytes(b"this is not a trace.dat\n" * 100)
+    before = hostile.tree_state(ds)
+    one_error_line(run("parse", bad, "-o", ds))
+    assert hostile.tree_state(ds) == before
+    assert answered_runs(ds) == [{"run_id": run_id}]
+
+
+# ---------------------------------------------------------------- only parse recovers
+
+def test_readers_leave_an_interrupted_commit_to_the_next_parse(ds):
+    from kmemscope.queries.dataset import finish_interrupted_commits
+
+    ds, run_id, rows, _outside = ds
+    proc = subprocess.run([*KMEMSCOPE, "parse", "-q", str(SMALL), "-o", str(ds),
+                           "--label", "side=new"], capture_output=True, text=True,
+                          env={**os.environ, "KMEMSCOPE_TEST_CRASH_AFTER_RENAMES": "3"})
+    assert proc.returncode == 99, "the commit was not interrupted"
+    (ds / ".kmemscope.lock").unlink()
+    before = hostile.tree_state(ds)
+    for args in readers(ds):
+        run(*args)
+        assert hostile.tree_state(ds) == before, f"`kmemscope {args[0]}` wrote to the dataset"
+    notes = finish_interrupted_commits(ds)
+    assert len(notes) == 1 and run_id in notes[0] and "kmemscope parse" in notes[0], notes
+    assert hostile.tree_state(ds) == before
+
+    kmemscope("parse", "-q", OTHER, "-o", ds)       # any parse finishes it
+    assert not [p for p in ds.iterdir() if p.name.startswith(".parse-")]
+    sides = json.loads(kmemscope("sql", ds, "SELECT labels['side'] AS side FROM runs "
+                                 f"WHERE run_id = '{run_id}'", "--format", "json").stdout)
+    assert sides == [{"side": "new"}]
+    assert part_rows(ds, run_id) == rows
+    assert finish_interrupted_commits(ds) == []
