@@ -20,9 +20,9 @@ import math
 STAT_ROWS = ("min", "mean", "stddev", "coeffvar", "max", "best_mean")
 CELL_WIDTH = 23
 TEST_TEXT = {
-    "band": "mmtests band test (mean +/- 1.96*s bands do not overlap)",
+    "band": "the mmtests band test (mean +/- 1.96*s bands do not overlap)",
     "welch": "Welch's t-test, p < {alpha}",
-    "mannwhitney": "Mann-Whitney U test, p < {alpha}",
+    "mannwhitney": "the Mann-Whitney U test, p < {alpha}",
 }
 # mmtests blocks: which metric kinds go in which, and how each is laid out.
 BLOCKS = (("headline", ("summary",), "stats"),
@@ -92,11 +92,15 @@ def _join(cells, sides):
 
 def _intro(sides, test, alpha):
     return (f"{sides.label}: baseline {sides.baseline}; percent difference: positive = better; "
-            f"*x%*: significant by the {TEST_TEXT[test].format(alpha=alpha)}")
+            f"*x%*: significant by {TEST_TEXT[test].format(alpha=alpha)}")
 
 
-def _notes_block(notes):
-    return [""] + [f"note: {n}" for n in notes] if notes else []
+def _finish(out, notes):
+    """The text of `out` lines, then the notes after one blank line."""
+    text = "\n".join(out).rstrip()
+    if notes:
+        text += "\n\n" + "\n".join(f"note: {n}" for n in notes)
+    return text + "\n"
 
 
 def format_text(sides, rows, test="band", alpha=0.05, notes=()):
@@ -125,8 +129,7 @@ def format_text(sides, rows, test="band", alpha=0.05, notes=()):
         out.append("")
     if any(len(v) < 2 for v in sides.runs.values()):
         out.append("n/a: a side with one run has no stddev, and no test can be run against it.")
-    out += _notes_block(notes)
-    return "\n".join(out).rstrip() + "\n"
+    return _finish(out, notes)
 
 
 def format_mmtests(sides, rows, test="band", alpha=0.05, notes=()):
@@ -151,8 +154,7 @@ def format_mmtests(sides, rows, test="band", alpha=0.05, notes=()):
             out += [title] + _header(sides, lead)
             for r in block:
                 out.append(f"{r.metric.title:<{width}} " + _join(_cells(sides, r, "mean"), sides))
-    out += _notes_block(notes)
-    return "\n".join(out).rstrip() + "\n"
+    return _finish(out, notes)
 
 
 def _p(p):
@@ -319,5 +321,4 @@ def format_over(sides, names, over, rows, titles, notes=()):
                 cells.append(f"{v:{w}.2f}" if v is not None else f"{'':>{w}}")
             out.append(f"{i:>6}" + "".join(cells).rstrip())
         out.append("")
-    out += _notes_block(notes)
-    return "\n".join(out).rstrip() + "\n"
+    return _finish(out, notes)
