@@ -94,6 +94,15 @@ def dataset(tmp_path_factory):
     if stacks is not None:
         kmemscope.parse([str(stacks)], str(out), labels={"kernel": "stacks"})
     _synthetic_515(out)
+    # benchmark results on two runs (one metric on one run only): run_metrics and the
+    # comparison's imported metrics are compared across engines too
+    runs = kmemscope.open(out).sql("SELECT run_id FROM runs ORDER BY run_id").rows()
+    bench = tmp / "bench.csv"
+    bench.write_text("run,metric,value,unit,better\n"
+                     f"{runs[0]['run_id']},tps,1200.5,tps,higher\n"
+                     f"{runs[-1]['run_id']},tps,1100,tps,higher\n"
+                     f"{runs[-1]['run_id']},p99_ms,4.25,ms,lower\n")
+    kmemscope.open(out).import_metrics(bench)
     return out
 
 
