@@ -159,6 +159,8 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
             click.echo(f"{source}: run {summary.run_id} {verb}: {summary.events:,} events "
                        f"in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
                        f"{summary.lost_events:,} lost", err=True)
+        for line in getattr(summary, "recovered", None) or []:
+            click.echo(f"kmemscope: note: {dataset}: {line}", err=True)
         for key, was, now in summary.label_overrides:
             click.echo(f"kmemscope: note: {source}: --label {key}={now} replaces the bundle's own "
                        f"label {key}={was}", err=True)
@@ -308,6 +310,7 @@ def sql(dataset, query, sql_file, read_only, fmt, output, engine, spark_master, 
         if read_only:
             confine(con, dataset, query)
         tables = [_run_sql(con, q) for q in statements]
+    _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
     shown = [t for t in tables if t is not None]
     if len(shown) > 1 and fmt in ("json", "parquet"):
         raise KmemscopeError(f"--format {fmt} holds one result and the SQL has {len(shown)} "
@@ -315,6 +318,14 @@ def sql(dataset, query, sql_file, read_only, fmt, output, engine, spark_master, 
                              "run them one at a time, or use --format table, csv or jsonl")
     if shown:
         _write_results(shown, fmt, output, write_result)
+
+
+def _interrupted_notes(dataset):
+    """Commits that killed parses left: readers leave them to the next parse, and say so."""
+    from kmemscope.queries.dataset import finish_interrupted_commits
+
+    for note in finish_interrupted_commits(dataset):
+        click.echo(f"kmemscope: note: {note}", err=True)
 
 
 def _sql_text(query, sql_file):
@@ -421,6 +432,7 @@ def info(dataset, per_run, fmt, output):
 
     fmt = resolve_format(fmt, output)
     parts = table_runs(dataset)
+    _interrupted_notes(dataset)
     # Row counts from the Parquet footers (local or s3): no table is scanned.
     per_run_rows = [(run, name, sum(parquet_rows(f) for f in files))
                     for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]

@@ -58,7 +58,7 @@ def _read_bounded(path, what):
     except OSError as exc:
         if exc.errno == 40:    # ELOOP: the path is a symlink
             raise MetricsError(f"{what} {path} is a symbolic link",
-                               "give the file it points to") from None
+                               "kmemscope reads a regular file, not a link") from None
         raise MetricsError(f"cannot read {what} {path}: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
@@ -342,6 +342,10 @@ def import_metrics(dataset, path, fmt=None):
     if not dataset.is_dir():
         raise MetricsError(f"dataset {dataset} does not exist or is not a directory")
     with commit_mod.dataset_lock(dataset):
+        try:
+            commit_mod.check_layout(dataset)     # no table folder that links out of the dataset
+        except commit_mod.UnsafeEntry as exc:
+            raise MetricsError(f"{dataset}: {exc}", "nothing was imported") from None
         runs = _dataset_runs(dataset)
         by_run, seen = {}, {}
         for where, run, metric, value, unit, better in records:

@@ -164,8 +164,7 @@ def _assumption_notes(facts, mts, needs):
 
 
 def _table_runs(dataset):
-    """ds.table_runs() once a commit that a killed parse left half done is finished."""
-    ds.finish_interrupted_commits(dataset)
+    """ds.table_runs(): the committed runs (a commit a killed parse left is the next parse's)."""
     return ds.table_runs(dataset)
 
 
@@ -286,7 +285,7 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     needs = a.needs(section)
     parts = _table_runs(dataset)
     chosen = select_runs(dataset, parts, run_ids, labels)
-    notes = _check_tables(needs, parts, chosen)
+    notes = ds.finish_interrupted_commits(dataset) + _check_tables(needs, parts, chosen)
     tables = _named_tables(a.prelude + "\n" + section.sql, set(TABLE_COLUMNS) | set(parts))
     tables |= set(needs.requires + needs.any_of + needs.optional)
     return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes)

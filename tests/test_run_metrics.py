@@ -255,3 +255,17 @@ def test_record_metrics_end_to_end(live_tracefs, tracing_lock, tmp_path):
     kmemscope("parse", "-q", bundle, "-o", ds)
     rows = json.loads(kmemscope("metrics", "list", ds, "--format", "json").stdout)
     assert [(r["metric"], r["value"], r["source"]) for r in rows] == [("loop_s", 0.5, "bundle")]
+
+
+def test_import_does_not_write_through_a_linked_table_folder(ds, tmp_path):
+    ds, (a, _b) = ds
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(ds / "run_metrics", ignore_errors=True)
+    (ds / "run_metrics").symlink_to(outside)
+    f = tmp_path / "m.csv"
+    f.write_text(f"run,metric,value,unit,better\n{a},tps,1,,higher\n")
+    proc = run_cli("metrics", "import", ds, f)
+    line = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(line) == 1 and "run_metrics" in line[0], proc.stderr
+    assert not any(outside.iterdir())
