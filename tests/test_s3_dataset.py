@@ -162,7 +162,7 @@ def test_compare_by_kernel_equals_the_local_compare(s3, datasets):
     remote = cli(s3, "compare", url, "--by", "kernel", "--format", "json")
     here = cli(s3, "compare", local, "--by", "kernel", "--format", "json")
     assert json.loads(remote.stdout) == json.loads(here.stdout)
-    assert {r["side"] for r in json.loads(remote.stdout)} == {"a", "b"}
+    assert {r["side"] for r in json.loads(remote.stdout)["rows"]} == {"a", "b"}
     assert cli(s3, "compare", url, "--by", "kernel").stdout == \
         cli(s3, "compare", local, "--by", "kernel").stdout
 
@@ -262,8 +262,9 @@ def test_query_and_compare_on_spark_equal_duckdb_over_the_local_copy(s3, dataset
     # compare runs the summary analysis over the bucket on Spark
     remote = _spark_cli(s3, "compare", url, "--by", "kernel", "--format", "json")
     here = cli(s3, "compare", local, "--by", "kernel", "--format", "json")
-    assert _rows_of(json.loads(remote.stdout)) == _rows_of(json.loads(here.stdout))
-    assert {r["side"] for r in json.loads(remote.stdout)} == {"a", "b"}
+    assert _rows_of(json.loads(remote.stdout)["rows"]) == _rows_of(json.loads(here.stdout)["rows"])
+    assert json.loads(remote.stdout)["notes"] == json.loads(here.stdout)["notes"]
+    assert {r["side"] for r in json.loads(remote.stdout)["rows"]} == {"a", "b"}
 
 
 def _rows(table):
