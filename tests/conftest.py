@@ -104,7 +104,10 @@ SPARK_MASTER = "local[2]"
 # Two cores and small data: few shuffle partitions. The JIT stops at C1: the
 # C2 compiler threads took about 40% of a fresh JVM's CPU for these short
 # queries; results do not depend on it.
+# 4 GiB: one session serves the whole run, and late in it thp's sections (the trace
+# models' window functions over every parity run) ran out of aggregation memory in 2 GiB.
 SPARK_TEST_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
+                   "spark.driver.memory": "4g",
                    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
