@@ -159,6 +159,17 @@ class SparkEngine:
         # run's files never change (run ids are content hashes), so later queries reuse it
         self._frames = {}
 
+    # Persisted derived tables a session keeps: each run selection persists its own, and a
+    # long session (a notebook, the test run) that kept them all ran short of memory for
+    # aggregation; the oldest is let go first.
+    MAX_DERIVED = 4
+
+    def keep_derived(self, key, df):
+        while len(self._derived) >= self.MAX_DERIVED:
+            oldest = next(iter(self._derived))
+            self._derived.pop(oldest).unpersist()
+        self._derived[key] = df
+
     @property
     def spark(self):
         if self._own and self._spark is not None and self._spark.sparkContext._jsc is None:
@@ -343,7 +354,7 @@ class SparkBackend:
                 sql = self.PAIRS_SQL if name == "page_pairs" else self.PFN_ALLOCS_SQL
                 (st,) = spark_sql.translate(sql, self.uint64)
                 df = self.spark.sql(st.sql).persist()
-                self.engine._derived[key] = df
+                self.engine.keep_derived(key, df)
             self._view(name, df)
             return
         from . import derive
