@@ -160,7 +160,10 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
                        f"in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
                        f"{summary.lost_events:,} lost", err=True)
         for line in getattr(summary, "recovered", None) or []:
-            click.echo(f"kmemscope: note: {dataset}: {line}", err=True)
+            # a finished or refused recovery is news; a removed empty work folder is not (a
+            # parse running beside this one leaves one for a moment as it cleans up)
+            if not line.startswith("removed "):
+                click.echo(f"kmemscope: note: {dataset}: {line}", err=True)
         for key, was, now in summary.label_overrides:
             click.echo(f"kmemscope: note: {source}: --label {key}={now} replaces the bundle's own "
                        f"label {key}={was}", err=True)

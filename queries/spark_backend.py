@@ -49,6 +49,9 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     # summary's plan (about 160 stages) ran out of the default 1 GiB driver heap over s3a
     "spark.driver.memory": "2g",
+    # Size estimates after window functions are far off: thp's trace model had Spark
+    # broadcast a table that did not fit the driver. Joins shuffle instead.
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
 }
 _WIDER = ["TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL(20,0)"]
 JAVA_HINT = ("Spark needs Java 17 or later: apt-get install openjdk-17-jre-headless, "
