@@ -336,12 +336,9 @@ def _sql_text(query, sql_file):
     if sql_file and query is not None:
         raise click.UsageError("give the SQL either as QUERY or with -f FILE, not both")
     if sql_file:
-        from kmemscope.parsers.run_metrics import MetricsError, _read_bounded
+        from kmemscope.parsers.run_metrics import read_text_file
 
-        try:
-            return _read_bounded(sql_file, "SQL file")
-        except MetricsError as exc:
-            raise KmemscopeError(str(exc)) from None
+        return read_text_file(sql_file, "SQL file")     # regular, bounded, no link followed
     if query is None:
         raise click.UsageError("no SQL: give QUERY, `-` to read stdin, or -f FILE")
     if query == "-":

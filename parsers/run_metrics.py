@@ -49,8 +49,8 @@ class MetricsError(KmemscopeError):
 
 # ---------------------------------------------------------------- reading files
 
-def _read_bounded(path, what):
-    """The bytes of a regular file (no FIFO, device or symlink), at most FILE_MAX_BYTES."""
+def read_text_file(path, what):
+    """The text of a regular file (no FIFO, device or symlink), at most FILE_MAX_BYTES."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -173,7 +173,7 @@ def check_row(row, where, with_run=True):
 
 def read_metrics_file(path, fmt=None):
     """The records of a CSV or JSON metrics file: [(where, run, metric, value, unit, better)]."""
-    text = _read_bounded(path, "metrics file")
+    text = read_text_file(path, "metrics file")
     fmt = fmt or ("json" if str(path).lower().endswith(".json") else
                   "csv" if str(path).lower().endswith(".csv") else
                   "json" if text.lstrip()[:1] in ("[", "{") else "csv")
@@ -195,7 +195,7 @@ def read_bundle_metrics(bundle):
     path = Path(bundle) / "metrics.json"
     if not os.path.lexists(path):
         return None
-    text = _read_bounded(path, "bundle metrics")
+    text = read_text_file(path, "bundle metrics")
     rows = _json_rows(text, str(path))
     if len(rows) > ROWS_MAX:
         raise MetricsError(f"{path}: more than {ROWS_MAX} metrics")
