@@ -154,6 +154,257 @@ static int dyn_payload(const struct col_plan *cp, const unsigned char *data, int
 	return 0;
 }
 
+/* ---------------------------------------------------------------- stack symbols */
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+static uint64_t hash_frames(const uint64_t *addrs, int depth)
+{
+	uint64_t h = mix64((uint64_t)depth);
+	for (int k = 0; k < depth; k++)
+		h = mix64(h ^ addrs[k]);
+	return h;
+}
+
+/* The record's stack addresses, widened to uint64_t, into d->frames: as many
+ * as the record holds, or fewer when its `size` field says so. Returns the
+ * count, or -1 when out of memory. */
+static int read_frames(struct decoder *d, const struct col_plan *cp, const unsigned char *data,
+		       int size)
+{
+	int count = (size - cp->offset) / cp->width;
+	if (cp->count_offset >= 0) {
+		long long want = (long long)read_uint(data + cp->count_offset, cp->count_width,
+						      d->trace->swap);
+		if (want >= 0 && want < count)
+			count = (int)want;
+	}
+	if (count < 0)
+		count = 0;
+	d->frames.len = 0;
+	if (gbuf_reserve(&d->frames, (size_t)count * 8))
+		return -1;
+	uint64_t *f = (uint64_t *)d->frames.data;
+	for (int k = 0; k < count; k++)
+		f[k] = read_uint(data + cp->offset + k * cp->width, cp->width, d->trace->swap);
+	d->frames.len = (size_t)count * 8;
+	return count;
+}
+
+static size_t sym_memo_bytes(const struct sym_memo *m)
+{
+	return m->text.len + (size_t)m->nslots * sizeof(struct sym_slot);
+}
+
+static struct sym_slot *sym_memo_find(const struct sym_memo *m, uint64_t addr)
+{
+	if (!m->nslots)
+		return NULL;
+	uint32_t mask = m->nslots - 1;
+	for (uint32_t h = (uint32_t)mix64(addr) & mask; m->slots[h].used; h = (h + 1) & mask)
+		if (m->slots[h].addr == addr)
+			return &m->slots[h];
+	return NULL;
+}
+
+/* Remember `addr`'s symbol text. Returns 0 (also when the memo is full and
+ * takes nothing), or -1 when out of memory. */
+static int sym_memo_add(struct sym_memo *m, uint64_t addr, const char *text, size_t len)
+{
+	if ((m->nused + 1) * 2 > m->nslots) {
+		uint32_t n = m->nslots ? m->nslots * 2 : 1024;
+		if (sym_memo_bytes(m) + (size_t)n * sizeof(struct sym_slot) > MEMO_MAX_BYTES)
+			return 0;
+		struct sym_slot *slots = km_calloc(n, sizeof(*slots));
+		if (!slots)
+			return -1;
+		for (uint32_t i = 0; i < m->nslots; i++) {
+			if (!m->slots[i].used)
+				continue;
+			uint32_t h = (uint32_t)mix64(m->slots[i].addr) & (n - 1);
+			while (slots[h].used)
+				h = (h + 1) & (n - 1);
+			slots[h] = m->slots[i];
+		}
+		free(m->slots);
+		m->slots = slots;
+		m->nslots = n;
+	}
+	if (sym_memo_bytes(m) + len > MEMO_MAX_BYTES)
+		return 0;
+	uint32_t off = (uint32_t)m->text.len;
+	if (gbuf_append(&m->text, text, len))
+		return -1;
+	uint32_t mask = m->nslots - 1;
+	uint32_t h = (uint32_t)mix64(addr) & mask;
+	while (m->slots[h].used)
+		h = (h + 1) & mask;
+	m->slots[h] = (struct sym_slot){ .addr = addr, .off = off, .len = (uint32_t)len, .used = true };
+	m->nused++;
+	return 0;
+}
+
+static void sym_memo_free(struct sym_memo *m)
+{
+	free(m->slots);
+	m->slots = NULL;
+	m->nslots = m->nused = 0;
+	gbuf_free(&m->text);
+}
+
+/* Append one frame's symbol, `function+0xoffset` from the trace's kallsyms or
+ * the bare address, as one more string of caller_symbols' list. libtraceevent's
+ * symbol lookup sorts its table on first use and is not thread-safe: the lock
+ * is taken only for an address this decoder has not met before. */
+static int append_symbol(struct decoder *d, struct col_builder *c, uint64_t a)
+{
+	const struct sym_slot *s = sym_memo_find(&d->syms, a);
+	if (s)
+		return gbuf_append(&c->child, d->syms.text.data + s->off, s->len) ||
+		       append_offset(&c->child_offsets, c->child.len);
+	char sym[512];
+	pthread_mutex_lock(&d->trace->lookup_lock);
+	const char *fn = tep_find_function(d->trace->tep, a);
+	unsigned long long start = fn ? tep_find_function_address(d->trace->tep, a) : 0;
+	if (fn)
+		snprintf(sym, sizeof(sym), "%s+0x%llx", fn, (unsigned long long)(a - start));
+	pthread_mutex_unlock(&d->trace->lookup_lock);
+	if (!fn)
+		snprintf(sym, sizeof(sym), "0x%llx", (unsigned long long)a);
+	size_t before = c->child.len;
+	if (gbuf_append_utf8(&c->child, sym, strlen(sym)) ||
+	    append_offset(&c->child_offsets, c->child.len))
+		return -1;
+	return sym_memo_add(&d->syms, a, c->child.data + before, c->child.len - before);
+}
+
+static size_t stack_memo_bytes(const struct stack_memo *m)
+{
+	return m->text.len + m->addrs.len + m->ends.len +
+	       (size_t)m->nslots * sizeof(struct stack_slot);
+}
+
+static const struct stack_slot *stack_memo_find(const struct stack_memo *m, uint64_t hash,
+						 const uint64_t *addrs, int depth)
+{
+	if (!m->nslots)
+		return NULL;
+	uint32_t mask = m->nslots - 1;
+	for (uint32_t h = (uint32_t)hash & mask; m->slots[h].used; h = (h + 1) & mask) {
+		const struct stack_slot *s = &m->slots[h];
+		if (s->hash == hash && s->depth == (uint32_t)depth &&
+		    (!depth || !memcmp(m->addrs.data + (size_t)s->first * 8, addrs, (size_t)depth * 8)))
+			return s;
+	}
+	return NULL;
+}
+
+/* Remember a stack's symbols: `text` holds them back to back, `ends` where
+ * each one ends (int32 Arrow offsets, counted from `base`). Returns 0 (also
+ * when the memo is full and takes nothing), or -1 when out of memory. */
+static int stack_memo_add(struct stack_memo *m, uint64_t hash, const uint64_t *addrs, int depth,
+			  const char *text, size_t text_len, const char *ends, size_t base)
+{
+	size_t grows = text_len + (size_t)depth * 12;
+	if ((m->nused + 1) * 2 > m->nslots) {
+		uint32_t n = m->nslots ? m->nslots * 2 : 256;
+		if (stack_memo_bytes(m) + (size_t)n * sizeof(struct stack_slot) > MEMO_MAX_BYTES)
+			return 0;
+		struct stack_slot *slots = km_calloc(n, sizeof(*slots));
+		if (!slots)
+			return -1;
+		for (uint32_t i = 0; i < m->nslots; i++) {
+			if (!m->slots[i].used)
+				continue;
+			uint32_t h = (uint32_t)m->slots[i].hash & (n - 1);
+			while (slots[h].used)
+				h = (h + 1) & (n - 1);
+			slots[h] = m->slots[i];
+		}
+		free(m->slots);
+		m->slots = slots;
+		m->nslots = n;
+	}
+	if (stack_memo_bytes(m) + grows > MEMO_MAX_BYTES)
+		return 0;
+	uint32_t first = (uint32_t)(m->addrs.len / 8), text_off = (uint32_t)m->text.len;
+	if (gbuf_reserve(&m->addrs, (size_t)depth * 8) || gbuf_reserve(&m->ends, (size_t)depth * 4) ||
+	    gbuf_append(&m->text, text, text_len))
+		return -1;
+	if (depth)
+		memcpy(m->addrs.data + m->addrs.len, addrs, (size_t)depth * 8);
+	m->addrs.len += (size_t)depth * 8;
+	for (int k = 0; k < depth; k++) {
+		int32_t end;
+		memcpy(&end, ends + (size_t)k * 4, 4);
+		uint32_t rel = (uint32_t)((size_t)end - base);
+		memcpy(m->ends.data + m->ends.len, &rel, 4);
+		m->ends.len += 4;
+	}
+	uint32_t mask = m->nslots - 1;
+	uint32_t h = (uint32_t)hash & mask;
+	while (m->slots[h].used)
+		h = (h + 1) & mask;
+	m->slots[h] = (struct stack_slot){ .hash = hash, .first = first, .depth = (uint32_t)depth,
+					   .text_off = text_off, .text_len = (uint32_t)text_len,
+					   .used = true };
+	m->nused++;
+	return 0;
+}
+
+static void stack_memo_free(struct stack_memo *m)
+{
+	free(m->slots);
+	m->slots = NULL;
+	m->nslots = m->nused = 0;
+	gbuf_free(&m->addrs);
+	gbuf_free(&m->ends);
+	gbuf_free(&m->text);
+}
+
+/* Append one record's caller_symbols: the strings of a stack met before are
+ * copied whole from the memo; a new stack is symbolised frame by frame and
+ * then remembered. The caller has started c->child_offsets. */
+static int append_stack_symbols(struct decoder *d, struct col_builder *c, const uint64_t *addrs,
+				int depth)
+{
+	struct stack_memo *m = &d->stacks;
+	uint64_t hash = hash_frames(addrs, depth);
+	size_t base = c->child.len;
+	const struct stack_slot *s = stack_memo_find(m, hash, addrs, depth);
+	if (s) {
+		if (gbuf_reserve(&c->child, s->text_len) ||
+		    gbuf_reserve(&c->child_offsets, (size_t)s->depth * 4))
+			return -1;
+		if (s->text_len)
+			memcpy(c->child.data + c->child.len, m->text.data + s->text_off, s->text_len);
+		c->child.len += s->text_len;
+		const char *ends = m->ends.data + (size_t)s->first * 4;
+		for (uint32_t k = 0; k < s->depth; k++) {
+			uint32_t rel;
+			memcpy(&rel, ends + (size_t)k * 4, 4);
+			int32_t o = (int32_t)(base + rel);
+			memcpy(c->child_offsets.data + c->child_offsets.len, &o, 4);
+			c->child_offsets.len += 4;
+		}
+		return 0;
+	}
+	size_t first_end = c->child_offsets.len;
+	for (int k = 0; k < depth; k++)
+		if (append_symbol(d, c, addrs[k]))
+			return -1;
+	return stack_memo_add(m, hash, addrs, depth, c->child.data + base, c->child.len - base,
+			      c->child_offsets.data + first_end, base);
+}
+
 /* Fixed-width columns get a whole batch worth of memory at once: growing them by
  * doubling costs a copy and fresh page faults per step, and page faults from
  * several decoder threads contend on the process's memory map. */
@@ -256,48 +507,17 @@ static int append_record(struct decoder *d, struct event_builder *b, const unsig
 		}
 		case COL_STACK:
 		case COL_STACKSYM: {
-			int avail = (size - cp->offset) / cp->width;
-			int count = avail;
-			if (cp->count_offset >= 0) {
-				long long want = (long long)read_uint(data + cp->count_offset,
-								      cp->count_width, swap);
-				if (want >= 0 && want < count)
-					count = (int)want;
-			}
-			if (count < 0)
-				count = 0;
-			r = offsets_start(&c->offsets);
-			if (cp->kind == COL_STACK) {
-				for (int k = 0; k < count && !r; k++) {
-					uint64_t a = read_uint(data + cp->offset + k * cp->width,
-							       cp->width, swap);
-					r = append_int(&c->child, a, 8);
-				}
-				if (!r)
-					r = append_offset(&c->offsets, c->child.len / 8);
-				full |= c->child.len > BATCH_VAR_BYTES;
-				break;
-			}
-			for (int k = 0; k < count && !r; k++) {
-				uint64_t a = read_uint(data + cp->offset + k * cp->width, cp->width, swap);
-				char sym[512];
-				unsigned long long start = 0;
-				const char *fn = NULL;
-				pthread_mutex_lock(&d->trace->lookup_lock);
-				fn = tep_find_function(d->trace->tep, a);
-				start = fn ? tep_find_function_address(d->trace->tep, a) : 0;
-				if (fn)
-					snprintf(sym, sizeof(sym), "%s+0x%llx", fn, (unsigned long long)(a - start));
-				pthread_mutex_unlock(&d->trace->lookup_lock);
-				if (!fn)
-					snprintf(sym, sizeof(sym), "0x%llx", (unsigned long long)a);
+			int count = read_frames(d, cp, data, size);
+			r = count < 0;
+			if (!r && cp->kind == COL_STACK) {
+				r = offsets_start(&c->offsets) ||
+				    (count && gbuf_append(&c->child, d->frames.data, (size_t)count * 8)) ||
+				    append_offset(&c->offsets, c->child.len / 8);
+			} else if (!r) {
 				r = offsets_start(&c->child_offsets) ||
-				    gbuf_append_utf8(&c->child, sym, strlen(sym)) ||
-				    append_offset(&c->child_offsets, c->child.len);
+				    append_stack_symbols(d, c, (const uint64_t *)d->frames.data, count) ||
+				    append_offset(&c->offsets, c->child_offsets.len / 4 - 1);
 			}
-			if (!r)
-				r = append_offset(&c->offsets, c->child_offsets.len ?
-						  c->child_offsets.len / 4 - 1 : 0);
 			full |= c->child.len > BATCH_VAR_BYTES;
 			break;
 		}
@@ -705,6 +925,9 @@ void decoder_release(struct decoder *d)
 	d->zctx = NULL;
 	gbuf_free(&d->io);
 	gbuf_free(&d->pages);
+	gbuf_free(&d->frames);
+	sym_memo_free(&d->syms);
+	stack_memo_free(&d->stacks);
 	if (d->fd >= 0)
 		close(d->fd);
 	d->fd = -1;

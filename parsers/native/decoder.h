@@ -85,6 +85,47 @@ struct lost_list {
 
 enum decoder_compression { COMPRESSION_NONE, COMPRESSION_ZSTD, COMPRESSION_ZLIB };
 
+/* Kernel stacks repeat: a recording with a stack on every allocation holds
+ * millions of stacks but a few thousand distinct ones, over a few thousand
+ * distinct return addresses. Each decoder keeps what it has symbolised, per
+ * address and per whole stack, for as long as it lives (one run's segments
+ * on one thread), so kallsyms is searched, and its lock taken, once per
+ * address, and a repeated stack's symbols are one copy. The memos are this
+ * decoder's own: no lock guards them. A memo that reaches MEMO_MAX_BYTES takes
+ * nothing more (hostile traces may hold nothing but distinct addresses) and
+ * later misses are symbolised one frame at a time, as they would be without it. */
+#define MEMO_MAX_BYTES ((size_t)32 << 20)
+
+struct sym_slot {
+	uint64_t addr;
+	uint32_t off;		/* the symbol's text in sym_memo.text */
+	uint32_t len;
+	bool used;
+};
+
+struct sym_memo {
+	struct sym_slot *slots;
+	uint32_t nslots, nused;	/* nslots: 0 or a power of two */
+	struct gbuf text;	/* symbols as appended to caller_symbols (valid UTF-8) */
+};
+
+struct stack_slot {
+	uint64_t hash;
+	uint32_t first;		/* the stack's first frame in stack_memo.addrs and .ends */
+	uint32_t depth;
+	uint32_t text_off;	/* its symbols, back to back, in stack_memo.text */
+	uint32_t text_len;
+	bool used;
+};
+
+struct stack_memo {
+	struct stack_slot *slots;
+	uint32_t nslots, nused;
+	struct gbuf addrs;	/* uint64_t per frame */
+	struct gbuf ends;	/* uint32_t per frame: where its symbol ends, from text_off */
+	struct gbuf text;
+};
+
 struct decoder {
 	struct trace_meta *trace;
 	int fd;
@@ -101,6 +142,9 @@ struct decoder {
 	ZSTD_DCtx *zctx;
 	struct gbuf io;		/* compressed bytes read from the file */
 	struct gbuf pages;	/* uncompressed pages */
+	struct gbuf frames;	/* one stack record's addresses, as uint64_t */
+	struct sym_memo syms;
+	struct stack_memo stacks;
 	int64_t events;
 	int64_t unknown_events;
 	long long min_ts, max_ts;	/* over decoded events, for the runs table */
