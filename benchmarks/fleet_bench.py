@@ -107,14 +107,14 @@ def java_descendant(root):
 # ---------------------------------------------------------------- worker
 
 def _compare(dataset, eng):
-    from kmemscope.queries import engine, sides
+    from kmemscope.queries import runner, sides
     import inspect
     if "engine" in inspect.signature(sides.load_sides).parameters:
         s = sides.load_sides(dataset, "kernel", engine=eng)
     else:
         # load_sides has no engine parameter yet: give its summary call one
         saved = sides.run_query
-        sides.run_query = lambda *a, **k: engine.run_query(*a, **k, engine=eng)
+        sides.run_query = lambda *a, **k: runner.run_query(*a, **k, engine=eng)
         try:
             s = sides.load_sides(dataset, "kernel")
         finally:
@@ -125,7 +125,7 @@ def _compare(dataset, eng):
 
 def worker(spec):
     """Run every measurement of one engine; one JSON object per line on stdout."""
-    from kmemscope.queries import engine
+    from kmemscope.queries import engines, runner
     out = sys.stdout
     sys.stdout = sys.stderr          # Spark and others print: keep our stdout for results
 
@@ -138,7 +138,7 @@ def worker(spec):
     mem_pid = os.getpid()
     if name == "spark":
         t0 = time.perf_counter()
-        eng = engine.spark_engine(conf=spec.get("spark_conf") or None)
+        eng = engines.engine_for(engines.EngineSpec.of("spark", conf=spec.get("spark_conf")))
         eng.spark                     # start the session now, timed apart
         start_s = time.perf_counter() - t0
         mem_pid = java_descendant(os.getpid())
@@ -161,7 +161,7 @@ def worker(spec):
 
 
 def _measure_all(spec, name, eng, emit, measure):
-    from kmemscope.queries import engine
+    from kmemscope.queries import runner
     prev = None                       # (events, seconds spent) at the previous N
     for item in spec["datasets"]:
         n, dataset, events = item["n"], item["dataset"], item["events"]
@@ -179,7 +179,7 @@ def _measure_all(spec, name, eng, emit, measure):
             if analysis == COMPARE:
                 fn = lambda: _compare(dataset, eng)       # noqa: E731
             else:
-                fn = lambda a=analysis: engine.run_query(a, dataset, engine=eng).num_rows  # noqa: E731
+                fn = lambda a=analysis: runner.run_query(a, dataset, engine=eng).num_rows  # noqa: E731
             log(f"{name} N={n} {analysis}: first")
             try:
                 first_s, first_mb, rows = measure(fn)
@@ -394,7 +394,7 @@ def main():
             fleet_dataset.parse_sources(source)
         src_runs = {}
         import pyarrow.parquet as pq
-        from kmemscope.queries import dataset as ds
+        from kmemscope.dataset import reader as ds
         for run, files in ds.table_runs(source)["runs"].items():
             row = pq.read_table(files[0]).to_pylist()[0]
             src_runs[run] = (Path(row["source_file"]).parent.name, row["events"])

@@ -38,7 +38,7 @@ def kmemscope_command():
 
 def parse_sources(out, bundles=EXAMPLES):
     """Parse each bundle into dataset `out`; return the run ids in bundle order."""
-    from kmemscope.queries import dataset as ds
+    from kmemscope.dataset import reader as ds
     ids = []
     for bundle in bundles:
         before = set(ds.table_runs(out).get("runs", {})) if Path(out).is_dir() and any(
@@ -53,7 +53,7 @@ def parse_sources(out, bundles=EXAMPLES):
 
 
 def _run_of(dataset, bundle):
-    from kmemscope.queries import dataset as ds
+    from kmemscope.dataset import reader as ds
     for run, files in ds.table_runs(dataset)["runs"].items():
         row = pq.read_table(files[0]).to_pylist()[0]
         if Path(row["source_file"]).resolve().parent == Path(bundle).resolve():
@@ -95,7 +95,7 @@ def build(source, dest, n, source_runs=None):
 
     Returns [(new run id, source run id)]. `dest` must not exist yet.
     """
-    from kmemscope.queries import dataset as ds
+    from kmemscope.dataset import reader as ds
     parts = ds.table_runs(source)
     source_runs = list(source_runs or sorted(parts["runs"]))
     dest = Path(dest)

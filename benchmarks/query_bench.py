@@ -10,7 +10,7 @@ procfs samples (vmstat, pagetypeinfo) made up for the benchmark, so that the
 procfs analyses are timed too; a bare trace.dat has none. The dataset lives
 under DIR (default /var/tmp/kmemscope-query-bench), never in the repository.
 
-Printed: the one-time cost of the per-run derived tables (queries/derive.py;
+Printed: the one-time cost of the per-run derived tables (kmemscope/dataset/derived.py;
 paid by the first query that needs them, or by parse), then per analysis the
 first run's time, the best of three, the rows returned, and whether it met the
 3 s target. Analyses whose events the trace lacks are listed as skipped with
@@ -28,8 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kmemscope.errors import KmemscopeError
-from kmemscope.queries import catalog, derive, engine
-from kmemscope.queries import dataset as ds
+from kmemscope.dataset import derived as derive
+from kmemscope.queries import catalog, runner
+from kmemscope.dataset import reader as ds
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 3.0
@@ -144,7 +145,7 @@ def main():
         try:
             for _ in range(3):
                 t0 = time.perf_counter()
-                table = engine.run_query(name, dataset)
+                table = runner.run_query(name, dataset)
                 times.append(time.perf_counter() - t0)
         except KmemscopeError as exc:
             print(f"{name:30} {'':>8} {'':>12} {'':>7}  skipped: {exc}")

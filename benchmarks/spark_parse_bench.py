@@ -73,9 +73,9 @@ def main():
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from kmemscope.parsers.spark_parse import parse_on_spark
-    from kmemscope.queries import spark_backend
+    from kmemscope.queries.engines import spark_engine
     t = time.monotonic()
-    spark = spark_backend.session(args.master)
+    spark = spark_engine.session(args.master)
     session_s = time.monotonic() - t
     print(f"Spark {args.master} session start: {session_s:6.1f} s")
     same, failed = True, []

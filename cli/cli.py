@@ -52,25 +52,25 @@ def engine_options(f):
 
 
 class _engine:
-    """The engine the options chose, stopped (a Spark session) when the verb is done."""
+    """The options' EngineSpec; every engine session the verb started is stopped when it ends."""
 
     def __init__(self, engine, master, conf):
-        if engine != "spark" and (master or conf):
-            raise click.BadParameter("--spark-master and --spark-conf need --engine spark",
-                                     param_hint="--engine")
-        self.kind, self.master, self.conf = engine, master, list(conf)
-        self.engine = None
+        from kmemscope.errors import QueryError
+        from kmemscope.queries.engines import EngineSpec
+
+        try:
+            self.spec = EngineSpec.of(engine, master, conf)
+        except QueryError as exc:
+            raise click.BadParameter(str(exc), param_hint="--engine") from None
 
     def __enter__(self):
-        if self.kind == "spark":
-            from kmemscope.queries.engine import spark_engine
-
-            self.engine = spark_engine(self.master or "local[*]", self.conf)
-        return self.engine
+        return self.spec
 
     def __exit__(self, *exc):
-        if self.engine is not None:
-            self.engine.close()
+        if self.spec.is_spark:
+            from kmemscope.queries import engines
+
+            engines.shutdown()
 
 
 def _key_values(values, what):
@@ -201,8 +201,10 @@ def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng)
 
     if not quiet:
         click.echo(f"kmemscope: parsing {len(sources)} input(s) on Spark "
-                   f"({eng.master})", err=True)
-    entries = parse_on_spark(sources, dataset, spark=eng.spark, labels=labels, events=patterns,
+                   f"({eng.master or 'local[*]'})", err=True)
+    from kmemscope.queries.engines import engine_for
+
+    entries = parse_on_spark(sources, dataset, spark=engine_for(eng).spark, labels=labels, events=patterns,
                              derive=derive, progress=progress)
     failures = sum(isinstance(e, KmemscopeError) for e in entries)
     if not quiet:
@@ -212,10 +214,10 @@ def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng)
 
 
 def _derive(ctx, dataset, run_id, quiet):
-    """Build a run's derived pairing tables (queries/derive.py) right after parsing it."""
+    """Build a run's derived pairing tables (kmemscope/dataset/derived.py) right after parsing it."""
     import time
 
-    from kmemscope.queries.derive import derive_runs
+    from kmemscope.dataset.derived import derive_runs
 
     started = time.monotonic()
     try:
@@ -290,8 +292,8 @@ def sql(dataset, query, sql_file, read_only, fmt, output, engine, spark_master, 
     analyses' rules); what has no exact translation is refused.
     """
     from kmemscope.cli.output import resolve_format, write_result
-    from kmemscope.queries.dataset import confine
-    from kmemscope.queries.engine import open_run_set, open_runs
+    from kmemscope.dataset.reader import confine
+    from kmemscope.queries.runner import open_run_set, open_runs
 
     query = _sql_text(query, sql_file)
     statements = _statements(query)
@@ -325,7 +327,7 @@ def sql(dataset, query, sql_file, read_only, fmt, output, engine, spark_master, 
 
 def _interrupted_notes(dataset):
     """Commits that killed parses left: readers leave them to the next parse, and say so."""
-    from kmemscope.queries.dataset import finish_interrupted_commits
+    from kmemscope.dataset.reader import finish_interrupted_commits
 
     for note in finish_interrupted_commits(dataset):
         click.echo(f"kmemscope: note: {note}", err=True)
@@ -356,7 +358,7 @@ def _statements(query):
         statements = [str(s.query) if hasattr(s, "query") else str(s)
                       for s in duckdb.extract_statements(query)]
     except duckdb.Error as exc:
-        from kmemscope.queries.dataset import sql_error_text
+        from kmemscope.dataset.reader import sql_error_text
 
         raise KmemscopeError(f"SQL failed: {sql_error_text(exc)}") from None
     statements = [q for q in statements if q.strip()]
@@ -395,7 +397,7 @@ def _write_results(tables, fmt, output, write_result):
 
 
 def _run_backend_sql(backend, query):
-    from kmemscope.queries.engine import backend_errors
+    from kmemscope.queries.runner import backend_errors
 
     with backend_errors(backend, "SQL"):
         return backend.query_arrow(query, None)
@@ -404,7 +406,7 @@ def _run_backend_sql(backend, query):
 def _run_sql(con, query, params=None):
     import duckdb
 
-    from kmemscope.queries.dataset import query_arrow, sql_error_text
+    from kmemscope.dataset.reader import query_arrow, sql_error_text
 
     try:
         return query_arrow(con, query, params)
@@ -427,8 +429,8 @@ def info(dataset, per_run, fmt, output):
     import pyarrow as pa
 
     from kmemscope.cli.output import resolve_format, write_document, write_result
-    from kmemscope.queries.dataset import connect, table_runs
-    from kmemscope.queries.storage import parquet_rows
+    from kmemscope.dataset.reader import connect, table_runs
+    from kmemscope.dataset.storage import parquet_rows
 
     fmt = resolve_format(fmt, output)
     parts = table_runs(dataset)
@@ -533,7 +535,7 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, engine, spark
     parameters, sections and output columns with units.
     """
     from kmemscope.cli.output import FOLDED, FORMATS, resolve_format, write_result
-    from kmemscope.queries.engine import notes_of, run_query
+    from kmemscope.queries.runner import notes_of, run_query
 
     fmt = resolve_format(fmt, output, allowed=FORMATS + (FOLDED,))
     with _engine(engine, spark_master, spark_conf) as eng:
@@ -725,7 +727,7 @@ def metrics_import(dataset, file, fmt, quiet):
 def metrics_list(dataset, runs, labels, fmt, output):
     """List the imported metrics of DATASET's runs (the run_metrics analysis)."""
     from kmemscope.cli.output import resolve_format, write_result
-    from kmemscope.queries.engine import run_query
+    from kmemscope.queries.runner import run_query
 
     fmt = resolve_format(fmt, output)
     write_result(run_query("run_metrics", dataset, run_ids=list(runs) or None,
@@ -752,11 +754,9 @@ def report(dataset, output, compare_label, baseline, runs, labels, keep_notebook
     def progress(message):
         click.echo(f"kmemscope report: {message}", err=True)
 
-    _engine(engine, spark_master, spark_conf)     # the option checks; the notebooks start Spark
+    spec = _engine(engine, spark_master, spark_conf).spec    # the notebooks start Spark
     build_report(dataset, output, compare=compare_label, baseline=baseline, runs=list(runs),
-                 labels=list(labels), keep_dir=keep_notebooks, progress=progress,
-                 engine={"engine": engine, "spark_master": spark_master or "",
-                         "spark_conf": list(spark_conf)})
+                 labels=list(labels), keep_dir=keep_notebooks, progress=progress, engine=spec)
 
 
 # ---------------------------------------------------------------- entry point

@@ -11,7 +11,8 @@ and the Python API (kmemscope.api) is loaded on first use.
 
 __version__ = "0.2.0"
 
-_API = ("open", "parse", "analyses", "describe", "Dataset", "Result", "Comparison", "Labels")
+_API = ("open", "parse", "analyses", "describe", "Dataset", "Result", "Comparison", "Labels",
+        "EngineSpec")
 
 
 def __getattr__(name):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from kmemscope.errors import KmemscopeError
+from kmemscope.queries.engines import EngineSpec
 
 LabelsArg = Mapping[str, "str | Sequence[str]"] | Sequence[str] | str | None
 
@@ -155,36 +156,13 @@ class Comparison:
         return f"<pre>{html.escape(self.mmtests())}</pre>"
 
 
-_spark_engines = {}
-
-
-def _engine_for(engine, spark_master, spark_conf):
-    """None for DuckDB; a Spark engine shared by every Dataset opened with the same settings."""
-    if engine in (None, "duckdb"):
-        if spark_master or spark_conf:
-            raise ValueError("spark_master and spark_conf need engine='spark'")
-        return None
-    if engine != "spark":
-        return engine                     # an engine object (kmemscope.queries.engine.spark_engine)
-    if not spark_master and not spark_conf:
-        return "spark"                    # the process's default Spark engine
-    conf = tuple(sorted(spark_conf.items())) if isinstance(spark_conf, Mapping) else \
-        tuple(spark_conf or ())
-    key = (spark_master or "local[*]", conf)
-    if key not in _spark_engines:
-        from kmemscope.queries.engine import spark_engine
-
-        _spark_engines[key] = spark_engine(key[0], dict(conf) if isinstance(spark_conf, Mapping)
-                                           else list(conf))
-    return _spark_engines[key]
-
-
 class Dataset:
     """A kmemscope dataset opened for queries, on DuckDB in this process or on Spark."""
 
-    def __init__(self, path, engine="duckdb", spark_master=None, spark_conf=None):
-        from kmemscope.queries import storage
-        from kmemscope.queries.dataset import table_dirs
+    def __init__(self, path, engine: str | EngineSpec = "duckdb", spark_master=None,
+                 spark_conf=None):
+        from kmemscope.dataset import storage
+        from kmemscope.dataset.reader import table_dirs
 
         # an s3:// URL stays a string: Path() would fold its double slash
         self.path = str(path) if storage.is_url(str(path)) else Path(path)
@@ -194,24 +172,21 @@ class Dataset:
 
             raise DatasetError(f"{path} is not a kmemscope dataset (it has no runs table)",
                                "open the directory that `kmemscope parse -o` wrote")
-        self.engine = engine if isinstance(engine, str) else getattr(engine, "name", "?")
-        self._engine = _engine_for(engine, spark_master, spark_conf)
+        self.spec = EngineSpec.of(engine, spark_master, spark_conf)
 
     def __repr__(self):
-        extra = f", engine={self.engine!r}" if self._engine is not None else ""
+        extra = f", engine={str(self.spec)!r}" if self.spec.is_spark else ""
         return f"kmemscope.Dataset({str(self.path)!r}{extra})"
 
     def close(self) -> None:
-        """Stop the Spark session this dataset started (DuckDB holds nothing open between calls)."""
-        engine, self._engine = self._engine, None
-        if engine is None or isinstance(engine, str):
-            return
-        for key, shared in list(_spark_engines.items()):
-            if shared is engine:
-                del _spark_engines[key]
-                stop = getattr(engine, "close", None) or getattr(engine, "stop", None)
-                if stop:
-                    stop()
+        """Stop the Spark session this dataset used (DuckDB holds nothing open between calls).
+
+        Datasets opened with equal Spark settings share one session: closing one stops it
+        for all (the next query starts a new one)."""
+        if self.spec.is_spark:
+            from kmemscope.queries import engines
+
+            engines.release(self.spec)
 
     def __enter__(self) -> "Dataset":
         return self
@@ -221,7 +196,7 @@ class Dataset:
 
     @property
     def tables(self) -> list[str]:
-        from kmemscope.queries.dataset import table_runs
+        from kmemscope.dataset.reader import table_runs
 
         return sorted(table_runs(self.path))
 
@@ -243,17 +218,17 @@ class Dataset:
         import duckdb
 
         from kmemscope.errors import QueryError
-        from kmemscope.queries.dataset import confine, query_arrow, sql_error_text
-        from kmemscope.queries.engine import backend_errors, open_run_set, open_runs
+        from kmemscope.dataset.reader import confine, query_arrow, sql_error_text
+        from kmemscope.queries.runner import backend_errors, open_run_set, open_runs
 
         runs = [run] if isinstance(run, str) else run
-        if self._engine is not None:
+        if self.spec.is_spark:
             # Spark: the same DuckDB SQL, translated (spark_sql.py); what has no exact form is refused
             if read_only:
                 raise QueryError("read_only is for the DuckDB engine")
             if params is not None and not isinstance(params, Mapping):
                 raise QueryError("on Spark, parameters are named: pass a mapping for $name")
-            backend = open_runs(self.path, runs, label, engine=self._engine)[0]
+            backend = open_runs(self.path, runs, label, engine=self.spec)[0]
             try:
                 with backend_errors(backend, "SQL"):
                     return Result(backend.query_arrow(query, dict(params or {})))
@@ -284,12 +259,12 @@ class Dataset:
     def query(self, name: str, *, run: str | Sequence[str] | None = None,
               label: LabelsArg = None, **params) -> Result:
         """Run the named analysis `name` (see kmemscope.analyses()) over some or all runs."""
-        from kmemscope.queries.engine import notes_of, run_query
+        from kmemscope.queries.runner import notes_of, run_query
 
         table = run_query(name, self.path, run_ids=[run] if isinstance(run, str) else run,
                           labels=label, params={k: str(v) if not isinstance(v, str) else v
                                                 for k, v in params.items()} or None,
-                          engine=self._engine)
+                          engine=self.spec)
         return Result(table, notes_of(table))
 
     def compare(self, by: str, baseline: str | None = None, *, metrics: Iterable[str] | None = None,
@@ -305,7 +280,7 @@ class Dataset:
 
         names = [metrics] if isinstance(metrics, str) else (list(metrics) if metrics else None)
         sides = load_sides(self.path, by, baseline, run_ids=[run] if isinstance(run, str) else run,
-                           labels=label, engine=self._engine, metrics=names)
+                           labels=label, engine=self.spec, metrics=names)
         return Comparison(sides, compare_sides(sides, names, test, alpha), test, alpha)
 
     def describe(self, name: str) -> AnalysisDoc:
@@ -389,7 +364,7 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
             summary = ingest(source, dataset, labels=dict(labels or {}), events=list(events or []),
                              threads=threads)
             if derive:
-                from kmemscope.queries.derive import derive_runs
+                from kmemscope.dataset.derived import derive_runs
 
                 derive_runs(dataset, [summary.run_id])
             out.append(summary)

@@ -31,7 +31,7 @@ class Comparison:
         self.scope, self.test = scope, test
         self.sides = load_sides(scope.dataset, label, baseline or None,
                                 run_ids=scope.runs or None, labels=scope.labels or None,
-                                engine=scope.open()._engine)
+                                engine=scope.engine)
         self.rows = compare_sides(self.sides, test=test)
         self.colors = {side: f"C{i}" for i, side in enumerate(self.sides.sides)}
 

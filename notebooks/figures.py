@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import kmemscope
 from kmemscope.errors import KmemscopeError
+from kmemscope.api import EngineSpec
 
 MAX_LINES = 12           # legend entries before a figure drops its legend
 MAX_PANELS = 4           # per-run panels before the rest are left out (with a sentence)
@@ -40,18 +41,14 @@ class Scope:
     dataset: str
     runs: list = field(default_factory=list)      # run ids or prefixes; empty: all runs
     labels: list = field(default_factory=list)    # "k=v" filters
-    engine: str = "duckdb"                        # or "spark"
-    spark_master: str = ""
-    spark_conf: list = field(default_factory=list)
+    engine: EngineSpec = field(default_factory=EngineSpec)   # which engine runs the SQL
 
     def open(self):
-        return kmemscope.open(self.dataset, self.engine, self.spark_master or None,
-                              list(self.spark_conf) or None)
+        return kmemscope.open(self.dataset, self.engine)
 
     def narrowed(self, runs):
         """The same dataset and engine over other runs."""
-        return Scope(self.dataset, list(runs), [], self.engine, self.spark_master,
-                     list(self.spark_conf))
+        return Scope(self.dataset, list(runs), [], self.engine)
 
     def query(self, name, **params):
         """A named analysis as a DataFrame (labels flattened to "k=v,...")."""
@@ -79,14 +76,14 @@ class Scope:
 
     def selected(self):
         """The run ids this scope selects (all runs when it names none)."""
-        from kmemscope.queries.dataset import table_runs
+        from kmemscope.dataset.reader import table_runs
         from kmemscope.queries.selection import select_runs
 
         return select_runs(self.dataset, table_runs(self.dataset), self.runs or None, self.labels or None)
 
     def runs_with(self, table):
         """The selected runs that have rows in `table` (its partitions on disk)."""
-        from kmemscope.queries.dataset import table_runs
+        from kmemscope.dataset.reader import table_runs
 
         return set(table_runs(self.dataset).get(table, {})) & set(self.selected())
 
@@ -96,7 +93,7 @@ class Scope:
         None for a dataset parsed before runs listed their event tables: then
         "no events" cannot be told from "not recorded".
         """
-        from kmemscope.queries.dataset import table_runs
+        from kmemscope.dataset.reader import table_runs
 
         if "event_tables" not in table_runs(self.dataset):
             return None
@@ -278,7 +275,7 @@ def event_counts_per_second(scope):
     """
     import numpy as np
     import pandas as pd
-    from kmemscope.queries.dataset import quote_ident, table_runs
+    from kmemscope.dataset.reader import quote_ident, table_runs
 
     parts = table_runs(scope.dataset)
     chosen = set(scope.selected())

@@ -124,13 +124,15 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
                  progress=None, engine=None):
     """Execute overview.ipynb (and compare.ipynb with `compare`) and write `output` (HTML).
 
-    engine: {"engine": "duckdb" | "spark", "spark_master": URL, "spark_conf": ["k=v", ...]},
-    handed to the notebooks, whose kernels start their own Spark session.
+    engine: an EngineSpec (or "duckdb"/"spark"), handed to the notebooks as
+    parameters; their kernels start their own Spark session.
     """
-    engine = dict(engine or {"engine": "duckdb"})
-    from kmemscope.queries.dataset import table_dirs
+    from kmemscope.queries.engines import EngineSpec
+
+    engine = EngineSpec.of(engine)
+    from kmemscope.dataset.reader import table_dirs
     from kmemscope.queries.selection import select_runs
-    from kmemscope.queries.dataset import table_runs
+    from kmemscope.dataset.reader import table_runs
 
     _need_report_extra()
     dataset = os.path.abspath(dataset)
@@ -144,10 +146,7 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
         if progress:
             progress(f"comparing {_printable(compare)}: "
                      + ", ".join(f"{_printable(s)} ({_runs(len(r))})" for s, r in sides.runs.items()))
-    params = {"dataset": dataset, "runs": list(runs), "labels": list(labels),
-              "engine": engine.get("engine") or "duckdb",
-              "spark_master": engine.get("spark_master") or "",
-              "spark_conf": list(engine.get("spark_conf") or [])}
+    params = {"dataset": dataset, "runs": list(runs), "labels": list(labels), **engine.params()}
     if progress:
         progress(f"{_runs(len(chosen))} of {dataset}")
     with tempfile.TemporaryDirectory(prefix="kmemscope-report-") as tmp:

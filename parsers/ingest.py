@@ -2,7 +2,7 @@
 
 The dataset layout (README, "The dataset"): DATASET/<table>/run_id=<run_id>/part-<n>.parquet.
 A run is staged in a work directory inside the dataset and committed only when
-every table is complete (parsers/commit.py: a journaled, crash-safe commit with
+every table is complete (kmemscope/dataset/commit.py: a journaled, crash-safe commit with
 `runs` last): readers never see a half-written run, and an interrupted or failed
 parse leaves the dataset as it was. Inputs are untrusted (parsers/sources.py).
 
@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kmemscope.capture.tracefs import parse_cpu_stats
+from kmemscope.dataset import commit as commit_mod
+from kmemscope.dataset import format as dataset_format
+from kmemscope.dataset import run_metrics as metrics_store
+from kmemscope.dataset.commit import RUNS_TABLE
 from kmemscope.errors import KmemscopeError, TraceFileError
-from kmemscope.parsers import commit as commit_mod
-from kmemscope.parsers import dataset_format, run_metrics
-from kmemscope.parsers.commit import RUNS_TABLE
+from kmemscope.parsers import run_metrics
 from kmemscope.parsers.sources import open_source, read_manifest
 # Snappy: about 20% larger files than zstd level 1 on page-allocator tables, but
 # 40% less CPU to write them, and writing is half of what parsing costs.
@@ -173,8 +175,8 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
                 _write_table(staging, table, t)
                 rows[table] = t.num_rows
         if bench:
-            _write_table(staging, run_metrics.TABLE, run_metrics.metrics_table(bench, "bundle"))
-            rows[run_metrics.TABLE] = len(bench)
+            _write_table(staging, metrics_store.TABLE, metrics_store.metrics_table(bench, "bundle"))
+            rows[metrics_store.TABLE] = len(bench)
 
         total_events = sum(st["events"] for st in stats)
         unknown = sum(st["unknown_events"] for st in stats)

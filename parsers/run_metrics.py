@@ -12,8 +12,8 @@ dataset two ways:
 
 Every row is checked before anything is written: a file with one bad row
 imports nothing. Re-importing a metric replaces that metric's values of the
-runs it names; re-parsing a run keeps what was imported for it (commit.py calls
-keep_imported() under the dataset lock, just before the commit).
+runs it names; re-parsing a run keeps what was imported for it (the dataset layer's commit
+calls run_metrics.keep_imported() under the dataset lock, just before the commit).
 
 The files are untrusted: sizes, row counts and text lengths are bounded, names
 are plain printable text (they are data in SQL, never identifiers or paths).
@@ -24,14 +24,11 @@ import json
 import math
 import os
 import stat
-import uuid
 from pathlib import Path
 
+from kmemscope.dataset.run_metrics import RUN_PREFIX, TABLE, read_partition, write_partition
 from kmemscope.errors import KmemscopeError
 
-TABLE = "run_metrics"
-RUN_PREFIX = "run_id="
-PART = "part-0.parquet"
 FILE_MAX_BYTES = 16 << 20
 ROWS_MAX = 200_000
 NAME_MAX = 128
@@ -210,80 +207,6 @@ def read_bundle_metrics(bundle):
     return out
 
 
-# ---------------------------------------------------------------- tables
-
-def metrics_table(rows, source):
-    """An Arrow table of run_metrics rows [(metric, value, unit, better)] (run_id from the partition)."""
-    import pyarrow as pa
-
-    return pa.table({
-        "metric": pa.array([r[0] for r in rows], pa.string()),
-        "value": pa.array([r[1] for r in rows], pa.float64()),
-        "unit": pa.array([r[2] for r in rows], pa.string()),
-        "better": pa.array([r[3] for r in rows], pa.string()),
-        "source": pa.array([source] * len(rows), pa.string()),
-    })
-
-
-def _read_partition(part_dir):
-    """The rows of a run's run_metrics partition: [(metric, value, unit, better, source)]."""
-    import pyarrow.parquet as pq
-
-    out = []
-    if not part_dir.is_dir() or part_dir.is_symlink():
-        return out
-    for f in sorted(part_dir.glob("*.parquet")):
-        if f.is_symlink() or not f.is_file():
-            raise MetricsError(f"{f} is not a regular file", "remove it from the dataset")
-        try:
-            t = pq.read_table(f, columns=["metric", "value", "unit", "better", "source"])
-        except Exception as exc:
-            raise MetricsError(f"cannot read {f}: {str(exc).splitlines()[0]}",
-                               "remove the file, then import the run's metrics again") from None
-        out += [tuple(r.values()) for r in t.to_pylist()]
-    return out
-
-
-def _write_partition(part_dir, rows):
-    """Replace the partition's file with `rows` (atomically: written aside, then renamed)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.table({
-        "metric": pa.array([r[0] for r in rows], pa.string()),
-        "value": pa.array([r[1] for r in rows], pa.float64()),
-        "unit": pa.array([r[2] for r in rows], pa.string()),
-        "better": pa.array([r[3] for r in rows], pa.string()),
-        "source": pa.array([r[4] for r in rows], pa.string()),
-    })
-    part_dir.mkdir(parents=True, exist_ok=True)
-    tmp = part_dir / f".{PART}.{uuid.uuid4().hex[:8]}.tmp"
-    pq.write_table(table, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    for old in part_dir.glob("*.parquet"):
-        if old.name != PART:
-            old.unlink()
-    os.replace(tmp, part_dir / PART)
-
-
-def keep_imported(dataset, stage, run_id):
-    """Before a run is (re)committed: carry its imported metrics into the staged partition.
-
-    The bundle's own values (source 'bundle') are the staged ones; a metric
-    that was imported replaces the bundle's value of the same name.
-    """
-    imported = [r for r in _read_partition(Path(dataset) / TABLE / (RUN_PREFIX + run_id))
-                if r[4] == "import"]
-    if not imported:
-        return
-    staged_dir = Path(stage) / TABLE
-    staged = _read_partition(staged_dir) if staged_dir.is_dir() else []
-    names = {r[0] for r in imported}
-    rows = [r for r in staged if r[0] not in names] + imported
-    _write_partition(staged_dir, sorted(rows))
-
-
 # ---------------------------------------------------------------- import
 
 def _dataset_runs(dataset):
@@ -335,7 +258,7 @@ def import_metrics(dataset, path, fmt=None):
 
     Every row is checked and every run resolved first: a bad row imports nothing.
     """
-    from kmemscope.parsers import commit as commit_mod
+    from kmemscope.dataset import commit as commit_mod
 
     records = read_metrics_file(path, fmt)
     dataset = Path(dataset)
@@ -363,7 +286,7 @@ def import_metrics(dataset, path, fmt=None):
         for run_id, rows in sorted(by_run.items()):
             part = dataset / TABLE / (RUN_PREFIX + run_id)
             names = {r[0] for r in rows}
-            kept = [r for r in _read_partition(part) if r[0] not in names]
-            _write_partition(part, sorted(kept + rows))
+            kept = [r for r in read_partition(part) if r[0] not in names]
+            write_partition(part, sorted(kept + rows))
             written[run_id] = sorted(names)
     return written

@@ -7,7 +7,7 @@ Each input is decoded in a Spark task, exactly as `kmemscope parse` decodes it
 (parsers/ingest.py: a forked decoder child, untrusted input bounded), into a
 directory inside the dataset. Tasks send the driver only a few numbers and that
 directory's path, never table data. The driver commits each staged run with
-parsers/commit.py's journal (`runs` partition last, under the dataset lock),
+kmemscope/dataset/commit.py's journal (`runs` partition last, under the dataset lock),
 as the runs finish.
 
 The dataset must therefore be on a file system that the driver and every
@@ -35,8 +35,8 @@ from pathlib import Path
 
 from kmemscope import errors
 from kmemscope.errors import DatasetError, KmemscopeError
-from kmemscope.parsers import commit as commit_mod
-from kmemscope.parsers import dataset_format
+from kmemscope.dataset import commit as commit_mod
+from kmemscope.dataset import format as dataset_format
 from kmemscope.parsers.ingest import RunSummary, writable_dataset
 
 TASKS = "tasks"
@@ -371,7 +371,7 @@ def _killer(suffix, source, attempt_no):
 # ---------------------------------------------------------------- derived tables
 
 def _derive_on_spark(sc, dataset, driver):
-    """Build each committed run's derived tables (queries/derive.py), one Spark task per run."""
+    """Build each committed run's derived tables (kmemscope/dataset/derived.py), one Spark task per run."""
     by_run = {}
     for i, e in enumerate(driver.entries):
         if isinstance(e, SparkRunSummary):
@@ -400,7 +400,7 @@ def _derive_on_spark(sc, dataset, driver):
 def _derive_task(item):
     from pyspark import TaskContext
 
-    from kmemscope.queries.derive import derive_runs
+    from kmemscope.dataset.derived import derive_runs
 
     run_id, dataset = item
     ctx = TaskContext.get()

@@ -13,7 +13,7 @@ import re
 
 # Tables that kmemscope writes for every run or from a bundle's /proc samples,
 # and the views and derived tables the analyses define beside them
-# (queries/_common.sql, queries/engine.py): an event may not shadow any of them.
+# (queries/_common.sql, queries/runner.py): an event may not shadow any of them.
 RESERVED_TABLES = frozenset({
     "runs", "print_flags", "lost_events", "event_tables",
     "vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo",

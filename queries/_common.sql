@@ -1,6 +1,6 @@
 -- _common: views that every analysis may use. Not an analysis itself.
 --
--- The engine (queries/engine.py) runs these statements after it has made a view
+-- The engine (queries/runner.py) runs these statements after it has made a view
 -- of each dataset table over the selected runs and registered, per run:
 --   run_facts(run_id, labels, kernel_release, highatomic_era, highatomic_era_note,
 --             extfrag_era, pageblock_order, pageblock_order_source, first_ts,

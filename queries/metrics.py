@@ -203,7 +203,7 @@ def _int_or_none(text):
 
 
 def _run_query(name, dataset, run_ids, labels, engine, params=None):
-    from .engine import notes_of, run_query
+    from .runner import notes_of, run_query
 
     table = run_query(name, dataset, run_ids=run_ids, labels=labels, params=params, engine=engine)
     return table.to_pylist(), list(notes_of(table))
@@ -383,7 +383,7 @@ def _zero_stalls(dataset, runs):
     stalls.per_run has no row for such a run; without this its comparison would
     leave it out ("no value") instead of counting a run that never stalled.
     """
-    from .dataset import table_runs
+    from kmemscope.dataset.reader import table_runs
 
     tables = table_runs(dataset)
     for run_id, target in runs.items():

@@ -1,7 +1,7 @@
 """Which runs of a dataset a command works on: run ids or their prefixes, and label filters."""
 from kmemscope.errors import DatasetError, QueryError
 
-from . import dataset as ds
+from kmemscope.dataset import reader as ds
 
 
 def label_filter(labels):
@@ -40,7 +40,7 @@ def labels_dict(m):
 def select_runs(dataset, parts, run_ids=None, labels=None):
     """The run ids of `dataset` chosen by ids (or unique prefixes) and label filters.
 
-    parts: queries.dataset.table_runs(dataset). No ids and no labels: every run.
+    parts: kmemscope.dataset.reader.table_runs(dataset). No ids and no labels: every run.
     """
     if "runs" not in parts:
         raise DatasetError(f"dataset {dataset} has no runs table",

@@ -44,7 +44,7 @@ def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=Non
     """Per-run metric values of the selected runs, split by the value of label `by`.
 
     metrics: names (queries/metrics.py); None for the default set. engine: as
-    for engine.run_query ("duckdb", "spark" or a spark_engine()). Fewer than
+    for runner.run_query ("duckdb", "spark" or a spark_engine()). Fewer than
     two sides is an error: there is nothing to compare.
     """
     from .metrics import gather

@@ -155,10 +155,10 @@ def skip_without_spark(allow_module_level=False):
 
 @pytest.fixture(scope="session")
 def spark_engine():
-    """engine.spark_engine() on local[2], shared by the whole run; closed at its end."""
+    """The Spark engine on local[2], shared by the whole run; stopped at its end."""
     skip_without_spark()
-    from kmemscope.queries import engine
+    from kmemscope.queries import engines
 
-    eng = engine.spark_engine(master=SPARK_MASTER, conf=SPARK_TEST_CONF)
-    yield eng
-    eng.close()
+    spec = engines.EngineSpec("spark", SPARK_MASTER, SPARK_TEST_CONF)
+    yield engines.engine_for(spec)
+    engines.release(spec)

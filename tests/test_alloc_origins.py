@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 
 from kmemscope.errors import QueryError
-from kmemscope.queries import engine
+from kmemscope.queries import runner
 
 import kmdata as K
 from conftest import _hold_tracing_lock
@@ -302,7 +302,7 @@ def synthetic(tmp_path):
 
 
 def q(name, ds, **params):
-    return engine.run_query(name, ds, params=params or None).to_pylist()
+    return runner.run_query(name, ds, params=params or None).to_pylist()
 
 
 def test_synthetic_pairing_nesting_and_callsite_rule(synthetic):
@@ -407,7 +407,7 @@ def test_synthetic_needs_stacks(tmp_path):
 
 def test_documented_callsite_rule_is_the_one_applied():
     """The globs listed in the header are exactly the VALUES the prelude matches."""
-    text = (Path(engine.__file__).parent / "alloc_origins.sql").read_text()
+    text = (Path(runner.__file__).parent / "alloc_origins.sql").read_text()
     header = text.split("none of these globs:", 1)[1].split("-- '(allocator)'", 1)[0]
     documented = set()
     for line in header.splitlines()[1:]:

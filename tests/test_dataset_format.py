@@ -27,7 +27,7 @@ import pytest
 import kmdata as K
 from conftest import EXAMPLES
 from kmrun import kmemscope
-from kmemscope.parsers import dataset_format as F
+from kmemscope.dataset import format as F
 
 SMALL = EXAMPLES / "memory-pressure"
 ALLOCS = EXAMPLES / "thp-faults"     # 30,026 mm_page_alloc events
@@ -380,7 +380,7 @@ def _spark_ready():
 def test_an_all_digit_run_id_stays_a_string_in_spark(tmp_path):
     """Spark reads the same answer as DuckDB from a format-1 dataset of mixed gfp widths
     plus an all-digit run id (partition type inference is off)."""
-    from kmemscope.queries import engine
+    from kmemscope.queries import engines, runner
 
     ds = tmp_path / "ds"
     _format1_dataset(ds)
@@ -391,14 +391,14 @@ def test_an_all_digit_run_id_stays_a_string_in_spark(tmp_path):
         return sorted(tuple(v if isinstance(v, str) else int(v) for v in r)
                       for r in zip(*(t.column(c).to_pylist() for c in cols)))
 
-    duck = engine.run_query("atomic_orders.orders", ds)
-    eng = engine.spark_engine(conf={"spark.sql.shuffle.partitions": "2"})
+    duck = runner.run_query("atomic_orders.orders", ds)
+    eng = engines.engine_for(engines.EngineSpec("spark", conf={"spark.sql.shuffle.partitions": "2"}))
     try:
-        spark = engine.run_query("atomic_orders.orders", ds, engine=eng)
+        spark = runner.run_query("atomic_orders.orders", ds, engine=eng)
         assert spark.schema.field("run_id").type == pa.string()
         assert rows(spark) == rows(duck)
         assert {DIGITS, DIGITS2} <= {r[0] for r in rows(spark)}
-        backend, *_ = engine.open_runs(ds, run_ids=[DIGITS, DIGITS2], tables=["mm_page_alloc"],
+        backend, *_ = runner.open_runs(ds, run_ids=[DIGITS, DIGITS2], tables=["mm_page_alloc"],
                                        engine=eng)
         try:
             for table in ("runs", "mm_page_alloc"):

@@ -294,7 +294,7 @@ def test_a_failed_parse_leaves_an_existing_dataset_exactly_as_it_was(ds):
 # ---------------------------------------------------------------- only parse recovers
 
 def test_readers_leave_an_interrupted_commit_to_the_next_parse(ds):
-    from kmemscope.queries.dataset import finish_interrupted_commits
+    from kmemscope.dataset.reader import finish_interrupted_commits
 
     ds, run_id, rows, _outside = ds
     proc = subprocess.run([*KMEMSCOPE, "parse", "-q", str(SMALL), "-o", str(ds),

@@ -30,7 +30,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from kmemscope.queries import engine
+from kmemscope.queries import runner
 
 from conftest import EXAMPLES, PROJECT_ROOT, TRACING_LOCK, tracefs_available
 
@@ -136,7 +136,7 @@ def one_run(ds, table):
 
 
 def result(name, ds, **params):
-    return engine.run_query(name, ds, params=params).to_pylist()
+    return runner.run_query(name, ds, params=params).to_pylist()
 
 
 def percentile_cont(values, q):
@@ -409,8 +409,8 @@ def test_queries_without_their_tables_say_so(real):
     from kmemscope.errors import DatasetError
     _, ds = real
     with pytest.raises(DatasetError, match=r"no procfs tables .*kmemscope record"):
-        engine.run_query("vmstat_rates", ds)
+        runner.run_query("vmstat_rates", ds)
     with pytest.raises(DatasetError, match=r"no procfs tables"):
-        engine.run_query("highatomic", ds)
-    notes = engine.notes_of(engine.run_query("thp", ds))
+        runner.run_query("highatomic", ds)
+    notes = runner.notes_of(runner.run_query("thp", ds))
     assert any("no procfs table vmstat" in n for n in notes)

@@ -10,7 +10,7 @@ written out by hand from the kernel rules, not computed by the code under test.
 import pytest
 
 from kmemscope.errors import DatasetError, QueryError
-from kmemscope.queries import catalog, engine, eras
+from kmemscope.queries import catalog, eras, runner
 
 import kmdata as K
 
@@ -22,7 +22,7 @@ def by(rows, *keys):
 
 
 def run(name, ds, **kw):
-    return engine.run_query(name, ds, **kw).to_pylist()
+    return runner.run_query(name, ds, **kw).to_pylist()
 
 
 # ---------------------------------------------------------------- kernel eras
@@ -193,9 +193,9 @@ def test_fallback_pollution_labels_change_ownership_by_era(extfrag_dataset):
 
 
 def test_fallback_pollution_notes_assumed_pageblock_order(extfrag_dataset):
-    t = engine.run_query("fallback_pollution", extfrag_dataset, run_ids="k618")
-    assert any("pageblock_order assumed" in n for n in engine.notes_of(t))
-    assert any("upstream enum" in n for n in engine.notes_of(t))
+    t = runner.run_query("fallback_pollution", extfrag_dataset, run_ids="k618")
+    assert any("pageblock_order assumed" in n for n in runner.notes_of(t))
+    assert any("upstream enum" in n for n in runner.notes_of(t))
 
 
 def test_fallback_pollution_over_time(extfrag_dataset):
@@ -275,10 +275,10 @@ def test_vmstat_rates_per_minute(procfs_dataset):
     got = by(run("vmstat_rates", procfs_dataset, params={"name_like": "pgscan%"}), "name")
     assert set(got) == {"pgscan_kswapd"}
     assert got["pgscan_kswapd"]["per_min"] == pytest.approx(30000.0)    # 60000 over 2 min
-    t = engine.run_query("vmstat_rates", procfs_dataset)
-    assert any("run bare has no procfs tables" in n for n in engine.notes_of(t))
+    t = runner.run_query("vmstat_rates", procfs_dataset)
+    assert any("run bare has no procfs tables" in n for n in runner.notes_of(t))
     with pytest.raises(DatasetError, match=r"run bare has no procfs tables .*kmemscope record"):
-        engine.run_query("vmstat_rates", procfs_dataset, run_ids="bare")
+        runner.run_query("vmstat_rates", procfs_dataset, run_ids="bare")
 
 
 def test_highatomic_blocks_over_time(procfs_dataset):
@@ -380,17 +380,17 @@ def test_list_queries_names_every_analysis():
 
 def test_errors_are_typed_and_clear(tmp_path, reclaim_dataset):
     with pytest.raises(QueryError, match="unknown query 'nope'.*kmemscope queries"):
-        engine.run_query("nope", reclaim_dataset)
+        runner.run_query("nope", reclaim_dataset)
     with pytest.raises(QueryError, match="has no section 'zzz'"):
-        engine.run_query("pfn_reuse.zzz", reclaim_dataset)
+        runner.run_query("pfn_reuse.zzz", reclaim_dataset)
     with pytest.raises(DatasetError, match="does not exist"):
-        engine.run_query("summary", tmp_path / "missing")
+        runner.run_query("summary", tmp_path / "missing")
     with pytest.raises(DatasetError, match="dataset has no mm_page_alloc_extfrag events"):
-        engine.run_query("fallback_pollution", reclaim_dataset)
+        runner.run_query("fallback_pollution", reclaim_dataset)
     with pytest.raises(QueryError, match="has no parameter 'x'"):
-        engine.run_query("hot_pfns", reclaim_dataset, params={"x": "1"})
+        runner.run_query("hot_pfns", reclaim_dataset, params={"x": "1"})
     with pytest.raises(QueryError, match="top_n of hot_pfns must be integer"):
-        engine.run_query("hot_pfns", reclaim_dataset, params={"top_n": "ten"})
+        runner.run_query("hot_pfns", reclaim_dataset, params={"top_n": "ten"})
 
 
 def test_parameters_are_bound_not_pasted(reclaim_dataset):
@@ -404,7 +404,7 @@ def test_parameters_are_bound_not_pasted(reclaim_dataset):
 def test_every_result_starts_with_run_id_and_labels(reclaim_dataset):
     for name, _ in catalog.list_queries():
         try:
-            t = engine.run_query(name, reclaim_dataset)
+            t = runner.run_query(name, reclaim_dataset)
         except DatasetError:
             continue
         assert t.column_names[:2] == ["run_id", "labels"], name

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from kmemscope.errors import DatasetError
-from kmemscope.queries import catalog, engine
+from kmemscope.queries import catalog, runner
 
 from conftest import EXAMPLES, _hold_tracing_lock
 from kmrun import kmemscope
@@ -70,7 +70,7 @@ def test_every_section_documents_its_columns_with_units():
 @pytest.mark.parametrize("qname", [q for n, q in SECTIONS if n not in CANNOT_RUN])
 def test_result_columns_are_the_documented_ones(examples_ds, qname):
     _, sec = catalog.find_analysis(qname)
-    table = engine.run_query(qname, examples_ds)
+    table = runner.run_query(qname, examples_ds)
     assert table.column_names == [c.name for c in sec.columns]
 
 
@@ -78,7 +78,7 @@ def test_result_columns_are_the_documented_ones(examples_ds, qname):
 def test_sections_that_cannot_run_on_the_examples_fail_for_the_listed_reason(examples_ds, qname):
     _reason, error, _record = CANNOT_RUN[qname.partition(".")[0]]
     with pytest.raises(DatasetError, match=re.escape(error)):
-        engine.run_query(qname, examples_ds)
+        runner.run_query(qname, examples_ds)
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +97,12 @@ def recorded_ds(live_tracefs, tmp_path_factory):
 @pytest.mark.parametrize("qname", [q for n, q in SECTIONS if n in CANNOT_RUN])
 def test_sections_that_need_a_recording_document_their_columns(recorded_ds, qname):
     _, sec = catalog.find_analysis(qname)
-    table = engine.run_query(qname, recorded_ds)
+    table = runner.run_query(qname, recorded_ds)
     assert table.column_names == [c.name for c in sec.columns]
 
 
 def test_every_example_run_is_in_the_dataset(examples_ds):
-    labels = [r["labels"] for r in engine.run_query("summary", examples_ds).to_pylist()]
+    labels = [r["labels"] for r in runner.run_query("summary", examples_ds).to_pylist()]
     assert sorted(dict(lab)["example"] for lab in labels) == sorted(BUNDLES.values())
 
 

@@ -75,7 +75,7 @@ def s3(tmp_path_factory):
     for k in AWS_VARS:
         os.environ.pop(k, None)
     os.environ.update(env)
-    from kmemscope.queries import storage
+    from kmemscope.dataset import storage
     storage._fs_cache.clear()
     try:
         yield _env(**env)
@@ -207,7 +207,7 @@ def test_errors_are_one_line(s3, datasets, verb):
 
 def test_url_validation():
     from kmemscope.errors import DatasetError
-    from kmemscope.queries import storage
+    from kmemscope.dataset import storage
 
     assert storage.split("s3://my.bucket-1/a/b/ds/") == ("my.bucket-1", "a/b/ds")
     assert storage.split("s3a://bkt") == ("bkt", "")

@@ -5,7 +5,7 @@ A dataset of runs from several kernels: the three example bundles, a public
 this machine can trace (alloc_origins needs one), and a synthetic 5.15-era run
 whose gfp_flags are 4 bytes wide where the others' are 8 (its run id is all
 digits, which must stay a string). Each section runs through
-engine.run_query() on DuckDB and on one Spark engine shared by the whole
+runner.run_query() on DuckDB and on one Spark engine shared by the whole
 pytest run (conftest.py); rows must match: same columns, same order (rows tied
 on every ORDER BY key may come in any order, as in either engine), numbers
 equal to a relative 1e-9.
@@ -26,7 +26,8 @@ from conftest import EXAMPLES, PUBLIC_FIXTURES, SPARK_MASTER, SPARK_TEST_CONF, s
 
 skip_without_spark(allow_module_level=True)
 
-from kmemscope.queries import engine, spark_sql  # noqa: E402
+from kmemscope.queries import runner
+from kmemscope.queries.engines import spark_sql  # noqa: E402
 
 RUNS = [(EXAMPLES / "kmem-compaction", "a"), (EXAMPLES / "thp-faults", "b"),
         (EXAMPLES / "memory-pressure", "c"),
@@ -221,7 +222,7 @@ def test_compare_sides_on_spark_equal_duckdb(dataset, spark):
 def test_spark_sql_error_is_one_line(dataset, spark, capfd):
     """A Spark SQL error reaches the user as one line, without pyspark's page of JSON."""
     from kmemscope.errors import QueryError
-    from kmemscope.queries.engine import backend_errors, open_runs
+    from kmemscope.queries.runner import backend_errors, open_runs
 
     backend = open_runs(dataset, tables=["runs"], engine=spark)[0]
     try:
@@ -285,12 +286,12 @@ def test_section_on_spark_equals_duckdb(qname, a, section, dataset, spark, reque
     if qname in KNOWN:
         request.applymarker(pytest.mark.xfail(reason=KNOWN[qname], strict=True))
     try:
-        duck = engine.run_query(qname, dataset)
+        duck = runner.run_query(qname, dataset)
     except Exception as exc:     # the DuckDB engine refuses: Spark must not be asked
         pytest.skip(f"DuckDB engine refuses {qname} on this dataset: {exc}")
-    on_spark = engine.run_query(qname, dataset, engine=spark)
+    on_spark = runner.run_query(qname, dataset, engine=spark)
     assert on_spark.column_names == duck.column_names
-    assert engine.notes_of(on_spark) == engine.notes_of(duck)
+    assert runner.notes_of(on_spark) == runner.notes_of(duck)
     d_rows, s_rows = _rows(duck), _rows(on_spark)
     if not d_rows:
         assert not s_rows, f"{qname}: no rows on DuckDB, {len(s_rows)} on Spark"

@@ -6,7 +6,7 @@ table (compared in full, sorted); a bad input fails alike in both and does not
 stop the others; `kmemscope info` prints the same. Then: a second Spark job
 over the same inputs leaves the dataset as it was; a task whose Python worker
 dies mid-staging is retried by Spark and leaves no debris; derive=True builds
-the same derived tables as queries/derive.py on the serial dataset.
+the same derived tables as kmemscope/dataset/derived.py on the serial dataset.
 
 The pytest run's shared Spark session serves most tests. A second driver, in
 a subprocess on local[2,2] (a failed task gets a second attempt), runs the
@@ -192,10 +192,10 @@ def test_executors_that_cannot_see_the_dataset_stop_the_job_early(spark, tmp_pat
 
 SECOND_DRIVER = """
 import json, sys
-from kmemscope.parsers import commit, spark_parse
-from kmemscope.queries import spark_backend
+from kmemscope.dataset import commit, spark_parse
+from kmemscope.queries.engines import spark_engine
 retry_ds, crash_ds, compaction, thp, pressure = sys.argv[1:]
-spark = spark_backend.session("local[2,2]", json.loads(%r))
+spark = spark_engine.session("local[2,2]", json.loads(%r))
 sc = spark.sparkContext
 # 1. The first attempt of the kmem-compaction task dies mid-trace; Spark retries it.
 sc.setLocalProperty(spark_parse._KILL_FIRST_ATTEMPT, "kmem-compaction")
@@ -242,7 +242,7 @@ def second_driver(_second_driver_started):
 
 def test_lost_task_is_retried_and_derive_matches(second_driver, serial):
     """The first attempt's Python worker dies mid-trace; Spark's retry commits the run."""
-    from kmemscope.queries.derive import DERIVED_DIR, DERIVED_TABLES, derive_runs
+    from kmemscope.dataset.derived import DERIVED_DIR, DERIVED_TABLES, derive_runs
 
     proc, ds, _ = second_driver
     assert proc.stdout.strip(), proc.stderr[-3000:]

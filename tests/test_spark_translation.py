@@ -1,4 +1,4 @@
-"""The Spark translation of every analysis section (queries/spark_sql.py): lint, rules, golden files."""
+"""The Spark translation of every analysis section (queries/engines/spark_sql.py): lint, rules, golden files."""
 import pytest
 
 from conftest import skip_spark_test
@@ -9,7 +9,7 @@ except ImportError:
     skip_spark_test("sqlglot is not installed (make setup-spark, or pip install 'kmemscope[spark]')",
                     allow_module_level=True)
 
-from kmemscope.queries import spark_sql  # noqa: E402
+from kmemscope.queries.engines import spark_sql  # noqa: E402
 
 if sqlglot.__version__ != spark_sql.SQLGLOT_VERSION:
     skip_spark_test(f"sqlglot {sqlglot.__version__} is not the pinned {spark_sql.SQLGLOT_VERSION}",
@@ -39,7 +39,7 @@ def test_golden_files_are_current():
     extra = [p.name for p in spark_sql.GOLDEN_DIR.glob("*.sql") if p not in files]
     assert not stale and not extra, (
         f"queries/spark/ is out of date (stale: {stale}, extra: {extra}); "
-        "regenerate with `python -m kmemscope.queries.spark_sql --write-golden` and review the diff")
+        "regenerate with `python tools/spark_golden.py --write` and review the diff")
 
 
 def _one(sql, **kw):

@@ -1,5 +1,5 @@
--- atomic_orders.orders: Spark SQL written by kmemscope.queries.spark_sql (sqlglot 30.30.0, uint64 as decimal); do not edit
--- regenerate: python -m kmemscope.queries.spark_sql --write-golden
+-- atomic_orders.orders: Spark SQL written by tools/spark_golden.py (sqlglot 30.30.0, uint64 as decimal); do not edit
+-- regenerate: python tools/spark_golden.py --write
 
 -- TEMPORARY VIEW alloc_classes
 SELECT

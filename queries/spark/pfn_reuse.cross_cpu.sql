@@ -1,5 +1,5 @@
--- pfn_reuse.cross_cpu: Spark SQL written by kmemscope.queries.spark_sql (sqlglot 30.30.0, uint64 as decimal); do not edit
--- regenerate: python -m kmemscope.queries.spark_sql --write-golden
+-- pfn_reuse.cross_cpu: Spark SQL written by tools/spark_golden.py (sqlglot 30.30.0, uint64 as decimal); do not edit
+-- regenerate: python tools/spark_golden.py --write
 
 WITH alloc_free_pairs AS (
   SELECT

@@ -1,5 +1,5 @@
--- pfn_reuse.summary: Spark SQL written by kmemscope.queries.spark_sql (sqlglot 30.30.0, uint64 as decimal); do not edit
--- regenerate: python -m kmemscope.queries.spark_sql --write-golden
+-- pfn_reuse.summary: Spark SQL written by tools/spark_golden.py (sqlglot 30.30.0, uint64 as decimal); do not edit
+-- regenerate: python tools/spark_golden.py --write
 
 WITH pair_stats /* One pass over the pairs. quantile_cont with a list of fractions is DuckDB's */ /* form of three percentile_cont(...) WITHIN GROUP aggregates computed from one */ /* sort (three separate ones take three times as long at 50 M rows). */ AS (
   SELECT

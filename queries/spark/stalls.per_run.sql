@@ -1,5 +1,5 @@
--- stalls.per_run: Spark SQL written by kmemscope.queries.spark_sql (sqlglot 30.30.0, uint64 as decimal); do not edit
--- regenerate: python -m kmemscope.queries.spark_sql --write-golden
+-- stalls.per_run: Spark SQL written by tools/spark_golden.py (sqlglot 30.30.0, uint64 as decimal); do not edit
+-- regenerate: python tools/spark_golden.py --write
 
 -- TEMPORARY TABLE (a cached DataFrame) _stall_frame_skip
 SELECT

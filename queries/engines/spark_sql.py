@@ -35,15 +35,14 @@ no exact Spark form. Rules (each exact, or rejected):
 
 Golden files (what Spark runs, for review): queries/spark/<analysis>.<section>.sql
 (<analysis>.sql for an analysis of one SELECT, _common.sql for the shared views),
-written by `python -m kmemscope.queries.spark_sql --write-golden`.
+written by `python tools/spark_golden.py --write` (a development tool).
 """
 import functools
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-QUERY_DIR = Path(__file__).resolve().parent
+QUERY_DIR = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = QUERY_DIR / "spark"
 COMMON_SQL = QUERY_DIR / "_common.sql"
 SQLGLOT_VERSION = "30.30.0"      # the golden files are this version's output
@@ -573,7 +572,7 @@ def _translate(sql, uint64, pretty):
 # ---------------------------------------------------------------- analyses
 
 def _catalog():
-    from . import catalog
+    from kmemscope.queries import catalog
     return catalog
 
 
@@ -603,9 +602,9 @@ def golden_text(a, section, uint64="decimal"):
     """
     plan = section_plan(a, section, uint64)
     qname = f"{a.name}.{section.name}" if section.name else a.name
-    parts = [f"-- {qname}: Spark SQL written by kmemscope.queries.spark_sql "
+    parts = [f"-- {qname}: Spark SQL written by tools/spark_golden.py "
              f"(sqlglot {SQLGLOT_VERSION}, uint64 as {uint64}); do not edit\n"
-             "-- regenerate: python -m kmemscope.queries.spark_sql --write-golden"]
+             "-- regenerate: python tools/spark_golden.py --write"]
     for st in plan["prelude"]:
         parts.append(st.text() + ";")
     parts.append(plan["section"].text() + ";")
@@ -613,9 +612,9 @@ def golden_text(a, section, uint64="decimal"):
 
 
 def common_golden_text(uint64="decimal"):
-    parts = [f"-- _common: Spark SQL written by kmemscope.queries.spark_sql "
+    parts = [f"-- _common: Spark SQL written by tools/spark_golden.py "
              f"(sqlglot {SQLGLOT_VERSION}, uint64 as {uint64}); do not edit\n"
-             "-- regenerate: python -m kmemscope.queries.spark_sql --write-golden"]
+             "-- regenerate: python tools/spark_golden.py --write"]
     parts += [st.text() + ";" for st in translate(COMMON_SQL.read_text(), uint64)]
     return "\n\n".join(parts) + "\n"
 
@@ -626,40 +625,3 @@ def golden_files():
     for qname, a, s in every_section():
         out[GOLDEN_DIR / f"{qname}.sql"] = golden_text(a, s)
     return out
-
-
-def main(argv=None):
-    import argparse
-    ap = argparse.ArgumentParser(prog="python -m kmemscope.queries.spark_sql",
-                                 description="Check or write the Spark translations of the analyses.")
-    ap.add_argument("--write-golden", action="store_true",
-                    help=f"write {GOLDEN_DIR.relative_to(QUERY_DIR.parent)}/*.sql")
-    ap.add_argument("--show", metavar="NAME.SECTION", help="print one section's Spark SQL")
-    args = ap.parse_args(argv)
-    try:
-        if args.show:
-            a, s = _catalog().find_analysis(args.show)
-            sys.stdout.write(golden_text(a, s))
-            return 0
-        files = golden_files()
-    except (TranslationError, ValueError) as exc:
-        print(f"kmemscope: error: {exc}", file=sys.stderr)
-        return 1
-    if args.write_golden:
-        GOLDEN_DIR.mkdir(exist_ok=True)
-        for old in GOLDEN_DIR.glob("*.sql"):
-            if old not in files:
-                old.unlink()
-        for path, text in files.items():
-            path.write_text(text)
-        print(f"wrote {len(files)} files to {GOLDEN_DIR}")
-    else:
-        stale = [p.name for p, t in files.items() if not p.exists() or p.read_text() != t]
-        print(f"{len(files)} translations; {len(stale)} differ from the golden files"
-              + (": " + ", ".join(stale) if stale else ""))
-        return 1 if stale else 0
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

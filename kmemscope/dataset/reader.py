@@ -6,7 +6,7 @@ partition path and is forced to VARCHAR: a hex id made only of digits would
 otherwise be guessed as an integer. `union_by_name` lets one view span kernels
 whose event formats differ (gfp_flags is 4 bytes on 5.15 and 8 on 6.x) in a
 dataset of format 1, and columns kmemscope does not know in any format
-(parsers/dataset_format.py; a newer format than this kmemscope reads is refused).
+(kmemscope/dataset/format.py; a newer format than this kmemscope reads is refused).
 
 `connect(..., run_ids=[...])` builds the views over those runs' partitions only,
 so a query over one run of a hundred reads one run's files. The run ids that
@@ -18,14 +18,14 @@ A local dataset is untrusted: before DuckDB opens anything, every table folder,
 following links, and a symbolic link, FIFO, device or socket among them is an
 error naming it (a FIFO would block the reader forever; a link would read, or
 let a later parse write, outside the dataset). Readers write nothing: an
-interrupted commit is left to the next parse (parsers/commit.py) and only
+interrupted commit is left to the next parse (kmemscope/dataset/commit.py) and only
 reported by finish_interrupted_commits().
 """
 import os
 from pathlib import Path
 
 from kmemscope.errors import DatasetError, QueryError
-from kmemscope.parsers.dataset_format import FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format
+from kmemscope.dataset.format import FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format
 
 from . import storage
 
@@ -48,7 +48,7 @@ def table_runs(dataset):
 
     A run counts once its `runs` partition is in place (the commit puts it
     there last): partitions of a run being committed or replaced are left out.
-    Files of an s3 dataset are s3:// URLs (queries/storage.py).
+    Files of an s3 dataset are s3:// URLs (kmemscope/dataset/storage.py).
     """
     if storage.is_url(dataset):
         _read_url_format(dataset)
@@ -121,7 +121,7 @@ def _checked(entry, what, file=False):
         return "dir"
     if entry.is_file(follow_symlinks=False):
         return "file"
-    from kmemscope.parsers.commit import kind_of
+    from kmemscope.dataset.commit import kind_of
 
     kind = kind_of(entry.stat(follow_symlinks=False).st_mode)
     raise DatasetError(f"{entry.path}: {kind} inside the dataset where {what} belongs, not a "
@@ -184,11 +184,11 @@ def finish_interrupted_commits(dataset):
     """Notes on commits that killed parses left unfinished; checks only, writes nothing.
 
     Readers never recover: the next `kmemscope parse` into the dataset does
-    (parsers/commit.py). Until then an interrupted commit's run is left out
+    (kmemscope/dataset/commit.py). Until then an interrupted commit's run is left out
     (its `runs` partition is hidden first), or shown as it was before it; a
     work folder that kmemscope did not leave as it is gets a note too.
     """
-    from kmemscope.parsers import commit
+    from kmemscope.dataset import commit
 
     if storage.is_url(dataset):
         return []                  # read only: nothing is committed to an object store

@@ -3,7 +3,7 @@
 One home for both engines: the DuckDB backend gives a run that lacks a column
 (an older kernel's format) a NULL of this type, and a dataset that lacks a
 table an empty view with these columns; the Spark backend maps the same names
-to Spark types (queries/spark_sql.py `spark_type`).
+to Spark types (queries/engines/spark_sql.py `spark_type`).
 """
 
 _EVENT = {"ts": "BIGINT", "cpu": "INTEGER", "pid": "INTEGER", "comm": "VARCHAR"}
@@ -67,7 +67,7 @@ TABLE_COLUMNS = {
                     "better": "VARCHAR", "source": "VARCHAR"},
 }
 
-# Per-run tables built once from a run's events (queries/derive.py).
+# Per-run tables built once from a run's events (kmemscope/dataset/derived.py).
 DERIVED_COLUMNS = {
     "page_pairs": {"pfn": "UBIGINT", "reuse": "BOOLEAN", "interval_ns": "BIGINT",
                    "same_cpu": "BOOLEAN", "order": "UTINYINT", "cpu": "INTEGER"},

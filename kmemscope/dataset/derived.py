@@ -45,7 +45,7 @@ from pathlib import Path
 
 from kmemscope.errors import DatasetError
 
-from . import dataset as ds
+from . import reader as ds
 from . import storage
 
 DERIVE_VERSION = "2"

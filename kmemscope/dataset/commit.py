@@ -16,7 +16,7 @@ partition first), swap every other table's partition, show the new run
 file system, and rolling forward is idempotent: the next writer (parse) that
 finds a dead parse's journal finishes its commit; a dead parse without a
 journal never touched the dataset and its directory is simply removed.
-Readers see a run once its `runs` partition is in place (queries/dataset.py
+Readers see a run once its `runs` partition is in place (kmemscope/dataset/reader.py
 reads only those runs), so they see the old run, the new one, or, for the
 moment of a replacement, neither; never half of one. Readers never recover:
 unfinished_commits() tells them what is pending, and writes nothing.
@@ -421,7 +421,7 @@ def commit(workdir, run_id):
     Raises UnsafeEntry, with nothing moved, when a table folder of the dataset
     is a link or special file.
     """
-    from kmemscope.parsers import run_metrics
+    from kmemscope.dataset import run_metrics
 
     check_layout(workdir.dataset)       # keep_imported reads the dataset's run_metrics folder
     run_metrics.keep_imported(workdir.dataset, workdir.stage, run_id)   # imports outlive re-parses

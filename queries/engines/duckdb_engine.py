@@ -1,22 +1,35 @@
-"""The DuckDB backend of queries/engine.py: one in-process connection per query.
+"""DuckDB in this process, the default engine: one in-process connection per query.
 
 Every dataset table is a view over the chosen runs' Parquet files
-(queries/dataset.py `connect`), with NULL stand-ins for the columns of
+(kmemscope/dataset/reader.py `connect`), with NULL stand-ins for the columns of
 schema.TABLE_COLUMNS that an older kernel's format lacks. Derived tables are
-Parquet files built once per run by queries/derive.py and read as views.
+Parquet files built once per run by kmemscope/dataset/derived.py and read as views.
 """
 import duckdb
 
+from kmemscope.dataset import derived as derive
+from kmemscope.dataset import reader as ds
+from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.errors import QueryError
-
-from . import dataset as ds
-from . import derive
-from .schema import DERIVED_COLUMNS, TABLE_COLUMNS
 
 _ARROW_IN = "_kmemscope_arrow_in"
 
 
+class DuckDBEngine:
+    """Stateless: every query gets a fresh connection (engines/base.py Engine)."""
+
+    name = "duckdb"
+
+    def open(self, dataset, chosen, parts, tables, threads=None):
+        return DuckDBBackend(dataset, chosen, parts, tables, threads)
+
+    def close(self):
+        pass
+
+
 class DuckDBBackend:
+    """The chosen runs as DuckDB views, for one query (engines/base.py Backend)."""
+
     name = "duckdb"
     where = ""                 # error messages need not say which engine: it is the default
 

@@ -4,11 +4,11 @@ Format 1: a dataset without `_kmemscope.json` (written before the file existed).
   Every column has the type of its field in the trace's own event format, so
   runs of different kernels give one table different schemas (gfp_flags is 4
   bytes up to 5.15 and 8 after; pfn is 4 bytes on 32-bit kernels).
-Format 2: the columns kmemscope knows (queries/schema.py TABLE_COLUMNS) are
+Format 2: the columns kmemscope knows (kmemscope/dataset/schema.py TABLE_COLUMNS) are
   stored with their canonical type whatever the kernel, so each known table has
   one schema across runs. Other columns keep the trace's types.
 
-Readers (queries/dataset.py) accept formats up to FORMAT and refuse newer ones
+Readers (kmemscope/dataset/reader.py) accept formats up to FORMAT and refuse newer ones
 in one line. Writers call `ensure_format(dataset)` with the dataset's commit
 lock held, before a run becomes visible: a new dataset gets format FORMAT; one
 that already holds runs and has no file stays format 1 (its old runs are not
@@ -173,7 +173,7 @@ def write_format(dataset, version=FORMAT):
 def ensure_format(dataset):
     """Make `dataset` ready to take a run written by this kmemscope; returns its format.
 
-    Call with the dataset's commit lock held (parsers/commit.py dataset_lock),
+    Call with the dataset's commit lock held (kmemscope/dataset/commit.py dataset_lock),
     before the run's partitions are moved in. A dataset with a file is checked
     (a newer format is refused: this kmemscope would write runs it does not
     describe); a dataset with no run yet gets a FORMAT file; a dataset of runs
@@ -197,7 +197,7 @@ def _arrow_types():
 
 
 def _known_columns():
-    from kmemscope.queries.schema import TABLE_COLUMNS
+    from kmemscope.dataset.schema import TABLE_COLUMNS
 
     return TABLE_COLUMNS
 

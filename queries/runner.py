@@ -1,4 +1,4 @@
-"""Run the named analyses of queries/*.sql over a dataset, on DuckDB or on Spark.
+"""Run the named analyses of queries/*.sql over a dataset, on any engine.
 
 This module is the one home of what an analysis means, whichever engine runs
 it: header directives and parameters (queries/catalog.py; parameters are always
@@ -6,14 +6,14 @@ bound, never pasted into SQL text), run and label selection (selection.py), the
 check that the chosen runs have the tables a section needs and the notes about
 what they lack, and the per-run era facts (eras.py). A backend only registers
 views and Arrow tables, executes statements written in DuckDB's dialect,
-returns Arrow, and builds the derived tables:
+returns Arrow, and builds the derived tables (the interface: engines/base.py):
 
-  duckdb_backend.py   DuckDB in this process (the default)
-  spark_backend.py    Apache Spark, local or a cluster; the SQL is translated by
-                      spark_sql.py (sqlglot plus kmemscope's rewrite rules)
+  engines/duckdb_engine.py   DuckDB in this process (the default)
+  engines/spark_engine.py    Apache Spark, local or a cluster; the SQL is translated by
+                             engines/spark_sql.py (sqlglot plus kmemscope's rewrite rules)
 
     prepare(name, dataset, ...)   -> Plan: the section, bound parameters, chosen runs, notes
-    run_query(name, dataset, ..., engine="duckdb" | "spark" | spark_engine(...))
+    run_query(name, dataset, ..., engine=EngineSpec(...) | "duckdb" | "spark" | an Engine)
                                   -> pyarrow.Table
 
 Every table that an analysis names gets a view over the selected runs; one
@@ -26,22 +26,20 @@ metadata under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 """
 import json
 import re
-import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from kmemscope.dataset import reader as ds
+from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.errors import DatasetError, KmemscopeError, QueryError
 
-from . import dataset as ds
-from . import eras
+from . import engines, eras
 from .catalog import QUERY_DIR, convert_param, find_analysis
-from .schema import DERIVED_COLUMNS, TABLE_COLUMNS  # noqa: F401 - re-exported
 from .selection import select_runs
 
 COMMON_SQL = QUERY_DIR / "_common.sql"
 NOTES_KEY = b"kmemscope.notes"
 PROCFS_TABLES = ("vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo")
-ENGINES = ("duckdb", "spark")
 _PARAM_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -168,52 +166,6 @@ def _table_runs(dataset):
     return ds.table_runs(dataset)
 
 
-# ---------------------------------------------------------------- engines
-
-class DuckDBEngine:
-    """DuckDB in this process; stateless: every query gets a fresh connection."""
-
-    name = "duckdb"
-
-    def open(self, dataset, chosen, parts, tables, threads=None):
-        from .duckdb_backend import DuckDBBackend
-        return DuckDBBackend(dataset, chosen, parts, tables, threads)
-
-    def close(self):
-        pass
-
-
-_DUCKDB = DuckDBEngine()
-_default_spark = None
-_default_spark_lock = threading.Lock()
-
-
-def spark_engine(master="local[*]", conf=None, uint64="decimal"):
-    """A Spark engine (one SparkSession, made on first use, reused by every query).
-
-    master: "local[*]", "spark://host:7077", "yarn", ...; conf: {key: value} or
-    ["key=value", ...] for the session. Needs `pip install 'kmemscope[spark]'`
-    and Java 17 or later.
-    """
-    from .spark_backend import SparkEngine
-    return SparkEngine(master=master, conf=conf, uint64=uint64)
-
-
-def resolve_engine(engine):
-    """None/"duckdb" -> DuckDB; "spark" -> this process's default Spark engine; an engine as is."""
-    global _default_spark
-    if engine is None or engine == "duckdb":
-        return _DUCKDB
-    if engine == "spark":
-        with _default_spark_lock:
-            if _default_spark is None:
-                _default_spark = spark_engine()
-            return _default_spark
-    if hasattr(engine, "open") and hasattr(engine, "name"):
-        return engine
-    raise QueryError(f"unknown engine {engine!r}", f"engines: {', '.join(ENGINES)}")
-
-
 def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, engine=None,
               parts=None):
     """A backend over the selected runs with run_facts and the _common.sql views.
@@ -223,7 +175,7 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
     table). parts: the dataset's listing when the caller has it (prepare's).
     The caller closes the backend.
     """
-    eng = resolve_engine(engine)
+    eng = engines.resolve(engine)
     parts = _table_runs(dataset) if parts is None else parts
     chosen = select_runs(dataset, parts, run_ids, labels)
     common = COMMON_SQL.read_text()
@@ -310,7 +262,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     ["k=v", ...]; a run must match all. params: {name: value}, values as
     strings from a command line or typed. progress(message) hears about slow
     one-time work (building a run's derived tables) before it starts. engine:
-    "duckdb" (default), "spark", or an engine from spark_engine().
+    an engines.EngineSpec, "duckdb" (default), "spark", or an engine object.
     """
     plan = prepare(name, dataset, run_ids, labels, params)
     backend, _chosen, _parts, facts, mts = open_runs(

@@ -1,12 +1,12 @@
-"""The Spark backend of queries/engine.py (pip install 'kmemscope[spark]', Java 17+).
+"""Apache Spark as an engine (pip install 'kmemscope[spark]', Java 17+).
 
-It runs the same queries/*.sql as the DuckDB backend, translated by
-queries/spark_sql.py, over the same Parquet dataset; engine.py decides what an
+It runs the same queries/*.sql as the DuckDB engine, translated by
+spark_sql.py, over the same Parquet dataset; queries/runner.py decides what an
 analysis needs (parameters, runs, table checks, notes, era facts) for both.
 
-    eng = engine.spark_engine("local[*]", conf={"spark.executor.memory": "8g"})
-    table = engine.run_query("pfn_reuse.cross_cpu", "ds", engine=eng)   # pyarrow.Table
-    eng.close()
+    spec = EngineSpec("spark", "local[*]", {"spark.executor.memory": "8g"})
+    table = runner.run_query("pfn_reuse.cross_cpu", "ds", engine=spec)   # pyarrow.Table
+    engines.release(spec)
 
 Each dataset table is read with basePath partition discovery and partition
 type inference off, so run_id stays a string (an all-digit id would become a
@@ -20,7 +20,7 @@ them as BIGINT holding the same bits (2^64-1 as -1): faster, for experiments.
 Parameters are bound by spark.sql(query, args=...), never pasted into SQL
 text; file parameters are read by the DataFrame reader from the bound path.
 The free/alloc pairing tables (page_pairs, pfn_allocs) are computed in Spark,
-partitioned by run_id; the kernel-stack tables come from queries/derive.py's
+partitioned by run_id; the kernel-stack tables come from kmemscope/dataset/derived.py's
 per-run files (built where missing). The dataset must be on a filesystem every
 executor sees (a shared mount, or an object store Spark is configured for). An
 s3:// dataset is read as s3a:// through hadoop-aws: a session made for one gets
@@ -35,8 +35,9 @@ from pathlib import Path
 
 from kmemscope.errors import QueryError
 
-from . import spark_sql, storage
-from .schema import DERIVED_COLUMNS, TABLE_COLUMNS
+from kmemscope.dataset import storage
+from . import spark_sql
+from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -347,7 +348,7 @@ class SparkBackend:
     """
 
     def derived(self, name, progress=None):
-        """A view of derived table `name` (queries/derive.py's tables) over the chosen runs."""
+        """A view of derived table `name` (kmemscope/dataset/derived.py's tables) over the chosen runs."""
         if name in ("page_pairs", "pfn_allocs"):
             key = (os.path.realpath(self.dataset), name, tuple(sorted(self.chosen)), self.uint64)
             df = self.engine._derived.get(key)
@@ -360,7 +361,7 @@ class SparkBackend:
                 self.engine.keep_derived(key, df)
             self._view(name, df)
             return
-        from . import derive
+        from kmemscope.dataset import derived as derive
         # The kernel-stack pairing runs per run in derive.py (DuckDB), once; Spark reads its files.
         files = derive.stack_files(self.dataset, name, self.chosen, self.parts, progress=progress)
         if files:
@@ -483,113 +484,3 @@ def _uint64_back(table):
             table = table.set_column(i, pa.field(fld.name, pa.uint64(), fld.nullable,
                                                  fld.metadata), col)
     return table
-
-
-class SparkRunSet:
-    """The engine's Spark path over chosen runs, for callers of the first prototype."""
-
-    def __init__(self, spark, dataset, run_ids=None, labels=None, uint64="decimal"):
-        self.engine = SparkEngine(spark=spark, uint64=uint64)
-        self.dataset, self.run_ids, self.labels = dataset, run_ids, labels
-
-    def query(self, name, params=None):
-        from .engine import run_query
-        return run_query(name, self.dataset, self.run_ids, self.labels, params, engine=self.engine)
-
-
-# ---------------------------------------------------------------- uint64 benchmark
-
-_BENCH_PAIRS = """
-SELECT count(*) AS pairs, sum(interval_ns) AS total_ns FROM (
-  SELECT ts - lag(ts) OVER w AS interval_ns, lag(is_alloc) OVER w AS prev, is_alloc
-  FROM t WHERE pfn NOT IN (18446744073709551615, 4294967295)
-  WINDOW w AS (PARTITION BY pfn ORDER BY ts, is_alloc)
-) AS x WHERE prev IS NOT NULL AND prev <> is_alloc
-"""
-_BENCH_GFP = """
-SELECT count(*) AS n FROM t
-WHERE (gfp_flags & 1024) <> 0 AND (gfp_flags & 2048) = 0 AND pfn <> 18446744073709551615
-"""
-
-
-def bench_uint64(rows, workdir, spark=None, repeat=2):
-    """Time the pairing window and a gfp bit filter on `rows` events stored as uint64 and
-    as int64, on DuckDB and on Spark -> list of result dicts (best of `repeat`)."""
-    import time
-
-    import duckdb
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rng = np.random.default_rng(1)
-    pfn = rng.integers(0, 1 << 21, rows, dtype=np.uint64)
-    is_alloc = rng.integers(0, 2, rows, dtype=np.int32)
-    pfn[(rng.random(rows) < 0.01) & (is_alloc == 1)] = np.uint64((1 << 64) - 1)
-    gfp = rng.choice(np.array([0xcc0, 0x140cca, 0x2800, 0x52dc0, 0x400], dtype=np.uint64), rows)
-    cols = {"ts": np.arange(rows, dtype=np.int64) * 7, "cpu": rng.integers(0, 2, rows, dtype=np.int32),
-            "is_alloc": is_alloc}
-    paths = {}
-    for kind in ("uint64", "int64"):
-        conv = (lambda a: a) if kind == "uint64" else (lambda a: a.view(np.int64))
-        table = pa.table({**cols, "pfn": conv(pfn), "gfp_flags": conv(gfp)})
-        d = Path(workdir) / kind / "run_id=bench"
-        d.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, d / "part-0.parquet", row_group_size=1 << 20)
-        paths[kind] = d.parent
-    spark = spark or session()
-    out = []
-    # uint64 storage read as DECIMAL(20,0); int64 storage; uint64 storage turned into
-    # BIGINT as it is read (SparkRunSet(uint64="int64")), Spark only
-    for kind, mode, store in (("uint64", "decimal", "uint64"), ("int64", "int64", "int64"),
-                              ("uint64 read as int64", "int64", "uint64")):
-        con = duckdb.connect()
-        con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{paths[store]}/*/*.parquet')")  # sql-safe: our temp dir
-        df = spark.read.option("basePath", str(paths[store])).parquet(str(paths[store] / "run_id=bench"))
-        if kind == "uint64 read as int64":
-            df = df.select(*[_as_int64(f.name, _spark_type_name(f.dataType))
-                             for f in df.schema.fields])
-        df.createOrReplaceTempView("t")
-        for what, sql in (("pairing", _BENCH_PAIRS), ("gfp_filter", _BENCH_GFP)):
-            duck_sql = sql if mode == "decimal" else sql.replace("18446744073709551615", "-1")
-            (st,) = spark_sql.translate(sql, mode)
-            engines = (("duckdb", lambda: con.sql(duck_sql).fetchall()),
-                       ("spark", lambda: [tuple(r) for r in spark.sql(st.sql).collect()]))
-            for engine_name, run in engines[1:] if store != kind else engines:
-                best, result = None, None
-                for _ in range(repeat):
-                    t0 = time.perf_counter()
-                    result = run()
-                    dt = time.perf_counter() - t0
-                    best = dt if best is None else min(best, dt)
-                out.append({"storage": kind, "spark_type": "DECIMAL(20,0)" if mode == "decimal"
-                            else "BIGINT", "query": what, "engine": engine_name,
-                            "seconds": round(best, 3), "result": [tuple(int(x) for x in r) for r in result]})
-        con.close()
-    return out
-
-
-def main(argv=None):
-    import argparse
-    import json
-    import sys
-    import tempfile
-
-    ap = argparse.ArgumentParser(prog="python -m kmemscope.queries.spark_backend")
-    ap.add_argument("--bench-uint64", type=int, metavar="ROWS",
-                    help="time uint64 (DECIMAL(20,0)) vs int64 storage on DuckDB and Spark")
-    ap.add_argument("--master", default="local[*]")
-    args = ap.parse_args(argv)
-    if not args.bench_uint64:
-        ap.print_help()
-        return 0
-    with tempfile.TemporaryDirectory(prefix="kmemscope-bench-") as tmp:
-        for row in bench_uint64(args.bench_uint64, tmp, session(args.master)):
-            print(json.dumps(row))
-            sys.stdout.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-    sys.exit(main())
