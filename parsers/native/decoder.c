@@ -166,12 +166,15 @@ static uint64_t mix64(uint64_t x)
 	return x;
 }
 
+/* One multiply per frame on the way, a full mix at the end: the memo compares
+ * whole stacks, so the hash needs only to spread them, and this runs for
+ * every stack record. */
 static uint64_t hash_frames(const uint64_t *addrs, int depth)
 {
-	uint64_t h = mix64((uint64_t)depth);
+	uint64_t h = (uint64_t)depth;
 	for (int k = 0; k < depth; k++)
-		h = mix64(h ^ addrs[k]);
-	return h;
+		h = (h ^ addrs[k]) * 0x9e3779b97f4a7c15ULL;
+	return mix64(h);
 }
 
 /* The record's stack addresses, widened to uint64_t, into d->frames: as many
@@ -415,13 +418,22 @@ static int presize(struct decoder *d, struct col_builder *c, int width)
 	return gbuf_reserve(&c->values, (size_t)d->batch_rows * width);
 }
 
+/* A stack column's buffers start each batch at the size the batch before
+ * reached, and a little more: a batch of stack symbols is tens of MB. */
+static int presize_stack(struct col_builder *c)
+{
+	return gbuf_presize(&c->offsets, c->last_offsets + c->last_offsets / 8) ||
+	       gbuf_presize(&c->child, c->last_child + c->last_child / 8) ||
+	       gbuf_presize(&c->child_offsets, c->last_child_offsets + c->last_child_offsets / 8);
+}
+
 static int append_record(struct decoder *d, struct event_builder *b, const unsigned char *data,
 			 int size, unsigned long long ts, int cpu)
 {
 	struct event_plan *p = b->plan;
 	bool swap = d->trace->swap;
 	int pid = (int)(int32_t)read_uint(data + d->trace->pid_offset, 4, swap);
-	int r = 0;
+	int r = 0, frames = -1;
 	bool full = false;
 	for (int i = 0; i < p->ncols && !r; i++) {
 		struct col_plan *cp = &p->cols[i];
@@ -507,8 +519,11 @@ static int append_record(struct decoder *d, struct event_builder *b, const unsig
 		}
 		case COL_STACK:
 		case COL_STACKSYM: {
-			int count = read_frames(d, cp, data, size);
-			r = count < 0;
+			/* caller and caller_symbols are the same field: read it once */
+			if (frames < 0)
+				frames = read_frames(d, cp, data, size);
+			int count = frames;
+			r = count < 0 || presize_stack(c);
 			if (!r && cp->kind == COL_STACK) {
 				r = offsets_start(&c->offsets) ||
 				    (count && gbuf_append(&c->child, d->frames.data, (size_t)count * 8)) ||
@@ -561,6 +576,9 @@ static int export_column(const struct col_plan *cp, struct col_builder *c, int64
 	struct ArrowSchema *s = NULL;
 	struct ArrowArray *a = NULL;
 	bool ok = false;
+	c->last_offsets = c->offsets.len;
+	c->last_child = c->child.len;
+	c->last_child_offsets = c->child_offsets.len;
 	switch (cp->kind) {
 	case COL_TS:
 	case COL_CPU:

@@ -47,6 +47,8 @@ struct col_builder {
 	struct gbuf offsets;	/* int32 offsets for strings and lists */
 	struct gbuf child;	/* list elements / string bytes */
 	struct gbuf child_offsets;	/* stack symbols: offsets into `child` */
+	/* stack columns: what the batch before held, to size the next one at once */
+	size_t last_offsets, last_child, last_child_offsets;
 	/* comm dictionary for the batch being built */
 	struct pid_slot *slots;
 	int nslots;

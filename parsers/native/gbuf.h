@@ -37,6 +37,22 @@ static inline int gbuf_reserve(struct gbuf *b, size_t extra)
 	return 0;
 }
 
+/* Give an empty buffer `n` bytes at once, for a size known in advance (the
+ * batch before's): doubling towards it copies the bytes at every step, and a
+ * power of two past the allocator's mmap threshold is a fresh mapping whose
+ * pages are faulted in and zeroed batch after batch. */
+static inline int gbuf_presize(struct gbuf *b, size_t n)
+{
+	if (b->cap || !n)
+		return 0;
+	char *p = km_malloc(n);
+	if (!p)
+		return -1;
+	b->data = p;
+	b->cap = n;
+	return 0;
+}
+
 static inline int gbuf_append(struct gbuf *b, const void *src, size_t n)
 {
 	if (gbuf_reserve(b, n))
