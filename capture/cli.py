@@ -10,6 +10,8 @@ import sys
 import traceback
 
 from kmemscope.capture import bench_metrics, cleanup, lock, pack, presets
+from kmemscope.capture.flight import FlightOptions, FlightRecorder
+from kmemscope.capture.triggers import parse_trigger
 from kmemscope.errors import CaptureError
 from kmemscope.capture.recorder import Interrupted, Options, Recorder, check_host
 from kmemscope.capture.units import parse_duration, parse_size
@@ -22,6 +24,9 @@ examples:
   kmemscope record -o /var/tmp/run2 --preset light --duration 10m
   kmemscope record -o /var/tmp/run3 -e kmem:mm_page_alloc:'order >= 9' -- ./workload
   kmemscope record --cleanup        # after a record was killed with SIGKILL
+  kmemscope record --flight -o /var/tmp/flight --keep 30s --after 5s \\
+      --trigger 'psi.memory.some>10%%@2s' --trigger 'vmstat.compact_stall>50/s@5s'
+                                    # flight recorder: a bundle per trigger; kill -USR1 PID for one now
 
 COMMAND goes after `--`. Without COMMAND and --duration, record stops after 30 s (or at Ctrl-C).
 Presets (--list-presets shows their events and rates): %s.
@@ -70,6 +75,28 @@ def build_parser():
     p.add_argument("--force", action="store_true",
                    help="replace an existing bundle; record even if someone else is tracing")
     p.add_argument("--trace-cmd", default="trace-cmd", metavar="PATH", help=argparse.SUPPRESS)
+    f = p.add_argument_group("flight recorder (--flight)")
+    f.add_argument("--flight", action="store_true",
+                   help="run until stopped, keeping the last --keep seconds in the kernel's ring "
+                        "buffer; each trigger writes a bundle BUNDLE/<UTC time>-<reason>/")
+    f.add_argument("--keep", type=parse_duration, default=30.0, metavar="TIME",
+                   help="events and samples a bundle holds before its trigger (default 30s)")
+    f.add_argument("--after", type=parse_duration, default=5.0, metavar="TIME",
+                   help="and after it (default 5s)")
+    f.add_argument("--trigger", dest="triggers", action="append", default=[], metavar="CONDITION",
+                   help="psi.memory.some>PCT%%, psi.memory.full>PCT%%, vmstat.NAME>RATE/s or "
+                        "thp.fallback>PCT%%, each optionally @WINDOW (repeatable; SIGUSR1 is "
+                        "always a trigger)")
+    f.add_argument("--cooldown", type=parse_duration, default=60.0, metavar="TIME",
+                   help="ignore triggers for TIME after one (default 60s)")
+    f.add_argument("--max-per-hour", type=int, default=6, metavar="N",
+                   help="at most N bundles in any hour (default 6)")
+    f.add_argument("--max-bundles", type=int, default=10, metavar="N",
+                   help="keep the newest N bundles, removing the oldest (default 10)")
+    f.add_argument("--max-disk", type=parse_size, metavar="SIZE",
+                   help="keep the bundles under SIZE in all, removing the oldest")
+    f.add_argument("--measure", type=parse_duration, default=3.0, metavar="TIME",
+                   help="measure the event rate for TIME before sizing the buffer (default 3s)")
     p.add_argument("--cleanup", action="store_true",
                    help="restore the tracing state that a killed record left, then exit")
     p.add_argument("--list-presets", action="store_true", help="describe the presets and exit")
@@ -126,6 +153,31 @@ def options_from_args(args, command):
                    trace_cmd=args.trace_cmd)
 
 
+FLIGHT_ONLY = ("triggers", "cooldown", "max_per_hour", "max_bundles", "max_disk")
+
+
+def flight_options_from_args(args, command):
+    if not args.output:
+        raise CaptureError("no output given", "pass -o DIR (the flight directory)")
+    if command:
+        raise CaptureError("a flight recorder runs no COMMAND",
+                           "start the workload separately, or record once without --flight")
+    for name in ("metrics", "pack"):
+        if getattr(args, name):
+            raise CaptureError("--%s does not apply to --flight" % name, "see `%s --help`" % PROG)
+    if args.buffer_kb is not None and args.buffer_kb <= 0:
+        raise CaptureError("--buffer-kb must be positive")
+    return FlightOptions(
+        output=args.output, keep=args.keep, after=args.after,
+        trigger_specs=[parse_trigger(t) for t in args.triggers], cooldown=args.cooldown,
+        max_bundles=args.max_bundles, max_disk=args.max_disk, max_per_hour=args.max_per_hour,
+        measure=args.measure, preset=args.preset,
+        events=[presets.parse_event_arg(e) for e in args.events], duration=args.duration or None,
+        min_free=args.min_free, interval=args.interval, buffer_kb=args.buffer_kb,
+        labels=_labels(args.label), force=args.force, zoneinfo=args.zoneinfo,
+        trace_cmd=args.trace_cmd)
+
+
 def say(text):
     print("kmemscope record: " + text, file=sys.stderr, flush=True)
 
@@ -153,6 +205,13 @@ def main(argv=None):
             return 0
         if args.cleanup:
             return run_cleanup(args.trace_cmd)
+        if args.flight:
+            FlightRecorder(flight_options_from_args(args, command), say).run()
+            return 0
+        for name in FLIGHT_ONLY:
+            if getattr(args, name) != build_parser().get_default(name):
+                raise UsageError("--%s needs --flight" % name.replace("_", "-"),
+                                 "see `%s --help`" % PROG)
         options = options_from_args(args, command)
         metrics = bench_metrics.Expected(args.metrics, command) if args.metrics else None
         Recorder(options, say).run()

@@ -8,6 +8,7 @@ followed by the file's text as the kernel printed it. The trace is recorded
 with trace-cmd's `mono` clock, so mono_ns places the sample on the same
 timeline as the events (parsers/procfs.py reads these files).
 """
+import collections
 import os
 import threading
 import time
@@ -77,3 +78,62 @@ class ProcfsSampler:
         for out in self._files.values():
             out.close()
         self._files = {}
+
+
+class RollingSampler(ProcfsSampler):
+    """The same samples kept in memory for the last `keep_s` seconds only (a flight recorder).
+
+    Nothing is written until write_window() copies the samples of a window
+    into a bundle, in the format of ProcfsSampler's files. on_sample(mono_ns,
+    texts) is called from the sampler thread after each sample.
+    """
+
+    def __init__(self, interval, keep_s, zoneinfo=False, proc="/proc", on_sample=None):
+        super().__init__(None, interval, zoneinfo, proc)
+        self.keep_ns = int(keep_s * 1e9)
+        # A bound on the count too, so a clock step cannot grow the store.
+        self.max_rows = int(keep_s / interval) + 4
+        self.rows = collections.deque()
+        self.on_sample = on_sample
+        self._lock = threading.Lock()
+
+    def open(self):
+        pass
+
+    def sample(self):
+        texts = {}
+        mono_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        for name in self.sources:
+            stamp = (time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time_ns())
+            with open(os.path.join(self.proc, name)) as f:
+                texts[name] = (stamp, f.read())
+        with self._lock:
+            self.rows.append((mono_ns, texts))
+            while self.rows and (len(self.rows) > self.max_rows or
+                                 self.rows[0][0] < mono_ns - self.keep_ns):
+                self.rows.popleft()
+        self.samples += 1
+        if self.on_sample is not None:
+            self.on_sample(mono_ns, {name: text for name, (_, text) in texts.items()})
+
+    def bytes_held(self):
+        with self._lock:
+            return sum(len(text) for _, texts in self.rows for _, text in texts.values())
+
+    def write_window(self, out_dir, start_ns, end_ns):
+        """Write the samples taken in [start_ns, end_ns] (and the one before) to out_dir; their count."""
+        with self._lock:
+            rows = list(self.rows)
+        before = [r for r in rows if r[0] < start_ns][-1:]
+        chosen = before + [r for r in rows if start_ns <= r[0] <= end_ns]
+        os.makedirs(out_dir, mode=0o700, exist_ok=True)
+        for name in self.sources:
+            fd = os.open(os.path.join(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                for _, texts in chosen:
+                    (mono_ns, realtime_ns), text = texts[name]
+                    out.write(header_line(mono_ns, realtime_ns) + text)
+        return len(chosen)
+
+    def close(self):
+        self.stop()

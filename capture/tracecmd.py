@@ -40,13 +40,47 @@ def process_alive(pid, start_time=None):
     return start_time is None or int(fields[19]) == start_time
 
 
-def build_args(binary, output, specs, buffer_kb, host_flags, stacktrace):
-    args = [binary, "record"] + list(host_flags) + ["-C", "mono", "-b", str(buffer_kb)]
+def build_args(binary, output, specs, buffer_kb, host_flags, stacktrace, verb="record"):
+    """trace-cmd's argv; verb "start" (flight recorder) takes no output."""
+    args = [binary, verb] + list(host_flags) + ["-C", "mono", "-b", str(buffer_kb)]
     if stacktrace:
         args.append("-T")
     for spec in specs:
         args += spec.trace_cmd_args()
-    return args + ["-o", output]
+    return args + (["-o", output] if output else [])
+
+
+def run_once(args, log_path, cwd=None, timeout=600, on_start=None):
+    """Run a trace-cmd that ends by itself (start, extract); returns its exit status.
+
+    Its own session keeps a terminal's Ctrl-C away from it; on_start(pid,
+    start_time) lets the caller save the pid before waiting. Killed after
+    `timeout` seconds.
+    """
+    with open(log_path, "a") as log:
+        try:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, cwd=cwd)
+        except OSError as exc:
+            raise CaptureError("cannot run %s: %s" % (args[0], exc.strerror),
+                               "install trace-cmd (apt-get install trace-cmd)")
+    if on_start is not None:
+        on_start(proc.pid, process_start_time(proc.pid))
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise CaptureError("%s %s did not finish within %d s" % (args[0], args[1], timeout))
+    finally:
+        if proc.poll() is None:  # interrupted by an exception: leave nothing behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def log_tail(log_path, n=2):
+    """The error lines of a trace-cmd log (see TraceCmd.last_log_lines)."""
+    return TraceCmd(None, None, log_path).last_log_lines(n)
 
 
 class TraceCmd:
@@ -107,21 +141,7 @@ class TraceCmd:
                            "see trace-cmd.log in the bundle")
 
     def _check_filters(self, tracefs, specs):
-        """trace-cmd records unfiltered when the kernel rejects a filter: refuse that."""
-        for spec in specs:
-            if not spec.filter:
-                continue
-            pattern = os.path.join(tracefs, "events", spec.system,
-                                   "*" if spec.event == "*" else spec.event, "filter")
-            for path in glob.glob(pattern):
-                with open(path) as f:
-                    text = f.read().strip()
-                # A rejected filter reads back as "none" or as the kernel's parse_error.
-                if text == "none" or "parse_error" in text:
-                    why = text.rsplit("parse_error:", 1)[-1].strip() if "parse_error" in text else "rejected"
-                    raise CaptureError("the kernel rejected the filter %r of %s: %s"
-                                       % (spec.filter, spec.name, why),
-                                       "fix the filter (see Documentation/trace/events.rst)")
+        check_filters(tracefs, specs)
 
     def data_bytes(self):
         """Bytes in trace-cmd's per-CPU temporary files so far (uncompressed trace data)."""
@@ -159,6 +179,24 @@ class TraceCmd:
             except ProcessLookupError:
                 pass
             self.proc.wait()
+
+
+def check_filters(tracefs, specs):
+    """trace-cmd records unfiltered when the kernel rejects a filter: refuse that."""
+    for spec in specs:
+        if not spec.filter:
+            continue
+        pattern = os.path.join(tracefs, "events", spec.system,
+                               "*" if spec.event == "*" else spec.event, "filter")
+        for path in glob.glob(pattern):
+            with open(path) as f:
+                text = f.read().strip()
+            # A rejected filter reads back as "none" or as the kernel's parse_error.
+            if text == "none" or "parse_error" in text:
+                why = text.rsplit("parse_error:", 1)[-1].strip() if "parse_error" in text else "rejected"
+                raise CaptureError("the kernel rejected the filter %r of %s: %s"
+                                   % (spec.filter, spec.name, why),
+                                   "fix the filter (see Documentation/trace/events.rst)")
 
 
 def _size(path):

@@ -1,0 +1,649 @@
+"""`kmemscope record --flight -o DIR`: keep the last seconds in the kernel, write a bundle on trouble.
+
+The kernel's ring buffer runs in overwrite mode, sized for --keep seconds at
+the event rate measured in the first seconds, and nothing reads it in between:
+no trace-cmd runs while the recorder waits. procfs samples go to a rolling
+store in memory that holds the same seconds. A trigger (SIGUSR1, a PSI
+condition, a vmstat rate, the THP fallback share; triggers.py) starts the
+bundle: tracing goes on for --after seconds, then tracing_on goes to 0,
+`trace-cmd extract` copies the buffer into DIR/.partial-NAME/trace.dat and a
+fresh `trace-cmd start` restarts tracing (this kernel has no snapshot buffer to
+swap, and extract resets the events). The samples of the window and a manifest
+with the trigger complete the bundle, which is renamed to DIR/<UTC time>-<reason>/.
+
+Cooldown, --max-per-hour, --max-bundles and --max-disk bound what triggers
+cost; free space below --min-free skips a bundle. The state saved before the
+first change is restored on every way out, by the recorder itself, by its
+guard process if the recorder is killed (guard.py), or by `record --cleanup`.
+"""
+import collections
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import time
+
+from kmemscope.capture import BUNDLE_FORMAT_VERSION
+from kmemscope.capture import bundle as bundle_mod
+from kmemscope.capture import cleanup, hostinfo, lock, presets, state, triggers as trig
+from kmemscope.capture import tracefs as tfs
+from kmemscope.capture.guard import Guard
+from kmemscope.capture.recorder import (MAX_BUFFER_SHARE, START_ROOM, Interrupted, Options,
+                                        Recorder, check_host, free_space_refusal)
+from kmemscope.capture.sampler import RollingSampler
+from kmemscope.capture.tracecmd import (_spec_enabled, _tracing_on, buffer_stats_from_file,
+                                        build_args, check_filters, log_tail, restore_triggers,
+                                        run_once, save_triggers, trace_dat_complete)
+from kmemscope.capture.units import format_size
+from kmemscope.errors import CaptureError
+
+POLL_S = 0.1
+FLIGHT_FILE = "flight.json"        # marks DIR as a flight directory (parse looks for it)
+PARTIAL = ".partial-"
+# The buffer is sized to hold (keep + after) * MARGIN at the measured rate.
+MARGIN = 1.15
+MIN_BUFFER_KB = 1024
+# Bytes per event assumed when the measurement saw none.
+DEFAULT_EVENT_BYTES = 32
+COVERAGE_CHECK_S = 5.0
+COVERAGE_WARN_EVERY_S = 600.0
+EXTRACT_TIMEOUT_S = 600
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class FlightOptions(Options):
+    """Options of a flight recorder (cli.py fills it; tests may too)."""
+
+    def __init__(self, output, keep=30.0, after=5.0, trigger_specs=(), cooldown=60.0,
+                 max_bundles=10, max_disk=None, max_per_hour=6, measure=3.0, **kwargs):
+        super().__init__(output, **kwargs)
+        self.keep, self.after, self.triggers = keep, after, list(trigger_specs)
+        self.cooldown, self.max_bundles, self.max_disk = cooldown, max_bundles, max_disk
+        self.max_per_hour, self.measure = max_per_hour, measure
+
+
+def mono_ns():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def stamp_at(mono):
+    """bundle.timestamp() for an earlier CLOCK_MONOTONIC instant."""
+    now = bundle_mod.timestamp()
+    real = now["realtime_ns"] - (now["mono_ns"] - mono)
+    wall = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(real // 10**9)) + ".%06dZ" % (
+        real % 10**9 // 1000)
+    return {"mono_ns": mono, "realtime_ns": real, "wall": wall}
+
+
+def bundle_name(realtime_ns, reason):
+    """'20251124T044501Z-vmstat.compact_stall': sorts by time, safe as a path."""
+    when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(realtime_ns // 10**9))
+    return when + "-" + re.sub(r"[^A-Za-z0-9._-]", "_", reason)[:64]
+
+
+def list_bundles(directory):
+    """Bundle directories of a flight directory, oldest first."""
+    out = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.startswith(".") or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        if os.path.isfile(os.path.join(path, "manifest.json")):
+            out.append(path)
+    return out
+
+
+def tree_bytes(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def buffer_size_for(rates, seconds, margin=MARGIN):
+    """KiB per CPU that hold `seconds` at the busiest CPU's bytes/s in `rates`."""
+    busiest = max(rates.values()) if rates else 0.0
+    return int(busiest * seconds * margin / 1024) + 1
+
+
+def measured_rates(before, after, seconds):
+    """Per-CPU (events/s, bytes/s) between two cpu_stats() readings."""
+    out = {}
+    for cpu, s1 in after.items():
+        s0 = before.get(cpu, {})
+        written = (s1.get("entries", 0) + s1.get("overrun", 0)) - (s0.get("entries", 0) +
+                                                                  s0.get("overrun", 0))
+        per_event = s1["bytes"] / s1["entries"] if s1.get("entries") and s1.get("bytes") else \
+            DEFAULT_EVENT_BYTES
+        out[cpu] = (max(0, written) / seconds, max(0, written) * per_event / seconds)
+    return out
+
+
+def window_accounting(stats, window_start, stop, tracing_since):
+    """Per-CPU coverage of [window_start, stop] and what was overwritten before or in it.
+
+    stats: cpu_stats() read after tracing_on went to 0; times in ns on the
+    trace clock (mono). A CPU whose buffer overran holds events from its
+    'oldest event ts' on: the overrun events all came before that. When that
+    is after the window's start, the events of the gap were overwritten inside
+    the window; their number is estimated from the rate of the events kept.
+    """
+    rows, covered_from = [], tracing_since
+    for cpu, s in sorted(stats.items()):
+        overrun, entries = s.get("overrun", 0), s.get("entries", 0)
+        oldest = s.get("oldest_event_ts")
+        first = int(oldest * 1e9) if overrun and oldest else tracing_since
+        in_window = 0
+        if overrun and first > window_start:
+            kept_s = max(1e-9, (stop - first) / 1e9)
+            gap_s = (first - max(window_start, tracing_since)) / 1e9
+            in_window = min(overrun, int(round(entries / kept_s * gap_s)))
+        rows.append({"cpu": cpu, "covered_from_mono_ns": first, "overrun": overrun,
+                     "overwritten_before_window": overrun - in_window,
+                     "overwritten_in_window_estimated": in_window,
+                     "dropped_events": s.get("dropped_events", 0),
+                     "commit_overrun": s.get("commit_overrun", 0), "entries": entries})
+        covered_from = max(covered_from, first)
+    return rows, covered_from
+
+
+class FlightRecorder(Recorder):
+    """Run a flight recorder with FlightOptions until a stop signal or --duration."""
+
+    def __init__(self, options, say):
+        super().__init__(options, say)
+        self.manual = collections.deque()
+        self.fired = queue.Queue()
+        self.bundles = []
+        self.suppressed = collections.Counter()
+        self.trigger_times = collections.deque()
+        self.last_trigger_ns = None
+        self.pending = None
+        self.tracing_since = None
+        self.buffer_kb = None
+        self.rate = None
+        self.vmstat_rows = collections.deque()
+
+    # ------------------------------------------------------------ signals
+
+    def _on_usr1(self, signum, frame):
+        self.manual.append(mono_ns())
+
+    def _install_signals(self):
+        old = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
+        old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_usr1)
+        return old
+
+    # ------------------------------------------------------------ the run
+
+    def run(self):
+        """Run until stopped; returns the list of bundles written. Raises CaptureError."""
+        opt = self.opt
+        old_umask = os.umask(0o077)
+        old_handlers = self._install_signals()
+        guard = None
+        try:
+            tracefs, trace_cmd = check_host(opt.trace_cmd)
+            self._check_options()
+            state_dir = lock.state_dir()
+            guard = Guard.start(state_dir)
+            record_lock = lock.RecordLock(state_dir).acquire()
+            try:
+                cleanup.recover(state_dir, self.say)
+                self._locked_run(tracefs, trace_cmd, state_dir, guard)
+            finally:
+                record_lock.release()
+            return self.bundles
+        finally:
+            if guard is not None:
+                guard.done()
+            for signum, handler in old_handlers.items():
+                signal.signal(signum, handler)
+            os.umask(old_umask)
+
+    def _check_options(self):
+        opt = self.opt
+        if opt.interval <= 0:
+            raise CaptureError("--interval must be positive")
+        if opt.keep <= 0 or opt.after < 0:
+            raise CaptureError("--keep must be positive and --after not negative")
+        if opt.cooldown < 0 or opt.max_per_hour < 1 or opt.max_bundles < 1:
+            raise CaptureError("--cooldown must not be negative, --max-per-hour and "
+                               "--max-bundles at least 1")
+        if opt.command:
+            raise CaptureError("a flight recorder runs no COMMAND",
+                               "start the workload separately, or record once without --flight")
+
+    def _prepare_directory(self):
+        """Create DIR (0700) or reuse a flight directory; remove partial bundles of a killed run."""
+        out = os.path.abspath(self.opt.output)
+        if os.path.islink(out) or (os.path.lexists(out) and not os.path.isdir(out)):
+            raise CaptureError("output %s exists and is not a directory" % out, "choose another -o")
+        if os.path.isdir(out):
+            names = os.listdir(out)
+            if names and FLIGHT_FILE not in names:
+                raise CaptureError("output %s is a directory that is not a flight directory" % out,
+                                   "choose a new or empty -o; a flight recorder adds bundles "
+                                   "only to a directory that holds %s" % FLIGHT_FILE)
+        else:
+            bundle_mod.check_output(out, force=False)
+        parent = out if os.path.isdir(out) else os.path.dirname(out)
+        refusal = free_space_refusal(bundle_mod.free_bytes(parent), parent, self.opt.min_free)
+        if refusal:
+            raise CaptureError(refusal, "free some space, choose another -o, or lower --min-free")
+        return out
+
+    def _locked_run(self, tracefs, trace_cmd, state_dir, guard):
+        opt = self.opt
+        preset = opt.preset if (opt.preset or opt.events) else "default"
+        out = self._prepare_directory()
+        specs, missing, stacktrace = presets.resolve(tracefs, preset, opt.events)
+        self._check_conflicts(tracefs)
+        restrictions = tfs.probe_restrictions(tracefs)
+        host_flags = tfs.trace_cmd_flags(restrictions)
+        for name in missing:
+            self.warn("this kernel has no %s; the %s preset records without it" % (name, preset))
+        with open("/proc/vmstat") as f:
+            trig.check_counters(opt.triggers, f.read())
+        ncpu = len(tfs.cpu_dirs(tracefs)) or os.cpu_count() or 1
+        self.ncpu = ncpu
+        avail_kb = hostinfo.meminfo_kb("MemAvailable") or 0
+        self.ceiling_kb = max(MIN_BUFFER_KB, int(avail_kb * MAX_BUFFER_SHARE / ncpu))
+        start_kb = opt.buffer_kb or min(presets.PRESETS.get(preset, {}).get("buffer_kb", 8192),
+                                        self.ceiling_kb)
+        if opt.buffer_kb and opt.buffer_kb > self.ceiling_kb and not opt.force:
+            raise CaptureError("ring buffers of %d KiB on %d CPUs would take %s, over a quarter of "
+                               "MemAvailable" % (opt.buffer_kb, ncpu,
+                                                 format_size(opt.buffer_kb * ncpu << 10)),
+                               "lower --buffer-kb, or pass --force")
+        watches = [trig.PsiWatch(t).open() for t in opt.triggers if t.kind == "psi"]
+        if self.stop_reason:
+            raise Interrupted()
+
+        self.tracefs, self.trace_cmd, self.specs = tracefs, trace_cmd, specs
+        self.host_flags, self.stacktrace, self.out = host_flags, stacktrace, out
+        os.makedirs(out, mode=0o700, exist_ok=True)
+        os.chmod(out, 0o700)
+        for name in os.listdir(out):
+            if name.startswith(PARTIAL):
+                self.say("removing %s, a bundle that a killed flight recorder left unfinished" % name)
+                shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+        self.head = self._manifest_head(preset, specs, missing, stacktrace, restrictions, host_flags,
+                                        self._start_args(start_kb), trace_cmd)
+        bundle_mod.write_json(os.path.join(out, FLIGHT_FILE), {
+            "kind": "kmemscope flight directory", "format_version": BUNDLE_FORMAT_VERSION,
+            "pid": os.getpid(), "started": bundle_mod.timestamp(), "host": self.head["host"],
+            "preset": preset, "keep_s": opt.keep, "after_s": opt.after,
+            "triggers": [t.as_dict() for t in opt.triggers]})
+
+        self.state_file = cleanup.state_path(state_dir)
+        snap = state.snapshot(tracefs, [s.name for s in specs])
+        saved_triggers = save_triggers(tracefs, specs)
+        self.saved = {"snapshot": snap, "record_pid": os.getpid(), "bundle": None, "trace_cmd": None,
+                      "triggers": saved_triggers, "flight": out, "guard_pid": guard.pid}
+        state.save_file(self.state_file, self.saved)
+        self.sampler = RollingSampler(opt.interval, opt.keep + opt.after + 2 * opt.interval + 1,
+                                      opt.zoneinfo, on_sample=self._on_sample)
+        self.psi = trig.PsiHistory(max([t.window_s for t in opt.triggers if t.kind == "psi"] or [0]) + 2)
+        poller = trig.PsiPoller(watches)
+        try:
+            self._start_tracing(start_kb)
+            self.buffer_kb = start_kb
+            self.sampler.sample()
+            self.sampler.start()
+            self._measure_and_size()
+            self._announce()
+            self._loop(poller)
+        finally:
+            self.sampler.close()
+            for w in watches:
+                w.close()
+            problems = state.restore(snap) + restore_triggers(tracefs, saved_triggers)
+            for problem in problems:
+                self.warn("could not restore %s" % problem)
+            if not problems:
+                os.unlink(self.state_file)
+        self.say("stopped (%s): %d bundle(s) written to %s%s"
+                 % (self.stop_reason, len(self.bundles), out,
+                    "; suppressed: " + ", ".join("%d by %s" % (n, why) for why, n
+                                                 in sorted(self.suppressed.items()))
+                    if self.suppressed else ""))
+
+    # ------------------------------------------------------------ tracing on and off
+
+    def _start_args(self, kb):
+        return build_args(self.trace_cmd, None, self.specs, kb, self.host_flags, self.stacktrace,
+                          verb="start")
+
+    def _start_tracing(self, kb):
+        """`trace-cmd start` in overwrite mode; blocks until the kernel shows it tracing."""
+        log = os.path.join(self.out, ".trace-cmd.log")
+        status = run_once(self._start_args(kb), log, cwd=self.out, timeout=60)
+        if status != 0:
+            raise CaptureError("trace-cmd start failed with status %s: %s" % (status, log_tail(log)),
+                               "see %s" % log)
+        tfs.write(self.tracefs, "options/overwrite", "1")
+        deadline = time.monotonic() + 10
+        while not (_tracing_on(self.tracefs) and all(_spec_enabled(self.tracefs, s) for s in self.specs)):
+            if time.monotonic() > deadline:
+                raise CaptureError("tracing did not start after trace-cmd start", "see %s" % log)
+            time.sleep(0.05)
+        check_filters(self.tracefs, self.specs)
+        self.tracing_since = mono_ns()
+
+    def _measure_and_size(self):
+        """Measure the event rate for --measure seconds; size the buffer for --keep + --after."""
+        opt = self.opt
+        seconds = max(0.5, opt.measure)
+        before, t0 = tfs.cpu_stats(self.tracefs), time.monotonic()
+        while time.monotonic() - t0 < seconds and self.stop_reason is None:
+            time.sleep(POLL_S)
+        dt = time.monotonic() - t0
+        rates = measured_rates(before, tfs.cpu_stats(self.tracefs), dt)
+        byte_rates = {cpu: r[1] for cpu, r in rates.items()}
+        want = opt.keep + opt.after
+        events_per_s = sum(r[0] for r in rates.values())
+        size = opt.buffer_kb or min(self.ceiling_kb, max(MIN_BUFFER_KB, buffer_size_for(byte_rates, want)))
+        if size != self.buffer_kb:
+            self._resize(size)
+        busiest = max(byte_rates.values()) if byte_rates else 0.0
+        holds = self.buffer_kb * 1024 / busiest if busiest > 0 else None
+        self.rate = {"measured_s": round(dt, 3), "events_per_s": round(events_per_s, 1),
+                     "busiest_cpu_bytes_per_s": round(busiest, 1),
+                     "buffer_kb": self.buffer_kb, "holds_s": round(holds, 1) if holds else None}
+        if holds is not None and holds < want:
+            self.warn("the ring buffer of %d KiB per CPU holds about %.1f s at the measured %.0f "
+                      "events/s, less than the %g s asked (--keep %g + --after %g): bundles will "
+                      "start later than --keep before their trigger (lower --keep, use a lighter "
+                      "preset, or allow more memory with --buffer-kb and --force)"
+                      % (self.buffer_kb, holds, events_per_s, want, opt.keep, opt.after))
+        self.last_coverage_check = time.monotonic()
+        self.last_coverage_warning = None
+
+    def _announce(self):
+        opt = self.opt
+        holds = self.rate["holds_s"]
+        conditions = ["SIGUSR1 (kill -USR1 %d)" % os.getpid()] + [t.condition for t in opt.triggers]
+        self.say("flight recording %s into %s: ring buffer %d KiB per CPU at %.0f events/s "
+                 "(holds %s), keeping %g s before a trigger and %g s after; triggers: %s; "
+                 "Ctrl-C stops" % (self.head["preset"] or "events", self.out, self.buffer_kb,
+                                   self.rate["events_per_s"],
+                                   "%.0f s" % holds if holds else "more than asked",
+                                   opt.keep, opt.after, ", ".join(conditions)))
+
+    # ------------------------------------------------------------ triggers
+
+    def _on_sample(self, mono, texts):
+        """Sampler thread: evaluate the vmstat and THP conditions on each vmstat sample."""
+        conditions = [t for t in self.opt.triggers if t.kind in ("vmstat", "thp")]
+        if not conditions or "vmstat" not in texts:
+            return
+        self.vmstat_rows.append((mono, trig.parse_vmstat(texts["vmstat"], trig.counters_needed(conditions))))
+        longest = max(t.window_s for t in conditions) + 2 * self.opt.interval
+        while len(self.vmstat_rows) > 2 and self.vmstat_rows[1][0] < mono - longest * 1e9:
+            self.vmstat_rows.popleft()
+        rows = list(self.vmstat_rows)
+        for t in conditions:
+            detail = trig.evaluate(t, rows)
+            if detail is not None:
+                self.fired.put((t.as_dict(), detail, mono))
+
+    def _fire(self, info, detail, when):
+        """A condition held at `when`: start a bundle unless limits say no."""
+        opt = self.opt
+        if self.pending is not None:
+            also = self.pending["trigger"].setdefault("also_fired", [])
+            if len(also) < 20:
+                also.append(dict(reason=info["reason"], mono_ns=when, value=detail.get("value")))
+            return
+        while self.trigger_times and self.trigger_times[0] < when - 3600e9:
+            self.trigger_times.popleft()
+        why = None
+        if self.last_trigger_ns is not None and when - self.last_trigger_ns < opt.cooldown * 1e9:
+            why = "cooldown"
+        elif len(self.trigger_times) >= opt.max_per_hour:
+            why = "max-per-hour"
+        if why:
+            if not self.suppressed[why] % 50 or info["reason"] == "manual":
+                self.say("trigger %s (%s) ignored: %s" % (info["reason"], _value_text(detail),
+                                                          "--cooldown %g s" % opt.cooldown
+                                                          if why == "cooldown" else
+                                                          "--max-per-hour %d reached" % opt.max_per_hour))
+            self.suppressed[why] += 1
+            return
+        trigger = dict(info, time=stamp_at(when), value=detail.get("value"), detail=detail,
+                       suppressed_before=dict(self.suppressed))
+        self.pending = {"trigger": trigger, "mono_ns": when, "until": when + int(opt.after * 1e9)}
+        self.last_trigger_ns = when
+        self.trigger_times.append(when)
+        self.say("trigger %s (%s) at %s: writing a bundle in %g s"
+                 % (info["reason"], _value_text(detail), trigger["time"]["wall"], opt.after))
+
+    def _loop(self, poller):
+        opt = self.opt
+        start = mono_ns()
+        manual_info = {"reason": "manual", "condition": "SIGUSR1", "kind": "manual"}
+        while True:
+            if self.stop_reason is not None:
+                if self.pending is not None:
+                    self.say("stopping: writing the pending bundle first")
+                    self._write_bundle()
+                return
+            for watch in poller.wait(POLL_S):
+                t = watch.trigger
+                now = mono_ns()
+                self.psi.read(now)
+                share = self.psi.share(t.name, t.window_s)
+                self._fire(t.as_dict(), {"value": round(share, 3) if share is not None else None,
+                                         "over_s": t.window_s, "source": "kernel PSI trigger"}, now)
+            now = mono_ns()
+            if poller.watches:
+                self.psi.read(now)
+            while self.manual:
+                self._fire(manual_info, {"signal": "SIGUSR1"}, self.manual.popleft())
+            while True:
+                try:
+                    info, detail, when = self.fired.get_nowait()
+                except queue.Empty:
+                    break
+                self._fire(info, detail, when)
+            if self.sampler.error is not None:
+                raise CaptureError("cannot read procfs samples: %s" % self.sampler.error)
+            if self.pending is not None and now >= self.pending["until"]:
+                self._write_bundle()
+            elif opt.duration and now - start >= opt.duration * 1e9:
+                self.stop_reason = "duration %g s reached" % opt.duration
+            elif time.monotonic() - self.last_coverage_check >= COVERAGE_CHECK_S:
+                self._check_coverage()
+
+    def _check_coverage(self):
+        """Grow the buffer, or say (rarely), when it now holds less than --keep + --after.
+
+        The first measurement can miss the rate a CPU reaches later (a busy
+        task migrates between CPUs): a CPU whose buffer overran holds events
+        from its oldest one to now, which says what the buffer really holds.
+        """
+        self.last_coverage_check = time.monotonic()
+        want = self.opt.keep + self.opt.after
+        spans = []
+        for cpu, s in tfs.cpu_stats(self.tracefs).items():
+            if s.get("overrun") and s.get("oldest_event_ts") and s.get("now_ts"):
+                spans.append(s["now_ts"] - s["oldest_event_ts"])
+        if not spans or min(spans) >= want:
+            return
+        short = max(0.05, min(spans))
+        if not self.opt.buffer_kb and self.buffer_kb < self.ceiling_kb:
+            size = min(self.ceiling_kb, int(self.buffer_kb * want * MARGIN / short) + 1)
+            if size > self.buffer_kb * 1.05 and self._resize(size):
+                self.say("the ring buffer held only %.1f s of the %g s asked: grew it to %d KiB per CPU"
+                         % (short, want, self.buffer_kb))
+                return
+        last = self.last_coverage_warning
+        if last is None or time.monotonic() - last > COVERAGE_WARN_EVERY_S:
+            self.last_coverage_warning = time.monotonic()
+            self.warn("the ring buffer (%d KiB per CPU) now holds only %.1f s of events, less than "
+                      "the %g s asked%s" % (self.buffer_kb, short, want,
+                                            "" if self.opt.buffer_kb else
+                                            ", and may not grow past a quarter of MemAvailable"))
+
+    def _resize(self, size):
+        """Ask for `size` KiB per CPU; True when the kernel gave it (buffer_kb is what it gave)."""
+        try:
+            tfs.write(self.tracefs, "buffer_size_kb", str(size))
+            self.buffer_kb = int(tfs.parse_buffer_size(tfs.read(self.tracefs, "buffer_size_kb"))[0])
+            if self.rate is not None:
+                self.rate["buffer_kb"] = self.buffer_kb
+            return True
+        except (OSError, ValueError) as exc:
+            self.warn("could not resize the ring buffer to %d KiB per CPU: %s; keeping %d KiB"
+                      % (size, getattr(exc, "strerror", None) or exc, self.buffer_kb))
+            return False
+
+    # ------------------------------------------------------------ bundles
+
+    def _write_bundle(self):
+        opt, pending = self.opt, self.pending
+        self.pending = None
+        trigger, when = pending["trigger"], pending["mono_ns"]
+        tfs.write(self.tracefs, "tracing_on", "0")
+        stop = mono_ns()
+        stats = tfs.cpu_stats(self.tracefs)
+        name = bundle_name(trigger["time"]["realtime_ns"], trigger["reason"])
+        final = os.path.join(self.out, name)
+        n = 2
+        while os.path.lexists(final):
+            final = os.path.join(self.out, "%s-%d" % (name, n))
+            n += 1
+        tmp = os.path.join(self.out, PARTIAL + os.path.basename(final))
+        need = 2 * self.buffer_kb * 1024 * self.ncpu + START_ROOM
+        free = bundle_mod.free_bytes(self.out)
+        if free - need < opt.min_free:
+            self.warn("bundle for trigger %s skipped: %s free under %s, and it may need %s above "
+                      "the --min-free margin %s" % (trigger["reason"], format_size(free), self.out,
+                                                    format_size(need), format_size(opt.min_free)))
+            self.suppressed["min-free"] += 1
+            tfs.write(self.tracefs, "tracing_on", "1")
+            return
+        os.mkdir(tmp, 0o700)
+        self.saved["bundle"] = tmp
+        state.save_file(self.state_file, self.saved)
+        trace_dat = os.path.join(tmp, "trace.dat")
+
+        def saved_pid(pid, start_time):
+            self.saved["trace_cmd"] = {"pid": pid, "start_time": start_time}
+            state.save_file(self.state_file, self.saved)
+
+        log = os.path.join(tmp, "trace-cmd.log")
+        t0 = time.monotonic()
+        try:
+            status = run_once([self.trace_cmd, "extract", "-o", trace_dat], log, cwd=tmp,
+                              timeout=EXTRACT_TIMEOUT_S, on_start=saved_pid)
+        finally:
+            self.saved["trace_cmd"] = None
+            extract_s = time.monotonic() - t0
+            # extract disabled the events and cleared the buffer: start afresh
+            tracing_since_before = self.tracing_since
+            self._start_tracing(self.buffer_kb)
+        if status != 0 or not trace_dat_complete(trace_dat):
+            self.warn("trace-cmd extract failed for trigger %s (status %s): %s"
+                      % (trigger["reason"], status, log_tail(log)))
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.saved["bundle"] = None
+            state.save_file(self.state_file, self.saved)
+            return
+        window_start = when - int(opt.keep * 1e9)
+        samples = self.sampler.write_window(os.path.join(tmp, "procfs"), window_start, stop)
+        rows, covered_from = window_accounting(stats, window_start, stop, tracing_since_before)
+        file_stats = buffer_stats_from_file(self.trace_cmd, trace_dat) or {}
+        manifest = json.loads(json.dumps(self.head))
+        labels = dict(manifest.get("labels") or {})
+        labels["trigger"] = trigger["reason"]
+        lost_in = sum(r["overwritten_in_window_estimated"] + r["dropped_events"] + r["commit_overrun"]
+                      for r in rows)
+        manifest.update({
+            "status": "complete",
+            "stop_reason": "flight recorder trigger %s" % trigger["reason"],
+            "labels": labels,
+            "trigger": trigger,
+            "start": stamp_at(max(window_start, tracing_since_before)),
+            "end": stamp_at(stop),
+            "duration_s": round((stop - max(window_start, tracing_since_before)) / 1e9, 3),
+            "buffer_kb": self.buffer_kb,
+            "window": {
+                "keep_s": opt.keep, "after_s": opt.after,
+                "start_mono_ns": window_start, "trigger_mono_ns": when, "end_mono_ns": stop,
+                "tracing_since_mono_ns": tracing_since_before,
+                "covered_from_mono_ns": covered_from,
+                "complete": covered_from <= window_start,
+                "missing_s": round(max(0, covered_from - window_start) / 1e9, 3),
+            },
+            "lost": {
+                "overwritten_before_window": sum(r["overwritten_before_window"] for r in rows),
+                "overwritten_in_window_estimated": sum(r["overwritten_in_window_estimated"]
+                                                       for r in rows),
+                "dropped_in_window": sum(r["dropped_events"] + r["commit_overrun"] for r in rows),
+                "per_cpu": rows,
+            },
+            "cpu_stats": [dict(cpu=cpu, **values) for cpu, values in sorted(file_stats.items())],
+            "cpu_stats_source": "trace.dat",
+            "events_recorded": sum(v.get("read_events", 0) for v in file_stats.values()),
+            # lost inside the window only: what the ring buffer overwrote before it is expected
+            "lost_events": lost_in,
+            "buffer_too_small": covered_from > window_start,
+            "trace_dat_bytes": os.stat(trace_dat).st_size,
+            "samples": samples,
+            "flight": {"directory": self.out, "rate": self.rate, "extract_s": round(extract_s, 3),
+                       "bundle_number": len(self.bundles) + 1,
+                       "cooldown_s": opt.cooldown, "max_per_hour": opt.max_per_hour,
+                       "max_bundles": opt.max_bundles, "max_disk_bytes": opt.max_disk},
+            "warnings": list(self.warnings),
+        })
+        bundle_mod.write_manifest(tmp, manifest)
+        bundle_mod.restrict_permissions(tmp)
+        os.rename(tmp, final)
+        self.saved["bundle"] = None
+        state.save_file(self.state_file, self.saved)
+        self.bundles.append(final)
+        self.say("wrote %s: trace.dat %s, %d events from %.1f s before the trigger to %.1f s after, "
+                 "%d procfs samples, extract took %.1f s%s"
+                 % (final, format_size(manifest["trace_dat_bytes"]), manifest["events_recorded"],
+                    (when - covered_from) / 1e9, (stop - when) / 1e9, samples, extract_s,
+                    "" if manifest["window"]["complete"] else
+                    "; the first %.1f s of the window were overwritten (about %d events)"
+                    % (manifest["window"]["missing_s"], manifest["lost"]["overwritten_in_window_estimated"])))
+        self._prune(final)
+
+    def _prune(self, newest):
+        """Remove the oldest bundles beyond --max-bundles or --max-disk (never the newest)."""
+        opt = self.opt
+        bundles = list_bundles(self.out)
+        sizes = {b: tree_bytes(b) for b in bundles}
+        while len(bundles) > 1:
+            total = sum(sizes[b] for b in bundles)
+            if len(bundles) > opt.max_bundles:
+                why = "--max-bundles %d" % opt.max_bundles
+            elif opt.max_disk and total > opt.max_disk:
+                why = "--max-disk %s" % format_size(opt.max_disk)
+            else:
+                break
+            oldest = bundles.pop(0)
+            if oldest == newest:
+                break
+            shutil.rmtree(oldest, ignore_errors=True)
+            self.say("removed the oldest bundle %s (%s)" % (os.path.basename(oldest), why))
+        if opt.max_disk and sizes.get(newest, 0) > opt.max_disk:
+            self.warn("the bundle %s alone is %s, over --max-disk %s"
+                      % (os.path.basename(newest), format_size(sizes[newest]), format_size(opt.max_disk)))
+
+
+def _value_text(detail):
+    value = detail.get("value")
+    if value is None:
+        return detail.get("signal", "no value")
+    return "value %g" % value
