@@ -4,18 +4,30 @@
 Targets: on a real kmem trace of at least 4 M events, parse-to-Parquet
 end to end takes at most 1/15 of `trace-cmd report -i F > /dev/null`, for both
 v6 and v7+zstd; per-event time on a trace about 4x larger is at most 1.3x; peak
-RSS on a trace of at least 10 M events stays under 600 MB.
+RSS on a trace of at least 10 M events stays under 600 MB. On a stack-heavy
+trace (a kernel stack after every page allocation), parse takes at most 1/10
+of trace-cmd report (the goal: 1/20).
 
 The traces are recorded on this machine (root and tracefs needed) the first
 time and kept in --cache; they are real kmem traces of a page-churning
-workload. Nothing here is asserted: the script prints the table and the verdicts.
+workload. The plain ones are `trace-cmd record` of the kmem events; the
+stack-heavy one is `kmemscope record --preset atomic-origins -e
+kmem:mm_page_alloc` (the preset's stack on every event, with the allocation
+event unfiltered) around the same workload. Recording holds
+/var/tmp/kmemscope-trace.lock, as every tracer on this machine does.
+
+The machine's 1-minute load average is printed beside every figure. A trace
+whose measurement ran at a load above --max-load is measured again (up to
+--tries times) and the quietest attempt is kept; parse and report of a row
+always come from the same attempt. Nothing here is asserted: the script
+prints the table and the verdicts.
 
 usage: benchmarks/parse_bench.py [--cache DIR] [--small-seconds 9] [--large-seconds 36]
+                                 [--stack-seconds 12] [--only small-v6,stacks] [--tries 3]
 """
 import argparse
 import fcntl
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -29,6 +41,7 @@ ROOT = HERE.parent
 KMEMSCOPE = ROOT / ".venv" / "bin" / "kmemscope"
 LOCK = "/var/tmp/kmemscope-trace.lock"
 TRACEFS = Path("/sys/kernel/tracing")
+TRACES = ["small-v6", "small-v7", "large-v6", "large-v7", "stacks"]
 EVENTS = ["kmem:mm_page_alloc", "kmem:mm_page_free", "kmem:mm_page_alloc_zone_locked",
           "kmem:mm_page_pcpu_drain", "kmem:mm_page_alloc_extfrag", "compaction"]
 
@@ -60,6 +73,25 @@ def record(out, seconds):
                 (TRACEFS / name).write_text(value)
 
 
+def record_stacks(out, seconds):
+    """Record `seconds` of the churn workload with a kernel stack after every page allocation."""
+    print(f"recording {out} ({seconds} s of page churn, a kernel stack on every allocation)...",
+          file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="kmemscope-bench-", dir=out.parent) as tmp:
+        bundle = Path(tmp) / "bundle"
+        cmd = [str(KMEMSCOPE), "record", "-o", str(bundle), "--preset", "atomic-origins",
+               "-e", "kmem:mm_page_alloc", "--buffer-kb", "65536", "--",
+               sys.executable, str(HERE / "workload_churn.py"), str(seconds)]
+        with open(LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        os.replace(bundle / "trace.dat", out)
+
+
+def load1():
+    return os.getloadavg()[0]
+
+
 def convert_v6(src, dst):
     subprocess.run(["trace-cmd", "convert", "--file-version", "6", "-i", str(src), "-o", str(dst)],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -84,14 +116,33 @@ def count_events(dataset):
     return int(out.splitlines()[1])
 
 
-def measure(trace, label):
+def measure_once(trace, label):
     with tempfile.TemporaryDirectory(prefix="kmemscope-bench-") as tmp:
         ds = Path(tmp) / "ds"
+        load_before = load1()
         parse_s, parse_rss, _ = timed([str(KMEMSCOPE), "parse", str(trace), "-o", str(ds), "-q"])
+        load_parse = load1()
         events = count_events(ds)
     report_s, report_rss, _ = timed(["trace-cmd", "report", "-i", str(trace)])
     return {"label": label, "events": events, "parse_s": parse_s, "report_s": report_s,
-            "parse_rss": parse_rss, "report_rss": report_rss, "size_mb": trace.stat().st_size / 1e6}
+            "parse_rss": parse_rss, "report_rss": report_rss, "size_mb": trace.stat().st_size / 1e6,
+            "load": max(load_before, load_parse, load1())}
+
+
+def measure(trace, label, tries, max_load):
+    """The quietest of up to `tries` attempts; stops at the first at or below `max_load`."""
+    best = None
+    for attempt in range(tries):
+        r = measure_once(trace, label)
+        print(f"{label}: parse {r['parse_s']:.2f} s, report {r['report_s']:.2f} s, "
+              f"{r['report_s'] / r['parse_s']:.1f}x at load {r['load']:.2f}", file=sys.stderr)
+        if best is None or r["load"] < best["load"]:
+            best = r
+        if r["load"] <= max_load:
+            break
+        if attempt + 1 < tries:
+            time.sleep(20)      # let the other jobs on the machine pass
+    return best
 
 
 def main():
@@ -99,48 +150,76 @@ def main():
     ap.add_argument("--cache", default="/var/tmp/kmemscope-bench", type=Path)
     ap.add_argument("--small-seconds", type=float, default=9)
     ap.add_argument("--large-seconds", type=float, default=36)
+    ap.add_argument("--stack-seconds", type=float, default=12)
+    ap.add_argument("--only", default=",".join(TRACES),
+                    help=f"traces to measure, of {','.join(TRACES)} (default: all)")
+    ap.add_argument("--tries", type=int, default=3, help="attempts per trace while the load is high")
+    ap.add_argument("--max-load", type=float, default=1.0)
     args = ap.parse_args()
     if not KMEMSCOPE.exists():
         raise SystemExit("run `make setup` first")
+    only = [t.strip() for t in args.only.split(",") if t.strip()]
+    if not only or set(only) - set(TRACES):
+        raise SystemExit(f"--only takes names of {', '.join(TRACES)}")
     args.cache.mkdir(parents=True, exist_ok=True)
     small, large = args.cache / "small-v7.dat", args.cache / "large-v7.dat"
-    for path, seconds in ((small, args.small_seconds), (large, args.large_seconds)):
+    stacks = args.cache / "stacks-v7.dat"
+    wanted = [(small, args.small_seconds, record), (large, args.large_seconds, record),
+              (stacks, args.stack_seconds, record_stacks)]
+    for path, seconds, recorder in wanted:
+        name = path.name[:-len("-v7.dat")]
+        if not any(t.startswith(name) for t in only):
+            continue
         if not path.exists():
             if os.geteuid() != 0 or not shutil.which("trace-cmd"):
                 raise SystemExit(f"{path} is missing and recording it needs root and trace-cmd")
-            record(path, seconds)
+            recorder(path, seconds)
         v6 = path.with_name(path.name.replace("-v7", "-v6"))
-        if not v6.exists():
+        if recorder is record and f"{name}-v6" in only and not v6.exists():
             convert_v6(path, v6)
 
     rows = []
-    for name in ("small-v6", "small-v7", "large-v6", "large-v7"):
-        rows.append(measure(args.cache / f"{name}.dat", name.replace("v7", "v7+zstd")))
+    for name in only:
+        file = args.cache / (f"{name}-v7.dat" if name == "stacks" else f"{name}.dat")
+        label = "stacks-v7+zstd" if name == "stacks" else name.replace("v7", "v7+zstd")
+        rows.append(measure(file, label, args.tries, args.max_load))
 
     print(f"\nkmemscope parse vs trace-cmd report, {os.cpu_count()} cores "
           f"({subprocess.run(['trace-cmd', '--version'], capture_output=True, text=True).stdout.split()[2]})")
-    hdr = (f"{'trace':<15}{'MB':>7}{'events':>12}{'report s':>10}{'parse s':>9}{'ratio':>8}"
-           f"{'parse Mev/s':>13}{'ns/event':>10}{'parse RSS MB':>14}{'report RSS MB':>15}")
+    hdr = (f"{'trace':<16}{'MB':>7}{'events':>12}{'report s':>10}{'parse s':>9}{'ratio':>8}"
+           f"{'parse Mev/s':>13}{'ns/event':>10}{'parse RSS MB':>14}{'report RSS MB':>15}{'load':>6}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         r["ratio"] = r["report_s"] / r["parse_s"]
         r["ns"] = r["parse_s"] / r["events"] * 1e9
-        print(f"{r['label']:<15}{r['size_mb']:>7.1f}{r['events']:>12,}{r['report_s']:>10.2f}"
+        print(f"{r['label']:<16}{r['size_mb']:>7.1f}{r['events']:>12,}{r['report_s']:>10.2f}"
               f"{r['parse_s']:>9.2f}{r['ratio']:>7.1f}x{r['events'] / r['parse_s'] / 1e6:>13.2f}"
-              f"{r['ns']:>10.0f}{r['parse_rss']:>14.0f}{r['report_rss']:>15.0f}")
+              f"{r['ns']:>10.0f}{r['parse_rss']:>14.0f}{r['report_rss']:>15.0f}{r['load']:>6.2f}")
     print()
     by = {r["label"]: r for r in rows}
     for fmt in ("v6", "v7+zstd"):
-        s, l = by[f"small-{fmt}"], by[f"large-{fmt}"]
-        verdict = "meets" if s["ratio"] >= 15 and s["events"] >= 4e6 else "MISSES"
-        print(f"{fmt}: parse is {s['ratio']:.1f}x faster than trace-cmd report on "
-              f"{s['events'] / 1e6:.1f} M events ({verdict} the 15x target)")
-        growth = l["ns"] / s["ns"]
-        print(f"{fmt}: per-event time on a {l['events'] / s['events']:.1f}x larger trace is "
-              f"{growth:.2f}x ({'meets' if growth <= 1.3 else 'MISSES'} the 1.3x target)")
-        print(f"{fmt}: peak RSS on {l['events'] / 1e6:.1f} M events {l['parse_rss']:.0f} MB "
-              f"({'meets' if l['parse_rss'] < 600 and l['events'] >= 10e6 else 'MISSES'} the 600 MB target)")
+        s, l = by.get(f"small-{fmt}"), by.get(f"large-{fmt}")
+        if s:
+            verdict = "meets" if s["ratio"] >= 15 and s["events"] >= 4e6 else "MISSES"
+            print(f"{fmt}: parse is {s['ratio']:.1f}x faster than trace-cmd report on "
+                  f"{s['events'] / 1e6:.1f} M events ({verdict} the 15x target; load {s['load']:.2f})")
+        if s and l:
+            growth = l["ns"] / s["ns"]
+            print(f"{fmt}: per-event time on a {l['events'] / s['events']:.1f}x larger trace is "
+                  f"{growth:.2f}x ({'meets' if growth <= 1.3 else 'MISSES'} the 1.3x target)")
+        if l:
+            print(f"{fmt}: peak RSS on {l['events'] / 1e6:.1f} M events {l['parse_rss']:.0f} MB "
+                  f"({'meets' if l['parse_rss'] < 600 and l['events'] >= 10e6 else 'MISSES'} "
+                  "the 600 MB target)")
+    st = by.get("stacks-v7+zstd")
+    if st:
+        verdict = ("meets the 20x goal" if st["ratio"] >= 20 else
+                   "meets the 10x target, not the 20x goal" if st["ratio"] >= 10 else
+                   "MISSES the 10x target")
+        print(f"stacks: parse is {st['ratio']:.1f}x faster than trace-cmd report on "
+              f"{st['events'] / 1e6:.1f} M events, half of them kernel stacks ({verdict}; "
+              f"peak RSS {st['parse_rss']:.0f} MB; load {st['load']:.2f})")
 
 
 if __name__ == "__main__":
