@@ -9,8 +9,9 @@ views and Arrow tables, executes statements written in DuckDB's dialect,
 returns Arrow, and builds the derived tables (the interface: engines/base.py):
 
   engines/duckdb_engine.py   DuckDB in this process (the default)
-  engines/spark_engine.py    Apache Spark, local or a cluster; the SQL is translated by
-                             engines/spark_sql.py (sqlglot plus kmemscope's rewrite rules)
+  engines/spark_engine.py    Apache Spark, local or a cluster: a named analysis is one
+                             task per run running `run_local` (DuckDB) on an executor;
+                             ad-hoc SQL is translated by engines/spark_sql.py
 
     prepare(name, dataset, ...)   -> Plan: the section, bound parameters, chosen runs, notes
     run_query(name, dataset, ..., engine=EngineSpec(...) | "duckdb" | "spark" | an Engine)
@@ -262,12 +263,32 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     ["k=v", ...]; a run must match all. params: {name: value}, values as
     strings from a command line or typed. progress(message) hears about slow
     one-time work (building a run's derived tables) before it starts. engine:
-    an engines.EngineSpec, "duckdb" (default), "spark", or an engine object.
+    an engines.EngineSpec, "duckdb" (default), "spark", or an engine object;
+    it runs the plan with `run_local` (engines/base.py: DuckDB over every run
+    here, or on Spark one task per run).
     """
     plan = prepare(name, dataset, run_ids, labels, params)
+    eng = engines.resolve(engine)
+    rows = eng.run_plan(plan, dataset, run_local, threads, progress)
+    facts = sorted(rows.facts, key=lambda f: f["run_id"])
+    notes = plan.notes + _assumption_notes(facts, rows.mts, plan.needs)
+    table = rows.table
+    meta = dict(table.schema.metadata or {})
+    meta[NOTES_KEY] = json.dumps(notes).encode()
+    meta[b"kmemscope.query"] = plan.qname.encode()
+    meta[b"kmemscope.engine"] = eng.name.encode()
+    return table.replace_schema_metadata(meta)
+
+
+def run_local(plan, dataset, threads=None, progress=None):
+    """Run `plan`'s section with DuckDB in this process over plan.chosen -> engines.PlanRows.
+
+    The one way an analysis runs: the DuckDB engine calls it over every chosen
+    run, Spark's executors over one run each (a plan whose chosen and parts
+    hold that run). It builds the runs' derived tables where they are missing.
+    """
     backend, _chosen, _parts, facts, mts = open_runs(
-        dataset, plan.chosen, None, plan.tables, threads, engine, plan.parts)
-    notes = plan.notes + _assumption_notes(facts, mts, plan.needs)
+        dataset, plan.chosen, None, plan.tables, threads, "duckdb", plan.parts)
     bound = plan.bound
     try:
         with backend_errors(backend, f"query {plan.qname}"):
@@ -281,11 +302,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
             table = backend.query_arrow(plan.section.sql, _used(plan.section.sql, bound))
     finally:
         backend.close()
-    meta = dict(table.schema.metadata or {})
-    meta[NOTES_KEY] = json.dumps(notes).encode()
-    meta[b"kmemscope.query"] = plan.qname.encode()
-    meta[b"kmemscope.engine"] = backend.name.encode()
-    return table.replace_schema_metadata(meta)
+    return engines.PlanRows(table, facts, mts)
 
 
 @contextmanager

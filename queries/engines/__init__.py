@@ -6,7 +6,8 @@
 
 The command line, the Python API and the report notebooks build an EngineSpec
 once from what the user chose and pass it along unchanged; `engine_for(spec)`
-gives the engine object (base.Engine). A Spark engine is one SparkSession,
+gives the engine object (base.Engine): it runs a named analysis's plan
+(`run_plan`) and opens backends for ad-hoc SQL (`open`). A Spark engine is one SparkSession,
 made on first use and shared by every caller with an equal spec in this
 process, until `shutdown()` (the command line calls it when a verb ends) or
 `release(spec)`.
@@ -19,7 +20,7 @@ from typing import Iterable, Mapping, Optional, Union
 
 from kmemscope.errors import QueryError
 
-from .base import Backend, Engine  # noqa: F401 - the interface, named here for readers
+from .base import Backend, Engine, PlanRows  # noqa: F401 - the interface, named here for readers
 
 ENGINES = ("duckdb", "spark")
 DEFAULT_MASTER = "local[*]"

@@ -20,6 +20,10 @@ class DuckDBEngine:
 
     name = "duckdb"
 
+    def run_plan(self, plan, dataset, local, threads=None, progress=None):
+        """Every chosen run at once, in this process: the runner's DuckDB path as it is."""
+        return local(plan, dataset, threads, progress)
+
     def open(self, dataset, chosen, parts, tables, threads=None):
         return DuckDBBackend(dataset, chosen, parts, tables, threads)
 

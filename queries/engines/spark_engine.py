@@ -1,31 +1,40 @@
 """Apache Spark as an engine (pip install 'kmemscope[spark]', Java 17+).
 
-It runs the same queries/*.sql as the DuckDB engine, translated by
-spark_sql.py, over the same Parquet dataset; queries/runner.py decides what an
-analysis needs (parameters, runs, table checks, notes, era facts) for both.
+Spark is the scheduler of per-run work. A named analysis (runner.Plan) runs as
+one Spark task per run: the task runs runner.run_local, the same DuckDB path as
+the DuckDB engine, over that run's files, building and caching the run's
+derived tables (pairing, stacks: kmemscope/dataset/derived.py) in the same
+task, and sends back the rows as Arrow. The driver concatenates them in run_id
+order, which is every section's ORDER BY (it starts with run_id and is total),
+so the rows equal DuckDB's in value and order by construction. Runs go out
+largest first; each task gives DuckDB the task's cores (spark.task.cpus).
 
-    spec = EngineSpec("spark", "local[*]", {"spark.executor.memory": "8g"})
+    spec = EngineSpec("spark", "spark://head:7077", {"spark.executor.memory": "2g"})
     table = runner.run_query("pfn_reuse.cross_cpu", "ds", engine=spec)   # pyarrow.Table
     engines.release(spec)
 
-Each dataset table is read with basePath partition discovery and partition
-type inference off, so run_id stays a string (an all-digit id would become a
+Executors need kmemscope and DuckDB (a venv archive passed with --archives, or
+kmemscope installed on every node: docs/fleet.md) and the dataset at the same
+path (a shared mount) or URL (s3://, read with the AWS settings of the
+executors' environment). FILE parameters (at most 1 MiB) travel with the task.
+
+Ad-hoc SQL (`kmemscope sql --engine spark`, Dataset.sql) is Spark SQL over the
+whole dataset: SparkBackend translates the DuckDB text with spark_sql.py. Each
+dataset table is read with basePath partition discovery and partition type
+inference off, so run_id stays a string (an all-digit id would become a
 number). Runs whose formats give a column different widths (gfp_flags is 32
 bits on kernels up to 5.15, 64 after; datasets of format 1) are read in groups
 of equal schema and widened before the union, because Spark's schema merging
 refuses that. uint64 columns are DECIMAL(20,0) in Spark, exact; results give
 them back as uint64 where every value fits. SparkEngine(uint64="int64") reads
 them as BIGINT holding the same bits (2^64-1 as -1): faster, for experiments.
-
 Parameters are bound by spark.sql(query, args=...), never pasted into SQL
-text; file parameters are read by the DataFrame reader from the bound path.
-The free/alloc pairing tables (page_pairs, pfn_allocs) are computed in Spark,
-partitioned by run_id; the kernel-stack tables come from kmemscope/dataset/derived.py's
-per-run files (built where missing). The dataset must be on a filesystem every
-executor sees (a shared mount, or an object store Spark is configured for). An
-s3:// dataset is read as s3a:// through hadoop-aws: a session made for one gets
-storage.spark_conf()'s settings under the user's --spark-conf.
+text. An s3:// dataset is read as s3a:// through hadoop-aws: a session made
+for ad-hoc SQL over one gets storage.spark_conf()'s settings under the user's
+--spark-conf.
 """
+import dataclasses
+import functools
 import os
 import sys
 import tempfile
@@ -33,11 +42,12 @@ import threading
 from decimal import Decimal
 from pathlib import Path
 
-from kmemscope.errors import QueryError
-
 from kmemscope.dataset import storage
+from kmemscope.dataset.schema import TABLE_COLUMNS
+from kmemscope.errors import KmemscopeError, QueryError
+
 from . import spark_sql
-from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
+from .base import PlanRows
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -158,28 +168,15 @@ class SparkEngine:
         self._spark, self._own = spark, spark is None
         self._s3 = False                       # a session for s3 datasets: hadoop-aws settings
         self._lock = threading.Lock()
-        self._derived = {}                     # (dataset, name, runs) -> cached DataFrame
         # (table dir, files) -> DataFrame: reading a table lists and reads footers; a
         # run's files never change (run ids are content hashes), so later queries reuse it
         self._frames = {}
-
-    # Persisted derived tables a session keeps: each run selection persists its own, and a
-    # long session (a notebook, the test run) that kept them all ran short of memory for
-    # aggregation; the oldest is let go first.
-    MAX_DERIVED = 4
-
-    def keep_derived(self, key, df):
-        while len(self._derived) >= self.MAX_DERIVED:
-            oldest = next(iter(self._derived))
-            self._derived.pop(oldest).unpersist()
-        self._derived[key] = df
 
     @property
     def spark(self):
         if self._own and self._spark is not None and self._spark.sparkContext._jsc is None:
             # stopped elsewhere (a session with other jars took its place): start anew
             self._spark = None
-            self._derived.clear()
             self._frames.clear()
         if self._spark is None:
             conf = self.conf
@@ -202,6 +199,50 @@ class SparkEngine:
             if k.startswith("spark.hadoop.") and k not in mine:
                 hadoop.set(k[len("spark.hadoop."):], v)
 
+    def run_plan(self, plan, dataset, local, threads=None, progress=None):
+        """One task per chosen run, each running `local` (DuckDB) over its run; the
+        driver concatenates the rows in run_id order (engines/base.py Engine).
+
+        threads: ignored; a task gives DuckDB the task's cores (spark.task.cpus).
+        """
+        import pyarrow as pa
+
+        runs = sorted(plan.chosen)
+        if not runs:
+            return local(plan, str(dataset), 1, progress)
+        files = _file_params(plan)
+        # largest runs first: the last tasks to start are the short ones
+        items = sorted(((run, _plan_of_run(plan, run)) for run in runs),
+                       key=lambda item: (-_run_bytes(item[1]), item[0]))
+        task = functools.partial(_run_task, local=local, dataset=str(dataset), files=files)
+        sc = self.spark.sparkContext
+        if progress:
+            progress(f"{plan.qname}: {len(runs)} Spark task{'s' if len(runs) != 1 else ''}, "
+                     "one per run")
+        try:
+            sc.setJobDescription(f"kmemscope {plan.qname} over {len(runs)} runs")
+            out = sc.parallelize(items, len(items)).map(task).collect()
+        except Exception as exc:
+            module = type(exc).__module__ or ""
+            if not module.startswith(("pyspark", "py4j")):
+                raise
+            raise QueryError(f"query {plan.qname} failed on Spark: {_spark_reason(exc)}",
+                             "every executor needs kmemscope and duckdb, and the dataset at "
+                             "the same path (docs/fleet.md)") from None
+        finally:
+            sc.setJobDescription(None)
+        by_run = {r[0]: r for r in out}
+        for run in runs:
+            err = by_run[run][4]
+            if err is not None:
+                cls, message, hint = err
+                raise cls(message, hint)
+        tables = [pa.ipc.open_stream(by_run[run][1]).read_all() for run in runs]
+        table = pa.concat_tables(tables, promote_options="permissive")
+        facts = [f for run in runs for f in by_run[run][2]]
+        mts = [m for run in runs for m in by_run[run][3]]
+        return PlanRows(table, facts, mts)
+
     def open(self, dataset, chosen, parts, tables, threads=None):
         if storage.is_url(dataset):
             self._use_s3()
@@ -214,9 +255,6 @@ class SparkEngine:
             raise
 
     def close(self):
-        for df in self._derived.values():
-            df.unpersist()
-        self._derived.clear()
         self._frames.clear()
         if self._own and self._spark is not None:
             self._spark.stop()
@@ -319,58 +357,6 @@ class SparkBackend:
         """A temp view `name` holding the (small) Arrow `table`."""
         self._view(name, self.spark.createDataFrame(table))
 
-    # ------------------------------------------------------------ derived tables
-
-    PAIRS_SQL = """
-    SELECT run_id, pfn, is_alloc = 1 AS reuse, ts - prev_ts AS interval_ns,
-           cpu = prev_cpu AS same_cpu,
-           CAST(CASE WHEN is_alloc = 1 THEN "order" ELSE prev_order END AS UTINYINT) AS "order",
-           CAST(prev_cpu AS INTEGER) AS cpu
-    FROM (
-      SELECT run_id, pfn, ts, cpu, "order", is_alloc,
-             lag(is_alloc) OVER w AS prev_is_alloc, lag(ts) OVER w AS prev_ts,
-             lag(cpu) OVER w AS prev_cpu, lag("order") OVER w AS prev_order
-      FROM (
-        SELECT run_id, pfn, ts, cpu, "order", 1 AS is_alloc FROM mm_page_alloc
-        WHERE pfn NOT IN (18446744073709551615, 4294967295)
-        UNION ALL
-        SELECT run_id, pfn, ts, cpu, "order", 0 AS is_alloc FROM mm_page_free
-      ) AS e
-      WINDOW w AS (PARTITION BY run_id, pfn ORDER BY ts, is_alloc)
-    ) AS t
-    WHERE prev_is_alloc IS NOT NULL AND prev_is_alloc <> is_alloc
-    """
-    PFN_ALLOCS_SQL = """
-    SELECT run_id, pfn, allocs,
-           row_number() OVER (PARTITION BY run_id ORDER BY allocs DESC, pfn) AS rank
-    FROM (SELECT run_id, pfn, count(*) AS allocs FROM mm_page_alloc
-          WHERE pfn NOT IN (18446744073709551615, 4294967295) GROUP BY run_id, pfn) AS c
-    """
-
-    def derived(self, name, progress=None):
-        """A view of derived table `name` (kmemscope/dataset/derived.py's tables) over the chosen runs."""
-        if name in ("page_pairs", "pfn_allocs"):
-            key = (os.path.realpath(self.dataset), name, tuple(sorted(self.chosen)), self.uint64)
-            df = self.engine._derived.get(key)
-            if df is None:
-                if progress:
-                    progress(f"pairing frees with allocations for {name} on Spark")
-                sql = self.PAIRS_SQL if name == "page_pairs" else self.PFN_ALLOCS_SQL
-                (st,) = spark_sql.translate(sql, self.uint64)
-                df = self.spark.sql(st.sql).persist()
-                self.engine.keep_derived(key, df)
-            self._view(name, df)
-            return
-        from kmemscope.dataset import derived as derive
-        # The kernel-stack pairing runs per run in derive.py (DuckDB), once; Spark reads its files.
-        files = derive.stack_files(self.dataset, name, self.chosen, self.parts, progress=progress)
-        if files:
-            listed = [str(f) for f in files.values()]
-            df = self._read_files(_base_of(listed), listed)
-        else:
-            df = self._empty(DERIVED_COLUMNS[name])
-        self._view(name, df)
-
     # ------------------------------------------------------------ running
 
     def _run_statement(self, st, bound):
@@ -432,6 +418,78 @@ class SparkBackend:
                 self.spark.catalog.dropTempView(name)
         finally:
             self.engine._lock.release()
+
+
+def _plan_of_run(plan, run):
+    """`plan` narrowed to one run: its chosen runs and its files only."""
+    parts = {t: ({run: files[run]} if run in files else {}) for t, files in plan.parts.items()}
+    return dataclasses.replace(plan, chosen=[run], parts=parts, notes=[])
+
+
+def _run_bytes(plan):
+    """A run's size on disk (its files' sizes when they are local; 0 for URLs)."""
+    total = 0
+    for files in plan.parts.values():
+        for f in files.get(plan.chosen[0], []):
+            try:
+                total += os.stat(f).st_size
+            except (OSError, ValueError, TypeError):
+                pass
+    return total
+
+
+def _file_params(plan):
+    """{param: (file name, bytes)} of the plan's FILE parameters: a task gets their content,
+    not a path that only the driver has (catalog.py bounds them to 1 MiB)."""
+    out = {}
+    for p in plan.analysis.params.values():
+        value = plan.bound.get(p.name)
+        if p.type == "FILE" and value is not None:
+            out[p.name] = (Path(value).name, Path(value).read_bytes())
+    return out
+
+
+def _run_task(item, local, dataset, files):
+    """On an executor: run the plan of one run with DuckDB; its rows as Arrow IPC bytes.
+
+    A KmemscopeError comes back as a value (class, message, hint), not as a task
+    failure that Spark would retry and wrap: the driver raises it as it is.
+    """
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    run, plan = item
+    ctx = TaskContext.get()
+    threads = max(1, int(ctx.cpus())) if ctx is not None else 1
+    try:
+        with tempfile.TemporaryDirectory(prefix="kmemscope-task-") as tmp:
+            if files:
+                bound = dict(plan.bound)
+                for name, (fname, data) in files.items():
+                    path = Path(tmp) / name
+                    path.mkdir()
+                    (path / fname).write_bytes(data)
+                    bound[name] = str(path / fname)
+                plan = dataclasses.replace(plan, bound=bound)
+            rows = local(plan, dataset, threads, None)
+    except KmemscopeError as exc:
+        return run, None, None, None, (type(exc), exc.args[0] if exc.args else str(exc), exc.hint)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.table.schema) as writer:
+        writer.write_table(rows.table)
+    return run, sink.getvalue().to_pybytes(), rows.facts, rows.mts, None
+
+
+def _spark_reason(exc):
+    """The line of a failed Spark job's error that says why (not py4j's call site)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for marker in ("Error:", "Exception:"):
+        for ln in reversed(lines):
+            if ln.startswith(("at ", "File ")):
+                continue
+            if marker in ln and not ln.startswith(("py4j", "Traceback")):
+                return ln[:300]
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 def _base_of(files):
