@@ -379,12 +379,13 @@ class FlightRecorder(Recorder):
 
     # ------------------------------------------------------------ triggers
 
-    def _on_sample(self, mono, texts):
+    def _on_sample(self, texts):
         """Sampler thread: evaluate the vmstat and THP conditions on each vmstat sample."""
         conditions = [t for t in self.opt.triggers if t.kind in ("vmstat", "thp")]
         if not conditions or "vmstat" not in texts:
             return
-        self.vmstat_rows.append((mono, trig.parse_vmstat(texts["vmstat"], trig.counters_needed(conditions))))
+        mono, text = texts["vmstat"]
+        self.vmstat_rows.append((mono, trig.parse_vmstat(text, trig.counters_needed(conditions))))
         longest = max(t.window_s for t in conditions) + 2 * self.opt.interval
         while len(self.vmstat_rows) > 2 and self.vmstat_rows[1][0] < mono - longest * 1e9:
             self.vmstat_rows.popleft()
@@ -541,15 +542,29 @@ class FlightRecorder(Recorder):
 
         log = os.path.join(tmp, "trace-cmd.log")
         t0 = time.monotonic()
+        tracing_since_before = self.tracing_since
         try:
             status = run_once([self.trace_cmd, "extract", "-o", trace_dat], log, cwd=tmp,
                               timeout=EXTRACT_TIMEOUT_S, on_start=saved_pid)
         finally:
             self.saved["trace_cmd"] = None
             extract_s = time.monotonic() - t0
-            # extract disabled the events and cleared the buffer: start afresh
-            tracing_since_before = self.tracing_since
+        # extract disabled the events and cleared the buffer: start afresh. A failed
+        # restart ends the recorder, after this bundle is complete.
+        restart_error = None
+        try:
             self._start_tracing(self.buffer_kb)
+        except CaptureError as exc:
+            restart_error = exc
+        self._finish_bundle(status, trace_dat, tmp, final, log, trigger, when, stop, stats,
+                            tracing_since_before, extract_s)
+        if restart_error is not None:
+            self.stop_reason = "tracing could not restart"
+            raise restart_error
+
+    def _finish_bundle(self, status, trace_dat, tmp, final, log, trigger, when, stop, stats,
+                       tracing_since_before, extract_s):
+        opt = self.opt
         if status != 0 or not trace_dat_complete(trace_dat):
             self.warn("trace-cmd extract failed for trigger %s (status %s): %s"
                       % (trigger["reason"], status, log_tail(log)))

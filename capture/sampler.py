@@ -84,8 +84,8 @@ class RollingSampler(ProcfsSampler):
     """The same samples kept in memory for the last `keep_s` seconds only (a flight recorder).
 
     Nothing is written until write_window() copies the samples of a window
-    into a bundle, in the format of ProcfsSampler's files. on_sample(mono_ns,
-    texts) is called from the sampler thread after each sample.
+    into a bundle, in the format of ProcfsSampler's files. on_sample({source:
+    (mono_ns, text)}) is called from the sampler thread after each sample.
     """
 
     def __init__(self, interval, keep_s, zoneinfo=False, proc="/proc", on_sample=None):
@@ -114,7 +114,8 @@ class RollingSampler(ProcfsSampler):
                 self.rows.popleft()
         self.samples += 1
         if self.on_sample is not None:
-            self.on_sample(mono_ns, {name: text for name, (_, text) in texts.items()})
+            # each source with the CLOCK_MONOTONIC time its header in the bundle carries
+            self.on_sample({name: (stamp[0], text) for name, (stamp, text) in texts.items()})
 
     def bytes_held(self):
         with self._lock:

@@ -162,3 +162,173 @@ def wait_for(predicate, timeout=30.0):
 def interrupt(proc, sig=signal.SIGINT):
     if proc.poll() is None:
         proc.send_signal(sig)
+
+
+# ---------------------------------------------------------------- flight recorder
+
+# The same churn pinned to one CPU (argv: seconds, cpu, pause between rounds in s), so that
+# the event rate a flight recorder measures stays on that CPU.
+PINNED_WORKLOAD = r"""
+import ctypes, mmap, os, sys, time
+ctypes.CDLL(None).prctl(15, b"kms-workload", 0, 0, 0)  # PR_SET_NAME
+os.sched_setaffinity(0, {int(sys.argv[2])})
+end, pause = time.monotonic() + float(sys.argv[1]), float(sys.argv[3])
+while time.monotonic() < end:
+    m = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    m[::4096] = b"x" * 2048
+    m.close()
+    time.sleep(pause)
+"""
+
+# Direct compaction stalls on demand (argv: MiB left free, MiB of THP to fault): hugetlb
+# pages reserved through vm.nr_hugepages leave little free memory, 4 KiB pages fill it
+# and a quarter of it is freed again in 64 KiB pieces (no free 2 MiB block), then
+# MADV_HUGEPAGE faults compact. vm.nr_hugepages is put back on the way out (the test's
+# fixture puts it back too). Prints the vmstat deltas of the THP phase on stderr.
+SQUEEZE = r"""
+import mmap, sys, time
+MB, PAGE, HP = 1 << 20, mmap.PAGESIZE, "/proc/sys/vm/nr_hugepages"
+PRIV = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+
+def memfree():
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemFree:"):
+            return int(line.split()[1]) * 1024
+
+def vm(*names):
+    return {l.split()[0]: int(l.split()[1]) for l in open("/proc/vmstat") if l.split()[0] in names}
+
+leave_mb, thp_mb = int(sys.argv[1]), int(sys.argv[2])
+old = open(HP).read().strip()
+try:
+    with open(HP, "w") as f:
+        f.write(str(int(old) + max(0, (memfree() - leave_mb * MB) // (2 * MB))))
+    maps, fill = [], memfree() - 300 * MB
+    while fill > 0:
+        m = mmap.mmap(-1, 8 * MB, flags=PRIV)
+        m.madvise(mmap.MADV_NOHUGEPAGE)
+        m[::PAGE] = b"f" * (8 * MB // PAGE)
+        maps.append(m)
+        fill -= 8 * MB
+    for m in maps:
+        for off in range(0, 8 * MB, 256 * 1024):
+            m.madvise(mmap.MADV_DONTNEED, off, 64 * 1024)
+    names = ("compact_stall", "thp_fault_alloc", "thp_fault_fallback")
+    before, thp = vm(*names), []
+    for _ in range(thp_mb // 32):
+        m = mmap.mmap(-1, 32 * MB, flags=PRIV)
+        m.madvise(mmap.MADV_HUGEPAGE)
+        m[::PAGE] = b"t" * (32 * MB // PAGE)
+        thp.append(m)
+    after = vm(*names)
+    print("squeeze: " + " ".join("%s +%d" % (k, after[k] - before[k]) for k in names), file=sys.stderr)
+finally:
+    with open(HP, "w") as f:
+        f.write(old)
+"""
+
+
+class Flight:
+    """A background `record --flight`: its stderr lines collected by a thread."""
+
+    def __init__(self, *args, command=None, env=None):
+        import threading
+        self.proc = subprocess.Popen(command or record_cmd("--flight", *args), stderr=subprocess.PIPE,
+                                     text=True, env=env)
+        self.lines = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if not self.wait_for("flight recording ", 90):
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("the flight recorder did not start: " + self.text())
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def text(self):
+        return "".join(self.lines)
+
+    def wait_for(self, needle, timeout=60, count=1):
+        """True once `count` stderr lines contain `needle` (False when it ends or times out first)."""
+        def seen():
+            return sum(needle in line for line in self.lines) >= count
+
+        wait_for(lambda: seen() or (self.proc.poll() is not None and not self._reader.is_alive()),
+                 timeout)
+        return seen()
+
+    def signal(self, sig):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def finish(self, timeout=120):
+        """Exit status once it ends, and all it printed."""
+        rc = self.proc.wait(timeout)
+        self._reader.join(10)
+        return rc, self.text()
+
+
+def children(pid):
+    """pids of the direct children of `pid`."""
+    try:
+        text = Path("/proc/%d/task/%d/children" % (pid, pid)).read_text()
+    except OSError:
+        return []
+    return [int(w) for w in text.split()]
+
+
+def all_trace_cmd_processes():
+    """pids of every trace-cmd process on the machine (zombies excluded)."""
+    found = []
+    for comm in glob.glob("/proc/[0-9]*/comm"):
+        try:
+            if Path(comm).read_text().strip() != "trace-cmd":
+                continue
+            stat = Path(comm).with_name("stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] != "Z":
+            found.append(int(comm.split("/")[2]))
+    return found
+
+
+def report_cpu_span(trace_dat, cpu):
+    """(first, last) timestamps in ns of the events on `cpu`, from `trace-cmd report --cpu`."""
+    proc = subprocess.Popen(["trace-cmd", "report", "--cpu", str(cpu), "-i", str(trace_dat)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    first = last = None
+    pattern = re.compile(r"\[(\d+)\]\s+(\d+)\.(\d+):")
+    for line in proc.stdout:
+        m = pattern.search(line)
+        if m and int(m.group(1)) == cpu:
+            ts = int(m.group(2)) * 10**9 + int(m.group(3).ljust(9, "0"))
+            first = ts if first is None else first
+            last = ts
+    assert proc.wait() == 0
+    return first, last
+
+
+def sample_headers(path):
+    """mono_ns of each #kmemscope-sample header of a procfs sample file."""
+    return [int(m) for m in re.findall(r"^#kmemscope-sample mono_ns=(\d+)", Path(path).read_text(), re.M)]
+
+
+def vmstat_samples(path):
+    """[(mono_ns, {counter: value})] of a bundle's procfs/vmstat, parsed here."""
+    out = []
+    for block in Path(path).read_text().split("#kmemscope-sample ")[1:]:
+        head, _, body = block.partition("\n")
+        mono = int(re.search(r"mono_ns=(\d+)", head).group(1))
+        out.append((mono, {k: int(v) for k, v in re.findall(r"^(\w+) (-?\d+)$", body, re.M)}))
+    return out
+
+
+def vmstat_now(*names):
+    values = dict(line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+    return {n: int(values[n]) for n in names}
