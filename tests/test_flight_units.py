@@ -1,0 +1,183 @@
+"""The flight recorder's pure parts: trigger conditions, their evaluation, the window's
+accounting of lost events, buffer sizing, the rolling sample store. No root needed.
+
+Counter values are written out by hand in each test (the arithmetic is the oracle);
+the PSI and vmstat texts are real 6.18 readings (tests/data/procfs).
+"""
+import time
+from pathlib import Path
+
+import pytest
+
+from kmemscope.capture import flight, triggers
+from kmemscope.capture.sampler import RollingSampler
+from kmemscope.errors import CaptureError
+
+ROOT = Path(__file__).resolve().parent.parent
+VMSTAT_618 = ROOT / "tests" / "data" / "procfs" / "linux-6.18" / "vmstat"
+
+
+@pytest.mark.parametrize("text, kind, name, threshold, unit, window", [
+    ("psi.memory.some>10%", "psi", "some", 10.0, "%", 2.0),
+    ("psi.memory.full>2.5@4s", "psi", "full", 2.5, "%", 4.0),
+    ("vmstat.compact_stall>20/s@5s", "vmstat", "compact_stall", 20.0, "/s", 5.0),
+    ("vmstat.allocstall_normal > 1", "vmstat", "allocstall_normal", 1.0, "/s", 5.0),
+    ("thp.fallback>50%@30s", "thp", "fallback", 50.0, "%", 30.0),
+])
+def test_trigger_conditions_parse(text, kind, name, threshold, unit, window):
+    t = triggers.parse_trigger(text)
+    assert (t.kind, t.name, t.threshold, t.unit, t.window_s) == (kind, name, threshold, unit, window)
+    assert triggers.parse_trigger(t.condition).condition == t.condition
+
+
+@pytest.mark.parametrize("text, words", [
+    ("compact_stall>1", "unknown trigger"),
+    ("vmstat.compact_stall<1", "bad trigger"),
+    ("vmstat.compact_stall>1%", "takes a threshold in /s"),
+    ("psi.memory.some>5/s", "takes a threshold in %"),
+    ("psi.memory.some>0", "not a share"),
+    ("psi.memory.some>10%@20s", "0.5-10 s"),
+    ("psi.io.some>10%", "unknown trigger"),
+    ("vmstat.Compact>1", "bad trigger"),
+])
+def test_bad_conditions_are_one_clear_error(text, words):
+    with pytest.raises(CaptureError) as err:
+        triggers.parse_trigger(text)
+    assert words in str(err.value)
+
+
+def test_psi_windows_without_cap_sys_resource_are_whole_2s():
+    triggers.check_psi_window(2.0, privileged=False)
+    triggers.check_psi_window(10.0, privileged=False)
+    triggers.check_psi_window(0.5, privileged=True)
+    for window in (1.0, 3.0, 0.5):
+        with pytest.raises(CaptureError, match="multiples of 2 s"):
+            triggers.check_psi_window(window, privileged=False)
+
+
+def test_capability_bit_is_read_from_capeff(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("Name:\tx\nCapEff:\t000001fffeffffff\n")       # the test VM: no bit 24
+    assert not triggers.has_capability(24, str(status))
+    assert triggers.has_capability(21, str(status))
+    status.write_text("CapEff:\t000001ffffffffff\n")
+    assert triggers.has_capability(24, str(status))
+
+
+def test_stall_share_over_the_window():
+    text = ("some avg10=0.00 avg60=0.00 avg300=0.00 total=1000000\n"
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=500000\n")
+    assert triggers.parse_pressure(text) == {"some": 1000000, "full": 500000}
+    rows = [(0, {"some": 0, "full": 0}), (1_000_000_000, {"some": 100_000, "full": 0}),
+            (2_000_000_000, {"some": 300_000, "full": 50_000})]
+    assert triggers.stall_share(rows, "some", 2.0) == pytest.approx(15.0)   # 300 ms of 2 s
+    assert triggers.stall_share(rows, "some", 1.0) == pytest.approx(20.0)   # 200 ms of 1 s
+    assert triggers.stall_share(rows, "full", 2.0) == pytest.approx(2.5)
+    assert triggers.stall_share(rows[:1], "some", 2.0) is None
+
+
+def test_vmstat_rate_fires_above_the_threshold_only():
+    t = triggers.parse_trigger("vmstat.compact_stall>20/s@2s")
+    s = 1_000_000_000
+    rows = [(0, {"compact_stall": 100}), (1 * s, {"compact_stall": 110}),
+            (2 * s, {"compact_stall": 130}), (3 * s, {"compact_stall": 190})]
+    # newest (3 s, 190) against the newest at least 2 s older (1 s, 110): 40/s
+    got = triggers.evaluate(t, rows)
+    assert got["value"] == 40.0 and got["increase"] == 80 and got["over_s"] == 2.0
+    assert (got["from_mono_ns"], got["to_mono_ns"]) == (1 * s, 3 * s)
+    assert triggers.evaluate(t, rows[:3]) is None     # (2 s, 130) vs (0, 100): 15/s
+    assert triggers.evaluate(t, rows[:2]) is None     # not 2 s of history yet
+
+
+def test_thp_fallback_share_needs_enough_faults():
+    t = triggers.parse_trigger("thp.fallback>50%@1s")
+    s = 1_000_000_000
+    few = [(0, {"thp_fault_alloc": 0, "thp_fault_fallback": 0}),
+           (s, {"thp_fault_alloc": 1, "thp_fault_fallback": 5})]
+    assert triggers.evaluate(t, few) is None          # 6 faults < THP_MIN_FAULTS
+    many = [(0, {"thp_fault_alloc": 10, "thp_fault_fallback": 0}),
+            (s, {"thp_fault_alloc": 14, "thp_fault_fallback": 12})]
+    got = triggers.evaluate(t, many)
+    assert got["value"] == 75.0 and got["thp_fault_fallback"] == 12 and got["thp_fault_alloc"] == 4
+
+
+def test_counters_are_checked_against_a_real_vmstat():
+    text = VMSTAT_618.read_text()
+    assert triggers.parse_vmstat(text)["compact_stall"] >= 0
+    ok = [triggers.parse_trigger("vmstat.compact_stall>1"), triggers.parse_trigger("thp.fallback>5")]
+    triggers.check_counters(ok, text)
+    with pytest.raises(CaptureError, match="has no compact_stalls"):
+        triggers.check_counters([triggers.parse_trigger("vmstat.compact_stalls>1")], text)
+
+
+def test_window_accounting_tells_overwritten_before_from_inside():
+    s = 1_000_000_000
+    stats = {
+        # overran; its oldest kept event (5 s) is before the window's start (6 s): all before
+        0: {"overrun": 1000, "entries": 500, "oldest_event_ts": 5.0, "dropped_events": 0},
+        # overran; keeps events from 8 s on: the 2 s of the window before were overwritten,
+        # at the rate of the events kept (400 in 4 s: 100/s), so about 200 of its 900
+        1: {"overrun": 900, "entries": 400, "oldest_event_ts": 8.0, "commit_overrun": 3},
+        # never overran: complete since tracing started (1 s)
+        2: {"overrun": 0, "entries": 10, "oldest_event_ts": 1.5},
+    }
+    rows, covered = flight.window_accounting(stats, window_start=6 * s, stop=12 * s,
+                                             tracing_since=1 * s)
+    by = {r["cpu"]: r for r in rows}
+    assert by[0]["overwritten_before_window"] == 1000 and by[0]["overwritten_in_window_estimated"] == 0
+    assert by[1]["overwritten_in_window_estimated"] == 200 and by[1]["overwritten_before_window"] == 700
+    assert by[1]["commit_overrun"] == 3
+    assert by[2]["covered_from_mono_ns"] == 1 * s and by[2]["overrun"] == 0
+    assert covered == 8 * s
+
+
+def test_buffer_is_sized_for_the_busiest_cpu():
+    before = {0: {"entries": 0, "overrun": 0}, 1: {"entries": 100, "overrun": 0}}
+    after = {0: {"entries": 1000, "overrun": 0, "bytes": 32000},
+             1: {"entries": 2000, "overrun": 4100, "bytes": 80000}}
+    rates = flight.measured_rates(before, after, 2.0)
+    assert rates[0] == (500.0, 16000.0)
+    assert rates[1] == (3000.0, 3000.0 * 40)                  # 6000 written, 40 bytes each
+    kb = flight.buffer_size_for({c: r[1] for c, r in rates.items()}, 10.0, margin=1.0)
+    assert kb == int(120000 * 10 / 1024) + 1
+
+
+def test_bundle_names_sort_by_time_and_are_safe():
+    t = 1795495713 * 10**9
+    assert flight.bundle_name(t, "vmstat.compact_stall") == "20261124T044833Z-vmstat.compact_stall"
+    assert flight.bundle_name(t, "../x y") == "20261124T044833Z-.._x_y"
+
+
+def test_rolling_store_keeps_only_its_seconds_and_writes_a_window(tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    for name in ("vmstat", "pagetypeinfo", "buddyinfo"):
+        (proc / name).write_text("%s 1\n" % name)
+    seen = []
+    store = RollingSampler(0.01, 0.05, proc=str(proc), on_sample=seen.append)
+    for _ in range(30):
+        store.sample()
+        time.sleep(0.005)
+    assert len(store.rows) <= store.max_rows and store.samples == 30 and len(seen) == 30
+    assert seen[-1]["vmstat"][1] == "vmstat 1\n"
+    newest = store.rows[-1][0]
+    n = store.write_window(str(tmp_path / "out"), newest - 20_000_000, newest)
+    text = (tmp_path / "out" / "vmstat").read_text()
+    assert text.count("#kmemscope-sample mono_ns=") == n >= 2
+    # the same format ProcfsSampler writes: header line, then the file's text
+    assert text.splitlines()[1] == "vmstat 1"
+
+
+def test_restore_after_a_flight_resize_on_a_fresh_boot(tmp_path):
+    """A flight recorder resizes the buffer while tracing; a fresh boot's size comes back."""
+    from kmemscope.capture import state
+    from test_capture_units import TRACED, _fake_tracefs, _reading
+    fake = _fake_tracefs(tmp_path, ROOT / "tests" / "data" / "tracefs" / "fresh-boot-6.18")
+    snap = state.snapshot(str(fake), ["kmem"])
+    for name in ("buffer_size_kb", "per_cpu/cpu0/buffer_size_kb", "per_cpu/cpu1/buffer_size_kb"):
+        (fake / name).write_text("139620\n")
+    (fake / "options" / "overwrite").write_text("1\n")
+    assert state.restore(snap) == []
+    for cpu in (0, 1):
+        assert (fake / "per_cpu" / ("cpu%d" % cpu) / "buffer_size_kb").read_text() == \
+            _reading(TRACED, "per_cpu_cpu%d_buffer_size_kb" % cpu)
