@@ -72,7 +72,7 @@ SELECT
   c.allocs / f.duration_s AS allocs_per_s
 FROM counts AS c
 JOIN run_facts AS f ON f.run_id = c.run_id
-ORDER BY f.run_id, c.alloc_class, c."order"
+ORDER BY f.run_id, c.alloc_class, c."order", c.highatomic_era
 
 -- @section costly: per run and class: order 0, orders 1-3 (<= PAGE_ALLOC_COSTLY_ORDER) and orders 4+
 -- @columns
@@ -105,7 +105,7 @@ SELECT
   100.0 * c.allocs / sum(c.allocs) OVER (PARTITION BY c.run_id, c.alloc_class) AS pct_of_class
 FROM counts AS c
 JOIN run_facts AS f ON f.run_id = c.run_id
-ORDER BY f.run_id, c.alloc_class, c.order_band
+ORDER BY f.run_id, c.alloc_class, c.order_band, c.highatomic_era
 
 -- @section comms: the tasks with the most allocations per run and class
 -- @columns
@@ -146,4 +146,4 @@ SELECT
 FROM ranked AS r
 JOIN run_facts AS f ON f.run_id = r.run_id
 WHERE r.rank <= $top_comms
-ORDER BY f.run_id, r.alloc_class, r.rank
+ORDER BY f.run_id, r.alloc_class, r.rank, r.highatomic_era

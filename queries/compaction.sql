@@ -98,7 +98,7 @@ SELECT
 FROM counts AS c
 JOIN run_facts AS f ON f.run_id = c.run_id
 LEFT JOIN compaction_status_names AS n ON n.run_id = c.run_id AND n.status = c.status
-ORDER BY f.run_id, c.kind, c.runs DESC
+ORDER BY f.run_id, c.kind, c.runs DESC, c.status
 
 -- @section try: direct compaction attempts (mm_compaction_try_to_compact_pages) by order and priority
 -- @requires mm_compaction_try_to_compact_pages
@@ -209,7 +209,7 @@ SELECT
 FROM counts AS c
 JOIN run_facts AS f ON f.run_id = c.run_id
 LEFT JOIN compaction_status_names AS n ON n.run_id = c.run_id AND n.status = c.status
-ORDER BY f.run_id, c.kind, c."order", c.runs DESC
+ORDER BY f.run_id, c.kind, c."order", c.runs DESC, c.status
 
 -- @section direct: per run and order: direct compactions, stalls and successes (trace model)
 -- @requires mm_compaction_try_to_compact_pages

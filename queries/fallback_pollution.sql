@@ -77,7 +77,8 @@ LEFT JOIN migratetype_names AS am ON am.run_id = x.run_id AND am.migratetype = x
 LEFT JOIN migratetype_names AS fm ON fm.run_id = x.run_id AND fm.migratetype = x.fallback_migratetype
 LEFT JOIN extfrag_ownership AS o
   ON o.extfrag_era = f.extfrag_era AND o.change_ownership = (CASE WHEN x.change_ownership <> 0 THEN 1 ELSE 0 END)
-ORDER BY f.run_id, x.events DESC, x.alloc_migratetype, x.fallback_migratetype
+ORDER BY f.run_id, x.events DESC, x.alloc_migratetype, x.fallback_migratetype, x.fragmenting,
+         x.change_ownership
 
 -- @section over_time: extfrag events per time bucket per run
 -- @columns

@@ -30,7 +30,7 @@ SELECT
   m.source
 FROM run_metrics AS m
 JOIN run_facts AS f ON f.run_id = m.run_id
-ORDER BY f.run_id, m.metric, m.source, m.value
+ORDER BY f.run_id, m.metric, m.source, m.value, m.unit, m.better
 
 -- @section runs: one row per selected run: host, kernel and start time (the sides of a comparison)
 -- @columns

@@ -233,4 +233,4 @@ SELECT
 FROM counts AS c
 JOIN run_facts AS f ON f.run_id = c.run_id
 LEFT JOIN names AS n ON n.run_id = c.run_id AND n.gfp_flags = c.gfp_flags
-ORDER BY f.run_id, c.kind, c.attempt, c.attempts DESC
+ORDER BY f.run_id, c.kind, c.attempt, c.attempts DESC, c.thp_order, c.gfp_flags

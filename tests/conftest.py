@@ -162,3 +162,11 @@ def spark_engine():
     spec = engines.EngineSpec("spark", SPARK_MASTER, SPARK_TEST_CONF)
     yield engines.engine_for(spec)
     engines.release(spec)
+
+
+@pytest.fixture(scope="session")
+def mixed_dataset(tmp_path_factory):
+    """Runs of several kernel eras and field widths (parity_data.py), built once per run."""
+    import parity_data
+
+    return parity_data.build(tmp_path_factory.mktemp("mixed"))
