@@ -1,16 +1,13 @@
 """Every analysis section, `kmemscope compare` and the CLI on Spark against DuckDB.
 
-A dataset of runs from several kernels: the three example bundles, a public
-5.15 recording when present, a recording with kernel stacks made here when
-this machine can trace (alloc_origins needs one), and a synthetic 5.15-era run
-whose gfp_flags are 4 bytes wide where the others' are 8 (its run id is all
-digits, which must stay a string). Each section runs through
-runner.run_query() on DuckDB and on one Spark engine shared by the whole
-pytest run (conftest.py); rows must match: same columns, same order (rows tied
-on every ORDER BY key may come in any order, as in either engine), numbers
-equal to a relative 1e-9.
+The dataset mixes kernel eras and field widths (parity_data.py, built once per
+pytest run). Each section runs through runner.run_query() on DuckDB and on one
+Spark engine shared by the whole pytest run (conftest.py); on Spark that is one
+task per run running the same DuckDB SQL. Rows must be equal in value and in
+order: every section's ORDER BY is total (test_determinism.py), and numbers
+equal to a relative 1e-9 (sums of floats may be added in another order).
 
-Time: about five minutes on two cores. Past KMEMSCOPE_SPARK_BUDGET_S seconds
+Time: about two minutes on two cores. Past KMEMSCOPE_SPARK_BUDGET_S seconds
 of Spark work (default 540) the remaining tests skip, each saying so.
 """
 import csv
@@ -22,89 +19,22 @@ from decimal import Decimal
 
 import pytest
 
-from conftest import EXAMPLES, PUBLIC_FIXTURES, SPARK_MASTER, SPARK_TEST_CONF, skip_without_spark
+from conftest import SPARK_MASTER, SPARK_TEST_CONF, skip_without_spark
 
 skip_without_spark(allow_module_level=True)
 
-from kmemscope.queries import runner
-from kmemscope.queries.engines import spark_sql  # noqa: E402
+from kmemscope.queries import runner  # noqa: E402
+from parity_data import every_section  # noqa: E402
 
-RUNS = [(EXAMPLES / "kmem-compaction", "a"), (EXAMPLES / "thp-faults", "b"),
-        (EXAMPLES / "memory-pressure", "c"),
-        (PUBLIC_FIXTURES / "langraph_v7_zstd148_le_l8_4cpu_5.15.dat", "old")]
 BUDGET_S = float(os.environ.get("KMEMSCOPE_SPARK_BUDGET_S", "540"))
 REL = 1e-9
 
-# Sections not yet equal on Spark, and why. Kept honest: a pass here fails
-# the test (strict xfail), so the list shrinks as the executor grows.
-KNOWN = {}
-
-SECTIONS = spark_sql.every_section()
-
-
-def _synthetic_515(ds):
-    """A synthetic 5.15 run (no 5.15 machine here): gfp_flags is 4 bytes wide, as on
-    kernels up to 5.15, where the other runs have 8; Spark must widen it as DuckDB does."""
-    import kmdata as K
-    run, sec = "5150000000000000", 10 ** 9
-    K.write_run(ds, run, kernel="5.15.0", last_ts=2 * sec, labels={"kernel": "synthetic-5.15"})
-    atomic = K.gfp("5.10", "__GFP_HIGH", "__GFP_ATOMIC", "__GFP_KSWAPD_RECLAIM")
-    kernel = K.gfp("5.10", "__GFP_IO", "__GFP_FS", "__GFP_DIRECT_RECLAIM", "__GFP_KSWAPD_RECLAIM")
-    allocs, frees = [], []
-    for i in range(400):
-        order = (0, 1, 2, 3, 9)[i % 5]
-        pfn = K.FAILED_PFN if i % 37 == 0 else 4096 + (i % 50) * 512
-        allocs.append(dict(ts=i * 1000 + 10, cpu=i % 2, pid=100 + i % 7, comm=f"task{i % 3}",
-                           pfn=pfn, order=order, gfp_flags=atomic if i % 3 else kernel,
-                           migratetype=i % 3))
-        if pfn != K.FAILED_PFN:
-            frees.append(dict(ts=i * 1000 + 500, cpu=(i + i // 2) % 2, pid=1, comm="free",
-                              pfn=pfn, order=order))
-    K.write_events(ds, "mm_page_alloc", run, allocs, kernel="5.15.0")
-    K.write_events(ds, "mm_page_free", run, frees, kernel="5.15.0")
-    K.write_other(ds, "print_flags", run, K.gfp_print_flags("5.10"))
-
-
-def _record_stacks(tmp):
-    """A real recording with kernel stacks (alloc_origins), when this machine can trace."""
-    import contextlib
-    import sys
-    from conftest import _hold_tracing_lock, tracefs_available
-    from kmrun import kmemscope
-    from test_alloc_origins import NETLOAD
-    if tracefs_available() is not None:
-        return None
-    load = tmp / "netload.py"
-    load.write_text(NETLOAD)
-    bundle = tmp / "stacks"
-    with contextlib.contextmanager(_hold_tracing_lock)():
-        kmemscope("record", "-o", bundle, "--preset", "atomic-origins",
-                  "-e", "kmem:mm_page_free:order > 0", "--", sys.executable, load, "1")
-    return bundle
+SECTIONS = every_section()
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    import kmemscope
-    tmp = tmp_path_factory.mktemp("spark")
-    out = tmp / "ds"
-    for path, label in RUNS:
-        if path.exists():
-            kmemscope.parse([str(path)], str(out), labels={"kernel": label})
-    stacks = _record_stacks(tmp)
-    if stacks is not None:
-        kmemscope.parse([str(stacks)], str(out), labels={"kernel": "stacks"})
-    _synthetic_515(out)
-    # benchmark results on two runs (one metric on one run only): run_metrics and the
-    # comparison's imported metrics are compared across engines too
-    runs = kmemscope.open(out).sql("SELECT run_id FROM runs ORDER BY run_id").rows()
-    bench = tmp / "bench.csv"
-    bench.write_text("run,metric,value,unit,better\n"
-                     f"{runs[0]['run_id']},tps,1200.5,tps,higher\n"
-                     f"{runs[-1]['run_id']},tps,1100,tps,higher\n"
-                     f"{runs[-1]['run_id']},p99_ms,4.25,ms,lower\n")
-    kmemscope.open(out).import_metrics(bench)
-    return out
+def dataset(mixed_dataset):
+    return mixed_dataset
 
 
 _CLOCK = {}
@@ -151,50 +81,14 @@ def _same(a, b):
     return a == b
 
 
-def _order_keys(section_sql, columns):
-    """Output columns of the outermost ORDER BY, or None when one is not an output column."""
-    import sqlglot
-    from sqlglot import exp
-    tree = sqlglot.parse_one(section_sql, read="duckdb")
-    order = tree.args.get("order")
-    if order is None:
-        return []
-    keys = []
-    for o in order.expressions:
-        if not isinstance(o.this, exp.Column) or o.this.name not in columns:
-            return None
-        keys.append(o.this.name)
-    return keys
-
-
-def _rows_match(duck, spark, keys):
-    """(ok, message): equal in order, or equal up to the order of rows tied on `keys`."""
+def _rows_match(duck, spark):
+    """(ok, message): the same rows in the same order."""
     if len(duck) != len(spark):
         return False, f"{len(duck)} rows on DuckDB, {len(spark)} on Spark"
     bad = [i for i, (x, y) in enumerate(zip(duck, spark)) if not all(
         _same(x[c], y[c]) for c in x)]
     if not bad:
         return True, ""
-    if keys:
-        groups_d, groups_s = {}, {}
-        for rows, groups in ((duck, groups_d), (spark, groups_s)):
-            for r in rows:
-                groups.setdefault(repr([r[k] for k in keys]), []).append(r)
-        same_keys = [repr([r[k] for k in keys]) for r in duck] == \
-                    [repr([r[k] for k in keys]) for r in spark]
-        if same_keys and groups_d.keys() == groups_s.keys():
-            unmatched = 0
-            for g, rows in groups_d.items():
-                left = list(groups_s[g])
-                for r in rows:
-                    hit = next((i for i, s in enumerate(left) if all(_same(r[c], s[c]) for c in r)),
-                               None)
-                    if hit is None:
-                        unmatched += 1
-                    else:
-                        left.pop(hit)
-            if not unmatched:
-                return True, ""
     i = bad[0]
     diff = {c: (duck[i][c], spark[i][c]) for c in duck[i] if not _same(duck[i][c], spark[i][c])}
     return False, f"{len(bad)} rows differ; first, row {i}: {diff}"
@@ -211,11 +105,11 @@ def test_compare_sides_on_spark_equal_duckdb(dataset, spark):
     assert (on_spark.label, on_spark.sides, on_spark.runs) == (duck.label, duck.sides, duck.runs)
     assert on_spark.notes == duck.notes
     norm = [[{k: _norm(v) for k, v in r.items()} for r in x.summary] for x in (duck, on_spark)]
-    ok, msg = _rows_match(*norm, None)
+    ok, msg = _rows_match(*norm)
     assert ok, f"summary rows of the sides: {msg}"
     records = [co.records(x, sd.compare_sides(x)) for x in (duck, on_spark)]
     assert records[0], "compare gave no rows"
-    ok, msg = _rows_match(*records, None)
+    ok, msg = _rows_match(*records)
     assert ok, f"compare_sides: {msg}"
 
 
@@ -282,19 +176,17 @@ def test_cli_on_spark_equals_duckdb(args, dataset, spark):
 
 # Last: when the budget runs out, the compare and CLI tests above have run.
 @pytest.mark.parametrize("qname,a,section", SECTIONS, ids=[s[0] for s in SECTIONS])
-def test_section_on_spark_equals_duckdb(qname, a, section, dataset, spark, request):
-    if qname in KNOWN:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN[qname], strict=True))
+def test_section_on_spark_equals_duckdb(qname, a, section, dataset, spark):
     try:
         duck = runner.run_query(qname, dataset)
     except Exception as exc:     # the DuckDB engine refuses: Spark must not be asked
         pytest.skip(f"DuckDB engine refuses {qname} on this dataset: {exc}")
     on_spark = runner.run_query(qname, dataset, engine=spark)
-    assert on_spark.column_names == duck.column_names
+    assert on_spark.schema.remove_metadata() == duck.schema.remove_metadata()
     assert runner.notes_of(on_spark) == runner.notes_of(duck)
     d_rows, s_rows = _rows(duck), _rows(on_spark)
     if not d_rows:
         assert not s_rows, f"{qname}: no rows on DuckDB, {len(s_rows)} on Spark"
         pytest.skip(f"{qname}: no rows on either engine for this dataset; nothing more to compare")
-    ok, msg = _rows_match(d_rows, s_rows, _order_keys(section.sql, duck.column_names))
+    ok, msg = _rows_match(d_rows, s_rows)
     assert ok, f"{qname}: {msg}"

@@ -1,4 +1,6 @@
-"""The Spark translation of every analysis section (queries/engines/spark_sql.py): lint, rules, golden files."""
+"""The DuckDB -> Spark SQL translation of ad-hoc SQL (queries/engines/spark_sql.py): its rules,
+each checked against DuckDB where it can be, and the shared views of _common.sql that ad-hoc SQL
+on Spark gets. (Named analyses run on Spark as DuckDB itself, one task per run: no translation.)"""
 import pytest
 
 from conftest import skip_spark_test
@@ -15,31 +17,10 @@ if sqlglot.__version__ != spark_sql.SQLGLOT_VERSION:
     skip_spark_test(f"sqlglot {sqlglot.__version__} is not the pinned {spark_sql.SQLGLOT_VERSION}",
                     allow_module_level=True)
 
-SECTIONS = spark_sql.every_section()
 
-
-@pytest.mark.parametrize("qname,a,section", SECTIONS, ids=[s[0] for s in SECTIONS])
-def test_every_section_lints_clean_and_translates(qname, a, section):
-    assert spark_sql.lint(section.sql) == []
-    assert spark_sql.lint(a.prelude) == []
-    plan = spark_sql.section_plan(a, section)
-    assert plan["section"].kind == "select"
-    # parameters stay markers for spark.sql(args=...), never values in the text
-    for p in a.params:
-        assert f"${p}" not in plan["section"].sql
-
-
-def test_common_lints_clean():
+def test_common_views_translate_for_ad_hoc_sql():
     assert spark_sql.lint(spark_sql.COMMON_SQL.read_text()) == []
-
-
-def test_golden_files_are_current():
-    files = spark_sql.golden_files()
-    stale = [p.name for p, text in files.items() if not p.exists() or p.read_text() != text]
-    extra = [p.name for p in spark_sql.GOLDEN_DIR.glob("*.sql") if p not in files]
-    assert not stale and not extra, (
-        f"queries/spark/ is out of date (stale: {stale}, extra: {extra}); "
-        "regenerate with `python tools/spark_golden.py --write` and review the diff")
+    assert spark_sql.translate(spark_sql.COMMON_SQL.read_text())
 
 
 def _one(sql, **kw):

@@ -212,7 +212,7 @@ class SparkEngine:
             return local(plan, str(dataset), 1, progress)
         files = _file_params(plan)
         # largest runs first: the last tasks to start are the short ones
-        items = sorted(((run, _plan_of_run(plan, run)) for run in runs),
+        items = sorted(((run, plan_of_run(plan, run)) for run in runs),
                        key=lambda item: (-_run_bytes(item[1]), item[0]))
         task = functools.partial(_run_task, local=local, dataset=str(dataset), files=files)
         sc = self.spark.sparkContext
@@ -420,7 +420,7 @@ class SparkBackend:
             self.engine._lock.release()
 
 
-def _plan_of_run(plan, run):
+def plan_of_run(plan, run):
     """`plan` narrowed to one run: its chosen runs and its files only."""
     parts = {t: ({run: files[run]} if run in files else {}) for t, files in plan.parts.items()}
     return dataclasses.replace(plan, chosen=[run], parts=parts, notes=[])

@@ -1,4 +1,9 @@
-"""Translate kmemscope's DuckDB SQL (the analyses, _common.sql, preludes) to Spark SQL.
+"""Translate DuckDB SQL to Spark SQL, for ad-hoc SQL on Spark (`kmemscope sql --engine spark`).
+
+Named analyses do not need it: on Spark each run is one task that runs the
+analysis with DuckDB itself (spark_engine.py). Ad-hoc SQL is Spark SQL over the
+whole dataset, and it is written in DuckDB's dialect, with the views of
+queries/_common.sql beside the tables: both are translated here.
 
 sqlglot (pinned: the `spark` extra of setup.cfg) parses the DuckDB text and
 writes Spark SQL; kmemscope's own rules rewrite what sqlglot would translate
@@ -28,14 +33,11 @@ no exact Spark form. Rules (each exact, or rejected):
                               (asof_to_windows; checked against DuckDB's ASOF)
   several unnest() in one SELECT -> inline(arrays_zip(...)) AS (a, b)
   len(list)                -> size(list) (length() stays: characters of a string in both)
-  read_csv($param, ...)    -> a view the executor registers from the bound path
+  read_csv($param, ...)    -> a view the backend registers from the bound path
+                              (Dataset.sql(..., params={...}) on Spark)
   $name                    -> :name, bound by spark.sql(query, args=...), never pasted
   CREATE TEMP VIEW         -> a Spark temporary view (re-resolved on use, as in DuckDB)
   CREATE TEMP TABLE        -> a DataFrame computed once (createOrReplaceTempView)
-
-Golden files (what Spark runs, for review): queries/spark/<analysis>.<section>.sql
-(<analysis>.sql for an analysis of one SELECT, _common.sql for the shared views),
-written by `python tools/spark_golden.py --write` (a development tool).
 """
 import functools
 import re
@@ -43,9 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 QUERY_DIR = Path(__file__).resolve().parent.parent
-GOLDEN_DIR = QUERY_DIR / "spark"
 COMMON_SQL = QUERY_DIR / "_common.sql"
-SQLGLOT_VERSION = "30.30.0"      # the golden files are this version's output
+SQLGLOT_VERSION = "30.30.0"      # the rules are checked against this version's output
 UINT64_MODES = ("decimal", "int64")
 _TWO32 = 4294967296
 
@@ -120,7 +121,7 @@ def _map_types(dt, uint64):
 # ---------------------------------------------------------------- lint
 
 # sqlglot expression classes whose Spark form computes what DuckDB computes
-# (checked against DuckDB on the analyses; tests/test_spark_parity.py).
+# (checked against DuckDB: tests/test_spark_translation.py, tests/test_spark_parity.py).
 _EXACT_FUNCS = {
     "Count", "Sum", "Avg", "Min", "Max", "Coalesce", "Nullif", "Cast", "Case", "If", "Lower",
     "Upper", "Floor", "Ceil", "Pow", "Abs", "RowNumber", "Lag", "Lead", "FirstValue",
@@ -567,61 +568,3 @@ def _translate(sql, uint64, pretty):
         text = tree.sql(dialect="spark", pretty=pretty)
         out.append(Statement(kind, name, text, params, files))
     return tuple(out)
-
-
-# ---------------------------------------------------------------- analyses
-
-def _catalog():
-    from kmemscope.queries import catalog
-    return catalog
-
-
-def section_plan(a, section, uint64="decimal"):
-    """{"common": [...], "prelude": [...], "section": Statement} for one analysis section."""
-    body = translate(section.sql, uint64)
-    if len(body) != 1 or body[0].kind != "select":
-        raise TranslationError(f"{a.name}.{section.name}: a section is one SELECT")
-    return {"common": translate(COMMON_SQL.read_text(), uint64),
-            "prelude": translate(a.prelude, uint64) if a.prelude.strip() else [],
-            "section": body[0]}
-
-
-def every_section():
-    """[(query name, Analysis, Section)] of every analysis."""
-    out = []
-    for a in _catalog().load_analyses().values():
-        for s in a.sections:
-            out.append((f"{a.name}.{s.name}" if s.name else a.name, a, s))
-    return out
-
-
-def golden_text(a, section, uint64="decimal"):
-    """What Spark runs for one section: its prelude statements, then the SELECT.
-
-    _common.sql's translation is written once, to queries/spark/_common.sql.
-    """
-    plan = section_plan(a, section, uint64)
-    qname = f"{a.name}.{section.name}" if section.name else a.name
-    parts = [f"-- {qname}: Spark SQL written by tools/spark_golden.py "
-             f"(sqlglot {SQLGLOT_VERSION}, uint64 as {uint64}); do not edit\n"
-             "-- regenerate: python tools/spark_golden.py --write"]
-    for st in plan["prelude"]:
-        parts.append(st.text() + ";")
-    parts.append(plan["section"].text() + ";")
-    return "\n\n".join(parts) + "\n"
-
-
-def common_golden_text(uint64="decimal"):
-    parts = [f"-- _common: Spark SQL written by tools/spark_golden.py "
-             f"(sqlglot {SQLGLOT_VERSION}, uint64 as {uint64}); do not edit\n"
-             "-- regenerate: python tools/spark_golden.py --write"]
-    parts += [st.text() + ";" for st in translate(COMMON_SQL.read_text(), uint64)]
-    return "\n\n".join(parts) + "\n"
-
-
-def golden_files():
-    """{path: text} of every golden file."""
-    out = {GOLDEN_DIR / "_common.sql": common_golden_text()}
-    for qname, a, s in every_section():
-        out[GOLDEN_DIR / f"{qname}.sql"] = golden_text(a, s)
-    return out
