@@ -125,7 +125,7 @@ def _compare(dataset, eng):
 
 def worker(spec):
     """Run every measurement of one engine; one JSON object per line on stdout."""
-    from kmemscope.queries import engines, runner
+    from kmemscope.queries import engines
     out = sys.stdout
     sys.stdout = sys.stderr          # Spark and others print: keep our stdout for results
 

@@ -1,7 +1,8 @@
-"""The `kmemscope` command line: verbs over the library (capture, parsers, queries, notebooks).
+"""The `kmemscope` command line: verbs over the Python API (kmemscope.api).
 
-`kmemscope.cli.cli` holds the verbs, `output` the formats every verb writes,
-`compare_output` the mmtests-style comparison tables.
+`kmemscope.cli.cli` holds the verbs, `output` the files and streams every verb
+writes (table, csv, json, jsonl, parquet, folded). The text of tables and of
+comparisons is the API's (kmemscope.tables, kmemscope.comparison_text).
 """
 from kmemscope.cli.cli import main
 

@@ -55,8 +55,8 @@ class _engine:
     """The options' EngineSpec; every engine session the verb started is stopped when it ends."""
 
     def __init__(self, engine, master, conf):
+        from kmemscope.api import EngineSpec
         from kmemscope.errors import QueryError
-        from kmemscope.queries.engines import EngineSpec
 
         try:
             self.spec = EngineSpec.of(engine, master, conf)
@@ -68,9 +68,9 @@ class _engine:
 
     def __exit__(self, *exc):
         if self.spec.is_spark:
-            from kmemscope.queries import engines
+            from kmemscope.api import stop_engines
 
-            engines.shutdown()
+            stop_engines()
 
 
 def _key_values(values, what):
@@ -124,7 +124,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
     commits the runs; the dataset must be on a file system that the driver and
     every executor see at the same path.
     """
-    from kmemscope.parsers.ingest import ingest
+    from kmemscope.api import parse_one
 
     labels = _key_values(labels, "--label")
     patterns = [p for item in events for p in item.split(",") if p]
@@ -144,8 +144,8 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
     for source in sources:
         try:
             with _progress(source, show_progress) as progress:
-                summary = ingest(source, dataset, labels=labels, events=patterns, threads=threads,
-                                 progress=progress)
+                summary = parse_one(source, dataset, labels=labels, events=patterns,
+                                    threads=threads, progress=progress)
         except KmemscopeError as exc:
             _report_error(ctx, exc)
             failures += 1
@@ -180,7 +180,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
 
 def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng):
     """`parse --engine spark`: one Spark task per input; a line per run as the driver commits it."""
-    from kmemscope.parsers.spark_parse import parse_on_spark
+    from kmemscope.api import parse_on_spark
 
     def progress(kind, source, entry):
         if isinstance(entry, KmemscopeError):
@@ -202,9 +202,7 @@ def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng)
     if not quiet:
         click.echo(f"kmemscope: parsing {len(sources)} input(s) on Spark "
                    f"({eng.master or 'local[*]'})", err=True)
-    from kmemscope.queries.engines import engine_for
-
-    entries = parse_on_spark(sources, dataset, spark=engine_for(eng).spark, labels=labels, events=patterns,
+    entries = parse_on_spark(sources, dataset, engine=eng, labels=labels, events=patterns,
                              derive=derive, progress=progress)
     failures = sum(isinstance(e, KmemscopeError) for e in entries)
     if not quiet:
@@ -217,11 +215,11 @@ def _derive(ctx, dataset, run_id, quiet):
     """Build a run's derived pairing tables (kmemscope/dataset/derived.py) right after parsing it."""
     import time
 
-    from kmemscope.dataset.derived import derive_runs
+    from kmemscope.api import derive
 
     started = time.monotonic()
     try:
-        derive_runs(dataset, [run_id])
+        derive(dataset, [run_id])
     except KmemscopeError as exc:
         _report_error(ctx, exc)
         return
@@ -273,10 +271,17 @@ class _progress:
 @click.option("--read-only", is_flag=True,
               help="Allow only SELECT statements that read the dataset: no other files, "
                    "no writes, no extensions.")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
+              metavar="SECONDS",
+              help="Stop a statement that runs longer (default: 300 with --read-only, else none).")
+@click.option("--memory-limit", metavar="SIZE",
+              help="DuckDB's memory limit, e.g. 2GB (default: a quarter of this machine's memory "
+                   "with --read-only, else DuckDB's 80%).")
 @FORMAT_OPTION
 @OUTPUT_OPTION
 @engine_options
-def sql(dataset, query, sql_file, read_only, fmt, output, engine, spark_master, spark_conf):
+def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output, engine,
+        spark_master, spark_conf):
     """Run SQL over DATASET; every table is a view of its own name.
 
     This is DuckDB's full SQL, which can read and write any file the user
@@ -292,7 +297,7 @@ def sql(dataset, query, sql_file, read_only, fmt, output, engine, spark_master, 
     analyses' rules); what has no exact translation is refused.
     """
     from kmemscope.cli.output import resolve_format, write_result
-    from kmemscope.dataset.reader import confine
+    from kmemscope.dataset import reader
     from kmemscope.queries.runner import open_run_set, open_runs
 
     query = _sql_text(query, sql_file)
@@ -310,11 +315,20 @@ def sql(dataset, query, sql_file, read_only, fmt, output, engine, spark_master, 
                 backend.close()
     else:
         _engine(engine, spark_master, spark_conf)
-        # The analyses' helper views (flag names, allocation classes, ...) come too.
-        con = open_run_set(dataset)[0]
-        if read_only:
-            confine(con, dataset, query)
-        tables = [_run_sql(con, q) for q in statements]
+        limit = reader.memory_bytes(memory_limit) if memory_limit else (
+            reader.default_memory_limit() if read_only else None)
+        if timeout is None and read_only:
+            timeout = 300.0
+        # The analyses' helper views (flag names, allocation classes, ...) come too; runs
+        # whose schema does not fit are left out with a note.
+        notes = []
+        with reader.sql_session(open_run_set(dataset, notes=notes)[0], limit) as con:
+            if read_only:
+                reader.confine(con, dataset, query)
+            with reader.guarded(con, timeout):
+                tables = [_run_sql(con, q) for q in statements]
+        for note in notes:
+            click.echo(f"kmemscope: note: {note}", err=True)
     _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
     shown = [t for t in tables if t is not None]
     if len(shown) > 1 and fmt in ("json", "parquet"):
@@ -327,9 +341,9 @@ def sql(dataset, query, sql_file, read_only, fmt, output, engine, spark_master, 
 
 def _interrupted_notes(dataset):
     """Commits that killed parses left: readers leave them to the next parse, and say so."""
-    from kmemscope.dataset.reader import finish_interrupted_commits
+    from kmemscope.api import interrupted_commits
 
-    for note in finish_interrupted_commits(dataset):
+    for note in interrupted_commits(dataset):
         click.echo(f"kmemscope: note: {note}", err=True)
 
 
@@ -426,40 +440,21 @@ def info(dataset, per_run, fmt, output):
     json writes one object {runs, tables, rows_per_run}; csv, jsonl and
     parquet write the rows of every table in every run (run_id, table, rows).
     """
-    import pyarrow as pa
-
+    from kmemscope.api import dataset_info
     from kmemscope.cli.output import resolve_format, write_document, write_result
-    from kmemscope.dataset.reader import connect, table_runs
-    from kmemscope.dataset.storage import parquet_rows
 
     fmt = resolve_format(fmt, output)
-    parts = table_runs(dataset)
+    facts = dataset_info(dataset)
     _interrupted_notes(dataset)
-    # Row counts from the Parquet footers (local or s3): no table is scanned.
-    per_run_rows = [(run, name, sum(parquet_rows(f) for f in files))
-                    for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]
-    long = pa.table({"run_id": [r[0] for r in per_run_rows], "table": [r[1] for r in per_run_rows],
-                     "rows": pa.array([r[2] for r in per_run_rows], pa.int64())})
     if fmt in ("csv", "jsonl", "parquet"):
-        write_result(long, fmt, output)
+        write_result(facts["rows_per_run"].arrow(), fmt, output)
         return
-    totals = {}
-    for run, name, rows in per_run_rows:
-        total, runs = totals.get(name, (0, 0))
-        totals[name] = (total + rows, runs + 1)
-    order = sorted(totals, key=lambda n: (-totals[n][0], n))
-    tables = pa.table({"table": order, "rows": pa.array([totals[n][0] for n in order], pa.int64()),
-                       "runs": pa.array([totals[n][1] for n in order], pa.int64())})
     document = {}
-    if "runs" in parts:
-        document["runs"] = _run_sql(connect(dataset, tables=["runs"]), """
-            SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
-                   round((last_ts - first_ts) / 1e9, 3) AS seconds,
-                   file_version, compression, labels, source
-            FROM runs ORDER BY source""")
-    document["tables"] = tables
+    if facts["runs"] is not None:
+        document["runs"] = facts["runs"].arrow()
+    document["tables"] = facts["tables"].arrow()
     if per_run or fmt == "json":
-        document["rows_per_run"] = long
+        document["rows_per_run"] = facts["rows_per_run"].arrow()
     write_document(document, fmt, output)
 
 
@@ -489,30 +484,21 @@ def queries(name, fmt, output):
     caveats, from its header. --format json gives the same as one object;
     csv, jsonl and parquet give one row per output column.
     """
-    import pyarrow as pa
-
+    from kmemscope.api import analyses, describe
     from kmemscope.cli.output import resolve_format, write_result
-    from kmemscope.queries.catalog import column_rows, describe, format_description, list_queries
 
     fmt = resolve_format(fmt, output)
     if name is None:
-        rows = list_queries()
-        table = pa.table({"name": [r[0] for r in rows], "question": [r[1] for r in rows]})
-        write_result(table, fmt, output, max_cell=None)
+        write_result(analyses().arrow(), fmt, output, max_cell=None)
         return
     doc = describe(name)
     if fmt in ("table", "json"):
         import json
 
-        text = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if fmt == "json"
-                else format_description(doc))
-        if output:
-            with open(output, "w", encoding="utf-8") as f:
-                f.write(text)
-        else:
-            click.echo(text, nl=False)
+        text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if fmt == "json" else doc.text()
+        _write_text(text, output)
         return
-    write_result(pa.Table.from_pylist(column_rows(doc)), fmt, output, max_cell=None)
+    write_result(doc.columns().arrow(), fmt, output, max_cell=None)
 
 
 @cli.command()
@@ -534,24 +520,21 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, engine, spark
     `kmemscope queries` lists the analyses; `kmemscope queries NAME` shows one's
     parameters, sections and output columns with units.
     """
+    import kmemscope
     from kmemscope.cli.output import FOLDED, FORMATS, resolve_format, write_result
-    from kmemscope.queries.runner import notes_of, run_query
 
     fmt = resolve_format(fmt, output, allowed=FORMATS + (FOLDED,))
-    with _engine(engine, spark_master, spark_conf) as eng:
-        table = run_query(name, dataset, run_ids=list(runs) or None,
-                          labels=list(labels) or None,
-                          params=_key_values(params, "--param") or None,
-                          progress=lambda msg: click.echo(f"kmemscope: {msg}", err=True),
-                          engine=eng)
+    with _engine(engine, spark_master, spark_conf) as spec:
+        result = kmemscope.open(dataset, spec).query(
+            name, run=list(runs) or None, label=list(labels) or None,
+            progress=lambda msg: click.echo(f"kmemscope: {msg}", err=True),
+            **_key_values(params, "--param"))
     # Caveats (a run without procfs samples, an assumed pageblock order) go to
     # stderr so that csv/json on stdout stay clean; one line per caveat, not per run.
-    from kmemscope.queries.sides import condense_notes
-
     if not quiet:
-        for note in condense_notes(notes_of(table)):
+        for note in result.notes:
             click.echo(f"kmemscope: note: {note}", err=True)
-    write_result(table, fmt, output)
+    write_result(result.arrow(), fmt, output)
 
 
 # ---------------------------------------------------------------- compare / report
@@ -611,33 +594,34 @@ def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt
     kmemscope compare ds --by kernel --metrics vmstat.compact_stall,tps
     kmemscope compare ds --by kernel --metrics vmstat.thp_fault_alloc --over run
     """
-    from kmemscope.cli import compare_output as co
-    from kmemscope.queries.sides import compare_sides, condense_notes, load_sides, missing_notes
+    import kmemscope
+    from kmemscope import comparison_text as co
+    from kmemscope.cli.output import write_records
 
     fmt = _compare_format(fmt, output)
     names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
-    with _engine(engine, spark_master, spark_conf) as eng:
-        sides = load_sides(dataset, by, baseline, run_ids=list(runs) or None,
-                           labels=list(labels) or None, engine=eng, metrics=names)
+    with _engine(engine, spark_master, spark_conf) as spec:
+        c = kmemscope.open(dataset, spec).compare(by, baseline, metrics=names, test=test,
+                                                  alpha=alpha, run=list(runs) or None,
+                                                  label=list(labels) or None)
         if over:
-            _compare_over(sides, names, over, fmt, output, quiet, dataset, eng)
+            _compare_over(c, names, over, fmt, output, quiet)
             return
-    rows = compare_sides(sides, names, test, alpha)
-    notes = condense_notes(sides.notes) + missing_notes(sides, rows)
+    notes = c.notes
     if output and not quiet:
         for note in notes:
             click.echo(f"kmemscope: note: {note}", err=True)
     if fmt in ("csv", "json", "jsonl", "parquet"):
-        co.write_records(co.records(sides, rows), notes, fmt, output,
-                         meta={"label": sides.label, "baseline": sides.baseline,
-                               "sides": sides.sides, "test": test, "alpha": alpha})
+        write_records(co.records(c.sides, c.rows), notes, fmt, output,
+                      meta={"label": c.sides.label, "baseline": c.sides.baseline,
+                            "sides": c.sides.sides, "test": test, "alpha": alpha})
         return
     if fmt == "text":
-        text = co.format_text(sides, rows, test, alpha, notes)
+        text = c.text()
     elif fmt == "mmtests":
-        text = co.format_mmtests(sides, rows, test, alpha, notes)
+        text = c.mmtests()
     else:
-        text = co.format_markdown(sides, rows, notes)
+        text = c.markdown()
     _write_text(text, output)
 
 
@@ -649,32 +633,23 @@ def _write_text(text, output):
         click.echo(text, nl=False)
 
 
-def _compare_over(sides, names, over, fmt, output, quiet, dataset, eng):
+def _compare_over(c, names, over, fmt, output, quiet):
     """compare --over run|minute: each metric's values over runs or minutes, per side."""
-    from kmemscope.cli import compare_output as co
-    from kmemscope.queries.metrics import minute_series
-    from kmemscope.queries.sides import condense_notes
+    from kmemscope.cli.output import write_records
 
-    names = names or list(sides.metrics)
-    notes = condense_notes(sides.notes)
-    series = {}
-    if over == "minute":
-        series, more, names = minute_series(dataset, sides, names, engine=eng)
-        notes += more
-    rows = co.over_rows(sides, names, over, series)
-    if output and not quiet:
-        for note in notes:
-            click.echo(f"kmemscope: note: {note}", err=True)
-    if fmt in ("csv", "json", "jsonl", "parquet"):
-        co.write_records(rows, notes, fmt, output,
-                         meta={"label": sides.label, "baseline": sides.baseline,
-                               "sides": sides.sides, "over": over})
-        return
     if fmt == "mmtests":
         raise click.BadParameter("--over writes text, markdown, csv, json, jsonl or parquet, "
                                  "not mmtests", param_hint="--format")
-    titles = {n: m.title for n, m in sides.metrics.items()}
-    _write_text(co.format_over(sides, names, over, rows, titles, notes), output)
+    trend = c.trend(over, names)
+    if output and not quiet:
+        for note in trend.notes:
+            click.echo(f"kmemscope: note: {note}", err=True)
+    if fmt in ("csv", "json", "jsonl", "parquet"):
+        write_records(trend.rows, trend.notes, fmt, output,
+                      meta={"label": c.sides.label, "baseline": c.sides.baseline,
+                            "sides": c.sides.sides, "over": over})
+        return
+    _write_text(trend.text(), output)
 
 
 @cli.group()
@@ -705,7 +680,7 @@ def metrics_import(dataset, file, fmt, quiet):
     host-a1,pgbench_tps,1234.5,tps,higher
     4f1c0e9a,pgbench_tps,1198.0,tps,higher
     """
-    from kmemscope.parsers.run_metrics import import_metrics
+    from kmemscope.api import import_metrics
 
     written = import_metrics(dataset, file, fmt)
     if not quiet:
@@ -726,12 +701,13 @@ def metrics_import(dataset, file, fmt, quiet):
 @OUTPUT_OPTION
 def metrics_list(dataset, runs, labels, fmt, output):
     """List the imported metrics of DATASET's runs (the run_metrics analysis)."""
+    import kmemscope
     from kmemscope.cli.output import resolve_format, write_result
-    from kmemscope.queries.runner import run_query
 
     fmt = resolve_format(fmt, output)
-    write_result(run_query("run_metrics", dataset, run_ids=list(runs) or None,
-                           labels=list(labels) or None), fmt, output)
+    result = kmemscope.open(dataset).query("run_metrics", run=list(runs) or None,
+                                           label=list(labels) or None)
+    write_result(result.arrow(), fmt, output)
 
 
 @cli.command()

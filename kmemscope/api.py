@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from kmemscope.errors import KmemscopeError
 from kmemscope.queries.engines import EngineSpec
 
+if TYPE_CHECKING:
+    from kmemscope.queries.sides import MetricRow, SideSet
+
 LabelsArg = Mapping[str, "str | Sequence[str]"] | Sequence[str] | str | None
+Progress = Callable[[str], None] | None
 
 
 class Labels(dict):
@@ -29,7 +33,7 @@ class Labels(dict):
     def _key(self):
         return tuple(sorted(self.items()))
 
-    def __hash__(self):
+    def __hash__(self):  # type: ignore[override]  # labels are immutable once read
         return hash(self._key())
 
     def __lt__(self, other):
@@ -87,7 +91,7 @@ class Result:
         return self._table.num_rows
 
     def __repr__(self):
-        from kmemscope.cli.output import format_table
+        from kmemscope.tables import format_table
 
         notes = "".join(f"note: {n}\n" for n in self.notes)
         return notes + format_table(self._table.slice(0, 50)) + (
@@ -108,10 +112,12 @@ class Result:
 class Comparison:
     """The sides of a label compared metric by metric (what `kmemscope compare` prints)."""
 
-    sides: object
-    rows: list
+    sides: SideSet
+    rows: list[MetricRow]
     test: str
     alpha: float
+    dataset: object = None          # where the sides came from: trends read it again
+    engine: EngineSpec | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -123,7 +129,7 @@ class Comparison:
         """One row per metric and side (the csv/json rows of compare)."""
         import pyarrow as pa
 
-        from kmemscope.cli.compare_output import records
+        from kmemscope.comparison_text import records
 
         return Result(pa.Table.from_pylist(records(self.sides, self.rows)), self.notes)
 
@@ -132,20 +138,39 @@ class Comparison:
 
     def text(self) -> str:
         """The per-metric table with its p-values and notes."""
-        from kmemscope.cli.compare_output import format_text
+        from kmemscope.comparison_text import format_text
 
         return format_text(self.sides, self.rows, self.test, self.alpha, self.notes)
 
     def mmtests(self) -> str:
         """mmtests compare-kernels' layout, ready to paste into a patch."""
-        from kmemscope.cli.compare_output import format_mmtests
+        from kmemscope.comparison_text import format_mmtests
 
         return format_mmtests(self.sides, self.rows, self.test, self.alpha, self.notes)
 
     def markdown(self) -> str:
-        from kmemscope.cli.compare_output import format_markdown
+        from kmemscope.comparison_text import format_markdown
 
         return format_markdown(self.sides, self.rows, self.notes)
+
+    def trend(self, over: str, metrics: Sequence[str] | None = None) -> "Trend":
+        """Each metric's values over the sides' runs in recording order (over="run") or over
+        the minutes of the captures (over="minute", vmstat metrics), averaged per side."""
+        from kmemscope.comparison_text import over_rows
+        from kmemscope.queries.metrics import minute_series
+        from kmemscope.queries.sides import condense_notes
+
+        if over not in ("run", "minute"):
+            raise ValueError("over is 'run' or 'minute'")
+        names = list(metrics) if metrics else list(self.sides.metrics)
+        notes = condense_notes(self.sides.notes)
+        series: dict = {}
+        if over == "minute":
+            series, more, names = minute_series(self.dataset, self.sides, names, engine=self.engine)
+            notes += more
+        titles = {n: m.title for n, m in self.sides.metrics.items()}
+        return Trend(self.sides, names, over, over_rows(self.sides, names, over, series),
+                     titles, notes)
 
     def __repr__(self):
         return self.text()
@@ -154,6 +179,31 @@ class Comparison:
         import html
 
         return f"<pre>{html.escape(self.mmtests())}</pre>"
+
+
+@dataclass
+class Trend:
+    """Metrics over runs or minutes, per side (`kmemscope compare --over`)."""
+
+    sides: SideSet
+    metrics: list
+    over: str
+    rows: list
+    titles: dict
+    notes: list
+
+    def text(self) -> str:
+        from kmemscope.comparison_text import format_over
+
+        return format_over(self.sides, self.metrics, self.over, self.rows, self.titles, self.notes)
+
+    def result(self) -> Result:
+        import pyarrow as pa
+
+        return Result(pa.Table.from_pylist(self.rows), self.notes)
+
+    def __repr__(self):
+        return self.text()
 
 
 class Dataset:
@@ -257,15 +307,21 @@ class Dataset:
             con.close()
 
     def query(self, name: str, *, run: str | Sequence[str] | None = None,
-              label: LabelsArg = None, **params) -> Result:
-        """Run the named analysis `name` (see kmemscope.analyses()) over some or all runs."""
+              label: LabelsArg = None, progress: Progress = None, **params) -> Result:
+        """Run the named analysis `name` (see kmemscope.analyses()) over some or all runs.
+
+        progress(message) hears about slow one-time work (building a run's derived
+        tables) before it starts."""
         from kmemscope.queries.runner import notes_of, run_query
 
         table = run_query(name, self.path, run_ids=[run] if isinstance(run, str) else run,
                           labels=label, params={k: str(v) if not isinstance(v, str) else v
                                                 for k, v in params.items()} or None,
-                          engine=self.spec)
-        return Result(table, notes_of(table))
+                          progress=progress, engine=self.spec)
+        from kmemscope.queries.sides import condense_notes
+
+        # one line per caveat, not per run: 60 hosts without procfs samples are one note
+        return Result(table, condense_notes(notes_of(table)))
 
     def compare(self, by: str, baseline: str | None = None, *, metrics: Iterable[str] | None = None,
                 test: str = "band", alpha: float = 0.05, run=None, label: LabelsArg = None
@@ -281,11 +337,27 @@ class Dataset:
         names = [metrics] if isinstance(metrics, str) else (list(metrics) if metrics else None)
         sides = load_sides(self.path, by, baseline, run_ids=[run] if isinstance(run, str) else run,
                            labels=label, engine=self.spec, metrics=names)
-        return Comparison(sides, compare_sides(sides, names, test, alpha), test, alpha)
+        return Comparison(sides, compare_sides(sides, names, test, alpha), test, alpha,
+                          self.path, self.spec)
 
     def describe(self, name: str) -> AnalysisDoc:
         """The documentation of analysis `name` (see kmemscope.describe)."""
         return describe(name)
+
+    def run_ids(self, run: str | Sequence[str] | None = None, label: LabelsArg = None) -> list[str]:
+        """The ids of the runs that `run` (ids or unique prefixes) and `label` select."""
+        from kmemscope.dataset.reader import table_runs
+        from kmemscope.queries.selection import select_runs
+
+        runs = [run] if isinstance(run, str) else run
+        labels = [label] if isinstance(label, str) else label
+        return select_runs(self.path, table_runs(self.path), runs or None, labels or None)
+
+    def table_runs(self) -> dict[str, set[str]]:
+        """{table: the ids of the runs that have it}."""
+        from kmemscope.dataset.reader import table_runs
+
+        return {name: set(runs) for name, runs in table_runs(self.path).items()}
 
     def import_metrics(self, path, fmt: str | None = None) -> dict:
         """Import benchmark results (CSV or JSON: run,metric,value,unit,better) for the runs.
@@ -317,6 +389,14 @@ class AnalysisDoc(dict):
         from kmemscope.queries.catalog import format_description
 
         return format_description(self)
+
+    def columns(self) -> Result:
+        """One row per output column: section, column, type, unit, meaning."""
+        import pyarrow as pa
+
+        from kmemscope.queries.catalog import column_rows
+
+        return Result(pa.Table.from_pylist(column_rows(self)))
 
     def __repr__(self):
         return self.text()
@@ -373,3 +453,119 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
                 raise
             out.append(exc)
     return out
+
+
+# ---------------------------------------------------------------- datasets as files
+
+def parse_one(source, dataset, labels: Mapping[str, str] | None = None, *,
+              events: Sequence[str] | None = None, threads: int | None = None,
+              progress: Callable | None = None):
+    """Parse one trace.dat or bundle into `dataset` -> RunSummary.
+
+    progress(("total", bytes)) then progress(("advance", bytes)) as the trace is decoded."""
+    from kmemscope.parsers.ingest import ingest
+
+    return ingest(source, dataset, labels=dict(labels or {}), events=list(events or []),
+                  threads=threads, progress=progress)
+
+
+def parse_on_spark(sources: Sequence, dataset, *, engine: EngineSpec | str = "spark",
+                   labels: Mapping[str, str] | None = None, events: Sequence[str] | None = None,
+                   derive: bool = False, progress: Callable | None = None) -> list:
+    """Parse inputs in Spark tasks, one per input; the driver commits each run.
+
+    Returns one RunSummary or KmemscopeError per input. progress(kind, source, entry)
+    hears of each run as it is committed ("run") and derived ("derived")."""
+    from kmemscope.parsers.spark_parse import parse_on_spark as _parse
+    from kmemscope.queries.engines import engine_for
+
+    spark = getattr(engine_for(EngineSpec.of(engine)), "spark", None)
+    if spark is None:
+        raise KmemscopeError("parsing on Spark needs the spark engine")
+    return _parse(list(sources), dataset, spark=spark, labels=dict(labels or {}),
+                  events=list(events or []), derive=derive, progress=progress)
+
+
+def derive(dataset, run_ids: Sequence[str] | None = None, threads: int | None = None) -> None:
+    """Build the runs' derived tables (free/alloc pairing, stacks) now, not on first query."""
+    from kmemscope.dataset.derived import derive_runs
+
+    derive_runs(dataset, list(run_ids) if run_ids is not None else None, threads=threads)
+
+
+def import_metrics(dataset, path, fmt: str | None = None) -> dict:
+    """Import a metrics file (CSV or JSON) into a local dataset -> {run_id: [metric names]}."""
+    from kmemscope.parsers.run_metrics import import_metrics as _import
+
+    return _import(dataset, path, fmt)
+
+
+def interrupted_commits(dataset) -> list[str]:
+    """Notes on commits that killed parses left unfinished (the next parse finishes them)."""
+    from kmemscope.dataset.reader import finish_interrupted_commits
+
+    return finish_interrupted_commits(dataset)
+
+
+def dataset_info(dataset) -> dict:
+    """{"runs": Result or None, "tables": Result, "rows_per_run": Result} of a dataset.
+
+    Row counts come from the Parquet footers (local or s3): no table is scanned."""
+    import pyarrow as pa
+
+    from kmemscope.dataset.reader import connect, query_arrow, sql_error_text, table_runs
+    from kmemscope.dataset.storage import parquet_rows
+    from kmemscope.errors import QueryError
+
+    parts = table_runs(dataset)
+    per_run = [(run, name, sum(parquet_rows(f) for f in files))
+               for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]
+    long = pa.table({"run_id": [r[0] for r in per_run], "table": [r[1] for r in per_run],
+                     "rows": pa.array([r[2] for r in per_run], pa.int64())})
+    totals: dict = {}
+    for _run, name, rows in per_run:
+        total, runs = totals.get(name, (0, 0))
+        totals[name] = (total + rows, runs + 1)
+    order = sorted(totals, key=lambda n: (-totals[n][0], n))
+    tables = pa.table({"table": order, "rows": pa.array([totals[n][0] for n in order], pa.int64()),
+                       "runs": pa.array([totals[n][1] for n in order], pa.int64())})
+    runs_table = None
+    if "runs" in parts:
+        import duckdb
+
+        con = connect(dataset, tables=["runs"], parts=parts)
+        try:
+            runs_table = query_arrow(con, """
+                SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
+                       round((last_ts - first_ts) / 1e9, 3) AS seconds,
+                       file_version, compression, labels, source
+                FROM runs ORDER BY source""")
+        except duckdb.Error as exc:
+            raise QueryError(f"cannot read the runs table: {sql_error_text(exc)}") from None
+        finally:
+            con.close()
+    return {"runs": Result(runs_table) if runs_table is not None else None,
+            "tables": Result(tables), "rows_per_run": Result(long)}
+
+
+def quote_ident(name: str) -> str:
+    """`name` as a quoted SQL identifier (table names come from traces: never paste them)."""
+    from kmemscope.dataset.reader import quote_ident as _quote
+
+    return _quote(name)
+
+
+def stop_engines() -> None:
+    """Stop every Spark session this process started (the command line does, as a verb ends)."""
+    from kmemscope.queries import engines
+
+    engines.shutdown()
+
+
+def __getattr__(name):
+    # The statistics of comparisons (means, spreads, tests), for report figures that draw them.
+    if name == "stats":
+        from kmemscope.queries import compare
+
+        return compare
+    raise AttributeError(f"module 'kmemscope.api' has no attribute {name!r}")

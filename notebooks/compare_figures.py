@@ -16,23 +16,21 @@ import numpy as np
 import pandas as pd
 from IPython.display import HTML
 
-from kmemscope.cli import compare_output as co
+from kmemscope import comparison_text as co
 from kmemscope.errors import KmemscopeError
-from kmemscope.queries import compare as st
-from kmemscope.queries.sides import compare_sides, condense_notes, load_sides, missing_notes
+from kmemscope.api import stats as st
 
 from . import figures as F
 from .figures import Missing, _figure, fig_text, hex_pfn, md_text, plural
 
-class Comparison:
+class ComparisonFigures:
     """The sides of `label` in a dataset and every metric compared; built once per notebook."""
 
     def __init__(self, scope, label, baseline=None, test="band"):
         self.scope, self.test = scope, test
-        self.sides = load_sides(scope.dataset, label, baseline or None,
-                                run_ids=scope.runs or None, labels=scope.labels or None,
-                                engine=scope.engine)
-        self.rows = compare_sides(self.sides, test=test)
+        self.comparison = scope.open().compare(label, baseline or None, test=test,
+                                               run=scope.runs or None, label=scope.labels or None)
+        self.sides, self.rows = self.comparison.sides, self.comparison.rows
         self.colors = {side: f"C{i}" for i, side in enumerate(self.sides.sides)}
 
     @property
@@ -55,7 +53,7 @@ class Comparison:
 
     def table(self):
         """The comparison: a table that marks better and worse, the mmtests layout, the notes."""
-        notes = condense_notes(self.sides.notes) + missing_notes(self.sides, self.rows)
+        notes = self.comparison.notes
         text = co.format_mmtests(self.sides, self.rows, self.test)
         note_md = "\n".join(f"- {md_text(n)}" for n in notes)
         shown = [r for r in self.rows if r.metric.kind != "vmstat"]

@@ -42,9 +42,13 @@ class Scope:
     runs: list = field(default_factory=list)      # run ids or prefixes; empty: all runs
     labels: list = field(default_factory=list)    # "k=v" filters
     engine: EngineSpec = field(default_factory=EngineSpec)   # which engine runs the SQL
+    _opened: object = field(default=None, init=False, repr=False, compare=False)
 
     def open(self):
-        return kmemscope.open(self.dataset, self.engine)
+        """The dataset, opened once per scope."""
+        if self._opened is None:
+            self._opened = kmemscope.open(self.dataset, self.engine)
+        return self._opened
 
     def narrowed(self, runs):
         """The same dataset and engine over other runs."""
@@ -76,16 +80,11 @@ class Scope:
 
     def selected(self):
         """The run ids this scope selects (all runs when it names none)."""
-        from kmemscope.dataset.reader import table_runs
-        from kmemscope.queries.selection import select_runs
-
-        return select_runs(self.dataset, table_runs(self.dataset), self.runs or None, self.labels or None)
+        return self.open().run_ids(self.runs or None, self.labels or None)
 
     def runs_with(self, table):
         """The selected runs that have rows in `table` (its partitions on disk)."""
-        from kmemscope.dataset.reader import table_runs
-
-        return set(table_runs(self.dataset).get(table, {})) & set(self.selected())
+        return self.open().table_runs().get(table, set()) & set(self.selected())
 
     def recorded(self):
         """table -> the selected runs whose trace carries that event's format (recorded, maybe 0 events).
@@ -93,9 +92,7 @@ class Scope:
         None for a dataset parsed before runs listed their event tables: then
         "no events" cannot be told from "not recorded".
         """
-        from kmemscope.dataset.reader import table_runs
-
-        if "event_tables" not in table_runs(self.dataset):
+        if "event_tables" not in self.open().table_runs():
             return None
         df = self.sql('SELECT DISTINCT run_id, "table" FROM event_tables', ["event_tables", "runs"])
         out = {}
@@ -275,9 +272,9 @@ def event_counts_per_second(scope):
     """
     import numpy as np
     import pandas as pd
-    from kmemscope.dataset.reader import quote_ident, table_runs
+    from kmemscope.api import quote_ident
 
-    parts = table_runs(scope.dataset)
+    parts = scope.open().table_runs()
     chosen = set(scope.selected())
     recorded = scope.recorded()
     # only tables with rows in the selected runs: the others would be column-less stand-ins

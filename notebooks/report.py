@@ -127,22 +127,17 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
     engine: an EngineSpec (or "duckdb"/"spark"), handed to the notebooks as
     parameters; their kernels start their own Spark session.
     """
-    from kmemscope.queries.engines import EngineSpec
+    import kmemscope
+    from kmemscope.api import EngineSpec
 
     engine = EngineSpec.of(engine)
-    from kmemscope.dataset.reader import table_dirs
-    from kmemscope.queries.selection import select_runs
-    from kmemscope.dataset.reader import table_runs
-
     _need_report_extra()
     dataset = os.path.abspath(dataset)
-    table_dirs(dataset)                                             # missing/empty dataset: one line
-    chosen = select_runs(dataset, table_runs(dataset), list(runs) or None, list(labels) or None)
+    ds = kmemscope.open(dataset)                  # a missing, empty or foreign dataset: one line
+    chosen = ds.run_ids(list(runs) or None, list(labels) or None)
     if compare:
-        from kmemscope.queries.sides import load_sides
-
         # unknown label: one line, before any notebook runs (on DuckDB: one summary query)
-        sides = load_sides(dataset, compare, baseline, run_ids=chosen)
+        sides = ds.compare(compare, baseline or None, run=chosen).sides
         if progress:
             progress(f"comparing {_printable(compare)}: "
                      + ", ".join(f"{_printable(s)} ({_runs(len(r))})" for s, r in sides.runs.items()))

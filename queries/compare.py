@@ -176,7 +176,7 @@ TESTS = ("band", "welch", "mannwhitney")
 
 
 @dataclass
-class Comparison:
+class MetricDiff:
     """One metric, one side against the baseline."""
     metric: Metric
     base: SideStats
@@ -192,7 +192,7 @@ def compare(metric, base, new, test="band", alpha=0.05):
     """Compare two SideStats of `metric`; `test` decides `significant` (the *x%* marks)."""
     if test not in TESTS:
         raise ValueError(f"unknown test {test!r} (one of {', '.join(TESTS)})")
-    c = Comparison(metric, base, new)
+    c = MetricDiff(metric, base, new)
     c.pct_diff = pct_diff(base.mean, new.mean, metric.better)
     c.band_significant = band_test(base, new)
     c.welch_p = welch_p(base.values, new.values)

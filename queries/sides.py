@@ -121,7 +121,7 @@ def source_notes(rows, sides):
 class MetricRow:
     metric: object       # queries.metrics.Metric
     stats: dict          # side -> SideStats
-    versus: dict         # side (not the baseline) -> Comparison against the baseline
+    versus: dict         # side (not the baseline) -> compare.MetricDiff against the baseline
 
 
 def compare_sides(sides, metrics=None, test="band", alpha=0.05):

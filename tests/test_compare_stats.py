@@ -12,7 +12,7 @@ import statistics
 import pytest
 from scipy import stats as sps
 
-from kmemscope.cli import compare_output as co
+from kmemscope import comparison_text as co
 from kmemscope.queries import compare as st
 from kmemscope.queries.sides import SideSet, compare_sides, missing_notes
 

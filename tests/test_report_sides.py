@@ -203,11 +203,11 @@ def test_report_pollution_matrix_shows_each_sides_own_numbers(ab, report):
 
 
 def test_pollution_figure_returns_per_side_matrices_on_one_scale(ab):
-    from kmemscope.notebooks.compare_figures import Comparison
+    from kmemscope.notebooks.compare_figures import ComparisonFigures
     from kmemscope.notebooks.figures import Scope
 
     ds, sides = ab
-    fig, drawn_, frag = Comparison(Scope(str(ds)), "kernel").pollution()
+    fig, drawn_, frag = ComparisonFigures(Scope(str(ds)), "kernel").pollution()
     images = [ax.images[0] for ax in fig.axes if ax.images]
     assert len(images) == 2
     assert len({im.get_clim() for im in images}) == 1, "the sides' heatmaps use different colour scales"
@@ -317,11 +317,11 @@ def test_report_tables_have_no_stray_index(report):
 
 
 def test_all_zero_axes_do_not_go_negative(ab):
-    from kmemscope.notebooks.compare_figures import Comparison
+    from kmemscope.notebooks.compare_figures import ComparisonFigures
     import kmemscope.notebooks.figures as F
 
     ds, sides = ab
-    fig, _ = Comparison(F.Scope(str(ds)), "kernel").distributions()
+    fig, _ = ComparisonFigures(F.Scope(str(ds)), "kernel").distributions()
     checked = 0
     for ax in fig.axes:
         points = [c for c in ax.collections if type(c).__name__ == "PathCollection"]

@@ -96,7 +96,7 @@ def _rows_match(duck, spark):
 
 def test_compare_sides_on_spark_equal_duckdb(dataset, spark):
     """load_sides + compare_sides (what `kmemscope compare --by kernel` prints) on both engines."""
-    from kmemscope.cli import compare_output as co
+    from kmemscope import comparison_text as co
     from kmemscope.queries import sides as sd
 
     duck = sd.load_sides(dataset, by="kernel")

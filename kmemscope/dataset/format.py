@@ -239,6 +239,7 @@ def canonical_schema(table, schema):
 
 def to_canonical(table, data):
     """Cast a RecordBatch or Table of dataset table `table` to canonical_schema()."""
+    check_fits(table, data.schema)
     target = canonical_schema(table, data.schema)
     if target.equals(data.schema):
         return data
@@ -246,7 +247,8 @@ def to_canonical(table, data):
 
 
 class Canonicalizer:
-    """to_canonical() for a stream of batches: the target schema is worked out once per table."""
+    """to_canonical() for a stream of batches: the target schema is worked out once per table,
+    and a schema that does not fit (unfit_reason) raises UnfitTable."""
 
     def __init__(self):
         self._targets = {}     # table -> (input schema, target schema)
@@ -254,6 +256,86 @@ class Canonicalizer:
     def __call__(self, table, batch):
         cached = self._targets.get(table)
         if cached is None or not cached[0].equals(batch.schema):
+            check_fits(table, batch.schema)
             cached = self._targets[table] = (batch.schema, canonical_schema(table, batch.schema))
         source, target = cached
         return batch if target.equals(source) else batch.cast(target)
+
+
+# ---------------------------------------------------------------- schemas that do not fit
+#
+# One run whose table has a known column of another kind (a char array where
+# `order` belongs), a column named like the partition column, or a field that
+# pushed a common column aside (`ts`) would make every query over the table fail
+# or answer wrongly, for all runs. Parse refuses such a run; readers leave such
+# a run out with a note (kmemscope/dataset/reader.py unfit_runs).
+
+PARTITION_COLUMN = "run_id"
+_COMMON = ("ts", "cpu", "pid", "comm")     # what the decoder renames common_<name> on a clash
+
+
+class UnfitTable(DatasetError):
+    """A table's schema that kmemscope's analyses cannot read beside other runs."""
+
+
+def _kind_ok(duck, arrow_type):
+    """True when an Arrow column of `arrow_type` reads as DuckDB type `duck` (TABLE_COLUMNS)."""
+    import pyarrow.types as t
+
+    if t.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    if duck in _arrow_types():
+        return t.is_integer(arrow_type)
+    if duck == "VARCHAR":
+        return t.is_string(arrow_type) or t.is_large_string(arrow_type)
+    if duck == "DOUBLE":
+        return t.is_floating(arrow_type) or t.is_integer(arrow_type)
+    if duck == "BOOLEAN":
+        return t.is_boolean(arrow_type)
+    if duck.endswith("[]"):
+        return ((t.is_list(arrow_type) or t.is_large_list(arrow_type))
+                and _kind_ok(duck[:-2], arrow_type.value_type))
+    if duck.startswith("MAP("):
+        key, _, value = duck[4:-1].partition(", ")
+        return (t.is_map(arrow_type) and _kind_ok(key, arrow_type.key_type)
+                and _kind_ok(value, arrow_type.item_type))
+    return True
+
+
+def _kind_name(duck):
+    if duck in _arrow_types():
+        return f"an integer ({duck})"
+    return {"VARCHAR": "a string", "DOUBLE": "a number", "BOOLEAN": "a boolean"}.get(duck, duck)
+
+
+def unfit_reason(table, names, types):
+    """Why a table of columns `names` with Arrow `types` cannot be read with other runs, or None."""
+    seen = set()
+    for name in names:
+        if name in seen:
+            return f"it has two columns named {_shown(name)}"
+        seen.add(name)
+    if PARTITION_COLUMN in seen:
+        return f"it has a column named {PARTITION_COLUMN}, the dataset's partition column"
+    known = _known_columns().get(table)
+    if not known:
+        return None
+    for common in _COMMON:
+        if common in known and f"common_{common}" in seen:
+            return (f"its field {common} takes the name of the event's common column "
+                    f"{common}")
+    for name, typ in zip(names, types):
+        duck = known.get(name)
+        if duck is not None and not _kind_ok(duck, typ):
+            return (f"its field {_shown(name)} is {_shown(str(typ))} where {_kind_name(duck)} "
+                    "belongs")
+    return None
+
+
+def check_fits(table, schema):
+    """Raise UnfitTable when `schema` of dataset table `table` does not fit (unfit_reason)."""
+    why = unfit_reason(table, schema.names, schema.types)
+    if why:
+        raise UnfitTable(f"table {table} does not fit the dataset: {why}",
+                         "the trace's event format is altered or of a kind kmemscope cannot "
+                         "read: the run is refused")

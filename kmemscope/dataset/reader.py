@@ -22,10 +22,13 @@ interrupted commit is left to the next parse (kmemscope/dataset/commit.py) and o
 reported by finish_interrupted_commits().
 """
 import os
+import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from kmemscope.errors import DatasetError, QueryError
-from kmemscope.dataset.format import FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format
+from kmemscope.dataset.format import (FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format,
+                                      unfit_reason)
 
 from . import storage
 
@@ -137,6 +140,38 @@ def _visible(out):
     return out
 
 
+def unfit_runs(parts, tables=None, run_ids=None):
+    """{run_id: why} for the runs whose files of `tables` a query cannot read with the others.
+
+    A dataset someone else wrote may hold a run whose table has a known column of
+    another kind, a column named run_id, or a Parquet file whose footer cannot be
+    read: one such run would make every query over the table fail, so callers
+    leave it out with a note (queries/runner.py). Reads each file's footer only.
+    parts: table_runs(); tables, run_ids: the ones to check (default: all).
+    """
+    out = {}
+    for table, runs in sorted(parts.items()):
+        if tables is not None and table not in tables:
+            continue
+        for run, files in sorted(runs.items()):
+            if run in out or (run_ids is not None and run not in run_ids):
+                continue
+            for f in files:
+                try:
+                    schema = storage.read_schema(str(f))
+                except DatasetError:
+                    raise                   # the object store did not answer: not the run's fault
+                except Exception as exc:    # pyarrow's ArrowInvalid, OSError: a damaged file
+                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+                    out[run] = f"{f} is not a readable Parquet file ({first})"
+                    break
+                why = unfit_reason(table, schema.names, schema.types)
+                if why:
+                    out[run] = f"its table {table} does not fit the dataset ({f}): {why}"
+                    break
+    return out
+
+
 def _read_url_format(dataset):
     """The format file of an s3 dataset, validated like a local one's."""
     data = storage.read_small(dataset, FORMAT_FILE, MAX_FILE_BYTES)
@@ -196,6 +231,98 @@ def finish_interrupted_commits(dataset):
     if not root.is_dir():
         return []
     return commit.unfinished_commits(root)
+
+
+_MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*", re.I)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def memory_bytes(text):
+    """Bytes of a memory size such as `2GB`, `512MiB` or `1000000` (bytes); QueryError if not one."""
+    m = _MEMORY.fullmatch(str(text))
+    if not m or float(m.group(1)) <= 0:
+        raise QueryError(f"{text!r} is not a memory size", "write it like 2GB, 512MiB or 4GiB")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()])
+
+
+def default_memory_limit():
+    """A quarter of this machine's memory (DuckDB's own default is 80%)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError):
+        return 2 << 30
+
+
+@contextmanager
+def sql_session(con, memory_limit=None):
+    """Give `con` a private temporary directory (removed on exit, with `con` closed) and a
+    memory limit in bytes: DuckDB would otherwise spill into ./.tmp of the working directory."""
+    import shutil
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="kmemscope-sql-")
+    try:
+        con.execute(f"SET temp_directory = {quote_literal(tmp)}")    # sql-safe: quoted path
+        if memory_limit:
+            con.execute(f"SET memory_limit = '{int(memory_limit)}B'")   # sql-safe: an int
+        yield con
+    finally:
+        con.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def guarded(con, timeout=None):
+    """Run statements on `con` that SIGTERM, SIGINT, SIGHUP and `timeout` seconds stop at once.
+
+    DuckDB turns a Python exception raised by a signal handler during a query
+    into RuntimeError("Query interrupted"): here a signal interrupts the query,
+    and once it has stopped the signal is raised again for the caller's own
+    handler (the CLI exits 128+n in one line). A query that outlives `timeout`
+    is stopped with a QueryError.
+    """
+    import signal
+    import threading
+
+    state = {"signum": None, "late": False}
+
+    def on_signal(signum, frame):
+        if state["signum"] is None:
+            state["signum"] = signum
+        con.interrupt()
+
+    def on_timeout():
+        state["late"] = True
+        con.interrupt()
+
+    timer = None
+    if timeout:
+        timer = threading.Timer(timeout, on_timeout)
+        timer.daemon = True
+        timer.start()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is not signal.SIG_IGN:     # nohup, a background job
+                previous[sig] = signal.signal(sig, on_signal)
+    failure = None
+    try:
+        yield con
+    except Exception as exc:     # duckdb's InterruptException, RuntimeError, the caller's errors
+        failure = exc
+    finally:
+        if timer is not None:
+            timer.cancel()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if state["signum"] is not None:
+        signal.raise_signal(state["signum"])    # the caller's handler ends the command
+    if failure is not None and state["late"]:
+        raise QueryError(f"the query ran longer than {timeout:g} s and was stopped",
+                         "raise --timeout, or narrow the query") from None
+    if failure is not None:
+        raise failure
 
 
 def confine(con, dataset, sql):

@@ -1,4 +1,4 @@
-"""Write a comparison (queries/sides.py) as mmtests text, markdown, or rows for csv/json/parquet.
+"""A comparison (queries/sides.py) as mmtests text, markdown, or rows for csv/json/parquet.
 
 Layouts:
 - text: one block of rows per metric (Min, Amean/Hmean, Stddev, CoeffVar, Max,
@@ -14,7 +14,6 @@ number (a side without values, a zero baseline). Notes are part of every
 output: a block of lines at the end, a comment block at the top of CSV, a
 `notes` field of JSON, the `kmemscope.notes` metadata of Parquet.
 """
-import json
 import math
 
 STAT_ROWS = ("min", "mean", "stddev", "coeffvar", "max", "best_mean")
@@ -227,52 +226,6 @@ def format_markdown(sides, rows, notes=()):
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------- data formats
-
-def write_records(table_rows, notes, fmt, output, meta=None):
-    """csv/json/jsonl/parquet of `table_rows` (dicts) with the notes inside the file."""
-    import sys
-
-    import pyarrow as pa
-
-    from kmemscope.cli.output import jsonable, write_result
-
-    table = pa.Table.from_pylist(table_rows)
-    if fmt == "parquet":
-        metadata = {b"kmemscope.notes": json.dumps(list(notes)).encode()}
-        metadata.update({k.encode(): json.dumps(v).encode() for k, v in (meta or {}).items()})
-        write_result(table.replace_schema_metadata(metadata), fmt, output)
-        return
-    out = open(output, "w", encoding="utf-8", newline="") if output else sys.stdout
-    try:
-        if fmt == "json":
-            doc = dict(meta or {})
-            doc["rows"] = [{k: jsonable(v) for k, v in row.items()} for row in table_rows]
-            doc["notes"] = list(notes)
-            out.write(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
-        elif fmt == "jsonl":
-            for note in notes:
-                out.write(json.dumps({"note": note}, ensure_ascii=False) + "\n")
-            for row in table_rows:
-                out.write(json.dumps({k: jsonable(v) for k, v in row.items()},
-                                     ensure_ascii=False) + "\n")
-        elif fmt == "csv":
-            import io
-
-            import pyarrow.csv as pacsv
-
-            for note in notes:
-                out.write("# note: " + " ".join(str(note).split()) + "\n")
-            buf = io.BytesIO()
-            pacsv.write_csv(table, buf)
-            out.write(buf.getvalue().decode("utf-8"))
-        else:
-            raise ValueError(f"unknown format {fmt}")
-    finally:
-        if output:
-            out.close()
-
-
 # ---------------------------------------------------------------- trends
 
 def over_rows(sides, names, over, series):
@@ -290,7 +243,7 @@ def over_rows(sides, names, over, series):
                     out.append({"metric": name, "side": s, "index": i, "run_id": row["run_id"],
                                 "value": row.get(name), "runs": 1 if row.get(name) is not None else 0})
             else:
-                minutes = {}
+                minutes: dict = {}
                 for run_id in sides.runs[s]:
                     for minute, value in (series.get((run_id, name)) or {}).items():
                         minutes.setdefault(minute, []).append(value)
