@@ -57,9 +57,12 @@ struct col_builder {
 	struct gbuf dict_data;
 };
 
-/* A batch closes early once a string or list column holds this much: Arrow's
- * int32 offsets must not overflow, whatever the records hold. */
-#define BATCH_VAR_BYTES ((size_t)1 << 30)
+/* A batch closes early once a string or list column holds this much. Arrow's
+ * int32 offsets must not overflow, whatever the records hold; and a batch of
+ * kernel stacks reaches hundreds of MB of symbols long before batch_rows,
+ * buffers that big do not stay in the allocator's heap once freed, and each
+ * batch would fault in fresh pages for all of it. */
+#define BATCH_VAR_BYTES ((size_t)16 << 20)
 
 struct event_builder {
 	struct event_plan *plan;
