@@ -117,7 +117,34 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
     """Decode `source` into `staging`; returns the RunSummary (run_id set).
 
     scratch: where a packed bundle is unpacked (default: beside `staging`).
+    A run whose known tables do not fit the dataset (kmemscope/dataset/format.py
+    unfit_reason) is refused in one line naming the table and field.
     """
+    try:
+        return _stage_run(source, staging, labels, events, threads, progress, scratch)
+    except dataset_format.UnfitTable as exc:
+        raise TraceFileError(f"{source}: {exc}") from None
+
+
+def _known_events_once(trace, event_ids):
+    """Refuse a trace where two systems have an event of a name kmemscope's analyses read:
+    one table would hide the other's (or the real) events."""
+    from kmemscope.dataset.schema import TABLE_COLUMNS
+
+    systems = {}
+    for t in trace.tables.values():
+        if t.event in TABLE_COLUMNS and (event_ids is None or t.event_id in event_ids):
+            systems.setdefault(t.event, []).append(t.system)
+    for event, found in sorted(systems.items()):
+        if len(found) > 1:
+            shown = ", ".join(sorted("".join(c if c.isprintable() else "?" for c in s)[:40]
+                                     for s in found))
+            raise dataset_format.UnfitTable(
+                f"{len(found)} events are named {event} (systems {shown})",
+                "the trace's event formats are altered: the run is refused")
+
+
+def _stage_run(source, staging, labels, events, threads, progress, scratch):
     import threading
 
     from kmemscope.parsers.tracedat import TraceFile
@@ -138,6 +165,7 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
         if events and not event_ids:
             raise KmemscopeError(f"no event in {source} matches {', '.join(events)}",
                                  "list a trace's events with `trace-cmd report --events`")
+        _known_events_once(trace, event_ids)
         rows, lock = {}, threading.Lock()
         sinks = []
 

@@ -167,22 +167,46 @@ def _table_runs(dataset):
     return ds.table_runs(dataset)
 
 
+def _drop_unfit(parts, chosen, tables):
+    """(chosen runs whose `tables` a query can read, notes on those left out).
+
+    A run whose schema does not fit (a dataset someone else wrote:
+    reader.unfit_runs) is dropped with a note, so that the other runs answer.
+    """
+    bad = ds.unfit_runs(parts, set(tables), set(chosen))
+    if not bad:
+        return chosen, []
+    kept = [r for r in chosen if r not in bad]
+    if not kept:
+        run = next(r for r in chosen if r in bad)
+        raise DatasetError(f"run {run} cannot be read: {bad[run]}",
+                           "parse its trace again, or remove the run's partitions")
+    return kept, [f"run {r} is left out: {bad[r]}" for r in chosen if r in bad]
+
+
 def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, engine=None,
-              parts=None):
+              parts=None, notes=None):
     """A backend over the selected runs with run_facts and the _common.sql views.
 
     Returns (backend, chosen run ids, table partitions, run facts, migratetypes).
     tables: the views to make besides those _common.sql reads (default: every
-    table). parts: the dataset's listing when the caller has it (prepare's).
+    table). parts: the dataset's listing when the caller has it (prepare's,
+    whose runs are checked already); without it, runs whose schema does not fit
+    are left out, and a note for each is appended to the list `notes` if given.
     The caller closes the backend.
     """
     eng = engines.resolve(engine)
+    checked = parts is not None
     parts = _table_runs(dataset) if parts is None else parts
     chosen = select_runs(dataset, parts, run_ids, labels)
     common = COMMON_SQL.read_text()
     known = set(TABLE_COLUMNS) | set(parts)
     wanted = set(tables) if tables is not None else known
     wanted |= {"runs"} | _named_tables(common, known)
+    if not checked:
+        chosen, dropped = _drop_unfit(parts, chosen, wanted)
+        if notes is not None:
+            notes.extend(dropped)
     backend = eng.open(dataset, chosen, parts, wanted, threads)
     try:
         facts, mts = _register_facts(backend)
@@ -193,13 +217,15 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
     return backend, chosen, parts, facts, mts
 
 
-def open_run_set(dataset, run_ids=None, labels=None, tables=None, threads=None):
+def open_run_set(dataset, run_ids=None, labels=None, tables=None, threads=None, notes=None):
     """DuckDB connection over the selected runs with run_facts and _common.sql views.
 
     Returns (connection, chosen run ids, table partitions, run facts); for
     notebooks and ad-hoc SQL that want the same per-run facts as the analyses.
+    notes: a list that gets a note for each run left out (open_runs).
     """
-    backend, chosen, parts, facts, _mts = open_runs(dataset, run_ids, labels, tables, threads)
+    backend, chosen, parts, facts, _mts = open_runs(dataset, run_ids, labels, tables, threads,
+                                                    notes=notes)
     return backend.con, chosen, parts, facts
 
 
@@ -238,9 +264,15 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     needs = a.needs(section)
     parts = _table_runs(dataset)
     chosen = select_runs(dataset, parts, run_ids, labels)
-    notes = ds.finish_interrupted_commits(dataset) + _check_tables(needs, parts, chosen)
     tables = _named_tables(a.prelude + "\n" + section.sql, set(TABLE_COLUMNS) | set(parts))
     tables |= set(needs.requires + needs.any_of + needs.optional)
+    known = set(TABLE_COLUMNS) | set(parts)
+    read = tables | {"runs"} | _named_tables(COMMON_SQL.read_text(), known)
+    if needs.derived:
+        read |= {"mm_page_alloc", "mm_page_free"}      # what the derived tables are built from
+    chosen, dropped = _drop_unfit(parts, chosen, read)
+    notes = (ds.finish_interrupted_commits(dataset) + dropped
+             + _check_tables(needs, parts, chosen))
     return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes)
 
 

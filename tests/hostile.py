@@ -126,3 +126,39 @@ def plant_work_dir(dataset, name, journal=None, stage=None):
         text = journal if isinstance(journal, str) else json.dumps(journal)
         (work / "commit.json").write_text(text)
     return work
+
+
+# ---------------------------------------------------------------- event formats and runs
+
+def v6_copy(trace, dest):
+    """`trace` rewritten by trace-cmd as an uncompressed v6 file (its formats are plain text)."""
+    import subprocess
+
+    subprocess.run(["trace-cmd", "convert", "-i", str(trace), "-o", str(dest),
+                    "--file-version", "6", "--compression", "none"],
+                   check=True, capture_output=True)
+    return Path(dest).read_bytes()
+
+
+def alter_field(data, event, old, new):
+    """Replace field declaration `old` (e.g. "unsigned int order;") of `event` by `new`,
+    padded with blanks to the same length, so that every offset of the file stays valid."""
+    start = data.index(f"name: {event}\nID: ".encode())
+    end = data.index(b"print fmt:", start)
+    old_b = f"field:{old}\t".encode()
+    new_b = f"field:{new[:-1].ljust(len(old) - 1)};\t".encode()
+    assert len(new_b) == len(old_b), f"{new!r} is longer than {old!r}"
+    pos = data.index(old_b, start, end)
+    return data[:pos] + new_b + data[pos + len(old_b):]
+
+
+def replace_part(dataset, table, run, columns):
+    """Replace a run's partition of `table` by one Parquet file of `columns` ({name: pa.Array})."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    part = Path(dataset) / table / f"run_id={run}"
+    for f in part.glob("*.parquet"):
+        f.unlink()
+    pq.write_table(pa.table(columns), part / "part-0.parquet")
+    return part / "part-0.parquet"

@@ -1,0 +1,152 @@
+"""One run that does not fit can never break the other runs' answers, and a dataset's files are
+checked against what was committed.
+
+Hostile traces and datasets are made here at run time (tests/hostile.py) from the committed
+example bundles: a trace's event format is altered in a v6 copy that trace-cmd itself writes,
+and a run's partition is replaced with a Parquet file written by plain pyarrow. The oracles are
+the honest run's own rows, read with plain pyarrow, and the file system.
+"""
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import hostile
+from conftest import EXAMPLES
+from kmrun import KMEMSCOPE, kmemscope
+
+HONEST = EXAMPLES / "kmem-compaction"
+OTHER = EXAMPLES / "thp-faults"
+ANALYSES = ["summary", "hot_pfns", "atomic_orders"]
+
+
+def run(*args, timeout=300):
+    return subprocess.run([*KMEMSCOPE, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_error_line(proc, code=1):
+    assert proc.returncode == code, f"exit status {proc.returncode}: {proc.stderr}"
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    return lines[0]
+
+
+def run_ids(ds):
+    rows = json.loads(kmemscope("sql", ds, "SELECT run_id, labels['side'] AS side FROM runs",
+                                "--format", "json").stdout)
+    return {r["side"]: r["run_id"] for r in rows}
+
+
+def alloc_rows(ds, run_id):
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows
+               for f in (Path(ds) / "mm_page_alloc" / f"run_id={run_id}").glob("*.parquet"))
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    ds = tmp_path_factory.mktemp("integrity") / "ds"
+    kmemscope("parse", "-q", HONEST, "-o", ds, "--label", "side=honest")
+    kmemscope("parse", "-q", OTHER, "-o", ds, "--label", "side=hostile")
+    return ds, run_ids(ds)
+
+
+@pytest.fixture
+def ds(two_runs, tmp_path):
+    src, ids = two_runs
+    dest = tmp_path / "ds"
+    shutil.copytree(src, dest, symlinks=True)
+    return dest, ids
+
+
+@pytest.fixture(scope="module")
+def v6_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("v6") / "thp.dat"
+    return hostile.v6_copy(OTHER / "trace.dat", path)
+
+
+# ---------------------------------------------------------------- at parse
+
+@pytest.mark.parametrize("old,new,says", [
+    ("unsigned int order;", "char order[4];", "field 'order'"),
+    ("unsigned long pfn;", "char pfn[8];", "field 'pfn'"),
+    ("int migratetype;", "int ts;", "field ts takes the name"),
+    ("int migratetype;", "int run_id;", "column named run_id"),
+])
+def test_a_trace_whose_known_field_does_not_fit_is_refused_naming_it(ds, v6_trace, old, new,
+                                                                      says):
+    ds, ids = ds
+    bad = ds.parent / "bad.dat"
+    bad.write_bytes(hostile.alter_field(v6_trace, "mm_page_alloc", old, new))
+    before = hostile.tree_state(ds)
+    line = one_error_line(run("parse", "-q", bad, "-o", ds))
+    assert "mm_page_alloc" in line and says in line, line
+    assert hostile.tree_state(ds) == before
+
+
+def test_two_events_of_one_known_name_are_refused_not_hidden(ds, v6_trace):
+    ds, ids = ds
+    bad = ds.parent / "two.dat"
+    bad.write_bytes(hostile.rename_event(v6_trace, "mmiotrace_map", "mm_page_alloc"))
+    before = hostile.tree_state(ds)
+    line = one_error_line(run("parse", "-q", bad, "-o", ds))
+    assert "2 events are named mm_page_alloc" in line, line
+    assert hostile.tree_state(ds) == before
+
+
+# ---------------------------------------------------------------- a dataset someone else wrote
+
+def _plant(ds, run_id, kind):
+    import pyarrow as pa
+
+    n = 3
+    cols = {"ts": pa.array(range(n), pa.int64()), "cpu": pa.array([0] * n, pa.int32()),
+            "pfn": pa.array([1] * n, pa.uint64()), "order": pa.array([0] * n, pa.uint32())}
+    if kind == "char order":
+        cols["order"] = pa.array(["\x02\x00\x00\x00"] * n)
+    elif kind == "list pfn":
+        cols["pfn"] = pa.array([[1, 2]] * n, pa.list_(pa.uint8()))
+    elif kind == "run_id column":
+        cols["run_id"] = pa.array(["0"] * n)
+    elif kind == "truncated":
+        path = hostile.replace_part(ds, "mm_page_alloc", run_id, cols)
+        path.write_bytes(path.read_bytes()[:200])
+        return
+    hostile.replace_part(ds, "mm_page_alloc", run_id, cols)
+
+
+@pytest.mark.parametrize("kind", ["char order", "list pfn", "run_id column", "truncated"])
+def test_a_run_that_does_not_fit_is_left_out_and_the_others_answer(ds, kind):
+    ds, ids = ds
+    honest, hostile_run = ids["honest"], ids["hostile"]
+    _plant(ds, hostile_run, kind)
+    for name in ANALYSES:
+        proc = run("query", name, ds, "--format", "json")
+        assert proc.returncode == 0, f"{name}: {proc.stderr}"
+        assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+        assert f"run {hostile_run} is left out" in proc.stderr, proc.stderr
+        answered = {r["run_id"] for r in json.loads(proc.stdout)}
+        assert answered == {honest}, (name, answered)
+    proc = run("query", "summary", ds, "--format", "json")
+    allocs = {r["run_id"]: r["allocs"] for r in json.loads(proc.stdout)}
+    assert allocs[honest] == alloc_rows(ds, honest)
+    proc = run("compare", ds, "--by", "side", "--metrics", "allocs")
+    if proc.returncode:                  # one side is left: a clean refusal, not a crash
+        one_error_line(proc)
+    proc = run("sql", ds, "SELECT run_id, count(*) AS n FROM mm_page_alloc GROUP BY 1",
+               "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [{"run_id": honest, "n": alloc_rows(ds, honest)}]
+    assert f"run {hostile_run} is left out" in proc.stderr
+
+
+def test_when_every_chosen_run_does_not_fit_the_error_names_why(ds):
+    ds, ids = ds
+    _plant(ds, ids["hostile"], "char order")
+    line = one_error_line(run("query", "summary", ds, "--run", ids["hostile"]))
+    assert "order" in line and ids["hostile"] in line, line
