@@ -9,6 +9,7 @@ targets of links) and the real run's row counts read with plain pyarrow.
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -317,3 +318,51 @@ def test_readers_leave_an_interrupted_commit_to_the_next_parse(ds):
     assert sides == [{"side": "new"}]
     assert part_rows(ds, run_id) == rows
     assert finish_interrupted_commits(ds) == []
+
+
+# ---------------------------------------------------------------- 7. bounded SQL
+
+SLOW_SQL = "SELECT sum(hash(a.range * b.range)) AS h FROM range(400000) a, range(400000) b"
+
+
+def test_sql_read_only_stops_a_query_at_its_timeout(ds):
+    ds, _run_id, _rows, _outside = ds
+    started = time.monotonic()
+    line = one_error_line(run("sql", "--read-only", "--timeout", "1", ds, SLOW_SQL))
+    assert "longer than 1 s" in line, line
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize("mode", [["--read-only"], []])
+def test_a_signal_ends_sql_within_a_second_in_one_line(ds, sig, mode):
+    ds, _run_id, _rows, _outside = ds
+    proc = subprocess.Popen([*KMEMSCOPE, "sql", *mode, str(ds), SLOW_SQL],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)                       # the query runs by now
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(sig)
+    sent = time.monotonic()
+    _out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 1.5, "the query went on after the signal"
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), err
+    assert "internal error" not in err and "Traceback" not in err
+
+
+def test_sql_spills_into_a_private_directory_it_removes(ds, tmp_path):
+    ds, _run_id, _rows, _outside = ds
+    work = tmp_path / "cwd"
+    work.mkdir()
+    proc = subprocess.run([*KMEMSCOPE, "sql", "--read-only", "--memory-limit", "64MB", str(ds),
+                           "SELECT current_setting('temp_directory') AS t, "
+                           "current_setting('memory_limit') AS m", "--format", "json"],
+                          capture_output=True, text=True, cwd=work, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)[0]
+    assert Path(row["t"]).is_absolute() and not Path(row["t"]).is_relative_to(work), row
+    assert not os.path.lexists(row["t"]), "the temporary directory is left behind"
+    assert row["m"].startswith(("61.0 MiB", "64.0 MB", "61.0MiB")), row
+    assert list(work.iterdir()) == []
+    one_error_line(run("sql", "--read-only", "--memory-limit", "lots", ds, "SELECT 1"))
