@@ -192,7 +192,8 @@ def test_executors_that_cannot_see_the_dataset_stop_the_job_early(spark, tmp_pat
 
 SECOND_DRIVER = """
 import json, sys
-from kmemscope.dataset import commit, spark_parse
+from kmemscope.dataset import commit
+from kmemscope.parsers import spark_parse
 from kmemscope.queries.engines import spark_engine
 retry_ds, crash_ds, compaction, thp, pressure = sys.argv[1:]
 spark = spark_engine.session("local[2,2]", json.loads(%r))
