@@ -54,16 +54,24 @@ def engine_options(f):
 class _engine:
     """The options' EngineSpec; every engine session the verb started is stopped when it ends."""
 
-    def __init__(self, engine, master, conf):
+    def __init__(self, engine, master, conf, dataset=None):
         from kmemscope.api import EngineSpec
         from kmemscope.errors import QueryError
 
+        self.dataset = dataset
         try:
             self.spec = EngineSpec.of(engine, master, conf)
         except QueryError as exc:
             raise click.BadParameter(str(exc), param_hint="--engine") from None
 
     def __enter__(self):
+        from kmemscope.api import is_remote, start_engine
+
+        if self.spec.is_spark and not (self.dataset and is_remote(self.dataset)):
+            where = self.spec.master or "local[*]"
+            with _status(f"starting Spark ({where})") as status:
+                start_engine(self.spec)
+                status.done(f"Spark started ({where})")
         return self.spec
 
     def __exit__(self, *exc):
@@ -71,6 +79,77 @@ class _engine:
             from kmemscope.api import stop_engines
 
             stop_engines()
+
+
+class _status:
+    """Slow one-time work shown while it runs: a spinner with elapsed time on a terminal,
+    one line per message elsewhere (a log keeps them all)."""
+
+    def __init__(self, message, quiet=False):
+        self.message, self.quiet = message, quiet
+        self.live = None
+
+    def __enter__(self):
+        import time
+
+        self.started = time.monotonic()
+        if self.quiet:
+            return self
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            self.live = Console(stderr=True).status(f"kmemscope: {self.message} ...")
+            self.live.start()
+        else:
+            click.echo(f"kmemscope: {self.message} ...", err=True)
+        return self
+
+    def update(self, message):
+        """A new step (a run's derived tables): the spinner shows it; a log gets a line."""
+        if self.quiet:
+            return
+        if self.live is not None:
+            self.live.update(f"kmemscope: {message}")
+        else:
+            click.echo(f"kmemscope: {message}", err=True)
+
+    def done(self, message):
+        import time
+
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        if not self.quiet:
+            click.echo(f"kmemscope: {message} in {time.monotonic() - self.started:.1f} s", err=True)
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.stop()
+        return False
+
+
+class _Steps:
+    """The progress callback of a query: the first slow step (building a run's derived
+    tables) opens a _status; later steps update it; it closes with the time they took."""
+
+    def __init__(self, quiet=False):
+        self.status, self.quiet = None, quiet
+
+    def __call__(self, message):
+        if self.status is None:
+            self.status = _status(message, self.quiet).__enter__()
+        else:
+            self.status.update(message)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        if self.status is not None:
+            if exc_type is None:
+                self.status.done("derived tables built")
+            self.status.__exit__(exc_type, *exc)
+        return False
 
 
 def _key_values(values, what):
@@ -132,7 +211,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
         if threads:
             raise click.BadParameter("--threads is for the local decoder; Spark runs one "
                                      "task per input", param_hint="--threads")
-        with _engine(engine, spark_master, spark_conf) as eng:
+        with _engine(engine, spark_master, spark_conf, dataset) as eng:
             failures = _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet,
                                        eng)
         if failures:
@@ -307,7 +386,7 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
         if read_only:
             raise click.BadParameter("--read-only is for the DuckDB engine: Spark SQL can "
                                      "read any path the cluster can", param_hint="--read-only")
-        with _engine(engine, spark_master, spark_conf) as eng:
+        with _engine(engine, spark_master, spark_conf, dataset) as eng:
             backend = open_runs(dataset, engine=eng)[0]
             try:
                 tables = [_run_backend_sql(backend, q) for q in statements]
@@ -510,7 +589,7 @@ def queries(name, fmt, output):
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "jsonl", "parquet", "folded"]),
               default=None, help="Output format (default: from -o's extension, else table); "
                                  "folded: flame-graph lines, for alloc_origins.folded.")
-@click.option("-q", "--quiet", is_flag=True, help="No notes on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No notes and no progress on stderr.")
 @OUTPUT_OPTION
 @engine_options
 def query(name, dataset, runs, labels, params, fmt, quiet, output, engine, spark_master,
@@ -524,10 +603,9 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, engine, spark
     from kmemscope.cli.output import FOLDED, FORMATS, resolve_format, write_result
 
     fmt = resolve_format(fmt, output, allowed=FORMATS + (FOLDED,))
-    with _engine(engine, spark_master, spark_conf) as spec:
+    with _engine(engine, spark_master, spark_conf, dataset) as spec, _Steps(quiet) as steps:
         result = kmemscope.open(dataset, spec).query(
-            name, run=list(runs) or None, label=list(labels) or None,
-            progress=lambda msg: click.echo(f"kmemscope: {msg}", err=True),
+            name, run=list(runs) or None, label=list(labels) or None, progress=steps,
             **_key_values(params, "--param"))
     # Caveats (a run without procfs samples, an assumed pageblock order) go to
     # stderr so that csv/json on stdout stay clean; one line per caveat, not per run.
@@ -600,7 +678,7 @@ def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt
 
     fmt = _compare_format(fmt, output)
     names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
-    with _engine(engine, spark_master, spark_conf) as spec:
+    with _engine(engine, spark_master, spark_conf, dataset) as spec:
         c = kmemscope.open(dataset, spec).compare(by, baseline, metrics=names, test=test,
                                                   alpha=alpha, run=list(runs) or None,
                                                   label=list(labels) or None)
@@ -732,7 +810,8 @@ def report(dataset, output, compare_label, baseline, runs, labels, keep_notebook
 
     spec = _engine(engine, spark_master, spark_conf).spec    # the notebooks start Spark
     build_report(dataset, output, compare=compare_label, baseline=baseline, runs=list(runs),
-                 labels=list(labels), keep_dir=keep_notebooks, progress=progress, engine=spec)
+                 labels=list(labels), keep_dir=keep_notebooks, progress=progress, engine=spec,
+                 cell_bar=sys.stderr.isatty())
 
 
 # ---------------------------------------------------------------- entry point

@@ -555,6 +555,24 @@ def quote_ident(name: str) -> str:
     return _quote(name)
 
 
+def start_engine(spec: EngineSpec | str) -> None:
+    """Start `spec`'s engine session now (a Spark JVM takes seconds to a minute), not on first use.
+
+    Not for an s3:// dataset: its Spark session needs the storage settings (hadoop-aws)
+    when the JVM starts, and the first query over it starts the session with them."""
+    from kmemscope.queries.engines import engine_for
+
+    engine = engine_for(EngineSpec.of(spec))
+    getattr(engine, "spark", None)          # SparkEngine starts its session on first access
+
+
+def is_remote(dataset) -> bool:
+    """True for a dataset in an object store (s3://bucket/prefix)."""
+    from kmemscope.dataset import storage
+
+    return storage.is_url(str(dataset))
+
+
 def stop_engines() -> None:
     """Stop every Spark session this process started (the command line does, as a verb ends)."""
     from kmemscope.queries import engines

@@ -46,8 +46,11 @@ def notebook_path(name):
     return resources.files("kmemscope.notebooks") / name
 
 
-def execute(name, parameters, workdir, progress=None):
-    """Run notebook `name` with papermill into workdir; returns the executed NotebookNode."""
+def execute(name, parameters, workdir, progress=None, cell_bar=False):
+    """Run notebook `name` with papermill into workdir; returns the executed NotebookNode.
+
+    cell_bar: show a bar of the cells executed on the terminal (stderr's, which the
+    kernel's own chatter does not reach)."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -55,10 +58,12 @@ def execute(name, parameters, workdir, progress=None):
     started = time.monotonic()
     if progress:
         progress(f"executing {name}")
-    with resources.as_file(notebook_path(name)) as src, _stderr_to(Path(workdir) / "kernel.log"):
+    with resources.as_file(notebook_path(name)) as src, \
+            _stderr_to(Path(workdir) / "kernel.log") as terminal:
+        bar = {"file": terminal, "desc": name, "leave": False} if cell_bar else False
         try:
             nb = pm.execute_notebook(str(src), str(out), parameters=parameters, kernel_name="python3",
-                                     progress_bar=False, log_output=False, cwd=str(workdir))
+                                     progress_bar=bar, log_output=False, cwd=str(workdir))
         except PapermillExecutionError as exc:
             raise KmemscopeError(f"notebook {name} failed in cell {exc.exec_count}: "
                                  f"{exc.ename}: {str(exc.evalue).splitlines()[0] if exc.evalue else ''}",
@@ -75,13 +80,17 @@ class _stderr_to:
         self.path = path
 
     def __enter__(self):
+        """The terminal's stderr, as a text stream for progress while fd 2 goes to the log."""
         sys.stderr.flush()
         self.saved = os.dup(2)
         with open(self.path, "ab") as log:
             os.dup2(log.fileno(), 2)
+        self.terminal = os.fdopen(os.dup(self.saved), "w", buffering=1)
+        return self.terminal
 
     def __exit__(self, *exc):
         sys.stderr.flush()
+        self.terminal.close()
         os.dup2(self.saved, 2)
         os.close(self.saved)
         return False
@@ -121,7 +130,7 @@ def _printable(text):
 
 
 def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(), keep_dir=None,
-                 progress=None, engine=None):
+                 progress=None, engine=None, cell_bar=False):
     """Execute overview.ipynb (and compare.ipynb with `compare`) and write `output` (HTML).
 
     engine: an EngineSpec (or "duckdb"/"spark"), handed to the notebooks as
@@ -150,8 +159,9 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
         executed = []
         if compare:
             executed.append(execute("compare.ipynb", {**params, "compare": compare,
-                                                      "baseline": baseline or ""}, workdir, progress))
-        executed.append(execute("overview.ipynb", params, workdir, progress))
+                                                      "baseline": baseline or ""}, workdir, progress,
+                                    cell_bar))
+        executed.append(execute("overview.ipynb", params, workdir, progress, cell_bar))
     title = f"kmemscope report: {os.path.basename(dataset.rstrip('/'))}"
     html = to_html(merge(executed), title)
     out = Path(output)
