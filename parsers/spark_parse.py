@@ -37,7 +37,7 @@ from kmemscope import errors
 from kmemscope.errors import DatasetError, KmemscopeError
 from kmemscope.dataset import commit as commit_mod
 from kmemscope.dataset import format as dataset_format
-from kmemscope.parsers.ingest import RunSummary, writable_dataset
+from kmemscope.parsers.ingest import RunSummary, _leave_as_found, writable_dataset
 
 TASKS = "tasks"
 RESULT = "result.json"
@@ -73,7 +73,19 @@ def parse_on_spark(sources, dataset, *, spark, labels=None, events=None, derive=
     if not given:
         return []
     dataset = Path(os.path.abspath(dataset))
-    writable_dataset(dataset)
+    created = writable_dataset(dataset)
+    had_lock = os.path.lexists(dataset / commit_mod.LOCK_NAME)
+    try:
+        entries = _parse_on_spark(given, dataset, spark, labels, events, derive, progress)
+    except BaseException:
+        _leave_as_found(dataset, created, had_lock)   # a new path goes again, lock file and all
+        raise
+    if all(isinstance(e, KmemscopeError) for e in entries):
+        _leave_as_found(dataset, created, had_lock)   # every input refused: nothing to keep
+    return entries
+
+
+def _parse_on_spark(given, dataset, spark, labels, events, derive, progress):
     dataset_format.read_format(dataset)     # a newer format is refused before any task runs
     labels, events = dict(labels or {}), list(events or [])
     sc = spark.sparkContext

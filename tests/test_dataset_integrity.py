@@ -150,3 +150,70 @@ def test_when_every_chosen_run_does_not_fit_the_error_names_why(ds):
     _plant(ds, ids["hostile"], "char order")
     line = one_error_line(run("query", "summary", ds, "--run", ids["hostile"]))
     assert "order" in line and ids["hostile"] in line, line
+
+
+# ---------------------------------------------------------------- derived caches
+
+def _hot(ds):
+    proc = run("query", "hot_pfns", ds, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def hot_answer(two_runs, tmp_path_factory):
+    src, _ids = two_runs
+    clean = tmp_path_factory.mktemp("clean") / "ds"
+    shutil.copytree(src, clean, symlinks=True)
+    return _hot(clean)
+
+
+@pytest.mark.parametrize("where", ["_derived", "_derived/page_pairs",
+                                   "_derived/page_pairs/run_id={run}",
+                                   "_derived/page_pairs/run_id={run}/part-0.parquet"])
+def test_a_link_inside_derived_is_never_written_or_read_through(ds, hot_answer, where):
+    ds, ids = ds
+    outside = ds.parent / "outside"
+    outside.mkdir()
+    decoy = outside / "decoy.parquet"
+    (outside / "note.txt").write_text("not the dataset's\n")
+    link = ds / where.format(run=ids["honest"])
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.name.endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"pfn": pa.array([1], pa.uint64())}), decoy)
+        target = decoy
+    else:
+        target = outside
+    link.symlink_to(target)
+    before = hostile.tree_state(outside)
+    assert _hot(ds) == hot_answer
+    assert hostile.tree_state(outside) == before
+
+
+def test_a_read_only_reader_builds_derived_tables_outside_the_dataset(ds):
+    from kmemscope.dataset import derived
+
+    ds, ids = ds
+    before = hostile.tree_state(ds)
+    out = derived.derived_files(ds, "page_pairs", [ids["honest"]], read_only=True)
+    assert not Path(out[ids["honest"]]).resolve().is_relative_to(ds.resolve())
+    assert hostile.tree_state(ds) == before
+
+
+def test_a_failed_spark_parse_into_a_new_path_leaves_nothing_behind(tmp_path, request):
+    from conftest import skip_without_spark
+
+    skip_without_spark()
+    from kmemscope.errors import KmemscopeError
+    from kmemscope.parsers import spark_parse
+
+    spark = request.getfixturevalue("spark_engine").spark
+    bad = tmp_path / "bad.dat"
+    bad.write_bytes(b"this is not a trace.dat\n" * 100)
+    new = tmp_path / "new" / "deeper" / "ds"
+    out = spark_parse.parse_on_spark([str(bad)], new, spark=spark)
+    assert isinstance(out[0], KmemscopeError), out
+    assert not (tmp_path / "new").exists(), sorted(map(str, (tmp_path / "new").rglob("*")))

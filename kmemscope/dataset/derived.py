@@ -40,6 +40,7 @@ pfn_allocs columns (one row per pfn with a successful allocation):
 """
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -101,17 +102,45 @@ def _read_signature(path):
     return raw.decode() if raw else None
 
 
-def _target_root(dataset):
-    """DATASET/_derived if writable, else a private temporary directory."""
+def _plain(path, top):
+    """True when `path` and every folder between it and `top` exist and are no links:
+    a link inside _derived is never read through or written through."""
+    path, top = Path(path), Path(top)
+    while True:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            return False
+        if path == top or path == path.parent:
+            return True
+        path = path.parent
+
+
+def _target_root(dataset, read_only=False):
+    """DATASET/_derived if writable, else a private temporary directory.
+
+    read_only: a reader that must not write the dataset (the private directory).
+    `_derived` that is a link, or not a folder, is never written through.
+    """
     global _private_dir
     root = Path(dataset) / DERIVED_DIR
     try:
         if storage.is_url(dataset):
             raise PermissionError("an s3 dataset is read only")
-        root.mkdir(exist_ok=True)
-        probe = root / f".probe-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
+        if read_only:
+            raise PermissionError("a read-only reader")
+        try:
+            os.mkdir(root)
+        except FileExistsError:
+            pass
+        if not _plain(root, root):
+            raise PermissionError(f"{root} is not a folder of its own")
+        fd = os.open(root / f".probe-{os.getpid()}",
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+        os.unlink(root / f".probe-{os.getpid()}")
         return root
     except OSError:
         if _private_dir is None:
@@ -148,7 +177,7 @@ def _cached(roots, name, run, sig):
             present = path in listed
         else:
             path = root / name / f"run_id={run}" / "part-0.parquet"
-            present = path.exists()
+            present = _plain(path, root) and path.is_file()
         if present and _read_signature(path) == sig:
             return path
     return None
@@ -171,10 +200,12 @@ def _run_shas(dataset, parts, run_ids):
     return dict(rows)
 
 
-def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=None):
+def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=None,
+                  read_only=False):
     """Make sure derived table `name` is current for `run_ids`; return {run_id: path}.
 
     progress(message) is called before a run's tables are built (not when cached).
+    read_only: tables that are not current go to a private directory, never the dataset.
     """
     if name not in DERIVED_TABLES:
         raise ValueError(f"no derived table {name}")
@@ -194,7 +225,7 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=Non
         else:
             todo.append((run, sig))
     if todo:
-        root = _target_root(dataset)
+        root = _target_root(dataset, read_only)
         for run, sig in todo:
             if progress:
                 progress(f"run {run}: pairing frees with reallocations, once (cached under "
@@ -247,15 +278,26 @@ def _write(root, name, run, sig, table):
 
     table = table.replace_schema_metadata({SIG_KEY: sig.encode()})
     part = root / name / f"run_id={run}"
-    part.mkdir(parents=True, exist_ok=True)
+    for d in (root / name, part):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            pass
+        if not _plain(d, root):
+            # A link (or a file) where kmemscope's folder belongs: write nothing through it.
+            if root == Path(_private_dir or ""):
+                raise DatasetError(f"{d} is not a folder of its own")
+            return _write(_target_root(root.parent, read_only=True), name, run, sig, table)
     final = part / "part-0.parquet"
     fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=part)
-    os.close(fd)
     try:
-        pq.write_table(table, tmp, row_group_size=1 << 16)
-        os.replace(tmp, final)
+        with os.fdopen(fd, "wb") as f:
+            pq.write_table(table, f, row_group_size=1 << 16)
+        if os.path.islink(final):
+            os.unlink(final)
+        os.replace(tmp, final)      # replaces a link by the file itself, never writes through it
     except BaseException:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
     return final
@@ -348,7 +390,8 @@ def _stack_signature(parts, run, sha):
                       sort_keys=True)
 
 
-def stack_files(dataset, name, run_ids, parts=None, threads=None, progress=None):
+def stack_files(dataset, name, run_ids, parts=None, threads=None, progress=None,
+                read_only=False):
     """Like derived_files for the stack tables; runs without kernel_stack are left out."""
     if name not in STACK_TABLES:
         raise ValueError(f"no stack table {name}")
@@ -368,8 +411,9 @@ def stack_files(dataset, name, run_ids, parts=None, threads=None, progress=None)
         else:
             if progress:
                 progress(f"run {run}: pairing kernel stacks with their allocations, once "
-                         f"(cached under {_target_root(dataset)})")
-            out[run] = _derive_stacks(parts, _target_root(dataset), run, sig, threads)[name]
+                         f"(cached under {_target_root(dataset, read_only)})")
+            out[run] = _derive_stacks(parts, _target_root(dataset, read_only), run, sig,
+                                      threads)[name]
     return out
 
 
