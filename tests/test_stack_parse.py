@@ -1,0 +1,113 @@
+"""Stack-heavy traces: a kernel stack after every page allocation, parsed at full speed.
+
+The decoder symbolises each distinct stack once and each distinct address once, per
+decoder thread, and copies what it remembered for every later record of the same
+stack. These tests take a real recording made here (kmemscope record's atomic-origins
+preset with mm_page_alloc unfiltered, around a page-churning workload) and check every
+kernel_stack row against `trace-cmd report -t` text, read in plain Python below: the
+addresses, and the function each one resolves to, record by record. The recording
+repeats a few hundred distinct stacks hundreds of thousands of times, so nearly every
+row is a copy from the memo; one decoder thread and two (two memos, different
+segments each) must give the same table.
+"""
+import contextlib
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import _hold_tracing_lock
+from kmrun import kmemscope
+
+CHURN = Path(__file__).resolve().parent.parent / "benchmarks" / "workload_churn.py"
+
+_LINE = re.compile(r"^\s*.*-\d+\s+\[(?P<cpu>\d+)\]\s+(?P<ts>\d+\.\d+):\s+(?P<event>\w+):")
+_FRAME = re.compile(r"^=> (?P<fn>\S+) \((?P<addr>[0-9a-f]+)\)$")
+
+
+@pytest.fixture(scope="module")
+def stack_heavy(live_tracefs, tmp_path_factory):
+    """A bundle with a kernel stack on every allocation, parsed with one and two threads."""
+    d = tmp_path_factory.mktemp("stacks")
+    bundle = d / "bundle"
+    with contextlib.contextmanager(_hold_tracing_lock)():
+        kmemscope("record", "-o", bundle, "--preset", "atomic-origins", "-e", "kmem:mm_page_alloc",
+                  "--buffer-kb", "32768", "--", sys.executable, CHURN, "0.5")
+    out = {}
+    for threads in (1, 2):
+        out[threads] = d / f"ds{threads}"
+        kmemscope("parse", "-q", "--threads", threads, bundle, "-o", out[threads])
+    return bundle / "trace.dat", out
+
+
+def report_stacks(trace_dat):
+    """Every kernel_stack record of `trace-cmd report -t`: (cpu, ts ns, addresses, functions)."""
+    text = subprocess.run(["trace-cmd", "report", "-t", "-i", str(trace_dat)],
+                          capture_output=True, text=True, check=True).stdout
+    stacks, current = [], None
+    for line in text.splitlines():
+        m = _FRAME.match(line)
+        if m and current is not None:
+            current[2].append(int(m.group("addr"), 16))
+            current[3].append(m.group("fn"))
+            continue
+        if current is not None:
+            stacks.append((current[0], current[1], tuple(current[2]), tuple(current[3])))
+            current = None
+        m = _LINE.match(line)
+        if m and m.group("event") == "kernel_stack":
+            current = (int(m.group("cpu")), int(m.group("ts").replace(".", "")), [], [])
+    if current is not None:
+        stacks.append((current[0], current[1], tuple(current[2]), tuple(current[3])))
+    return stacks
+
+
+def dataset_stacks(ds):
+    import duckdb
+
+    rows = duckdb.sql(f"SELECT cpu, ts, caller, caller_symbols, size FROM "
+                      f"read_parquet('{ds}/kernel_stack/*/*.parquet')").fetchall()
+    return rows
+
+
+def functions(symbols):
+    """'function+0xoffset' -> 'function'."""
+    return tuple(re.sub(r"\+0x[0-9a-f]+$", "", s) for s in symbols)
+
+
+def test_every_stack_row_matches_trace_cmd_report(stack_heavy):
+    trace, ds = stack_heavy
+    expected = report_stacks(trace)
+    rows = dataset_stacks(ds[2])
+    assert len(rows) > 50_000, "the workload should allocate (and record a stack) far more often"
+    assert len(rows) == len(expected)
+    got = Counter((cpu, ts, tuple(caller), functions(symbols)) for cpu, ts, caller, symbols, _ in rows)
+    assert got == Counter(expected)
+    # Every frame is resolved, and the offsets put it inside the function at that address.
+    for _, _, caller, symbols, size in rows[:2000]:
+        assert len(caller) == len(symbols) == size
+        assert all(re.fullmatch(r"\S+\+0x[0-9a-f]+", s) for s in symbols), symbols
+    # Nearly every row repeats a stack met before: the memo, not the first lookup, made them.
+    distinct = {tuple(caller) for _, _, caller, _, _ in rows}
+    assert len(distinct) * 20 < len(rows), (len(distinct), len(rows))
+
+
+def test_one_and_two_decoder_threads_give_the_same_stack_table(stack_heavy):
+    _, ds = stack_heavy
+    one = Counter((cpu, ts, tuple(c), tuple(s)) for cpu, ts, c, s, _ in dataset_stacks(ds[1]))
+    two = Counter((cpu, ts, tuple(c), tuple(s)) for cpu, ts, c, s, _ in dataset_stacks(ds[2]))
+    assert one == two
+
+
+def test_stack_table_schema_is_unchanged(stack_heavy):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, ds = stack_heavy
+    for part in sorted(Path(ds[2], "kernel_stack").glob("*/*.parquet")):
+        schema = pq.ParquetFile(part).schema_arrow
+        assert schema.field("caller").type == pa.list_(pa.field("element", pa.uint64(), False))
+        assert schema.field("caller_symbols").type == pa.list_(pa.field("element", pa.string(), False))
