@@ -8,20 +8,36 @@ in interleaved rounds to spread the noise of a shared machine evenly; the
 table shows the median time per mode, the slowdown against no capture, and the
 events per second that the capture recorded and lost (from its manifest).
 
+With --flight it measures what a flight recorder costs a host over time
+instead: the same churn, paced to leave the CPU idle part of the time, runs for
+--minutes under no capture, under `record --flight` (default preset, --keep
+30s --after 5s, one SIGUSR1 bundle half way) and under a full `record` of the
+same length. Each mode prints the work done (MiB/s, the workload's CPU per
+GiB), the capture's own CPU (record, trace-cmd and the guard, from the
+children's rusage), the machine's busy CPU (/proc/stat), memory (the ring
+buffers from buffer_total_size_kb, the capture's peak RSS), disk at the end,
+and the 1-minute load average before and after. The machine is shared: a mode
+that starts with the load average above --max-load waits for it to fall, and
+is measured again (up to --retries times) when the load before it was above.
+
 Needs root and tracefs; holds /var/tmp/kmemscope-trace.lock while recording.
 Nothing is asserted: the script prints the table.
 
 usage: benchmarks/capture_overhead.py [--rounds 3] [--mib 4096] [--keep DIR]
+       benchmarks/capture_overhead.py --flight [--minutes 10] [--max-load 1.0]
 """
 import argparse
 import fcntl
 import json
 import os
+import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 LOCK = "/var/tmp/kmemscope-trace.lock"
@@ -60,14 +76,206 @@ def run_mode(mode, workdir, mib, round_no):
     return float(timing.read_text()), manifest
 
 
+# ---------------------------------------------------------------- --flight: cost over time
+
+# Churn for SECONDS: 64 MiB maps touched and unmapped, PAUSE seconds between them;
+# writes {mib, seconds, cpu_s} (its own CPU: the tracepoints run in its context).
+PACED = r"""
+import json, mmap, resource, sys, time
+seconds, pause, out = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+start, mib = time.monotonic(), 0
+while time.monotonic() - start < seconds:
+    m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    m.madvise(mmap.MADV_NOHUGEPAGE)
+    m[::4096] = b"x" * 16384
+    m.close()
+    mib += 64
+    time.sleep(pause)
+ru = resource.getrusage(resource.RUSAGE_SELF)
+json.dump({"mib": mib, "seconds": time.monotonic() - start, "cpu_s": ru.ru_utime + ru.ru_stime},
+          open(out, "w"))
+"""
+FLIGHT_MODES = ("none", "flight", "record")
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def cpu_busy_ticks():
+    """(busy, total) jiffies of all CPUs from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+def ring_buffer_kb():
+    try:
+        with open("/sys/kernel/tracing/buffer_total_size_kb") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError):
+        return None
+
+
+def rss_kb(pid):
+    """VmRSS of pid and all its descendants, in KiB."""
+    total = 0
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            kids = [int(w) for w in f.read().split()]
+    except (OSError, ValueError):
+        return total
+    return total + sum(rss_kb(kid) for kid in kids)
+
+
+def tree_bytes(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def wait_for_quiet(max_load, limit_s=600):
+    """Wait (up to limit_s) for the 1-minute load average to fall to max_load."""
+    deadline = time.monotonic() + limit_s
+    while loadavg() > max_load and time.monotonic() < deadline:
+        time.sleep(10)
+    return loadavg()
+
+
+def run_timed_mode(mode, workdir, seconds, pause):
+    """One mode for `seconds`: a dict of the figures."""
+    out = workdir / ("paced-%s.json" % mode)
+    target = workdir / ("out-%s" % mode)
+    shutil.rmtree(target, ignore_errors=True)
+    workload = [sys.executable, str(workdir / "paced.py"), str(seconds), str(pause), str(out)]
+    capture, ring_kb, rss = None, [], [0]
+    if mode == "flight":
+        capture = subprocess.Popen([sys.executable, "-m", "kmemscope.capture", "--flight", "-o",
+                                    str(target), "--keep", "30s", "--after", "5s", "--cooldown", "0"],
+                                   stderr=subprocess.PIPE, text=True)
+    elif mode == "record":
+        capture = subprocess.Popen([sys.executable, "-m", "kmemscope.capture", "-o", str(target),
+                                    "--duration", "%ds" % (seconds + 3600), "--max-size", "32G"],
+                                   stderr=subprocess.PIPE, text=True)
+    if capture is not None:
+        while True:  # until it says it records
+            line = capture.stderr.readline()
+            if not line:
+                sys.exit("%s failed to start: %s" % (mode, capture.stderr.read()))
+            if "recording " in line:
+                break
+    before_ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load_before = loadavg()
+    busy0 = cpu_busy_ticks()
+    work = subprocess.Popen(workload)
+    t0 = time.monotonic()
+    signalled = False
+    while work.poll() is None:
+        time.sleep(1)
+        ring_kb.append(ring_buffer_kb() if capture is not None else 0)
+        if capture is not None:
+            rss.append(rss_kb(capture.pid))
+        if mode == "flight" and not signalled and time.monotonic() - t0 > seconds / 2:
+            capture.send_signal(signal.SIGUSR1)
+            signalled = True
+    busy1 = cpu_busy_ticks()
+    load_after = loadavg()
+    stderr = ""
+    if capture is not None:
+        capture.send_signal(signal.SIGINT)
+        stderr = capture.stderr.read()
+        if capture.wait() != 0:
+            sys.exit("%s failed: %s" % (mode, stderr.strip()))
+    after_ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    w = json.loads(out.read_text())
+    # RUSAGE_CHILDREN covers the workload too: take its own CPU away.
+    children_cpu = (after_ru.ru_utime + after_ru.ru_stime) - (before_ru.ru_utime + before_ru.ru_stime)
+    disk = tree_bytes(target) if target.exists() else 0
+    shutil.rmtree(target, ignore_errors=True)
+    return {
+        "mode": mode, "mib_per_s": w["mib"] / w["seconds"],
+        "workload_cpu_s_per_gib": w["cpu_s"] / (w["mib"] / 1024.0),
+        "capture_cpu_s": max(0.0, children_cpu - w["cpu_s"]) if capture is not None else 0.0,
+        "machine_busy_pct": 100.0 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
+        "ring_buffer_mib": max(ring_kb) / 1024.0 if ring_kb and capture is not None else 0.0,
+        "capture_peak_rss_mib": max(rss) / 1024.0,
+        "disk_mib": disk / float(1 << 20), "seconds": w["seconds"],
+        "load_before": load_before, "load_after": load_after,
+        "bundles": stderr.count("wrote ") if mode == "flight" else None,
+    }
+
+
+def flight_main(args):
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="kmemscope-bench-", dir="/var/tmp"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "paced.py").write_text(PACED)
+    seconds = int(args.minutes * 60)
+    rows, notes = [], []
+    with open(LOCK, "a") as lock:
+        print("waiting for %s ..." % LOCK, file=sys.stderr)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for mode in FLIGHT_MODES:
+            for attempt in range(args.retries + 1):
+                load = wait_for_quiet(args.max_load)
+                row = run_timed_mode(mode, workdir, seconds, args.pause)
+                print("%-7s %.1f MiB/s, load %.2f before, %.2f after" % (
+                    mode, row["mib_per_s"], row["load_before"], row["load_after"]), file=sys.stderr)
+                if row["load_before"] <= args.max_load:
+                    break
+                notes.append("%s: load average %.2f before the run (above %.1f); measured again"
+                             % (mode, load, args.max_load))
+            rows.append(row)
+    if not args.keep:
+        shutil.rmtree(workdir)
+    base = rows[0]
+    print("a host over %g min: paced page-fault churn (64 MiB maps, %g s apart) under each mode; "
+          "load = 1-minute load average before -> after" % (args.minutes, args.pause))
+    head = ("mode", "MiB/s", "vs none", "wl CPU s/GiB", "capture CPU s", "CPU % of run",
+            "busy %", "ring MiB", "RSS MiB", "disk MiB", "bundles", "load")
+    print("%-7s %8s %8s %13s %14s %12s %7s %9s %8s %9s %8s %13s" % head)
+    for r in rows:
+        print("%-7s %8.1f %7.1f%% %13.2f %14.1f %12.2f %7.1f %9.1f %8.1f %9.1f %8s %6.2f->%.2f" % (
+            r["mode"], r["mib_per_s"], 100.0 * (r["mib_per_s"] / base["mib_per_s"] - 1),
+            r["workload_cpu_s_per_gib"], r["capture_cpu_s"],
+            100.0 * r["capture_cpu_s"] / r["seconds"], r["machine_busy_pct"], r["ring_buffer_mib"],
+            r["capture_peak_rss_mib"], r["disk_mib"],
+            "-" if r["bundles"] is None else r["bundles"], r["load_before"],
+            r["load_after"]))
+    print("capture CPU: record, trace-cmd and the guard (children's rusage); wl CPU: the "
+          "workload's own, tracepoints included; ring: buffer_total_size_kb (all CPUs); RSS: "
+          "the capture's processes, peak of the per-second sums")
+    for note in notes:
+        print("note: " + note)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--mib", type=int, default=4096, help="memory touched per run (MiB)")
     p.add_argument("--keep", type=Path, help="work directory to keep (default: a temporary one)")
+    p.add_argument("--flight", action="store_true",
+                   help="measure a flight recorder over time against no capture and a full record")
+    p.add_argument("--minutes", type=float, default=10.0, help="--flight: minutes per mode")
+    p.add_argument("--pause", type=float, default=0.2,
+                   help="--flight: seconds between the workload's 64 MiB maps")
+    p.add_argument("--max-load", type=float, default=1.0,
+                   help="--flight: wait for the load average to fall to this before each mode")
+    p.add_argument("--retries", type=int, default=2,
+                   help="--flight: measure a mode again this often when the load was above")
     args = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("capture_overhead: recording needs root")
+    if args.flight:
+        flight_main(args)
+        return
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="kmemscope-bench-", dir="/var/tmp"))
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "workload.py").write_text(WORKLOAD)

@@ -597,6 +597,10 @@ class FlightRecorder(Recorder):
                 "covered_from_mono_ns": covered_from,
                 "complete": covered_from <= window_start,
                 "missing_s": round(max(0, covered_from - window_start) / 1e9, 3),
+                # not traced: the recorder started, or restarted after the previous bundle
+                "untraced_s": round(max(0, tracing_since_before - window_start) / 1e9, 3),
+                "overwritten_s": round(max(0, covered_from - max(window_start, tracing_since_before))
+                                       / 1e9, 3),
             },
             "lost": {
                 "overwritten_before_window": sum(r["overwritten_before_window"] for r in rows),
@@ -629,9 +633,7 @@ class FlightRecorder(Recorder):
                  "%d procfs samples, extract took %.1f s%s"
                  % (final, format_size(manifest["trace_dat_bytes"]), manifest["events_recorded"],
                     (when - covered_from) / 1e9, (stop - when) / 1e9, samples, extract_s,
-                    "" if manifest["window"]["complete"] else
-                    "; the first %.1f s of the window were overwritten (about %d events)"
-                    % (manifest["window"]["missing_s"], manifest["lost"]["overwritten_in_window_estimated"])))
+                    _gaps_text(manifest)))
         self._prune(final)
 
     def _prune(self, newest):
@@ -655,6 +657,18 @@ class FlightRecorder(Recorder):
         if opt.max_disk and sizes.get(newest, 0) > opt.max_disk:
             self.warn("the bundle %s alone is %s, over --max-disk %s"
                       % (os.path.basename(newest), format_size(sizes[newest]), format_size(opt.max_disk)))
+
+
+def _gaps_text(manifest):
+    """What the start of a bundle's window lacks, for its 'wrote' line."""
+    w, parts = manifest["window"], []
+    if w["untraced_s"]:
+        parts.append("tracing had (re)started only %.1f s before the trigger"
+                     % ((w["trigger_mono_ns"] - w["tracing_since_mono_ns"]) / 1e9))
+    if w["overwritten_s"]:
+        parts.append("the ring buffer had overwritten the first %.1f s of the window (about %d "
+                     "events)" % (w["overwritten_s"], manifest["lost"]["overwritten_in_window_estimated"]))
+    return "".join("; " + p for p in parts)
 
 
 def _value_text(detail):
