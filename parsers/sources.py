@@ -1,7 +1,8 @@
 """What `kmemscope parse` accepts, read as untrusted input with every size bounded.
 
 An input is a trace.dat, a bundle directory (trace.dat, manifest.json,
-procfs/ samples), or a bundle packed as .tar.gz / .tar.zst. Every file is
+procfs/ samples), a bundle packed as .tar.gz / .tar.zst, or a flight
+directory (`record --flight`), whose bundles expand_inputs() lists. Every file is
 refused unless it is a regular file (a FIFO or /dev/zero would never end).
 A bundle's own files (trace.dat, manifest.json, metrics.json, procfs/ and its
 samples) are opened without following symbolic links: a link in a bundle is
@@ -87,6 +88,53 @@ def open_bundle_file(path, what, dir_fd=None, shown=None):
         os.close(fd)
         raise
     return fd, st
+
+
+# ---------------------------------------------------------------- flight directories
+
+FLIGHT_FILE = "flight.json"           # what `kmemscope record --flight -o DIR` writes in DIR
+FLIGHT_MAX_BUNDLES = 100000
+
+
+def flight_bundles(path):
+    """The bundles of a flight directory, oldest first; None when `path` is not one.
+
+    A flight directory holds flight.json and one bundle folder per trigger
+    (<UTC time>-<reason>/). Folders that are links, hidden (a bundle still being
+    written is .partial-NAME) or without trace.dat are not bundles.
+    """
+    p = Path(path)
+    try:
+        if not p.is_dir() or (p / "trace.dat").exists() or not (p / FLIGHT_FILE).is_file():
+            return None
+        names = sorted(os.listdir(p))
+    except OSError as exc:
+        raise TraceFileError(f"{path}: {exc.strerror}") from None
+    if len(names) > FLIGHT_MAX_BUNDLES:
+        raise TraceFileError(f"{path}: more than {FLIGHT_MAX_BUNDLES} entries in a flight directory")
+    out = []
+    for name in names:
+        child = p / name
+        if name.startswith(".") or child.is_symlink() or not child.is_dir():
+            continue
+        if (child / "trace.dat").is_file() and not (child / "trace.dat").is_symlink():
+            out.append(child)
+    return out
+
+
+def expand_inputs(sources):
+    """Inputs with every flight directory replaced by its bundles (one run each)."""
+    out = []
+    for source in sources:
+        bundles = flight_bundles(source)
+        if bundles is None:
+            out.append(source)
+        elif not bundles:
+            raise TraceFileError(f"{source}: flight directory without a bundle yet",
+                                 "a flight recorder writes one when a trigger fires (kill -USR1 it)")
+        else:
+            out.extend(str(b) if isinstance(source, str) else b for b in bundles)
+    return out
 
 
 @contextmanager
