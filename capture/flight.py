@@ -51,6 +51,7 @@ COVERAGE_CHECK_S = 5.0
 COVERAGE_WARN_EVERY_S = 600.0
 EXTRACT_TIMEOUT_S = 600
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+MAX_WARNINGS = 50
 
 
 class FlightOptions(Options):
@@ -169,6 +170,10 @@ class FlightRecorder(Recorder):
         self.buffer_kb = None
         self.rate = None
         self.vmstat_rows = collections.deque()
+
+    def warn(self, text):
+        super().warn(text)
+        del self.warnings[:-MAX_WARNINGS]  # a recorder runs for days: keep the newest
 
     # ------------------------------------------------------------ signals
 

@@ -295,8 +295,10 @@ def test_pyz_has_the_flight_mode(tmp_path, before):
     root = Path(__file__).resolve().parent.parent
     subprocess.run([sys.executable, str(root / "capture" / "build_pyz.py"), str(pyz)], check=True,
                    capture_output=True)
+    from test_capture_record import _python38
+    python = _python38() or sys.executable  # the oldest Python capture supports, where there is one
     env = dict(os.environ, PYTHONPATH="", PYTHONNOUSERSITE="1")
-    flight = Flight(command=[sys.executable, "-S", str(pyz), "--flight", "-o", str(tmp_path / "f"),
+    flight = Flight(command=[python, "-S", str(pyz), "--flight", "-o", str(tmp_path / "f"),
                              *QUICK], env=env)
     flight.signal(signal.SIGUSR1)
     assert flight.wait_for("wrote ", 30), flight.text()
