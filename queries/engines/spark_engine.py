@@ -93,6 +93,11 @@ def session(master="local[*]", conf=None, app="kmemscope"):
         os.environ.setdefault("PYTHONSAFEPATH", "1")
     for k, v in _conf_items(conf):
         settings[k] = v
+    if settings.get("spark.pyspark.python"):
+        # The Python of the executors' workers (kmemscope installed there, or a venv archive
+        # on spark.archives: docs/fleet.md). pyspark reads it from the environment when the
+        # driver is a Python program rather than spark-submit.
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     builder = SparkSession.builder.master(master).appName(app)
     for k, v in settings.items():
         builder = builder.config(k, v)

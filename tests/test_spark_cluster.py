@@ -1,0 +1,234 @@
+"""kmemscope on a real Spark standalone cluster: a master and two workers on this machine.
+
+Each is its own JVM (spark-class ...deploy.master.Master / ...deploy.worker.Worker,
+spark://127.0.0.1:PORT), small (one core, 1 GiB per worker, 256 MiB daemon
+heaps): other people run tests on the same two cores. A driver process of its
+own (one SparkContext per process; the pytest run's shared local session is
+another) parses three bundles on the cluster, runs every section of every
+analysis on the mixed dataset (parity_data.py) and `compare --by kernel`; the
+test then checks them against DuckDB in this process: same rows, same order,
+same notes. Executors find kmemscope and DuckDB the way a worker node with
+kmemscope installed does: spark.pyspark.python names a Python that has them
+(here this .venv; on a real cluster a venv archive shipped with --archives,
+docs/fleet.md). Every JVM is stopped at the end, also on failure.
+"""
+import json
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, skip_without_spark
+
+skip_without_spark(allow_module_level=True)
+
+from parity_data import every_section  # noqa: E402
+from test_determinism import _assert_same_rows, _norm, _same  # noqa: E402
+
+SECTIONS = every_section()
+BUNDLES = [EXAMPLES / "kmem-compaction", EXAMPLES / "thp-faults", EXAMPLES / "memory-pressure"]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spark_home():
+    import pyspark
+    return Path(pyspark.__file__).parent
+
+
+def _start(cmd, log, env):
+    """A daemon JVM in a process group of its own (spark-class execs java)."""
+    out = open(log, "w")
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True), out
+
+
+def _stop(procs):
+    """SIGTERM each group we started (a worker's executors and their Python workers are in
+    its group), then SIGKILL what is left after 20 s."""
+    for proc, _log in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 20
+    for proc, log in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        log.close()
+
+
+def _alive_workers(ui_port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
+            return json.load(r).get("aliveworkers", 0)
+    except OSError:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """spark://127.0.0.1:PORT with two workers; every JVM stopped when the module ends."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime")
+    tmp = tmp_path_factory.mktemp("cluster")
+    home = _spark_home()
+    env = dict(os.environ, SPARK_HOME=str(home), SPARK_DAEMON_MEMORY="256m",
+               SPARK_LOG_DIR=str(tmp), SPARK_NO_DAEMONIZE="1",
+               SPARK_LOCAL_IP="127.0.0.1", PYTHONSAFEPATH="1")
+    port, ui = _free_port(), _free_port()
+    master = f"spark://127.0.0.1:{port}"
+    spark_class = str(home / "bin" / "spark-class")
+    procs = []
+    try:
+        procs.append(_start([spark_class, "org.apache.spark.deploy.master.Master",
+                             "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
+                            tmp / "master.log", env))
+        for i in (1, 2):
+            wdir = tmp / f"worker{i}"
+            wdir.mkdir()
+            procs.append(_start([spark_class, "org.apache.spark.deploy.worker.Worker",
+                                 "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+                                 "--webui-port", str(_free_port()), "--work-dir", str(wdir),
+                                 master], tmp / f"worker{i}.log", env))
+        deadline = time.monotonic() + 120
+        while _alive_workers(ui) < 2:
+            dead = [p for p, _ in procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                logs = "\n".join((tmp / n).read_text()[-800:] for n in
+                                 ("master.log", "worker1.log", "worker2.log") if (tmp / n).exists())
+                pytest.fail(f"the standalone cluster did not come up:\n{logs}")
+            time.sleep(1)
+        yield master
+    finally:
+        _stop(procs)
+    leftover = [p.pid for p, _ in procs if p.poll() is None]
+    assert not leftover, f"JVMs still running: {leftover}"
+
+
+DRIVER = r'''
+import json, pickle, sys, dataclasses
+from pathlib import Path
+import pyarrow as pa
+from kmemscope.parsers.spark_parse import parse_on_spark
+from kmemscope.queries import engines, runner, sides as sd
+
+master, mixed, parsed, out, conf = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), json.loads(sys.argv[5])
+bundles = sys.argv[6:]
+spec = engines.EngineSpec("spark", master, conf)
+eng = engines.engine_for(spec)
+try:
+    entries = parse_on_spark(bundles, parsed, spark=eng.spark, labels={"fleet": "cluster"})
+    (out / "parse.json").write_text(json.dumps(
+        [{"error": str(e)} if isinstance(e, Exception) else {"run_id": e.run_id, "host": e.host}
+         for e in entries]))
+    for target, name in ((parsed, "parsed-summary"), ):
+        t = runner.run_query("summary", target, engine=spec)
+        with pa.OSFile(str(out / f"{name}.arrow"), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+    for qname in json.loads((out / "sections.json").read_text()):
+        try:
+            t = runner.run_query(qname, mixed, engine=spec)
+        except Exception as exc:
+            (out / f"{qname}.error").write_text(str(exc))
+            continue
+        with pa.OSFile(str(out / f"{qname}.arrow"), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+    s = sd.load_sides(mixed, by="kernel", engine=spec)
+    rows = sd.compare_sides(s)
+    (out / "compare.pickle").write_bytes(pickle.dumps(
+        (s.sides, s.runs, s.summary, s.notes, [dataclasses.asdict(r) for r in rows])))
+finally:
+    engines.shutdown()
+'''
+
+
+@pytest.fixture(scope="module")
+def cluster_results(mixed_dataset, cluster, tmp_path_factory):
+    """What the cluster's driver wrote: parse entries, every section's rows, compare."""
+    tmp = tmp_path_factory.mktemp("cluster-driver")
+    out = tmp / "out"
+    out.mkdir()
+    (out / "sections.json").write_text(json.dumps([q for q, _a, _s in SECTIONS]))
+    script = tmp / "driver.py"
+    script.write_text(DRIVER)
+    conf = {"spark.driver.memory": "1g", "spark.executor.memory": "512m",
+            "spark.executor.cores": "1", "spark.cores.max": "2",
+            "spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
+            "spark.executorEnv.PYTHONSAFEPATH": "1",
+            "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+            "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    parsed = tmp / "parsed"
+    proc = subprocess.run([sys.executable, script, cluster, str(mixed_dataset), str(parsed),
+                           str(out), json.dumps(conf), *map(str, BUNDLES)],
+                          capture_output=True, text=True, timeout=1200, cwd=tmp)
+    assert proc.returncode == 0, f"the cluster's driver failed:\n{proc.stderr[-3000:]}"
+    return out, parsed
+
+
+def test_parse_on_the_cluster_commits_every_bundle(cluster_results):
+    import kmemscope
+    out, parsed = cluster_results
+    entries = json.loads((out / "parse.json").read_text())
+    assert [e.get("error") for e in entries] == [None] * len(BUNDLES), entries
+    runs = kmemscope.open(parsed).sql("SELECT run_id FROM runs ORDER BY run_id").rows()
+    assert sorted(e["run_id"] for e in entries) == [r["run_id"] for r in runs]
+
+
+def test_summary_of_the_cluster_parsed_dataset_equals_duckdb(cluster_results):
+    import pyarrow as pa
+    from kmemscope.queries import runner
+    out, parsed = cluster_results
+    on_cluster = pa.ipc.open_file(str(out / "parsed-summary.arrow")).read_all()
+    duck = runner.run_query("summary", parsed)
+    _assert_same_rows(duck, on_cluster, "summary, DuckDB vs the cluster")
+    assert runner.notes_of(on_cluster) == runner.notes_of(duck)
+    assert on_cluster.schema.metadata[b"kmemscope.engine"] == b"spark"
+
+
+def test_compare_on_the_cluster_equals_duckdb(cluster_results, mixed_dataset):
+    import dataclasses
+    from kmemscope.queries import sides as sd
+    out, _parsed = cluster_results
+    c_sides, c_runs, c_summary, c_notes, c_rows = pickle.loads((out / "compare.pickle").read_bytes())
+    s = sd.load_sides(mixed_dataset, by="kernel")
+    rows = [dataclasses.asdict(r) for r in sd.compare_sides(s)]
+    assert (c_sides, c_runs, c_notes) == (s.sides, s.runs, s.notes)
+    assert _same(_norm(c_summary), _norm(s.summary))
+    assert rows, "compare gave no rows"
+    assert _same(_norm(c_rows), _norm(rows))
+
+
+@pytest.mark.parametrize("qname,a,section", SECTIONS, ids=[s[0] for s in SECTIONS])
+def test_section_on_the_cluster_equals_duckdb(qname, a, section, cluster_results, mixed_dataset):
+    import pyarrow as pa
+    from kmemscope.queries import runner
+    out, _parsed = cluster_results
+    try:
+        duck = runner.run_query(qname, mixed_dataset)
+    except Exception as exc:
+        assert (out / f"{qname}.error").exists(), f"{qname}: DuckDB refuses ({exc}), the cluster not"
+        pytest.skip(f"DuckDB refuses {qname} on this dataset: {exc}")
+    assert not (out / f"{qname}.error").exists(), (out / f"{qname}.error").read_text()
+    on_cluster = pa.ipc.open_file(str(out / f"{qname}.arrow")).read_all()
+    _assert_same_rows(duck, on_cluster, f"{qname}, DuckDB vs the cluster")
+    assert runner.notes_of(on_cluster) == runner.notes_of(duck)
