@@ -99,7 +99,9 @@ enum decoder_compression { COMPRESSION_NONE, COMPRESSION_ZSTD, COMPRESSION_ZLIB 
  * decoder's own: no lock guards them. A memo that reaches MEMO_MAX_BYTES takes
  * nothing more (hostile traces may hold nothing but distinct addresses) and
  * later misses are symbolised one frame at a time, as they would be without it. */
+#ifndef MEMO_MAX_BYTES	/* a build may set it low (-DMEMO_MAX_BYTES=20000) to exercise full memos */
 #define MEMO_MAX_BYTES ((size_t)32 << 20)
+#endif
 
 struct sym_slot {
 	uint64_t addr;
