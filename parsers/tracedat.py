@@ -103,11 +103,10 @@ class TraceFile:
         """Decode every segment; returns per-thread stats.
 
         make_sink(worker_index) -> callable(table_name, record_batch) that the
-        worker thread calls for each batch; `progress(bytes)` is called as
+        worker thread calls for each batch (made at the worker's first batch; a
+        worker that decodes no event makes none); `progress(bytes)` is called as
         segments finish. Errors in any worker stop all of them and re-raise.
         """
-        import pyarrow as pa
-
         segments = self.segments()
         n = max(1, min(threads or os.cpu_count() or 1, len(segments) or 1))
         work = queue.SimpleQueue()
@@ -119,13 +118,23 @@ class TraceFile:
         buffers = {b.name: b for b in self.layout.buffers}
         compression = "none" if self.layout.version < 7 else self.layout.compression
 
-        def emit(sink, batches):
+        def emit(index, sinks, batches):
+            if not batches:
+                return
+            # pyarrow is imported (a tenth of a second), and the sink made, by
+            # the first batch, not before decoding starts: the other workers
+            # decode on, without the GIL, while it loads.
+            import pyarrow as pa
+
+            sink = sinks.get(index)
+            if sink is None:
+                sink = sinks[index] = make_sink(index)
             for event_id, schema, array in batches:
                 sink(tables[event_id], pa.RecordBatch._import_from_c_capsule(schema, array))
 
         def worker(index):
             try:
-                sink = make_sink(index)
+                sinks = {}
                 decoders = {}
                 while not stop.is_set():
                     try:
@@ -139,12 +148,12 @@ class TraceFile:
                             self.native, self.path, buf.page_size, compression,
                             batch_rows=BATCH_ROWS, ts_offset=self.layout.ts_offset,
                             event_ids=event_ids)
-                    emit(sink, dec.decode(seg.cpu, seg.offset, seg.length, seg.chunks))
+                    emit(index, sinks, dec.decode(seg.cpu, seg.offset, seg.length, seg.chunks))
                     if progress:
                         progress(seg.data_bytes)
                 result = {"events": 0, "unknown_events": 0, "lost": [], "min_ts": None, "max_ts": None}
                 for name, dec in decoders.items():
-                    emit(sink, dec.finish())
+                    emit(index, sinks, dec.finish())
                     s = dec.stats()
                     result["events"] += s["events"]
                     result["unknown_events"] += s["unknown_events"]
