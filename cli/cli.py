@@ -510,6 +510,32 @@ def _run_sql(con, query, params=None):
 
 @cli.command()
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing when every file matches.")
+def verify(dataset, quiet):
+    """Check every file of DATASET against the sha256 recorded when its run was committed.
+
+    Prints one line per file that is missing, changed or extra (and runs
+    committed without digests: unrecorded), and exits 1 if there is any.
+
+    \b
+    kmemscope verify ds
+    """
+    from kmemscope import api
+
+    result = api.verify(dataset)
+    for kind, path in result.problems:
+        click.echo(f"{kind}\t{path}")
+    if result.problems:
+        raise KmemscopeError(f"{len(result.problems)} problem(s) in {result.files} file(s) of "
+                             f"{result.runs} run(s): the dataset is not as it was committed",
+                             "parse the runs' traces again, or restore the files from a copy")
+    if not quiet:
+        click.echo(f"kmemscope: {result.files} file(s) of {result.runs} run(s) match what was "
+                   "committed", err=True)
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
 @click.option("--per-run", is_flag=True, help="Also list every table's rows in every run.")
 @FORMAT_OPTION
 @OUTPUT_OPTION

@@ -507,6 +507,15 @@ def interrupted_commits(dataset) -> list[str]:
     return finish_interrupted_commits(dataset)
 
 
+def verify(dataset):
+    """Check every file of a local dataset against the sha256 recorded when its run was
+    committed -> kmemscope.dataset.verify.Verification (.ok, .runs, .files, .problems:
+    [(kind, path)] with kind missing, changed, extra or unrecorded)."""
+    from kmemscope.dataset.verify import verify as _verify
+
+    return _verify(dataset)
+
+
 def dataset_info(dataset) -> dict:
     """{"runs": Result or None, "tables": Result, "rows_per_run": Result} of a dataset.
 

@@ -93,7 +93,8 @@ class _PartSink:
                 compression=PARQUET_COMPRESSION, use_dictionary=["comm"],
                 # Min/max statistics cost a fifth of the write time; only ts's
                 # help readers skip row groups (time-window queries).
-                write_statistics=["ts"])
+                write_statistics=["ts"],
+                write_page_checksum=True)     # a flipped byte is an error, not a wrong answer
         writer.write_batch(batch)
         with self.lock:
             self.rows[table] = self.rows.get(table, 0) + batch.num_rows
@@ -109,7 +110,8 @@ def _write_table(staging, table, pa_table):
     d = staging / table
     d.mkdir(parents=True, exist_ok=True)
     pa_table = dataset_format.to_canonical(table, pa_table)
-    pq.write_table(pa_table, str(d / "part-0.parquet"), compression=PARQUET_COMPRESSION)
+    pq.write_table(pa_table, str(d / "part-0.parquet"), compression=PARQUET_COMPRESSION,
+                   write_page_checksum=True)
 
 
 def stage_run(source, staging, labels=None, events=None, threads=None, progress=None,

@@ -217,3 +217,62 @@ def test_a_failed_spark_parse_into_a_new_path_leaves_nothing_behind(tmp_path, re
     out = spark_parse.parse_on_spark([str(bad)], new, spark=spark)
     assert isinstance(out[0], KmemscopeError), out
     assert not (tmp_path / "new").exists(), sorted(map(str, (tmp_path / "new").rglob("*")))
+
+
+# ---------------------------------------------------------------- integrity
+
+def _flip(path, offset):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def test_parse_writes_page_checksums_that_catch_a_flipped_byte(ds):
+    import pyarrow.parquet as pq
+
+    ds, ids = ds
+    path = next((ds / "mm_page_alloc" / f"run_id={ids['honest']}").glob("*.parquet"))
+    meta = pq.ParquetFile(path).metadata
+    first = meta.row_group(0).column(0)
+    page = first.data_page_offset
+    pq.read_table(path, page_checksum_verification=True)       # intact: reads
+    _flip(path, page + first.total_compressed_size // 2)
+    with pytest.raises(OSError, match="CRC"):
+        pq.read_table(path, page_checksum_verification=True)
+
+
+def test_verify_passes_a_dataset_as_committed_and_after_a_metrics_import(ds):
+    ds, ids = ds
+    proc = run("verify", ds)
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    metrics = ds.parent / "m.csv"
+    metrics.write_text(f"run,metric,value,unit,better\n{ids['honest']},tps,12.5,tps,higher\n")
+    kmemscope("metrics", "import", ds, metrics, "-q")
+    proc = run("verify", ds)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_verify_names_every_missing_changed_and_extra_file(ds):
+    ds, ids = ds
+    honest = ids["honest"]
+    changed = next((ds / "mm_page_alloc" / f"run_id={honest}").glob("*.parquet"))
+    _flip(changed, changed.stat().st_size // 2)
+    missing = next((ds / "vmstat" / f"run_id={honest}").glob("*.parquet"))
+    missing.unlink()
+    extra = ds / "mm_page_free" / f"run_id={honest}" / "part-99.parquet"
+    extra.write_bytes(b"PAR1")
+    orphan = ds / "mm_page_free" / "run_id=00000000000000ff"
+    orphan.mkdir()
+    linked = next((ds / "buddyinfo" / f"run_id={honest}").glob("*.parquet"))
+    linked.unlink()
+    linked.symlink_to(changed)
+    proc = run("verify", ds)
+    one_error_line(proc)
+    got = {tuple(line.split("\t", 1)) for line in proc.stdout.splitlines()}
+    rel = lambda p: str(p.relative_to(ds))      # noqa: E731
+    assert ("changed", rel(changed)) in got
+    assert ("missing", rel(missing)) in got
+    assert ("extra", rel(extra)) in got
+    assert ("extra", rel(orphan)) in got
+    assert ("changed", f"{rel(linked)} (a symbolic link)") in got
+    assert len(got) == 5, got

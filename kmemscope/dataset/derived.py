@@ -292,7 +292,7 @@ def _write(root, name, run, sig, table):
     fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=part)
     try:
         with os.fdopen(fd, "wb") as f:
-            pq.write_table(table, f, row_group_size=1 << 16)
+            pq.write_table(table, f, row_group_size=1 << 16, write_page_checksum=True)
         if os.path.islink(final):
             os.unlink(final)
         os.replace(tmp, final)      # replaces a link by the file itself, never writes through it

@@ -40,7 +40,8 @@ def read_partition(part_dir):
         if f.is_symlink() or not f.is_file():
             raise DatasetError(f"{f} is not a regular file", "remove it from the dataset")
         try:
-            t = pq.read_table(f, columns=["metric", "value", "unit", "better", "source"])
+            t = pq.read_table(f, columns=["metric", "value", "unit", "better", "source"],
+                              page_checksum_verification=True)
         except Exception as exc:
             raise DatasetError(f"cannot read {f}: {str(exc).splitlines()[0]}",
                                "remove the file, then import the run's metrics again") from None
@@ -62,13 +63,16 @@ def write_partition(part_dir, rows):
     })
     part_dir.mkdir(parents=True, exist_ok=True)
     tmp = part_dir / f".{PART}.{uuid.uuid4().hex[:8]}.tmp"
-    pq.write_table(table, tmp)
+    pq.write_table(table, tmp, write_page_checksum=True)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     for old in part_dir.glob("*.parquet"):
         if old.name != PART:
             old.unlink()
     os.replace(tmp, part_dir / PART)
+    from kmemscope.dataset.commit import update_digests
+
+    update_digests(part_dir)       # a committed run's recorded digests follow an import
 
 
 def keep_imported(dataset, stage, run_id):
