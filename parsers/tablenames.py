@@ -12,8 +12,9 @@ original names stay in `event_tables` and `print_flags`.
 import re
 
 # Tables that kmemscope writes for every run or from a bundle's /proc samples,
-# and the views and derived tables the analyses define beside them
-# (queries/_common.sql, queries/runner.py): an event may not shadow any of them.
+# and the public views and derived tables the analyses define beside them
+# (queries/lib/, queries/runner.py): an event may not shadow any of them. The
+# analyses' internal views start with "_", which no table name can.
 RESERVED_TABLES = frozenset({
     "runs", "print_flags", "lost_events", "event_tables",
     "vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo",
@@ -21,10 +22,9 @@ RESERVED_TABLES = frozenset({
     "page_pairs", "pfn_allocs", "alloc_stacks", "alloc_stack_frames",
     "alloc_stack_ids", "stack_pairing", "frame_skip", "subsystem_map", "stack_frames",
     "stack_origins", "origin_allocs",
-    "gfp_bits", "compact_result_enum", "compaction_status_names", "page_allocs",
-    "page_alloc_classes", "vmstat_deltas", "thp_gfp", "thp_orders", "thp_order_allocs",
-    "thp_fault_attempts", "direct_compactions", "trace_windows", "thp_fault_success",
-    "compaction_success", "compaction_runs",
+    "gfp_bits", "compaction_status_names", "page_allocs", "page_alloc_classes",
+    "vmstat_deltas", "thp_fault_attempts", "direct_compactions", "trace_windows",
+    "thp_fault_success", "compaction_success", "compaction_runs",
 })
 _SAFE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 

@@ -4,7 +4,7 @@
 -- in direct compaction, or kcompactd in the background), how long does each run
 -- take and how does it end? A run is one compact_zone() body: an
 -- mm_compaction_begin paired with the next mm_compaction_end of the same task
--- (_common.sql compaction_runs).
+-- (lib/compaction.sql compaction_runs).
 --
 -- Caveats (KERNEL-ERAS.md sections 1, 7): kind is 'kcompactd' for the
 -- kcompactdN threads (their proactive runs included) and 'direct' for every
@@ -231,7 +231,7 @@ ORDER BY f.run_id, c.kind, c."order", c.runs DESC, c.status
 --                              still got no page right after (vmstat compact_fail); under
 --                              vm.defrag_mode=1 the freelist will not take another
 --                              migratetype's free pages that the watermark counted
--- The model (thp's header, _common.sql direct_compactions): a try is a stall
+-- The model (thp's header, lib/compaction.sql direct_compactions): a try is a stall
 -- unless no deferred, end or defer_reset event of the task follows it before
 -- the allocation ends; it succeeded when a defer_reset follows that is the
 -- allocation's own, not the one try_to_compact_pages logs for a zone that

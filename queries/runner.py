@@ -20,7 +20,7 @@ returns Arrow, and builds the derived tables (the interface: engines/base.py):
 Every table that an analysis names gets a view over the selected runs; one
 they lack is an empty stand-in with the columns of schema.TABLE_COLUMNS. Before
 the analysis runs, the backend gets the per-run facts (run_facts,
-migratetype_names, extfrag_ownership), the views of queries/_common.sql and a
+migratetype_names, extfrag_ownership), the shared views of queries/lib/ (sql_lib.py) and a
 one-row query_params table (prelude views read parameters from it). Results
 start with run_id and labels; notes about what a run lacks travel in the schema
 metadata under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
@@ -34,11 +34,10 @@ from kmemscope.dataset import reader as ds
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.errors import DatasetError, KmemscopeError, QueryError
 
-from . import engines, eras
-from .catalog import QUERY_DIR, convert_param, find_analysis
+from . import engines, eras, sql_lib
+from .catalog import convert_param, find_analysis
 from .selection import select_runs
 
-COMMON_SQL = QUERY_DIR / "_common.sql"
 NOTES_KEY = b"kmemscope.notes"
 PROCFS_TABLES = ("vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo")
 _PARAM_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -186,10 +185,10 @@ def _drop_unfit(parts, chosen, tables):
 
 def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, engine=None,
               parts=None, notes=None):
-    """A backend over the selected runs with run_facts and the _common.sql views.
+    """A backend over the selected runs with run_facts and the shared views of queries/lib/.
 
     Returns (backend, chosen run ids, table partitions, run facts, migratetypes).
-    tables: the views to make besides those _common.sql reads (default: every
+    tables: the views to make besides those queries/lib/ reads (default: every
     table). parts: the dataset's listing when the caller has it (prepare's,
     whose runs are checked already); without it, runs whose schema does not fit
     are left out, and a note for each is appended to the list `notes` if given.
@@ -199,7 +198,7 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
     checked = parts is not None
     parts = _table_runs(dataset) if parts is None else parts
     chosen = select_runs(dataset, parts, run_ids, labels)
-    common = COMMON_SQL.read_text()
+    common = sql_lib.common_sql()
     known = set(TABLE_COLUMNS) | set(parts)
     wanted = set(tables) if tables is not None else known
     wanted |= {"runs"} | _named_tables(common, known)
@@ -218,7 +217,7 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
 
 
 def open_run_set(dataset, run_ids=None, labels=None, tables=None, threads=None, notes=None):
-    """DuckDB connection over the selected runs with run_facts and _common.sql views.
+    """DuckDB connection over the selected runs with run_facts and the shared views of queries/lib/.
 
     Returns (connection, chosen run ids, table partitions, run facts); for
     notebooks and ad-hoc SQL that want the same per-run facts as the analyses.
@@ -267,7 +266,7 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     tables = _named_tables(a.prelude + "\n" + section.sql, set(TABLE_COLUMNS) | set(parts))
     tables |= set(needs.requires + needs.any_of + needs.optional)
     known = set(TABLE_COLUMNS) | set(parts)
-    read = tables | {"runs"} | _named_tables(COMMON_SQL.read_text(), known)
+    read = tables | {"runs"} | _named_tables(sql_lib.common_sql(), known)
     if needs.derived:
         read |= {"mm_page_alloc", "mm_page_free"}      # what the derived tables are built from
     chosen, dropped = _drop_unfit(parts, chosen, read)

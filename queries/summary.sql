@@ -20,11 +20,11 @@
 --   allocs                         count  mm_page_alloc events (attempts)
 --   thp_fault_success_pct          %      100 * THP faults that got a huge page / THP faults:
 --                                         vmstat thp_fault_alloc / (alloc + fallback), else the
---                                         trace model (_common.sql thp_fault_success)
+--                                         trace model (lib/thp.sql thp_fault_success)
 --   thp_fault_success_source       text   'vmstat' or 'trace' (NULL: no value)
 --   compaction_success_pct         %      100 * direct compactions that gave the page / stalls:
 --                                         vmstat compact_success / compact_stall, else the trace
---                                         model (_common.sql compaction_success)
+--                                         model (lib/compaction.sql compaction_success)
 --   compaction_success_source      text   'vmstat' or 'trace' (NULL: no value)
 --   pgscan_kswapd_per_min          /min   vmstat: pgscan_kswapd delta per minute
 --   highatomic_pageblocks_max      count  pagetypeinfo: largest HighAtomic total over all zones

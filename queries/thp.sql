@@ -9,7 +9,7 @@
 -- each other: the trace_* columns count only events inside the vmstat window
 -- when the run has one.
 --
--- THP fault model (_common.sql thp_fault_attempts): a fault is one or two
+-- THP fault model (lib/thp.sql thp_fault_attempts): a fault is one or two
 -- mm_page_alloc attempts at the PMD huge page order (thp_order: the order the
 -- trace's __GFP_THISNODE THP attempts use, else pageblock_order) whose gfp_flags
 -- hold every bit of GFP_TRANSHUGE_LIGHT, read from the run's print_flags. On
@@ -31,13 +31,13 @@
 -- the one that takes the page-table lock second frees its page unmapped
 -- (thp_fault_alloc is counted at mapping: one fault in vmstat, two successes
 -- in the trace; the trace cannot tell this from a map and unmap, see
--- _common.sql thp_fault_attempts); a memcg charge failure after a successful
+-- lib/thp.sql thp_fault_attempts); a memcg charge failure after a successful
 -- allocation (vmstat fallback, trace success; thp_fault_fallback_charge counts
 -- them); MADV_COLLAPSE and huge shmem pages (the THP mask from a user task:
 -- trace faults, vmstat collapse or file counters); faults at the window's
 -- edges.
 --
--- Direct compaction model (_common.sql direct_compactions): one direct
+-- Direct compaction model (lib/compaction.sql direct_compactions): one direct
 -- compaction per mm_compaction_try_to_compact_pages; it is a stall (vmstat
 -- compact_stall) unless every zone was skipped, i.e. unless no
 -- mm_compaction_deferred, mm_compaction_end or mm_compaction_defer_reset of the
@@ -64,7 +64,7 @@
 -- try_to_compact_pages is not traced without __GFP_IO, but such a compaction
 -- returns COMPACT_SKIPPED and is no stall.
 --
--- The rates themselves are computed once, in _common.sql (thp_fault_success,
+-- The rates themselves are computed once, in lib/thp.sql and lib/compaction.sql (thp_fault_success,
 -- compaction_success), for this analysis and summary alike.
 --
 -- @param thp_order INTEGER NULL [0..20] the huge page order of the trace columns and allocs (default: the run's, see thp_order_source)
@@ -83,13 +83,13 @@
 -- THP first try adds __GFP_THISNODE (NUMA kernels since 4.20 or so).
 
 -- @prelude
--- thp_order replaces the run's order for every THP view of _common.sql.
+-- thp_order replaces the run's order for every THP view of lib/thp.sql.
 CREATE TEMP TABLE thp_run_orders AS
 SELECT run_id, coalesce(q.thp_order, o.thp_order) AS thp_order,
        CASE WHEN q.thp_order IS NOT NULL THEN 'parameter thp_order' ELSE o.thp_order_source END
          AS thp_order_source
-FROM thp_orders AS o CROSS JOIN query_params AS q;
-CREATE OR REPLACE TEMP VIEW thp_orders AS SELECT * FROM thp_run_orders;
+FROM _thp_orders AS o CROSS JOIN query_params AS q;
+CREATE OR REPLACE TEMP VIEW _thp_orders AS SELECT * FROM thp_run_orders;
 
 -- @section thp: per run: vmstat and trace THP fault and compaction success, order attempts
 -- @columns
@@ -138,7 +138,7 @@ huge_allocs AS (
          count(*) AS order_attempts,
          count(CASE WHEN a.failed THEN 1 END) AS order_failures
   FROM page_allocs AS a
-  JOIN thp_orders AS o ON o.run_id = a.run_id AND a."order" = o.thp_order
+  JOIN _thp_orders AS o ON o.run_id = a.run_id AND a."order" = o.thp_order
   GROUP BY a.run_id
 )
 SELECT
@@ -172,7 +172,7 @@ SELECT
   100.0 * (h.order_attempts - h.order_failures) / nullif(h.order_attempts, 0) AS order_success_pct,
   coalesce(h.order_attempts, 0) / f.duration_s AS order_attempts_per_s
 FROM run_facts AS f
-JOIN thp_orders AS o ON o.run_id = f.run_id
+JOIN _thp_orders AS o ON o.run_id = f.run_id
 JOIN trace_windows AS w ON w.run_id = f.run_id
 JOIN thp_fault_success AS t ON t.run_id = f.run_id
 JOIN compaction_success AS c ON c.run_id = f.run_id
@@ -201,7 +201,7 @@ rows_ AS (
   FROM thp_fault_attempts
   UNION ALL
   SELECT run_id, thp_order, kind, NULL, gfp_flags, failed
-  FROM thp_order_allocs
+  FROM _thp_order_allocs
   WHERE kind <> 'fault'
 ),
 counts AS (

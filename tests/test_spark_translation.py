@@ -1,5 +1,5 @@
 """The DuckDB -> Spark SQL translation of ad-hoc SQL (queries/engines/spark_sql.py): its rules,
-each checked against DuckDB where it can be, and the shared views of _common.sql that ad-hoc SQL
+each checked against DuckDB where it can be, and the shared views of queries/lib/ that ad-hoc SQL
 on Spark gets. (Named analyses run on Spark as DuckDB itself, one task per run: no translation.)"""
 import pytest
 
@@ -19,8 +19,10 @@ if sqlglot.__version__ != spark_sql.SQLGLOT_VERSION:
 
 
 def test_common_views_translate_for_ad_hoc_sql():
-    assert spark_sql.lint(spark_sql.COMMON_SQL.read_text()) == []
-    assert spark_sql.translate(spark_sql.COMMON_SQL.read_text())
+    from kmemscope.queries.sql_lib import common_sql
+
+    assert spark_sql.lint(common_sql()) == []
+    assert spark_sql.translate(common_sql())
 
 
 def _one(sql, **kw):

@@ -54,7 +54,7 @@ MEASURED = {
 # faults and in successes. It is not the model's error: a task of another process on the
 # host lost a race to map the same 2 MiB (both threads allocate a huge page, one maps
 # it and vmstat counts one fault; the trace shows two successful allocations). The
-# capture's own workload is single-threaded. queries/_common.sql thp_fault_attempts.
+# capture's own workload is single-threaded. queries/lib/thp.sql thp_fault_attempts.
 THP_BOUND = 2
 
 VMSTAT_NAMES = ("compact_stall", "compact_success", "thp_fault_alloc", "thp_fault_fallback")

@@ -467,12 +467,11 @@ def test_sql_read_only_reads_the_dataset_and_nothing_else(small_ds, tmp_path):
 
 
 def test_no_event_can_take_the_name_of_a_view_the_analyses_define():
-    from kmemscope.parsers.tablenames import RESERVED_TABLES
-    from kmemscope.queries import runner
+    from kmemscope.parsers.tablenames import RESERVED_TABLES, is_safe
+    from kmemscope.queries import runner, sql_lib
 
-    common = (Path(runner.__file__).parent / "_common.sql").read_text()
-    defined = set(re.findall(r"CREATE\s+(?:TEMP\s+)?(?:VIEW|TABLE)\s+(\w+)", common, re.I))
-    defined |= set(runner.DERIVED_COLUMNS) | {"run_facts", "migratetype_names",
-                                              "extfrag_ownership", "query_params"}
-    assert defined, "no views found in _common.sql"
-    assert defined <= RESERVED_TABLES, f"not reserved: {sorted(defined - RESERVED_TABLES)}"
+    public = sql_lib.public_views() | set(runner.DERIVED_COLUMNS) | {
+        "run_facts", "migratetype_names", "extfrag_ownership", "query_params"}
+    assert public <= RESERVED_TABLES, f"not reserved: {sorted(public - RESERVED_TABLES)}"
+    internal = {v for m in sql_lib.modules().values() for v in m.internal}
+    assert internal and not any(is_safe(v) for v in internal)     # `_` names: no table takes them

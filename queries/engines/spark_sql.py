@@ -2,8 +2,8 @@
 
 Named analyses do not need it: on Spark each run is one task that runs the
 analysis with DuckDB itself (spark_engine.py). Ad-hoc SQL is Spark SQL over the
-whole dataset, and it is written in DuckDB's dialect, with the views of
-queries/_common.sql beside the tables: both are translated here.
+whole dataset, and it is written in DuckDB's dialect, with the shared views of
+queries/lib/ beside the tables: both are translated here.
 
 sqlglot (pinned: the `spark` extra of setup.cfg) parses the DuckDB text and
 writes Spark SQL; kmemscope's own rules rewrite what sqlglot would translate
@@ -44,8 +44,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-QUERY_DIR = Path(__file__).resolve().parent.parent
-COMMON_SQL = QUERY_DIR / "_common.sql"
 SQLGLOT_VERSION = "30.30.0"      # the rules are checked against this version's output
 UINT64_MODES = ("decimal", "int64")
 _TWO32 = 4294967296

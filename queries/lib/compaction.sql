@@ -1,40 +1,11 @@
--- _common: views that every analysis may use. Not an analysis itself.
---
--- The engine (queries/runner.py) runs these statements after it has made a view
--- of each dataset table over the selected runs and registered, per run:
---   run_facts(run_id, labels, kernel_release, highatomic_era, highatomic_era_note,
---             extfrag_era, pageblock_order, pageblock_order_source, first_ts,
---             last_ts, duration_s)                 -- queries/eras.py
---   migratetype_names(run_id, migratetype, name, source)
---   extfrag_ownership(extfrag_era, change_ownership, meaning)
---   query_params: one row, one column per parameter of the analysis being run.
--- Kernel-era rules: queries/KERNEL-ERAS.md, cited by section.
-
--- The gfp bits that decide an allocation's class, per run, read from the run's
--- own print_flags (the __print_flags table of mm_page_alloc's gfp_flags). Only
--- single-bit entries: composites such as GFP_KERNEL come first in that table.
--- A NULL column: the run's kernel has no such flag (__GFP_ATOMIC is gone in 6.6,
--- section 2).
-CREATE TEMP VIEW gfp_bits AS
-SELECT
-  run_id,
-  max(CASE WHEN name = '__GFP_HIGH' THEN value END) AS gfp_high,
-  max(CASE WHEN name = '__GFP_ATOMIC' THEN value END) AS gfp_atomic,
-  max(CASE WHEN name = '__GFP_DIRECT_RECLAIM' THEN value END) AS gfp_direct_reclaim,
-  max(CASE WHEN name = '__GFP_KSWAPD_RECLAIM' THEN value END) AS gfp_kswapd_reclaim,
-  max(CASE WHEN name = '__GFP_NOMEMALLOC' THEN value END) AS gfp_nomemalloc,
-  max(CASE WHEN name = '__GFP_COMP' THEN value END) AS gfp_comp
-FROM print_flags
-WHERE event = 'mm_page_alloc'
-  AND field = 'gfp_flags'
-  AND kind = 'flags'
-  AND value > 0
-  AND (value & (value - 1)) = 0
-GROUP BY run_id;
+-- lib/compaction: compaction: status names, direct compaction outcomes and their success, compaction runs.
+-- requires: allocs, vmstat
+-- views: compaction_status_names, direct_compactions, compaction_success, compaction_runs
+-- internal: _compact_result_enum
 
 -- compact_result names (section 7), the fallback when a run's print_flags lack
 -- the mm_compaction_end status table.
-CREATE TEMP TABLE compact_result_enum AS
+CREATE TEMP TABLE _compact_result_enum AS
 SELECT * FROM (VALUES
   (0, 'not_suitable_zone'), (1, 'skipped'), (2, 'deferred'), (3, 'no_suitable_page'),
   (4, 'continue'), (5, 'complete'), (6, 'partial_skipped'), (7, 'contended'),
@@ -45,156 +16,13 @@ CREATE TEMP VIEW compaction_status_names AS
 SELECT f.run_id, e.status, coalesce(p.name, e.name) AS name,
        CASE WHEN p.name IS NULL THEN 'KERNEL-ERAS.md section 7' ELSE 'print_flags' END AS source
 FROM run_facts AS f
-CROSS JOIN compact_result_enum AS e
+CROSS JOIN _compact_result_enum AS e
 LEFT JOIN (
   SELECT run_id, CAST(value AS INTEGER) AS status, min(name) AS name
   FROM print_flags
   WHERE event = 'mm_compaction_end' AND field = 'status' AND kind = 'symbolic'
   GROUP BY run_id, CAST(value AS INTEGER)
 ) AS p ON p.run_id = f.run_id AND p.status = e.status;
-
--- Every mm_page_alloc with its outcome: a failed allocation records pfn = -1UL
--- (section 1), which is 2^64-1, or 2^32-1 on a kernel with 32-bit longs.
-CREATE TEMP VIEW page_allocs AS
-SELECT
-  run_id, ts, cpu, pid, comm, pfn, "order", gfp_flags, migratetype,
-  pfn IN (18446744073709551615, 4294967295) AS failed
-FROM mm_page_alloc;
-
--- Every allocation with both high-atomic eligibility rules (KERNEL-ERAS.md
--- section 3) evaluated on the run's own gfp bits; analyses pick the run's era
--- (run_facts.highatomic_era) or the one the user forced:
---   era A: order > 0, __GFP_ATOMIC, no __GFP_NOMEMALLOC
---   era B: order > 0, __GFP_HIGH, no __GFP_DIRECT_RECLAIM, no __GFP_NOMEMALLOC
--- blocking = __GFP_DIRECT_RECLAIM set. has_gfp_table is false when the run's
--- print_flags carry no gfp table; the three flags are then meaningless.
-CREATE TEMP VIEW page_alloc_classes AS
-WITH gfp_rules AS (
-  SELECT
-    f.run_id,
-    f.highatomic_era,
-    g.gfp_direct_reclaim IS NOT NULL AS has_gfp_table,
-    coalesce(g.gfp_high, 0) AS gfp_high,
-    coalesce(g.gfp_atomic, 0) AS gfp_atomic,
-    coalesce(g.gfp_direct_reclaim, 0) AS gfp_direct_reclaim,
-    coalesce(g.gfp_nomemalloc, 0) AS gfp_nomemalloc
-  FROM run_facts AS f
-  LEFT JOIN gfp_bits AS g ON g.run_id = f.run_id
-)
-SELECT
-  a.run_id, a.ts, a.comm, a.pfn, a."order", a.failed,
-  r.highatomic_era AS run_era,
-  r.has_gfp_table,
-  a."order" > 0
-    AND (a.gfp_flags & r.gfp_atomic) <> 0
-    AND (a.gfp_flags & r.gfp_nomemalloc) = 0 AS eligible_era_a,
-  a."order" > 0
-    AND (a.gfp_flags & r.gfp_high) <> 0
-    AND (a.gfp_flags & r.gfp_direct_reclaim) = 0
-    AND (a.gfp_flags & r.gfp_nomemalloc) = 0 AS eligible_era_b,
-  (a.gfp_flags & r.gfp_direct_reclaim) <> 0 AS blocking
-FROM page_allocs AS a
-JOIN gfp_rules AS r ON r.run_id = a.run_id;
-
--- vmstat counters over each run's capture window: first and last sample.
-CREATE TEMP VIEW vmstat_deltas AS
-SELECT
-  run_id,
-  name,
-  min(ts) AS first_ts,
-  max(ts) AS last_ts,
-  min_by(value, ts) AS first_value,
-  max_by(value, ts) AS last_value,
-  max_by(value, ts) - min_by(value, ts) AS delta,
-  (max(ts) - min(ts)) / 1e9 AS window_s
-FROM vmstat
-GROUP BY run_id, name;
-
--- THP faults from the trace (KERNEL-ERAS.md sections 1, 2, 6). There is no
--- THP-fault event: a fault is one or two mm_page_alloc attempts at the PMD huge
--- page order whose gfp_flags hold every bit of GFP_TRANSHUGE_LIGHT (value from
--- the run's own print_flags table). On NUMA kernels the first attempt adds
--- __GFP_THISNODE | __GFP_NORETRY (local node, compaction only); if it fails and
--- the mask allows direct reclaim, the same task retries at once without them.
-CREATE TEMP VIEW thp_gfp AS
-SELECT
-  run_id,
-  max(CASE WHEN name = 'GFP_TRANSHUGE_LIGHT' THEN value END) AS transhuge_light,
-  max(CASE WHEN name = '__GFP_THISNODE' AND (value & (value - 1)) = 0 THEN value END) AS gfp_thisnode,
-  max(CASE WHEN name = '__GFP_DIRECT_RECLAIM' AND (value & (value - 1)) = 0 THEN value END)
-    AS gfp_direct_reclaim
-FROM print_flags
-WHERE event = 'mm_page_alloc' AND field = 'gfp_flags' AND kind = 'flags' AND value > 0
-GROUP BY run_id;
-
--- The PMD huge page order per run. The data tells it first: the kernel adds
--- __GFP_THISNODE to a THP-mask allocation only at HPAGE_PMD_ORDER, so the order
--- such attempts are made at is that order. Else the run's pageblock_order
--- (equal to HPAGE_PMD_ORDER wherever pageblocks are huge-page sized, section 5).
--- The views below read thp_orders by name: thp's thp_order parameter replaces
--- it for that analysis, and they follow.
-CREATE TEMP VIEW thp_orders AS
-WITH seen AS (
-  SELECT a.run_id, a."order", count(*) AS n
-  FROM mm_page_alloc AS a
-  JOIN thp_gfp AS g ON g.run_id = a.run_id
-  WHERE g.transhuge_light IS NOT NULL AND g.gfp_thisnode IS NOT NULL AND a."order" > 0
-    AND (a.gfp_flags & g.transhuge_light) = g.transhuge_light
-    AND (a.gfp_flags & g.gfp_thisnode) <> 0
-  GROUP BY a.run_id, a."order"
-),
-best AS (
-  SELECT run_id, arg_max("order", n) AS "order" FROM seen GROUP BY run_id
-)
-SELECT f.run_id,
-       CAST(coalesce(b."order", f.pageblock_order) AS INTEGER) AS thp_order,
-       CASE WHEN b."order" IS NOT NULL THEN 'trace: order of __GFP_THISNODE THP attempts'
-            ELSE 'pageblock_order (' || f.pageblock_order_source || ')' END AS thp_order_source
-FROM run_facts AS f
-LEFT JOIN best AS b ON b.run_id = f.run_id;
-
--- Every allocation at the run's THP order, classified by who asked:
---   fault        THP mask, any task but khugepaged (anonymous THP faults; also
---                MADV_COLLAPSE and huge shmem pages, which share the mask)
---   khugepaged   THP mask from khugepaged (collapses: not faults)
---   other        any other mask (page-cache large folios, hugetlb pages, drivers)
---   unknown      the run's print_flags carry no GFP_TRANSHUGE_LIGHT
--- thisnode_try: the first, local-node attempt; may_reclaim: direct reclaim allowed.
-CREATE TEMP VIEW thp_order_allocs AS
-SELECT
-  a.run_id, a.ts, a.pid, a.comm, a.gfp_flags, a.failed, o.thp_order,
-  CASE WHEN g.transhuge_light IS NULL THEN 'unknown'
-       WHEN (a.gfp_flags & g.transhuge_light) <> g.transhuge_light THEN 'other'
-       WHEN a.comm = 'khugepaged' THEN 'khugepaged'
-       ELSE 'fault' END AS kind,
-  coalesce((a.gfp_flags & g.gfp_thisnode) <> 0, false) AS thisnode_try,
-  coalesce((a.gfp_flags & g.gfp_direct_reclaim) <> 0, false) AS may_reclaim
-FROM page_allocs AS a
-JOIN thp_orders AS o ON o.run_id = a.run_id AND a."order" = o.thp_order
-LEFT JOIN thp_gfp AS g ON g.run_id = a.run_id;
-
--- THP fault attempts with the retry marked: an attempt without __GFP_THISNODE
--- right after a failed __GFP_THISNODE attempt of the same task that allowed
--- direct reclaim is the second half of the same fault. A fault succeeded iff
--- one of its attempts did, so faults = attempts - retries, successes = attempts
--- that got a page. Failures equal vmstat's thp_fault_fallback (without memcg
--- charge failures). Successes can exceed thp_fault_alloc, which 6.18 counts
--- when the huge page is mapped, not when it is allocated: two threads of one
--- process faulting the same 2 MiB at once both allocate a huge page; the one
--- that takes the page-table lock second finds the PMD mapped and frees its
--- page. Its allocation is a success in the trace and no fault in vmstat. The
--- trace cannot tell it apart: its only marks (the task frees the page-table
--- page it allocated, then the huge page, before it allocates again) are those
--- of a task that maps a huge page and unmaps it without allocating in between.
-CREATE TEMP VIEW thp_fault_attempts AS
-SELECT
-  *,
-  coalesce(NOT thisnode_try
-           AND lag(thisnode_try) OVER w AND lag(failed) OVER w AND lag(may_reclaim) OVER w,
-           false) AS is_retry
-FROM thp_order_allocs
-WHERE kind = 'fault'
-WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts);
 
 -- Direct compaction outcomes from the trace, one row per
 -- mm_compaction_try_to_compact_pages (KERNEL-ERAS.md sections 1, 6, 7), read
@@ -376,71 +204,6 @@ LEFT JOIN first_resets AS fr ON fr.run_id = t.run_id AND fr.pid = t.pid AND fr.t
 LEFT JOIN ends AS e ON e.run_id = t.run_id AND e.pid = t.pid AND e.try_no = t.try_no
 LEFT JOIN alloc_runs AS ar ON ar.run_id = t.run_id;
 
--- The window that rates from the trace count events in, per run: vmstat's
--- sampling window when the run has one, so that they compare with vmstat's
--- rates, else the whole capture.
-CREATE TEMP VIEW trace_windows AS
-WITH vm AS (
-  SELECT run_id, min(first_ts) AS lo, max(last_ts) AS hi FROM vmstat_deltas GROUP BY run_id
-)
-SELECT f.run_id,
-       CASE WHEN v.hi > v.lo THEN 'vmstat' ELSE 'capture' END AS trace_window,
-       CASE WHEN v.hi > v.lo THEN v.lo END AS lo,
-       CASE WHEN v.hi > v.lo THEN v.hi END AS hi
-FROM run_facts AS f
-LEFT JOIN vm AS v ON v.run_id = f.run_id;
-
--- THP fault success per run (section 6), the one place it is computed:
--- vmstat_pct = thp_fault_alloc / (thp_fault_alloc + thp_fault_fallback);
--- vmstat_alloc_pct leaves memcg charge failures out of the fallbacks;
--- trace_pct = faults that got a huge page / faults (thp_fault_attempts inside
--- trace_windows). success_pct is vmstat's when the run's samples give it, else
--- the trace's; source says which ('vmstat', 'trace', NULL: neither).
-CREATE TEMP VIEW thp_fault_success AS
-WITH
-vm AS (
-  SELECT
-    run_id,
-    max(CASE WHEN name = 'thp_fault_alloc' THEN delta END) AS thp_fault_alloc,
-    max(CASE WHEN name = 'thp_fault_fallback' THEN delta END) AS thp_fault_fallback,
-    max(CASE WHEN name = 'thp_fault_fallback_charge' THEN delta END) AS thp_fault_fallback_charge
-  FROM vmstat_deltas
-  GROUP BY run_id
-),
-tr AS (
-  SELECT a.run_id,
-         count(CASE WHEN NOT a.is_retry THEN 1 END) AS faults,
-         count(CASE WHEN a.is_retry THEN 1 END) AS retries,
-         count(CASE WHEN NOT a.failed THEN 1 END) AS successes
-  FROM thp_fault_attempts AS a
-  JOIN trace_windows AS w ON w.run_id = a.run_id
-  WHERE w.lo IS NULL OR a.ts BETWEEN w.lo AND w.hi
-  GROUP BY a.run_id
-),
-rates AS (
-  SELECT
-    f.run_id,
-    v.thp_fault_alloc,
-    v.thp_fault_fallback,
-    v.thp_fault_fallback_charge,
-    100.0 * v.thp_fault_alloc / nullif(v.thp_fault_alloc + v.thp_fault_fallback, 0) AS vmstat_pct,
-    100.0 * v.thp_fault_alloc
-      / nullif(v.thp_fault_alloc + v.thp_fault_fallback - coalesce(v.thp_fault_fallback_charge, 0), 0)
-      AS vmstat_alloc_pct,
-    coalesce(t.faults, 0) AS trace_faults,
-    coalesce(t.retries, 0) AS trace_retries,
-    coalesce(t.successes, 0) AS trace_successes,
-    100.0 * t.successes / nullif(t.faults, 0) AS trace_pct
-  FROM run_facts AS f
-  LEFT JOIN vm AS v ON v.run_id = f.run_id
-  LEFT JOIN tr AS t ON t.run_id = f.run_id
-)
-SELECT *,
-       coalesce(vmstat_pct, trace_pct) AS success_pct,
-       CASE WHEN vmstat_pct IS NOT NULL THEN 'vmstat'
-            WHEN trace_pct IS NOT NULL THEN 'trace' END AS source
-FROM rates;
-
 -- Direct compaction success per run (section 6), the one place it is computed:
 -- vmstat_pct = compact_success / compact_stall; trace_pct = successes / stalls
 -- of direct_compactions inside trace_windows. success_pct and source as in
@@ -513,4 +276,3 @@ SELECT
   CASE WHEN prev_is_begin = 1 THEN ts - prev_ts END AS duration_ns
 FROM ordered
 WHERE is_begin = 0;
-

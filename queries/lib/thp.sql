@@ -1,0 +1,141 @@
+-- lib/thp: THP faults from the trace and their success.
+-- requires: allocs, vmstat
+-- views: thp_fault_attempts, thp_fault_success
+-- internal: _thp_gfp, _thp_orders, _thp_order_allocs
+
+-- THP faults from the trace (KERNEL-ERAS.md sections 1, 2, 6). There is no
+-- THP-fault event: a fault is one or two mm_page_alloc attempts at the PMD huge
+-- page order whose gfp_flags hold every bit of GFP_TRANSHUGE_LIGHT (value from
+-- the run's own print_flags table). On NUMA kernels the first attempt adds
+-- __GFP_THISNODE | __GFP_NORETRY (local node, compaction only); if it fails and
+-- the mask allows direct reclaim, the same task retries at once without them.
+CREATE TEMP VIEW _thp_gfp AS
+SELECT
+  run_id,
+  max(CASE WHEN name = 'GFP_TRANSHUGE_LIGHT' THEN value END) AS transhuge_light,
+  max(CASE WHEN name = '__GFP_THISNODE' AND (value & (value - 1)) = 0 THEN value END) AS gfp_thisnode,
+  max(CASE WHEN name = '__GFP_DIRECT_RECLAIM' AND (value & (value - 1)) = 0 THEN value END)
+    AS gfp_direct_reclaim
+FROM print_flags
+WHERE event = 'mm_page_alloc' AND field = 'gfp_flags' AND kind = 'flags' AND value > 0
+GROUP BY run_id;
+
+-- The PMD huge page order per run. The data tells it first: the kernel adds
+-- __GFP_THISNODE to a THP-mask allocation only at HPAGE_PMD_ORDER, so the order
+-- such attempts are made at is that order. Else the run's pageblock_order
+-- (equal to HPAGE_PMD_ORDER wherever pageblocks are huge-page sized, section 5).
+-- The views below read _thp_orders by name: thp's thp_order parameter replaces
+-- it for that analysis, and they follow.
+CREATE TEMP VIEW _thp_orders AS
+WITH seen AS (
+  SELECT a.run_id, a."order", count(*) AS n
+  FROM mm_page_alloc AS a
+  JOIN _thp_gfp AS g ON g.run_id = a.run_id
+  WHERE g.transhuge_light IS NOT NULL AND g.gfp_thisnode IS NOT NULL AND a."order" > 0
+    AND (a.gfp_flags & g.transhuge_light) = g.transhuge_light
+    AND (a.gfp_flags & g.gfp_thisnode) <> 0
+  GROUP BY a.run_id, a."order"
+),
+best AS (
+  SELECT run_id, arg_max("order", n) AS "order" FROM seen GROUP BY run_id
+)
+SELECT f.run_id,
+       CAST(coalesce(b."order", f.pageblock_order) AS INTEGER) AS thp_order,
+       CASE WHEN b."order" IS NOT NULL THEN 'trace: order of __GFP_THISNODE THP attempts'
+            ELSE 'pageblock_order (' || f.pageblock_order_source || ')' END AS thp_order_source
+FROM run_facts AS f
+LEFT JOIN best AS b ON b.run_id = f.run_id;
+
+-- Every allocation at the run's THP order, classified by who asked:
+--   fault        THP mask, any task but khugepaged (anonymous THP faults; also
+--                MADV_COLLAPSE and huge shmem pages, which share the mask)
+--   khugepaged   THP mask from khugepaged (collapses: not faults)
+--   other        any other mask (page-cache large folios, hugetlb pages, drivers)
+--   unknown      the run's print_flags carry no GFP_TRANSHUGE_LIGHT
+-- thisnode_try: the first, local-node attempt; may_reclaim: direct reclaim allowed.
+CREATE TEMP VIEW _thp_order_allocs AS
+SELECT
+  a.run_id, a.ts, a.pid, a.comm, a.gfp_flags, a.failed, o.thp_order,
+  CASE WHEN g.transhuge_light IS NULL THEN 'unknown'
+       WHEN (a.gfp_flags & g.transhuge_light) <> g.transhuge_light THEN 'other'
+       WHEN a.comm = 'khugepaged' THEN 'khugepaged'
+       ELSE 'fault' END AS kind,
+  coalesce((a.gfp_flags & g.gfp_thisnode) <> 0, false) AS thisnode_try,
+  coalesce((a.gfp_flags & g.gfp_direct_reclaim) <> 0, false) AS may_reclaim
+FROM page_allocs AS a
+JOIN _thp_orders AS o ON o.run_id = a.run_id AND a."order" = o.thp_order
+LEFT JOIN _thp_gfp AS g ON g.run_id = a.run_id;
+
+-- THP fault attempts with the retry marked: an attempt without __GFP_THISNODE
+-- right after a failed __GFP_THISNODE attempt of the same task that allowed
+-- direct reclaim is the second half of the same fault. A fault succeeded iff
+-- one of its attempts did, so faults = attempts - retries, successes = attempts
+-- that got a page. Failures equal vmstat's thp_fault_fallback (without memcg
+-- charge failures). Successes can exceed thp_fault_alloc, which 6.18 counts
+-- when the huge page is mapped, not when it is allocated: two threads of one
+-- process faulting the same 2 MiB at once both allocate a huge page; the one
+-- that takes the page-table lock second finds the PMD mapped and frees its
+-- page. Its allocation is a success in the trace and no fault in vmstat. The
+-- trace cannot tell it apart: its only marks (the task frees the page-table
+-- page it allocated, then the huge page, before it allocates again) are those
+-- of a task that maps a huge page and unmaps it without allocating in between.
+CREATE TEMP VIEW thp_fault_attempts AS
+SELECT
+  *,
+  coalesce(NOT thisnode_try
+           AND lag(thisnode_try) OVER w AND lag(failed) OVER w AND lag(may_reclaim) OVER w,
+           false) AS is_retry
+FROM _thp_order_allocs
+WHERE kind = 'fault'
+WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts);
+
+-- THP fault success per run (section 6), the one place it is computed:
+-- vmstat_pct = thp_fault_alloc / (thp_fault_alloc + thp_fault_fallback);
+-- vmstat_alloc_pct leaves memcg charge failures out of the fallbacks;
+-- trace_pct = faults that got a huge page / faults (thp_fault_attempts inside
+-- trace_windows). success_pct is vmstat's when the run's samples give it, else
+-- the trace's; source says which ('vmstat', 'trace', NULL: neither).
+CREATE TEMP VIEW thp_fault_success AS
+WITH
+vm AS (
+  SELECT
+    run_id,
+    max(CASE WHEN name = 'thp_fault_alloc' THEN delta END) AS thp_fault_alloc,
+    max(CASE WHEN name = 'thp_fault_fallback' THEN delta END) AS thp_fault_fallback,
+    max(CASE WHEN name = 'thp_fault_fallback_charge' THEN delta END) AS thp_fault_fallback_charge
+  FROM vmstat_deltas
+  GROUP BY run_id
+),
+tr AS (
+  SELECT a.run_id,
+         count(CASE WHEN NOT a.is_retry THEN 1 END) AS faults,
+         count(CASE WHEN a.is_retry THEN 1 END) AS retries,
+         count(CASE WHEN NOT a.failed THEN 1 END) AS successes
+  FROM thp_fault_attempts AS a
+  JOIN trace_windows AS w ON w.run_id = a.run_id
+  WHERE w.lo IS NULL OR a.ts BETWEEN w.lo AND w.hi
+  GROUP BY a.run_id
+),
+rates AS (
+  SELECT
+    f.run_id,
+    v.thp_fault_alloc,
+    v.thp_fault_fallback,
+    v.thp_fault_fallback_charge,
+    100.0 * v.thp_fault_alloc / nullif(v.thp_fault_alloc + v.thp_fault_fallback, 0) AS vmstat_pct,
+    100.0 * v.thp_fault_alloc
+      / nullif(v.thp_fault_alloc + v.thp_fault_fallback - coalesce(v.thp_fault_fallback_charge, 0), 0)
+      AS vmstat_alloc_pct,
+    coalesce(t.faults, 0) AS trace_faults,
+    coalesce(t.retries, 0) AS trace_retries,
+    coalesce(t.successes, 0) AS trace_successes,
+    100.0 * t.successes / nullif(t.faults, 0) AS trace_pct
+  FROM run_facts AS f
+  LEFT JOIN vm AS v ON v.run_id = f.run_id
+  LEFT JOIN tr AS t ON t.run_id = f.run_id
+)
+SELECT *,
+       coalesce(vmstat_pct, trace_pct) AS success_pct,
+       CASE WHEN vmstat_pct IS NOT NULL THEN 'vmstat'
+            WHEN trace_pct IS NOT NULL THEN 'trace' END AS source
+FROM rates;
