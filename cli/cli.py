@@ -197,16 +197,23 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
     """Parse trace.dat files or bundles into a Parquet dataset.
 
     Each input becomes one run, named by a hash of its trace.dat; parsing the
-    same trace again replaces its run. A run appears only when complete.
+    same trace again replaces its run. A run appears only when complete. A
+    flight directory (record --flight) gives one run per bundle, each labelled
+    trigger=<reason>.
 
     With --engine spark each input is decoded in a Spark task and the driver
     commits the runs; the dataset must be on a file system that the driver and
     every executor see at the same path.
     """
-    from kmemscope.api import parse_one
+    from kmemscope.api import expand_inputs, parse_one
 
     labels = _key_values(labels, "--label")
     patterns = [p for item in events for p in item.split(",") if p]
+    try:  # a flight directory (record --flight) is one run per bundle
+        sources = expand_inputs(sources)
+    except KmemscopeError as exc:
+        _report_error(ctx, exc)
+        sys.exit(1)
     if engine == "spark":
         if threads:
             raise click.BadParameter("--threads is for the local decoder; Spark runs one "
@@ -375,39 +382,19 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
     With --engine spark the same DuckDB SQL is translated to Spark SQL (the
     analyses' rules); what has no exact translation is refused.
     """
+    from kmemscope.api import run_sql, sql_statements
     from kmemscope.cli.output import resolve_format, write_result
-    from kmemscope.dataset import reader
-    from kmemscope.queries.runner import open_run_set, open_runs
 
-    query = _sql_text(query, sql_file)
-    statements = _statements(query)
+    statements = sql_statements(_sql_text(query, sql_file))
     fmt = resolve_format(fmt, output)
-    if engine == "spark":
-        if read_only:
-            raise click.BadParameter("--read-only is for the DuckDB engine: Spark SQL can "
-                                     "read any path the cluster can", param_hint="--read-only")
-        with _engine(engine, spark_master, spark_conf, dataset) as eng:
-            backend = open_runs(dataset, engine=eng)[0]
-            try:
-                tables = [_run_backend_sql(backend, q) for q in statements]
-            finally:
-                backend.close()
-    else:
-        _engine(engine, spark_master, spark_conf)
-        limit = reader.memory_bytes(memory_limit) if memory_limit else (
-            reader.default_memory_limit() if read_only else None)
-        if timeout is None and read_only:
-            timeout = 300.0
-        # The analyses' helper views (flag names, allocation classes, ...) come too; runs
-        # whose schema does not fit are left out with a note.
-        notes = []
-        with reader.sql_session(open_run_set(dataset, notes=notes)[0], limit) as con:
-            if read_only:
-                reader.confine(con, dataset, query)
-            with reader.guarded(con, timeout):
-                tables = [_run_sql(con, q) for q in statements]
-        for note in notes:
-            click.echo(f"kmemscope: note: {note}", err=True)
+    if engine == "spark" and read_only:
+        raise click.BadParameter("--read-only is for the DuckDB engine: Spark SQL can "
+                                 "read any path the cluster can", param_hint="--read-only")
+    with _engine(engine, spark_master, spark_conf, dataset) as spec:
+        tables, notes = run_sql(dataset, statements, engine=spec, read_only=read_only,
+                                timeout=timeout, memory_limit=memory_limit)
+    for note in notes:
+        click.echo(f"kmemscope: note: {note}", err=True)
     _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
     shown = [t for t in tables if t is not None]
     if len(shown) > 1 and fmt in ("json", "parquet"):
@@ -431,9 +418,9 @@ def _sql_text(query, sql_file):
     if sql_file and query is not None:
         raise click.UsageError("give the SQL either as QUERY or with -f FILE, not both")
     if sql_file:
-        from kmemscope.parsers.run_metrics import read_text_file
+        from kmemscope.api import read_sql_file
 
-        return read_text_file(sql_file, "SQL file")     # regular, bounded, no link followed
+        return read_sql_file(sql_file)          # regular, bounded, no link followed
     if query is None:
         raise click.UsageError("no SQL: give QUERY, `-` to read stdin, or -f FILE")
     if query == "-":
@@ -441,24 +428,6 @@ def _sql_text(query, sql_file):
             raise click.UsageError("`-` reads the SQL from stdin, which is a terminal")
         return sys.stdin.read()
     return query
-
-
-def _statements(query):
-    """The statements of `query` as DuckDB splits them; none (empty, comments only) is an error."""
-    import duckdb
-
-    try:
-        statements = [str(s.query) if hasattr(s, "query") else str(s)
-                      for s in duckdb.extract_statements(query)]
-    except duckdb.Error as exc:
-        from kmemscope.dataset.reader import sql_error_text
-
-        raise KmemscopeError(f"SQL failed: {sql_error_text(exc)}") from None
-    statements = [q for q in statements if q.strip()]
-    if not statements:
-        raise KmemscopeError("the SQL holds no statement (it is empty or only comments)",
-                             "give a query such as \"SELECT count(*) FROM runs\"")
-    return statements
 
 
 def _write_results(tables, fmt, output, write_result):
@@ -487,25 +456,6 @@ def _write_results(tables, fmt, output, write_result):
     finally:
         if out is not None:
             out.close()
-
-
-def _run_backend_sql(backend, query):
-    from kmemscope.queries.runner import backend_errors
-
-    with backend_errors(backend, "SQL"):
-        return backend.query_arrow(query, None)
-
-
-def _run_sql(con, query, params=None):
-    import duckdb
-
-    from kmemscope.dataset.reader import query_arrow, sql_error_text
-
-    try:
-        return query_arrow(con, query, params)
-    except duckdb.Error as exc:
-        raise KmemscopeError(f"SQL failed: {sql_error_text(exc)}",
-                             "`kmemscope info DATASET` lists the tables; quote \"order\"") from None
 
 
 @cli.command()

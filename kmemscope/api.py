@@ -457,6 +457,13 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
 
 # ---------------------------------------------------------------- datasets as files
 
+def expand_inputs(sources: Sequence) -> list:
+    """The inputs to parse: a flight directory (record --flight) becomes its bundles."""
+    from kmemscope.parsers.sources import expand_inputs as _expand
+
+    return _expand(list(sources))
+
+
 def parse_one(source, dataset, labels: Mapping[str, str] | None = None, *,
               events: Sequence[str] | None = None, threads: int | None = None,
               progress: Callable | None = None):
@@ -498,6 +505,79 @@ def import_metrics(dataset, path, fmt: str | None = None) -> dict:
     from kmemscope.parsers.run_metrics import import_metrics as _import
 
     return _import(dataset, path, fmt)
+
+
+def sql_statements(text: str) -> list[str]:
+    """The statements of SQL `text` as DuckDB splits them; none (empty, comments only) is an error."""
+    import duckdb
+
+    from kmemscope.dataset.reader import sql_error_text
+
+    try:
+        statements = [str(s.query) if hasattr(s, "query") else str(s)
+                      for s in duckdb.extract_statements(text)]
+    except duckdb.Error as exc:
+        raise KmemscopeError(f"SQL failed: {sql_error_text(exc)}") from None
+    statements = [q for q in statements if q.strip()]
+    if not statements:
+        raise KmemscopeError("the SQL holds no statement (it is empty or only comments)",
+                             "give a query such as \"SELECT count(*) FROM runs\"")
+    return statements
+
+
+def read_sql_file(path) -> str:
+    """A file of SQL: a regular file of bounded size, read without following a link."""
+    from kmemscope.parsers.run_metrics import read_text_file
+
+    return read_text_file(path, "SQL file")
+
+
+def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | None = None,
+            read_only: bool = False, timeout: float | None = None,
+            memory_limit: str | None = None) -> tuple[list, list[str]]:
+    """Run SQL statements one after the other over a dataset -> (one pyarrow.Table or None
+    per statement, notes).
+
+    Every table is a view of its own name, beside the analyses' shared views. On DuckDB:
+    read_only allows SELECTs that read the dataset only; timeout (seconds) and memory_limit
+    ("2GB") bound the work, by default 300 s and a quarter of the memory when read_only;
+    spills go to a private directory removed at the end. On Spark the SQL is translated."""
+    from kmemscope.dataset import reader
+    from kmemscope.errors import QueryError
+    from kmemscope.queries.runner import backend_errors, open_run_set, open_runs
+
+    spec = EngineSpec.of(engine)
+    notes: list[str] = []
+    if spec.is_spark:
+        if read_only or timeout or memory_limit:
+            raise QueryError("read-only, timeout and memory limit are for the DuckDB engine: "
+                             "Spark SQL can read any path the cluster can")
+        backend = open_runs(dataset, engine=spec)[0]
+        try:
+            with backend_errors(backend, "SQL"):
+                return [backend.query_arrow(q, None) for q in statements], notes
+        finally:
+            backend.close()
+    import duckdb
+
+    limit = reader.memory_bytes(memory_limit) if memory_limit else (
+        reader.default_memory_limit() if read_only else None)
+    if timeout is None and read_only:
+        timeout = 300.0
+    tables = []
+    # runs whose schema does not fit are left out, with a note
+    with reader.sql_session(open_run_set(dataset, notes=notes)[0], limit) as con:
+        if read_only:
+            reader.confine(con, dataset, "\n;\n".join(statements))
+        with reader.guarded(con, timeout):
+            for q in statements:
+                try:
+                    tables.append(reader.query_arrow(con, q))
+                except duckdb.Error as exc:
+                    raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}",
+                                     "`kmemscope info DATASET` lists the tables; "
+                                     "quote \"order\"") from None
+    return tables, notes
 
 
 def interrupted_commits(dataset) -> list[str]:
