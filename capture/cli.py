@@ -179,7 +179,22 @@ def flight_options_from_args(args, command):
 
 
 def say(text):
+    if _status_shown[0]:
+        sys.stderr.write("\r\x1b[K")        # a message replaces the live status line
+        _status_shown[0] = False
     print("kmemscope record: " + text, file=sys.stderr, flush=True)
+
+
+_status_shown = [False]
+
+
+def status(text):
+    """A live line on a terminal, rewritten in place as the recording runs (not in a log)."""
+    if not sys.stderr.isatty():
+        return
+    sys.stderr.write("\r\x1b[Kkmemscope record: " + text)
+    sys.stderr.flush()
+    _status_shown[0] = True
 
 
 def run_cleanup(trace_cmd):
@@ -214,7 +229,7 @@ def main(argv=None):
                                  "see `%s --help`" % PROG)
         options = options_from_args(args, command)
         metrics = bench_metrics.Expected(args.metrics, command) if args.metrics else None
-        Recorder(options, say).run()
+        Recorder(options, say, status).run()
         if metrics:
             metrics.copy_into(options.output, say)
         if args.pack:

@@ -117,10 +117,11 @@ def conflicts(tracefs):
 
 
 class Recorder:
-    """Run one recording with `options`; `say` prints a progress line (stderr)."""
+    """Run one recording with `options`; `say` prints a progress line (stderr), `status`
+    (when given) shows how far the recording is, rewritten about once a second."""
 
-    def __init__(self, options, say):
-        self.opt, self.say = options, say
+    def __init__(self, options, say, status=None):
+        self.opt, self.say, self.status = options, say, status
         self.stop_reason = None
         self.warnings = []
 
@@ -312,6 +313,11 @@ class Recorder:
             time.sleep(POLL_S)
             elapsed = (time.clock_gettime_ns(time.CLOCK_MONOTONIC) - start_ns) / 1e9
             data = tc.data_bytes()
+            if self.status is not None:
+                self.status("%.0f s%s, trace data %s%s (Ctrl-C stops)" % (
+                    elapsed, " of %g s" % opt.duration if opt.duration else "",
+                    format_size(data),
+                    " of --max-size %s" % format_size(opt.max_size) if opt.max_size else ""))
             if not tc.running():
                 self.stop_reason = "trace-cmd exited"
                 raise CaptureError("trace-cmd exited during the recording with status %s: %s"
