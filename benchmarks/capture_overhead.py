@@ -222,7 +222,7 @@ def flight_main(args):
     with open(LOCK, "a") as lock:
         print("waiting for %s ..." % LOCK, file=sys.stderr)
         fcntl.flock(lock, fcntl.LOCK_EX)
-        for mode in FLIGHT_MODES:
+        for mode in args.modes.split(","):
             for attempt in range(args.retries + 1):
                 load = wait_for_quiet(args.max_load)
                 row = run_timed_mode(mode, workdir, seconds, args.pause)
@@ -235,7 +235,7 @@ def flight_main(args):
             rows.append(row)
     if not args.keep:
         shutil.rmtree(workdir)
-    base = rows[0]
+    base = rows[0] if rows[0]["mode"] == "none" else None
     print("a host over %g min: paced page-fault churn (64 MiB maps, %g s apart) under each mode; "
           "load = 1-minute load average before -> after" % (args.minutes, args.pause))
     head = ("mode", "MiB/s", "vs none", "wl CPU s/GiB", "capture CPU s", "CPU % of run",
@@ -243,7 +243,8 @@ def flight_main(args):
     print("%-7s %8s %8s %13s %14s %12s %7s %9s %8s %9s %8s %13s" % head)
     for r in rows:
         print("%-7s %8.1f %7.1f%% %13.2f %14.1f %12.2f %7.1f %9.1f %8.1f %9.1f %8s %6.2f->%.2f" % (
-            r["mode"], r["mib_per_s"], 100.0 * (r["mib_per_s"] / base["mib_per_s"] - 1),
+            r["mode"], r["mib_per_s"],
+            100.0 * (r["mib_per_s"] / base["mib_per_s"] - 1) if base else float("nan"),
             r["workload_cpu_s_per_gib"], r["capture_cpu_s"],
             100.0 * r["capture_cpu_s"] / r["seconds"], r["machine_busy_pct"], r["ring_buffer_mib"],
             r["capture_peak_rss_mib"], r["disk_mib"],
@@ -268,6 +269,8 @@ def main():
                    help="--flight: seconds between the workload's 64 MiB maps")
     p.add_argument("--max-load", type=float, default=1.0,
                    help="--flight: wait for the load average to fall to this before each mode")
+    p.add_argument("--modes", default=",".join(FLIGHT_MODES),
+                   help="--flight: which of none,flight,record to run (none first: the baseline)")
     p.add_argument("--retries", type=int, default=2,
                    help="--flight: measure a mode again this often when the load was above")
     args = p.parse_args()

@@ -170,6 +170,7 @@ class FlightRecorder(Recorder):
         self.buffer_kb = None
         self.rate = None
         self.vmstat_rows = collections.deque()
+        self.overrun_at_resize = {}
 
     def warn(self, text):
         super().warn(text)
@@ -341,6 +342,7 @@ class FlightRecorder(Recorder):
             time.sleep(0.05)
         check_filters(self.tracefs, self.specs)
         self.tracing_since = mono_ns()
+        self.overrun_at_resize = {}  # extract reset the counters
 
     def _measure_and_size(self):
         """Measure the event rate for --measure seconds; size the buffer for --keep + --after."""
@@ -478,8 +480,12 @@ class FlightRecorder(Recorder):
         self.last_coverage_check = time.monotonic()
         want = self.opt.keep + self.opt.after
         spans = []
-        for cpu, s in tfs.cpu_stats(self.tracefs).items():
-            if s.get("overrun") and s.get("oldest_event_ts") and s.get("now_ts"):
+        stats = tfs.cpu_stats(self.tracefs)
+        for cpu, s in stats.items():
+            # A CPU tells what the buffer holds only once it overwrote since the last resize:
+            # until then the new pages are still filling and its oldest event is older.
+            if (s.get("overrun", 0) > self.overrun_at_resize.get(cpu, 0) and s.get("oldest_event_ts")
+                    and s.get("now_ts")):
                 spans.append(s["now_ts"] - s["oldest_event_ts"])
         if not spans or min(spans) >= want:
             return
@@ -503,6 +509,8 @@ class FlightRecorder(Recorder):
         try:
             tfs.write(self.tracefs, "buffer_size_kb", str(size))
             self.buffer_kb = int(tfs.parse_buffer_size(tfs.read(self.tracefs, "buffer_size_kb"))[0])
+            self.overrun_at_resize = {cpu: s.get("overrun", 0)
+                                      for cpu, s in tfs.cpu_stats(self.tracefs).items()}
             if self.rate is not None:
                 self.rate["buffer_kb"] = self.buffer_kb
             return True

@@ -229,12 +229,17 @@ finally:
 
 
 class Flight:
-    """A background `record --flight`: its stderr lines collected by a thread."""
+    """A background `record --flight`: its stderr lines collected by a thread.
+
+    Every one started is in Flight.started, for a test's teardown to stop (stop_all()).
+    """
+    started = []
 
     def __init__(self, *args, command=None, env=None):
         import threading
         self.proc = subprocess.Popen(command or record_cmd("--flight", *args), stderr=subprocess.PIPE,
                                      text=True, env=env)
+        Flight.started.append(self)
         self.lines = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -272,6 +277,33 @@ class Flight:
         rc = self.proc.wait(timeout)
         self._reader.join(10)
         return rc, self.text()
+
+
+def stop_all_flights():
+    """SIGINT every flight recorder a test left running (a failed assertion), and wait for it."""
+    while Flight.started:
+        flight = Flight.started.pop()
+        if flight.proc.poll() is None:
+            flight.proc.send_signal(signal.SIGINT)
+            try:
+                flight.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                flight.proc.kill()
+                flight.proc.wait()
+
+
+def trace_cmd_processes_under(directory):
+    """pids of trace-cmd processes (start, extract) working in `directory` (their cwd)."""
+    found = []
+    root = os.path.realpath(str(directory))
+    for pid in all_trace_cmd_processes():
+        try:
+            cwd = os.readlink("/proc/%d/cwd" % pid)
+        except OSError:
+            continue
+        if cwd == root or cwd.startswith(root + "/"):
+            found.append(pid)
+    return found
 
 
 def children(pid):
