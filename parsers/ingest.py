@@ -122,10 +122,33 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
     A run whose known tables do not fit the dataset (kmemscope/dataset/format.py
     unfit_reason) is refused in one line naming the table and field.
     """
+    for key, value in sorted((labels or {}).items()):
+        if not (_utf8(key) and _utf8(value)):
+            raise KmemscopeError(f"label {_printable(key)}={_printable(value)} is not valid "
+                                 "UTF-8 text", "give labels as text")
     try:
         return _stage_run(source, staging, labels, events, threads, progress, scratch)
     except dataset_format.UnfitTable as exc:
         raise TraceFileError(f"{source}: {exc}") from None
+    except RecursionError:
+        raise TraceFileError(f"{source}: a JSON file of the bundle (manifest.json or "
+                             "metrics.json) is nested too deeply") from None
+    except UnicodeEncodeError:
+        raise TraceFileError(f"{source}: the bundle's manifest holds text that is not valid "
+                             "UTF-8 (a lone surrogate escape)") from None
+
+
+def _utf8(text):
+    try:
+        str(text).encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _printable(text, limit=40):
+    text = "".join(ch if ch.isprintable() and _utf8(ch) else "?" for ch in str(text))
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _known_events_once(trace, event_ids):

@@ -208,8 +208,10 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
             notes.extend(dropped)
     backend = eng.open(dataset, chosen, parts, wanted, threads)
     try:
-        facts, mts = _register_facts(backend)
-        backend.run_script(common, {})
+        # A damaged page of a runs file is one line, like any failure of the engine.
+        with backend_errors(backend, "reading the runs table"):
+            facts, mts = _register_facts(backend)
+            backend.run_script(common, {})
     except BaseException:
         backend.close()
         raise

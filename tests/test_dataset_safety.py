@@ -366,3 +366,63 @@ def test_sql_spills_into_a_private_directory_it_removes(ds, tmp_path):
     assert row["m"].startswith(("61.0 MiB", "64.0 MB", "61.0MiB")), row
     assert list(work.iterdir()) == []
     one_error_line(run("sql", "--read-only", "--memory-limit", "lots", ds, "SELECT 1"))
+
+
+# ---------------------------------------------------------------- 8. one clean line for every input
+
+def test_a_deeply_nested_manifest_is_one_line(tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(SMALL, bundle)
+    text = (bundle / "manifest.json").read_text().rstrip().rstrip("}")
+    (bundle / "manifest.json").write_text(text + ', "deep": ' + "[" * 100000 + "]" * 100000 + "}")
+    line = one_error_line(run("parse", "-q", bundle, "-o", tmp_path / "ds"))
+    assert "nested too deeply" in line, line
+    assert not (tmp_path / "ds").exists()
+
+
+def test_a_lone_surrogate_in_a_label_is_one_line(tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(SMALL, bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["labels"] = {"side": "\ud800"}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))      # "\ud800" escaped
+    one_error_line(run("parse", "-q", bundle, "-o", tmp_path / "ds"))
+    proc = subprocess.run([*KMEMSCOPE, "parse", "-q", str(SMALL), "-o", str(tmp_path / "ds"),
+                           b"--label", b"side=\xed\xa0\x80"], capture_output=True, text=True,
+                          timeout=120)
+    assert "not valid UTF-8" in one_error_line(proc)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_a_runs_file_of_another_table_is_one_line_not_a_runaway_join(ds):
+    ds, run_id, _rows, _outside = ds
+    runs_file = next((ds / "runs" / f"run_id={run_id}").glob("*.parquet"))
+    vmstat_file = next((ds / "vmstat" / f"run_id={run_id}").glob("*.parquet"))
+    shutil.copyfile(vmstat_file, runs_file)
+    line = one_error_line(run("query", "compaction", ds, timeout=60))
+    assert "holds" in line and "rows, not one" in line, line
+
+
+def test_a_flipped_byte_in_any_column_the_analyses_read_is_one_line(ds):
+    """A damaged page of the runs file, in each column every analysis reads first."""
+    import pyarrow.parquet as pq
+
+    ds, run_id, _rows, _outside = ds
+    runs_file = next((ds / "runs" / f"run_id={run_id}").glob("*.parquet"))
+    intact = runs_file.read_bytes()
+    meta = pq.ParquetFile(runs_file).metadata.row_group(0)
+    columns = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    for name in ("kernel_release", "arch", "first_ts", "pageblock_order", "manifest"):
+        col = columns[name]
+        start = col.dictionary_page_offset or col.data_page_offset
+        for offset in (start + col.total_compressed_size // 2, start + col.total_compressed_size - 1):
+            damaged = bytearray(intact)
+            damaged[offset] ^= 0xFF
+            runs_file.write_bytes(bytes(damaged))
+            proc = run("query", "compaction", ds, "--format", "json", timeout=60)
+            assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, \
+                (name, offset, proc.stderr)
+            assert proc.returncode in (0, 1), (name, offset, proc.stderr)
+            if proc.returncode:
+                assert proc.stderr.strip().splitlines()[-1].startswith("kmemscope: error: ")
+    runs_file.write_bytes(intact)

@@ -169,7 +169,46 @@ def unfit_runs(parts, tables=None, run_ids=None):
                 if why:
                     out[run] = f"its table {table} does not fit the dataset ({f}): {why}"
                     break
+            if table == "runs" and run not in out:
+                rows = _rows_of(files)
+                if rows != 1:
+                    # every join on run_id would multiply (or lose) the run's rows
+                    out[run] = f"its runs partition holds {rows} rows, not one"
     return out
+
+
+_ROWS = {}
+_ROWS_MAX = 200_000
+
+
+def _rows_of(files):
+    """Rows of `files` from their footers (local files remembered by their identity)."""
+    total = 0
+    for f in files:
+        key = None
+        if not storage.is_url_file(str(f)):
+            try:
+                st = os.stat(f, follow_symlinks=False)
+                key = (str(f), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            except OSError:
+                key = None
+        if key is None or key not in _ROWS:
+            try:
+                n = storage.parquet_rows(str(f))
+            except DatasetError:
+                raise
+            except Exception:   # a footer _file_schema could read but not count: not one row
+                n = -1
+            if key is not None:
+                if len(_ROWS) >= _ROWS_MAX:
+                    _ROWS.clear()
+                _ROWS[key] = n
+        else:
+            n = _ROWS[key]
+        if n < 0:
+            return "unknown"
+        total += n
+    return total
 
 
 def _read_url_format(dataset):
