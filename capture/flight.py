@@ -298,6 +298,7 @@ class FlightRecorder(Recorder):
                                       opt.zoneinfo, on_sample=self._on_sample)
         self.psi = trig.PsiHistory(max([t.window_s for t in opt.triggers if t.kind == "psi"] or [0]) + 2)
         poller = trig.PsiPoller(watches)
+        self.psi_conditions = bool(watches)
         try:
             self._start_tracing(start_kb)
             self.buffer_kb = start_kb
@@ -351,6 +352,8 @@ class FlightRecorder(Recorder):
         before, t0 = tfs.cpu_stats(self.tracefs), time.monotonic()
         while time.monotonic() - t0 < seconds and self.stop_reason is None:
             time.sleep(POLL_S)
+            if self.psi_conditions:
+                self.psi.read(mono_ns())  # a PSI trigger early on still gets its value
         dt = time.monotonic() - t0
         rates = measured_rates(before, tfs.cpu_stats(self.tracefs), dt)
         byte_rates = {cpu: r[1] for cpu, r in rates.items()}
