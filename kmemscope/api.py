@@ -288,14 +288,20 @@ class Dataset:
 
         if not isinstance(query, str) or not [s for s in _duckdb.extract_statements(query)]:
             raise QueryError("the SQL holds no statement (it is empty or only comments)")
+        from kmemscope.dataset.reader import default_memory_limit, guarded, sql_session
+
         con, _chosen, _parts, _facts = open_run_set(self.path, runs, label)
         try:
-            if read_only:
-                confine(con, self.path, query)
-            else:
-                # pandas, polars and Arrow objects of the caller are tables by their name
-                con.execute("SET python_scan_all_frames = true")
-            table = query_arrow(con, query, params)
+            # DuckDB spills into a private directory (never ./.tmp); read_only SQL gets a
+            # quarter of the memory and 300 s; a signal stops the statement at once.
+            with sql_session(con, default_memory_limit() if read_only else None), \
+                    guarded(con, 300.0 if read_only else None):
+                if read_only:
+                    confine(con, self.path, query)
+                else:
+                    # pandas, polars and Arrow objects of the caller are tables by their name
+                    con.execute("SET python_scan_all_frames = true")
+                table = query_arrow(con, query, params)
             if table is None:
                 import pyarrow as pa
 

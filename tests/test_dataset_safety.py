@@ -426,3 +426,16 @@ def test_a_flipped_byte_in_any_column_the_analyses_read_is_one_line(ds):
             if proc.returncode:
                 assert proc.stderr.strip().splitlines()[-1].startswith("kmemscope: error: ")
     runs_file.write_bytes(intact)
+
+
+def test_the_api_read_only_sql_spills_privately_and_writes_nothing(ds, tmp_path, monkeypatch):
+    import kmemscope
+
+    ds, _run_id, _rows, _outside = ds
+    monkeypatch.chdir(tmp_path)
+    before = hostile.tree_state(ds)
+    rows = kmemscope.open(ds).sql("SELECT current_setting('temp_directory') AS t",
+                                  read_only=True).rows()
+    assert not Path(rows[0]["t"]).is_relative_to(tmp_path) and not os.path.lexists(rows[0]["t"])
+    assert hostile.tree_state(ds) == before
+    assert not (tmp_path / ".tmp").exists()
