@@ -140,32 +140,70 @@ def _visible(out):
     return out
 
 
+# Footer schemas read in this process: {(path, device, inode, size, mtime, ctime): schema or
+# the one line why it cannot be read}. A run's files are never rewritten in place (a new parse
+# of the same trace commits new files), and any replacement changes the file's identity, so a
+# second query of the same process reads no footer twice.
+_SCHEMAS = {}
+_SCHEMAS_MAX = 200_000
+
+
+def _file_schema(f):
+    """(Arrow schema, None) of Parquet file `f`, or (None, why) when its footer cannot be read.
+
+    Local files are remembered by their identity (_SCHEMAS); s3 objects are read every time.
+    Raises DatasetError when the object store does not answer (not the run's fault).
+    """
+    key = None
+    if not storage.is_url_file(str(f)):
+        try:
+            st = os.stat(f, follow_symlinks=False)
+            key = (str(f), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            key = None
+        if key is not None and key in _SCHEMAS:
+            return _SCHEMAS[key]
+    try:
+        got = (storage.read_schema(str(f)), None)
+    except DatasetError:
+        raise
+    except Exception as exc:    # pyarrow's ArrowInvalid, OSError: a damaged file
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        got = (None, first)
+    if key is not None:
+        if len(_SCHEMAS) >= _SCHEMAS_MAX:
+            _SCHEMAS.clear()
+        _SCHEMAS[key] = got
+    return got
+
+
 def unfit_runs(parts, tables=None, run_ids=None):
     """{run_id: why} for the runs whose files of `tables` a query cannot read with the others.
 
     A dataset someone else wrote may hold a run whose table has a known column of
     another kind, a column named run_id, or a Parquet file whose footer cannot be
     read: one such run would make every query over the table fail, so callers
-    leave it out with a note (queries/runner.py). Reads each file's footer only.
+    leave it out with a note (queries/runner.py). Reads each file's footer only,
+    once per process (_file_schema), and judges each distinct schema of a table once.
     parts: table_runs(); tables, run_ids: the ones to check (default: all).
     """
     out = {}
     for table, runs in sorted(parts.items()):
         if tables is not None and table not in tables:
             continue
+        verdicts = {}           # (names, types) -> unfit_reason: most runs share a schema
         for run, files in sorted(runs.items()):
             if run in out or (run_ids is not None and run not in run_ids):
                 continue
             for f in files:
-                try:
-                    schema = storage.read_schema(str(f))
-                except DatasetError:
-                    raise                   # the object store did not answer: not the run's fault
-                except Exception as exc:    # pyarrow's ArrowInvalid, OSError: a damaged file
-                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-                    out[run] = f"{f} is not a readable Parquet file ({first})"
+                schema, error = _file_schema(f)
+                if error is not None:
+                    out[run] = f"{f} is not a readable Parquet file ({error})"
                     break
-                why = unfit_reason(table, schema.names, schema.types)
+                shape = _shape(schema)
+                if shape not in verdicts:
+                    verdicts[shape] = unfit_reason(table, schema.names, schema.types)
+                why = verdicts[shape]
                 if why:
                     out[run] = f"its table {table} does not fit the dataset ({f}): {why}"
                     break
@@ -211,6 +249,31 @@ def _rows_of(files):
     return total
 
 
+def _shape(schema):
+    """What of an Arrow schema decides how DuckDB reads it: names and types, in order."""
+    return tuple(schema.names), tuple(str(t) for t in schema.types)
+
+
+def _one_shape(files):
+    """The column names when every file of `files` has the same names and types, else None.
+
+    Then a view reads them without union_by_name, whose binding reads every file's footer
+    again each time a query names the view (seconds over hundreds of runs). s3 files, and
+    a file whose footer cannot be read, give None (the view unites by name, as it always may).
+    """
+    shapes = set()
+    for f in files:
+        if storage.is_url_file(str(f)):
+            return None
+        schema, error = _file_schema(f)
+        if error is not None:
+            return None
+        shapes.add(_shape(schema))
+        if len(shapes) > 1:
+            return None
+    return list(next(iter(shapes))[0]) if shapes else None
+
+
 def _read_url_format(dataset):
     """The format file of an s3 dataset, validated like a local one's."""
     data = storage.read_small(dataset, FORMAT_FILE, MAX_FILE_BYTES)
@@ -237,11 +300,11 @@ def quote_literal(text):
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _scan(files):
+def _scan(files, by_name=True):
     listed = ", ".join(quote_literal(f) for f in files)
-    # sql-safe: listed joins quote_literal() paths
+    # sql-safe: listed joins quote_literal() paths; by_name is a bool
     return (f"read_parquet([{listed}], hive_partitioning = true, "
-            "hive_types = {'run_id': VARCHAR}, union_by_name = true)")
+            f"hive_types = {{'run_id': VARCHAR}}, union_by_name = {'true' if by_name else 'false'})")
 
 
 def sql_error_text(exc):
@@ -414,12 +477,16 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, part
         files = [f for run, fs in runs.items() if wanted is None or run in wanted for f in fs]
         if not files:
             continue
-        scan = _scan(files)
+        names = _one_shape(files)
+        scan = _scan(files, by_name=names is None)
         extra = ""
         need = columns.get(name)
+        if need and names is not None:
+            extra = "".join(f", CAST(NULL AS {typ}) AS {quote_ident(col)}"
+                            for col, typ in need.items() if col not in names)
         # One footer tells most of the time: in a format-2 dataset every run of a table
         # has the known columns. Otherwise DESCRIBE reads every file's footer.
-        if need and not set(need) <= set(storage.read_schema(str(files[0])).names):
+        elif need and not set(need) <= set(_first_names(files[0])):
             # sql-safe: scan is _scan()'s quoted file list
             have = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
             extra = "".join(f", CAST(NULL AS {typ}) AS {quote_ident(col)}"
@@ -436,6 +503,13 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, part
         # sql-safe: cols casts NULL to quote_ident() columns of the types callers declare
         con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT {cols} WHERE false")
     return con
+
+
+def _first_names(f):
+    schema, error = _file_schema(f)
+    if error is not None:
+        return storage.read_schema(str(f)).names      # the reader's own error
+    return schema.names
 
 
 def query_arrow(con, sql, params=None):
