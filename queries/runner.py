@@ -105,27 +105,53 @@ def _arrow_types():
             "VARCHAR": pa.string(), "FILE": pa.string(), "BOOLEAN": pa.bool_()}
 
 
+# The per-run fact tables: name -> columns with their DuckDB types.
+_FACT_TABLES = {
+    "_facts_in": (("run_id", "VARCHAR"), ("kernel_release", "VARCHAR"),
+                  ("highatomic_era", "VARCHAR"), ("highatomic_era_note", "VARCHAR"),
+                  ("extfrag_era", "VARCHAR"), ("pageblock_order", "INTEGER"),
+                  ("pageblock_order_source", "VARCHAR"), ("first_ts", "BIGINT"),
+                  ("last_ts", "BIGINT"), ("duration_s", "DOUBLE")),
+    "migratetype_names": (("run_id", "VARCHAR"), ("migratetype", "INTEGER"),
+                          ("name", "VARCHAR"), ("source", "VARCHAR")),
+    "extfrag_ownership": (("extfrag_era", "VARCHAR"), ("change_ownership", "INTEGER"),
+                          ("meaning", "VARCHAR")),
+}
+
+
+def _facts_rows(rows):
+    """eras.run_facts of the runs table's rows -> (facts, mts, {fact table: its rows})."""
+    facts, mts = eras.run_facts(rows)
+    meanings = [{"extfrag_era": e, "change_ownership": c, "meaning": m}
+                for (e, c), m in eras.OWNERSHIP_MEANING.items()]
+    return facts, mts, {"_facts_in": facts, "migratetype_names": mts,
+                        "extfrag_ownership": meanings}
+
+
 def _facts_tables(rows):
     """eras.run_facts of the runs table's rows -> (facts, mts, Arrow tables to register)."""
     import pyarrow as pa
 
-    facts, mts = eras.run_facts(rows)
-    facts_t = pa.Table.from_pylist(facts, schema=pa.schema([
-        ("run_id", pa.string()), ("kernel_release", pa.string()),
-        ("highatomic_era", pa.string()), ("highatomic_era_note", pa.string()),
-        ("extfrag_era", pa.string()), ("pageblock_order", pa.int32()),
-        ("pageblock_order_source", pa.string()), ("first_ts", pa.int64()),
-        ("last_ts", pa.int64()), ("duration_s", pa.float64())]))
-    mts_t = pa.Table.from_pylist(mts, schema=pa.schema([
-        ("run_id", pa.string()), ("migratetype", pa.int32()), ("name", pa.string()),
-        ("source", pa.string())]))
-    meanings = pa.Table.from_pylist(
-        [{"extfrag_era": e, "change_ownership": c, "meaning": m}
-         for (e, c), m in eras.OWNERSHIP_MEANING.items()],
-        schema=pa.schema([("extfrag_era", pa.string()), ("change_ownership", pa.int32()),
-                          ("meaning", pa.string())]))
-    return facts, mts, {"_facts_in": facts_t, "migratetype_names": mts_t,
-                        "extfrag_ownership": meanings}
+    facts, mts, tables = _facts_rows(rows)
+    arrow = {}
+    for name, data in tables.items():
+        schema = pa.schema([(c, _arrow_types()[t]) for c, t in _FACT_TABLES[name]])
+        arrow[name] = pa.Table.from_pylist(data, schema=schema)
+    return facts, mts, arrow
+
+
+def _create_fact_table(con, name, data):
+    """Temp table `name` of _FACT_TABLES holding `data` (dicts) on DuckDB connection `con`.
+
+    The values are bound as one list parameter per column and unnested side by
+    side: no Arrow is built from Python values (pyarrow would import pandas for
+    that, a quarter of a second of every command).
+    """
+    columns = _FACT_TABLES[name]
+    # sql-safe: the names and types are the constants of _FACT_TABLES
+    select = ", ".join(f"unnest(CAST(? AS {t}[])) AS {ds.quote_ident(c)}" for c, t in columns)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {ds.quote_ident(name)} AS SELECT {select}",
+                [[row[c] for row in data] for c, _t in columns])
 
 
 _FACT_COLUMNS = ("kernel_release", "highatomic_era", "highatomic_era_note", "extfrag_era",
@@ -140,9 +166,14 @@ def _register_facts(backend):
     cols = ["run_id", "kernel_release", "arch", "first_ts", "last_ts", "pageblock_order",
             "manifest", "migratetypes"]
     rows = backend.query_arrow("SELECT " + ", ".join(cols) + " FROM runs", None).to_pylist()
-    facts, mts, tables = _facts_tables(rows)
-    for name, table in tables.items():
-        backend.register_arrow(name, table)
+    if backend.name == "duckdb":
+        facts, mts, tables = _facts_rows(rows)
+        for name, data in tables.items():
+            _create_fact_table(backend.con, name, data)
+    else:                         # Spark: small Arrow tables become its temp views
+        facts, mts, tables = _facts_tables(rows)
+        for name, table in tables.items():
+            backend.register_arrow(name, table)
     backend.run_script(_RUN_FACTS_SQL, {})
     return facts, mts
 
