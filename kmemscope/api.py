@@ -422,12 +422,23 @@ def describe(name: str) -> AnalysisDoc:
 
 def analyses() -> Result:
     """The named analyses: name and question."""
+    import io
+    import json
+
     import pyarrow as pa
+    import pyarrow.json as pajson
 
     from kmemscope.queries.catalog import list_queries
 
+    schema = pa.schema([("name", pa.string()), ("question", pa.string())])
     rows = list_queries()
-    return Result(pa.table({"name": [r[0] for r in rows], "question": [r[1] for r in rows]}))
+    if not rows:
+        return Result(schema.empty_table())
+    # Read as JSON lines: pa.table() of Python lists would import pandas (a quarter of a
+    # second of `kmemscope queries`) for pyarrow's check of pandas objects.
+    lines = "\n".join(json.dumps({"name": n, "question": q}) for n, q, *_ in rows)
+    return Result(pajson.read_json(io.BytesIO(lines.encode()),
+                                   parse_options=pajson.ParseOptions(explicit_schema=schema)))
 
 
 def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
