@@ -623,8 +623,19 @@ def dataset_info(dataset) -> dict:
     from kmemscope.dataset.storage import parquet_rows
     from kmemscope.errors import QueryError
 
+    from kmemscope.errors import DatasetError
+
+    def rows(f):
+        try:
+            return parquet_rows(f)
+        except KmemscopeError:
+            raise
+        except Exception as exc:      # a truncated or foreign file: name it
+            raise DatasetError(f"cannot read the footer of {f}: {str(exc).splitlines()[0]}",
+                               "kmemscope verify DATASET lists what changed") from None
+
     parts = table_runs(dataset)
-    per_run = [(run, name, sum(parquet_rows(f) for f in files))
+    per_run = [(run, name, sum(rows(f) for f in files))
                for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]
     long = pa.table({"run_id": [r[0] for r in per_run], "table": [r[1] for r in per_run],
                      "rows": pa.array([r[2] for r in per_run], pa.int64())})

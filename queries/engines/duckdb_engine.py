@@ -55,12 +55,16 @@ class DuckDBBackend:
 
     def run_script(self, sql, params):
         """Execute each statement of `sql`, binding the parameters it refers to."""
-        for statement in self.con.extract_statements(sql):
-            used = {k: params[k] for k in statement.named_parameters if k in (params or {})}
-            self.con.execute(statement.query, used or None)
+        # guarded: SIGTERM/SIGINT stop a long statement at once and end the command in one
+        # line, instead of DuckDB's RuntimeError("Query interrupted")
+        with ds.guarded(self.con):
+            for statement in self.con.extract_statements(sql):
+                used = {k: params[k] for k in statement.named_parameters if k in (params or {})}
+                self.con.execute(statement.query, used or None)
 
     def query_arrow(self, sql, params):
-        return ds.query_arrow(self.con, sql, params or None)
+        with ds.guarded(self.con):
+            return ds.query_arrow(self.con, sql, params or None)
 
     def derived(self, name, progress=None):
         """A view of derived table `name` over the chosen runs, built where missing."""
