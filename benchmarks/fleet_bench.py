@@ -2,7 +2,8 @@
 """Time the analyses as a dataset grows to hundreds of runs, on DuckDB and on Spark.
 
     fleet_bench.py [--runs 10,100,300] [--engines duckdb,spark] [--analyses a,b,...]
-                   [--repeat 1] [--budget 900] [--spark-conf k=v ...] [--json FILE] [--keep DIR]
+                   [--repeat 1] [--budget 900] [--max-load 2] [--wait 300] [--retries 2]
+                   [--spark-conf k=v ...] [--json FILE] [--keep DIR]
 
 The datasets are built by benchmarks/fleet_dataset.py: the three example bundles
 (examples/kmem-compaction, thp-faults, memory-pressure) are parsed once, and a
@@ -28,6 +29,11 @@ are that time divided by the analysis's warm time.
 An engine whose previous N, scaled by the event count, would exceed --budget
 seconds at the next N is not run there (printed as skipped, with the estimate);
 within one N, analyses after the budget is spent are skipped too.
+The machine may be shared: every measurement first waits (at most --wait
+seconds) for a 1-minute load average below --max-load, and the load it started
+at is printed beside every warm figure (`load`); a warm call that started above
+it is measured again, at most --retries times, and the quietest is kept.
+
 Progress goes to stderr; temporary datasets are removed at the end, also on
 Ctrl-C or SIGTERM, unless --keep DIR is given.
 """
@@ -137,27 +143,59 @@ def worker(spec):
     eng = None
     mem_pid = os.getpid()
     if name == "spark":
+        session_load = wait_quiet(spec["max_load"], spec["wait_s"])
         t0 = time.perf_counter()
         eng = engines.engine_for(engines.EngineSpec.of("spark", conf=spec.get("spark_conf")))
         eng.spark                     # start the session now, timed apart
         start_s = time.perf_counter() - t0
         mem_pid = java_descendant(os.getpid())
-        emit({"kind": "session", "engine": name, "seconds": start_s, "jvm_pid": mem_pid,
+        emit({"kind": "session", "engine": name, "seconds": start_s, "load": session_load,
+              "jvm_pid": mem_pid,
               "jvm_rss_mb": peak_mb(mem_pid) if mem_pid else None})
     else:
         eng = "duckdb"
 
     def measure(fn):
+        """(seconds, peak MB, result, 1-min load average just before) of one call of fn."""
+        load = wait_quiet(spec["max_load"], spec["wait_s"])
         reset_peak(mem_pid)
         t0 = time.perf_counter()
         result = fn()
-        return time.perf_counter() - t0, peak_mb(mem_pid), result
+        return time.perf_counter() - t0, peak_mb(mem_pid), result, load
 
     try:
         _measure_all(spec, name, eng, emit, measure)
     finally:
         if name == "spark":
             eng.close()
+
+
+def wait_quiet(max_load, wait_s):
+    """Wait (at most wait_s) until the 1-minute load average is below max_load; return it.
+
+    The machine is shared: a figure measured on a busy machine says little, so every
+    measurement waits for quiet first and reports the load it started at.
+    """
+    deadline = time.monotonic() + wait_s
+    load = os.getloadavg()[0]
+    while load >= max_load and time.monotonic() < deadline:
+        time.sleep(5)
+        load = os.getloadavg()[0]
+    return load
+
+
+def _warm(measure, fn, spec, spent_before):
+    """Best of spec['repeat'] warm calls; a call started at a load of max_load or more is
+    measured again (at most spec['retries'] times), so that the kept figure is a quiet one."""
+    warm = []
+    for i in range(spec["repeat"]):
+        for _attempt in range(spec["retries"] + 1):
+            m = measure(fn)
+            warm.append(m)
+            if m[3] < spec["max_load"] or spent_before + sum(w[0] for w in warm) > spec["budget"]:
+                break
+            log(f"load {m[3]:.2f} at the start of a warm call: measuring it again")
+    return warm
 
 
 def _measure_all(spec, name, eng, emit, measure):
@@ -182,13 +220,11 @@ def _measure_all(spec, name, eng, emit, measure):
                 fn = lambda a=analysis: runner.run_query(a, dataset, engine=eng).num_rows  # noqa: E731
             log(f"{name} N={n} {analysis}: first")
             try:
-                first_s, first_mb, rows = measure(fn)
+                first_s, first_mb, rows, first_load = measure(fn)
                 warm = []
-                for i in range(spec["repeat"]):
-                    if spent + first_s > spec["budget"]:
-                        break
-                    log(f"{name} N={n} {analysis}: warm {i + 1}")
-                    warm.append(measure(fn))
+                if spent + first_s <= spec["budget"]:
+                    log(f"{name} N={n} {analysis}: warm")
+                    warm = _warm(measure, fn, spec, spent + first_s)
             except Exception as exc:  # an engine failure is a result to report
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 emit({"kind": "result", "engine": name, "n": n, "analysis": analysis,
@@ -196,8 +232,10 @@ def _measure_all(spec, name, eng, emit, measure):
                 continue
             spent += first_s + sum(w[0] for w in warm)
             peaks = [m for m in [first_mb] + [w[1] for w in warm] if m is not None]
+            best = min(warm, key=lambda w: (w[3] >= spec["max_load"], w[0])) if warm else None
             emit({"kind": "result", "engine": name, "n": n, "analysis": analysis,
-                  "first_s": first_s, "warm_s": min(w[0] for w in warm) if warm else None,
+                  "first_s": first_s, "first_load": first_load,
+                  "warm_s": best[0] if best else None, "warm_load": best[3] if best else None,
                   "peak_mb": max(peaks) if peaks else None, "first_peak_mb": first_mb,
                   "rows": rows})
         prev = (events, spent)
@@ -263,7 +301,8 @@ def print_table(report, results, datasets, analyses, engines):
         f"{k} {v:.2f} s" for k, v in report["per_source"].items())
         + (" (merged: each N uses its own file's)" if report.get("merged") else ""))
     for s in sessions:
-        print(f"spark session start (local[*], once, not in the times below): {s['seconds']:.1f} s; "
+        print(f"spark session start (local[*], once, not in the times below): {s['seconds']:.1f} s "
+              f"(load {_f(s.get('load'))}); "
               f"driver JVM RSS after start {_f(s['jvm_rss_mb'], 0)} MB")
     for s in skips:
         print(f"{s['engine']} N={s['n']}: not run: {s['why']}")
@@ -271,8 +310,8 @@ def print_table(report, results, datasets, analyses, engines):
         print(f"N={d['n']}: {d['events']:,} events; trace-cmd report of the {d['n']} source "
               f"traces would take {d['report_s']:.1f} s")
     print()
-    hdr = ["analysis", "N", "duck 1st s", "duck s", "spark 1st s", "spark s", "spark/duck",
-           "duck MB", "JVM MB", "rep/duck", "rep/spark", "rows"]
+    hdr = ["analysis", "N", "duck 1st s", "duck s", "load", "spark 1st s", "spark s", "load",
+           "spark/duck", "duck MB", "JVM MB", "rep/duck", "rep/spark", "rows"]
     rows = []
     for d in datasets:
         for a in analyses:
@@ -288,7 +327,8 @@ def print_table(report, results, datasets, analyses, engines):
                     return "skip"
                 return _f(r.get(key))
             rows.append([a, str(d["n"]), cell(du, "first_s"), cell(du, "warm_s"),
-                         cell(sp, "first_s"), cell(sp, "warm_s"),
+                         _f(du.get("warm_load")), cell(sp, "first_s"), cell(sp, "warm_s"),
+                         _f(sp.get("warm_load")),
                          _ratio(sp.get("warm_s"), du.get("warm_s")),
                          _f(du.get("peak_mb"), 0), _f(sp.get("peak_mb"), 0),
                          _ratio(d["report_s"], du.get("warm_s")),
@@ -341,6 +381,13 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="warm calls per measurement (best kept)")
     ap.add_argument("--budget", type=float, default=900.0,
                     help="seconds one engine may spend on one N (default 900)")
+    ap.add_argument("--max-load", type=float, default=2.0,
+                    help="wait for a 1-minute load average below this before every measurement, "
+                         "and measure a warm call again that started above it (default 2)")
+    ap.add_argument("--wait", type=float, default=300.0, metavar="SECONDS",
+                    help="the longest wait for that load before measuring anyway (default 300)")
+    ap.add_argument("--retries", type=int, default=2,
+                    help="warm calls measured again at most this often for load (default 2)")
     ap.add_argument("--spark-conf", action="append", default=[], metavar="K=V")
     ap.add_argument("--json", type=Path, metavar="FILE")
     ap.add_argument("--keep", type=Path, metavar="DIR",
@@ -417,7 +464,8 @@ def main():
         try:
             for e in engines:
                 spec = {"engine": e, "datasets": datasets, "analyses": analyses,
-                        "repeat": args.repeat, "budget": args.budget, "spark_conf": args.spark_conf}
+                        "repeat": args.repeat, "budget": args.budget, "spark_conf": args.spark_conf,
+                        "max_load": args.max_load, "wait_s": args.wait, "retries": args.retries}
                 run_worker(spec, procs, results)
         except KeyboardInterrupt:
             # what was measured before the interruption is still printed
