@@ -31,11 +31,11 @@ def metrics_table(rows, source):
 
 def read_partition(part_dir):
     """The rows of a run's run_metrics partition: [(metric, value, unit, better, source)]."""
-    import pyarrow.parquet as pq
-
     out = []
     if not part_dir.is_dir() or part_dir.is_symlink():
-        return out
+        return out          # the usual case at commit: no import to keep, and no pyarrow to load
+    import pyarrow.parquet as pq
+
     for f in sorted(part_dir.glob("*.parquet")):
         if f.is_symlink() or not f.is_file():
             raise DatasetError(f"{f} is not a regular file", "remove it from the dataset")
