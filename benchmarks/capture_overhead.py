@@ -230,8 +230,10 @@ def flight_main(args):
                     mode, row["mib_per_s"], row["load_before"], row["load_after"]), file=sys.stderr)
                 if row["load_before"] <= args.max_load:
                     break
-                notes.append("%s: load average %.2f before the run (above %.1f); measured again"
-                             % (mode, load, args.max_load))
+                again = attempt < args.retries
+                notes.append("%s: load average %.2f before the run (above %.1f); %s"
+                             % (mode, row["load_before"], args.max_load,
+                                "measured again" if again else "kept (no retries left)"))
             rows.append(row)
     if not args.keep:
         shutil.rmtree(workdir)
