@@ -224,7 +224,7 @@ def flight_main(args):
         fcntl.flock(lock, fcntl.LOCK_EX)
         for mode in args.modes.split(","):
             for attempt in range(args.retries + 1):
-                load = wait_for_quiet(args.max_load)
+                wait_for_quiet(args.max_load)
                 row = run_timed_mode(mode, workdir, seconds, args.pause)
                 print("%-7s %.1f MiB/s, load %.2f before, %.2f after" % (
                     mode, row["mib_per_s"], row["load_before"], row["load_after"]), file=sys.stderr)
