@@ -237,6 +237,13 @@ def gather(dataset, names=None, run_ids=None, labels=None, engine=None, with_def
     kinds some run recorded, and every imported metric. An explicit name that
     no run can give is an error naming what is there.
     """
+    from .runner import one_listing
+
+    with one_listing(dataset):         # every analysis of the comparison sees one snapshot
+        return _gather(dataset, names, run_ids, labels, engine, with_defaults)
+
+
+def _gather(dataset, names, run_ids, labels, engine, with_defaults):
     groups = [n for n in names or [] if n in GROUPS]
     parsed = [(n, parse_name(n)) for n in names or [] if n not in GROUPS]
     kinds = {p[0] for _, p in parsed} | {GROUPS[g] for g in groups}
