@@ -194,6 +194,7 @@ def _warm(measure, fn, spec, spent_before):
             warm.append(m)
             if m[3] < spec["max_load"] or spent_before + sum(w[0] for w in warm) > spec["budget"]:
                 break
+            # sql-safe: a log line that starts with "load", not SQL
             log(f"load {m[3]:.2f} at the start of a warm call: measuring it again")
     return warm
 

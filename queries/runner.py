@@ -151,6 +151,7 @@ def _create_fact_table(con, name, data):
     columns = _FACT_TABLES[name]
     # sql-safe: the names and types are the constants of _FACT_TABLES
     select = ", ".join(f"unnest(CAST(? AS {t}[])) AS {ds.quote_ident(c)}" for c, t in columns)
+    # sql-safe: select is built above from constants and quote_ident(); values are bound
     con.execute(f"CREATE OR REPLACE TEMP TABLE {ds.quote_ident(name)} AS SELECT {select}",
                 [[row[c] for row in data] for c, _t in columns])
 
@@ -340,10 +341,10 @@ def _register_params(backend, plan):
     if not ps:
         backend.con.execute("CREATE OR REPLACE TEMP TABLE query_params AS SELECT 1::INTEGER AS \"none\"")
         return
-    # sql-safe: parameter names match the header's [a-z_][a-z0-9_]*, quoted by quote_ident();
-    # the types are catalog.TYPES keys; values are bound
+    # parameter names match the header's [a-z_][a-z0-9_]*, types are catalog.TYPES keys
     cols = ", ".join(f"CAST(? AS {'VARCHAR' if p.type == 'FILE' else p.type}) AS {ds.quote_ident(p.name)}"
                      for p in ps)
+    # sql-safe: cols is built above from quote_ident() names and catalog types; values are bound
     backend.con.execute(f"CREATE OR REPLACE TEMP TABLE query_params AS SELECT {cols}",
                         [plan.bound[p.name] for p in ps])
 
