@@ -249,12 +249,7 @@ class FlightRecorder(Recorder):
         opt = self.opt
         preset = opt.preset if (opt.preset or opt.events) else "default"
         out = self._prepare_directory()
-        specs, missing, stacktrace = presets.resolve(tracefs, preset, opt.events)
-        self._check_conflicts(tracefs)
-        restrictions = tfs.probe_restrictions(tracefs)
-        host_flags = tfs.trace_cmd_flags(restrictions)
-        for name in missing:
-            self.warn("this kernel has no %s; the %s preset records without it" % (name, preset))
+        specs, missing, stacktrace, restrictions, host_flags = self._resolve_events(tracefs, preset)
         with open("/proc/vmstat") as f:
             trig.check_counters(opt.triggers, f.read())
         ncpu = len(tfs.cpu_dirs(tracefs)) or os.cpu_count() or 1

@@ -188,18 +188,24 @@ class Recorder:
                 signal.signal(signum, handler)
             os.umask(old_umask)
 
+    def _resolve_events(self, tracefs, preset):
+        """The preset's events on this kernel, and the trace-cmd flags this host needs:
+        (specs, missing, stacktrace, restrictions, host_flags); a missing event is a warning."""
+        specs, missing, stacktrace = presets.resolve(tracefs, preset, self.opt.events)
+        self._check_conflicts(tracefs)
+        restrictions = tfs.probe_restrictions(tracefs)
+        host_flags = tfs.trace_cmd_flags(restrictions)
+        for name in missing:
+            self.warn("this kernel has no %s; the %s preset records without it" % (name, preset))
+        return specs, missing, stacktrace, restrictions, host_flags
+
     def _locked_run(self, tracefs, trace_cmd, state_dir):
         opt = self.opt
         preset = opt.preset if (opt.preset or opt.events) else "default"
         if opt.buffer_kb is None:
             opt.buffer_kb = presets.PRESETS[preset]["buffer_kb"] if preset else 8192
         self._preflight(tracefs)
-        specs, missing, stacktrace = presets.resolve(tracefs, preset, opt.events)
-        self._check_conflicts(tracefs)
-        restrictions = tfs.probe_restrictions(tracefs)
-        host_flags = tfs.trace_cmd_flags(restrictions)
-        for name in missing:
-            self.warn("this kernel has no %s; the %s preset records without it" % (name, preset))
+        specs, missing, stacktrace, restrictions, host_flags = self._resolve_events(tracefs, preset)
         for spec in specs:
             if spec.stack_fallback:
                 self.warn("this kernel has no stacktrace trigger on %s; the %s preset records a "

@@ -621,9 +621,7 @@ def dataset_info(dataset) -> dict:
 
     from kmemscope.dataset.reader import connect, query_arrow, sql_error_text, table_runs
     from kmemscope.dataset.storage import parquet_rows
-    from kmemscope.errors import QueryError
-
-    from kmemscope.errors import DatasetError
+    from kmemscope.errors import DatasetError, QueryError
 
     def rows(f):
         try:

@@ -148,21 +148,27 @@ _SCHEMAS = {}
 _SCHEMAS_MAX = 200_000
 
 
+def _file_key(f):
+    """A local file's identity (path, device, inode, size, times): a replaced or rewritten file
+    gets another key. None for an s3 object or a file that cannot be stat'ed (not remembered)."""
+    if storage.is_url_file(str(f)):
+        return None
+    try:
+        st = os.stat(f, follow_symlinks=False)
+    except OSError:
+        return None
+    return (str(f), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _file_schema(f):
     """(Arrow schema, None) of Parquet file `f`, or (None, why) when its footer cannot be read.
 
     Local files are remembered by their identity (_SCHEMAS); s3 objects are read every time.
     Raises DatasetError when the object store does not answer (not the run's fault).
     """
-    key = None
-    if not storage.is_url_file(str(f)):
-        try:
-            st = os.stat(f, follow_symlinks=False)
-            key = (str(f), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        except OSError:
-            key = None
-        if key is not None and key in _SCHEMAS:
-            return _SCHEMAS[key]
+    key = _file_key(f)
+    if key is not None and key in _SCHEMAS:
+        return _SCHEMAS[key]
     try:
         got = (storage.read_schema(str(f)), None)
     except DatasetError:
@@ -223,13 +229,7 @@ def _rows_of(files):
     """Rows of `files` from their footers (local files remembered by their identity)."""
     total = 0
     for f in files:
-        key = None
-        if not storage.is_url_file(str(f)):
-            try:
-                st = os.stat(f, follow_symlinks=False)
-                key = (str(f), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            except OSError:
-                key = None
+        key = _file_key(f)
         if key is None or key not in _ROWS:
             try:
                 n = storage.parquet_rows(str(f))
