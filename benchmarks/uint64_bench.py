@@ -62,7 +62,8 @@ def bench_uint64(rows, workdir, spark=None, repeat=2):
     for kind, mode, store in (("uint64", "decimal", "uint64"), ("int64", "int64", "int64"),
                               ("uint64 read as int64", "int64", "uint64")):
         con = duckdb.connect()
-        con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{paths[store]}/*/*.parquet')")  # sql-safe: our temp dir
+        glob = str(paths[store] / "*" / "*.parquet").replace("'", "''")
+        con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{glob}')")  # sql-safe: quoted literal
         df = spark.read.option("basePath", str(paths[store])).parquet(str(paths[store] / "run_id=bench"))
         if kind == "uint64 read as int64":
             df = df.select(*[_as_int64(f.name, _spark_type_name(f.dataType))
