@@ -3,7 +3,7 @@
 usage: python3 capture/build_pyz.py OUT.pyz
 
 The archive holds kmemscope/capture/*.py, kmemscope/errors.py and a stub
-kmemscope/__init__.py (only __version__): the rest of the package root is not
+kmemscope/__init__.py and kmemscope/version.py: the rest of the package root is not
 needed to record, and leaving it out guarantees that nothing pulls pyarrow,
 duckdb or click onto a host that has only Python 3.8+ and trace-cmd. Run it as
 `python3 kmemscope-record.pyz -o BUNDLE ...`.
@@ -26,9 +26,9 @@ sys.exit(main(sys.argv[1:]))
 
 
 def package_version():
-    """__version__ from the package root (kmemscope/__init__.py), without importing it."""
+    """__version__ from kmemscope/version.py, without importing it."""
     try:
-        with open(os.path.join(ROOT, "kmemscope", "__init__.py")) as f:
+        with open(os.path.join(ROOT, "kmemscope", "version.py")) as f:
             m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
         return m.group(1) if m else None
     except OSError:
@@ -40,7 +40,9 @@ def build(out):
         pkg = os.path.join(tmp, "kmemscope")
         os.makedirs(os.path.join(pkg, "capture"))
         with open(os.path.join(pkg, "__init__.py"), "w") as f:
-            f.write('"""kmemscope (record-only build)."""\n__version__ = %r\n' % package_version())
+            f.write('"""kmemscope (record-only build)."""\n')
+        with open(os.path.join(pkg, "version.py"), "w") as f:
+            f.write('__version__ = %r\n' % package_version())
         shutil.copy(os.path.join(ROOT, "kmemscope", "errors.py"), os.path.join(pkg, "errors.py"))
         for name in sorted(os.listdir(HERE)):
             if name.endswith(".py") and name != "build_pyz.py":

@@ -80,7 +80,7 @@ class Interrupted(Exception):
 
 def _kmemscope_version():
     try:
-        from kmemscope import __version__
+        from kmemscope.version import __version__
         return __version__
     except ImportError:
         return None

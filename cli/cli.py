@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from kmemscope import __version__
+from kmemscope.version import __version__
 from kmemscope.errors import KmemscopeError
 
 def utf8_path(ctx, param, value):
@@ -65,7 +65,7 @@ class _engine:
             raise click.BadParameter(str(exc), param_hint="--engine") from None
 
     def __enter__(self):
-        from kmemscope.api import is_remote, start_engine
+        from kmemscope.operations import is_remote, start_engine
 
         if self.spec.is_spark and not (self.dataset and is_remote(self.dataset)):
             where = self.spec.master or "local[*]"
@@ -76,7 +76,7 @@ class _engine:
 
     def __exit__(self, *exc):
         if self.spec.is_spark:
-            from kmemscope.api import stop_engines
+            from kmemscope.operations import stop_engines
 
             stop_engines()
 
@@ -205,7 +205,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
     commits the runs; the dataset must be on a file system that the driver and
     every executor see at the same path.
     """
-    from kmemscope.api import expand_inputs, parse_one
+    from kmemscope.operations import expand_inputs, parse_one
 
     labels = _key_values(labels, "--label")
     patterns = [p for item in events for p in item.split(",") if p]
@@ -266,7 +266,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
 
 def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng):
     """`parse --engine spark`: one Spark task per input; a line per run as the driver commits it."""
-    from kmemscope.api import parse_on_spark
+    from kmemscope.operations import parse_on_spark
 
     def progress(kind, source, entry):
         if isinstance(entry, KmemscopeError):
@@ -298,10 +298,10 @@ def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng)
 
 
 def _derive(ctx, dataset, run_id, quiet):
-    """Build a run's derived pairing tables (kmemscope/dataset/derived.py) right after parsing it."""
+    """Build a run's derived pairing tables (dataset/derived.py) right after parsing it."""
     import time
 
-    from kmemscope.api import derive
+    from kmemscope.operations import derive
 
     started = time.monotonic()
     try:
@@ -382,7 +382,7 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
     With --engine spark the same DuckDB SQL is translated to Spark SQL (the
     analyses' rules); what has no exact translation is refused.
     """
-    from kmemscope.api import run_sql, sql_statements
+    from kmemscope.operations import run_sql, sql_statements
     from kmemscope.cli.output import resolve_format, write_result
 
     statements = sql_statements(_sql_text(query, sql_file))
@@ -407,7 +407,7 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
 
 def _interrupted_notes(dataset):
     """Commits that killed parses left: readers leave them to the next parse, and say so."""
-    from kmemscope.api import interrupted_commits
+    from kmemscope.operations import interrupted_commits
 
     for note in interrupted_commits(dataset):
         click.echo(f"kmemscope: note: {note}", err=True)
@@ -418,7 +418,7 @@ def _sql_text(query, sql_file):
     if sql_file and query is not None:
         raise click.UsageError("give the SQL either as QUERY or with -f FILE, not both")
     if sql_file:
-        from kmemscope.api import read_sql_file
+        from kmemscope.operations import read_sql_file
 
         return read_sql_file(sql_file)          # regular, bounded, no link followed
     if query is None:
@@ -470,9 +470,9 @@ def verify(dataset, quiet):
     \b
     kmemscope verify ds
     """
-    from kmemscope import api
+    from kmemscope.operations import verify
 
-    result = api.verify(dataset)
+    result = verify(dataset)
     for kind, path in result.problems:
         click.echo(f"{kind}\t{path}")
     if result.problems:
@@ -495,7 +495,7 @@ def info(dataset, per_run, fmt, output):
     json writes one object {runs, tables, rows_per_run}; csv, jsonl and
     parquet write the rows of every table in every run (run_id, table, rows).
     """
-    from kmemscope.api import dataset_info
+    from kmemscope.operations import dataset_info
     from kmemscope.cli.output import resolve_format, write_document, write_result
 
     fmt = resolve_format(fmt, output)
@@ -734,7 +734,7 @@ def metrics_import(dataset, file, fmt, quiet):
     host-a1,pgbench_tps,1234.5,tps,higher
     4f1c0e9a,pgbench_tps,1198.0,tps,higher
     """
-    from kmemscope.api import import_metrics
+    from kmemscope.operations import import_metrics
 
     written = import_metrics(dataset, file, fmt)
     if not quiet:

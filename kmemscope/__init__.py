@@ -9,7 +9,7 @@ have only the Python standard library, so nothing here imports pyarrow or duckdb
 and the Python API (kmemscope.api) is loaded on first use.
 """
 
-__version__ = "0.2.0"
+from kmemscope.version import __version__  # noqa: F401  (a leaf: nothing circles back)
 
 _API = ("open", "parse", "analyses", "describe", "Dataset", "Result", "Comparison", "Labels",
         "EngineSpec")

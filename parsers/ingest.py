@@ -2,7 +2,7 @@
 
 The dataset layout (README, "The dataset"): DATASET/<table>/run_id=<run_id>/part-<n>.parquet.
 A run is staged in a work directory inside the dataset and committed only when
-every table is complete (kmemscope/dataset/commit.py: a journaled, crash-safe commit with
+every table is complete (dataset/commit.py: a journaled, crash-safe commit with
 `runs` last): readers never see a half-written run, and an interrupted or failed
 parse leaves the dataset as it was. Inputs are untrusted (parsers/sources.py).
 
@@ -119,7 +119,7 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
     """Decode `source` into `staging`; returns the RunSummary (run_id set).
 
     scratch: where a packed bundle is unpacked (default: beside `staging`).
-    A run whose known tables do not fit the dataset (kmemscope/dataset/format.py
+    A run whose known tables do not fit the dataset (dataset/format.py
     unfit_reason) is refused in one line naming the table and field.
     """
     for key, value in sorted((labels or {}).items()):

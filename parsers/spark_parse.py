@@ -7,7 +7,7 @@ Each input is decoded in a Spark task, exactly as `kmemscope parse` decodes it
 (parsers/ingest.py: a forked decoder child, untrusted input bounded), into a
 directory inside the dataset. Tasks send the driver only a few numbers and that
 directory's path, never table data. The driver commits each staged run with
-kmemscope/dataset/commit.py's journal (`runs` partition last, under the dataset lock),
+dataset/commit.py's journal (`runs` partition last, under the dataset lock),
 as the runs finish.
 
 The dataset must therefore be on a file system that the driver and every
@@ -383,7 +383,7 @@ def _killer(suffix, source, attempt_no):
 # ---------------------------------------------------------------- derived tables
 
 def _derive_on_spark(sc, dataset, driver):
-    """Build each committed run's derived tables (kmemscope/dataset/derived.py), one Spark task per run."""
+    """Build each committed run's derived tables (dataset/derived.py), one Spark task per run."""
     by_run = {}
     for i, e in enumerate(driver.entries):
         if isinstance(e, SparkRunSummary):

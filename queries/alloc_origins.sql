@@ -7,7 +7,7 @@
 -- every allocation is paired with the stack recorded for it, stacks are
 -- interned per run (stack_id), and each stack gets a callsite and a subsystem.
 --
--- Pairing (derived table alloc_stack_ids, kmemscope/dataset/derived.py): the kernel writes
+-- Pairing (derived table alloc_stack_ids, dataset/derived.py): the kernel writes
 -- an event's stack after the event, on the same CPU, microseconds later. An
 -- interrupt during that unwind nests its own events and stacks inside, so per
 -- CPU, in time order, events and stacks match like brackets (`A B S(B) S(A)`).

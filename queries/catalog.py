@@ -13,7 +13,7 @@ mind. A few lines are read by kmemscope:
                                  one, a note for each run without it
     -- @optional TABLE ...       tables used when present: a note for each run without one
     -- @any_of TABLE ...         at least one must be present; each is otherwise optional
-    -- @derived NAME ...         per-run derived tables (kmemscope/dataset/derived.py), made on first use
+    -- @derived NAME ...         per-run derived tables (dataset/derived.py), made on first use
     -- @section NAME: description
     -- @columns                  the section's result columns, one a line, after run_id
     --   NAME  UNIT  description     and labels (which every result starts with); a line

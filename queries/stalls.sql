@@ -39,7 +39,7 @@
 -- and that allocation share the call chain above __alloc_pages, so the
 -- allocation's stack names their caller (a stack of the try itself would name
 -- try_to_compact_pages). Stacks are paired with allocations once per run
--- (derived tables alloc_stacks and alloc_stack_ids, kmemscope/dataset/derived.py) and
+-- (derived tables alloc_stacks and alloc_stack_ids, dataset/derived.py) and
 -- named by alloc_origins' rule, the first frame outside tracing, allocator,
 -- slab and vmalloc (the frame list is alloc_origins'; tests/test_stalls.py
 -- checks that the two stay equal). '(no stack)': that allocation has no stack

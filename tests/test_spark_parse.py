@@ -6,7 +6,7 @@ table (compared in full, sorted); a bad input fails alike in both and does not
 stop the others; `kmemscope info` prints the same. Then: a second Spark job
 over the same inputs leaves the dataset as it was; a task whose Python worker
 dies mid-staging is retried by Spark and leaves no debris; derive=True builds
-the same derived tables as kmemscope/dataset/derived.py on the serial dataset.
+the same derived tables as dataset/derived.py on the serial dataset.
 
 The pytest run's shared Spark session serves most tests. A second driver, in
 a subprocess on local[2,2] (a failed task gets a second attempt), runs the

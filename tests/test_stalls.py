@@ -306,7 +306,7 @@ def live(live_tracefs, tmp_path_factory):
             with open(ALLOC_TRIGGER, "a") as f:
                 f.write("!traceoff")
     # Parsed beside the committed run: a short quiet recording has no kswapd sleep, so no
-    # mm_vmscan_kswapd_sleep table, which stalls requires while kmemscope/dataset/schema.py has no
+    # mm_vmscan_kswapd_sleep table, which stalls requires while dataset/schema.py has no
     # stand-in for it. The live run's rows are picked by its label.
     kmemscope("parse", "-q", bundle, "-o", d / "ds", "--label", "source=live")
     kmemscope("parse", "-q", BUNDLE, "-o", d / "ds", "--label", "source=committed")

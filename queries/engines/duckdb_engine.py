@@ -1,9 +1,9 @@
 """DuckDB in this process, the default engine: one in-process connection per query.
 
 Every dataset table is a view over the chosen runs' Parquet files
-(kmemscope/dataset/reader.py `connect`), with NULL stand-ins for the columns of
+(dataset/reader.py `connect`), with NULL stand-ins for the columns of
 schema.TABLE_COLUMNS that an older kernel's format lacks. Derived tables are
-Parquet files built once per run by kmemscope/dataset/derived.py and read as views.
+Parquet files built once per run by dataset/derived.py and read as views.
 """
 import duckdb
 

@@ -3,7 +3,7 @@
 Spark is the scheduler of per-run work. A named analysis (runner.Plan) runs as
 one Spark task per run: the task runs runner.run_local, the same DuckDB path as
 the DuckDB engine, over that run's files, building and caching the run's
-derived tables (pairing, stacks: kmemscope/dataset/derived.py) in the same
+derived tables (pairing, stacks: dataset/derived.py) in the same
 task, and sends back the rows as Arrow. The driver concatenates them in run_id
 order, which is every section's ORDER BY (it starts with run_id and is total),
 so the rows equal DuckDB's in value and order by construction. Runs go out

@@ -16,7 +16,7 @@ partition first), swap every other table's partition, show the new run
 file system, and rolling forward is idempotent: the next writer (parse) that
 finds a dead parse's journal finishes its commit; a dead parse without a
 journal never touched the dataset and its directory is simply removed.
-Readers see a run once its `runs` partition is in place (kmemscope/dataset/reader.py
+Readers see a run once its `runs` partition is in place (dataset/reader.py
 reads only those runs), so they see the old run, the new one, or, for the
 moment of a replacement, neither; never half of one. Readers never recover:
 unfinished_commits() tells them what is pending, and writes nothing.
@@ -41,10 +41,11 @@ import uuid
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from kmemscope.errors import DatasetError
+from .digests import record_digests
+from .safefs import (DIR_FLAGS as _DIR_FLAGS, FILE_FLAGS as _FILE_FLAGS, HINT as _HINT,  # noqa: F401
+                     HINT_LINK as _HINT_LINK, RUN_PREFIX, RUNS_TABLE, SAFE_RUN_ID, SAFE_TABLE,
+                     Dir as _Dir, UnsafeEntry, kind_of)
 
-RUNS_TABLE = "runs"
-RUN_PREFIX = "run_id="
 WORK_PREFIX = ".parse-"
 LOCK_NAME = ".kmemscope.lock"
 JOURNAL = "commit.json"
@@ -53,73 +54,6 @@ JOURNAL_MAX_BYTES = 1 << 16           # a real journal names a few dozen tables
 LEGACY_PREFIXES = (".staging-", ".trash-")
 # What kmemscope itself names things: anything else in those places is not its own.
 WORK_NAME = re.compile(r"\.parse-[0-9a-f]{12}")
-SAFE_TABLE = re.compile(r"[a-z][a-z0-9_]{0,127}")
-SAFE_RUN_ID = re.compile(r"[0-9a-f]{1,64}")
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-class UnsafeEntry(DatasetError):
-    """Something in a dataset that kmemscope did not write as it is (a link, a FIFO, a
-    journal of another shape): recovery leaves it alone, a commit refuses to start."""
-
-
-def kind_of(mode):
-    """What a file of this st_mode is, for a message."""
-    return ("a symbolic link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode)
-            else "a regular file" if stat.S_ISREG(mode) else "not a regular file")
-
-
-class _Dir:
-    """A folder opened without following links, and the path it is shown by in messages."""
-
-    def __init__(self, fd, path):
-        self.fd, self.path = fd, Path(path)
-
-    @classmethod
-    def root(cls, dataset):
-        """The dataset folder itself (the path the user gave, links and all)."""
-        return cls(os.open(dataset, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), dataset)
-
-    def lstat(self, name):
-        try:
-            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return None
-
-    def sub(self, name, what="a folder"):
-        """The real folder `name` in this one; UnsafeEntry when it is anything else."""
-        try:
-            return _Dir(os.open(name, _DIR_FLAGS, dir_fd=self.fd), self.path / name)
-        except OSError as exc:
-            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                raise
-            st = self.lstat(name)
-            kind = kind_of(st.st_mode) if st else "missing"
-            raise UnsafeEntry(f"{self.path / name} is {kind} where {what} belongs",
-                              _HINT_LINK if st and stat.S_ISLNK(st.st_mode) else _HINT) from None
-
-    def entries(self):
-        with os.scandir(self.fd) as it:
-            return sorted(it, key=lambda e: e.name)
-
-    def close(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-_HINT = "kmemscope keeps only its own files and folders in a dataset: remove it"
-_HINT_LINK = "kmemscope writes no links in a dataset: remove it, or put a copy in its place"
 
 
 def _entry_kind(entry):
@@ -604,107 +538,3 @@ def _pending_note(root, name):
                 return None        # every partition is in place: only the clean-up is left
     return (f"run {run_id}: its commit was interrupted ({name}); queries leave out what it had "
             "not finished until the next `kmemscope parse` into this dataset completes it")
-
-
-# ---------------------------------------------------------------- what was committed
-
-# `runs/run_id=<id>/_files.json`: the sha256 and size of every file of the run, written
-# into the staged runs partition before the journal, so it lands with the run (runs
-# last) and `kmemscope verify` (kmemscope/dataset/verify.py) can tell what changed since.
-DIGESTS = "_files.json"
-DIGESTS_MAX_BYTES = 1 << 20
-
-
-def file_digest(dir_fd, name):
-    """(sha256 hex, bytes) of the regular file `name` in the folder `dir_fd` (no link followed)."""
-    import hashlib
-
-    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeEntry(f"{name} is {kind_of(st.st_mode)}, not a regular file", _HINT)
-        h = hashlib.sha256()
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest(), st.st_size
-
-
-def _table_digests(folder):
-    out = {}
-    with _Dir(os.open(folder, _DIR_FLAGS), folder) as d:
-        for entry in d.entries():
-            if entry.name.startswith(".") or entry.name == DIGESTS:
-                continue
-            sha, size = file_digest(d.fd, entry.name)
-            out[entry.name] = {"sha256": sha, "bytes": size}
-    return out
-
-
-def _write_digests(folder, doc):
-    tmp = Path(folder) / f".{DIGESTS}.{uuid.uuid4().hex[:8]}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, sort_keys=True, indent=0)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, Path(folder) / DIGESTS)
-
-
-def record_digests(stage, run_id, tables):
-    """Write the staged run's digests into its staged runs partition."""
-    stage = Path(stage)
-    files = {}
-    for table in sorted(tables):
-        for name, digest in _table_digests(stage / table).items():
-            files[f"{table}/{name}"] = digest
-    _write_digests(stage / RUNS_TABLE, {"run_id": run_id, "files": files})
-
-
-def read_digests(path):
-    """The digests document at `path` (a regular file, bounded, validated), or None if absent."""
-    try:
-        fd = os.open(path, _FILE_FLAGS)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafeEntry(f"{path} is a symbolic link", _HINT_LINK) from None
-        raise
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeEntry(f"{path} is {kind_of(st.st_mode)}", _HINT)
-        data = f.read(DIGESTS_MAX_BYTES + 1)
-    bad = UnsafeEntry(f"{path} is not a digests file kmemscope wrote", _HINT)
-    if len(data) > DIGESTS_MAX_BYTES:
-        raise bad
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
-        raise bad from None
-    files = doc.get("files") if isinstance(doc, dict) else None
-    if not isinstance(files, dict) or not all(
-            isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("sha256"), str)
-            and type(v.get("bytes")) is int for k, v in files.items()):
-        raise bad
-    return doc
-
-
-def update_digests(part_dir):
-    """After a committed run's partition `DATASET/<table>/run_id=<id>` was rewritten (a
-    metrics import): record its files' new digests, if the run has digests."""
-    part_dir = Path(part_dir)
-    table, dataset = part_dir.parent.name, part_dir.parent.parent
-    runs_part = dataset / RUNS_TABLE / part_dir.name
-    try:
-        doc = read_digests(runs_part / DIGESTS)
-    except (OSError, UnsafeEntry):
-        return
-    if doc is None:
-        return
-    files = {k: v for k, v in doc["files"].items() if not k.startswith(table + "/")}
-    for name, digest in _table_digests(part_dir).items():
-        files[f"{table}/{name}"] = digest
-    doc["files"] = files
-    _write_digests(runs_part, doc)

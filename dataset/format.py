@@ -4,11 +4,11 @@ Format 1: a dataset without `_kmemscope.json` (written before the file existed).
   Every column has the type of its field in the trace's own event format, so
   runs of different kernels give one table different schemas (gfp_flags is 4
   bytes up to 5.15 and 8 after; pfn is 4 bytes on 32-bit kernels).
-Format 2: the columns kmemscope knows (kmemscope/dataset/schema.py TABLE_COLUMNS) are
+Format 2: the columns kmemscope knows (dataset/schema.py TABLE_COLUMNS) are
   stored with their canonical type whatever the kernel, so each known table has
   one schema across runs. Other columns keep the trace's types.
 
-Readers (kmemscope/dataset/reader.py) accept formats up to FORMAT and refuse newer ones
+Readers (dataset/reader.py) accept formats up to FORMAT and refuse newer ones
 in one line. Writers call `ensure_format(dataset)` with the dataset's commit
 lock held, before a run becomes visible: a new dataset gets format FORMAT; one
 that already holds runs and has no file stays format 1 (its old runs are not
@@ -25,17 +25,18 @@ from pathlib import Path
 
 from kmemscope.errors import DatasetError
 
+from .safefs import RUN_PREFIX
+
 FORMAT_FILE = "_kmemscope.json"
 FORMAT = 2             # the format this kmemscope writes and the newest it reads
 LEGACY_FORMAT = 1      # a dataset without FORMAT_FILE
 MAX_FILE_BYTES = 4096
 MAX_WRITER_CHARS = 200
 RUNS_DIR = "runs"
-RUN_PREFIX = "run_id="
 
 
 def _writer():
-    from kmemscope import __version__
+    from kmemscope.version import __version__
 
     return f"kmemscope {__version__}"
 
@@ -173,7 +174,7 @@ def write_format(dataset, version=FORMAT):
 def ensure_format(dataset):
     """Make `dataset` ready to take a run written by this kmemscope; returns its format.
 
-    Call with the dataset's commit lock held (kmemscope/dataset/commit.py dataset_lock),
+    Call with the dataset's commit lock held (dataset/commit.py dataset_lock),
     before the run's partitions are moved in. A dataset with a file is checked
     (a newer format is refused: this kmemscope would write runs it does not
     describe); a dataset with no run yet gets a FORMAT file; a dataset of runs
@@ -268,7 +269,7 @@ class Canonicalizer:
 # `order` belongs), a column named like the partition column, or a field that
 # pushed a common column aside (`ts`) would make every query over the table fail
 # or answer wrongly, for all runs. Parse refuses such a run; readers leave such
-# a run out with a note (kmemscope/dataset/reader.py unfit_runs).
+# a run out with a note (dataset/reader.py unfit_runs).
 
 PARTITION_COLUMN = "run_id"
 _COMMON = ("ts", "cpu", "pid", "comm")     # what the decoder renames common_<name> on a clash

@@ -2,7 +2,7 @@
 
     kmemscope verify DATASET
 
-Every commit writes `runs/run_id=<id>/_files.json` (kmemscope/dataset/commit.py): the
+Every commit writes `runs/run_id=<id>/_files.json` (dataset/commit.py): the
 sha256 and size of every file of the run's partitions. verify() walks the dataset without
 following links and reports, per file, what no longer matches:
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kmemscope.errors import DatasetError
 
-from . import commit, storage
+from . import digests, safefs, storage
 
 
 @dataclass
@@ -43,8 +43,8 @@ def _partitions(root):
         if table.startswith((".", "_")) or not stat.S_ISDIR(os.lstat(path).st_mode):
             continue
         for part in sorted(os.listdir(path)):
-            if part.startswith(commit.RUN_PREFIX):
-                out.setdefault(part[len(commit.RUN_PREFIX):], {})[table] = path / part
+            if part.startswith(safefs.RUN_PREFIX):
+                out.setdefault(part[len(safefs.RUN_PREFIX):], {})[table] = path / part
     return out
 
 
@@ -76,7 +76,7 @@ def verify(dataset):
         raise DatasetError(f"dataset {dataset} does not exist or is not a directory")
     result = Verification()
     parts = _partitions(root)
-    committed = {run for run, tables in parts.items() if commit.RUNS_TABLE in tables}
+    committed = {run for run, tables in parts.items() if safefs.RUNS_TABLE in tables}
     if not committed:
         raise DatasetError(f"dataset {dataset} holds no committed run",
                            "give the directory that `kmemscope parse -o` wrote")
@@ -87,10 +87,10 @@ def verify(dataset):
             continue
         result.runs += 1
         try:
-            doc = commit.read_digests(tables[commit.RUNS_TABLE] / commit.DIGESTS)
-        except (OSError, commit.UnsafeEntry) as exc:
-            result.problems.append(("changed", f"{commit.RUNS_TABLE}/{commit.RUN_PREFIX}{run}/"
-                                    f"{commit.DIGESTS} ({str(exc).split(' (')[0]})"))
+            doc = digests.read_digests(tables[safefs.RUNS_TABLE] / digests.DIGESTS)
+        except (OSError, safefs.UnsafeEntry) as exc:
+            result.problems.append(("changed", f"{safefs.RUNS_TABLE}/{safefs.RUN_PREFIX}{run}/"
+                                    f"{digests.DIGESTS} ({str(exc).split(' (')[0]})"))
             continue
         if doc is None:
             result.problems.append(("unrecorded", f"run {run}"))
@@ -110,7 +110,7 @@ def verify(dataset):
                 result.problems.append(("changed", f"{rel_part} (not a folder)"))
                 continue
             for name, mode in sorted(listing.items()):
-                if table == commit.RUNS_TABLE and name == commit.DIGESTS:
+                if table == safefs.RUNS_TABLE and name == digests.DIGESTS:
                     continue
                 key = f"{table}/{name}"
                 seen.add(key)
@@ -120,16 +120,16 @@ def verify(dataset):
                     continue
                 result.files += 1
                 if not stat.S_ISREG(mode):
-                    result.problems.append(("changed", f"{rel} ({commit.kind_of(mode)})"))
+                    result.problems.append(("changed", f"{rel} ({safefs.kind_of(mode)})"))
                     continue
                 fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
                 try:
-                    sha, size = commit.file_digest(fd, name)
+                    sha, size = digests.file_digest(fd, name)
                 finally:
                     os.close(fd)
                 if (sha, size) != (recorded[key]["sha256"], recorded[key]["bytes"]):
                     result.problems.append(("changed", rel))
         for key in sorted(set(recorded) - seen):
             table, _, name = key.partition("/")
-            result.problems.append(("missing", f"{table}/{commit.RUN_PREFIX}{run}/{name}"))
+            result.problems.append(("missing", f"{table}/{safefs.RUN_PREFIX}{run}/{name}"))
     return result

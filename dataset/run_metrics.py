@@ -11,8 +11,10 @@ from pathlib import Path
 
 from kmemscope.errors import DatasetError
 
+from .digests import update_digests
+from .safefs import RUN_PREFIX
+
 TABLE = "run_metrics"
-RUN_PREFIX = "run_id="
 PART = "part-0.parquet"
 
 
@@ -70,8 +72,6 @@ def write_partition(part_dir, rows):
         if old.name != PART:
             old.unlink()
     os.replace(tmp, part_dir / PART)
-    from kmemscope.dataset.commit import update_digests
-
     update_digests(part_dir)       # a committed run's recorded digests follow an import
 
 

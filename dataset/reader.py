@@ -6,7 +6,7 @@ partition path and is forced to VARCHAR: a hex id made only of digits would
 otherwise be guessed as an integer. `union_by_name` lets one view span kernels
 whose event formats differ (gfp_flags is 4 bytes on 5.15 and 8 on 6.x) in a
 dataset of format 1, and columns kmemscope does not know in any format
-(kmemscope/dataset/format.py; a newer format than this kmemscope reads is refused).
+(dataset/format.py; a newer format than this kmemscope reads is refused).
 
 `connect(..., run_ids=[...])` builds the views over those runs' partitions only,
 so a query over one run of a hundred reads one run's files. The run ids that
@@ -18,7 +18,7 @@ A local dataset is untrusted: before DuckDB opens anything, every table folder,
 following links, and a symbolic link, FIFO, device or socket among them is an
 error naming it (a FIFO would block the reader forever; a link would read, or
 let a later parse write, outside the dataset). Readers write nothing: an
-interrupted commit is left to the next parse (kmemscope/dataset/commit.py) and only
+interrupted commit is left to the next parse (dataset/commit.py) and only
 reported by finish_interrupted_commits().
 """
 import os
@@ -31,8 +31,8 @@ from kmemscope.dataset.format import (FORMAT_FILE, MAX_FILE_BYTES, parse_format,
                                       unfit_reason)
 
 from . import storage
+from .safefs import RUN_PREFIX
 
-RUN_PREFIX = "run_id="
 
 
 def table_dirs(dataset):
@@ -51,7 +51,7 @@ def table_runs(dataset):
 
     A run counts once its `runs` partition is in place (the commit puts it
     there last): partitions of a run being committed or replaced are left out.
-    Files of an s3 dataset are s3:// URLs (kmemscope/dataset/storage.py).
+    Files of an s3 dataset are s3:// URLs (dataset/storage.py).
     """
     if storage.is_url(dataset):
         _read_url_format(dataset)
@@ -124,7 +124,7 @@ def _checked(entry, what, file=False):
         return "dir"
     if entry.is_file(follow_symlinks=False):
         return "file"
-    from kmemscope.dataset.commit import kind_of
+    from kmemscope.dataset.safefs import kind_of
 
     kind = kind_of(entry.stat(follow_symlinks=False).st_mode)
     raise DatasetError(f"{entry.path}: {kind} inside the dataset where {what} belongs, not a "
@@ -321,7 +321,7 @@ def finish_interrupted_commits(dataset):
     """Notes on commits that killed parses left unfinished; checks only, writes nothing.
 
     Readers never recover: the next `kmemscope parse` into the dataset does
-    (kmemscope/dataset/commit.py). Until then an interrupted commit's run is left out
+    (dataset/commit.py). Until then an interrupted commit's run is left out
     (its `runs` partition is hidden first), or shown as it was before it; a
     work folder that kmemscope did not leave as it is gets a note too.
     """

@@ -1,0 +1,10 @@
+"""kmemscope.dataset: the Parquet dataset on disk, the bottom layer.
+
+Format version and canonical schema (`format`, `schema`), local and s3://
+storage (`storage`), listing and DuckDB views for readers (`reader`), the
+commit protocol and its recovery (`commit`, over the no-follow folder
+primitives of `safefs` and the recorded digests of `digests`), the derived-table
+cache (`derived`), imported benchmark results (`run_metrics`) and `verify`.
+Parsers write through it and queries read through it; it imports nothing of
+kmemscope but `kmemscope.errors` and `kmemscope.version`.
+"""

@@ -1,0 +1,83 @@
+"""The names kmemscope gives things in a dataset, and folders opened without following links.
+
+Everything that walks or writes a dataset goes through these: a folder is opened
+with O_NOFOLLOW|O_DIRECTORY relative to its parent's descriptor (`Dir.sub`), so a
+link or special file on the way is refused with UnsafeEntry instead of followed.
+"""
+import errno
+import os
+import re
+import stat
+from pathlib import Path
+
+from kmemscope.errors import DatasetError
+
+RUNS_TABLE = "runs"
+RUN_PREFIX = "run_id="
+SAFE_TABLE = re.compile(r"[a-z][a-z0-9_]{0,127}")
+SAFE_RUN_ID = re.compile(r"[0-9a-f]{1,64}")
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class UnsafeEntry(DatasetError):
+    """Something in a dataset that kmemscope did not write as it is (a link, a FIFO, a
+    journal of another shape): recovery leaves it alone, a commit refuses to start."""
+
+
+def kind_of(mode):
+    """What a file of this st_mode is, for a message."""
+    return ("a symbolic link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode)
+            else "a regular file" if stat.S_ISREG(mode) else "not a regular file")
+
+
+class Dir:
+    """A folder opened without following links, and the path it is shown by in messages."""
+
+    def __init__(self, fd, path):
+        self.fd, self.path = fd, Path(path)
+
+    @classmethod
+    def root(cls, dataset):
+        """The dataset folder itself (the path the user gave, links and all)."""
+        return cls(os.open(dataset, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), dataset)
+
+    def lstat(self, name):
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def sub(self, name, what="a folder"):
+        """The real folder `name` in this one; UnsafeEntry when it is anything else."""
+        try:
+            return Dir(os.open(name, DIR_FLAGS, dir_fd=self.fd), self.path / name)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            st = self.lstat(name)
+            kind = kind_of(st.st_mode) if st else "missing"
+            raise UnsafeEntry(f"{self.path / name} is {kind} where {what} belongs",
+                              HINT_LINK if st and stat.S_ISLNK(st.st_mode) else HINT) from None
+
+    def entries(self):
+        with os.scandir(self.fd) as it:
+            return sorted(it, key=lambda e: e.name)
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+HINT = "kmemscope keeps only its own files and folders in a dataset: remove it"
+HINT_LINK = "kmemscope writes no links in a dataset: remove it, or put a copy in its place"

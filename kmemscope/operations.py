@@ -1,0 +1,240 @@
+"""Operations on datasets and engines: what the command line's verbs do, as functions.
+
+    from kmemscope import operations as ops
+    ops.parse_one("bundle", "ds", labels={"kernel": "patched"})
+    tables, notes = ops.run_sql("ds", ops.sql_statements("SELECT count(*) FROM runs"))
+    print(ops.verify("ds").ok)
+
+kmemscope.api is the analyst's surface (open a dataset, query, compare); this
+module is the rest of the public API: parse one input or many on Spark, derive,
+verify, describe a dataset, import benchmark results, run SQL text, and start or
+stop engines. docs/python.md documents both. Nothing here prints.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+from kmemscope.api import Result
+from kmemscope.errors import KmemscopeError
+from kmemscope.queries.engines import EngineSpec
+
+
+def expand_inputs(sources: Sequence) -> list:
+    """The inputs to parse: a flight directory (record --flight) becomes its bundles."""
+    from kmemscope.parsers.sources import expand_inputs as _expand
+
+    return _expand(list(sources))
+
+
+def parse_one(source, dataset, labels: Mapping[str, str] | None = None, *,
+              events: Sequence[str] | None = None, threads: int | None = None,
+              progress: Callable | None = None):
+    """Parse one trace.dat or bundle into `dataset` -> RunSummary.
+
+    progress(("total", bytes)) then progress(("advance", bytes)) as the trace is decoded."""
+    from kmemscope.parsers.ingest import ingest
+
+    return ingest(source, dataset, labels=dict(labels or {}), events=list(events or []),
+                  threads=threads, progress=progress)
+
+
+def parse_on_spark(sources: Sequence, dataset, *, engine: EngineSpec | str = "spark",
+                   labels: Mapping[str, str] | None = None, events: Sequence[str] | None = None,
+                   derive: bool = False, progress: Callable | None = None) -> list:
+    """Parse inputs in Spark tasks, one per input; the driver commits each run.
+
+    Returns one RunSummary or KmemscopeError per input. progress(kind, source, entry)
+    hears of each run as it is committed ("run") and derived ("derived")."""
+    from kmemscope.parsers.spark_parse import parse_on_spark as _parse
+    from kmemscope.queries.engines import engine_for
+
+    spark = getattr(engine_for(EngineSpec.of(engine)), "spark", None)
+    if spark is None:
+        raise KmemscopeError("parsing on Spark needs the spark engine")
+    return _parse(list(sources), dataset, spark=spark, labels=dict(labels or {}),
+                  events=list(events or []), derive=derive, progress=progress)
+
+
+def derive(dataset, run_ids: Sequence[str] | None = None, threads: int | None = None) -> None:
+    """Build the runs' derived tables (free/alloc pairing, stacks) now, not on first query."""
+    from kmemscope.dataset.derived import derive_runs
+
+    derive_runs(dataset, list(run_ids) if run_ids is not None else None, threads=threads)
+
+
+def import_metrics(dataset, path, fmt: str | None = None) -> dict:
+    """Import a metrics file (CSV or JSON) into a local dataset -> {run_id: [metric names]}."""
+    from kmemscope.parsers.run_metrics import import_metrics as _import
+
+    return _import(dataset, path, fmt)
+
+
+def sql_statements(text: str) -> list[str]:
+    """The statements of SQL `text` as DuckDB splits them; none (empty, comments only) is an error."""
+    import duckdb
+
+    from kmemscope.dataset.reader import sql_error_text
+
+    try:
+        statements = [str(s.query) if hasattr(s, "query") else str(s)
+                      for s in duckdb.extract_statements(text)]
+    except duckdb.Error as exc:
+        raise KmemscopeError(f"SQL failed: {sql_error_text(exc)}") from None
+    statements = [q for q in statements if q.strip()]
+    if not statements:
+        raise KmemscopeError("the SQL holds no statement (it is empty or only comments)",
+                             "give a query such as \"SELECT count(*) FROM runs\"")
+    return statements
+
+
+def read_sql_file(path) -> str:
+    """A file of SQL: a regular file of bounded size, read without following a link."""
+    from kmemscope.parsers.run_metrics import read_text_file
+
+    return read_text_file(path, "SQL file")
+
+
+def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | None = None,
+            read_only: bool = False, timeout: float | None = None,
+            memory_limit: str | None = None) -> tuple[list, list[str]]:
+    """Run SQL statements one after the other over a dataset -> (one pyarrow.Table or None
+    per statement, notes).
+
+    Every table is a view of its own name, beside the analyses' shared views. On DuckDB:
+    read_only allows SELECTs that read the dataset only; timeout (seconds) and memory_limit
+    ("2GB") bound the work, by default 300 s and a quarter of the memory when read_only;
+    spills go to a private directory removed at the end. On Spark the SQL is translated."""
+    from kmemscope.dataset import reader
+    from kmemscope.errors import QueryError
+    from kmemscope.queries.runner import backend_errors, open_run_set, open_runs
+
+    spec = EngineSpec.of(engine)
+    notes: list[str] = []
+    if spec.is_spark:
+        if read_only or timeout or memory_limit:
+            raise QueryError("read-only, timeout and memory limit are for the DuckDB engine: "
+                             "Spark SQL can read any path the cluster can")
+        backend = open_runs(dataset, engine=spec)[0]
+        try:
+            with backend_errors(backend, "SQL"):
+                return [backend.query_arrow(q, None) for q in statements], notes
+        finally:
+            backend.close()
+    import duckdb
+
+    limit = reader.memory_bytes(memory_limit) if memory_limit else (
+        reader.default_memory_limit() if read_only else None)
+    if timeout is None and read_only:
+        timeout = 300.0
+    tables = []
+    # runs whose schema does not fit are left out, with a note
+    with reader.sql_session(open_run_set(dataset, notes=notes)[0], limit) as con:
+        if read_only:
+            reader.confine(con, dataset, "\n;\n".join(statements))
+        with reader.guarded(con, timeout):
+            for q in statements:
+                try:
+                    tables.append(reader.query_arrow(con, q))
+                except duckdb.Error as exc:
+                    raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}",
+                                     "`kmemscope info DATASET` lists the tables; "
+                                     "quote \"order\"") from None
+    return tables, notes
+
+
+def interrupted_commits(dataset) -> list[str]:
+    """Notes on commits that killed parses left unfinished (the next parse finishes them)."""
+    from kmemscope.dataset.reader import finish_interrupted_commits
+
+    return finish_interrupted_commits(dataset)
+
+
+def verify(dataset):
+    """Check every file of a local dataset against the sha256 recorded when its run was
+    committed -> kmemscope.dataset.verify.Verification (.ok, .runs, .files, .problems:
+    [(kind, path)] with kind missing, changed, extra or unrecorded)."""
+    from kmemscope.dataset.verify import verify as _verify
+
+    return _verify(dataset)
+
+
+def dataset_info(dataset) -> dict:
+    """{"runs": Result or None, "tables": Result, "rows_per_run": Result} of a dataset.
+
+    Row counts come from the Parquet footers (local or s3): no table is scanned."""
+    import pyarrow as pa
+
+    from kmemscope.dataset.reader import connect, query_arrow, sql_error_text, table_runs
+    from kmemscope.dataset.storage import parquet_rows
+    from kmemscope.errors import DatasetError, QueryError
+
+    def rows(f):
+        try:
+            return parquet_rows(f)
+        except KmemscopeError:
+            raise
+        except Exception as exc:      # a truncated or foreign file: name it
+            raise DatasetError(f"cannot read the footer of {f}: {str(exc).splitlines()[0]}",
+                               "kmemscope verify DATASET lists what changed") from None
+
+    parts = table_runs(dataset)
+    per_run = [(run, name, sum(rows(f) for f in files))
+               for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]
+    long = pa.table({"run_id": [r[0] for r in per_run], "table": [r[1] for r in per_run],
+                     "rows": pa.array([r[2] for r in per_run], pa.int64())})
+    totals: dict = {}
+    for _run, name, rows in per_run:
+        total, runs = totals.get(name, (0, 0))
+        totals[name] = (total + rows, runs + 1)
+    order = sorted(totals, key=lambda n: (-totals[n][0], n))
+    tables = pa.table({"table": order, "rows": pa.array([totals[n][0] for n in order], pa.int64()),
+                       "runs": pa.array([totals[n][1] for n in order], pa.int64())})
+    runs_table = None
+    if "runs" in parts:
+        import duckdb
+
+        con = connect(dataset, tables=["runs"], parts=parts)
+        try:
+            runs_table = query_arrow(con, """
+                SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
+                       round((last_ts - first_ts) / 1e9, 3) AS seconds,
+                       file_version, compression, labels, source
+                FROM runs ORDER BY source""")
+        except duckdb.Error as exc:
+            raise QueryError(f"cannot read the runs table: {sql_error_text(exc)}") from None
+        finally:
+            con.close()
+    return {"runs": Result(runs_table) if runs_table is not None else None,
+            "tables": Result(tables), "rows_per_run": Result(long)}
+
+
+def quote_ident(name: str) -> str:
+    """`name` as a quoted SQL identifier (table names come from traces: never paste them)."""
+    from kmemscope.dataset.reader import quote_ident as _quote
+
+    return _quote(name)
+
+
+def start_engine(spec: EngineSpec | str) -> None:
+    """Start `spec`'s engine session now (a Spark JVM takes seconds to a minute), not on first use.
+
+    Not for an s3:// dataset: its Spark session needs the storage settings (hadoop-aws)
+    when the JVM starts, and the first query over it starts the session with them."""
+    from kmemscope.queries.engines import engine_for
+
+    engine = engine_for(EngineSpec.of(spec))
+    getattr(engine, "spark", None)          # SparkEngine starts its session on first access
+
+
+def is_remote(dataset) -> bool:
+    """True for a dataset in an object store (s3://bucket/prefix)."""
+    from kmemscope.dataset import storage
+
+    return storage.is_url(str(dataset))
+
+
+def stop_engines() -> None:
+    """Stop every Spark session this process started (the command line does, as a verb ends)."""
+    from kmemscope.queries import engines
+
+    engines.shutdown()
