@@ -25,6 +25,13 @@ from kmemscope.errors import CaptureError
 # An event entry's fourth element: a kernel stack on each of its events (and no other).
 STACK = "stack"
 
+# What the trace needs to count pages scanned and reclaimed as vmstat's pgscan_* and pgsteal_*
+# do (queries/vmstat_trace.sql): one event per batch of up to 32 pages taken off an inactive
+# LRU list, only while reclaim runs, and the memcg-limit reclaims those counters leave out.
+RECLAIM_COUNTS = [
+    ("vmscan", "mm_vmscan_lru_shrink_inactive"),
+    ("vmscan", "mm_vmscan_memcg_reclaim_begin"), ("vmscan", "mm_vmscan_memcg_reclaim_end"),
+]
 PRESETS = {
     "default": {
         "purpose": "every page allocation and free, fallbacks, pcp drains, compaction and "
@@ -38,7 +45,7 @@ PRESETS = {
             ("kmem", "mm_page_pcpu_drain"), ("compaction", "*"),
             ("vmscan", "mm_vmscan_wakeup_kswapd"), ("vmscan", "mm_vmscan_kswapd_wake"),
             ("vmscan", "mm_vmscan_direct_reclaim_begin"), ("vmscan", "mm_vmscan_direct_reclaim_end"),
-        ],
+        ] + RECLAIM_COUNTS,
     },
     "light": {
         "purpose": "busy production hosts: only high-order (order > 0) and non-blocking "
@@ -92,7 +99,7 @@ PRESETS = {
             ("vmscan", "mm_vmscan_kswapd_sleep"),
             ("vmscan", "mm_vmscan_direct_reclaim_begin"), ("vmscan", "mm_vmscan_direct_reclaim_end"),
             ("oom", "compact_retry"),
-        ],
+        ] + RECLAIM_COUNTS,
     },
 }
 

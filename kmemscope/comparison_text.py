@@ -8,16 +8,21 @@ Layouts:
   grouped by statistic; a block of the vmstat rows a kernel A/B table shows,
   under their mmtests names, one row per counter; a block of stall latencies.
 - markdown: one line per metric, "mean [range]" per side, the p-values.
-Every cell is `%12.2f (%7.2f%%)`: the value and its percent difference against
-the baseline, positive = better; significant ones `*x%*`; n/a where there is no
-number (a side without values, a zero baseline). Notes are part of every
-output: a block of lines at the end, a comment block at the top of CSV, a
-`notes` field of JSON, the `kmemscope.notes` metadata of Parquet.
+Every cell is `%12.2f (%7.2f%%)` (wider when a value needs it): the value and
+its percent difference against the baseline; significant ones `*x%*`; n/a where
+there is no number (a side without values, a zero baseline). The percent
+difference follows the metric's convention (queries/compare.py): positive =
+better for headline and benchmark metrics (mmtests), the raw relative change
+new/baseline - 1 for the kernel's counters (vmstat, stalls); each block's
+header line says which, and which mean. Notes are part of every output: a block
+of lines at the end, a comment block at the top of CSV, a `notes` field of JSON,
+the `kmemscope.notes` metadata of Parquet.
 """
 import math
 
 STAT_ROWS = ("min", "mean", "stddev", "coeffvar", "max", "best_mean")
-CELL_WIDTH = 23
+VALUE_WIDTH, PCT_WIDTH = 12, 7
+CELL_WIDTH = VALUE_WIDTH + PCT_WIDTH + 4          # "%12.2f (%7.2f%)"
 TEST_TEXT = {
     "band": "the mmtests band test (mean +/- 1.96*s bands do not overlap)",
     "welch": "Welch's t-test, p < {alpha}",
@@ -28,12 +33,23 @@ BLOCKS = (("headline", ("summary",), "stats"),
           ("vmstat", ("vmstat",), "means"),
           ("stalls", ("stalls",), "means"),
           ("benchmark", ("imported",), "stats"))
+# What each convention's block header says of its numbers (queries/compare.py).
+CONVENTION_TEXT = {
+    "mmtests": "Hmean where higher is better, else Amean; percent difference: positive = better",
+    "counter": "Amean: the arithmetic mean of the runs' values; percent difference: the raw "
+               "relative change, new/baseline - 1",
+}
 
 
-def _stat_name(metric, key):
-    kind = metric.mean_kind
+def _stat_name(row, key):
+    kind = row.stat or row.metric.mean_kind
     return {"min": "Min", "mean": kind, "stddev": "Stddev", "coeffvar": "CoeffVar",
             "max": "Max", "best_mean": f"B{kind}-95"}[key]
+
+
+def _block_header(title, rows):
+    conventions = sorted({r.metric.convention for r in rows})
+    return f"{title} ({'; '.join(CONVENTION_TEXT[c] for c in conventions)})"
 
 
 def pct_text(pct):
@@ -43,20 +59,21 @@ def pct_text(pct):
 
 
 def _cell(value, pct, significant):
+    """`value (pct%)`; columns widen (never wrap or overflow) for values that need it."""
     if value is None:
-        return f"{'n/a':>12}" + " " * (CELL_WIDTH - 12)
-    v = f"{value:12.2f}"
+        return f"{'n/a':>{VALUE_WIDTH}}" + " " * (CELL_WIDTH - VALUE_WIDTH)
+    v = f"{value:{VALUE_WIDTH}.2f}"
     if pct is None:
-        return f"{v} ({'n/a':>7} )"
-    return f"{v} *{pct:7.2f}%*" if significant else f"{v} ({pct:7.2f}%)"
+        return f"{v} ({'n/a':>{PCT_WIDTH}} )"
+    return f"{v} *{pct:{PCT_WIDTH}.2f}%*" if significant else f"{v} ({pct:{PCT_WIDTH}.2f}%)"
 
 
 def _row_pct(metric, key, base, new):
-    from kmemscope.queries.compare import pct_diff
+    from kmemscope.queries.compare import change
 
     # Spread is better when smaller, whatever the metric's direction (mmtests does the same).
     better = "lower" if key in ("stddev", "coeffvar") else metric.better
-    return pct_diff(getattr(base, key), getattr(new, key), better)
+    return change(metric, getattr(base, key), getattr(new, key), better)
 
 
 def _cells(sides, r, key):
@@ -73,25 +90,37 @@ def _cells(sides, r, key):
     return cells
 
 
-def _width(sides):
-    return max([CELL_WIDTH] + [len(str(s)) + 2 for s in sides.sides])
+def _width(sides, rows=()):
+    """A side's column: the widest of a cell, its name and every cell of `rows` (plus a gap)."""
+    cells = [len(c) + 1 for r in rows for key in STAT_ROWS for c in _cells(sides, r, key)]
+    return max([CELL_WIDTH] + [len(str(s)) + 2 for s in sides.sides] + cells)
 
 
-def _header(sides, lead):
-    w = _width(sides)
+def _header(sides, lead, w=None):
+    w = w or _width(sides)
     counts = [f"({len(sides.runs[s])} run{'' if len(sides.runs[s]) == 1 else 's'})" for s in sides.sides]
     return [" " * lead + "".join(f"{s:>{w}}" for s in sides.sides),
             " " * lead + "".join(f"{c:>{w}}" for c in counts)]
 
 
-def _join(cells, sides):
-    w = _width(sides)
+def _join(cells, sides, w=None):
+    w = w or _width(sides)
     return "".join(c.rjust(w) if len(c) < w else c for c in cells).rstrip()
 
 
 def _intro(sides, test, alpha):
-    return (f"{sides.label}: baseline {sides.baseline}; percent difference: positive = better; "
+    return (f"{sides.label}: baseline {sides.baseline}; "
             f"*x%*: significant by {TEST_TEXT[test].format(alpha=alpha)}")
+
+
+def _one_run_line(sides):
+    """The stated line when a side has a single run: nothing was tested there."""
+    single = [s for s in sides.sides if len(sides.runs[s]) < 2]
+    if not single:
+        return []
+    return [f"n/a: {', '.join(map(str, single))} "
+            f"{'has' if len(single) == 1 else 'have'} one run: no stddev, and no test of "
+            "significance was run against a side of one run (no *x%* marks there)."]
 
 
 def _finish(out, notes):
@@ -106,12 +135,15 @@ def format_text(sides, rows, test="band", alpha=0.05, notes=()):
     """The per-metric table with p-values, as one string."""
     width = max([len(r.metric.name) for r in rows] + [10])
     lead = 10 + width + 1
-    out = [_intro(sides, test, alpha), ""] + _header(sides, lead)
-    w = _width(sides)
+    w = _width(sides, rows)
+    out = [_intro(sides, test, alpha)]
+    out += [f"{c} metrics: {CONVENTION_TEXT[c]}"
+            for c in sorted({r.metric.convention for r in rows})]
+    out += [""] + _header(sides, lead, w)
     for r in rows:
         for key in STAT_ROWS:
-            out.append(f"{_stat_name(r.metric, key):<9} {r.metric.name:<{width}} "
-                       + _join(_cells(sides, r, key), sides))
+            out.append(f"{_stat_name(r, key):<9} {r.metric.name:<{width}} "
+                       + _join(_cells(sides, r, key), sides, w))
         out.append(f"{'Range':<9} {r.metric.name:<{width}} "
                    + "".join(f"{r.stats[s].range:>12}" + " " * (w - 12) for s in sides.sides).rstrip())
         out.append(f"{'N':<9} {r.metric.name:<{width}} "
@@ -126,8 +158,7 @@ def format_text(sides, rows, test="band", alpha=0.05, notes=()):
             out.append(f"{r.metric.name:<{width}}  {r.metric.better:<6}  {_p(c.welch_p):>9}  "
                        f"{_p(c.mannwhitney_p):>14}  {band:>9}")
         out.append("")
-    if any(len(v) < 2 for v in sides.runs.values()):
-        out.append("n/a: a side with one run has no stddev, and no test can be run against it.")
+    out += _one_run_line(sides)
     return _finish(out, notes)
 
 
@@ -139,21 +170,32 @@ def format_mmtests(sides, rows, test="band", alpha=0.05, notes=()):
         if not block:
             continue
         out.append("")
+        w = _width(sides, block)
         if layout == "stats":
             width = max(len(r.metric.name) for r in block)
             lead = 10 + width + 1
-            out += [title] + _header(sides, lead)
+            out += [_block_header(title, block)] + _header(sides, lead, w)
             for key in STAT_ROWS:
                 for r in block:
-                    out.append(f"{_stat_name(r.metric, key):<9} {r.metric.name:<{width}} "
-                               + _join(_cells(sides, r, key), sides))
+                    out.append(f"{_stat_name(r, key):<9} {r.metric.name:<{width}} "
+                               + _join(_cells(sides, r, key), sides, w))
         else:
-            width = max(len(r.metric.title) for r in block)
+            width = max(len(_title(r)) for r in block)
             lead = width + 1
-            out += [title] + _header(sides, lead)
+            out += [_block_header(title, block)] + _header(sides, lead, w)
             for r in block:
-                out.append(f"{r.metric.title:<{width}} " + _join(_cells(sides, r, "mean"), sides))
+                out.append(f"{_title(r):<{width}} " + _join(_cells(sides, r, "mean"), sides, w))
+    out += [""] + _one_run_line(sides) if _one_run_line(sides) else []
     return _finish(out, notes)
+
+
+def _title(row):
+    """A means-block row's name: the metric's title, marked where the trace answered it."""
+    return row.metric.title + (TRACE_MARK if getattr(row, "from_trace", False) else "")
+
+
+# Marks a vmstat row that some run took from the trace (no procfs samples); a note says which.
+TRACE_MARK = " [trace]"
 
 
 def _p(p):
@@ -173,7 +215,8 @@ def records(sides, rows):
             out.append({
                 "label": sides.label, "side": s, "baseline": s == sides.baseline,
                 "metric": r.metric.name, "title": r.metric.title, "kind": r.metric.kind,
-                "unit": r.metric.unit, "better": r.metric.better, "mean_kind": r.metric.mean_kind,
+                "unit": r.metric.unit, "better": r.metric.better,
+                "mean_kind": r.stat or r.metric.mean_kind, "convention": r.metric.convention,
                 "runs": len(sides.runs[s]), "n": x.n, "runs_without_value": x.runs_without_value,
                 "min": x.min, "mean": x.mean, "max": x.max, "stddev": x.stddev,
                 "coeffvar": x.coeffvar, "best_mean_95": x.best_mean, "range": x.range,
@@ -205,7 +248,7 @@ def format_markdown(sides, rows, notes=()):
             head += [f"{markdown_text(s)} vs {base}", "Welch p", "Mann-Whitney p", "bands"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"`{r.metric.name}`", r.metric.better, r.metric.mean_kind]
+        cells = [f"`{r.metric.name}`", r.metric.better, r.stat or r.metric.mean_kind]
         for s in sides.sides:
             x = r.stats[s]
             if x.n == 0:

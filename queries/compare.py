@@ -4,12 +4,20 @@ Pure functions over lists of numbers (one value per run, None for a run that
 cannot give the metric, e.g. no procfs samples). No dataset access here: see
 queries/sides.py for turning a dataset into per-side values.
 
-Conventions follow mmtests (mmtests' compare-kernels):
-- Hmean = n / sum(1/x) where higher is better, Amean otherwise.
-- Percent difference is signed so that positive always means better:
-  higher-better `new*100/base - 100`, lower-better `100 - new*100/base`.
-- mmtests' band test: significant when the bands mean +/- 1.96*s of the two
-  sides do not overlap (s is not divided by sqrt(n), as mmtests does).
+Two conventions, one per kind of metric (Metric.convention), each used
+everywhere the metric appears (table cell, figure, verdict):
+- "mmtests" (headline and benchmark metrics, as mmtests' compare-kernels):
+  Hmean = n / sum(1/x) where higher is better, Amean otherwise; the percent
+  difference is signed so that positive always means better: higher-better
+  `new*100/base - 100`, lower-better `100 - new*100/base`. An Hmean cannot be
+  taken over a value <= 0: such a metric's row uses the Amean on every side,
+  and a note says so.
+- "counter" (vmstat and stall rows, as kernel postings print them): the
+  arithmetic mean of the per-run values (a success rate is the mean of the
+  runs' rates) and the raw relative change `new/base - 1`, whatever the
+  direction.
+mmtests' band test: significant when the bands mean +/- 1.96*s of the two
+sides do not overlap (s is not divided by sqrt(n), as mmtests does).
 Beside it: Welch's t-test and the Mann-Whitney U test (scipy), two-sided.
 """
 import math
@@ -33,11 +41,9 @@ def amean(xs):
 
 
 def hmean(xs):
-    """n / sum(1/x); 0 when any value is 0 (its limit); None for negatives or no values."""
-    if not xs or any(x < 0 for x in xs):
+    """n / sum(1/x); None when there are no values or any is <= 0 (no harmonic mean exists)."""
+    if not xs or any(x <= 0 for x in xs):
         return None
-    if any(x == 0 for x in xs):
-        return 0.0
     return len(xs) / sum(1.0 / x for x in xs)
 
 
@@ -49,17 +55,43 @@ def stddev(xs):
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def mean_of(metric, xs):
-    return hmean(xs) if metric.mean_kind == "Hmean" else amean(xs)
+def mean_of(stat, xs):
+    """The statistic named `stat` ("Hmean" or "Amean") of xs."""
+    return hmean(xs) if stat == "Hmean" else amean(xs)
 
 
-def best_mean(metric, xs, pct=BEST_PCT):
+def row_statistic(metric, sides_values):
+    """(statistic, note or None) of one metric's row over every side's per-run values.
+
+    The metric's own (Metric.mean_kind), unless it is an Hmean and some run's value
+    is <= 0, where no harmonic mean exists: then the Amean on every side, so that the
+    sides stay comparable, and a note that says why.
+    """
+    stat = metric.mean_kind
+    if stat != "Hmean":
+        return stat, None
+    bad = [x for xs in sides_values for x in clean(xs) if x <= 0]
+    if not bad:
+        return stat, None
+    return "Amean", (f"{metric.name}: Amean instead of Hmean on every side: "
+                     f"{len(bad)} run{'s have' if len(bad) > 1 else ' has'} a value <= 0 "
+                     f"(min {min(bad):g}), where no harmonic mean exists")
+
+
+def best_mean(metric, xs, pct=BEST_PCT, stat=None):
     """Mean of the best pct% of the values (at least one), best by the metric's direction."""
     if not xs:
         return None
     keep = max(1, math.ceil(len(xs) * pct / 100.0))
     ordered = sorted(xs, reverse=(metric.better == "higher"))
-    return mean_of(metric, ordered[:keep])
+    return mean_of(stat or metric.mean_kind, ordered[:keep])
+
+
+def change(metric, base, new, better=None):
+    """The percent difference of a row by the metric's convention (see the module doc)."""
+    if metric.convention == "counter":
+        return percent_change(base, new)
+    return pct_diff(base, new, better or metric.better)
 
 
 def pct_diff(base, new, better):
@@ -112,22 +144,28 @@ class SideStats:
     best_mean: float = None     # BAmean-95 / BHmean-95
     range: str = "n/a"
     values: list = field(default_factory=list)
+    stat: str = None            # the statistic in `mean` and `best_mean`: "Hmean" or "Amean"
 
 
-def describe(metric, values, side=""):
-    """Summary statistics of one side's per-run values for one metric."""
+def describe(metric, values, side="", stat=None):
+    """Summary statistics of one side's per-run values for one metric.
+
+    stat: the row's statistic (row_statistic); by default the metric's own.
+    """
     raw = list(values)
     xs = clean(raw)
-    st = SideStats(side=side, n=len(xs), runs_without_value=len(raw) - len(xs), values=xs)
+    stat = stat or metric.mean_kind
+    st = SideStats(side=side, n=len(xs), runs_without_value=len(raw) - len(xs), values=xs,
+                   stat=stat)
     if not xs:
         return st
     st.min, st.max = min(xs), max(xs)
-    st.mean = mean_of(metric, xs)
+    st.mean = mean_of(stat, xs)
     st.stddev = stddev(xs)
     am = amean(xs)
     if st.stddev is not None and am:
         st.coeffvar = 100.0 * st.stddev / abs(am)
-    st.best_mean = best_mean(metric, xs)
+    st.best_mean = best_mean(metric, xs, stat=stat)
     st.range = value_range(xs, metric.range_unit)
     return st
 
@@ -193,7 +231,7 @@ def compare(metric, base, new, test="band", alpha=0.05):
     if test not in TESTS:
         raise ValueError(f"unknown test {test!r} (one of {', '.join(TESTS)})")
     c = MetricDiff(metric, base, new)
-    c.pct_diff = pct_diff(base.mean, new.mean, metric.better)
+    c.pct_diff = change(metric, base.mean, new.mean)
     c.band_significant = band_test(base, new)
     c.welch_p = welch_p(base.values, new.values)
     c.mannwhitney_p = mannwhitney_p(base.values, new.values)

@@ -25,6 +25,10 @@ from kmemscope.errors import DatasetError, QueryError
 from .selection import labels_dict
 
 
+# Kinds of metric that are the kernel's own counters: arithmetic means, raw relative change.
+COUNTER_KINDS = ("vmstat", "stalls")
+
+
 @dataclass(frozen=True)
 class Metric:
     name: str
@@ -34,8 +38,17 @@ class Metric:
     kind: str            # "summary", "vmstat", "stalls" or "imported"
 
     @property
+    def convention(self):
+        """How a comparison summarises and compares it (queries/compare.py): "mmtests" for the
+        headline and benchmark metrics, "counter" for the kernel's counters (vmstat, stalls)."""
+        return "counter" if self.kind in COUNTER_KINDS else "mmtests"
+
+    @property
     def mean_kind(self):
-        """mmtests: the harmonic mean where higher is better, the arithmetic mean otherwise."""
+        """mmtests: the harmonic mean where higher is better, the arithmetic mean otherwise;
+        the kernel's counters: always the arithmetic mean of the runs (as postings print them)."""
+        if self.convention == "counter":
+            return "Amean"
         return "Hmean" if self.better == "higher" else "Amean"
 
     @property

@@ -122,6 +122,8 @@ class MetricRow:
     metric: object       # queries.metrics.Metric
     stats: dict          # side -> SideStats
     versus: dict         # side (not the baseline) -> compare.MetricDiff against the baseline
+    stat: str = None     # the row's statistic on every side ("Hmean" or "Amean")
+    note: str = None     # why the row's statistic is not the metric's own, if it is not
 
 
 def compare_sides(sides, metrics=None, test="band", alpha=0.05):
@@ -143,16 +145,17 @@ def compare_sides(sides, metrics=None, test="band", alpha=0.05):
         if metric is None:
             raise QueryError(f"unknown metric {name!r}", "metrics: " + ", ".join(sides.metrics))
         values = sides.values(metric.name)
-        stats = {s: st.describe(metric, values[s], s) for s in sides.sides}
+        stat, note = st.row_statistic(metric, values.values())
+        stats = {s: st.describe(metric, values[s], s, stat) for s in sides.sides}
         base = stats[sides.baseline]
         versus = {s: st.compare(metric, base, stats[s], test, alpha) for s in sides.sides[1:]}
-        out.append(MetricRow(metric, stats, versus))
+        out.append(MetricRow(metric, stats, versus, stat, note))
     return out
 
 
 def missing_notes(sides, rows):
     """One note per metric that some runs could not give (no procfs, no events)."""
-    notes, zero_base = [], []
+    notes, zero_base = [r.note for r in rows if r.note], []
     for row in rows:
         lacking = {s: x.runs_without_value for s, x in row.stats.items() if x.runs_without_value}
         if lacking:

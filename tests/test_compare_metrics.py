@@ -126,8 +126,9 @@ def parse_mmtests(text):
     """
     blocks, block, lead, header = {}, None, None, 0
     for line in text.splitlines():
-        if line in ("headline", "vmstat", "stalls", "benchmark"):
-            block, header = blocks.setdefault(line, {}), 2
+        title = line.split(" (", 1)[0]
+        if title in ("headline", "vmstat", "stalls", "benchmark"):   # "vmstat (its convention)"
+            block, header = blocks.setdefault(title, {}), 2
             continue
         if block is None or not line.strip() or line.startswith("note:"):
             block = None if line.startswith("note:") else block
