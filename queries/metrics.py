@@ -154,9 +154,15 @@ MMTESTS_TITLES = {counter: title for title, counter in MMTESTS_VMSTAT}
 
 # stalls.per_run: the kinds of stall and the statistics a comparison can use.
 STALL_KINDS = ("direct_compaction", "direct_reclaim", "kcompactd", "kswapd")
-STALL_STATS = {"stalls": "count", "total_ms": "ms", "mean_ms": "ms", "p50_ms": "ms",
-               "p90_ms": "ms", "p99_ms": "ms", "max_ms": "ms"}
-STALL_HEADLINE = ("stalls", "total_ms", "p99_ms")
+# stalls: as the kernel counts them (direct compaction: vmstat's compact_stall); timed: those the
+# latencies are over; compaction_runs: the compact_zone() runs inside direct compaction stalls.
+STALL_STATS = {"stalls": "count", "timed": "count", "compaction_runs": "count", "total_ms": "ms",
+               "mean_ms": "ms", "p50_ms": "ms", "p90_ms": "ms", "p99_ms": "ms", "max_ms": "ms"}
+STALL_HEADLINE = ("stalls", "compaction_runs", "total_ms", "p99_ms")
+# What a table calls a stall statistic, after the kind's name.
+STALL_TITLES = {"stalls": "stalls", "timed": "stalls timed", "compaction_runs": "runs (compact_zone)",
+                "total_ms": "total ms", "mean_ms": "mean ms", "p50_ms": "p50 ms",
+                "p90_ms": "p90 ms", "p99_ms": "p99 ms", "max_ms": "max ms"}
 
 # Names of the default set's blocks (what --format mmtests prints under these titles).
 GROUPS = {"headline": "summary", "vmstat": "vmstat", "stalls": "stalls", "benchmark": "imported"}
@@ -173,7 +179,7 @@ def vmstat_metric(counter, per_min=False):
 
 
 def stall_metric(kind, stat):
-    title = f"{kind.replace('_', ' ')} {stat.replace('_ms', ' ms')}"
+    title = f"{kind.replace('_', ' ')} {STALL_TITLES[stat]}"
     return Metric(f"stalls.{kind}.{stat}", "lower", STALL_STATS[stat], title, "stalls")
 
 
@@ -297,30 +303,29 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
                             target[col] = r[col]
 
     counters = set()
+    bare = []               # runs without vmstat samples: their vmstat rows come from the trace
     if defaults or "vmstat" in kinds:
         rows, more = _vmstat_rows(dataset, run_ids, labels, engine)
-        notes += more
-        per_run = {}
-        for r in rows:
-            counters.add(r["name"])
-            deltas, windows = per_run.setdefault(r["run_id"], ({}, []))
-            deltas[r["name"]] = r["delta"]
-            windows.append(r["window_s"])
+        notes += [n for n in more if "no selected run has vmstat samples" not in n]
+        per_run = _per_run_deltas(rows)
+        counters |= {r["name"] for r in rows}
+        bare = [r for r in runs if r not in per_run]
+        if bare:
+            rows, more = _trace_counter_rows(dataset, bare, engine)
+            notes += [n for n in more if "memcg_reclaim" not in n]   # none recorded: none left out
+            traced = _per_run_deltas(rows)
+            for run_id, (deltas, _windows) in traced.items():
+                runs[run_id][TRACE_SOURCE] = set(deltas)
+            per_run.update(traced)
+            counters |= {r["name"] for r in rows}
         for run_id, (deltas, windows) in per_run.items():
             target = runs.get(run_id)
-            if target is None:
-                continue
-            window_s = max((w for w in windows if w is not None), default=None)
-            values = {c: v for c, v in deltas.items()}
-            for counter, (formula, _unit) in VMSTAT_DERIVED.items():
-                values[counter] = formula(deltas)
-            for counter, value in values.items():
-                target[f"vmstat.{counter}"] = value
-                target[f"vmstat.{counter}/min"] = (
-                    None if value is None or not window_s or counter.endswith("_pct")
-                    else 60.0 * value / window_s)
+            if target is not None:
+                _set_vmstat_values(target, deltas, windows)
         counters |= {c for c in VMSTAT_DERIVED if any(
             runs[r].get(f"vmstat.{c}") is not None for r in runs)}
+        if bare:
+            notes += _trace_notes(runs, bare)
 
     stall_kinds = set()
     if defaults or "stalls" in kinds:
@@ -340,10 +345,13 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
         if kind == "summary":
             return {name: SUMMARY[name] for name in HEADLINE}
         if kind == "vmstat":
-            return {f"vmstat.{c}": vmstat_metric(c) for _t, c in MMTESTS_VMSTAT if c in counters}
+            # with a bare trace among the runs every row shows: n/a where nothing answers it
+            return {f"vmstat.{c}": vmstat_metric(c) for _t, c in MMTESTS_VMSTAT
+                    if c in counters or (bare and counters)}
         if kind == "stalls":
             return {m.name: m for kind in STALL_KINDS if kind in stall_kinds
-                    for m in (stall_metric(kind, stat) for stat in STALL_HEADLINE)}
+                    for m in (stall_metric(kind, stat) for stat in STALL_HEADLINE
+                              if stat != "compaction_runs" or kind == "direct_compaction")}
         return dict(imported)
 
     if defaults:
@@ -376,6 +384,83 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
                 raise QueryError(f"unknown metric {name!r}", hint)
             chosen[name] = imported[name]
     return RunValues(list(runs.values()), chosen, notes, counters, imported)
+
+
+# A run's key naming the vmstat counters that its values came from the trace for.
+TRACE_SOURCE = "vmstat_from_trace"
+
+
+def _per_run_deltas(rows):
+    """{run_id: ({counter: increase}, [window_s])} of vmstat_rates or vmstat_trace rows."""
+    per_run = {}
+    for r in rows:
+        deltas, windows = per_run.setdefault(r["run_id"], ({}, []))
+        deltas[r["name"]] = r["delta"] if "delta" in r else r["value"]
+        windows.append(r["window_s"])
+    return per_run
+
+
+def _set_vmstat_values(target, deltas, windows):
+    """A run's vmstat.NAME and vmstat.NAME/min values, kmemscope's own rows included."""
+    window_s = max((w for w in windows if w is not None), default=None)
+    values = dict(deltas)
+    for counter, (formula, _unit) in VMSTAT_DERIVED.items():
+        values[counter] = formula(deltas)
+    for counter, value in values.items():
+        target[f"vmstat.{counter}"] = value
+        target[f"vmstat.{counter}/min"] = (
+            None if value is None or not window_s or counter.endswith("_pct")
+            else 60.0 * value / window_s)
+
+
+def _trace_counter_rows(dataset, run_ids, engine):
+    """vmstat_trace.counters of the runs without vmstat samples (none when they recorded
+    none of its events)."""
+    try:
+        return _run_query("vmstat_trace.counters", dataset, run_ids, None, engine)
+    except DatasetError:
+        return [], []
+
+
+# Why a vmstat row has no value for a bare trace: what would answer it.
+UNTRACED = {
+    "pswpout": "no tracepoint counts swap-outs",
+    "pswpin": "no tracepoint counts swap-ins",
+    "workingset_refault_file": "no tracepoint counts refaults",
+}
+TRACE_EVENTS = {
+    "thp_fault_alloc": "kmem:mm_page_alloc (order > 0)",
+    "compact_stall": "compaction:* (try_to_compact_pages, end, deferred, defer_reset)",
+    "compact_migrate_scanned": "compaction:mm_compaction_isolate_migratepages",
+    "compact_free_scanned": "compaction:mm_compaction_isolate_freepages (and fast_isolate_freepages)",
+    "allocstall": "vmscan:mm_vmscan_direct_reclaim_begin",
+    "pgscan_kswapd": "vmscan:mm_vmscan_lru_shrink_inactive",
+}
+
+
+def _trace_notes(runs, bare):
+    """What the vmstat block shows for runs without vmstat samples, and what it cannot."""
+    traced = [r for r in bare if runs[r].get(TRACE_SOURCE)]
+    notes = []
+    if traced:
+        notes.append(
+            f"vmstat rows marked [trace]: {len(traced)} of {len(runs)} runs have no vmstat samples; "
+            "their values are counted from the trace (kmemscope queries vmstat_trace says how; "
+            "Compact ... scanned migrate and Pages ... scanned are lower bounds there)")
+    missing = {}
+    for run_id in bare:
+        have = runs[run_id].get(TRACE_SOURCE) or set()
+        for counter, events in TRACE_EVENTS.items():
+            if counter not in have:
+                missing.setdefault(f"record {events}", []).append(run_id)
+    for what, ids in sorted(missing.items()):
+        notes.append(f"{len(ids)} run{'s' if len(ids) > 1 else ''} without vmstat samples "
+                     f"{'lack' if len(ids) > 1 else 'lacks'} the events for some vmstat rows "
+                     f"(n/a there): {what}, or sample /proc/vmstat")
+    notes.append("Swap out, Swap in, File refaults: n/a for runs without vmstat samples: "
+                 "no tracepoint counts them; only /proc/vmstat samples (kmemscope record takes "
+                 "them) answer those rows")
+    return notes
 
 
 def _vmstat_rows(dataset, run_ids, labels, engine):
@@ -412,7 +497,10 @@ def _zero_stalls(dataset, runs):
                 continue
             if all(run_id in tables.get(e, {}) for e in events):
                 target[f"stalls.{kind}.stalls"] = 0
+                target[f"stalls.{kind}.timed"] = 0
                 target[f"stalls.{kind}.total_ms"] = 0.0
+                if kind == "direct_compaction":
+                    target[f"stalls.{kind}.compaction_runs"] = 0
 
 
 def _stall_rows(dataset, run_ids, labels, engine, required):

@@ -124,6 +124,7 @@ class MetricRow:
     versus: dict         # side (not the baseline) -> compare.MetricDiff against the baseline
     stat: str = None     # the row's statistic on every side ("Hmean" or "Amean")
     note: str = None     # why the row's statistic is not the metric's own, if it is not
+    from_trace: bool = False   # a vmstat row that some run's trace answered (no samples)
 
 
 def compare_sides(sides, metrics=None, test="band", alpha=0.05):
@@ -149,8 +150,23 @@ def compare_sides(sides, metrics=None, test="band", alpha=0.05):
         stats = {s: st.describe(metric, values[s], s, stat) for s in sides.sides}
         base = stats[sides.baseline]
         versus = {s: st.compare(metric, base, stats[s], test, alpha) for s in sides.sides[1:]}
-        out.append(MetricRow(metric, stats, versus, stat, note))
+        out.append(MetricRow(metric, stats, versus, stat, note, _from_trace(sides, metric)))
     return out
+
+
+def _from_trace(sides, metric):
+    """Whether some run's value of a vmstat metric was counted from its trace."""
+    from .metrics import TRACE_SOURCE, VMSTAT_DERIVED, parse_name
+
+    if metric.kind != "vmstat":
+        return False
+    counter = parse_name(metric.name)[1]
+    for row in sides.summary:
+        traced = row.get(TRACE_SOURCE)
+        if traced and row.get(metric.name) is not None and (
+                counter in traced or counter in VMSTAT_DERIVED):
+            return True
+    return False
 
 
 def missing_notes(sides, rows):

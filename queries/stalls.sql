@@ -389,7 +389,8 @@ LEFT JOIN _stall_stack_callsites AS c ON c.run_id = w.run_id AND c.stack_id = i.
 --   comm        text   the task's command name (kcompactdN, kswapdN for their kinds)
 --   callsite    text   the caller of the allocation that stalled (direct kinds; '(no stack)':
 --                      its allocation has none); NULL: kcompactd, kswapd, or no stacks in the run
---   stalls      count  stalls (begin and end both in the capture)
+--   stalls      count  timed stalls (begin and end both in the capture; direct compaction:
+--                      attempts that ran compaction; per_run counts all of vmstat's)
 --   total_ms    ms      time stalled, summed, in milliseconds
 --   mean_ms     ms      total_ms / stalls, in milliseconds
 --   p50_ms      ms      median stall (percentile_cont), in milliseconds
@@ -434,20 +435,32 @@ JOIN run_facts AS f ON f.run_id = k.run_id
 ORDER BY f.run_id, k.kind, k.total_ns DESC, k."order", k.comm, k.callsite
 
 -- @section per_run: per run and kind: stalls and their latency percentiles over every order, task and callsite
--- The values `kmemscope compare` reads as stalls.KIND.STAT.
+-- The values `kmemscope compare` reads as stalls.KIND.STAT. stalls counts what the
+-- kernel counts: for direct compaction, vmstat's compact_stall (every attempt that was
+-- not skipped in every zone, lib/compaction.sql direct_compactions: also those that
+-- were only deferred or found a zone already above its watermark, which run no
+-- compaction and take no measurable time); timed counts the stalls the latencies are
+-- taken over (direct compaction: the attempts that ran compaction).
 -- @columns
---   kind        text   direct_compaction, direct_reclaim, kcompactd or kswapd
---   stalls      count  stalls (begin and end both in the capture)
---   total_ms    ms      time stalled, summed, in milliseconds
---   mean_ms     ms      total_ms / stalls, in milliseconds
---   p50_ms      ms      median stall (percentile_cont), in milliseconds
---   p90_ms      ms      90th percentile, in milliseconds
---   p99_ms      ms      99th percentile, in milliseconds
---   max_ms      ms      longest stall, in milliseconds
+--   kind             text   direct_compaction, direct_reclaim, kcompactd or kswapd
+--   stalls           count  stalls (direct compaction: as vmstat's compact_stall counts them,
+--                           NULL when the run lacks the events that tell; the others: begin
+--                           and end both in the capture)
+--   timed            count  stalls whose begin and end are both in the capture, which the
+--                           latencies below are taken over (direct compaction: attempts that
+--                           ran compaction)
+--   compaction_runs  count  direct compaction: compaction runs (one compact_zone() each) of
+--                           the timed stalls; NULL for the other kinds
+--   total_ms         ms     time stalled, summed, in milliseconds
+--   mean_ms          ms     total_ms / timed, in milliseconds
+--   p50_ms           ms     median stall (percentile_cont), in milliseconds
+--   p90_ms           ms     90th percentile, in milliseconds
+--   p99_ms           ms     99th percentile, in milliseconds
+--   max_ms           ms     longest stall, in milliseconds
 WITH
 per_kind AS (
   SELECT run_id, kind,
-         count(*) AS stalls,
+         count(*) AS timed,
          CAST(sum(duration_ns) AS BIGINT) AS total_ns,
          percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ns) AS p50_ns,
          percentile_cont(0.9) WITHIN GROUP (ORDER BY duration_ns) AS p90_ns,
@@ -456,21 +469,49 @@ per_kind AS (
   FROM _stalls
   WHERE status = 'paired'
   GROUP BY run_id, kind
+),
+runs_in_stalls AS (
+  SELECT r.run_id, count(*) AS compaction_runs
+  FROM _stall_direct_runs AS r
+  JOIN _stalls AS s ON s.run_id = r.run_id AND s.pid = r.pid AND s.begin_ts = r.try_ts
+  WHERE s.kind = 'direct_compaction' AND s.status = 'paired'
+  GROUP BY r.run_id
+),
+-- vmstat's count: the direct compaction model tells a stall only where the run recorded the
+-- deferral and defer_reset events it reads (the costly-stalls preset does not)
+attempts AS (
+  SELECT d.run_id, count(CASE WHEN d.stalled THEN 1 END) AS stalls
+  FROM direct_compactions AS d
+  JOIN event_tables AS e ON e.run_id = d.run_id AND e.event = 'mm_compaction_defer_reset'
+  JOIN event_tables AS e2 ON e2.run_id = d.run_id AND e2.event = 'mm_compaction_deferred'
+  WHERE d.comm NOT LIKE 'kcompactd%'
+  GROUP BY d.run_id
+),
+-- a run whose attempts all ran no compaction still stalled, untimed
+kinds AS (
+  SELECT run_id, kind FROM per_kind
+  UNION
+  SELECT run_id, 'direct_compaction' FROM attempts WHERE stalls > 0
 )
 SELECT
   f.run_id,
   f.labels,
-  k.kind,
-  k.stalls,
-  k.total_ns / 1e6 AS total_ms,
-  k.total_ns / 1e6 / k.stalls AS mean_ms,
+  x.kind,
+  CASE WHEN x.kind = 'direct_compaction' THEN a.stalls ELSE k.timed END AS stalls,
+  coalesce(k.timed, 0) AS timed,
+  CASE WHEN x.kind = 'direct_compaction' THEN coalesce(r.compaction_runs, 0) END AS compaction_runs,
+  coalesce(k.total_ns, 0) / 1e6 AS total_ms,
+  k.total_ns / 1e6 / k.timed AS mean_ms,
   k.p50_ns / 1e6 AS p50_ms,
   k.p90_ns / 1e6 AS p90_ms,
   k.p99_ns / 1e6 AS p99_ms,
   k.max_ns / 1e6 AS max_ms
-FROM per_kind AS k
-JOIN run_facts AS f ON f.run_id = k.run_id
-ORDER BY f.run_id, k.kind
+FROM kinds AS x
+JOIN run_facts AS f ON f.run_id = x.run_id
+LEFT JOIN per_kind AS k ON k.run_id = x.run_id AND k.kind = x.kind
+LEFT JOIN attempts AS a ON a.run_id = x.run_id
+LEFT JOIN runs_in_stalls AS r ON r.run_id = x.run_id
+ORDER BY f.run_id, x.kind
 
 -- @section pairing: per run and kind: stalls, and the begins and ends that were left out
 -- @columns
