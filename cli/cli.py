@@ -250,6 +250,8 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
             # parse running beside this one leaves one for a moment as it cleans up)
             if not line.startswith("removed "):
                 click.echo(f"kmemscope: note: {dataset}: {line}", err=True)
+        for line in getattr(summary, "notes", None) or []:
+            click.echo(f"kmemscope: note: {source}: {line}", err=True)
         for key, was, now in summary.label_overrides:
             click.echo(f"kmemscope: note: {source}: --label {key}={now} replaces the bundle's own "
                        f"label {key}={was}", err=True)
@@ -596,8 +598,18 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, engine, spark
 COMPARE_FORMATS = ["text", "mmtests", "markdown", "csv", "json", "jsonl", "parquet"]
 
 
+# What compare writes, by -o's extension; any other extension is refused, not written as text.
+COMPARE_EXTENSIONS = (".txt", ".text", ".mmtests", ".md", ".csv", ".json", ".jsonl", ".parquet")
+
+
 def _compare_format(fmt, output):
     from kmemscope.cli.output import resolve_format
+
+    suffix = os.path.splitext(str(output or ""))[1].lower()
+    if suffix and suffix not in COMPARE_EXTENSIONS:
+        raise click.BadParameter(f"{output}: compare writes {', '.join(COMPARE_EXTENSIONS)} files "
+                                 "(or a name without an extension, as text), not "
+                                 f"{suffix}", param_hint="-o")
 
     if output and str(output).lower().endswith(".md"):
         if fmt not in (None, "markdown"):
@@ -653,7 +665,7 @@ def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt
     from kmemscope.cli.output import write_records
 
     fmt = _compare_format(fmt, output)
-    names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
+    names = _metric_names(metrics)
     with _engine(engine, spark_master, spark_conf, dataset) as spec:
         c = kmemscope.open(dataset, spec).compare(by, baseline, metrics=names, test=test,
                                                   alpha=alpha, run=list(runs) or None,
@@ -677,6 +689,24 @@ def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt
     else:
         text = c.markdown()
     _write_text(text, output)
+
+
+def _metric_names(metrics):
+    """--metrics as a list of names (None: not given); empty, blank or repeated names are errors."""
+    if metrics is None:
+        return None
+    names = [m.strip() for m in metrics.split(",")]
+    if not any(names):
+        raise click.BadParameter("names no metric; leave the option out for the default set",
+                                 param_hint="--metrics")
+    if not all(names):
+        raise click.BadParameter(f"{metrics!r} has an empty name between commas",
+                                 param_hint="--metrics")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise click.BadParameter(f"names {', '.join(repeated)} more than once",
+                                 param_hint="--metrics")
+    return names
 
 
 def _write_text(text, output):

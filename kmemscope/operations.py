@@ -65,8 +65,9 @@ def derive(dataset, run_ids: Sequence[str] | None = None, threads: int | None = 
 def import_metrics(dataset, path, fmt: str | None = None) -> dict:
     """Import a metrics file (CSV or JSON) into a local dataset -> {run_id: [metric names]}."""
     from kmemscope.parsers.run_metrics import import_metrics as _import
+    from kmemscope.queries.metrics import SUMMARY
 
-    return _import(dataset, path, fmt)
+    return _import(dataset, path, fmt, reserved=frozenset(SUMMARY))
 
 
 def sql_statements(text: str) -> list[str]:

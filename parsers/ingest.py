@@ -50,6 +50,8 @@ class RunSummary:
     label_overrides: list = field(default_factory=list)
     # what this parse's recovery did with what dead parses left (commit.recover)
     recovered: list = field(default_factory=list)
+    # what the run keeps out or cannot vouch for (procfs samples without headers or outside the trace)
+    notes: list = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- inputs
@@ -223,10 +225,13 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch):
         et = _event_tables_table(trace.tables.values(), rows)
         _write_table(staging, "event_tables", et)
         rows["event_tables"] = et.num_rows
+        procfs_notes = []
         if bundle is not None:
-            for table, t in _procfs_tables(bundle).items():
+            procfs = _procfs_tables(bundle, procfs_notes)
+            for table, t in procfs.items():
                 _write_table(staging, table, t)
                 rows[table] = t.num_rows
+            procfs_notes += _sample_window_notes(procfs, *ts_range)
         if bench:
             _write_table(staging, metrics_store.TABLE, metrics_store.metrics_table(bench, "bundle"))
             rows[metrics_store.TABLE] = len(bench)
@@ -245,7 +250,7 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch):
     event_rows = {t: n for t, n in rows.items()}
     return RunSummary(run_id=run_id, source=str(source), events=total_events, tables=event_rows,
                       lost_events=missed, unknown_events=unknown,
-                      seconds=time.monotonic() - started, label_overrides=overrides)
+                      seconds=time.monotonic() - started, label_overrides=overrides, notes=procfs_notes)
 
 
 def _lost_events_table(lost, cpustats):
@@ -307,14 +312,16 @@ def _event_tables_table(tables, rows):
     })
 
 
-def _procfs_tables(bundle):
-    try:
-        from kmemscope.parsers import procfs
-    except ImportError:
-        return {}
-    if not hasattr(procfs, "read_bundle_procfs"):
-        return {}
-    return procfs.read_bundle_procfs(bundle)
+def _procfs_tables(bundle, notes):
+    from kmemscope.parsers import procfs
+
+    return procfs.read_bundle_procfs(bundle, notes)
+
+
+def _sample_window_notes(tables, first_ts, last_ts):
+    from kmemscope.parsers import procfs
+
+    return procfs.sample_window_notes(tables, first_ts, last_ts)
 
 
 def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels, manifest,

@@ -139,17 +139,41 @@ def buddyinfo_rows(text):
 
 # ---------------------------------------------------------------- bundle -> Arrow
 
-def _read(bundle_dir, name):
+def _read_file(bundle_dir, name):
     from kmemscope.parsers.sources import read_procfs_text
 
     return read_procfs_text(os.path.join(bundle_dir, "procfs", name))
 
 
-def read_bundle_procfs(bundle_dir):
+def unheaded(text):
+    """True for a sample file with text but no sample header: no sample can be placed in
+    time, so none is kept (read_bundle_procfs says so in its notes)."""
+    return bool(text.strip()) and not _HEADER.search(text) and not split_samples(text)
+
+
+def sample_window_notes(tables, first_ts, last_ts):
+    """Notes for procfs samples that lie outside the trace [first_ts, last_ts] (ns)."""
+    notes = []
+    for name, t in sorted(tables.items()):
+        if t.num_rows == 0 or first_ts is None or last_ts is None:
+            continue
+        ts = t.column("ts").to_pylist()
+        outside = [x for x in set(ts) if x < first_ts or x > last_ts]
+        if outside:
+            samples = len(set(ts))
+            notes.append(f"{len(outside)} of {samples} {name} sample{'s' if samples > 1 else ''} lie "
+                         f"outside the trace ({(min(outside) - first_ts) / 1e9:+.1f} s .. "
+                         f"{(max(outside) - last_ts) / 1e9:+.1f} s past its ends): counts from the "
+                         "trace cover only the samples' overlap with it")
+    return notes
+
+
+def read_bundle_procfs(bundle_dir, notes=None):
     """{table: pyarrow.Table} for the procfs tables a bundle has samples for.
 
-    Tables: vmstat, pagetypeinfo_free, pagetypeinfo_blocks, buddyinfo (see
-    README, "The dataset"), without run_id: the dataset writer adds the partition.
+    Tables: vmstat, pagetypeinfo_free, pagetypeinfo_blocks, buddyinfo (docs/dataset-format.md),
+    without run_id: the dataset writer adds the partition. `notes` (a list) hears of
+    sample files that are kept out, e.g. text without sample headers.
     """
     import pyarrow as pa
 
@@ -160,6 +184,17 @@ def read_bundle_procfs(bundle_dir):
 
     ts, node, zone = ("ts", pa.int64()), ("node", pa.int32()), ("zone", pa.string())
     out = {}
+    notes = [] if notes is None else notes
+
+    def _read(bundle_dir, name):
+        text = _read_file(bundle_dir, name)
+        if text is not None and unheaded(text):
+            notes.append(f"procfs/{name} has no '#kmemscope-sample mono_ns=... realtime_ns=...' "
+                         "header before its text, so no sample can be placed in time: it is "
+                         "left out (kmemscope record writes one before every sample)")
+            return None
+        return text
+
     text = _read(bundle_dir, "vmstat")
     if text is not None:
         out["vmstat"] = table(vmstat_rows(text),

@@ -36,7 +36,7 @@ UNIT_MAX = 32
 BETTER = ("higher", "lower")
 COLUMNS = ("run", "metric", "value", "unit", "better")
 # Names the comparison gives its own metrics and groups: an imported metric may not take them.
-RESERVED_PREFIXES = ("vmstat.", "stalls.")
+RESERVED_PREFIXES = ("vmstat.", "stalls.", "frag.")
 RESERVED_NAMES = ("headline", "vmstat", "stalls", "benchmark")
 
 
@@ -253,10 +253,12 @@ def resolve_run(name, runs):
                        "kmemscope info DATASET lists the runs")
 
 
-def import_metrics(dataset, path, fmt=None):
+def import_metrics(dataset, path, fmt=None, reserved=()):
     """Import a metrics file into `dataset`; returns {run_id: [metric names]} that were written.
 
     Every row is checked and every run resolved first: a bad row imports nothing.
+    reserved: names of the comparison's own metrics (the caller knows them), refused
+    like the reserved prefixes: one name, two different rows, is what they would give.
     """
     from kmemscope.dataset import commit as commit_mod
 
@@ -272,6 +274,10 @@ def import_metrics(dataset, path, fmt=None):
         runs = _dataset_runs(dataset)
         by_run, seen = {}, {}
         for where, run, metric, value, unit, better in records:
+            if metric in reserved:
+                raise MetricsError(f"{where}: metric {metric!r} is the name of one of kmemscope's "
+                                   "own metrics (kmemscope compare shows it already)",
+                                   "rename the metric; nothing was imported")
             try:
                 run_id = resolve_run(run, runs)
             except MetricsError as exc:

@@ -229,11 +229,15 @@ def _run_query(name, dataset, run_ids, labels, engine, params=None):
 
 
 def _imported_metrics(rows):
-    """name -> Metric of the imported rows; runs that disagree on direction are an error."""
+    """name -> Metric of the imported rows; runs that disagree on direction are an error.
+
+    A name of kmemscope's own (a bundle's metrics.json written by hand can hold one; `metrics
+    import` refuses them) would make two rows of one name: it is left out, and named in
+    _shadowed_notes."""
     out, units = {}, {}
     for r in rows:
         name = r["metric"]
-        if name is None:
+        if name is None or name in SUMMARY:
             continue
         m = out.get(name)
         if m is None:
@@ -272,18 +276,24 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
     listing, more = _run_query("run_metrics.runs", dataset, run_ids, labels, engine)
     notes += more
     runs = {}
+    trace_spans = {}
     for r in listing:
         runs[r["run_id"]] = {"run_id": r["run_id"], "labels": labels_dict(r["labels"]),
                              "host": r["host"], "started_ns": _int_or_none(r["started_ns"]),
                              "first_ts": r["first_ts"]}
+        trace_spans[r["run_id"]] = (r["first_ts"], r.get("last_ts"))
 
     imported_rows, more = _run_query("run_metrics", dataset, run_ids, labels, engine)
     notes += [n for n in more if "run_metrics" not in n]   # most runs have no imported metrics
     imported, mixed_units = _imported_metrics(imported_rows)
+    shadowed = sorted({r["metric"] for r in imported_rows if r["metric"] in SUMMARY})
+    if shadowed:
+        notes.append(f"imported metric{'s' if len(shadowed) > 1 else ''} {', '.join(shadowed)} "
+                     "left out: kmemscope's own metric of that name is the row")
     for name, found in sorted(mixed_units.items()):
         notes.append(f"{name}: imported with different units ({', '.join(sorted(found))})")
     for r in imported_rows:
-        if r["metric"] is not None and r["run_id"] in runs:
+        if r["metric"] is not None and r["metric"] not in SUMMARY and r["run_id"] in runs:
             runs[r["run_id"]][r["metric"]] = r["value"]
 
     chosen = {}
@@ -309,6 +319,7 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
         notes += [n for n in more if "no selected run has vmstat samples" not in n]
         per_run = _per_run_deltas(rows)
         counters |= {r["name"] for r in rows}
+        notes += _sample_window_notes(rows, trace_spans)
         bare = [r for r in runs if r not in per_run]
         if bare:
             rows, more = _trace_counter_rows(dataset, bare, engine)
@@ -359,7 +370,11 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
             chosen.update(group(kind))
     for name in names or []:
         if name in GROUPS:
-            chosen.update(group(GROUPS[name]))
+            found = group(GROUPS[name])
+            if not found:
+                raise QueryError(f"no selected run has a metric of the group {name!r}",
+                                 _EMPTY_GROUP_HINT[name])
+            chosen.update(found)
             continue
         p = parse_name(name)
         if p[0] == "summary":
@@ -385,6 +400,45 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
             chosen[name] = imported[name]
     return RunValues(list(runs.values()), chosen, notes, counters, imported)
 
+
+def _sample_window_notes(rows, trace_spans):
+    """Runs whose vmstat samples lie partly or wholly outside their trace."""
+    spans = {}
+    for r in rows:
+        if r.get("first_ts") is not None:
+            lo, hi = spans.get(r["run_id"], (r["first_ts"], r["last_ts"]))
+            spans[r["run_id"]] = (min(lo, r["first_ts"]), max(hi, r["last_ts"]))
+    outside, apart = [], []
+    for run_id, (lo, hi) in sorted(spans.items()):
+        first, last = trace_spans.get(run_id, (None, None))
+        if first is None or last is None:
+            continue
+        if hi < first or lo > last:
+            apart.append(run_id)
+        elif lo < first - SAMPLE_SLACK_NS or hi > last + SAMPLE_SLACK_NS:
+            outside.append(run_id)
+    notes = []
+    if apart:
+        notes.append(f"{len(apart)} run{'s' if len(apart) > 1 else ''} ({', '.join(apart[:3])}) "
+                     "have vmstat samples wholly outside their trace: the vmstat rows are the "
+                     "samples' own (their window), the trace's counts cover the capture; the two "
+                     "do not describe the same time")
+    if outside:
+        notes.append(f"{len(outside)} run{'s' if len(outside) > 1 else ''} ({', '.join(outside[:3])}) "
+                     "have vmstat samples reaching more than 1 s past their trace: the vmstat rows "
+                     "cover the samples' window, the trace's counts only its overlap with the trace")
+    return notes
+
+
+# A sampler takes its first and last samples just before and after tracing: not news.
+SAMPLE_SLACK_NS = 1_000_000_000
+
+_EMPTY_GROUP_HINT = {
+    "headline": "the summary analysis gave no row for these runs",
+    "vmstat": "the runs have neither vmstat samples nor the events vmstat_trace counts from",
+    "stalls": "the runs recorded no stall events (record with the costly-stalls or default preset)",
+    "benchmark": "no benchmark result was imported: kmemscope metrics import DATASET FILE",
+}
 
 # A run's key naming the vmstat counters that its values came from the trace for.
 TRACE_SOURCE = "vmstat_from_trace"
@@ -536,7 +590,13 @@ def minute_series(dataset, sides, names, engine=None):
     if not kept:
         return {}, notes, kept
     run_ids = [r for rs in sides.runs.values() for r in rs]
-    rows, more = _run_query("vmstat_rates.per_minute", dataset, run_ids, None, engine)
+    try:
+        rows, more = _run_query("vmstat_rates.per_minute", dataset, run_ids, None, engine)
+    except DatasetError:
+        rows, more = [], []
+    if not rows:
+        raise QueryError("--over minute needs vmstat samples, and no selected run has any",
+                         "compare --over run shows one value per run instead")
     notes += more
     per = {}
     for r in rows:

@@ -41,6 +41,7 @@ ORDER BY f.run_id, m.metric, m.source, m.value, m.unit, m.better
 --                          a number); NULL for a bare trace.dat
 --   first_ts        ns     first event (the trace clock)
 --   duration_s      s      capture window
+--   last_ts         ns     last event (the trace clock)
 SELECT
   f.run_id,
   f.labels,
@@ -48,7 +49,8 @@ SELECT
   f.kernel_release,
   json_extract_string(r.manifest, '$.start.realtime_ns') AS started_ns,
   f.first_ts,
-  f.duration_s
+  f.duration_s,
+  f.last_ts
 FROM run_facts AS f
 LEFT JOIN runs AS r ON r.run_id = f.run_id
 ORDER BY f.run_id

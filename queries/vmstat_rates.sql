@@ -22,6 +22,8 @@
 --   delta         count  last - first
 --   window_s      s      between the two samples
 --   per_min       /min   delta per minute of window (NULL when the window is 0)
+--   first_ts      ns     when the first sample was taken (the trace clock)
+--   last_ts       ns     when the last sample was taken
 SELECT
   f.run_id,
   f.labels,
@@ -30,7 +32,9 @@ SELECT
   d.last_value,
   d.delta,
   d.window_s,
-  60.0 * d.delta / nullif(d.window_s, 0) AS per_min
+  60.0 * d.delta / nullif(d.window_s, 0) AS per_min,
+  d.first_ts,
+  d.last_ts
 FROM vmstat_deltas AS d
 JOIN run_facts AS f ON f.run_id = d.run_id
 WHERE d.name LIKE $name_like

@@ -17,15 +17,21 @@ FROM vmstat
 GROUP BY run_id, name;
 
 -- The window that rates from the trace count events in, per run: vmstat's
--- sampling window when the run has one, so that they compare with vmstat's
--- rates, else the whole capture.
+-- sampling window when the run has one that overlaps the trace, so that they
+-- compare with vmstat's rates, else the whole capture ('capture': samples that
+-- lie wholly outside the trace cannot be compared with it, and parse says so).
 CREATE TEMP VIEW trace_windows AS
 WITH vm AS (
   SELECT run_id, min(first_ts) AS lo, max(last_ts) AS hi FROM vmstat_deltas GROUP BY run_id
+),
+overlap AS (
+  SELECT v.run_id, v.lo, v.hi,
+         v.hi > v.lo AND v.lo <= f.last_ts AND v.hi >= f.first_ts AS usable
+  FROM vm AS v JOIN run_facts AS f ON f.run_id = v.run_id
 )
 SELECT f.run_id,
-       CASE WHEN v.hi > v.lo THEN 'vmstat' ELSE 'capture' END AS trace_window,
-       CASE WHEN v.hi > v.lo THEN v.lo END AS lo,
-       CASE WHEN v.hi > v.lo THEN v.hi END AS hi
+       CASE WHEN o.usable THEN 'vmstat' ELSE 'capture' END AS trace_window,
+       CASE WHEN o.usable THEN o.lo END AS lo,
+       CASE WHEN o.usable THEN o.hi END AS hi
 FROM run_facts AS f
-LEFT JOIN vm AS v ON v.run_id = f.run_id;
+LEFT JOIN overlap AS o ON o.run_id = f.run_id;
