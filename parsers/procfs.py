@@ -151,20 +151,30 @@ def unheaded(text):
     return bool(text.strip()) and not _HEADER.search(text) and not split_samples(text)
 
 
+# The sampler takes its first and last samples just before tracing starts and after it stops.
+SAMPLE_SLACK_NS = 1_000_000_000
+
+
 def sample_window_notes(tables, first_ts, last_ts):
-    """Notes for procfs samples that lie outside the trace [first_ts, last_ts] (ns)."""
+    """Notes for procfs samples more than a second outside the trace [first_ts, last_ts] (ns)."""
     notes = []
+    if first_ts is None or last_ts is None:
+        return notes
     for name, t in sorted(tables.items()):
-        if t.num_rows == 0 or first_ts is None or last_ts is None:
+        if t.num_rows == 0:
             continue
-        ts = t.column("ts").to_pylist()
-        outside = [x for x in set(ts) if x < first_ts or x > last_ts]
-        if outside:
-            samples = len(set(ts))
-            notes.append(f"{len(outside)} of {samples} {name} sample{'s' if samples > 1 else ''} lie "
-                         f"outside the trace ({(min(outside) - first_ts) / 1e9:+.1f} s .. "
-                         f"{(max(outside) - last_ts) / 1e9:+.1f} s past its ends): counts from the "
-                         "trace cover only the samples' overlap with it")
+        times = set(t.column("ts").to_pylist())
+        before = [x for x in times if x < first_ts - SAMPLE_SLACK_NS]
+        after = [x for x in times if x > last_ts + SAMPLE_SLACK_NS]
+        if before or after:
+            where = []
+            if before:
+                where.append(f"{(first_ts - min(before)) / 1e9:.1f} s before its first event")
+            if after:
+                where.append(f"{(max(after) - last_ts) / 1e9:.1f} s after its last")
+            notes.append(f"{len(before) + len(after)} of {len(times)} {name} samples lie outside "
+                         f"the trace (up to {' and '.join(where)}): counts from the trace cover "
+                         "only the samples' overlap with it")
     return notes
 
 
