@@ -1,4 +1,4 @@
-"""Facts about the host that go into manifest.json (README, "Recording on a host")."""
+"""Facts about the host that go into manifest.json (docs/record.md)."""
 import os
 import re
 import socket

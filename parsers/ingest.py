@@ -1,6 +1,6 @@
 """Parse one trace.dat or bundle into a run of the Parquet dataset.
 
-The dataset layout (README, "The dataset"): DATASET/<table>/run_id=<run_id>/part-<n>.parquet.
+The dataset layout (docs/dataset-format.md): DATASET/<table>/run_id=<run_id>/part-<n>.parquet.
 A run is staged in a work directory inside the dataset and committed only when
 every table is complete (dataset/commit.py: a journaled, crash-safe commit with
 `runs` last): readers never see a half-written run, and an interrupted or failed

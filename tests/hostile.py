@@ -106,7 +106,7 @@ def tree_state(root):
 
 
 def plant_work_dir(dataset, name, journal=None, stage=None):
-    """A work folder `dataset/name` as a dead parse would leave it.
+    """A work folder `DATASET/NAME` as a dead parse would leave it.
 
     journal: the commit.json contents (a dict, or raw text) or None for none;
     stage: a path that `stage` links to, or None for a real, empty stage folder.

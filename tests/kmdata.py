@@ -1,7 +1,7 @@
 """Write small datasets in the kmemscope contract layout from plain Python rows.
 
 DATASET/<table>/run_id=<id>/part-0.parquet, without run_id in the file (it comes
-from the Hive partition), column types as the parser writes them (README, "The dataset").
+from the Hive partition), column types as the parser writes them (docs/dataset-format.md).
 Used for synthetic datasets only: kernels this machine cannot run (5.10, 6.1)
 and edge cases no real capture produces on demand. Each test that uses it says so.
 """

@@ -184,3 +184,60 @@ def test_readme_is_short_and_has_the_two_commands():
     assert len(text.splitlines()) <= 260
     assert "make demo" in text and "make test" in text
     assert "## Comparing two kernels" in text
+
+
+# ---------------------------------------------------------------- pointers in prose and code
+
+# The repository's top-level folders: a code span or comment naming a path under one of them
+# points at a file (or folder) that must exist. Globs and placeholders (NAME, <x>) are patterns.
+POINTED_FOLDERS = ("capture", "dataset", "parsers", "queries", "kmemscope", "cli", "notebooks",
+                   "tests", "benchmarks", "tools", "examples", "docs")
+PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./*-]*\w)" % "|".join(POINTED_FOLDERS))
+README_SECTION = re.compile(r'README,? "([^"]+)"')
+
+
+# Files whose paths are not pointers: this check's own examples, and the type check's linked
+# package tree (kmemscope/queries/... there is the installed package's layout).
+NOT_POINTERS = {"tests/test_docs.py", "tests/test_types.py"}
+
+
+def _sources():
+    for folder in POINTED_FOLDERS[:7] + ("tests", "benchmarks", "tools"):
+        for path in sorted((PROJECT_ROOT / folder).rglob("*")):
+            if (path.suffix in (".py", ".sql", ".c", ".h") and ".venv" not in path.parts
+                    and str(path.relative_to(PROJECT_ROOT)) not in NOT_POINTERS):
+                yield path
+
+
+def _pointer_problems(path, text):
+    bad = []
+    for m in PATH.finditer(text):
+        target = m.group(1).rstrip(".")
+        if any(ch in target for ch in "*<>") or re.search(r"[A-Z]{3,}", target):
+            continue                      # a pattern or a placeholder, not a file
+        if not (PROJECT_ROOT / target).exists() and not list(PROJECT_ROOT.glob(target + "*")):
+            bad.append(f"{target}: no such file or folder")
+    readme = anchors(PROJECT_ROOT / "README.md")
+    titles = {m.group(1).strip() for m in re.finditer(r"^#+ (.*)$", (PROJECT_ROOT / "README.md")
+                                                        .read_text(), re.M)}
+    for m in README_SECTION.finditer(text):
+        if m.group(1) not in titles and _slug(m.group(1)) not in readme:
+            bad.append(f'README "{m.group(1)}": the README has no such section')
+    return [f"{path.relative_to(PROJECT_ROOT)}: {b}" for b in bad]
+
+
+def test_pointers_in_code_and_pages_reach_what_they_name():
+    """A comment, docstring or page that sends the reader to a file or a README section
+    names one that exists (paths in code spans and comments alike)."""
+    bad = []
+    for path in list(_sources()) + PAGES:
+        bad += _pointer_problems(path, path.read_text(errors="replace"))
+    assert not bad, "pointers to nothing:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_the_pointer_check_catches_a_missing_file_and_section():
+    text = 'see dataset/nothere.py and (README, "The dataset"); queries/lib/*.sql is a pattern'
+    found = _pointer_problems(PROJECT_ROOT / "x.py", text)
+    assert any("dataset/nothere.py" in b for b in found)
+    assert any('README "The dataset"' in b for b in found)
+    assert not any("queries/lib" in b for b in found)
