@@ -268,139 +268,174 @@ def gather(dataset, names=None, run_ids=None, labels=None, engine=None, with_def
         return _gather(dataset, names, run_ids, labels, engine, with_defaults)
 
 
-def _gather(dataset, names, run_ids, labels, engine, with_defaults):
-    groups = [n for n in names or [] if n in GROUPS]
-    parsed = [(n, parse_name(n)) for n in names or [] if n not in GROUPS]
-    kinds = {p[0] for _, p in parsed} | {GROUPS[g] for g in groups}
-    defaults = not names and with_defaults
-    notes = []
+class _Gathering:
+    """One gather(): the selected runs (one dict of values each), what was found, the notes.
 
-    listing, more = _run_query("run_metrics.runs", dataset, run_ids, labels, engine)
-    notes += more
-    runs = {}
-    trace_spans = {}
-    for r in listing:
-        runs[r["run_id"]] = {"run_id": r["run_id"], "labels": labels_dict(r["labels"]),
-                             "host": r["host"], "started_ns": _int_or_none(r["started_ns"]),
-                             "first_ts": r["first_ts"]}
-        trace_spans[r["run_id"]] = (r["first_ts"], r.get("last_ts"))
+    Each kind of metric is added by its own method below, reading the analysis that
+    gives it once; _choose then picks the metrics to show from what was found.
+    """
 
-    imported_rows, more = _run_query("run_metrics", dataset, run_ids, labels, engine)
-    notes += [n for n in more if "run_metrics" not in n]   # most runs have no imported metrics
-    imported, mixed_units = _imported_metrics(imported_rows)
-    shadowed = sorted({r["metric"] for r in imported_rows if r["metric"] in SUMMARY})
-    if shadowed:
-        notes.append(f"imported metric{'s' if len(shadowed) > 1 else ''} {', '.join(shadowed)} "
-                     "left out: kmemscope's own metric of that name is the row")
-    for name, found in sorted(mixed_units.items()):
-        notes.append(f"{name}: imported with different units ({', '.join(sorted(found))})")
-    for r in imported_rows:
-        if r["metric"] is not None and r["metric"] not in SUMMARY and r["run_id"] in runs:
-            runs[r["run_id"]][r["metric"]] = r["value"]
+    def __init__(self, dataset, run_ids, labels, engine):
+        self.dataset, self.run_ids, self.labels, self.engine = dataset, run_ids, labels, engine
+        self.notes = []
+        self.runs = {}                # run_id -> {"run_id", "labels", ..., metric: value}
+        self.trace_spans = {}         # run_id -> (first_ts, last_ts) of its trace
+        self.imported = {}            # imported name -> Metric
+        self.counters = set()         # vmstat counters some run has (sampled or from its trace)
+        self.bare = []                # runs without vmstat samples
+        self.stall_kinds = set()
 
-    chosen = {}
-    if defaults or "summary" in kinds:
-        rows, more = _run_query("summary", dataset, run_ids, labels, engine)
-        notes += more
+    def query(self, name, run_ids=None, labels=None):
+        rows, notes = _run_query(name, self.dataset, run_ids or self.run_ids,
+                                 self.labels if labels is None else labels, self.engine)
+        return rows, notes
+
+    def add_runs(self):
+        listing, more = self.query("run_metrics.runs")
+        self.notes += more
+        for r in listing:
+            self.runs[r["run_id"]] = {"run_id": r["run_id"], "labels": labels_dict(r["labels"]),
+                                      "host": r["host"],
+                                      "started_ns": _int_or_none(r["started_ns"]),
+                                      "first_ts": r["first_ts"]}
+            self.trace_spans[r["run_id"]] = (r["first_ts"], r.get("last_ts"))
+
+    def add_imported(self):
+        rows, more = self.query("run_metrics")
+        self.notes += [n for n in more if "run_metrics" not in n]   # most runs import nothing
+        self.imported, mixed_units = _imported_metrics(rows)
+        shadowed = sorted({r["metric"] for r in rows if r["metric"] in SUMMARY})
+        if shadowed:
+            self.notes.append(f"imported metric{'s' if len(shadowed) > 1 else ''} "
+                              f"{', '.join(shadowed)} left out: kmemscope's own metric of that "
+                              "name is the row")
+        for name, found in sorted(mixed_units.items()):
+            self.notes.append(f"{name}: imported with different units ({', '.join(sorted(found))})")
+        for r in rows:
+            if r["metric"] is not None and r["metric"] not in SUMMARY and r["run_id"] in self.runs:
+                self.runs[r["run_id"]][r["metric"]] = r["value"]
+
+    def add_summary(self):
+        rows, more = self.query("summary")
+        self.notes += more
         for r in rows:
             top5 = r.get("top5_pfn_allocs")
             r["top5_pfn_allocs_sum"] = sum(top5) if top5 else None
-            target = runs.get(r["run_id"])
-            if target is not None:
-                for name in SUMMARY:
-                    target[name] = r.get(name)
-                    for suffix in ("_source",):
-                        col = (name[:-4] if name.endswith("_pct") else name) + suffix
-                        if col in r:
-                            target[col] = r[col]
+            target = self.runs.get(r["run_id"])
+            if target is None:
+                continue
+            for name in SUMMARY:
+                target[name] = r.get(name)
+                source = (name[:-4] if name.endswith("_pct") else name) + "_source"
+                if source in r:
+                    target[source] = r[source]
 
-    counters = set()
-    bare = []               # runs without vmstat samples: their vmstat rows come from the trace
-    if defaults or "vmstat" in kinds:
-        rows, more = _vmstat_rows(dataset, run_ids, labels, engine)
-        notes += [n for n in more if "no selected run has vmstat samples" not in n]
+    def add_vmstat(self):
+        """Sampled counters' increases; for runs without samples, the trace's counts."""
+        rows, more = _vmstat_rows(self.dataset, self.run_ids, self.labels, self.engine)
+        self.notes += [n for n in more if "no selected run has vmstat samples" not in n]
         per_run = _per_run_deltas(rows)
-        counters |= {r["name"] for r in rows}
-        notes += _sample_window_notes(rows, trace_spans)
-        bare = [r for r in runs if r not in per_run]
-        if bare:
-            rows, more = _trace_counter_rows(dataset, bare, engine)
-            notes += [n for n in more if "memcg_reclaim" not in n]   # none recorded: none left out
+        self.counters |= {r["name"] for r in rows}
+        self.notes += _sample_window_notes(rows, self.trace_spans)
+        self.bare = [r for r in self.runs if r not in per_run]
+        if self.bare:
+            rows, more = _trace_counter_rows(self.dataset, self.bare, self.engine)
+            self.notes += [n for n in more if "memcg_reclaim" not in n]   # none: none left out
             traced = _per_run_deltas(rows)
             for run_id, (deltas, _windows) in traced.items():
-                runs[run_id][TRACE_SOURCE] = set(deltas)
+                self.runs[run_id][TRACE_SOURCE] = set(deltas)
             per_run.update(traced)
-            counters |= {r["name"] for r in rows}
+            self.counters |= {r["name"] for r in rows}
         for run_id, (deltas, windows) in per_run.items():
-            target = runs.get(run_id)
-            if target is not None:
-                _set_vmstat_values(target, deltas, windows)
-        counters |= {c for c in VMSTAT_DERIVED if any(
-            runs[r].get(f"vmstat.{c}") is not None for r in runs)}
-        if bare:
-            notes += _trace_notes(runs, bare)
+            if run_id in self.runs:
+                _set_vmstat_values(self.runs[run_id], deltas, windows)
+        self.counters |= {c for c in VMSTAT_DERIVED
+                          if any(r.get(f"vmstat.{c}") is not None for r in self.runs.values())}
+        if self.bare:
+            self.notes += _trace_notes(self.runs, self.bare)
 
-    stall_kinds = set()
-    if defaults or "stalls" in kinds:
-        rows, more = _stall_rows(dataset, run_ids, labels, engine, required="stalls" in kinds)
-        notes += more
+    def add_stalls(self, required):
+        rows, more = _stall_rows(self.dataset, self.run_ids, self.labels, self.engine, required)
+        self.notes += more
         for r in rows:
-            stall_kinds.add(r["kind"])
-            target = runs.get(r["run_id"])
+            self.stall_kinds.add(r["kind"])
+            target = self.runs.get(r["run_id"])
             if target is not None:
                 for stat in STALL_STATS:
                     target[f"stalls.{r['kind']}.{stat}"] = r.get(stat)
         if rows:
-            _zero_stalls(dataset, runs)
+            _zero_stalls(self.dataset, self.runs)
 
-    # The metrics to show, in order, each checked against what the runs have.
-    def group(kind):
+    def group(self, kind):
+        """The metrics of a group (GROUPS) that the runs have, in the order to show them."""
         if kind == "summary":
             return {name: SUMMARY[name] for name in HEADLINE}
         if kind == "vmstat":
             # with a bare trace among the runs every row shows: n/a where nothing answers it
             return {f"vmstat.{c}": vmstat_metric(c) for _t, c in MMTESTS_VMSTAT
-                    if c in counters or (bare and counters)}
+                    if c in self.counters or (self.bare and self.counters)}
         if kind == "stalls":
-            return {m.name: m for kind in STALL_KINDS if kind in stall_kinds
+            return {m.name: m for kind in STALL_KINDS if kind in self.stall_kinds
                     for m in (stall_metric(kind, stat) for stat in STALL_HEADLINE
                               if stat != "compaction_runs" or kind == "direct_compaction")}
-        return dict(imported)
+        return dict(self.imported)
 
-    if defaults:
-        for kind in ("summary", "vmstat", "stalls", "imported"):
-            chosen.update(group(kind))
-    for name in names or []:
-        if name in GROUPS:
-            found = group(GROUPS[name])
+    def metric(self, name):
+        """The Metric of one name the user gave, or an error saying what there is instead."""
+        p = parse_name(name)
+        if p[0] == "summary":
+            return SUMMARY[name]
+        if p[0] == "vmstat":
+            if p[1] not in self.counters:
+                near = ", ".join(sorted(c for c in self.counters if p[1][:6] in c)[:6])
+                raise QueryError(f"no selected run sampled vmstat counter {p[1]!r}",
+                                 f"counters like it: {near}" if near else
+                                 "runs recorded without procfs samples have no vmstat metrics")
+            return vmstat_metric(p[1], p[2])
+        if p[0] == "stalls":
+            return stall_metric(p[1], p[2])
+        if name not in self.imported:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(SUMMARY) + list(self.imported), n=3)
+            hint = ("did you mean " + ", ".join(close)) if close else (
+                "summary metrics: " + ", ".join(SUMMARY) + "; vmstat.NAME[/min]; "
+                "stalls.KIND.STAT; imported: " + (", ".join(sorted(self.imported)) or "none"))
+            raise QueryError(f"unknown metric {name!r}", hint)
+        return self.imported[name]
+
+    def choose(self, names, defaults):
+        """The metrics to show, in order, each checked against what the runs have."""
+        chosen = {}
+        if defaults:
+            for kind in ("summary", "vmstat", "stalls", "imported"):
+                chosen.update(self.group(kind))
+        for name in names or []:
+            if name not in GROUPS:
+                chosen[name] = self.metric(name)
+                continue
+            found = self.group(GROUPS[name])
             if not found:
                 raise QueryError(f"no selected run has a metric of the group {name!r}",
                                  _EMPTY_GROUP_HINT[name])
             chosen.update(found)
-            continue
-        p = parse_name(name)
-        if p[0] == "summary":
-            chosen[name] = SUMMARY[name]
-        elif p[0] == "vmstat":
-            if p[1] not in counters:
-                near = ", ".join(sorted(c for c in counters if p[1][:6] in c)[:6])
-                raise QueryError(f"no selected run sampled vmstat counter {p[1]!r}",
-                                 f"counters like it: {near}" if near else
-                                 "runs recorded without procfs samples have no vmstat metrics")
-            chosen[name] = vmstat_metric(p[1], p[2])
-        elif p[0] == "stalls":
-            chosen[name] = stall_metric(p[1], p[2])
-        else:
-            if name not in imported:
-                import difflib
+        return chosen
 
-                close = difflib.get_close_matches(name, list(SUMMARY) + list(imported), n=3)
-                hint = ("did you mean " + ", ".join(close)) if close else (
-                    "summary metrics: " + ", ".join(SUMMARY) + "; vmstat.NAME[/min]; "
-                    "stalls.KIND.STAT; imported: " + (", ".join(sorted(imported)) or "none"))
-                raise QueryError(f"unknown metric {name!r}", hint)
-            chosen[name] = imported[name]
-    return RunValues(list(runs.values()), chosen, notes, counters, imported)
+
+def _gather(dataset, names, run_ids, labels, engine, with_defaults):
+    kinds = {GROUPS[n] if n in GROUPS else parse_name(n)[0] for n in names or []}
+    defaults = not names and with_defaults
+    g = _Gathering(dataset, run_ids, labels, engine)
+    g.add_runs()
+    g.add_imported()
+    if defaults or "summary" in kinds:
+        g.add_summary()
+    if defaults or "vmstat" in kinds:
+        g.add_vmstat()
+    if defaults or "stalls" in kinds:
+        g.add_stalls(required="stalls" in kinds)
+    chosen = g.choose(names, defaults)
+    return RunValues(list(g.runs.values()), chosen, g.notes, g.counters, g.imported)
 
 
 def _sample_window_notes(rows, trace_spans):
