@@ -48,6 +48,7 @@
 -- @param weight VARCHAR allocs [allocs|pages] folded: count allocations or pages (2^order each)
 -- @requires mm_page_alloc kernel_stack
 -- @derived alloc_stacks alloc_stack_ids
+-- @include allocs
 --
 -- Caveats: an allocation made before its stack was recorded, or whose stack
 -- was lost, has no stack and is counted only in alloc_origins.pairing. Events

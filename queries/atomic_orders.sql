@@ -19,6 +19,7 @@
 -- @param era VARCHAR auto [auto|A|B] force an era instead of the one from kernel_release
 -- @param top_comms INTEGER 10 [1..100000] comms per class in the comms section
 -- @requires mm_page_alloc
+-- @include allocs
 --
 -- Caveats: eligible is not reserved. reserve_highatomic_pageblock() runs only
 -- after a successful slowpath allocation and stops at a cap of about 1% of the

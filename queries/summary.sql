@@ -12,6 +12,7 @@
 -- @requires mm_page_alloc
 -- @optional mm_page_free mm_page_alloc_extfrag lost_events vmstat pagetypeinfo_blocks
 -- @derived page_pairs pfn_allocs
+-- @include allocs, compaction, thp, vmstat
 --
 -- @columns
 --   kernel_release                 text   uname -r
