@@ -411,6 +411,7 @@ def describe_analysis(a, only=None):
             "description": sec.description,
             "requires": needs.requires, "any_of": needs.any_of,
             "optional": needs.optional, "derived": needs.derived,
+            "modules": a.modules(sec),
             "columns": None if sec.columns is None else [
                 {"name": c.name, "unit": c.unit, "description": c.doc} for c in sec.columns],
             "notes": "\n".join(sec.notes) or None})
@@ -455,7 +456,8 @@ def format_description(doc):
     for sec in doc["sections"]:
         out.append(f"{sec['query']}: {sec['description']}")
         needs = [("needs", sec["requires"]), ("needs one of", sec["any_of"]),
-                 ("uses if present", sec["optional"]), ("derived tables", sec["derived"])]
+                 ("uses if present", sec["optional"]), ("derived tables", sec["derived"]),
+                 ("SQL modules", sec["modules"])]
         for label, tables in needs:
             if tables:
                 out.append(f"  {label}: {', '.join(tables)}")
