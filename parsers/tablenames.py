@@ -24,7 +24,8 @@ RESERVED_TABLES = frozenset({
     "stack_origins", "origin_allocs",
     "gfp_bits", "compaction_status_names", "page_allocs", "page_alloc_classes",
     "vmstat_deltas", "thp_fault_attempts", "direct_compactions", "trace_windows",
-    "thp_fault_success", "compaction_success", "compaction_runs",
+    "thp_fault_success", "compaction_success", "compaction_runs", "compaction_run_pairing",
+    "stack_callsites",
 })
 _SAFE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 

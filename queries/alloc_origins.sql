@@ -14,30 +14,18 @@
 -- A stack whose innermost frame is another event's trace function is not
 -- taken. alloc_origins.pairing shows how many stacks and allocations paired.
 --
--- callsite: the first frame, innermost first, whose function (offset and
--- compiler suffixes such as .isra.0 removed) matches none of these globs:
---   tracing      trace_event_raw_event_* ftrace_raw_event_* perf_trace_*
---                trace_event_buffer_* trace_buffer_unlock_commit* __ftrace_trace_stack
---                ftrace_* __trace_stack stack_trace_save* arch_stack_walk
---   allocator    __alloc_pages* alloc_pages* __alloc_frozen_pages* alloc_frozen_pages*
---                get_page_from_freelist rmqueue* __rmqueue* __get_free_pages*
---                get_zeroed_page* __folio_alloc* folio_alloc* alloc_pages_exact*
---                __alloc_pages_bulk* alloc_page_interleave alloc_pages_preferred_many
---                vma_alloc_folio*
---   slab         kmalloc* __kmalloc* ___kmalloc* kmem_cache_alloc* __kmem_cache_alloc*
---                allocate_slab new_slab ___slab_alloc __slab_alloc* slab_alloc*
---                alloc_slab_page alloc_slab_obj_exts __memcg_slab_post_alloc_hook
---                memcg_slab_post_alloc_hook kvmalloc* __kvmalloc* kvzalloc* kzalloc*
---                krealloc* __krealloc* kvrealloc* kmemdup*
---   vmalloc      __vmalloc* vmalloc* vzalloc* vm_area_alloc_pages
--- '(allocator)' when every frame matches (a stack cut short).
+-- callsite: the first frame, innermost first, that names a caller: outside
+-- tracing, the page allocator, slab and vmalloc (lib/callsites.sql lists the
+-- frames it skips); '(allocator)' when every frame is skipped (a stack cut short).
+--
 -- subsystem: from queries/subsystems.csv (glob -> subsystem) or the file given
 -- as --param subsystems=FILE: the first frame from the callsite outward that a
 -- pattern matches, the longest pattern if several do; 'other' if none.
 --
 -- Classes (as atomic_orders; KERNEL-ERAS.md section 3, bits from the run's
--- print_flags): highatomic_eligible, other_nonblocking (no
--- __GFP_DIRECT_RECLAIM), blocking, unknown (no gfp table in the run).
+-- print_flags; lib/allocs.sql page_alloc_classes): highatomic_eligible,
+-- other_nonblocking (no __GFP_DIRECT_RECLAIM), blocking, unknown (no gfp table
+-- in the run).
 --
 -- @param era VARCHAR auto [auto|A|B] force an era instead of the one from kernel_release
 -- @param alloc_class VARCHAR all [all|nonblocking|highatomic_eligible|other_nonblocking|blocking|unknown] only allocations of this class (nonblocking: the first two)
@@ -48,6 +36,7 @@
 -- @param weight VARCHAR allocs [allocs|pages] folded: count allocations or pages (2^order each)
 -- @requires mm_page_alloc kernel_stack
 -- @derived alloc_stacks alloc_stack_ids
+-- @include allocs, callsites
 --
 -- Caveats: an allocation made before its stack was recorded, or whose stack
 -- was lost, has no stack and is counted only in alloc_origins.pairing. Events
@@ -68,32 +57,6 @@
 --   alloc_origins.pairing       per run: allocations and stacks paired, unpaired
 
 -- @prelude
-CREATE TEMP TABLE frame_skip AS
-SELECT * FROM (VALUES
-  ('trace_event_raw_event_*', 'tracing'), ('ftrace_raw_event_*', 'tracing'),
-  ('perf_trace_*', 'tracing'), ('trace_event_buffer_*', 'tracing'),
-  ('trace_buffer_unlock_commit*', 'tracing'), ('__ftrace_trace_stack', 'tracing'),
-  ('ftrace_*', 'tracing'), ('__trace_stack', 'tracing'), ('stack_trace_save*', 'tracing'),
-  ('arch_stack_walk', 'tracing'),
-  ('__alloc_pages*', 'allocator'), ('alloc_pages*', 'allocator'),
-  ('__alloc_frozen_pages*', 'allocator'), ('alloc_frozen_pages*', 'allocator'),
-  ('get_page_from_freelist', 'allocator'), ('rmqueue*', 'allocator'), ('__rmqueue*', 'allocator'),
-  ('__get_free_pages*', 'allocator'), ('get_zeroed_page*', 'allocator'),
-  ('__folio_alloc*', 'allocator'), ('folio_alloc*', 'allocator'),
-  ('alloc_pages_exact*', 'allocator'), ('__alloc_pages_bulk*', 'allocator'),
-  ('alloc_page_interleave', 'allocator'), ('alloc_pages_preferred_many', 'allocator'),
-  ('vma_alloc_folio*', 'allocator'),
-  ('kmalloc*', 'slab'), ('__kmalloc*', 'slab'), ('___kmalloc*', 'slab'),
-  ('kmem_cache_alloc*', 'slab'), ('__kmem_cache_alloc*', 'slab'), ('allocate_slab', 'slab'),
-  ('new_slab', 'slab'), ('___slab_alloc', 'slab'), ('__slab_alloc*', 'slab'),
-  ('slab_alloc*', 'slab'), ('alloc_slab_page', 'slab'), ('alloc_slab_obj_exts', 'slab'),
-  ('__memcg_slab_post_alloc_hook', 'slab'), ('memcg_slab_post_alloc_hook', 'slab'),
-  ('kvmalloc*', 'slab'), ('__kvmalloc*', 'slab'), ('kvzalloc*', 'slab'), ('kzalloc*', 'slab'),
-  ('krealloc*', 'slab'), ('__krealloc*', 'slab'), ('kvrealloc*', 'slab'), ('kmemdup*', 'slab'),
-  ('__vmalloc*', 'vmalloc'), ('vmalloc*', 'vmalloc'), ('vzalloc*', 'vmalloc'),
-  ('vm_area_alloc_pages', 'vmalloc')
-) AS t(pattern, kind);
-
 -- The function -> subsystem table; the path is a bound parameter.
 CREATE TEMP TABLE subsystem_map AS
 SELECT pattern, subsystem
@@ -101,32 +64,12 @@ FROM read_csv($subsystems, header = true, auto_detect = false, comment = '#',
               columns = {'pattern': 'VARCHAR', 'subsystem': 'VARCHAR'})
 WHERE pattern IS NOT NULL AND pattern <> '' AND subsystem IS NOT NULL;
 
--- Every frame of every interned stack: fn is the function name alone.
-CREATE TEMP TABLE stack_frames AS
-WITH f AS (
-  SELECT run_id, stack_id, unnest(range(1, len(frames) + 1)) AS pos, unnest(frames) AS frame
-  FROM alloc_stacks
-),
-named AS (
-  SELECT run_id, stack_id, pos, frame,
-         regexp_replace(regexp_replace(frame, '[+]0x[0-9a-f]+$', ''),
-                        '([.](isra|part|constprop|cold|llvm|lto_priv)([.][0-9]+)?)+$', '') AS fn
-  FROM f
-)
-SELECT n.run_id, n.stack_id, n.pos, n.frame, n.fn,
-       count(k.pattern) > 0 AS skipped,
-       count(CASE WHEN k.kind = 'tracing' THEN 1 END) > 0 AS tracing
-FROM named AS n
-LEFT JOIN frame_skip AS k ON n.fn GLOB k.pattern
-GROUP BY n.run_id, n.stack_id, n.pos, n.frame, n.fn;
-
--- Per stack: frames as recorded, callsite, subsystem, and the frames a flame
--- graph shows (root first, the tracing frames at the leaf end left out).
+-- Per stack: frames as recorded, callsite (lib/callsites.sql), subsystem, and
+-- the frames a flame graph shows (root first, the tracing frames at the leaf
+-- end left out).
 CREATE TEMP TABLE stack_origins AS
 WITH marks AS (
-  SELECT run_id, stack_id,
-         min(CASE WHEN NOT skipped THEN pos END) AS callsite_pos,
-         coalesce(min(CASE WHEN NOT tracing THEN pos END), 1) AS first_real_pos
+  SELECT run_id, stack_id, coalesce(min(CASE WHEN NOT tracing THEN pos END), 1) AS first_real_pos
   FROM stack_frames
   GROUP BY run_id, stack_id
 ),
@@ -135,7 +78,7 @@ matches AS (
          row_number() OVER (PARTITION BY f.run_id, f.stack_id
                             ORDER BY f.pos, length(m.pattern) DESC, m.subsystem) AS rn
   FROM stack_frames AS f
-  JOIN marks AS k ON k.run_id = f.run_id AND k.stack_id = f.stack_id AND f.pos >= k.callsite_pos
+  JOIN stack_callsites AS c ON c.run_id = f.run_id AND c.stack_id = f.stack_id AND f.pos >= c.callsite_pos
   JOIN subsystem_map AS m ON f.fn GLOB m.pattern
 ),
 shown AS (
@@ -145,13 +88,11 @@ shown AS (
   GROUP BY f.run_id, f.stack_id
 )
 SELECT s.run_id, s.stack_id, s.frames, len(s.frames) AS depth,
-       coalesce(c.fn, '(allocator)') AS callsite,
+       c.callsite,
        coalesce(m.subsystem, 'other') AS subsystem,
        coalesce(w.flame_frames, []) AS flame_frames
 FROM alloc_stacks AS s
-JOIN marks AS k ON k.run_id = s.run_id AND k.stack_id = s.stack_id
-LEFT JOIN stack_frames AS c
-  ON c.run_id = s.run_id AND c.stack_id = s.stack_id AND c.pos = k.callsite_pos
+JOIN stack_callsites AS c ON c.run_id = s.run_id AND c.stack_id = s.stack_id
 LEFT JOIN matches AS m ON m.run_id = s.run_id AND m.stack_id = s.stack_id AND m.rn = 1
 LEFT JOIN shown AS w ON w.run_id = s.run_id AND w.stack_id = s.stack_id;
 
@@ -162,13 +103,8 @@ CREATE TEMP TABLE origin_allocs AS
 WITH classed AS (
   SELECT c.run_id, c.ts, c.comm, c.pfn, c."order", c.failed,
          CASE WHEN p.era = 'auto' THEN c.run_era ELSE p.era END AS highatomic_era,
-         CASE
-           WHEN NOT c.has_gfp_table THEN 'unknown'
-           WHEN (CASE WHEN coalesce(nullif(p.era, 'auto'), c.run_era) = 'A'
-                      THEN c.eligible_era_a ELSE c.eligible_era_b END) THEN 'highatomic_eligible'
-           WHEN NOT c.blocking THEN 'other_nonblocking'
-           ELSE 'blocking'
-         END AS alloc_class,
+         CASE p.era WHEN 'A' THEN c.alloc_class_era_a WHEN 'B' THEN c.alloc_class_era_b
+                    ELSE c.alloc_class END AS alloc_class,
          row_number() OVER (PARTITION BY c.run_id, c.ts, c.pfn, c."order" ORDER BY c.comm) AS k
   FROM page_alloc_classes AS c
   CROSS JOIN query_params AS p

@@ -19,6 +19,7 @@
 -- @param era VARCHAR auto [auto|A|B] force an era instead of the one from kernel_release
 -- @param top_comms INTEGER 10 [1..100000] comms per class in the comms section
 -- @requires mm_page_alloc
+-- @include allocs
 --
 -- Caveats: eligible is not reserved. reserve_highatomic_pageblock() runs only
 -- after a successful slowpath allocation and stops at a cap of about 1% of the
@@ -29,17 +30,14 @@
 -- as allocations and separately as failed. Rates use the run's capture window.
 
 -- @prelude
+-- Each allocation's class (lib/allocs.sql page_alloc_classes) under the run's
+-- era, or under the era the user forced.
 CREATE TEMP VIEW alloc_classes AS
 SELECT
   c.run_id, c.ts, c.comm, c."order", c.failed,
   CASE WHEN p.era = 'auto' THEN c.run_era ELSE p.era END AS highatomic_era,
-  CASE
-    WHEN NOT c.has_gfp_table THEN 'unknown'
-    WHEN (CASE WHEN coalesce(nullif(p.era, 'auto'), c.run_era) = 'A'
-               THEN c.eligible_era_a ELSE c.eligible_era_b END) THEN 'highatomic_eligible'
-    WHEN NOT c.blocking THEN 'other_nonblocking'
-    ELSE 'blocking'
-  END AS alloc_class
+  CASE p.era WHEN 'A' THEN c.alloc_class_era_a WHEN 'B' THEN c.alloc_class_era_b
+             ELSE c.alloc_class END AS alloc_class
 FROM page_alloc_classes AS c
 CROSS JOIN query_params AS p;
 

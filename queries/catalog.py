@@ -14,6 +14,8 @@ mind. A few lines are read by kmemscope:
     -- @optional TABLE ...       tables used when present: a note for each run without one
     -- @any_of TABLE ...         at least one must be present; each is otherwise optional
     -- @derived NAME ...         per-run derived tables (dataset/derived.py), made on first use
+    -- @include MODULE, ...      queries/lib/ modules whose views it reads (sql_lib.py): they,
+                                 and the modules they require, run before it; no other does
     -- @section NAME: description
     -- @columns                  the section's result columns, one a line, after run_id
     --   NAME  UNIT  description     and labels (which every result starts with); a line
@@ -36,37 +38,19 @@ from pathlib import Path
 
 from kmemscope.errors import QueryError
 
+from . import sql_lib
+from .columns import UNITS, Column, ColumnBlock  # noqa: F401  (UNITS: part of the catalog's API)
+
 QUERY_DIR = Path(__file__).resolve().parent
 
 TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": None,
          "FILE": str}
 MAX_PARAM_FILE = 1 << 20       # a FILE parameter is a small table (a mapping), not data
 
-UNITS = {
-    "text": "a name or label",
-    "map": "key -> value pairs",
-    "bool": "true or false",
-    "count": "a number of events or things",
-    "rank": "position, 1 = first",
-    "pages": "base pages",
-    "order": "allocation order: 2^order base pages",
-    "pfn": "page frame number",
-    "flags": "a bit mask",
-    "code": "a number that names something: enum value, node, bucket",
-    "ns": "nanoseconds (a time stamp: CLOCK_MONOTONIC, the trace's clock)",
-    "s": "seconds",
-    "ms": "milliseconds (a duration)",
-    "%": "percent",
-    "/s": "per second",
-    "/min": "per minute",
-    "/1000": "per 1,000 of what the description names",
-    "ratio": "a quotient without unit",
-    "list": "a list: its elements in the description",
-}
 # Every result starts with these two, so no @columns repeats them.
 RUN_COLUMNS = (("run_id", "text", "the run (kmemscope info lists them)"),
                ("labels", "map", "the run's labels"))
-REQ_KEYS = ("requires", "optional", "any_of", "derived")
+REQ_KEYS = ("requires", "optional", "any_of", "derived", "include")
 
 
 @dataclass
@@ -85,13 +69,6 @@ class Param:
 
 
 @dataclass
-class Column:
-    name: str
-    unit: str
-    doc: str
-
-
-@dataclass
 class Section:
     name: str
     description: str
@@ -100,6 +77,7 @@ class Section:
     optional: list = field(default_factory=list)
     any_of: list = field(default_factory=list)
     derived: list = field(default_factory=list)
+    include: list = field(default_factory=list)    # queries/lib/ modules, as the header names them
     columns: list = None             # [Column] from @columns, run_id and labels first; None: none
     notes: list = field(default_factory=list)   # prose lines in the section's comment
 
@@ -123,7 +101,13 @@ class Analysis:
             setattr(out, key, list(dict.fromkeys(getattr(self.common, key) + getattr(section, key))))
         # A section's @any_of replaces the file's: it names what that section needs.
         out.any_of = list(section.any_of or self.common.any_of)
+        # The derived tables the included modules build on are made before they run.
+        out.derived = list(dict.fromkeys(out.derived + sql_lib.derived_of(out.include)))
         return out
+
+    def modules(self, section):
+        """The names of the queries/lib/ modules that run before `section`, in their order."""
+        return [m.name for m in sql_lib.closure(self.needs(section).include, f"analysis {self.name}")]
 
     def query_name(self, section):
         return self.name if section is self.sections[0] else f"{self.name}.{section.name}"
@@ -208,7 +192,7 @@ def _parse_param(path, name, line, rest):
 
 # ---------------------------------------------------------------- headers
 
-_COLUMN = re.compile(r"([a-z_][a-z0-9_]*)\s+(\S+)\s+(\S.*)")
+_DIRECTIVE = re.compile(r"--\s*@(\w+)\s*(.*)")
 
 
 def parse_analysis(path):
@@ -216,92 +200,103 @@ def parse_analysis(path):
     text = Path(path).read_text()
     name = Path(path).stem
     lines = text.splitlines()
-    first = lines[0] if lines else ""
-    m = re.match(r"--\s*([\w.]+)\s*:\s*(.*)", first)
+    m = re.match(r"--\s*([\w.]+)\s*:\s*(.*)", lines[0] if lines else "")
     if not m or m.group(1) != name:
         raise QueryError(f"{path}: the first line must be `-- {name}: <description>`")
     a = Analysis(name=name, description=m.group(2).strip(), path=Path(path))
     a.common = Section("", a.description)
-    target = a.common       # where directives go: the file, or the current section
-    prelude, body = False, []
-    columns, col_indent = None, None     # the @columns list being read
-    prose = a.text          # where comment prose goes
-    in_code = False         # past the header (a SELECT or a @prelude began)
-
-    def flush():
-        sql = "\n".join(body).strip()
-        if prelude:
-            a.prelude = sql
-        elif target is not a.common:
-            target.sql = sql
-
+    reader = _AnalysisReader(a, path)
     for line in lines[1:]:
-        d = re.match(r"--\s*@(\w+)\s*(.*)", line)
-        if columns is not None and not d:
-            rest = line[2:] if line.startswith("--") else None
-            indent = len(rest) - len(rest.lstrip()) if rest is not None else 0
-            if rest is not None and rest.strip() and indent >= 2 and (
-                    col_indent is None or indent >= col_indent):
-                if col_indent is None or indent == col_indent:
-                    cm = _COLUMN.fullmatch(rest.strip())
-                    if not cm:
-                        raise QueryError(f"{path}: bad @columns line (NAME UNIT description): {line}")
-                    if cm.group(2) not in UNITS:
-                        raise QueryError(f"{path}: unknown unit {cm.group(2)!r} of column "
-                                         f"{cm.group(1)}; units: {' '.join(UNITS)}")
-                    col_indent = indent
-                    columns.append(Column(cm.group(1), cm.group(2), cm.group(3).strip()))
-                else:
-                    columns[-1].doc += " " + rest.strip()
-                continue
-            columns, col_indent = None, None
-        if not d:
-            if not line.startswith("--"):
-                if target is a.common and not prelude and line.strip():
-                    target = Section("", a.description)     # a body without @section
-                    a.sections.append(target)
-                if line.strip():
-                    in_code = True
-                body.append(line)
-            elif not in_code:
-                prose.append(line[3:] if line.startswith("-- ") else line[2:])
-            else:
-                body.append(line)
-            continue
-        key, rest = d.group(1), d.group(2).strip()
-        if key == "param":
-            p = _parse_param(path, name, line, rest)
-            a.params[p.name] = p
-        elif key in REQ_KEYS:
-            getattr(target, key).extend(rest.replace(",", " ").split())
-        elif key == "columns":
-            if rest or target.columns is not None:
-                raise QueryError(f"{path}: one bare `-- @columns` line per section: {line}")
-            target.columns = []
-            columns = target.columns
-        elif key in ("section", "prelude"):
-            flush()
-            body, in_code = [], key == "prelude"
-            if key == "prelude":
-                prelude = True
-            else:
-                prelude = False
-                sm = re.match(r"(\w+)\s*:?\s*(.*)", rest)
-                if not sm:
-                    raise QueryError(f"{path}: bad @section line: {line}")
-                target = Section(sm.group(1), sm.group(2).strip())
-                a.sections.append(target)
-                prose = target.notes
-        else:
-            raise QueryError(f"{path}: unknown directive @{key}")
-    flush()
+        reader.line(line)
+    reader.flush()
     if not a.sections or not all(sec.sql for sec in a.sections):
         raise QueryError(f"{path}: every section needs a SELECT")
     _place_columns(a, path)
     a.text, a.caveats = _split_caveats(a.text)
     for sec in a.sections:
         sec.notes = _trim(sec.notes)
+        a.modules(sec)              # an unknown module is an error now, not when it runs
     return a
+
+
+class _AnalysisReader:
+    """The lines of an analysis after its first, one at a time: comment prose, directives
+    (one helper per kind), @columns blocks and the SQL of the prelude and the sections."""
+
+    def __init__(self, a, path):
+        self.a, self.path = a, path
+        self.target = a.common     # where directives go: the file, or the current section
+        self.in_prelude = False
+        self.body = []             # SQL lines of the prelude or the current section
+        self.block = None          # the @columns block being read
+        self.prose = a.text        # where comment prose goes
+        self.in_code = False       # past the header (a SELECT or a @prelude began)
+        self.directives = {"param": self._param, "columns": self._columns,
+                           "section": self._section, "prelude": self._prelude,
+                           **{key: self._needs for key in REQ_KEYS}}
+
+    def line(self, line):
+        d = _DIRECTIVE.match(line)
+        if self.block is not None and not d:
+            if self.block.feed(line):
+                return
+            self.block = None
+        if d:
+            key, rest = d.group(1), d.group(2).strip()
+            if key not in self.directives:
+                raise QueryError(f"{self.path}: unknown directive @{key}")
+            self.directives[key](key, rest, line)
+        elif not line.startswith("--"):
+            self._sql(line)
+        elif not self.in_code:
+            self.prose.append(line[3:] if line.startswith("-- ") else line[2:])
+        else:
+            self.body.append(line)
+
+    def _sql(self, line):
+        """A line of SQL: the first one of a file without @section starts its only section."""
+        if self.target is self.a.common and not self.in_prelude and line.strip():
+            self.target = Section("", self.a.description)
+            self.a.sections.append(self.target)
+        if line.strip():
+            self.in_code = True
+        self.body.append(line)
+
+    def _param(self, key, rest, line):
+        p = _parse_param(self.path, self.a.name, line, rest)
+        self.a.params[p.name] = p
+
+    def _needs(self, key, rest, line):
+        """@requires, @optional, @any_of, @derived, @include: names, by spaces or commas."""
+        getattr(self.target, key).extend(rest.replace(",", " ").split())
+
+    def _columns(self, key, rest, line):
+        if rest or self.target.columns is not None:
+            raise QueryError(f"{self.path}: one bare `-- @columns` line per section: {line}")
+        self.block = ColumnBlock(self.path)
+        self.target.columns = self.block.columns
+
+    def _prelude(self, key, rest, line):
+        self.flush()
+        self.body, self.in_code, self.in_prelude = [], True, True
+
+    def _section(self, key, rest, line):
+        self.flush()
+        self.body, self.in_code, self.in_prelude = [], False, False
+        sm = re.match(r"(\w+)\s*:?\s*(.*)", rest)
+        if not sm:
+            raise QueryError(f"{self.path}: bad @section line: {line}")
+        self.target = Section(sm.group(1), sm.group(2).strip())
+        self.a.sections.append(self.target)
+        self.prose = self.target.notes
+
+    def flush(self):
+        """The SQL read so far to where it belongs: the prelude or the current section."""
+        sql = "\n".join(self.body).strip()
+        if self.in_prelude:
+            self.a.prelude = sql
+        elif self.target is not self.a.common:
+            self.target.sql = sql
 
 
 def _place_columns(a, path):
@@ -416,6 +411,7 @@ def describe_analysis(a, only=None):
             "description": sec.description,
             "requires": needs.requires, "any_of": needs.any_of,
             "optional": needs.optional, "derived": needs.derived,
+            "modules": a.modules(sec),
             "columns": None if sec.columns is None else [
                 {"name": c.name, "unit": c.unit, "description": c.doc} for c in sec.columns],
             "notes": "\n".join(sec.notes) or None})
@@ -460,7 +456,8 @@ def format_description(doc):
     for sec in doc["sections"]:
         out.append(f"{sec['query']}: {sec['description']}")
         needs = [("needs", sec["requires"]), ("needs one of", sec["any_of"]),
-                 ("uses if present", sec["optional"]), ("derived tables", sec["derived"])]
+                 ("uses if present", sec["optional"]), ("derived tables", sec["derived"]),
+                 ("SQL modules", sec["modules"])]
         for label, tables in needs:
             if tables:
                 out.append(f"  {label}: {', '.join(tables)}")

@@ -17,6 +17,7 @@
 -- and when the allocation really succeeded. A begin without an end (capture
 -- stopped mid-run) or an end without a begin (started before capture) is
 -- counted in the status section but has no duration.
+-- @include compaction
 
 -- @section summary: per run and kind: compaction runs, success rate, duration percentiles
 -- @requires mm_compaction_end

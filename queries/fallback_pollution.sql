@@ -9,6 +9,7 @@
 -- @param bucket_s DOUBLE 1.0 [0.001..86400] bucket width of the over_time section, seconds
 -- @requires mm_page_alloc_extfrag
 -- @optional mm_page_alloc
+-- @include allocs
 --
 -- Caveats (KERNEL-ERAS.md section 1): fragmenting is not a field; it is
 -- fallback_order < pageblock_order, with the run's pageblock order (runs table,

@@ -10,6 +10,7 @@
 -- @requires mm_page_alloc
 -- @optional mm_page_free
 -- @derived page_pairs pfn_allocs
+-- @include allocs
 --
 -- @columns
 --   rank              rank   1 = most allocated in the run (ties broken by lower pfn)

@@ -20,8 +20,11 @@ returns Arrow, and builds the derived tables (the interface: engines/base.py):
 Every table that an analysis names gets a view over the selected runs; one
 they lack is an empty stand-in with the columns of schema.TABLE_COLUMNS. Before
 the analysis runs, the backend gets the per-run facts (run_facts,
-migratetype_names, extfrag_ownership), the shared views of queries/lib/ (sql_lib.py) and a
-one-row query_params table (prelude views read parameters from it). Results
+migratetype_names, extfrag_ownership), the derived tables it and its modules
+need, the queries/lib/ modules it includes (sql_lib.py: those alone, each
+after the ones it requires) and a one-row query_params table (prelude views
+read parameters from it). Ad-hoc SQL gets every module that needs no derived
+table. Results
 start with run_id and labels; notes about what a run lacks travel in the schema
 metadata under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 """
@@ -236,24 +239,28 @@ def _drop_unfit(parts, chosen, tables):
 
 
 def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, engine=None,
-              parts=None, notes=None):
-    """A backend over the selected runs with run_facts and the shared views of queries/lib/.
+              parts=None, notes=None, modules=None, derived=(), progress=None, what=None):
+    """A backend over the selected runs with run_facts and the views of queries/lib/ modules.
 
     Returns (backend, chosen run ids, table partitions, run facts, migratetypes).
-    tables: the views to make besides those queries/lib/ reads (default: every
+    tables: the views to make besides those the modules read (default: every
     table). parts: the dataset's listing when the caller has it (prepare's,
     whose runs are checked already); without it, runs whose schema does not fit
     are left out, and a note for each is appended to the list `notes` if given.
-    The caller closes the backend.
+    modules: the names of the modules to run (with those they require); None:
+    those ad-hoc SQL gets (sql_lib.adhoc_modules). derived: the derived tables
+    to build (progress hears about slow ones) before the modules run; it must
+    hold those the modules build on. what: the work their errors name (default: reading
+    the runs table). The caller closes the backend.
     """
     eng = engines.resolve(engine)
     checked = parts is not None
     parts = _table_runs(dataset) if parts is None else parts
     chosen = select_runs(dataset, parts, run_ids, labels)
-    common = sql_lib.common_sql()
+    script = sql_lib.script(sql_lib.adhoc_modules() if modules is None else modules)
     known = set(TABLE_COLUMNS) | set(parts)
     wanted = set(tables) if tables is not None else known
-    wanted |= {"runs"} | _named_tables(common, known)
+    wanted |= {"runs"} | _named_tables(script, known)
     if not checked:
         chosen, dropped = _drop_unfit(parts, chosen, wanted)
         if notes is not None:
@@ -263,7 +270,12 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
         # A damaged page of a runs file is one line, like any failure of the engine.
         with backend_errors(backend, "reading the runs table"):
             facts, mts = _register_facts(backend)
-            backend.run_script(common, {})
+        with backend_errors(backend, what or "reading the runs table"):
+            for name in derived:
+                if name not in DERIVED_COLUMNS:
+                    raise QueryError(f"unknown derived table {name}")
+                backend.derived(name, progress)
+            backend.run_script(script, {})
     except BaseException:
         backend.close()
         raise
@@ -296,6 +308,7 @@ class Plan:
     parts: dict               # table -> {run_id: [files]}
     tables: set               # dataset tables the SQL names
     notes: list               # what the chosen runs lack
+    modules: list             # the queries/lib/ modules it includes, in the order they run
 
 
 def prepare(name, dataset, run_ids=None, labels=None, params=None):
@@ -320,13 +333,14 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     tables = _named_tables(a.prelude + "\n" + section.sql, set(TABLE_COLUMNS) | set(parts))
     tables |= set(needs.requires + needs.any_of + needs.optional)
     known = set(TABLE_COLUMNS) | set(parts)
-    read = tables | {"runs"} | _named_tables(sql_lib.common_sql(), known)
+    modules = a.modules(section)
+    read = tables | {"runs"} | _named_tables(sql_lib.script(modules), known)
     if needs.derived:
         read |= {"mm_page_alloc", "mm_page_free"}      # what the derived tables are built from
     chosen, dropped = _drop_unfit(parts, chosen, read)
     notes = (ds.finish_interrupted_commits(dataset) + dropped
              + _check_tables(needs, parts, chosen))
-    return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes)
+    return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes, modules)
 
 
 def _register_params(backend, plan):
@@ -390,17 +404,16 @@ def run_local(plan, dataset, threads=None, progress=None):
 
     The one way an analysis runs: the DuckDB engine calls it over every chosen
     run, Spark's executors over one run each (a plan whose chosen and parts
-    hold that run). It builds the runs' derived tables where they are missing.
+    hold that run). It builds the runs' derived tables where they are missing, then
+    runs the modules the analysis includes.
     """
     backend, _chosen, _parts, facts, mts = open_runs(
-        dataset, plan.chosen, None, plan.tables, threads, "duckdb", plan.parts)
+        dataset, plan.chosen, None, plan.tables, threads, "duckdb", plan.parts,
+        modules=plan.modules, derived=plan.needs.derived, progress=progress,
+        what=f"query {plan.qname}")
     bound = plan.bound
     try:
         with backend_errors(backend, f"query {plan.qname}"):
-            for derived in plan.needs.derived:
-                if derived not in DERIVED_COLUMNS:
-                    raise QueryError(f"unknown derived table {derived}")
-                backend.derived(derived, progress)
             _register_params(backend, plan)
             if plan.analysis.prelude.strip():
                 backend.run_script(plan.analysis.prelude, bound)

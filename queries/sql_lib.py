@@ -1,13 +1,24 @@
-"""The shared views of the analyses: SQL modules in queries/lib/, run before every query.
+"""The SQL modules of queries/lib/: views the analyses include by name, run only when included.
+
+As in Perfetto's SQL standard library, an analysis names the modules it uses
+(`-- @include allocs, compaction` in its header, queries/catalog.py) and only
+those run before it, each after the modules it requires. Ad-hoc SQL (`kmemscope
+sql`, Dataset.sql) gets every module that builds on no derived table.
 
 Each module is a .sql file whose header declares what it needs and defines:
 
     -- lib/NAME: one-line description.
     -- requires: OTHER, ...          modules whose views this one reads, or (none)
+    -- derived: TABLE, ...           derived tables (dataset/derived.py) it builds on: the
+                                     runner makes them for the runs before the module runs
     -- views: NAME, ...              views for analyses and ad-hoc SQL (documented in the
                                      dataset format page; a trace's event may not take one's name)
     -- internal: _NAME, ...          helpers of this module and the analyses, `_`-prefixed: no
                                      table name of a dataset can start with `_`
+
+Each public view says above its CREATE statement what it holds and, in a
+`-- @columns` block (the analyses' format: NAME UNIT description), what each
+of its columns holds; tools/gen_docs.py writes that into docs/dataset-format.md.
 
 Before the modules run, the runner (runner.py) has made a view of each dataset
 table over the chosen runs and registered, per run:
@@ -16,11 +27,9 @@ table over the chosen runs and registered, per run:
             last_ts, duration_s)                 -- eras.py
   migratetype_names(run_id, migratetype, name, source)
   extfrag_ownership(extfrag_era, change_ownership, meaning)
-  query_params: one row, one column per parameter of the analysis being run.
-Kernel-era rules: queries/KERNEL-ERAS.md, cited by section.
-
-`common_sql()` is every module in an order that puts each after what it
-requires; a module that names an unknown module, or a cycle, is an error.
+and the derived tables the included modules name. Kernel-era rules:
+queries/KERNEL-ERAS.md, cited by section. A module that names an unknown
+module, or a cycle, is an error.
 """
 import functools
 import re
@@ -29,18 +38,31 @@ from pathlib import Path
 
 from kmemscope.errors import QueryError
 
+from .columns import ColumnBlock
+
 LIB_DIR = Path(__file__).resolve().parent / "lib"
-_HEADER = re.compile(r"--\s*(requires|views|internal):\s*(.*)")
+_HEADER = re.compile(r"--\s*(requires|derived|views|internal):\s*(.*)")
 _CREATED = re.compile(r"(?im)^CREATE\s+(?:OR\s+REPLACE\s+)?TEMP\s+(?:VIEW|TABLE)\s+(\w+)")
+
+
+@dataclass(frozen=True)
+class View:
+    """A public view of a module as its comment documents it."""
+    name: str
+    doc: str               # the prose above its CREATE statement
+    columns: tuple         # columns.Column, in the view's order
 
 
 @dataclass(frozen=True)
 class Module:
     name: str
+    description: str
     requires: tuple
+    derived: tuple         # derived tables (dataset/derived.py) it reads
     views: tuple           # public
     internal: tuple        # `_`-prefixed
     sql: str
+    docs: tuple = ()       # View, one per public view
 
     @property
     def defines(self):
@@ -52,19 +74,52 @@ def _names(text):
     return () if text in ("", "(none)") else tuple(n.strip() for n in text.split(",") if n.strip())
 
 
+def _view_docs(lines, where):
+    """{view: View} from the comment block right above each CREATE statement."""
+    out = {}
+    for i, line in enumerate(lines):
+        m = _CREATED.match(line)
+        if not m:
+            continue
+        j = i
+        while j > 0 and lines[j - 1].startswith("--"):
+            j -= 1
+        prose, block, reading = [], None, False
+        for text in lines[j:i]:
+            if re.match(r"--\s*@columns\s*$", text):
+                if block is not None:
+                    raise QueryError(f"{where}: one `-- @columns` block per view: {m.group(1)}")
+                block, reading = ColumnBlock(where), True
+            elif reading and block.feed(text):
+                continue
+            else:
+                reading = False
+                prose.append(text[3:] if text.startswith("-- ") else text[2:])
+        out[m.group(1)] = View(m.group(1), "\n".join(prose).strip(),
+                               tuple(block.columns) if block else ())
+    return out
+
+
 def parse_module(path):
     """A Module from a lib/*.sql file; QueryError when its header and its SQL disagree."""
     sql = Path(path).read_text()
-    fields = {"requires": (), "views": (), "internal": ()}
-    for line in sql.splitlines():
+    where = f"queries/lib/{Path(path).name}"
+    lines = sql.splitlines()
+    first = re.match(r"--\s*lib/(\w+):\s*(.*)", lines[0] if lines else "")
+    if not first or first.group(1) != Path(path).stem:
+        raise QueryError(f"{where}: the first line must be `-- lib/{Path(path).stem}: <description>`")
+    fields = {"requires": (), "derived": (), "views": (), "internal": ()}
+    for line in lines[1:]:
         if not line.startswith("--"):
             break
         m = _HEADER.match(line)
         if m:
             fields[m.group(1)] = _names(m.group(2))
-    mod = Module(Path(path).stem, fields["requires"], fields["views"], fields["internal"], sql)
+    docs = _view_docs(lines, where)
+    mod = Module(Path(path).stem, first.group(2).strip(), fields["requires"], fields["derived"],
+                 fields["views"], fields["internal"], sql,
+                 tuple(docs[v] for v in fields["views"] if v in docs))
     created = _CREATED.findall(sql)
-    where = f"queries/lib/{Path(path).name}"
     if sorted(created) != sorted(mod.defines):
         raise QueryError(f"{where}: its header lists {sorted(mod.defines)} but it creates "
                          f"{sorted(created)}")
@@ -99,9 +154,45 @@ def modules():
     return ordered
 
 
+def closure(names, who="an analysis"):
+    """The modules `names` with every module they require, in the order they must run."""
+    mods = modules()
+    unknown = [n for n in names if n not in mods]
+    if unknown:
+        raise QueryError(f"{who} includes {', '.join(map(repr, unknown))}, which is no module of "
+                         f"queries/lib (modules: {', '.join(mods)})")
+    wanted = set()
+
+    def add(name):
+        if name not in wanted:
+            wanted.add(name)
+            for dep in mods[name].requires:
+                add(dep)
+
+    for name in names:
+        add(name)
+    return [m for m in mods.values() if m.name in wanted]
+
+
+def derived_of(names):
+    """The derived tables the modules `names` (and those they require) build on."""
+    return list(dict.fromkeys(t for m in closure(names) for t in m.derived))
+
+
+def script(names):
+    """The statements of the modules `names` and those they require, each after its needs."""
+    return "\n".join(m.sql for m in closure(names))
+
+
+def adhoc_modules():
+    """The modules ad-hoc SQL gets: every one that builds on no derived table, directly or
+    through a module it requires (ad-hoc SQL builds no derived table)."""
+    return [m.name for m in modules().values() if not derived_of([m.name])]
+
+
 def common_sql():
-    """The statements of every module, each module after those it requires."""
-    return "\n".join(m.sql for m in modules().values())
+    """The statements of the modules ad-hoc SQL gets (adhoc_modules), in dependency order."""
+    return script(adhoc_modules())
 
 
 def public_views():

@@ -40,9 +40,8 @@
 -- allocation's stack names their caller (a stack of the try itself would name
 -- try_to_compact_pages). Stacks are paired with allocations once per run
 -- (derived tables alloc_stacks and alloc_stack_ids, dataset/derived.py) and
--- named by alloc_origins' rule, the first frame outside tracing, allocator,
--- slab and vmalloc (the frame list is alloc_origins'; tests/test_stalls.py
--- checks that the two stay equal). '(no stack)': that allocation has no stack
+-- named by alloc_origins' rule (lib/callsites.sql), the first frame outside
+-- tracing, allocator, slab and vmalloc. '(no stack)': that allocation has no stack
 -- or was not recorded (the costly-stalls preset records order > 3 only); NULL
 -- for kcompactd and kswapd, and in runs recorded without kernel stacks.
 --
@@ -73,6 +72,7 @@
 -- @optional mm_compaction_begin mm_compaction_try_to_compact_pages mm_vmscan_direct_reclaim_begin
 -- @optional mm_vmscan_kswapd_sleep
 -- @derived alloc_stacks alloc_stack_ids stack_pairing
+-- @include callsites, compaction
 --
 -- Sections:
 --   stalls            per run, kind, order, task and callsite (the default section)
@@ -80,89 +80,12 @@
 --   stalls.pairing    per run and kind: stalls, and the begins and ends left out
 
 -- @prelude
--- alloc_origins' callsite rule: its frame_skip table (tests/test_stalls.py keeps them equal).
-CREATE TEMP TABLE _stall_frame_skip AS
-SELECT * FROM (VALUES
-  ('trace_event_raw_event_*', 'tracing'), ('ftrace_raw_event_*', 'tracing'),
-  ('perf_trace_*', 'tracing'), ('trace_event_buffer_*', 'tracing'),
-  ('trace_buffer_unlock_commit*', 'tracing'), ('__ftrace_trace_stack', 'tracing'),
-  ('ftrace_*', 'tracing'), ('__trace_stack', 'tracing'), ('stack_trace_save*', 'tracing'),
-  ('arch_stack_walk', 'tracing'),
-  ('__alloc_pages*', 'allocator'), ('alloc_pages*', 'allocator'),
-  ('__alloc_frozen_pages*', 'allocator'), ('alloc_frozen_pages*', 'allocator'),
-  ('get_page_from_freelist', 'allocator'), ('rmqueue*', 'allocator'), ('__rmqueue*', 'allocator'),
-  ('__get_free_pages*', 'allocator'), ('get_zeroed_page*', 'allocator'),
-  ('__folio_alloc*', 'allocator'), ('folio_alloc*', 'allocator'),
-  ('alloc_pages_exact*', 'allocator'), ('__alloc_pages_bulk*', 'allocator'),
-  ('alloc_page_interleave', 'allocator'), ('alloc_pages_preferred_many', 'allocator'),
-  ('vma_alloc_folio*', 'allocator'),
-  ('kmalloc*', 'slab'), ('__kmalloc*', 'slab'), ('___kmalloc*', 'slab'),
-  ('kmem_cache_alloc*', 'slab'), ('__kmem_cache_alloc*', 'slab'), ('allocate_slab', 'slab'),
-  ('new_slab', 'slab'), ('___slab_alloc', 'slab'), ('__slab_alloc*', 'slab'),
-  ('slab_alloc*', 'slab'), ('alloc_slab_page', 'slab'), ('alloc_slab_obj_exts', 'slab'),
-  ('__memcg_slab_post_alloc_hook', 'slab'), ('memcg_slab_post_alloc_hook', 'slab'),
-  ('kvmalloc*', 'slab'), ('__kvmalloc*', 'slab'), ('kvzalloc*', 'slab'), ('kzalloc*', 'slab'),
-  ('krealloc*', 'slab'), ('__krealloc*', 'slab'), ('kvrealloc*', 'slab'), ('kmemdup*', 'slab'),
-  ('__vmalloc*', 'vmalloc'), ('vmalloc*', 'vmalloc'), ('vzalloc*', 'vmalloc'),
-  ('vm_area_alloc_pages', 'vmalloc')
-) AS t(pattern, kind);
-
--- Per run and interned allocation stack: its callsite, as alloc_origins names it.
-CREATE TEMP TABLE _stall_stack_callsites AS
-WITH
-frames AS (
-  SELECT run_id, stack_id, unnest(range(1, len(frames) + 1)) AS pos, unnest(frames) AS frame
-  FROM alloc_stacks
-),
-named AS (
-  SELECT run_id, stack_id, pos,
-         regexp_replace(regexp_replace(frame, '[+]0x[0-9a-f]+$', ''),
-                        '([.](isra|part|constprop|cold|llvm|lto_priv)([.][0-9]+)?)+$', '') AS fn
-  FROM frames
-),
-marked AS (
-  SELECT n.run_id, n.stack_id, n.pos, n.fn, count(k.pattern) > 0 AS skipped
-  FROM named AS n
-  LEFT JOIN _stall_frame_skip AS k ON n.fn GLOB k.pattern
-  GROUP BY n.run_id, n.stack_id, n.pos, n.fn
-),
-first_kept AS (
-  SELECT run_id, stack_id, min(CASE WHEN NOT skipped THEN pos END) AS pos
-  FROM marked
-  GROUP BY run_id, stack_id
-)
-SELECT k.run_id, k.stack_id, coalesce(m.fn, '(allocator)') AS callsite
-FROM first_kept AS k
-LEFT JOIN marked AS m ON m.run_id = k.run_id AND m.stack_id = k.stack_id AND m.pos = k.pos;
-
--- Compaction runs: an mm_compaction_begin and the next mm_compaction_end of
--- the same task. status: paired, no_begin (an end whose begin is not in the
--- capture) or no_end (a begin whose end is not).
+-- Compaction runs and their halves (lib/compaction.sql compaction_run_pairing),
+-- kept as a table: the stalls below read them twice. status: paired, no_begin
+-- (an end whose begin is not in the capture) or no_end (a begin whose end is not).
 CREATE TEMP TABLE _stall_compaction_runs AS
-WITH
-bounds AS (
-  SELECT run_id, pid, comm, ts, 1 AS is_begin FROM mm_compaction_begin
-  UNION ALL
-  SELECT run_id, pid, comm, ts, 0 AS is_begin FROM mm_compaction_end
-),
-ordered AS (
-  SELECT run_id, pid, comm, ts, is_begin,
-         lag(is_begin) OVER w AS prev_is_begin,
-         lag(ts) OVER w AS prev_ts,
-         lead(is_begin) OVER w AS next_is_begin
-  FROM bounds
-  WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts, is_begin DESC)
-)
-SELECT run_id, pid, comm,
-       CASE WHEN prev_is_begin = 1 THEN prev_ts END AS begin_ts,
-       ts AS end_ts,
-       CASE WHEN prev_is_begin = 1 THEN 'paired' ELSE 'no_begin' END AS status
-FROM ordered
-WHERE is_begin = 0
-UNION ALL
-SELECT run_id, pid, comm, ts AS begin_ts, CAST(NULL AS BIGINT) AS end_ts, 'no_end' AS status
-FROM ordered
-WHERE is_begin = 1 AND coalesce(next_is_begin, 1) = 1;
+SELECT run_id, pid, comm, begin_ts, end_ts, pairing AS status
+FROM compaction_run_pairing;
 
 -- Direct compaction: each compaction run of a task other than kcompactd with
 -- the task's last try before it (anchor: the run's begin, or its end when it
@@ -379,7 +302,7 @@ ids AS (
 SELECT w.run_id, w.kind, w.pid, w.begin_ts, coalesce(c.callsite, '(no stack)') AS callsite
 FROM with_alloc AS w
 LEFT JOIN ids AS i ON i.run_id = w.run_id AND i.ts = w.alloc_ts AND i.pfn = w.pfn AND i."order" = w."order"
-LEFT JOIN _stall_stack_callsites AS c ON c.run_id = w.run_id AND c.stack_id = i.stack_id;
+LEFT JOIN stack_callsites AS c ON c.run_id = w.run_id AND c.stack_id = i.stack_id;
 
 -- @section stalls: per run, kind, order, task and callsite: stalls and their latency percentiles
 -- @columns

@@ -12,6 +12,7 @@
 -- @requires mm_page_alloc
 -- @optional mm_page_free mm_page_alloc_extfrag lost_events vmstat pagetypeinfo_blocks
 -- @derived page_pairs pfn_allocs
+-- @include allocs, compaction, thp, vmstat
 --
 -- @columns
 --   kernel_release                 text   uname -r
@@ -49,21 +50,24 @@
 -- extfrag events, which may mean the event was not recorded (a note says so).
 -- Era rules and their limits: atomic_orders. Matching by head pfn: pfn_reuse.
 WITH
+-- each allocation's class (lib/allocs.sql) under the run's era or the one forced
+classed AS (
+  SELECT c.run_id, c."order", c.failed, c.has_gfp_table,
+         CASE $era WHEN 'A' THEN c.alloc_class_era_a WHEN 'B' THEN c.alloc_class_era_b
+                   ELSE c.alloc_class END AS alloc_class
+  FROM page_alloc_classes AS c
+),
 alloc_counts AS (
   SELECT
     c.run_id,
     count(*) AS allocs,
     count(CASE WHEN NOT c.failed THEN 1 END) AS allocs_ok,
-    count(CASE WHEN c.has_gfp_table AND c."order" BETWEEN 1 AND 3
-                AND (CASE WHEN coalesce(nullif($era, 'auto'), c.run_era) = 'A'
-                          THEN c.eligible_era_a ELSE c.eligible_era_b END) THEN 1 END)
+    count(CASE WHEN c."order" BETWEEN 1 AND 3 AND c.alloc_class = 'highatomic_eligible' THEN 1 END)
       AS eligible_allocs_order_1_3,
-    count(CASE WHEN c.has_gfp_table AND c."order" >= 4
-                AND (CASE WHEN coalesce(nullif($era, 'auto'), c.run_era) = 'A'
-                          THEN c.eligible_era_a ELSE c.eligible_era_b END) THEN 1 END)
+    count(CASE WHEN c."order" >= 4 AND c.alloc_class = 'highatomic_eligible' THEN 1 END)
       AS eligible_allocs_order_4_plus,
     bool_or(c.has_gfp_table) AS has_gfp_table
-  FROM page_alloc_classes AS c
+  FROM classed AS c
   GROUP BY c.run_id
 ),
 vm AS (

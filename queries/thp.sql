@@ -70,6 +70,7 @@
 -- @param thp_order INTEGER NULL [0..20] the huge page order of the trace columns and allocs (default: the run's, see thp_order_source)
 -- @any_of mm_page_alloc mm_compaction_try_to_compact_pages
 -- @optional vmstat
+-- @include allocs, compaction, thp, vmstat
 --
 -- Caveats (KERNEL-ERAS.md section 6): compact_stall = compact_success +
 -- compact_fail, and a skipped compaction counts in neither (6.18).

@@ -7,6 +7,7 @@
 --
 -- @param name_like VARCHAR % only counters whose name matches this LIKE pattern
 -- @requires vmstat
+-- @include vmstat
 --
 -- Caveats (KERNEL-ERAS.md section 6): gauges (nr_free_pages, nr_*) are
 -- included; their "rate" is the net change, not a flow. Counters present only

@@ -7,8 +7,8 @@ Two parts:
   `trace-cmd report` text (plain Python below, sharing no code with kmemscope);
 - SYNTHETIC DATA (tests/kmdata.py layout): hand-written stacks whose callsite,
   subsystem, pairing and outstanding pages are worked out by hand from the
-  rules in queries/alloc_origins.sql, including nested stacks, a stack of
-  another event and hostile symbol names.
+  rules of queries/alloc_origins.sql and queries/lib/callsites.sql, including
+  nested stacks, a stack of another event and hostile symbol names.
 """
 import contextlib
 import json
@@ -406,15 +406,17 @@ def test_synthetic_needs_stacks(tmp_path):
 
 
 def test_documented_callsite_rule_is_the_one_applied():
-    """The globs listed in the header are exactly the VALUES the prelude matches."""
-    text = (Path(runner.__file__).parent / "alloc_origins.sql").read_text()
-    header = text.split("none of these globs:", 1)[1].split("-- '(allocator)'", 1)[0]
-    documented = set()
-    for line in header.splitlines()[1:]:
+    """The globs that lib/callsites.sql documents above frame_skip are exactly the VALUES it
+    matches, each under its documented kind."""
+    text = (Path(runner.__file__).parent / "lib" / "callsites.sql").read_text()
+    header = text.split("compiler suffixes such as .isra.0 removed), by kind:", 1)[1]
+    header = header.split("-- @columns", 1)[0]
+    documented, kind = set(), None
+    for line in header.splitlines():
         words = line[2:].split()
         if words and words[0] in ("tracing", "allocator", "slab", "vmalloc"):
-            words = words[1:]
-        documented.update(words)
-    prelude = text.split("CREATE TEMP TABLE frame_skip AS", 1)[1].split(") AS t(pattern, kind)")[0]
-    applied = set(re.findall(r"\('([^']+)', '(?:tracing|allocator|slab|vmalloc)'\)", prelude))
-    assert documented == applied
+            kind, words = words[0], words[1:]
+        documented.update((w, kind) for w in words)
+    table = text.split("CREATE TEMP TABLE frame_skip AS", 1)[1].split(") AS t(pattern, kind)")[0]
+    applied = set(re.findall(r"\('([^']+)', '(tracing|allocator|slab|vmalloc)'\)", table))
+    assert documented and documented == applied

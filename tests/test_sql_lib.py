@@ -1,10 +1,17 @@
-"""The shared views of the analyses (queries/lib/): declared dependencies, `_` for internals."""
+"""The SQL modules of queries/lib/: declared dependencies, derived tables and includes, `_` for
+internals, only the included modules run, and each public view's documented columns are the
+ones DuckDB reports for it on a real dataset."""
+import json
 import re
 
 import pytest
 
+from kmemscope.dataset.schema import DERIVED_COLUMNS
 from kmemscope.errors import QueryError
-from kmemscope.queries import sql_lib
+from kmemscope.queries import catalog, runner, sql_lib
+
+from conftest import EXAMPLES
+from kmrun import kmemscope
 
 
 def _refs(sql, names):
@@ -30,8 +37,6 @@ def test_modules_run_after_what_they_require():
 
 
 def test_analyses_do_not_redefine_a_shared_view():
-    from kmemscope.queries import catalog
-
     internal = {v for m in sql_lib.modules().values() for v in m.internal}
     public = sql_lib.public_views()
     for a in catalog.load_analyses().values():
@@ -70,3 +75,95 @@ def test_a_cycle_or_an_unknown_module_is_an_error(tmp_path, monkeypatch):
             sql_lib.modules()
     finally:
         sql_lib.modules.cache_clear()
+
+
+def test_every_module_declares_the_derived_tables_it_reads():
+    for m in sql_lib.modules().values():
+        assert _refs(m.sql, set(DERIVED_COLUMNS)) == set(m.derived), f"lib/{m.name}.sql"
+    assert sql_lib.modules()["callsites"].derived == ("alloc_stacks",)
+
+
+def test_every_analysis_includes_the_modules_whose_views_it_reads():
+    """What an analysis includes is what its SQL reads, no more; every section runs after the
+    modules of every view it reads."""
+    owner = {v: m.name for m in sql_lib.modules().values() for v in m.defines}
+    for a in catalog.load_analyses().values():
+        included = set(a.common.include).union(*(s.include for s in a.sections))
+        text = a.prelude + "\n".join(s.sql for s in a.sections)
+        read = {owner[v] for v in _refs(text, set(owner))}
+        assert read == included, f"{a.name} reads {sorted(read)}, includes {sorted(included)}"
+        for sec in a.sections:
+            read = {owner[v] for v in _refs(a.prelude + "\n" + sec.sql, set(owner))}
+            assert read <= set(a.modules(sec)), a.query_name(sec)
+
+
+def test_each_kernel_rule_is_written_in_one_module():
+    """The frame-skip list, the class rule per era and compaction's begin/end pairing are
+    written once in queries/lib/ and nowhere in the analyses."""
+    rules = {"callsites": r"'arch_stack_walk'", "allocs": r"THEN 'highatomic_eligible'",
+             "compaction": r"FROM mm_compaction_begin"}
+    for module, pattern in rules.items():
+        where = [str(p.relative_to(catalog.QUERY_DIR))
+                 for p in sorted(catalog.QUERY_DIR.glob("**/*.sql")) if re.search(pattern, p.read_text())]
+        assert where == [f"lib/{module}.sql"], (pattern, where)
+
+
+def test_an_unknown_include_is_an_error(tmp_path):
+    bad = tmp_path / "x.sql"
+    bad.write_text("-- x: an analysis\n-- @include allocs, nowhere\n\nSELECT 1 AS run_id\n")
+    with pytest.raises(QueryError, match="'nowhere', which is no module"):
+        catalog.parse_analysis(bad)
+
+
+@pytest.fixture(scope="module")
+def example_ds(tmp_path_factory):
+    ds = tmp_path_factory.mktemp("lib") / "ds"
+    kmemscope("parse", "-q", EXAMPLES / "kmem-compaction", "-o", ds)
+    return ds
+
+
+def _views(backend):
+    rows = backend.con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    return {r[0] for r in rows}
+
+
+def test_only_the_included_modules_and_what_they_require_run(example_ds):
+    backend = runner.open_runs(example_ds, modules=["vmstat"])[0]
+    try:
+        made = _views(backend)
+    finally:
+        backend.close()
+    assert {"vmstat_deltas", "trace_windows"} <= made
+    assert not made & {"page_allocs", "direct_compactions", "thp_fault_attempts", "frame_skip"}
+    backend = runner.open_runs(example_ds, modules=["compaction"])[0]
+    try:
+        made = _views(backend)
+    finally:
+        backend.close()
+    assert {"page_allocs", "vmstat_deltas", "direct_compactions", "compaction_run_pairing"} <= made
+    assert not made & {"thp_fault_attempts", "stack_frames"}
+
+
+def test_adhoc_sql_gets_every_module_that_needs_no_derived_table(example_ds):
+    out = kmemscope("sql", example_ds, "SELECT table_name FROM information_schema.tables",
+                    "--format", "json").stdout
+    made = {r["table_name"] for r in json.loads(out)}
+    for m in sql_lib.modules().values():
+        if m.derived:
+            assert not made & set(m.views), m.name
+        else:
+            assert set(m.views) <= made, m.name
+
+
+def test_each_public_view_documents_the_columns_it_returns(example_ds):
+    every = list(sql_lib.modules())
+    backend = runner.open_runs(example_ds, modules=every, derived=sql_lib.derived_of(every))[0]
+    try:
+        for m in sql_lib.modules().values():
+            assert [v.name for v in m.docs] == list(m.views), f"lib/{m.name}.sql: a view lacks docs"
+            for view in m.docs:
+                assert view.doc, f"{view.name} says nothing about what it holds"
+                got = [r[0] for r in backend.con.execute(f"DESCRIBE {view.name}").fetchall()]
+                assert [c.name for c in view.columns] == got, view.name
+    finally:
+        backend.close()

@@ -5,6 +5,8 @@
     docs/analyses.md   every analysis of queries/*.sql: question, parameters, sections,
                        columns with units, caveats (queries/catalog.py reads the headers)
     docs/eras.md       queries/KERNEL-ERAS.md, with an anchor per section
+    docs/dataset-format.md   the SQL modules of queries/lib/: each one's views and their columns
+                       with units, from the comments above their CREATE statements (sql_lib.py)
 
 Each page is written by hand around one generated region:
 
@@ -194,7 +196,10 @@ def analyses_reference():
             for label, tables in needs:
                 if tables:
                     out.append(f"- {label}: " + ", ".join(f"`{t}`" for t in tables))
-            if any(t for _, t in needs):
+            if sec["modules"]:
+                out.append("- SQL modules: " + ", ".join(
+                    f"[`{m}`](dataset-format.md#{module_anchor(m)})" for m in sec["modules"]))
+            if any(t for _, t in needs) or sec["modules"]:
                 out.append("")
             if sec["columns"] is None:
                 out += ["(columns not documented)", ""]
@@ -209,6 +214,45 @@ def analyses_reference():
             out += prose(doc["caveats"])
         out += [f"Run it: `kmemscope query {doc['sections'][0]['query']} DATASET "
                 "[--run ID | --label K=V] [--param NAME=VALUE]`", ""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- SQL modules
+
+def module_anchor(name):
+    return f"lib-{name}"
+
+
+def modules_reference():
+    from kmemscope.queries import catalog, sql_lib
+
+    mods = list(sql_lib.modules().values())
+    users = {m.name: [] for m in mods}
+    for a in catalog.load_analyses().values():
+        for name in dict.fromkeys(n for sec in a.sections for n in a.modules(sec)):
+            users[name].append(a.name)
+    out = ["| module | views | runs before (itself or through a module) |", "|---|---|---|"]
+    out += [f"| [`{m.name}`](#{module_anchor(m.name)}) | "
+            + ", ".join(f"`{v}`" for v in m.views) + " | "
+            + (", ".join(f"[`{u}`](analyses.md#{u})" for u in users[m.name]) or "(none)") + " |"
+            for m in mods]
+    out.append("")
+    for m in mods:
+        out += [f"### lib/{m.name} {{#{module_anchor(m.name)}}}", "",
+                f"{_cell(m.description)} (`queries/lib/{m.name}.sql`)", ""]
+        if m.requires:
+            out.append("- requires: " + ", ".join(f"[`{r}`](#{module_anchor(r)})" for r in m.requires))
+        if m.derived:
+            out.append("- builds on the derived tables " + ", ".join(f"`{t}`" for t in m.derived)
+                       + ": its views exist where an analysis includes it, not in ad-hoc SQL")
+        if m.requires or m.derived:
+            out.append("")
+        for view in m.docs:
+            out += [f"#### {view.name} {{#lib-{view.name.replace('_', '-')}}}", ""]
+            out += prose(view.doc)
+            out += ["| column | unit | description |", "|---|---|---|"]
+            out += [f"| `{c.name}` | `{c.unit}` | {_cell(c.doc)} |" for c in view.columns]
+            out.append("")
     return "\n".join(out)
 
 
@@ -233,6 +277,7 @@ PAGES = {
     "docs/cli.md": ("cli", cli_reference),
     "docs/analyses.md": ("analyses", analyses_reference),
     "docs/eras.md": ("eras", eras_reference),
+    "docs/dataset-format.md": ("sql-modules", modules_reference),
 }
 
 

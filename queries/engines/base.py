@@ -6,9 +6,10 @@ executes, in two ways:
 
   run_plan   a named analysis: the runner hands over the Plan and its own
              DuckDB path, `local(plan, dataset, threads, progress) -> PlanRows`
-             (open the runs in DuckDB, register the run facts, the views of
-             queries/lib/ and the parameters, build the derived tables,
-             run the prelude and the section). DuckDB runs it once over every
+             (open the runs in DuckDB, register the run facts, build the
+             derived tables, run the queries/lib/ modules the analysis
+             includes, register the parameters, run the prelude and the
+             section). DuckDB runs it once over every
              chosen run in this process. Spark runs it once per run, as one
              task per run on the executors (each builds and caches its run's
              derived tables in the same task), and the driver concatenates the

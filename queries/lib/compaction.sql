@@ -1,6 +1,6 @@
 -- lib/compaction: compaction: status names, direct compaction outcomes and their success, compaction runs.
 -- requires: allocs, vmstat
--- views: compaction_status_names, direct_compactions, compaction_success, compaction_runs
+-- views: compaction_status_names, direct_compactions, compaction_success, compaction_run_pairing, compaction_runs
 -- internal: _compact_result_enum
 
 -- compact_result names (section 7), the fallback when a run's print_flags lack
@@ -12,6 +12,11 @@ SELECT * FROM (VALUES
   (8, 'success')) AS t(status, name);
 
 -- Compaction status names per run: the run's own __print_symbolic table first.
+-- @columns
+--   run_id   text   the run
+--   status   code   a compact_result value of mm_compaction_end's status
+--   name     text   its name
+--   source   text   'print_flags' (the run's own table) or 'KERNEL-ERAS.md section 7'
 CREATE TEMP VIEW compaction_status_names AS
 SELECT f.run_id, e.status, coalesce(p.name, e.name) AS name,
        CASE WHEN p.name IS NULL THEN 'KERNEL-ERAS.md section 7' ELSE 'print_flags' END AS source
@@ -57,6 +62,24 @@ LEFT JOIN (
 --   succeeded   a defer_reset that is not the loop's follows (the allocation's
 --               own) and, when the run records mm_page_alloc, the allocation got
 --               its page right there
+-- @columns
+--   run_id            text   the run
+--   pid               code   the task that compacted
+--   comm              text   its command name
+--   ts                ns     the mm_compaction_try_to_compact_pages event
+--   order             order  the order compacted for
+--   prio              code   the compaction priority of the try
+--   zones_deferred    count  zones skipped as deferred (mm_compaction_deferred) in the try
+--   zones_compacted   count  zones compacted (mm_compaction_end) in the try
+--   zones_success     count  of them, ended with status success
+--   resets            count  mm_compaction_defer_reset events in the try
+--   zone_ready        bool   the try's first defer_reset is the loop's own (see above)
+--   ended_by          text   what ended the try: 'alloc', 'reclaim', 'deferred', 'suitable',
+--                              'finished', 'reset' (an event of another order), 'next try' or
+--                              'capture end'
+--   alloc_ok          bool   ended by the allocation: it got its page (NULL: not ended by one)
+--   stalled           bool   a zone was deferred, compacted or already fine (vmstat compact_stall)
+--   succeeded         bool   the allocation got its page from compaction (compact_success)
 CREATE TEMP VIEW direct_compactions AS
 WITH
 tries AS (
@@ -208,6 +231,17 @@ LEFT JOIN alloc_runs AS ar ON ar.run_id = t.run_id;
 -- vmstat_pct = compact_success / compact_stall; trace_pct = successes / stalls
 -- of direct_compactions inside trace_windows. success_pct and source as in
 -- thp_fault_success.
+-- @columns
+--   run_id            text   the run
+--   compact_stall     count  vmstat compact_stall over the capture (NULL: no samples)
+--   compact_success   count  vmstat compact_success over the capture
+--   vmstat_pct        %      100 * compact_success / compact_stall
+--   trace_tries       count  direct_compactions inside trace_windows
+--   trace_stalls      count  of them, stalled
+--   trace_successes   count  of them, succeeded
+--   trace_pct         %      100 * trace_successes / trace_stalls
+--   success_pct       %      vmstat_pct when the run's samples give it, else trace_pct
+--   source            text   'vmstat', 'trace' or NULL (neither gives a value)
 CREATE TEMP VIEW compaction_success AS
 WITH
 vm AS (
@@ -248,11 +282,24 @@ SELECT *,
             WHEN trace_pct IS NOT NULL THEN 'trace' END AS source
 FROM rates;
 
--- Compaction runs (section 1): one compact_zone() body each, an
--- mm_compaction_begin paired with the next mm_compaction_end of the same task.
+-- Compaction begin/end pairing (section 1), the one place it is done: a
+-- compaction run is one compact_zone() body, an mm_compaction_begin paired
+-- with the next mm_compaction_end of the same task. One row per run and per
+-- half of one whose other half is not in the capture.
 -- kind: 'kcompactd' for the kcompactdN threads, 'direct' for every other task.
--- duration_ns is NULL for an end without its begin (begun before the capture).
-CREATE TEMP VIEW compaction_runs AS
+-- pairing: 'paired'; 'no_begin', an end whose begin came before the capture;
+-- 'no_end', a begin whose end came after it.
+-- @columns
+--   run_id        text   the run
+--   pid           code   the compacting task
+--   comm          text   its command name
+--   kind          text   'kcompactd' or 'direct'
+--   begin_ts      ns     the mm_compaction_begin (NULL: no_begin)
+--   end_ts        ns     the mm_compaction_end (NULL: no_end)
+--   status        code   the end's compact_result (names: compaction_status_names; NULL: no_end)
+--   pairing       text   'paired', 'no_begin' or 'no_end'
+--   duration_ns   ns     end_ts - begin_ts (NULL unless paired)
+CREATE TEMP VIEW compaction_run_pairing AS
 WITH
 bounds AS (
   SELECT run_id, pid, comm, ts, 1 AS is_begin, CAST(NULL AS INTEGER) AS status FROM mm_compaction_begin
@@ -262,17 +309,42 @@ bounds AS (
 ordered AS (
   SELECT run_id, pid, comm, ts, is_begin, status,
          lag(is_begin) OVER w AS prev_is_begin,
-         lag(ts) OVER w AS prev_ts
+         lag(ts) OVER w AS prev_ts,
+         lead(is_begin) OVER w AS next_is_begin
   FROM bounds
   WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts, is_begin DESC)
+),
+halves AS (
+  SELECT run_id, pid, comm,
+         CASE WHEN prev_is_begin = 1 THEN prev_ts END AS begin_ts,
+         ts AS end_ts,
+         status,
+         CASE WHEN prev_is_begin = 1 THEN 'paired' ELSE 'no_begin' END AS pairing
+  FROM ordered
+  WHERE is_begin = 0
+  UNION ALL
+  SELECT run_id, pid, comm, ts AS begin_ts, CAST(NULL AS BIGINT) AS end_ts, status, 'no_end' AS pairing
+  FROM ordered
+  WHERE is_begin = 1 AND coalesce(next_is_begin, 1) = 1
 )
-SELECT
-  run_id,
-  pid,
-  comm,
-  CASE WHEN comm LIKE 'kcompactd%' THEN 'kcompactd' ELSE 'direct' END AS kind,
-  ts AS end_ts,
-  status,
-  CASE WHEN prev_is_begin = 1 THEN ts - prev_ts END AS duration_ns
-FROM ordered
-WHERE is_begin = 0;
+SELECT run_id, pid, comm,
+       CASE WHEN comm LIKE 'kcompactd%' THEN 'kcompactd' ELSE 'direct' END AS kind,
+       begin_ts, end_ts, status, pairing,
+       end_ts - begin_ts AS duration_ns
+FROM halves;
+
+-- Compaction runs that ended in the capture (compaction_run_pairing without
+-- its 'no_end' rows). duration_ns is NULL for an end without its begin (begun
+-- before the capture).
+-- @columns
+--   run_id        text   the run
+--   pid           code   the compacting task
+--   comm          text   its command name
+--   kind          text   'kcompactd' or 'direct'
+--   end_ts        ns     the mm_compaction_end
+--   status        code   its compact_result (names: compaction_status_names)
+--   duration_ns   ns     from the begin to the end (NULL: begun before the capture)
+CREATE TEMP VIEW compaction_runs AS
+SELECT run_id, pid, comm, kind, end_ts, status, duration_ns
+FROM compaction_run_pairing
+WHERE pairing <> 'no_end';

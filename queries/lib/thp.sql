@@ -79,6 +79,18 @@ LEFT JOIN _thp_gfp AS g ON g.run_id = a.run_id;
 -- trace cannot tell it apart: its only marks (the task frees the page-table
 -- page it allocated, then the huge page, before it allocates again) are those
 -- of a task that maps a huge page and unmaps it without allocating in between.
+-- @columns
+--   run_id         text   the run
+--   ts             ns     the mm_page_alloc at the THP order
+--   pid            code   the faulting task
+--   comm           text   its command name
+--   gfp_flags      flags  the allocation's gfp mask
+--   failed         bool   no huge page was handed out
+--   thp_order      order  the run's PMD huge page order
+--   kind           text   'fault' (the only kind this view keeps)
+--   thisnode_try   bool   the first, local-node attempt (__GFP_THISNODE)
+--   may_reclaim    bool   direct reclaim allowed (__GFP_DIRECT_RECLAIM)
+--   is_retry       bool   the second attempt of a fault whose first failed
 CREATE TEMP VIEW thp_fault_attempts AS
 SELECT
   *,
@@ -95,6 +107,19 @@ WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts);
 -- trace_pct = faults that got a huge page / faults (thp_fault_attempts inside
 -- trace_windows). success_pct is vmstat's when the run's samples give it, else
 -- the trace's; source says which ('vmstat', 'trace', NULL: neither).
+-- @columns
+--   run_id                      text   the run
+--   thp_fault_alloc             count  vmstat thp_fault_alloc over the capture (NULL: no samples)
+--   thp_fault_fallback          count  vmstat thp_fault_fallback over the capture
+--   thp_fault_fallback_charge   count  vmstat thp_fault_fallback_charge (memcg charge failures)
+--   vmstat_pct                  %      100 * thp_fault_alloc / (alloc + fallback)
+--   vmstat_alloc_pct            %      the same without the memcg charge failures
+--   trace_faults                count  faults in the trace inside trace_windows
+--   trace_retries               count  their second attempts
+--   trace_successes             count  faults that got a huge page
+--   trace_pct                   %      100 * trace_successes / trace_faults
+--   success_pct                 %      vmstat_pct when the run's samples give it, else trace_pct
+--   source                      text   'vmstat', 'trace' or NULL (neither gives a value)
 CREATE TEMP VIEW thp_fault_success AS
 WITH
 vm AS (

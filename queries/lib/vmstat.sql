@@ -3,6 +3,15 @@
 -- views: vmstat_deltas, trace_windows
 
 -- vmstat counters over each run's capture window: first and last sample.
+-- @columns
+--   run_id        text   the run
+--   name          text   the vmstat counter
+--   first_ts      ns     the first sample's time
+--   last_ts       ns     the last sample's time
+--   first_value   count  the counter at the first sample
+--   last_value    count  the counter at the last sample
+--   delta         count  last_value - first_value
+--   window_s      s      last_ts - first_ts, in seconds
 CREATE TEMP VIEW vmstat_deltas AS
 SELECT
   run_id,
@@ -20,6 +29,11 @@ GROUP BY run_id, name;
 -- sampling window when the run has one that overlaps the trace, so that they
 -- compare with vmstat's rates, else the whole capture ('capture': samples that
 -- lie wholly outside the trace cannot be compared with it, and parse says so).
+-- @columns
+--   run_id         text   the run
+--   trace_window   text   'vmstat' (the samples' window) or 'capture' (no vmstat window that overlaps the trace)
+--   lo             ns     the window's start (NULL: the whole capture)
+--   hi             ns     the window's end (NULL: the whole capture)
 CREATE TEMP VIEW trace_windows AS
 WITH vm AS (
   SELECT run_id, min(first_ts) AS lo, max(last_ts) AS hi FROM vmstat_deltas GROUP BY run_id
