@@ -27,7 +27,8 @@ TEST_TEXT = {
 BLOCKS = (("headline", ("summary",), "stats"),
           ("vmstat", ("vmstat",), "means"),
           ("stalls", ("stalls",), "means"),
-          ("benchmark", ("imported",), "stats"))
+          ("benchmark", ("imported",), "stats"),
+          ("fragmentation", ("frag",), "stats"))
 
 
 def _stat_name(metric, key):

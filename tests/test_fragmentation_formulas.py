@@ -165,3 +165,92 @@ def test_extfrag_lines_that_are_not_indices_are_skipped_whole():
             "Node 0, zone    DMA32  1.-500 0.100\n"     # no C int pair prints 1.-500
             "Node 0, zone      DMA  0.066 0.200\n")
     assert procfs.parse_extfrag(text) == [(0, "DMA", 0, 66), (0, "DMA", 1, 200)]
+
+
+# ---------------------------------------------------------------- frag.* metrics in compare
+
+def scaled(text, factor_high):
+    """The live sample with the Normal zone's blocks of order >= 9 multiplied by factor_high."""
+    out = []
+    for line in text.splitlines():
+        words = line.split()
+        if "Normal" in words:
+            counts = [int(w) for w in words[4:]]
+            counts = counts[:9] + [c * factor_high // 4 for c in counts[9:]]
+            line = " ".join(words[:4] + [str(c) for c in counts])
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.fixture(scope="module")
+def sides(tmp_path_factory):
+    """Four runs, two a side; side b's Normal zone keeps fewer free blocks of order 9 and 10."""
+    root = tmp_path_factory.mktemp("frag-sides")
+    live = (LIVE / "buddyinfo").read_text()
+    runs = {}
+    for i, (side, factors) in enumerate([("a", (4, 3)), ("a", (4, 4)), ("b", (1, 2)), ("b", (0, 1))]):
+        run_id = "%016x" % (0xf4a0 + i)
+        texts = [scaled(live, f) for f in factors]
+        rows = []
+        for k, text in enumerate(texts):
+            for (node, zone), counts in split_buddyinfo(text).items():
+                rows += [dict(ts=(k + 1) * 10 ** 9, node=node, zone=zone, order=o, count=n)
+                         for o, n in enumerate(counts)]
+        K.write_run(root, run_id, first_ts=0, last_ts=3 * 10 ** 9, labels={"kernel": side})
+        K.write_other(root, "buddyinfo", run_id, rows)
+        runs[run_id] = (side, [split_buddyinfo(t)[(0, "Normal")] for t in texts])
+    return root, runs
+
+
+def test_frag_metrics_compare_as_the_recount_per_run(sides):
+    import json
+    import statistics
+    import subprocess
+    import sys
+
+    root, runs = sides
+    proc = subprocess.run([sys.executable, "-m", "kmemscope", "compare", str(root), "--by", "kernel",
+                           "--metrics", "frag.unusable_index_order9_max,frag.order9_fail_pct",
+                           "--format", "json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    by = {(r["metric"], r["side"]): r for r in doc["rows"]}
+    for side in ("a", "b"):
+        per_run = [max(kernel_indices(c, 9)[0] for c in samples)
+                   for s, samples in runs.values() if s == side]
+        fail = [100.0 * sum(kernel_indices(c, 9)[1] != -1000 for c in samples) / len(samples)
+                for s, samples in runs.values() if s == side]
+        r = by[("frag.unusable_index_order9_max", side)]
+        assert r["kind"] == "frag" and r["better"] == "lower" and r["unit"] == "/1000"
+        assert r["mean_kind"] == "Amean" and r["n"] == 2
+        assert r["mean"] == pytest.approx(statistics.fmean(per_run))
+        assert r["min"] == min(per_run) and r["max"] == max(per_run)
+        assert by[("frag.order9_fail_pct", side)]["mean"] == pytest.approx(statistics.fmean(fail))
+    # side b has fewer order-9 blocks: more of its free memory is unusable at order 9
+    assert by[("frag.unusable_index_order9_max", "b")]["mean"] > \
+        by[("frag.unusable_index_order9_max", "a")]["mean"]
+
+
+def test_frag_group_and_mmtests_block(sides):
+    import kmemscope as km
+
+    root, _runs = sides
+    cmp = km.open(root).compare("kernel", metrics=["frag"])
+    names = list(dict.fromkeys(cmp.df()["metric"]))
+    assert names and all(n.startswith("frag.") for n in names)
+    assert "frag.fragmentation_index_order3_mean" in names
+    text = cmp.mmtests()
+    assert "\nfragmentation\n" in text and "frag.unusable_index_order9_max" in text
+
+
+@pytest.mark.parametrize("metric", ["frag.nope", "frag."])
+def test_a_bad_frag_metric_is_one_error_line(sides, metric):
+    import subprocess
+    import sys
+
+    root, _runs = sides
+    proc = subprocess.run([sys.executable, "-m", "kmemscope", "compare", str(root), "--by", "kernel",
+                           "--metrics", metric], capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("kmemscope: error: bad fragmentation metric"), lines
