@@ -107,6 +107,8 @@ def test_indices_equal_the_kernels_debugfs_readings_of_the_same_free_lists(recor
     same = sorted(set(unusable) & set(computed))
     # Most passes saw buddyinfo unchanged across the reads (the others carry their own time).
     assert len(same) >= max(5, len(unusable) // 3), (len(same), len(unusable))
+    assert manifest(bundle)["extfrag"] == {"samples_with_buddyinfo": len(same),
+                                           "samples_on_their_own": len(unusable) - len(same)}
     checked = []
     for ts in same:
         kernel = {key: (unusable[ts][key], fragmentation[ts][key]) for key in unusable[ts]}
