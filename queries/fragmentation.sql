@@ -35,14 +35,30 @@
 -- lists, and neither do the kernel's indices. /proc/pagetypeinfo prints free
 -- counts of 100000 or more as ">100000" (5.4+): such a count is a lower bound
 -- (counts_capped). Runs without procfs samples (a bare trace.dat) are left
--- out, with a note.
+-- out, with a note; so is a zone's buddyinfo sample with an order outside
+-- 0-20 or a count beyond 2^44 pages, which no kernel prints (a damaged or
+-- forged dataset), whose sums would overflow.
 
 -- @prelude
+-- A zone's sample with an order outside 0-20 or a count beyond 2^44 pages
+-- (no kernel prints either) is left out whole: its sums would overflow.
+CREATE TEMP VIEW _frag_buddyinfo AS
+SELECT b.*
+FROM buddyinfo AS b
+SEMI JOIN (
+  SELECT run_id, ts, node, zone
+  FROM buddyinfo
+  GROUP BY run_id, ts, node, zone
+  HAVING bool_and(CASE WHEN "order" BETWEEN 0 AND 20
+                       THEN count BETWEEN 0 AND (CAST(17592186044416 AS BIGINT) >> "order")
+                       ELSE false END)
+) AS ok
+  ON ok.run_id = b.run_id AND ok.ts = b.ts AND ok.node = b.node AND ok.zone = b.zone;
 CREATE TEMP VIEW _frag_zone_samples AS
 SELECT run_id, ts, node, zone,
        CAST(sum(count * (CAST(1 AS BIGINT) << "order")) AS BIGINT) AS free_pages,
        CAST(sum(count) AS BIGINT) AS free_blocks_total
-FROM buddyinfo
+FROM _frag_buddyinfo
 GROUP BY run_id, ts, node, zone;
 CREATE TEMP VIEW _frag_indices AS
 WITH
@@ -51,8 +67,8 @@ suitable AS (
   SELECT j.run_id, j.ts, j.node, j.zone, j."order", j.count AS free_blocks,
          CAST(sum(k.count * (CAST(1 AS BIGINT) << (k."order" - j."order"))) AS BIGINT)
            AS suitable_blocks
-  FROM buddyinfo AS j
-  JOIN buddyinfo AS k
+  FROM _frag_buddyinfo AS j
+  JOIN _frag_buddyinfo AS k
     ON k.run_id = j.run_id AND k.ts = j.ts AND k.node = j.node AND k.zone = j.zone
    AND k."order" >= j."order"
   GROUP BY j.run_id, j.ts, j.node, j.zone, j."order", j.count
@@ -79,7 +95,7 @@ FROM (
          CASE zone WHEN 'DMA' THEN 0 WHEN 'DMA32' THEN 1 WHEN 'Normal' THEN 2
                    WHEN 'HighMem' THEN 3 WHEN 'Movable' THEN 4 WHEN 'Device' THEN 5
                    ELSE -1 END AS rank
-  FROM buddyinfo
+  FROM _frag_buddyinfo
 ) AS zones
 GROUP BY run_id, node;
 

@@ -82,8 +82,14 @@ def dataset(tmp_path_factory):
         for (node, zone), counts in split_buddyinfo(text).items():
             rows += [dict(ts=ts[name], node=node, zone=zone, order=k, count=n)
                      for k, n in enumerate(counts)]
+    # Forged samples no kernel prints (synthetic on purpose): an order of 100, a negative count
+    # and 2^62 blocks. Each zone's sample is left out whole; the analysis still answers.
+    forged = [dict(ts=90 * 10 ** 9, node=0, zone="Normal", order=100, count=1),
+              dict(ts=90 * 10 ** 9, node=0, zone="Normal", order=0, count=5),
+              dict(ts=91 * 10 ** 9, node=0, zone="Normal", order=0, count=-1),
+              dict(ts=92 * 10 ** 9, node=0, zone="Normal", order=3, count=2 ** 62)]
     K.write_run(root, RUN, first_ts=0, last_ts=10 ** 10)
-    K.write_other(root, "buddyinfo", RUN, rows)
+    K.write_other(root, "buddyinfo", RUN, rows + forged)
     return root, ts
 
 
