@@ -69,8 +69,8 @@ class ProcfsSampler:
     extfrag_samples = 0         # written with the buddyinfo sample's timestamps
     extfrag_unmatched = 0       # written with their own: buddyinfo changed while they were read
     extfrag_error = None        # a read that failed: extfrag sampling stopped, the capture goes on
-    _extfrag_files = {}
-    _taken = {}
+    _extfrag_files = {}         # these two are per instance from open() on
+    _taken = {}                 # source -> (mono_ns, realtime_ns, text) of this pass
 
     def _open_extfrag(self):
         """Open procfs/<name> for each extfrag index debugfs shows (none: debugfs not mounted)."""

@@ -260,3 +260,17 @@ def test_a_bad_frag_metric_is_one_error_line(sides, metric):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("kmemscope: error: bad fragmentation metric"), lines
+
+
+def test_frag_metrics_of_runs_without_buddyinfo_are_one_error_line(tmp_path):
+    """Synthetic: two runs as a bare trace.dat gives them, with no procfs tables."""
+    import subprocess
+    import sys
+
+    for i, side in enumerate("ab"):
+        K.write_run(tmp_path, "%016x" % (0xf4b0 + i), labels={"kernel": side})
+    proc = subprocess.run([sys.executable, "-m", "kmemscope", "compare", str(tmp_path), "--by", "kernel",
+                           "--metrics", "frag.order9_fail_pct"], capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert "no selected run has buddyinfo samples" in lines[0], lines
