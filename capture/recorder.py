@@ -386,11 +386,21 @@ class Recorder:
             "samples": sampler.samples,
             "warnings": self.warnings,
         })
+        self._note_extfrag(sampler, manifest)
         self._report(out, manifest)
         manifest["warnings"] = self.warnings
         bundle_mod.write_manifest(out, manifest)
         bundle_mod.restrict_permissions(out)
         return manifest
+
+    def _note_extfrag(self, sampler, manifest):
+        """What the debugfs extfrag samples hold (sampler.py), when debugfs was mounted."""
+        if not (sampler.extfrag_samples or sampler.extfrag_unmatched or sampler.extfrag_error):
+            return
+        manifest["extfrag"] = {"samples_with_buddyinfo": sampler.extfrag_samples,
+                               "samples_on_their_own": sampler.extfrag_unmatched}
+        if sampler.extfrag_error is not None:
+            self.warn("debugfs extfrag sampling stopped: %s" % sampler.extfrag_error)
 
     def _report(self, out, m):
         self.say("wrote %s: trace.dat %s, %d events, %d procfs samples, %.1f s (%s)"

@@ -7,6 +7,13 @@ Each sample is preceded by one header line:
 followed by the file's text as the kernel printed it. The trace is recorded
 with trace-cmd's `mono` clock, so mono_ns places the sample on the same
 timeline as the events (parsers/procfs.py reads these files).
+
+When debugfs is mounted, the kernel's own fragmentation measures
+(extfrag/unusable_index and extfrag/extfrag_index, mm/vmstat.c) are sampled
+beside /proc/buddyinfo, into procfs/unusable_index and procfs/extfrag_index.
+/proc/buddyinfo is read again after them: when it is unchanged, the readings
+describe the same free lists as the buddyinfo sample of that pass and carry
+its header's timestamps; otherwise they carry the time they were read.
 """
 import collections
 import os
@@ -15,6 +22,9 @@ import time
 
 HEADER = "#kmemscope-sample"
 SOURCES = ("vmstat", "pagetypeinfo", "buddyinfo")
+# CONFIG_DEBUG_FS and CONFIG_COMPACTION kernels, with debugfs mounted
+EXTFRAG_DIR = "/sys/kernel/debug/extfrag"
+EXTFRAG_SOURCES = ("unusable_index", "extfrag_index")
 
 
 def header_line(mono_ns, realtime_ns):
@@ -38,6 +48,7 @@ class ProcfsSampler:
         for name in self.sources:
             fd = os.open(os.path.join(self.out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             self._files[name] = os.fdopen(fd, "w")
+        self._open_extfrag()
 
     def sample(self):
         """Take one sample of every source now (also called for the first and last)."""
@@ -49,7 +60,57 @@ class ProcfsSampler:
             # One write per sample, flushed: a killed record leaves whole samples.
             out.write(header_line(mono_ns, realtime_ns) + text)
             out.flush()
+            self._taken[name] = (mono_ns, realtime_ns, text)
+        self._sample_extfrag()
         self.samples += 1
+
+    # ------------------------------------------------------------ debugfs extfrag indices
+    extfrag_dir = EXTFRAG_DIR
+    extfrag_samples = 0         # written with the buddyinfo sample's timestamps
+    extfrag_unmatched = 0       # written with their own: buddyinfo changed while they were read
+    extfrag_error = None        # a read that failed: extfrag sampling stopped, the capture goes on
+    _extfrag_files = {}         # these two are per instance from open() on
+    _taken = {}                 # source -> (mono_ns, realtime_ns, text) of this pass
+
+    def _open_extfrag(self):
+        """Open procfs/<name> for each extfrag index debugfs shows (none: debugfs not mounted)."""
+        self._extfrag_files, self._taken = {}, {}
+        for name in EXTFRAG_SOURCES:
+            path = os.path.join(self.extfrag_dir, name)
+            if not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                continue
+            fd = os.open(os.path.join(self.out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._extfrag_files[name] = os.fdopen(fd, "w")
+
+    def _sample_extfrag(self):
+        if not self._extfrag_files or "buddyinfo" not in self._taken:
+            return
+        mono_ns, realtime_ns, buddyinfo = self._taken["buddyinfo"]
+        try:
+            read_at = (time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time_ns())
+            texts = {}
+            for name in self._extfrag_files:
+                with open(os.path.join(self.extfrag_dir, name)) as f:
+                    texts[name] = f.read()
+            with open(os.path.join(self.proc, "buddyinfo")) as f:
+                same = f.read() == buddyinfo
+        except OSError as exc:
+            self.extfrag_error = exc
+            self._close_extfrag()
+            return
+        stamp = (mono_ns, realtime_ns) if same else read_at
+        for name, out in self._extfrag_files.items():
+            out.write(header_line(*stamp) + texts[name])
+            out.flush()
+        if same:
+            self.extfrag_samples += 1
+        else:
+            self.extfrag_unmatched += 1
+
+    def _close_extfrag(self):
+        for out in self._extfrag_files.values():
+            out.close()
+        self._extfrag_files = {}
 
     def _run(self):
         next_at = time.monotonic() + self.interval
@@ -78,6 +139,7 @@ class ProcfsSampler:
         for out in self._files.values():
             out.close()
         self._files = {}
+        self._close_extfrag()
 
 
 class RollingSampler(ProcfsSampler):

@@ -348,7 +348,7 @@ STACK_TABLES = ("alloc_stacks", "alloc_stack_ids", "stack_pairing")
 # Tables of a run that are not events (no cpu/ts ordering to take part in).
 _NOT_EVENTS = {"runs", "print_flags", "lost_events", "event_tables", "vmstat",
                "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo",
-               "run_metrics"}
+               "extfrag_unusable_index", "extfrag_index", "run_metrics"}
 
 _STACK_PAIR_SQL = """
 CREATE TEMP TABLE seq AS

@@ -74,6 +74,11 @@ TABLE_COLUMNS = {
                             "migratetype": "VARCHAR", "blocks": "BIGINT"},
     "buddyinfo": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR", "order": "INTEGER",
                   "count": "BIGINT"},
+    # debugfs extfrag/ samples (when debugfs was mounted): the kernel's indices in thousandths
+    "extfrag_unusable_index": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR",
+                               "order": "INTEGER", "unusable_index_permille": "INTEGER"},
+    "extfrag_index": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR", "order": "INTEGER",
+                      "fragmentation_index_permille": "INTEGER"},
     # Benchmark results of the run (parsers/run_metrics.py): a bundle's metrics.json, or
     # `kmemscope metrics import`.
     "run_metrics": {"metric": "VARCHAR", "value": "DOUBLE", "unit": "VARCHAR",

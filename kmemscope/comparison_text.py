@@ -32,7 +32,8 @@ TEST_TEXT = {
 BLOCKS = (("headline", ("summary",), "stats"),
           ("vmstat", ("vmstat",), "means"),
           ("stalls", ("stalls",), "means"),
-          ("benchmark", ("imported",), "stats"))
+          ("benchmark", ("imported",), "stats"),
+          ("fragmentation", ("frag",), "stats"))
 # What each convention's block header says of its numbers (queries/compare.py).
 CONVENTION_TEXT = {
     "mmtests": "Hmean where higher is better, else Amean; percent difference: positive = better",

@@ -11,6 +11,13 @@ over text; only read_bundle_procfs touches files and imports pyarrow.
 /proc/pagetypeinfo prints a free count of 100000 or more as ">100000" (since
 5.4: counting is capped to bound the time spent under the zone lock). Such a
 count is returned as 100000 with capped=True: a lower bound, not a value.
+
+The debugfs files /sys/kernel/debug/extfrag/unusable_index and extfrag_index
+(sampled when debugfs is mounted) print each zone's index per order as the
+kernel's integer in thousandths, formatted "%d.%03d" of (index / 1000,
+index % 1000) with C's truncating division. They are read back to that
+integer exactly: -1000 (printed "-1.000") is the fragmentation index's "an
+allocation of this order would succeed".
 """
 import os
 import re
@@ -115,6 +122,47 @@ def parse_buddyinfo(body):
     return rows
 
 
+# "%d.%03d": a negative remainder prints with its sign inside the width ("-05", "-500")
+_THOUSANDTHS = re.compile(r"^(-?\d+)\.(\d{3}|-\d{2,3})$")
+
+
+def _thousandths(token):
+    """'0.903' -> 903, '-1.000' -> -1000, '0.-500' -> -500; anything else -> None.
+
+    The kernel prints index / 1000 and index % 1000 as two C ints, both
+    truncated toward zero: a negative index gives a negative remainder, and
+    the whole part of -1000 < index < 0 prints as 0. whole * 1000 + remainder
+    is the index in every case.
+    """
+    m = _THOUSANDTHS.match(token)
+    if not m:
+        return None
+    whole, rem = int(m.group(1)), int(m.group(2))
+    if (whole > 0 and rem < 0) or (whole < 0 and rem > 0):
+        return None                # no C int pair prints like this
+    return whole * 1000 + rem
+
+
+def parse_extfrag(body):
+    """debugfs extfrag/unusable_index or extfrag/extfrag_index text -> [(node, zone, order, index)].
+
+    index is the kernel's integer in thousandths (see the module docstring);
+    order is the column index, as in /proc/buddyinfo. A line with a token that
+    is not an index (a line cut short) is skipped whole.
+    """
+    rows = []
+    for line in body.splitlines():
+        m = _ZONE_ROW.match(line)
+        if not m:
+            continue
+        values = [_thousandths(t) for t in m.group(3).split()]
+        if not values or None in values:
+            continue
+        for order, value in enumerate(values):
+            rows.append((int(m.group(1)), m.group(2), order, value))
+    return rows
+
+
 # ---------------------------------------------------------------- rows with timestamps
 
 def vmstat_rows(text):
@@ -135,6 +183,11 @@ def pagetypeinfo_rows(text):
 def buddyinfo_rows(text):
     """Sample file text -> [(ts, node, zone, order, count)]."""
     return [(ts,) + row for ts, _, body in split_samples(text) for row in parse_buddyinfo(body)]
+
+
+def extfrag_rows(text):
+    """Sample file text of an extfrag index -> [(ts, node, zone, order, index)]."""
+    return [(ts,) + row for ts, _, body in split_samples(text) for row in parse_extfrag(body)]
 
 
 # ---------------------------------------------------------------- bundle -> Arrow
@@ -181,9 +234,10 @@ def sample_window_notes(tables, first_ts, last_ts):
 def read_bundle_procfs(bundle_dir, notes=None):
     """{table: pyarrow.Table} for the procfs tables a bundle has samples for.
 
-    Tables: vmstat, pagetypeinfo_free, pagetypeinfo_blocks, buddyinfo (docs/dataset-format.md),
-    without run_id: the dataset writer adds the partition. `notes` (a list) hears of
-    sample files that are kept out, e.g. text without sample headers.
+    Tables: vmstat, pagetypeinfo_free, pagetypeinfo_blocks, buddyinfo and,
+    where debugfs was sampled, extfrag_unusable_index and extfrag_index (see
+    docs/dataset-format.md), without run_id: the dataset writer adds the partition.
+    `notes` (a list) hears of sample files that are kept out, e.g. text without sample headers.
     """
     import pyarrow as pa
 
@@ -221,4 +275,21 @@ def read_bundle_procfs(bundle_dir, notes=None):
     if text is not None:
         out["buddyinfo"] = table(buddyinfo_rows(text), pa.schema([
             ts, node, zone, ("order", pa.int32()), ("count", pa.int64())]))
+    out.update(_extfrag_tables(bundle_dir, table, [ts, node, zone, ("order", pa.int32())]))
+    return out
+
+
+# bundle file (capture/sampler.py EXTFRAG_SOURCES) -> (table, value column), both in thousandths
+EXTFRAG_TABLES = (("unusable_index", "extfrag_unusable_index", "unusable_index_permille"),
+                  ("extfrag_index", "extfrag_index", "fragmentation_index_permille"))
+
+
+def _extfrag_tables(bundle_dir, table, key_columns):
+    import pyarrow as pa
+
+    out = {}
+    for source, name, column in EXTFRAG_TABLES:
+        text = _read_file(bundle_dir, source)
+        if text is not None:
+            out[name] = table(extfrag_rows(text), pa.schema(key_columns + [(column, pa.int32())]))
     return out

@@ -12,7 +12,9 @@ A metric is one value per run. Four kinds:
 - `stalls.KIND.STAT`: a latency statistic of the `stalls` analysis
   (stalls.direct_compaction.p99_ms);
 - imported metrics: benchmark results in the run's `run_metrics` table, under
-  the names they were imported with.
+  the names they were imported with;
+- `frag.COLUMN`: a column of the `fragmentation` analysis's metrics section
+  (frag.unusable_index_order9_max); `frag` names them all.
 
 gather() runs the analyses a set of metrics needs, once each, and returns
 one dict of values per run. The statistics are in compare.py.
@@ -35,7 +37,7 @@ class Metric:
     better: str          # "higher" or "lower"
     unit: str            # "%", "count", "/min", "ms", an imported unit, ...
     title: str           # what a table calls the row (mmtests' name for the vmstat rows)
-    kind: str            # "summary", "vmstat", "stalls" or "imported"
+    kind: str            # "summary", "vmstat", "stalls", "frag" or "imported"
 
     @property
     def convention(self):
@@ -203,6 +205,8 @@ def parse_name(name):
                              f"write stalls.KIND.STAT, KIND one of {', '.join(STALL_KINDS)}, "
                              f"STAT one of {', '.join(STALL_STATS)}")
         return ("stalls", m.group(1), m.group(2))
+    if name.startswith("frag."):
+        return _parse_frag_name(name)
     return ("imported", name)
 
 
@@ -260,12 +264,17 @@ def gather(dataset, names=None, run_ids=None, labels=None, engine=None, with_def
     The default set is the summary headline metrics, the vmstat rows of
     MMTESTS_VMSTAT that some run sampled, the stall headline statistics of the
     kinds some run recorded, and every imported metric. An explicit name that
-    no run can give is an error naming what is there.
+    no run can give is an error naming what is there. frag.* metrics are
+    given only when asked for (by name, or all of them as `frag`).
     """
     from .runner import one_listing
 
+    frag, names = _split_frag_names(names)
     with one_listing(dataset):         # every analysis of the comparison sees one snapshot
-        return _gather(dataset, names, run_ids, labels, engine, with_defaults)
+        found = _gather(dataset, names, run_ids, labels, engine, with_defaults and not frag)
+        if frag:
+            _gather_frag(found, dataset, frag, run_ids, labels, engine)
+        return found
 
 
 class _Gathering:
@@ -552,6 +561,76 @@ def _trace_notes(runs, bare):
                  "no tracepoint counts them; only /proc/vmstat samples (kmemscope record takes "
                  "them) answer those rows")
     return notes
+
+
+# ---------------------------------------------------------------- frag.*: the fragmentation analysis
+
+# The columns of fragmentation.metrics a comparison can use: unit and row title.
+# Every one is lower-is-better: less free memory unusable at the order, fewer
+# samples where the allocation would fail, and failures that are less down to
+# fragmentation (the fragmentation index) are what anti-fragmentation work aims at.
+FRAG_METRICS = {
+    "unusable_index_order3_mean": ("/1000", "Unusable free space index, order 3, mean"),
+    "unusable_index_order3_max": ("/1000", "Unusable free space index, order 3, max"),
+    "unusable_index_order9_mean": ("/1000", "Unusable free space index, order 9, mean"),
+    "unusable_index_order9_max": ("/1000", "Unusable free space index, order 9, max"),
+    "order3_fail_pct": ("%", "Samples where order 3 would fail %"),
+    "order9_fail_pct": ("%", "Samples where order 9 would fail %"),
+    "fragmentation_index_order3_mean": ("/1000", "Fragmentation index, order 3, mean"),
+    "fragmentation_index_order3_max": ("/1000", "Fragmentation index, order 3, max"),
+    "fragmentation_index_order9_mean": ("/1000", "Fragmentation index, order 9, mean"),
+    "fragmentation_index_order9_max": ("/1000", "Fragmentation index, order 9, max"),
+}
+GROUPS["frag"] = "frag"
+
+
+def frag_metric(column):
+    unit, title = FRAG_METRICS[column]
+    return Metric(f"frag.{column}", "lower", unit, title, "frag")
+
+
+def _parse_frag_name(name):
+    column = name[len("frag."):]
+    if column not in FRAG_METRICS:
+        raise QueryError(f"bad fragmentation metric {name!r}",
+                         "write frag.NAME, NAME one of " + ", ".join(FRAG_METRICS))
+    return ("frag", column)
+
+
+def _split_frag_names(names):
+    """([frag.* names asked for], the other names): the group `frag` is every frag.* metric."""
+    if not names:
+        return [], names
+    frag, rest = [], []
+    for name in names:
+        if name == "frag":
+            frag += [f"frag.{c}" for c in FRAG_METRICS]
+        elif name.startswith("frag."):
+            _parse_frag_name(name)
+            frag.append(name)
+        else:
+            rest.append(name)
+    return list(dict.fromkeys(frag)), rest
+
+
+def _gather_frag(found, dataset, names, run_ids, labels, engine):
+    """Add the frag.* values of fragmentation.metrics to gather()'s runs and metrics."""
+    try:
+        rows, notes = _run_query("fragmentation.metrics", dataset, run_ids, labels, engine)
+    except DatasetError as exc:
+        if "buddyinfo" in str(exc):
+            raise QueryError("no selected run has buddyinfo samples: no frag.* metrics",
+                             "record the runs with `kmemscope record`, which samples "
+                             "/proc/buddyinfo") from None
+        raise
+    found.notes += notes
+    by_run = {r["run_id"]: r for r in rows}
+    for run in found.runs:
+        row = by_run.get(run["run_id"], {})
+        for name in names:
+            run[name] = row.get(name[len("frag."):])
+    for name in names:
+        found.metrics[name] = frag_metric(name[len("frag."):])
 
 
 def _vmstat_rows(dataset, run_ids, labels, engine):
