@@ -246,7 +246,7 @@ def test_frag_group_and_mmtests_block(sides):
     assert names and all(n.startswith("frag.") for n in names)
     assert "frag.fragmentation_index_order3_mean" in names
     text = cmp.mmtests()
-    assert "\nfragmentation\n" in text and "frag.unusable_index_order9_max" in text
+    assert "\nfragmentation (" in text and "frag.unusable_index_order9_max" in text
 
 
 @pytest.mark.parametrize("metric", ["frag.nope", "frag."])
