@@ -55,6 +55,10 @@ AFTER_INSTANCE = "kmemscope-flight-after"
 MARGIN = ringsize.MARGIN
 MIN_BUFFER_KB = ringsize.MIN_BUFFER_KB
 DEFAULT_EVENT_BYTES = ringsize.DEFAULT_EVENT_BYTES
+# procfs files that cost much to read (pagetypeinfo walks every pageblock: 10-15 ms of
+# CPU here), sampled every SLOW_SOURCE_S and at each trigger instead of every --interval.
+SLOW_SOURCES = ("pagetypeinfo",)
+SLOW_SOURCE_S = 10.0
 # How often the rate is read and the buffers' sizes reconsidered.
 RATE_CHECK_S = 2.0
 COVERAGE_WARN_EVERY_S = 600.0
@@ -344,7 +348,9 @@ class FlightRecorder(Recorder):
                      % AFTER_INSTANCE)
             tfs.remove_instance(tracefs, AFTER_INSTANCE)
         self.sampler = RollingSampler(opt.interval, opt.keep + opt.after + 2 * opt.interval + 1,
-                                      opt.zoneinfo, on_sample=self._on_sample)
+                                      opt.zoneinfo, on_sample=self._on_sample,
+                                      every_s={name: max(opt.interval, SLOW_SOURCE_S)
+                                               for name in SLOW_SOURCES})
         self.psi = trig.PsiHistory(max([t.window_s for t in opt.triggers if t.kind == "psi"] or [0]) + 2)
         poller = trig.PsiPoller(watches)
         self.psi_conditions = bool(watches)
@@ -597,6 +603,8 @@ class FlightRecorder(Recorder):
             self.suppressed[why] += 1
             return
         frozen, after_on = self._freeze()
+        for name in SLOW_SOURCES:
+            self.sampler.want(name)   # the bundle gets one at its trigger
         since_last = self.suppressed - self.suppressed_at_last_bundle
         self.suppressed_at_last_bundle = collections.Counter(self.suppressed)
         trigger = dict(info, time=stamp_at(when), detail=detail,

@@ -4,6 +4,7 @@ accounting of lost events, buffer sizing, the rolling sample store. No root need
 Counter values are written out by hand in each test (the arithmetic is the oracle);
 the PSI and vmstat texts are real 6.18 readings (tests/data/procfs).
 """
+import re
 import time
 from pathlib import Path
 
@@ -166,6 +167,30 @@ def test_rolling_store_keeps_only_its_seconds_and_writes_a_window(tmp_path):
     assert text.count("#kmemscope-sample mono_ns=") == n >= 2
     # the same format ProcfsSampler writes: header line, then the file's text
     assert text.splitlines()[1] == "vmstat 1"
+
+
+def test_a_slow_source_is_read_at_its_own_cadence_and_when_wanted(tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    for name in ("vmstat", "pagetypeinfo", "buddyinfo"):
+        (proc / name).write_text("%s 1\n" % name)
+    store = RollingSampler(0.01, 60, proc=str(proc), every_s={"pagetypeinfo": 3600})
+    for n in range(20):
+        if n == 12:
+            store.want("pagetypeinfo")    # a trigger: the next sample reads it
+        store.sample()
+    have = [i for i, (_, texts) in enumerate(store.rows) if "pagetypeinfo" in texts]
+    assert have == [0, 12]
+    assert all("vmstat" in texts and "buddyinfo" in texts for _, texts in store.rows)
+    start = store.rows[5][0]
+    store.write_window(str(tmp_path / "out"), start, store.rows[-1][0])
+    heads = lambda name: re.findall(r"^#kmemscope-sample mono_ns=(\d+)",
+                                    (tmp_path / "out" / name).read_text(), re.M)
+    # pagetypeinfo: its own sample before the window (the first) and the wanted one in it
+    first, wanted = [int(h) for h in heads("pagetypeinfo")]
+    assert store.rows[0][0] <= first < store.rows[1][0]
+    assert store.rows[12][0] <= wanted < store.rows[13][0]
+    assert len(heads("vmstat")) == 1 + 15     # the one before the window, then rows 5..19
 
 
 def test_restore_after_a_flight_resize_on_a_fresh_boot(tmp_path):
