@@ -241,12 +241,12 @@ def test_a_burst_after_the_trigger_does_not_cost_the_window_before_it(tmp_path, 
     keep, after, cpu = 4.0, 3.0, 1 if os.cpu_count() > 1 else 0
     load = tmp_path / "load.py"
     load.write_text(SIZED_WORKLOAD)
-    steady = subprocess.Popen([sys.executable, str(load), "120", str(cpu), "0.02", "1"])
+    steady = subprocess.Popen([sys.executable, str(load), "120", str(cpu), "0.05", "1"])
     burst = None
     try:
         flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "4s",
                         "--after", "3s", "--measure", "2s", "--interval", "0.5s",
-                        "--max-buffer", "12M")
+                        "--max-buffer", "6M")
         assert wait_for(lambda: holds_and_wrapped(cpu, keep + 1), 120), "the buffer never wrapped"
         flight.signal(signal.SIGUSR1)
         assert flight.wait_for("trigger manual", 30), flight.text()
