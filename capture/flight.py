@@ -243,7 +243,7 @@ class FlightRecorder(Recorder):
         guard = None
         try:
             tracefs, trace_cmd = check_host(opt.trace_cmd)
-            self._check_options()
+            self._check_options(tracefs)
             state_dir = lock.state_dir()
             guard = Guard.start(state_dir)
             record_lock = lock.RecordLock(state_dir).acquire()
@@ -260,7 +260,7 @@ class FlightRecorder(Recorder):
                 signal.signal(signum, handler)
             os.umask(old_umask)
 
-    def _check_options(self):
+    def _check_options(self, tracefs):
         opt = self.opt
         if opt.interval <= 0:
             raise CaptureError("--interval must be positive")
@@ -277,6 +277,8 @@ class FlightRecorder(Recorder):
                                "write e.g. --max-disk 2G, or leave it out for no limit")
         if opt.max_buffer is not None and opt.max_buffer <= 0:
             raise CaptureError("--max-buffer must be positive", "write e.g. --max-buffer 256M")
+        if opt.max_buffer is not None:    # checked again with the sizes in _buffer_plan
+            self._min_buffer_check(opt.max_buffer >> 10, len(tfs.cpu_dirs(tracefs)) or 1)
         if opt.command:
             raise CaptureError("a flight recorder runs no COMMAND",
                                "start the workload separately, or record once without --flight")
@@ -390,11 +392,7 @@ class FlightRecorder(Recorder):
             max_kb = opt.max_buffer >> 10
         else:
             max_kb = ringsize.default_max_buffer_kb(total_kb, ncpu)
-        least = (2 if opt.after > 0 else 1) * MIN_BUFFER_KB * ncpu
-        if max_kb < least:
-            raise CaptureError("--max-buffer %s is less than the %s that %d CPUs need at least"
-                               % (format_size(max_kb << 10), format_size(least << 10), ncpu),
-                               "raise --max-buffer")
+        self._min_buffer_check(max_kb, ncpu)
         plan = ringsize.BufferPlan(opt.keep, opt.after, ncpu, max_kb, fixed_top_kb=opt.buffer_kb)
         if opt.buffer_kb and opt.buffer_kb > plan.top_ceiling_kb:
             raise CaptureError("--buffer-kb %d does not fit under --max-buffer %s on %d CPUs (at most "
@@ -404,6 +402,13 @@ class FlightRecorder(Recorder):
                                "lower --buffer-kb or raise --max-buffer")
         self.max_buffer_kb = max_kb
         return plan
+
+    def _min_buffer_check(self, max_kb, ncpu):
+        least = (2 if self.opt.after > 0 else 1) * (MIN_BUFFER_KB + ringsize.ROUNDING_KB) * ncpu
+        if max_kb < least:
+            raise CaptureError("--max-buffer %s is less than the %s that %d CPUs need at least"
+                               % (format_size(max_kb << 10), format_size(least << 10), ncpu),
+                               "raise --max-buffer")
 
     def _start_args(self, kb, after_kb):
         """trace-cmd start for the top buffer and, after -B, the same events into AFTER_INSTANCE."""

@@ -4,6 +4,7 @@ accounting of lost events, buffer sizing, the rolling sample store. No root need
 Counter values are written out by hand in each test (the arithmetic is the oracle);
 the PSI and vmstat texts are real 6.18 readings (tests/data/procfs).
 """
+import os
 import re
 import time
 from pathlib import Path
@@ -360,3 +361,56 @@ def test_a_psi_wake_up_fires_only_when_a_whole_window_of_readings_confirms_it(tm
     # own at the earlier wake-up, 2.2 s
     assert detail["value"] == pytest.approx(100 * 0.4 / 2.8, abs=1e-3)
     assert detail["value"] is not None and detail["stall_us"] == 400_000
+
+
+# ---------------------------------------------------------------- small things a user sees
+
+@pytest.mark.parametrize("args, words", [
+    (["--after", "-1s"], "a duration cannot be negative: '-1s'"),
+    (["--cooldown", "-5s"], "a duration cannot be negative: '-5s'"),
+    (["--max-disk", "-1G"], "a size cannot be negative: '-1G'"),
+    (["--max-disk", "0"], "--max-disk must be positive"),
+    (["--max-buffer", "0"], "--max-buffer must be positive"),
+    (["--max-buffer", "1k"], "--max-buffer 1.0 KiB is less than"),
+])
+def test_bad_flight_numbers_are_one_clear_line(tmp_path, args, words):
+    import subprocess
+    import sys
+    if os.geteuid() != 0:
+        pytest.skip("not tested: record checks these after the root check, and this is not root")
+    result = subprocess.run([sys.executable, "-m", "kmemscope.capture", "--flight", "-o",
+                             str(tmp_path / "f"), *args], capture_output=True, text=True, timeout=60)
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert result.returncode in (1, 2) and len(lines) == 1, result.stderr
+    assert lines[0].startswith("kmemscope: error: ") and words in lines[0], result.stderr
+    assert not (tmp_path / "f").exists()
+
+
+def test_the_wrote_line_says_after_when_the_first_event_followed_the_trigger():
+    assert flight._start_text(4_000_000_000) == "4.0 s before the trigger"
+    assert flight._start_text(-500_000_000) == "0.5 s after the trigger"
+
+
+def test_suppressed_before_counts_since_the_previous_bundle(tmp_path):
+    rec = flight.FlightRecorder(flight.FlightOptions(str(tmp_path / "f"), cooldown=60.0),
+                                say=lambda text: None)
+    rec._freeze = lambda: (0, None)
+
+    class Sampler:
+        def want(self, name):
+            pass
+    rec.sampler = Sampler()
+    manual = {"reason": "manual", "condition": "SIGUSR1", "kind": "manual"}
+    second = 1_000_000_000
+    rec._fire(manual, {"signal": "SIGUSR1"}, 100 * second)
+    first = rec.pending["trigger"]
+    rec.pending = None                                   # as _write_bundle does
+    for t in (110, 120, 130):                            # inside the 60 s cooldown
+        rec._fire(manual, {"signal": "SIGUSR1"}, t * second)
+    rec._fire(manual, {"signal": "SIGUSR1"}, 200 * second)
+    assert first["suppressed_before"] == {}
+    assert rec.pending["trigger"]["suppressed_before"] == {"cooldown": 3}
+    rec.pending = None
+    rec._fire(manual, {"signal": "SIGUSR1"}, 300 * second)
+    assert rec.pending["trigger"]["suppressed_before"] == {}   # not the 3 of before
+    assert "value" not in rec.pending["trigger"]               # a manual trigger has none
