@@ -590,7 +590,8 @@ class FlightRecorder(Recorder):
         if self.pending is not None:
             also = self.pending["trigger"].setdefault("also_fired", [])
             if len(also) < 20:
-                also.append(dict(reason=info["reason"], mono_ns=when, value=detail.get("value")))
+                also.append(dict(reason=info["reason"], mono_ns=when,
+                                 **({"value": detail["value"]} if "value" in detail else {})))
             return
         while self.trigger_times and self.trigger_times[0] < when - 3600e9:
             self.trigger_times.popleft()

@@ -492,6 +492,59 @@ def psi_some_total_us():
 PSI_CONDITION = "psi.memory.some>2%@2s"
 
 
+def test_an_existing_folder_on_a_read_only_filesystem_is_one_error(tmp_path, before):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "kmemscope-test-ro", str(ro)],
+                   check=True)
+    try:
+        result = run_record("--flight", "-o", ro, *QUICK)
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+    assert result.returncode == 1, result.stderr
+    line = last_error_line(result.stderr)
+    assert line.startswith("kmemscope: error: cannot write bundles in %s" % ro), result.stderr
+    assert "Read-only file system" in line and "internal error" not in result.stderr
+
+
+def test_parse_of_a_real_bundle_counts_only_the_losses_inside_its_window(tmp_path, before):
+    """A bundle whose busy CPU overwrote much before the window: trace-cmd report prints those
+    overwritten events at each CPU's first page; parse --whole-bundle counts them all, parse
+    of the window none of them, and keeps exactly the events trace-cmd prints inside it."""
+    from kmrun import kmemscope
+    keep, after, cpu = 2.0, 1.0, 1 if os.cpu_count() > 1 else 0
+    load = tmp_path / "load.py"
+    load.write_text(PINNED_WORKLOAD)
+    work = subprocess.Popen([sys.executable, str(load), "120", str(cpu), "0.002"])
+    try:
+        flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "2s",
+                        "--after", "1s", "--measure", "1s", "--max-buffer", "8M")
+        assert wait_for(lambda: holds_and_wrapped(cpu, keep + 1), 120), "the buffer never wrapped"
+        flight.signal(signal.SIGUSR1)
+        assert flight.wait_for("wrote ", 60), flight.text()
+        flight.signal(signal.SIGINT)
+        rc, stderr = flight.finish()
+    finally:
+        work.kill()
+        work.wait()
+    assert rc == 0, stderr
+    (bundle,) = bundles(tmp_path / "flight")
+    w = manifest(bundle)["window"]
+    report = trace_cmd_report(bundle / "trace.dat")
+    dropped = sum(int(n) for n in re.findall(r"\[(\d+) EVENTS DROPPED\]", "\n".join(report)))
+    assert dropped > 0
+    start = max(w["start_mono_ns"], w["covered_from_mono_ns"], w["tracing_since_mono_ns"])
+    end = w["trigger_mono_ns"] + int(after * 1e9)
+    times = [ts for _, _, ts in report_events(bundle / "trace.dat")]
+    kmemscope("parse", bundle, "-o", tmp_path / "whole", "--whole-bundle")
+    kmemscope("parse", bundle, "-o", tmp_path / "window")
+    info = lambda ds: json.loads(kmemscope("info", ds, "--format", "json").stdout)["runs"][0]
+    whole, window = info(tmp_path / "whole"), info(tmp_path / "window")
+    assert whole["events"] == len(times) and whole["lost_events"] == dropped
+    assert window["events"] == sum(start <= ts <= end for ts in times) < len(times)
+    assert window["lost_events"] == 0 == manifest(bundle)["lost_events"]
+
+
 def test_psi_trigger_does_not_fire_at_start_on_a_quiet_host(tmp_path, before):
     """The kernel's trigger may wake a fresh poll() at once, and the host has stalled since boot:
     neither is a condition of the last window. Started four times, each runs past one window."""
