@@ -162,3 +162,29 @@ def test_a_bad_window_is_one_error(tmp_path):
     lines = [l for l in out.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and "no valid window.trigger_mono_ns" in lines[0], out.stderr
     assert "--whole-bundle" in lines[0]
+
+
+def test_only_markers_of_later_pages_inside_the_window_are_lost():
+    """Markers [(buffer, cpu, page ts, missed)], numbers written out by hand: each CPU's first
+    top-level page carries what was overwritten before its data (before the window)."""
+    from kmemscope.parsers.flight_window import Window, lost_in_window
+    w = Window(start_ns=1000, end_ns=2000, trigger_ns=1500)
+    markers = [("", 0, 1000, 500),        # cpu 0's first page, at the window's start: before it
+               ("", 0, 1200, 7),          # a later page of cpu 0 inside: lost in the window
+               ("", 1, 400, 90),          # cpu 1's first page, long before
+               ("", 1, 2500, 3),          # after the window
+               ("kmemscope-flight-after", 1, 1600, 4)]   # the --after buffer, inside
+    assert lost_in_window(markers, w) == [("", 0, 1200, 7), ("kmemscope-flight-after", 1, 1600, 4)]
+
+
+def test_the_window_comes_from_the_manifest_and_other_bundles_have_none():
+    from kmemscope.parsers.flight_window import window_of
+    m = {"trigger": {"reason": "manual"},
+         "window": {"trigger_mono_ns": 10_000_000_000, "keep_s": 4, "after_s": 1.5,
+                    "covered_from_mono_ns": 7_000_000_000, "tracing_since_mono_ns": 1}}
+    w = window_of(m, "b")
+    assert (w.start_ns, w.end_ns) == (7_000_000_000, 11_500_000_000)   # covered_from is later
+    m["window"]["covered_from_mono_ns"] = 5_000_000_000
+    assert window_of(m, "b").start_ns == 6_000_000_000                 # trigger - keep is later
+    assert window_of({"labels": {}}, "b") is None                      # a single recording
+    assert window_of(None, "b") is None                                # a bare trace.dat
