@@ -218,6 +218,7 @@ class FlightRecorder(Recorder):
         self.current_rate = {"bytes_per_s": 0.0, "events_per_s": 0.0}
         self.resizes = 0               # top-buffer resizes, for the manifest
         self.growth_refused = 0        # growth steps refused because memory was short
+        self.longest_resize_s = 0.0
 
     def warn(self, text):
         super().warn(text)
@@ -529,9 +530,12 @@ class FlightRecorder(Recorder):
                 self.growth_refused += 1
                 return False
         where = self._after_dir() if instance else self.tracefs
+        t0 = time.monotonic()
         try:
             tfs.write(where, "buffer_size_kb", str(size))
             got = int(tfs.parse_buffer_size(tfs.read(where, "buffer_size_kb"))[0])
+            # the write holds the kernel's writers and this loop: the longest says what a step costs
+            self.longest_resize_s = max(self.longest_resize_s, time.monotonic() - t0)
         except (OSError, ValueError) as exc:
             self.warn("could not resize the ring buffer to %d KiB per CPU: %s; keeping %d KiB"
                       % (size, getattr(exc, "strerror", None) or exc, current))
@@ -852,6 +856,7 @@ class FlightRecorder(Recorder):
             "flight": {"directory": self.out, "rate": dict(self.rate), "extract_s": round(extract_s, 3),
                        "bundle_number": len(self.bundles) + 1, "resizes": self.resizes,
                        "growth_refused_memory_short": self.growth_refused,
+                       "longest_resize_s": round(self.longest_resize_s, 3),
                        "cooldown_s": opt.cooldown, "max_per_hour": opt.max_per_hour,
                        "max_bundles": opt.max_bundles, "max_disk_bytes": opt.max_disk},
             "warnings": list(self.warnings),
