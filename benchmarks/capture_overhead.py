@@ -20,11 +20,21 @@ and the 1-minute load average before and after. The machine is shared: a mode
 that starts with the load average above --max-load waits for it to fall, and
 is measured again (up to --retries times) when the load before it was above.
 
+With --soak it leaves one flight recorder running for --minutes (30) under a
+periodic workload, the way a host would: paced churn all along and, every
+--period (5 min), a 20 s unpaced burst (the buffers grow, up to --max-buffer,
+and shrink a minute later) and the hugetlb squeeze of the tests (direct
+compaction: real vmstat.compact_stall and PSI triggers). Every 10 s it notes the
+recorder's CPU (its own and its reaped children's: trace-cmd start and extract),
+its RSS, both ring buffers' total size from tracefs, the bundles and their disk,
+and the 1-minute load average; it prints that timeline and a summary.
+
 Needs root and tracefs; holds /var/tmp/kmemscope-trace.lock while recording.
 Nothing is asserted: the script prints the table.
 
 usage: benchmarks/capture_overhead.py [--rounds 3] [--mib 4096] [--keep DIR]
        benchmarks/capture_overhead.py --flight [--minutes 10] [--max-load 1.0]
+       benchmarks/capture_overhead.py --soak [--minutes 30] [--period 300] [--json FILE]
 """
 import argparse
 import fcntl
@@ -111,12 +121,20 @@ def cpu_busy_ticks():
     return sum(v) - idle, sum(v)
 
 
-def ring_buffer_kb():
+def ring_buffer_kb(root="/sys/kernel/tracing"):
     try:
-        with open("/sys/kernel/tracing/buffer_total_size_kb") as f:
+        with open(root + "/buffer_total_size_kb") as f:
             return int(f.read().split()[0])
     except (OSError, ValueError):
         return None
+
+
+AFTER_INSTANCE = "/sys/kernel/tracing/instances/kmemscope-flight-after"
+
+
+def flight_buffers_kb():
+    """(top-level, --after instance) buffer_total_size_kb: what a flight recorder holds."""
+    return ring_buffer_kb() or 0, ring_buffer_kb(AFTER_INSTANCE) or 0
 
 
 def rss_kb(pid):
@@ -259,6 +277,112 @@ def flight_main(args):
         print("note: " + note)
 
 
+# ---------------------------------------------------------------- --soak: one recorder, half an hour
+
+def process_cpu_s(pid):
+    """utime + stime of pid and of its reaped children, in seconds (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _soak(args, squeeze_source):
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="kmemscope-soak-", dir="/var/tmp"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "paced.py").write_text(PACED)
+    (workdir / "squeeze.py").write_text(squeeze_source)
+    seconds = int(args.minutes * 60)
+    out = workdir / "flight"
+    shutil.rmtree(out, ignore_errors=True)
+    triggers = ["vmstat.compact_stall>10/s@2s", "psi.memory.some>2%@2s"]
+    cmd = [sys.executable, "-m", "kmemscope.capture", "--flight", "-o", str(out), "--keep", "30s",
+           "--after", "5s"] + [w for t in triggers for w in ("--trigger", t)]
+    timeline, events = [], []
+    with open(LOCK, "a") as lock:
+        print("waiting for %s ..." % LOCK, file=sys.stderr)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        log = open(workdir / "flight.log", "w")
+        capture = subprocess.Popen(cmd, stderr=subprocess.STDOUT, stdout=log)
+        while "flight recording" not in (workdir / "flight.log").read_text():
+            if capture.poll() is not None:
+                sys.exit("the flight recorder failed: " + (workdir / "flight.log").read_text())
+            time.sleep(0.5)
+        paced = subprocess.Popen([sys.executable, str(workdir / "paced.py"), str(seconds),
+                                  str(args.pause), str(workdir / "paced.json")])
+        t0 = time.monotonic()
+        busy0 = cpu_busy_ticks()
+        cpu0 = process_cpu_s(capture.pid)
+        helpers, next_note = [], 0.0
+        done_phase = set()
+        while time.monotonic() - t0 < seconds:
+            now = time.monotonic() - t0
+            phase, offset = int(now // args.period), now % args.period
+            if offset >= args.period * 0.2 and (phase, "burst") not in done_phase:
+                done_phase.add((phase, "burst"))
+                events.append((round(now), "burst 20 s"))
+                helpers.append(subprocess.Popen([sys.executable, str(workdir / "paced.py"), "20",
+                                                 "0", str(workdir / "burst.json")]))
+            if offset >= args.period * 0.5 and (phase, "squeeze") not in done_phase:
+                done_phase.add((phase, "squeeze"))
+                events.append((round(now), "squeeze"))
+                helpers.append(subprocess.Popen([sys.executable, str(workdir / "squeeze.py"),
+                                                 "2500", "1536"], stderr=subprocess.DEVNULL))
+            if now >= next_note:
+                next_note += 10
+                top, after = flight_buffers_kb()
+                text = (workdir / "flight.log").read_text()
+                timeline.append({
+                    "t_s": round(now), "load1": os.getloadavg()[0],
+                    "cpu_s": round(process_cpu_s(capture.pid) - cpu0, 2),
+                    "rss_mib": round(rss_kb(capture.pid) / 1024, 1),
+                    "ring_top_mib": round(top / 1024, 1), "ring_after_mib": round(after / 1024, 1),
+                    "bundles": text.count(" wrote "),
+                    "disk_mib": round(tree_bytes(out) / float(1 << 20), 1)})
+                print("soak %(t_s)5d s  load %(load1).2f  cpu %(cpu_s)6.1f s  rss %(rss_mib)5.1f MiB"
+                      "  ring %(ring_top_mib)6.1f + %(ring_after_mib)5.1f MiB  bundles %(bundles)d"
+                      "  disk %(disk_mib)6.1f MiB" % timeline[-1], file=sys.stderr)
+            time.sleep(1)
+        busy1 = cpu_busy_ticks()
+        cpu_s = process_cpu_s(capture.pid) - cpu0
+        for proc in [paced] + helpers:
+            proc.wait()
+        capture.send_signal(signal.SIGINT)
+        capture.wait()
+        log.close()
+    text = (workdir / "flight.log").read_text()
+    disk = tree_bytes(out)
+    loads = [r["load1"] for r in timeline]
+    rows = {"minutes": args.minutes, "period_s": args.period, "cpu_s": round(cpu_s, 1),
+            "cpu_pct_of_one_cpu": round(100 * cpu_s / seconds, 2),
+            "machine_busy_pct": round(100.0 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]), 1),
+            "peak_rss_mib": max(r["rss_mib"] for r in timeline),
+            "ring_top_mib": [min(r["ring_top_mib"] for r in timeline),
+                             max(r["ring_top_mib"] for r in timeline)],
+            "ring_after_mib_max": max(r["ring_after_mib"] for r in timeline),
+            "ring_total_mib_max": max(r["ring_top_mib"] + r["ring_after_mib"] for r in timeline),
+            "bundles": text.count(" wrote "), "disk_mib": round(disk / float(1 << 20), 1),
+            "load1": [min(loads), round(sum(loads) / len(loads), 2), max(loads)],
+            "workload_events": events, "timeline": timeline,
+            "recorder_lines": [l for l in text.splitlines() if "wrote " in l or "trigger " in l
+                               or "grow" in l or "holds" in l or "stopped" in l]}
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    if not args.keep:
+        shutil.rmtree(workdir)
+    print("soak: record --flight (default preset, --keep 30s --after 5s, triggers %s) for %g min; "
+          "paced churn, and every %d s a 20 s burst (at a fifth of the period) and a hugetlb squeeze (at half)"
+          % (", ".join(triggers), args.minutes, args.period))
+    print("recorder CPU %.1f s = %.2f%% of one CPU; machine busy %.1f%%; peak RSS %.1f MiB; ring "
+          "buffer top %.1f-%.1f MiB, after instance up to %.1f MiB, both at most %.1f MiB; %d "
+          "bundles, %.1f MiB on disk; load average min/mean/max %.2f/%.2f/%.2f"
+          % (rows["cpu_s"], rows["cpu_pct_of_one_cpu"], rows["machine_busy_pct"],
+             rows["peak_rss_mib"], rows["ring_top_mib"][0], rows["ring_top_mib"][1],
+             rows["ring_after_mib_max"], rows["ring_total_mib_max"], rows["bundles"],
+             rows["disk_mib"], *rows["load1"]))
+    for line in rows["recorder_lines"]:
+        print("  " + line)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
@@ -273,11 +397,21 @@ def main():
                    help="--flight: wait for the load average to fall to this before each mode")
     p.add_argument("--modes", default=",".join(FLIGHT_MODES),
                    help="--flight: which of none,flight,record to run (none first: the baseline)")
+    p.add_argument("--soak", action="store_true",
+                   help="one flight recorder for --minutes under a periodic workload with triggers")
+    p.add_argument("--period", type=float, default=300.0,
+                   help="--soak: seconds between the bursts and squeezes")
+    p.add_argument("--json", help="--soak: also write the figures and timeline to this file")
     p.add_argument("--retries", type=int, default=2,
                    help="--flight: measure a mode again this often when the load was above")
     args = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("capture_overhead: recording needs root")
+    if args.soak:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from capture_helpers import SQUEEZE
+        _soak(args, SQUEEZE)
+        return
     if args.flight:
         flight_main(args)
         return

@@ -11,6 +11,7 @@ import time
 
 from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import state
+from kmemscope.capture import tracefs as tfs
 from kmemscope.capture.tracecmd import process_alive, restore_triggers
 
 STATE_FILE = "record-state.json"
@@ -72,7 +73,11 @@ def recover(directory, say):
         os.unlink(path)
         return False
     _stop_leftover(record, say)
-    problems = state.restore(record["snapshot"])
+    problems = []
+    if record.get("instance"):  # a flight recorder's --after instance
+        problem = tfs.remove_instance(record["snapshot"]["tracefs"], record["instance"])
+        problems += [problem] if problem else []
+    problems += state.restore(record["snapshot"])
     # trace-cmd clears an event's triggers and, killed, leaves its own: put the saved ones back
     problems += restore_triggers(record["snapshot"]["tracefs"], record.get("triggers") or {})
     for problem in problems:

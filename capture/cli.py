@@ -6,6 +6,7 @@ prints; errors are one line: `kmemscope: error: <what> (<what to do>)`.
 """
 import argparse
 import os
+import re
 import sys
 import traceback
 
@@ -95,6 +96,9 @@ def build_parser():
                    help="keep the newest N bundles, removing the oldest (default 10)")
     f.add_argument("--max-disk", type=parse_size, metavar="SIZE",
                    help="keep the bundles under SIZE in all, removing the oldest")
+    f.add_argument("--max-buffer", type=parse_size, metavar="SIZE",
+                   help="kernel memory for the ring buffers of all CPUs at most (default 2%% of "
+                        "RAM); they grow to hold --keep only while memory is not short")
     f.add_argument("--measure", type=parse_duration, default=3.0, metavar="TIME",
                    help="measure the event rate for TIME before sizing the buffer (default 3s)")
     p.add_argument("--cleanup", action="store_true",
@@ -115,10 +119,26 @@ def split_command(argv):
     return argv, []
 
 
+def _glue_values(argv):
+    """'--after', '-1s' -> '--after=-1s': argparse takes a value that starts with '-' for an
+    option and says 'expected one argument'; glued, the value reaches its own check."""
+    out, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        if (word.startswith("--") and "=" not in word and i + 1 < len(argv)
+                and re.match(r"^-\d", argv[i + 1])):
+            out.append(word + "=" + argv[i + 1])
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
 def parse_command_line(argv):
     """(argparse namespace, COMMAND argv) from record's arguments."""
     own, command = split_command(argv)
-    args = build_parser().parse_args(own)
+    args = build_parser().parse_args(_glue_values(own))
     if args.command:
         if command:
             raise CaptureError("unexpected arguments before --: " + " ".join(args.command),
@@ -153,7 +173,7 @@ def options_from_args(args, command):
                    trace_cmd=args.trace_cmd)
 
 
-FLIGHT_ONLY = ("triggers", "cooldown", "max_per_hour", "max_bundles", "max_disk")
+FLIGHT_ONLY = ("triggers", "cooldown", "max_per_hour", "max_bundles", "max_disk", "max_buffer")
 
 
 def flight_options_from_args(args, command):
@@ -171,7 +191,7 @@ def flight_options_from_args(args, command):
         output=args.output, keep=args.keep, after=args.after,
         trigger_specs=[parse_trigger(t) for t in args.triggers], cooldown=args.cooldown,
         max_bundles=args.max_bundles, max_disk=args.max_disk, max_per_hour=args.max_per_hour,
-        measure=args.measure, preset=args.preset,
+        measure=args.measure, max_buffer=args.max_buffer, preset=args.preset,
         events=[presets.parse_event_arg(e) for e in args.events], duration=args.duration or None,
         min_free=args.min_free, interval=args.interval, buffer_kb=args.buffer_kb,
         labels=_labels(args.label), force=args.force, zoneinfo=args.zoneinfo,

@@ -1,15 +1,21 @@
 """`kmemscope record --flight -o DIR`: keep the last seconds in the kernel, write a bundle on trouble.
 
-The kernel's ring buffer runs in overwrite mode, sized for --keep seconds at
-the event rate measured in the first seconds, and nothing reads it in between:
-no trace-cmd runs while the recorder waits. procfs samples go to a rolling
-store in memory that holds the same seconds. A trigger (SIGUSR1, a PSI
-condition, a vmstat rate, the THP fallback share; triggers.py) starts the
-bundle: tracing goes on for --after seconds, then tracing_on goes to 0,
-`trace-cmd extract` copies the buffer into DIR/.partial-NAME/trace.dat and a
-fresh `trace-cmd start` restarts tracing (this kernel has no snapshot buffer to
-swap, and extract resets the events). The samples of the window and a manifest
-with the trigger complete the bundle, which is renamed to DIR/<UTC time>-<reason>/.
+The kernel's top-level ring buffer runs in overwrite mode, sized for --keep
+seconds at the event rate (ringsize.py: bounded by --max-buffer, grown in steps
+and only while memory allows, shrunk when the rate falls), and nothing reads it
+in between: no trace-cmd runs while the recorder waits. procfs samples go to a
+rolling store in memory that holds the same seconds. A trigger (SIGUSR1, a PSI
+condition, a vmstat rate, the THP fallback share; triggers.py) freezes that
+buffer (its tracing_on goes to 0) and turns on a second one, the tracefs
+instance AFTER_INSTANCE, which `trace-cmd start` set up with the same events
+and which keeps the first events after the trigger (no overwrite): a burst
+after the trigger cannot overwrite the seconds before it. After --after
+seconds `trace-cmd extract -t -B` copies both buffers into one
+DIR/.partial-NAME/trace.dat (parse merges them by time) and a fresh `trace-cmd
+start` restarts tracing (this kernel has no snapshot buffer to swap, and
+extract resets the events and removes the instance). The samples of the window
+and a manifest with the trigger complete the bundle, which is renamed to
+DIR/<UTC time>-<reason>/.
 
 Cooldown, --max-per-hour, --max-bundles and --max-disk bound what triggers
 cost; free space below --min-free skips a bundle. The state saved before the
@@ -23,17 +29,19 @@ import queue
 import re
 import shutil
 import signal
+import tempfile
 import time
 
 from kmemscope.capture import BUNDLE_FORMAT_VERSION
 from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import cleanup, hostinfo, lock, presets, state, triggers as trig
+from kmemscope.capture import ringsize
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture.guard import Guard
-from kmemscope.capture.recorder import (MAX_BUFFER_SHARE, START_ROOM, Interrupted, Options,
-                                        Recorder, check_host, free_space_refusal)
+from kmemscope.capture.recorder import (START_ROOM, Interrupted, Options, Recorder, check_host,
+                                        free_space_refusal)
 from kmemscope.capture.sampler import RollingSampler
-from kmemscope.capture.tracecmd import (_spec_enabled, _tracing_on, buffer_stats_from_file,
+from kmemscope.capture.tracecmd import (_spec_enabled, _tracing_on, buffer_stats_by_buffer,
                                         build_args, check_filters, log_tail, restore_triggers,
                                         run_once, save_triggers, trace_dat_complete)
 from kmemscope.capture.units import format_size
@@ -42,12 +50,17 @@ from kmemscope.errors import CaptureError
 POLL_S = 0.1
 FLIGHT_FILE = "flight.json"        # marks DIR as a flight directory (parse looks for it)
 PARTIAL = ".partial-"
-# The buffer is sized to hold (keep + after) * MARGIN at the measured rate.
-MARGIN = 1.15
-MIN_BUFFER_KB = 1024
-# Bytes per event assumed when the measurement saw none.
-DEFAULT_EVENT_BYTES = 32
-COVERAGE_CHECK_S = 5.0
+# The tracefs instance that records the --after seconds while the top buffer is frozen.
+AFTER_INSTANCE = "kmemscope-flight-after"
+MARGIN = ringsize.MARGIN
+MIN_BUFFER_KB = ringsize.MIN_BUFFER_KB
+DEFAULT_EVENT_BYTES = ringsize.DEFAULT_EVENT_BYTES
+# procfs files that cost much to read (pagetypeinfo walks every pageblock: 10-15 ms of
+# CPU here), sampled every SLOW_SOURCE_S and at each trigger instead of every --interval.
+SLOW_SOURCES = ("pagetypeinfo",)
+SLOW_SOURCE_S = 10.0
+# How often the rate is read and the buffers' sizes reconsidered.
+RATE_CHECK_S = 2.0
 COVERAGE_WARN_EVERY_S = 600.0
 EXTRACT_TIMEOUT_S = 600
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -58,11 +71,13 @@ class FlightOptions(Options):
     """Options of a flight recorder (cli.py fills it; tests may too)."""
 
     def __init__(self, output, keep=30.0, after=5.0, trigger_specs=(), cooldown=60.0,
-                 max_bundles=10, max_disk=None, max_per_hour=6, measure=3.0, **kwargs):
+                 max_bundles=10, max_disk=None, max_per_hour=6, measure=3.0, max_buffer=None,
+                 **kwargs):
         super().__init__(output, **kwargs)
         self.keep, self.after, self.triggers = keep, after, list(trigger_specs)
         self.cooldown, self.max_bundles, self.max_disk = cooldown, max_bundles, max_disk
         self.max_per_hour, self.measure = max_per_hour, measure
+        self.max_buffer = max_buffer    # bytes for all ring buffers of all CPUs; None: default
 
 
 def mono_ns():
@@ -126,6 +141,25 @@ def measured_rates(before, after, seconds):
     return out
 
 
+def _events(before, after):
+    """{cpu: events written} between two cpu_stats() readings."""
+    out = {}
+    for cpu, s1 in after.items():
+        s0 = before.get(cpu, {})
+        out[cpu] = max(0, s1.get("entries", 0) + s1.get("overrun", 0) - s0.get("entries", 0)
+                       - s0.get("overrun", 0))
+    return out
+
+
+def _check_writable(directory):
+    """Refuse a directory this process cannot create files in (read-only filesystem, ...)."""
+    try:  # root passes access(2) on read-only filesystems: really try
+        os.rmdir(tempfile.mkdtemp(prefix=".kmemscope-probe-", dir=directory))
+    except OSError as exc:
+        raise CaptureError("cannot write bundles in %s: %s" % (directory, exc.strerror),
+                           "choose a writable -o")
+
+
 def window_accounting(stats, window_start, stop, tracing_since):
     """Per-CPU coverage of [window_start, stop] and what was overwritten before or in it.
 
@@ -163,14 +197,28 @@ class FlightRecorder(Recorder):
         self.fired = queue.Queue()
         self.bundles = []
         self.suppressed = collections.Counter()
+        self.suppressed_at_last_bundle = collections.Counter()
         self.trigger_times = collections.deque()
         self.last_trigger_ns = None
         self.pending = None
         self.tracing_since = None
-        self.buffer_kb = None
+        self.buffer_kb = None          # top-level buffer, KiB per CPU, as the kernel reports it
+        self.after_kb = None           # AFTER_INSTANCE's buffer, KiB per CPU
+        self.plan = None               # ringsize.BufferPlan
         self.rate = None
         self.vmstat_rows = collections.deque()
-        self.overrun_at_resize = {}
+        self.psi_armed_ns = None       # PSI triggers count from then on (one full window measured)
+        self.not_armed = 0             # PSI wake-ups before that
+        self.unconfirmed = 0           # PSI wake-ups the readings did not confirm
+        self.psi_woken = {}            # PsiWatch -> mono_ns of the kernel's last wake-up
+        self.last_rate_check = None    # (mono_ns, top cpu_stats) of the last rate reading
+        self.last_memory_note = None
+        self.last_coverage_warning = None
+        self.last_rate_s = None
+        self.current_rate = {"bytes_per_s": 0.0, "events_per_s": 0.0}
+        self.resizes = 0               # top-buffer resizes, for the manifest
+        self.growth_refused = 0        # growth steps refused because memory was short
+        self.longest_resize_s = 0.0
 
     def warn(self, text):
         super().warn(text)
@@ -196,7 +244,7 @@ class FlightRecorder(Recorder):
         guard = None
         try:
             tracefs, trace_cmd = check_host(opt.trace_cmd)
-            self._check_options()
+            self._check_options(tracefs)
             state_dir = lock.state_dir()
             guard = Guard.start(state_dir)
             record_lock = lock.RecordLock(state_dir).acquire()
@@ -213,15 +261,25 @@ class FlightRecorder(Recorder):
                 signal.signal(signum, handler)
             os.umask(old_umask)
 
-    def _check_options(self):
+    def _check_options(self, tracefs):
         opt = self.opt
         if opt.interval <= 0:
             raise CaptureError("--interval must be positive")
-        if opt.keep <= 0 or opt.after < 0:
-            raise CaptureError("--keep must be positive and --after not negative")
-        if opt.cooldown < 0 or opt.max_per_hour < 1 or opt.max_bundles < 1:
-            raise CaptureError("--cooldown must not be negative, --max-per-hour and "
-                               "--max-bundles at least 1")
+        if opt.keep <= 0:
+            raise CaptureError("--keep must be positive", "write e.g. --keep 30s")
+        if opt.after < 0:
+            raise CaptureError("--after must not be negative", "write e.g. --after 5s")
+        if opt.cooldown < 0:
+            raise CaptureError("--cooldown must not be negative", "write e.g. --cooldown 60s")
+        if opt.max_per_hour < 1 or opt.max_bundles < 1:
+            raise CaptureError("--max-per-hour and --max-bundles must be at least 1")
+        if opt.max_disk is not None and opt.max_disk <= 0:
+            raise CaptureError("--max-disk must be positive",
+                               "write e.g. --max-disk 2G, or leave it out for no limit")
+        if opt.max_buffer is not None and opt.max_buffer <= 0:
+            raise CaptureError("--max-buffer must be positive", "write e.g. --max-buffer 256M")
+        if opt.max_buffer is not None:    # checked again with the sizes in _buffer_plan
+            self._min_buffer_check(opt.max_buffer >> 10, len(tfs.cpu_dirs(tracefs)) or 1)
         if opt.command:
             raise CaptureError("a flight recorder runs no COMMAND",
                                "start the workload separately, or record once without --flight")
@@ -237,6 +295,7 @@ class FlightRecorder(Recorder):
                 raise CaptureError("output %s is a directory that is not a flight directory" % out,
                                    "choose a new or empty -o; a flight recorder adds bundles "
                                    "only to a directory that holds %s" % FLIGHT_FILE)
+            _check_writable(out)
         else:
             bundle_mod.check_output(out, force=False)
         parent = out if os.path.isdir(out) else os.path.dirname(out)
@@ -254,15 +313,11 @@ class FlightRecorder(Recorder):
             trig.check_counters(opt.triggers, f.read())
         ncpu = len(tfs.cpu_dirs(tracefs)) or os.cpu_count() or 1
         self.ncpu = ncpu
-        avail_kb = hostinfo.meminfo_kb("MemAvailable") or 0
-        self.ceiling_kb = max(MIN_BUFFER_KB, int(avail_kb * MAX_BUFFER_SHARE / ncpu))
+        self.plan = self._buffer_plan(ncpu)
         start_kb = opt.buffer_kb or min(presets.PRESETS.get(preset, {}).get("buffer_kb", 8192),
-                                        self.ceiling_kb)
-        if opt.buffer_kb and opt.buffer_kb > self.ceiling_kb and not opt.force:
-            raise CaptureError("ring buffers of %d KiB on %d CPUs would take %s, over a quarter of "
-                               "MemAvailable" % (opt.buffer_kb, ncpu,
-                                                 format_size(opt.buffer_kb * ncpu << 10)),
-                               "lower --buffer-kb, or pass --force")
+                                        self.plan.top_ceiling_kb)
+        after_kb = min(max(MIN_BUFFER_KB, int(start_kb * opt.after / opt.keep)),
+                       self.plan.after_ceiling_kb)
         watches = [trig.PsiWatch(t).open() for t in opt.triggers if t.kind == "psi"]
         if self.stop_reason:
             raise Interrupted()
@@ -276,7 +331,7 @@ class FlightRecorder(Recorder):
                 self.say("removing %s, a bundle that a killed flight recorder left unfinished" % name)
                 shutil.rmtree(os.path.join(out, name), ignore_errors=True)
         self.head = self._manifest_head(preset, specs, missing, stacktrace, restrictions, host_flags,
-                                        self._start_args(start_kb), trace_cmd)
+                                        self._start_args(start_kb, after_kb), trace_cmd)
         bundle_mod.write_json(os.path.join(out, FLIGHT_FILE), {
             "kind": "kmemscope flight directory", "format_version": BUNDLE_FORMAT_VERSION,
             "pid": os.getpid(), "started": bundle_mod.timestamp(), "host": self.head["host"],
@@ -287,16 +342,23 @@ class FlightRecorder(Recorder):
         snap = state.snapshot(tracefs, [s.name for s in specs])
         saved_triggers = save_triggers(tracefs, specs)
         self.saved = {"snapshot": snap, "record_pid": os.getpid(), "bundle": None, "trace_cmd": None,
-                      "triggers": saved_triggers, "flight": out, "guard_pid": guard.pid}
+                      "triggers": saved_triggers, "flight": out, "guard_pid": guard.pid,
+                      "instance": AFTER_INSTANCE}
         state.save_file(self.state_file, self.saved)
+        if os.path.isdir(tfs.instance_dir(tracefs, AFTER_INSTANCE)):
+            # A flight recorder killed with its guard, before a --cleanup: its instance only.
+            self.say("removing the tracefs instance %s that a killed flight recorder left"
+                     % AFTER_INSTANCE)
+            tfs.remove_instance(tracefs, AFTER_INSTANCE)
         self.sampler = RollingSampler(opt.interval, opt.keep + opt.after + 2 * opt.interval + 1,
-                                      opt.zoneinfo, on_sample=self._on_sample)
+                                      opt.zoneinfo, on_sample=self._on_sample,
+                                      every_s={name: max(opt.interval, SLOW_SOURCE_S)
+                                               for name in SLOW_SOURCES})
         self.psi = trig.PsiHistory(max([t.window_s for t in opt.triggers if t.kind == "psi"] or [0]) + 2)
         poller = trig.PsiPoller(watches)
         self.psi_conditions = bool(watches)
         try:
-            self._start_tracing(start_kb)
-            self.buffer_kb = start_kb
+            self._start_tracing(start_kb, after_kb)
             self.sampler.sample()
             self.sampler.start()
             self._measure_and_size()
@@ -306,31 +368,78 @@ class FlightRecorder(Recorder):
             self.sampler.close()
             for w in watches:
                 w.close()
-            problems = state.restore(snap) + restore_triggers(tracefs, saved_triggers)
+            problems = [p for p in [tfs.remove_instance(tracefs, AFTER_INSTANCE)] if p]
+            problems += state.restore(snap) + restore_triggers(tracefs, saved_triggers)
             for problem in problems:
                 self.warn("could not restore %s" % problem)
             if not problems:
                 os.unlink(self.state_file)
-        self.say("stopped (%s): %d bundle(s) written to %s%s"
+        self.say("stopped (%s): %d bundle(s) written to %s%s%s"
                  % (self.stop_reason, len(self.bundles), out,
                     "; suppressed: " + ", ".join("%d by %s" % (n, why) for why, n
                                                  in sorted(self.suppressed.items()))
-                    if self.suppressed else ""))
+                    if self.suppressed else "",
+                    "; PSI wake-ups not counted: %d before a whole window was measured, %d not "
+                    "confirmed by the readings" % (self.not_armed, self.unconfirmed)
+                    if self.not_armed or self.unconfirmed else ""))
 
     # ------------------------------------------------------------ tracing on and off
 
-    def _start_args(self, kb):
-        return build_args(self.trace_cmd, None, self.specs, kb, self.host_flags, self.stacktrace,
-                          verb="start")
+    def _buffer_plan(self, ncpu):
+        """The buffers' ceilings from --max-buffer (default: a small share of RAM)."""
+        opt = self.opt
+        total_kb = hostinfo.meminfo_kb("MemTotal") or 0
+        if opt.max_buffer is not None:
+            max_kb = opt.max_buffer >> 10
+        else:
+            max_kb = ringsize.default_max_buffer_kb(total_kb, ncpu)
+        self._min_buffer_check(max_kb, ncpu)
+        plan = ringsize.BufferPlan(opt.keep, opt.after, ncpu, max_kb, fixed_top_kb=opt.buffer_kb)
+        if opt.buffer_kb and opt.buffer_kb > plan.top_ceiling_kb:
+            raise CaptureError("--buffer-kb %d does not fit under --max-buffer %s on %d CPUs (at most "
+                               "%d KiB per CPU before the trigger)"
+                               % (opt.buffer_kb, format_size(max_kb << 10), ncpu,
+                                  plan.top_ceiling_kb),
+                               "lower --buffer-kb or raise --max-buffer")
+        self.max_buffer_kb = max_kb
+        return plan
 
-    def _start_tracing(self, kb):
-        """`trace-cmd start` in overwrite mode; blocks until the kernel shows it tracing."""
+    def _min_buffer_check(self, max_kb, ncpu):
+        least = (2 if self.opt.after > 0 else 1) * (MIN_BUFFER_KB + ringsize.ROUNDING_KB) * ncpu
+        if max_kb < least:
+            raise CaptureError("--max-buffer %s is less than the %s that %d CPUs need at least"
+                               % (format_size(max_kb << 10), format_size(least << 10), ncpu),
+                               "raise --max-buffer")
+
+    def _start_args(self, kb, after_kb):
+        """trace-cmd start for the top buffer and, after -B, the same events into AFTER_INSTANCE."""
+        args = build_args(self.trace_cmd, None, self.specs, kb, self.host_flags, self.stacktrace,
+                          verb="start")
+        if self.opt.after > 0:
+            args += ["-B", AFTER_INSTANCE, "-C", "mono", "-b", str(after_kb)]
+            if self.stacktrace:
+                args.append("-T")
+            for spec in self.specs:
+                args += spec.trace_cmd_args()
+        return args
+
+    def _after_dir(self):
+        return tfs.instance_dir(self.tracefs, AFTER_INSTANCE)
+
+    def _start_tracing(self, kb, after_kb):
+        """`trace-cmd start` in overwrite mode, the instance idle; blocks until the kernel traces."""
         log = os.path.join(self.out, ".trace-cmd.log")
-        status = run_once(self._start_args(kb), log, cwd=self.out, timeout=60)
+        status = run_once(self._start_args(kb, after_kb), log, cwd=self.out, timeout=60)
         if status != 0:
             raise CaptureError("trace-cmd start failed with status %s: %s" % (status, log_tail(log)),
                                "see %s" % log)
         tfs.write(self.tracefs, "options/overwrite", "1")
+        if self.opt.after > 0:
+            inst = self._after_dir()
+            tfs.write(inst, "tracing_on", "0")
+            # Keep the first events after a trigger: a full instance drops, never overwrites.
+            tfs.write(inst, "options/overwrite", "0")
+            tfs.write(inst, "trace", "")   # what it took before tracing_on went to 0
         deadline = time.monotonic() + 10
         while not (_tracing_on(self.tracefs) and all(_spec_enabled(self.tracefs, s) for s in self.specs)):
             if time.monotonic() > deadline:
@@ -338,49 +447,128 @@ class FlightRecorder(Recorder):
             time.sleep(0.05)
         check_filters(self.tracefs, self.specs)
         self.tracing_since = mono_ns()
-        self.overrun_at_resize = {}  # extract reset the counters
+        self.buffer_kb = int(tfs.parse_buffer_size(tfs.read(self.tracefs, "buffer_size_kb"))[0])
+        if self.opt.after > 0:
+            self.after_kb = int(tfs.parse_buffer_size(tfs.read(self._after_dir(),
+                                                               "buffer_size_kb"))[0])
+        self.last_rate_check = (self.tracing_since, tfs.cpu_stats(self.tracefs))
 
     def _measure_and_size(self):
-        """Measure the event rate for --measure seconds; size the buffer for --keep + --after."""
+        """Measure the event rate for --measure seconds; start sizing the buffers for it."""
         opt = self.opt
         seconds = max(0.5, opt.measure)
-        before, t0 = tfs.cpu_stats(self.tracefs), time.monotonic()
+        t0 = time.monotonic()
         while time.monotonic() - t0 < seconds and self.stop_reason is None:
             time.sleep(POLL_S)
             if self.psi_conditions:
-                self.psi.read(mono_ns())  # a PSI trigger early on still gets its value
-        dt = time.monotonic() - t0
-        rates = measured_rates(before, tfs.cpu_stats(self.tracefs), dt)
-        byte_rates = {cpu: r[1] for cpu, r in rates.items()}
-        want = opt.keep + opt.after
-        events_per_s = sum(r[0] for r in rates.values())
-        size = opt.buffer_kb or min(self.ceiling_kb, max(MIN_BUFFER_KB, buffer_size_for(byte_rates, want)))
-        if size != self.buffer_kb:
-            self._resize(size)
-        busiest = max(byte_rates.values()) if byte_rates else 0.0
-        holds = self.buffer_kb * 1024 / busiest if busiest > 0 else None
-        self.rate = {"measured_s": round(dt, 3), "events_per_s": round(events_per_s, 1),
+                self.psi.read(mono_ns())
+        self._read_rate()
+        self._adjust_buffers()
+        self._update_rate()
+        self.last_rate_s = time.monotonic()
+
+    def _read_rate(self):
+        """Feed the busiest CPU's byte rate since the last reading to the plan."""
+        now, stats = mono_ns(), tfs.cpu_stats(self.tracefs)
+        then, before = self.last_rate_check
+        self.last_rate_check = (now, stats)
+        if now - then < 0.2e9:
+            return
+        rates = ringsize.byte_rates(before, stats, (now - then) / 1e9)
+        busiest = max(rates.values()) if rates else 0.0
+        self.plan.observe(now, busiest)
+        self.current_rate = {"bytes_per_s": busiest,
+                             "events_per_s": sum(_events(before, stats).values()) / ((now - then) / 1e9)}
+
+    def _update_rate(self):
+        busiest = self.current_rate["bytes_per_s"]
+        holds = self.plan.holds_s(self.buffer_kb, busiest)
+        self.rate = {"events_per_s": round(self.current_rate["events_per_s"], 1),
                      "busiest_cpu_bytes_per_s": round(busiest, 1),
-                     "buffer_kb": self.buffer_kb, "holds_s": round(holds, 1) if holds else None}
-        if holds is not None and holds < want:
-            self.warn("the ring buffer of %d KiB per CPU holds about %.1f s at the measured %.0f "
-                      "events/s, less than the %g s asked (--keep %g + --after %g): bundles will "
-                      "start later than --keep before their trigger (lower --keep, use a lighter "
-                      "preset, or allow more memory with --buffer-kb and --force)"
-                      % (self.buffer_kb, holds, events_per_s, want, opt.keep, opt.after))
-        self.last_coverage_check = time.monotonic()
-        self.last_coverage_warning = None
+                     "peak_busiest_cpu_bytes_per_s": round(self.plan.peak_rate(), 1),
+                     "buffer_kb": self.buffer_kb, "after_buffer_kb": self.after_kb,
+                     "max_buffer_kb": self.max_buffer_kb,
+                     "ceiling_kb": self.plan.top_ceiling_kb,
+                     "after_ceiling_kb": self.plan.after_ceiling_kb,
+                     "holds_s": round(holds, 1) if holds else None}
+
+    def _adjust_buffers(self):
+        """One step of each buffer toward its target; growth only while memory allows."""
+        top_target, after_target = self.plan.targets()
+        grew = False
+        if self.opt.after > 0:
+            size = self.plan.step(self.after_kb, after_target)
+            if size is not None:
+                grew |= self._resize(size, instance=True)
+        size = self.plan.step(self.buffer_kb, top_target)
+        if size is not None:
+            grew |= self._resize(size)
+        if grew:
+            self._update_rate()
+        return grew
+
+    def _memory_short(self, grow_kb):
+        info = {name: hostinfo.meminfo_kb(name) for name in ("MemTotal", "MemAvailable")}
+        try:
+            with open(trig.PSI_PATH) as f:
+                avg10 = ringsize.parse_psi_avg10(f.read())
+        except OSError:
+            avg10 = None
+        return ringsize.memory_short(info, avg10, grow_kb * self.ncpu)
+
+    def _resize(self, size, instance=False):
+        """Ask for `size` KiB per CPU; True when the kernel gave it (the size is what it gave)."""
+        current = self.after_kb if instance else self.buffer_kb
+        if size > current:
+            short = self._memory_short(size - current)
+            if short:
+                if self.last_memory_note is None or time.monotonic() - self.last_memory_note > \
+                        COVERAGE_WARN_EVERY_S:
+                    self.last_memory_note = time.monotonic()
+                    self.say("not growing the ring buffer past %d KiB per CPU for now: %s"
+                             % (current, short))
+                self.growth_refused += 1
+                return False
+        where = self._after_dir() if instance else self.tracefs
+        t0 = time.monotonic()
+        try:
+            tfs.write(where, "buffer_size_kb", str(size))
+            got = int(tfs.parse_buffer_size(tfs.read(where, "buffer_size_kb"))[0])
+            # the write holds the kernel's writers and this loop: the longest says what a step costs
+            self.longest_resize_s = max(self.longest_resize_s, time.monotonic() - t0)
+        except (OSError, ValueError) as exc:
+            self.warn("could not resize the ring buffer to %d KiB per CPU: %s; keeping %d KiB"
+                      % (size, getattr(exc, "strerror", None) or exc, current))
+            return False
+        if instance:
+            self.after_kb = got
+        else:
+            self.buffer_kb = got
+            self.resizes += 1
+        return True
+
+    def _say_capped(self):
+        last = self.last_coverage_warning
+        if last is not None and time.monotonic() - last < COVERAGE_WARN_EVERY_S:
+            return
+        self.last_coverage_warning = time.monotonic()
+        self.warn("the ring buffer (%d KiB per CPU, the most --max-buffer %s allows) holds about "
+                  "%.1f s at the busiest CPU's %s/s, less than the %g s of --keep (raise "
+                  "--max-buffer, lower --keep, or use a lighter preset)"
+                  % (self.buffer_kb, format_size(self.max_buffer_kb << 10), self.rate["holds_s"],
+                     format_size(self.rate["busiest_cpu_bytes_per_s"]), self.opt.keep))
 
     def _announce(self):
         opt = self.opt
         holds = self.rate["holds_s"]
         conditions = ["SIGUSR1 (kill -USR1 %d)" % os.getpid()] + [t.condition for t in opt.triggers]
-        self.say("flight recording %s into %s: ring buffer %d KiB per CPU at %.0f events/s "
-                 "(holds %s), keeping %g s before a trigger and %g s after; triggers: %s; "
-                 "Ctrl-C stops" % (self.head["preset"] or "events", self.out, self.buffer_kb,
-                                   self.rate["events_per_s"],
-                                   "%.0f s" % holds if holds else "more than asked",
-                                   opt.keep, opt.after, ", ".join(conditions)))
+        self.say("flight recording %s into %s: ring buffer %d KiB per CPU (at most %d; %d KiB more "
+                 "for --after) at %.0f events/s (holds %s), keeping %g s before a trigger and %g s "
+                 "after; triggers: %s; Ctrl-C stops"
+                 % (self.head["preset"] or "events", self.out, self.buffer_kb,
+                    self.plan.top_ceiling_kb, self.after_kb or 0, self.rate["events_per_s"],
+                    "%.0f s" % holds if holds else "more than asked",
+                    opt.keep, opt.after, ", ".join(conditions)))
 
     # ------------------------------------------------------------ triggers
 
@@ -406,7 +594,8 @@ class FlightRecorder(Recorder):
         if self.pending is not None:
             also = self.pending["trigger"].setdefault("also_fired", [])
             if len(also) < 20:
-                also.append(dict(reason=info["reason"], mono_ns=when, value=detail.get("value")))
+                also.append(dict(reason=info["reason"], mono_ns=when,
+                                 **({"value": detail["value"]} if "value" in detail else {})))
             return
         while self.trigger_times and self.trigger_times[0] < when - 3600e9:
             self.trigger_times.popleft()
@@ -423,18 +612,69 @@ class FlightRecorder(Recorder):
                                                           "--max-per-hour %d reached" % opt.max_per_hour))
             self.suppressed[why] += 1
             return
-        trigger = dict(info, time=stamp_at(when), value=detail.get("value"), detail=detail,
-                       suppressed_before=dict(self.suppressed))
-        self.pending = {"trigger": trigger, "mono_ns": when, "until": when + int(opt.after * 1e9)}
+        frozen, after_on = self._freeze()
+        for name in SLOW_SOURCES:
+            self.sampler.want(name)   # the bundle gets one at its trigger
+        since_last = self.suppressed - self.suppressed_at_last_bundle
+        self.suppressed_at_last_bundle = collections.Counter(self.suppressed)
+        trigger = dict(info, time=stamp_at(when), detail=detail,
+                       suppressed_before=dict(since_last))
+        if "value" in detail:
+            trigger["value"] = detail["value"]
+        self.pending = {"trigger": trigger, "mono_ns": when, "until": when + int(opt.after * 1e9),
+                        "frozen_ns": frozen, "after_on_ns": after_on}
         self.last_trigger_ns = when
         self.trigger_times.append(when)
         self.say("trigger %s (%s) at %s: writing a bundle in %g s"
                  % (info["reason"], _value_text(detail), trigger["time"]["wall"], opt.after))
 
+    def _on_psi(self, watch, now):
+        """The kernel's PSI trigger fired: fire ours if a full window of readings confirms it."""
+        t = watch.trigger
+        self.psi.read(now)
+        if self.psi_armed_ns is None or now < self.psi_armed_ns:
+            # Registering a trigger, or stalls from before the recorder began, can wake
+            # poll() at once: count only what a whole window measured here says.
+            self.not_armed += 1
+            return
+        self.psi_woken[watch] = now
+        self._confirm_psi(now)
+
+    def _confirm_psi(self, now):
+        """Fire each PSI condition the kernel signalled within its window once the readings show it
+        (the kernel does not signal again within a window, so a borderline one is checked again)."""
+        for watch, woken in list(self.psi_woken.items()):
+            t = watch.trigger
+            detail = self.psi.check(t.name, t.window_s, t.threshold)
+            if detail is not None:
+                del self.psi_woken[watch]
+                detail["source"] = "kernel PSI trigger, confirmed from %s totals" % trig.PSI_PATH
+                self._fire(t.as_dict(), detail, now)
+            elif now - woken > t.window_s * 1e9:
+                del self.psi_woken[watch]
+                self.unconfirmed += 1
+
+    def _freeze(self):
+        """Stop the top buffer (the seconds before the trigger) and start the --after instance.
+
+        Top first, then the instance: a few microseconds fall between the two
+        writes, and no event is in both. Returns their CLOCK_MONOTONIC times.
+        """
+        tfs.write(self.tracefs, "tracing_on", "0")
+        frozen = mono_ns()
+        if self.opt.after <= 0:
+            return frozen, None
+        tfs.write(self._after_dir(), "tracing_on", "1")
+        return frozen, mono_ns()
+
     def _loop(self, poller):
         opt = self.opt
         start = mono_ns()
         manual_info = {"reason": "manual", "condition": "SIGUSR1", "kind": "manual"}
+        if poller.watches:
+            self.psi.read(start)
+            longest = max(w.trigger.window_s for w in poller.watches.values())
+            self.psi_armed_ns = self.psi.rows[0][0] + int(longest * 1e9)
         while True:
             if self.stop_reason is not None:
                 if self.pending is not None:
@@ -442,15 +682,11 @@ class FlightRecorder(Recorder):
                     self._write_bundle()
                 return
             for watch in poller.wait(POLL_S):
-                t = watch.trigger
-                now = mono_ns()
-                self.psi.read(now)
-                share = self.psi.share(t.name, t.window_s)
-                self._fire(t.as_dict(), {"value": round(share, 3) if share is not None else None,
-                                         "over_s": t.window_s, "source": "kernel PSI trigger"}, now)
+                self._on_psi(watch, mono_ns())
             now = mono_ns()
             if poller.watches:
                 self.psi.read(now)
+                self._confirm_psi(now)
             while self.manual:
                 self._fire(manual_info, {"signal": "SIGUSR1"}, self.manual.popleft())
             while True:
@@ -461,61 +697,20 @@ class FlightRecorder(Recorder):
                 self._fire(info, detail, when)
             if self.sampler.error is not None:
                 raise CaptureError("cannot read procfs samples: %s" % self.sampler.error)
-            if self.pending is not None and now >= self.pending["until"]:
-                self._write_bundle()
+            if self.pending is not None:
+                if now >= self.pending["until"]:
+                    self._write_bundle()
             elif opt.duration and now - start >= opt.duration * 1e9:
                 self.stop_reason = "duration %g s reached" % opt.duration
-            elif time.monotonic() - self.last_coverage_check >= COVERAGE_CHECK_S:
-                self._check_coverage()
-
-    def _check_coverage(self):
-        """Grow the buffer, or say (rarely), when it now holds less than --keep + --after.
-
-        The first measurement can miss the rate a CPU reaches later (a busy
-        task migrates between CPUs): a CPU whose buffer overran holds events
-        from its oldest one to now, which says what the buffer really holds.
-        """
-        self.last_coverage_check = time.monotonic()
-        want = self.opt.keep + self.opt.after
-        spans = []
-        stats = tfs.cpu_stats(self.tracefs)
-        for cpu, s in stats.items():
-            # A CPU tells what the buffer holds only once it overwrote since the last resize:
-            # until then the new pages are still filling and its oldest event is older.
-            if (s.get("overrun", 0) > self.overrun_at_resize.get(cpu, 0) and s.get("oldest_event_ts")
-                    and s.get("now_ts")):
-                spans.append(s["now_ts"] - s["oldest_event_ts"])
-        if not spans or min(spans) >= want:
-            return
-        short = max(0.05, min(spans))
-        if not self.opt.buffer_kb and self.buffer_kb < self.ceiling_kb:
-            size = min(self.ceiling_kb, int(self.buffer_kb * want * MARGIN / short) + 1)
-            if size > self.buffer_kb * 1.05 and self._resize(size):
-                self.say("the ring buffer held only %.1f s of the %g s asked: grew it to %d KiB per CPU"
-                         % (short, want, self.buffer_kb))
-                return
-        last = self.last_coverage_warning
-        if last is None or time.monotonic() - last > COVERAGE_WARN_EVERY_S:
-            self.last_coverage_warning = time.monotonic()
-            self.warn("the ring buffer (%d KiB per CPU) now holds only %.1f s of events, less than "
-                      "the %g s asked%s" % (self.buffer_kb, short, want,
-                                            "" if self.opt.buffer_kb else
-                                            ", and may not grow past a quarter of MemAvailable"))
-
-    def _resize(self, size):
-        """Ask for `size` KiB per CPU; True when the kernel gave it (buffer_kb is what it gave)."""
-        try:
-            tfs.write(self.tracefs, "buffer_size_kb", str(size))
-            self.buffer_kb = int(tfs.parse_buffer_size(tfs.read(self.tracefs, "buffer_size_kb"))[0])
-            self.overrun_at_resize = {cpu: s.get("overrun", 0)
-                                      for cpu, s in tfs.cpu_stats(self.tracefs).items()}
-            if self.rate is not None:
-                self.rate["buffer_kb"] = self.buffer_kb
-            return True
-        except (OSError, ValueError) as exc:
-            self.warn("could not resize the ring buffer to %d KiB per CPU: %s; keeping %d KiB"
-                      % (size, getattr(exc, "strerror", None) or exc, self.buffer_kb))
-            return False
+            elif time.monotonic() - self.last_rate_s >= RATE_CHECK_S:
+                self.last_rate_s = time.monotonic()
+                self._read_rate()
+                self._update_rate()
+                if not self._adjust_buffers() and self.plan.capped() and self.rate["holds_s"] \
+                        and self.rate["holds_s"] < opt.keep:
+                    self._say_capped()
+            else:
+                self._adjust_buffers()   # the next step, if the buffers are growing
 
     # ------------------------------------------------------------ bundles
 
@@ -523,9 +718,11 @@ class FlightRecorder(Recorder):
         opt, pending = self.opt, self.pending
         self.pending = None
         trigger, when = pending["trigger"], pending["mono_ns"]
-        tfs.write(self.tracefs, "tracing_on", "0")
+        if opt.after > 0:
+            tfs.write(self._after_dir(), "tracing_on", "0")
         stop = mono_ns()
         stats = tfs.cpu_stats(self.tracefs)
+        after_stats = tfs.cpu_stats(self._after_dir()) if opt.after > 0 else {}
         name = bundle_name(trigger["time"]["realtime_ns"], trigger["reason"])
         final = os.path.join(self.out, name)
         n = 2
@@ -533,14 +730,14 @@ class FlightRecorder(Recorder):
             final = os.path.join(self.out, "%s-%d" % (name, n))
             n += 1
         tmp = os.path.join(self.out, PARTIAL + os.path.basename(final))
-        need = 2 * self.buffer_kb * 1024 * self.ncpu + START_ROOM
+        need = 2 * (self.buffer_kb + (self.after_kb or 0)) * 1024 * self.ncpu + START_ROOM
         free = bundle_mod.free_bytes(self.out)
         if free - need < opt.min_free:
             self.warn("bundle for trigger %s skipped: %s free under %s, and it may need %s above "
                       "the --min-free margin %s" % (trigger["reason"], format_size(free), self.out,
                                                     format_size(need), format_size(opt.min_free)))
             self.suppressed["min-free"] += 1
-            tfs.write(self.tracefs, "tracing_on", "1")
+            self._resume_after_skip()
             return
         os.mkdir(tmp, 0o700)
         self.saved["bundle"] = tmp
@@ -554,28 +751,38 @@ class FlightRecorder(Recorder):
         log = os.path.join(tmp, "trace-cmd.log")
         t0 = time.monotonic()
         tracing_since_before = self.tracing_since
+        extract = [self.trace_cmd, "extract", "-o", trace_dat]
+        if opt.after > 0:
+            extract[2:2] = ["-t", "-B", AFTER_INSTANCE]
         try:
-            status = run_once([self.trace_cmd, "extract", "-o", trace_dat], log, cwd=tmp,
-                              timeout=EXTRACT_TIMEOUT_S, on_start=saved_pid)
+            status = run_once(extract, log, cwd=tmp, timeout=EXTRACT_TIMEOUT_S, on_start=saved_pid)
         finally:
             self.saved["trace_cmd"] = None
             extract_s = time.monotonic() - t0
-        # extract disabled the events and cleared the buffer: start afresh. A failed
-        # restart ends the recorder, after this bundle is complete.
+        # extract disabled the events, cleared the buffers and removed the instance: start
+        # afresh. A failed restart ends the recorder, after this bundle is complete.
         restart_error = None
         try:
-            self._start_tracing(self.buffer_kb)
+            self._start_tracing(self.buffer_kb, self.after_kb)
         except CaptureError as exc:
             restart_error = exc
-        self._finish_bundle(status, trace_dat, tmp, final, log, trigger, when, stop, stats,
-                            tracing_since_before, extract_s)
+        self._finish_bundle(status, trace_dat, tmp, final, log, trigger, pending, stop, stats,
+                            after_stats, tracing_since_before, extract_s)
         if restart_error is not None:
             self.stop_reason = "tracing could not restart"
             raise restart_error
 
-    def _finish_bundle(self, status, trace_dat, tmp, final, log, trigger, when, stop, stats,
-                       tracing_since_before, extract_s):
+    def _resume_after_skip(self):
+        """A skipped bundle: the top buffer rolls on, the instance goes back to idle and empty."""
+        if self.opt.after > 0:
+            tfs.write(self._after_dir(), "tracing_on", "0")
+            tfs.write(self._after_dir(), "trace", "")
+        tfs.write(self.tracefs, "tracing_on", "1")
+
+    def _finish_bundle(self, status, trace_dat, tmp, final, log, trigger, pending, stop, stats,
+                       after_stats, tracing_since_before, extract_s):
         opt = self.opt
+        when, frozen = pending["mono_ns"], pending["frozen_ns"]
         if status != 0 or not trace_dat_complete(trace_dat):
             self.warn("trace-cmd extract failed for trigger %s (status %s): %s"
                       % (trigger["reason"], status, log_tail(log)))
@@ -585,13 +792,19 @@ class FlightRecorder(Recorder):
             return
         window_start = when - int(opt.keep * 1e9)
         samples = self.sampler.write_window(os.path.join(tmp, "procfs"), window_start, stop)
-        rows, covered_from = window_accounting(stats, window_start, stop, tracing_since_before)
-        file_stats = buffer_stats_from_file(self.trace_cmd, trace_dat) or {}
+        # The top buffer stopped at `frozen`: its coverage is judged there, not at `stop`.
+        rows, covered_from = window_accounting(stats, window_start, frozen, tracing_since_before)
+        after_dropped = sum(s.get("dropped_events", 0) + s.get("commit_overrun", 0)
+                            for s in after_stats.values())
+        by_buffer = buffer_stats_by_buffer(self.trace_cmd, trace_dat) or {}
+        file_stats = by_buffer.get("", {})
+        file_after = by_buffer.get(AFTER_INSTANCE, {})
         manifest = json.loads(json.dumps(self.head))
         labels = dict(manifest.get("labels") or {})
         labels["trigger"] = trigger["reason"]
-        lost_in = sum(r["overwritten_in_window_estimated"] + r["dropped_events"] + r["commit_overrun"]
-                      for r in rows)
+        lost_before_trigger = sum(r["overwritten_in_window_estimated"] + r["dropped_events"] +
+                                  r["commit_overrun"] for r in rows)
+        self._update_rate()
         manifest.update({
             "status": "complete",
             "stop_reason": "flight recorder trigger %s" % trigger["reason"],
@@ -604,10 +817,18 @@ class FlightRecorder(Recorder):
             "window": {
                 "keep_s": opt.keep, "after_s": opt.after,
                 "start_mono_ns": window_start, "trigger_mono_ns": when, "end_mono_ns": stop,
+                # the top buffer stopped here; the --after instance ran from after_started on
+                "frozen_mono_ns": frozen, "after_started_mono_ns": pending["after_on_ns"],
+                "after_buffer": AFTER_INSTANCE if opt.after > 0 else None,
+                "after_buffer_kb": self.after_kb,
                 "tracing_since_mono_ns": tracing_since_before,
                 "covered_from_mono_ns": covered_from,
-                "complete": covered_from <= window_start,
+                "complete": covered_from <= window_start and not after_dropped,
+                "before_complete": covered_from <= window_start,
+                "after_complete": not after_dropped,
                 "missing_s": round(max(0, covered_from - window_start) / 1e9, 3),
+                # what the ring buffer held before the trigger at that moment
+                "held_before_trigger_s": round(max(0, when - covered_from) / 1e9, 3),
                 # not traced: the recorder started, or restarted after the previous bundle
                 "untraced_s": round(max(0, tracing_since_before - window_start) / 1e9, 3),
                 "overwritten_s": round(max(0, covered_from - max(window_start, tracing_since_before))
@@ -617,19 +838,25 @@ class FlightRecorder(Recorder):
                 "overwritten_before_window": sum(r["overwritten_before_window"] for r in rows),
                 "overwritten_in_window_estimated": sum(r["overwritten_in_window_estimated"]
                                                        for r in rows),
-                "dropped_in_window": sum(r["dropped_events"] + r["commit_overrun"] for r in rows),
+                "dropped_in_window": sum(r["dropped_events"] + r["commit_overrun"] for r in rows)
+                + after_dropped,
+                "dropped_after_trigger": after_dropped,
                 "per_cpu": rows,
             },
             "cpu_stats": [dict(cpu=cpu, **values) for cpu, values in sorted(file_stats.items())],
+            "after_cpu_stats": [dict(cpu=cpu, **values) for cpu, values in sorted(file_after.items())],
             "cpu_stats_source": "trace.dat",
-            "events_recorded": sum(v.get("read_events", 0) for v in file_stats.values()),
+            "events_recorded": sum(v.get("read_events", 0) for stats_ in by_buffer.values()
+                                   for v in stats_.values()),
             # lost inside the window only: what the ring buffer overwrote before it is expected
-            "lost_events": lost_in,
+            "lost_events": lost_before_trigger + after_dropped,
             "buffer_too_small": covered_from > window_start,
             "trace_dat_bytes": os.stat(trace_dat).st_size,
             "samples": samples,
-            "flight": {"directory": self.out, "rate": self.rate, "extract_s": round(extract_s, 3),
-                       "bundle_number": len(self.bundles) + 1,
+            "flight": {"directory": self.out, "rate": dict(self.rate), "extract_s": round(extract_s, 3),
+                       "bundle_number": len(self.bundles) + 1, "resizes": self.resizes,
+                       "growth_refused_memory_short": self.growth_refused,
+                       "longest_resize_s": round(self.longest_resize_s, 3),
                        "cooldown_s": opt.cooldown, "max_per_hour": opt.max_per_hour,
                        "max_bundles": opt.max_bundles, "max_disk_bytes": opt.max_disk},
             "warnings": list(self.warnings),
@@ -640,10 +867,10 @@ class FlightRecorder(Recorder):
         self.saved["bundle"] = None
         state.save_file(self.state_file, self.saved)
         self.bundles.append(final)
-        self.say("wrote %s: trace.dat %s, %d events from %.1f s before the trigger to %.1f s after, "
+        self.say("wrote %s: trace.dat %s, %d events from %s to %.1f s after, "
                  "%d procfs samples, extract took %.1f s%s"
                  % (final, format_size(manifest["trace_dat_bytes"]), manifest["events_recorded"],
-                    (when - covered_from) / 1e9, (stop - when) / 1e9, samples, extract_s,
+                    _start_text(when - covered_from), (stop - when) / 1e9, samples, extract_s,
                     _gaps_text(manifest)))
         self._prune(final)
 
@@ -679,7 +906,17 @@ def _gaps_text(manifest):
     if w["overwritten_s"]:
         parts.append("the ring buffer had overwritten the first %.1f s of the window (about %d "
                      "events)" % (w["overwritten_s"], manifest["lost"]["overwritten_in_window_estimated"]))
+    if manifest["lost"].get("dropped_after_trigger"):
+        parts.append("the --after buffer filled and dropped %d events"
+                     % manifest["lost"]["dropped_after_trigger"])
     return "".join("; " + p for p in parts)
+
+
+def _start_text(before_ns):
+    """'4.0 s before the trigger' / '0.5 s after the trigger' (the first event held)."""
+    if before_ns >= 0:
+        return "%.1f s before the trigger" % (before_ns / 1e9)
+    return "%.1f s after the trigger" % (-before_ns / 1e9)
 
 
 def _value_text(detail):

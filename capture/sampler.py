@@ -148,10 +148,18 @@ class RollingSampler(ProcfsSampler):
     Nothing is written until write_window() copies the samples of a window
     into a bundle, in the format of ProcfsSampler's files. on_sample({source:
     (mono_ns, text)}) is called from the sampler thread after each sample.
+
+    every_s: {source: seconds} for sources read less often than every interval
+    (pagetypeinfo costs 10-15 ms of CPU a read, a recorder runs for days);
+    want() asks for them at the next sample anyway (a trigger's moment).
     """
 
-    def __init__(self, interval, keep_s, zoneinfo=False, proc="/proc", on_sample=None):
+    def __init__(self, interval, keep_s, zoneinfo=False, proc="/proc", on_sample=None,
+                 every_s=None):
         super().__init__(None, interval, zoneinfo, proc)
+        self.every_ns = {name: int(s * 1e9) for name, s in (every_s or {}).items()}
+        self._last_read = {}
+        self._wanted = set()
         self.keep_ns = int(keep_s * 1e9)
         # A bound on the count too, so a clock step cannot grow the store.
         self.max_rows = int(keep_s / interval) + 4
@@ -162,10 +170,25 @@ class RollingSampler(ProcfsSampler):
     def open(self):
         pass
 
+    def want(self, name):
+        """Read `name` at the next sample even if it is not due."""
+        self._wanted.add(name)
+
+    def _due(self, name, mono_ns):
+        every = self.every_ns.get(name)
+        if every is None or name in self._wanted:
+            return True
+        last = self._last_read.get(name)
+        return last is None or mono_ns - last >= every - self.interval * 1e9 / 2
+
     def sample(self):
         texts = {}
         mono_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         for name in self.sources:
+            if not self._due(name, mono_ns):
+                continue
+            self._wanted.discard(name)
+            self._last_read[name] = mono_ns
             stamp = (time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time_ns())
             with open(os.path.join(self.proc, name)) as f:
                 texts[name] = (stamp, f.read())
@@ -187,16 +210,20 @@ class RollingSampler(ProcfsSampler):
         """Write the samples taken in [start_ns, end_ns] (and the one before) to out_dir; their count."""
         with self._lock:
             rows = list(self.rows)
-        before = [r for r in rows if r[0] < start_ns][-1:]
-        chosen = before + [r for r in rows if start_ns <= r[0] <= end_ns]
         os.makedirs(out_dir, mode=0o700, exist_ok=True)
+        count = 0
         for name in self.sources:
+            # each source's own samples: a slower one has fewer, and its own one before the window
+            have = [r for r in rows if name in r[1]]
+            chosen = [r for r in have if r[0] < start_ns][-1:] + \
+                [r for r in have if start_ns <= r[0] <= end_ns]
             fd = os.open(os.path.join(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as out:
                 for _, texts in chosen:
                     (mono_ns, realtime_ns), text = texts[name]
                     out.write(header_line(mono_ns, realtime_ns) + text)
-        return len(chosen)
+            count = max(count, len(chosen))
+        return count
 
     def close(self):
         self.stop()

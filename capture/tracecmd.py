@@ -299,32 +299,50 @@ def trace_dat_complete(path):
     return magic == TRACE_DAT_MAGIC and not glob.glob(path + ".cpu*")
 
 
-def buffer_stats_from_file(binary, path):
+def buffer_stats_from_file(binary, path, buffer=""):
     """{cpu: stats} that trace-cmd stored in trace.dat when it stopped (None if unreadable).
 
     These are the kernel's final per-CPU counters (overrun, dropped events,
     read events); after trace-cmd exits it resets the buffers, so tracefs no
-    longer has them.
+    longer has them. buffer: "" for the top-level buffer, else an instance's name.
     """
+    found = buffer_stats_by_buffer(binary, path)
+    return (found or {}).get(buffer)
+
+
+def buffer_stats_by_buffer(binary, path):
+    """{buffer name ("" for the top level): {cpu: stats}} stored in trace.dat (None if unreadable)."""
     try:
         out = subprocess.run([binary, "report", "--stat", "-i", path], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, universal_newlines=True, timeout=120).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return parse_report_stat(out)
+    return parse_report_stat_buffers(out)
 
 
 def parse_report_stat(text):
-    """The 'CPU: N' blocks of `trace-cmd report --stat` -> {cpu: stats}."""
-    stats, cpu, block = {}, None, []
-    for line in text.splitlines() + ["CPU: end"]:
-        if line.startswith("CPU: ") or (cpu is not None and not line.strip()):
+    """The top-level buffer's 'CPU: N' blocks of `trace-cmd report --stat` -> {cpu: stats}."""
+    return (parse_report_stat_buffers(text) or {}).get("")
+
+
+def parse_report_stat_buffers(text):
+    """`trace-cmd report --stat` -> {buffer: {cpu: stats}}; an instance's blocks follow its
+    'Buffer: NAME' line, the top level's come first."""
+    found, buffer, stats, cpu, block = {}, "", {}, None, []
+    for line in text.splitlines() + ["Buffer: "]:
+        if line.startswith("CPU: ") or line.startswith("Buffer: ") or (cpu is not None
+                                                                       and not line.strip()):
             if cpu is not None:
                 stats[cpu] = tfs.parse_cpu_stats("\n".join(block))
             cpu, block = None, []
+            if line.startswith("Buffer: "):
+                if stats:
+                    found[buffer] = stats
+                buffer, stats = line[len("Buffer: "):].strip(), {}
+                continue
             rest = line[len("CPU: "):].strip()
             if rest.isdigit():
                 cpu = int(rest)
         elif cpu is not None:
             block.append(line)
-    return stats or None
+    return found or None

@@ -1,7 +1,8 @@
 """Small reads and writes of tracefs, and who else is using it.
 
-Everything here touches only the top-level ring buffer (not instances/), the
-one that trace-cmd records from by default.
+Everything here touches the top-level ring buffer, the one that trace-cmd
+records from by default, unless given an instance's directory (instance_dir())
+in place of the tracefs path: an instance has the same files.
 """
 import errno
 import glob
@@ -32,6 +33,28 @@ def write(tracefs, name, value):
     """Write value to tracefs/name in one write(2), as the kernel expects."""
     with open(os.path.join(tracefs, name), "w") as f:
         f.write(value)
+
+
+def instance_dir(tracefs, name):
+    """The directory of tracefs instance `name` (which may not exist)."""
+    return os.path.join(tracefs, "instances", name)
+
+
+def remove_instance(tracefs, name):
+    """Stop and remove instance `name` if it exists; returns the problem text, or None."""
+    path = instance_dir(tracefs, name)
+    if not os.path.isdir(path):
+        return None
+    for rel, value in (("tracing_on", "0"), ("events/enable", "0")):
+        try:
+            write(path, rel, value)
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except OSError as exc:
+        return "instances/%s: %s" % (name, exc.strerror)
+    return None
 
 
 def selected(text):

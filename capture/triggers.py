@@ -10,8 +10,11 @@
 PSI conditions use the kernel's own trigger interface: `some STALL_US WINDOW_US`
 written to /proc/pressure/memory, then poll(2) for POLLPRI. The kernel takes
 windows of 0.5-10 s, and from a process without CAP_SYS_RESOURCE only whole
-multiples of 2 s. The value recorded when one fires is the stall share over
-the window computed from the file's `total=` microseconds, read independently.
+multiples of 2 s. A wake-up is only a hint: the condition holds when the
+file's `total=` microseconds, read by the recorder itself, show the threshold
+over a whole window of its own readings (PsiHistory.check); that share is the
+value recorded. Until the readings span one window the condition is not armed,
+so stalls from before the start (or the kernel waking a fresh trigger) do not fire.
 
 vmstat and THP conditions are computed from the flight recorder's own vmstat
 samples (the ones the bundle holds), between the newest sample and the newest
@@ -182,6 +185,26 @@ class PsiHistory:
     def share(self, name, window_s):
         """Percent of the last window_s that `name` ('some'/'full') was stalled, or None."""
         return stall_share(self.rows, name, window_s)
+
+    def check(self, name, window_s, threshold):
+        """The detail of a condition that held, measured from the readings; None otherwise.
+
+        The stall share over the newest reading and the newest one at least
+        window_s older (a span of a whole window or a little more) must reach
+        `threshold` percent: 'value' is that share, never None.
+        """
+        pair = _baseline(self.rows, window_s)
+        if pair is None:
+            return None
+        (t0, v0), (t1, v1) = pair
+        if name not in v0 or name not in v1 or t1 <= t0:
+            return None
+        stall_us = v1[name] - v0[name]
+        value = 100.0 * stall_us / ((t1 - t0) / 1e3)
+        if value < threshold:
+            return None
+        return {"value": round(value, 3), "stall_us": stall_us, "over_s": round((t1 - t0) / 1e9, 3),
+                "from_mono_ns": t0, "to_mono_ns": t1}
 
 
 def stall_share(rows, name, window_s):

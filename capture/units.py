@@ -11,6 +11,8 @@ _SIZE_SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 def parse_duration(text):
     """'30s', '2m', '500ms', '1.5' (seconds) -> seconds as float."""
+    if text.strip().startswith("-") and _DURATION.match(text.strip()[1:]):
+        raise CaptureError("a duration cannot be negative: %r" % text, "write it like 30s or 0")
     m = _DURATION.match(text)
     if not m:
         raise CaptureError("bad duration %r" % text, "write it like 30s, 2m, 500ms or 1h")
@@ -19,6 +21,8 @@ def parse_duration(text):
 
 def parse_size(text):
     """'2G', '512M', '64k', '1000' (bytes); binary multiples -> bytes as int."""
+    if text.strip().startswith("-") and _SIZE.match(text.strip()[1:]):
+        raise CaptureError("a size cannot be negative: %r" % text, "write it like 2G or 512M")
     m = _SIZE.match(text)
     if not m:
         raise CaptureError("bad size %r" % text, "write it like 2G, 512M or 64K")

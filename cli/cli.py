@@ -190,16 +190,20 @@ def cli(ctx, debug):
               help="Also pair frees with reallocations now (hot_pfns and pfn_reuse need it; "
                    "otherwise their first query does it).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
+@click.option("--whole-bundle", is_flag=True,
+              help="Keep every event of a flight bundle, also those outside its trigger's window "
+                   "(by default they are trimmed and counted).")
 @engine_options
 @click.pass_context
-def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine, spark_master,
-          spark_conf):
+def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_bundle, engine,
+          spark_master, spark_conf):
     """Parse trace.dat files or bundles into a Parquet dataset.
 
     Each input becomes one run, named by a hash of its trace.dat; parsing the
     same trace again replaces its run. A run appears only when complete. A
     flight directory (record --flight) gives one run per bundle, each labelled
-    trigger=<reason>.
+    trigger=<reason>, holding the events of its window: from --keep before the
+    trigger (or from when every CPU has events) to --after after it.
 
     With --engine spark each input is decoded in a Spark task and the driver
     commits the runs; the dataset must be on a file system that the driver and
@@ -231,7 +235,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
         try:
             with _progress(source, show_progress) as progress:
                 summary = parse_one(source, dataset, labels=labels, events=patterns,
-                                    threads=threads, progress=progress)
+                                    threads=threads, progress=progress, whole_bundle=whole_bundle)
         except KmemscopeError as exc:
             _report_error(ctx, exc)
             failures += 1
@@ -244,7 +248,9 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, engine,
             rate = summary.events / summary.seconds / 1e6 if summary.seconds else 0
             click.echo(f"{source}: run {summary.run_id} {verb}: {summary.events:,} events "
                        f"in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
-                       f"{summary.lost_events:,} lost", err=True)
+                       f"{summary.lost_events:,} lost"
+                       + (f", {summary.trimmed_events:,} outside the flight window trimmed"
+                          if getattr(summary, "trimmed_events", 0) else ""), err=True)
         for line in getattr(summary, "recovered", None) or []:
             # a finished or refused recovery is news; a removed empty work folder is not (a
             # parse running beside this one leaves one for a moment as it cleans up)

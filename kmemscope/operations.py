@@ -28,14 +28,15 @@ def expand_inputs(sources: Sequence) -> list:
 
 def parse_one(source, dataset, labels: Mapping[str, str] | None = None, *,
               events: Sequence[str] | None = None, threads: int | None = None,
-              progress: Callable | None = None):
+              progress: Callable | None = None, whole_bundle: bool = False):
     """Parse one trace.dat or bundle into `dataset` -> RunSummary.
 
-    progress(("total", bytes)) then progress(("advance", bytes)) as the trace is decoded."""
+    progress(("total", bytes)) then progress(("advance", bytes)) as the trace is decoded.
+    A flight recorder's bundle keeps only its window's events unless whole_bundle."""
     from kmemscope.parsers.ingest import ingest
 
     return ingest(source, dataset, labels=dict(labels or {}), events=list(events or []),
-                  threads=threads, progress=progress)
+                  threads=threads, progress=progress, whole_bundle=whole_bundle)
 
 
 def parse_on_spark(sources: Sequence, dataset, *, engine: EngineSpec | str = "spark",

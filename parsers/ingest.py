@@ -42,6 +42,8 @@ class RunSummary:
     events: int
     tables: dict = field(default_factory=dict)   # table -> rows
     lost_events: int = 0
+    # a flight bundle's events outside its window (parsers/flight_window.py), not in the run
+    trimmed_events: int = 0
     unknown_events: int = 0     # records whose event id has no format in the file
     seconds: float = 0.0
     replaced: bool = False
@@ -117,7 +119,7 @@ def _write_table(staging, table, pa_table):
 
 
 def stage_run(source, staging, labels=None, events=None, threads=None, progress=None,
-              scratch=None):
+              scratch=None, whole_bundle=False):
     """Decode `source` into `staging`; returns the RunSummary (run_id set).
 
     scratch: where a packed bundle is unpacked (default: beside `staging`).
@@ -129,7 +131,8 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
             raise KmemscopeError(f"label {_printable(key)}={_printable(value)} is not valid "
                                  "UTF-8 text", "give labels as text")
     try:
-        return _stage_run(source, staging, labels, events, threads, progress, scratch)
+        return _stage_run(source, staging, labels, events, threads, progress, scratch,
+                          whole_bundle)
     except dataset_format.UnfitTable as exc:
         raise TraceFileError(f"{source}: {exc}") from None
     except RecursionError:
@@ -171,15 +174,17 @@ def _known_events_once(trace, event_ids):
                 "the trace's event formats are altered: the run is refused")
 
 
-def _stage_run(source, staging, labels, events, threads, progress, scratch):
+def _stage_run(source, staging, labels, events, threads, progress, scratch, whole_bundle=False):
     import threading
 
+    from kmemscope.parsers import flight_window
     from kmemscope.parsers.tracedat import TraceFile
 
     started = time.monotonic()
     staging = Path(staging)
     with open_source(source, scratch or staging.parent) as (trace_path, bundle):
         manifest = read_manifest(bundle)      # a bad manifest fails before decoding
+        window = None if whole_bundle else flight_window.window_of(manifest, source)
         bench = run_metrics.read_bundle_metrics(bundle)     # and so does a bad metrics.json
         sha_box = {}
         hasher = threading.Thread(target=lambda: sha_box.update(sha=file_sha256(trace_path)),
@@ -202,8 +207,9 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch):
                 sinks.append(sink)
             return sink
 
+        trimming = flight_window.TrimmingSinks(make_sink, window) if window else None
         try:
-            stats = trace.decode(make_sink, event_ids=event_ids, threads=threads,
+            stats = trace.decode(trimming or make_sink, event_ids=event_ids, threads=threads,
                                  progress=(lambda n: progress(("bytes", n))) if progress else None)
         finally:
             for sink in sinks:
@@ -216,7 +222,13 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch):
         run_id = run_id_for(sha)
 
         lost = [s for st in stats for s in st["lost"]]
-        lost_table = _lost_events_table(lost, trace.layout.cpustats)
+        if window:
+            lost = flight_window.lost_in_window(lost, window)
+            firsts = [max(t, window.start_ns) for t in firsts]
+            lasts = [min(t, window.end_ns) for t in lasts]
+            ts_range = (min(firsts) if firsts else None, max(lasts) if lasts else None)
+        # a flight bundle's overruns were all before its window: not lost from the run
+        lost_table = _lost_events_table(lost, trace.layout.cpustats, overruns=window is None)
         _write_table(staging, "lost_events", lost_table)
         rows["lost_events"] = lost_table.num_rows
         pf = _print_flags_table(trace.print_flags)
@@ -236,24 +248,33 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch):
             _write_table(staging, metrics_store.TABLE, metrics_store.metrics_table(bench, "bundle"))
             rows[metrics_store.TABLE] = len(bench)
 
-        total_events = sum(st["events"] for st in stats)
+        trimmed = trimming.trimmed if trimming else 0
+        total_events = sum(st["events"] for st in stats) - trimmed
         unknown = sum(st["unknown_events"] for st in stats)
         merged_labels = dict((manifest or {}).get("labels") or {})
         overrides = [(k, merged_labels[k], v) for k, v in sorted((labels or {}).items())
                      if k in merged_labels and merged_labels[k] != v]
         merged_labels.update(labels or {})
         missed = sum(m for _, _, _, m in lost if m > 0)
+        if window:   # what the --after buffer dropped, all inside the window
+            missed += sum(parse_cpu_stats(t).get("dropped_events", 0) for t in trace.layout.cpustats)
+        if window:   # the run's manifest says what parse kept of the bundle
+            manifest = dict(manifest, parse_window={
+                "start_mono_ns": window.start_ns, "end_mono_ns": window.end_ns,
+                "trimmed_before": trimming.trimmed_before, "trimmed_after": trimming.trimmed_after,
+                "lost_in_window": missed})
         runs = _runs_table(trace, source, trace_path, sha, ts_range, total_events, missed,
                            merged_labels, manifest, unknown)
         _write_table(staging, RUNS_TABLE, runs)
         rows[RUNS_TABLE] = 1
     event_rows = {t: n for t, n in rows.items()}
     return RunSummary(run_id=run_id, source=str(source), events=total_events, tables=event_rows,
-                      lost_events=missed, unknown_events=unknown,
-                      seconds=time.monotonic() - started, label_overrides=overrides, notes=procfs_notes)
+                      lost_events=missed, unknown_events=unknown, trimmed_events=trimmed,
+                      seconds=time.monotonic() - started, label_overrides=overrides,
+                      notes=procfs_notes)
 
 
-def _lost_events_table(lost, cpustats):
+def _lost_events_table(lost, cpustats, overruns=True):
     """Missed-event markers from the pages, plus the per-CPU counters trace-cmd saved."""
     import pyarrow as pa
 
@@ -268,7 +289,7 @@ def _lost_events_table(lost, cpustats):
     for text in cpustats:
         stat = parse_cpu_stats(text)
         for key, name in (("overrun", "cpustat_overrun"), ("dropped_events", "cpustat_dropped")):
-            if stat.get(key):
+            if stat.get(key) and (overruns or key != "overrun"):
                 buffers.append("")
                 cpus.append(stat.get("cpu", -1))
                 ts.append(None)
@@ -393,7 +414,8 @@ def writable_dataset(dataset):
     return missing[::-1]
 
 
-def ingest(source, dataset, labels=None, events=None, threads=None, progress=None, isolate=True):
+def ingest(source, dataset, labels=None, events=None, threads=None, progress=None, isolate=True,
+           whole_bundle=False):
     """Parse `source` into `dataset`; returns a RunSummary. Raises KmemscopeError on bad input.
 
     A parse that fails leaves the dataset as it found it: a path that did not
@@ -403,13 +425,13 @@ def ingest(source, dataset, labels=None, events=None, threads=None, progress=Non
     created = writable_dataset(dataset)
     had_lock = os.path.lexists(dataset / commit_mod.LOCK_NAME)
     try:
-        return _ingest(source, dataset, labels, events, threads, progress, isolate)
+        return _ingest(source, dataset, labels, events, threads, progress, isolate, whole_bundle)
     except BaseException:
         _leave_as_found(dataset, created, had_lock)
         raise
 
 
-def _ingest(source, dataset, labels, events, threads, progress, isolate):
+def _ingest(source, dataset, labels, events, threads, progress, isolate, whole_bundle=False):
     started_ns = time.time_ns()
     dataset_format.read_format(dataset)     # a newer format is refused before decoding
     try:
@@ -423,10 +445,10 @@ def _ingest(source, dataset, labels, events, threads, progress, isolate):
     committed = False
     try:
         if isolate:
-            summary = _stage_in_child(source, work, labels, events, threads, progress)
+            summary = _stage_in_child(source, work, labels, events, threads, progress, whole_bundle)
         else:
             summary = stage_run(source, work.stage, labels, events, threads, progress,
-                                scratch=work.scratch)
+                                scratch=work.scratch, whole_bundle=whole_bundle)
         summary.recovered = recovered
         with commit_mod.dataset_lock(dataset):
             if commit_mod.committed_since(dataset, summary.run_id, started_ns):
@@ -467,14 +489,14 @@ def _disk_hint(exc):
     return "free some disk space or choose another -o" if exc.errno == 28 else "check the dataset"
 
 
-def _stage_in_child(source, work, labels, events, threads, progress):
+def _stage_in_child(source, work, labels, events, threads, progress, whole_bundle=False):
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
     parent_end, child_end = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child_main,
                        args=(child_end, os.getpid(), source, work.stage, work.scratch, labels,
-                             events, threads),
+                             events, threads, whole_bundle),
                        name="kmemscope-parse", daemon=True)
     proc.start()
     child_end.close()
@@ -564,7 +586,8 @@ def _die_with_parent(parent_pid):
         os._exit(1)
 
 
-def _child_main(conn, parent_pid, source, staging, scratch, labels, events, threads):
+def _child_main(conn, parent_pid, source, staging, scratch, labels, events, threads,
+                whole_bundle=False):
     import faulthandler
     import resource
 
@@ -599,7 +622,7 @@ def _child_main(conn, parent_pid, source, staging, scratch, labels, events, thre
     pause = os.environ.get("KMEMSCOPE_TEST_PAUSE_DECODER_S")
     try:
         summary = stage_run(source, Path(staging), labels, events, threads,
-                            progress=progress, scratch=scratch)
+                            progress=progress, scratch=scratch, whole_bundle=whole_bundle)
         conn.send(("ok", summary))
     except KmemscopeError as exc:
         conn.send(("error", (type(exc), str(exc))))
