@@ -191,10 +191,8 @@ def _run_shas(dataset, parts, run_ids):
     con = duckdb.connect()
     try:
         storage.register_duckdb(con, files)
-        listed = ", ".join(ds.quote_literal(f) for f in files)
-        rows = con.execute(     # sql-safe: listed joins quote_literal() paths
-            f"SELECT run_id, sha256 FROM read_parquet([{listed}], hive_partitioning = true, "
-            "hive_types = {'run_id': VARCHAR}, union_by_name = true)").fetchall()
+        rows = con.execute(     # sql-safe: scan_sql() quotes every path
+            f"SELECT run_id, sha256 FROM {ds.scan_sql(files)}").fetchall()
     finally:
         con.close()
     return dict(rows)

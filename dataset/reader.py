@@ -27,12 +27,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kmemscope.errors import DatasetError, QueryError
-from kmemscope.dataset.format import (FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format,
+from kmemscope.text import printable
+from kmemscope.dataset.format import (FILE_COLUMN, FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format,
                                       unfit_reason)
 
 from . import storage
-from .safefs import RUN_PREFIX
-
+from .safefs import RUN_FOLDER, RUN_PREFIX, SAFE_TABLE, shown_name
 
 
 def table_dirs(dataset):
@@ -80,13 +80,23 @@ def _local_tables(dataset):
         raise DatasetError(f"dataset {dataset} is not a directory",
                            "give the directory that `kmemscope parse -o` wrote")
     read_format(root)      # refuses a newer format, or a damaged format file
-    tables = {}
+    tables, notes = {}, []
     for table in _entries(root):
         if table.name.startswith((".", "_")) or _checked(table, "a table folder") != "dir":
+            continue
+        if not SAFE_TABLE.fullmatch(table.name):
+            notes.append(f"folder {shown_name(table.name)} is left out: not a table name "
+                         "kmemscope writes ([a-z][a-z0-9_]*)")
             continue
         runs = {}
         for part in _entries(table.path):
             if not part.name.startswith(RUN_PREFIX) or _checked(part, "a run folder") != "dir":
+                continue
+            if not RUN_FOLDER.fullmatch(part.name):
+                # DuckDB's partition parsing would fail every run on `run_id=a=b`, or read
+                # `run_id=NULL` as no run: only kmemscope's own names are listed.
+                notes.append(f"folder {table.name}/{shown_name(part.name)} is left out: not a "
+                             "run folder kmemscope writes (run_id=<hex digits>)")
                 continue
             files = [Path(f.path) for f in _entries(part.path)
                      if f.name.endswith(".parquet") and _checked(f, "a Parquet file", True)]
@@ -94,10 +104,33 @@ def _local_tables(dataset):
                 runs[part.name[len(RUN_PREFIX):]] = files
         if runs:
             tables[table.name] = runs
+    _NAME_NOTES[os.path.abspath(dataset)] = notes
     if not tables:
         raise DatasetError(f"dataset {dataset} holds no tables",
                            "parse a trace into it with `kmemscope parse TRACE -o DATASET`")
     return tables
+
+
+# Notes of the last listing of each local dataset in this process: the names it left out.
+_NAME_NOTES = {}
+
+
+def listing_notes(dataset):
+    """Notes on the folders of `dataset` that readers leave out (odd names), one per folder."""
+    if storage.is_url(dataset):
+        return []
+    key = os.path.abspath(dataset)
+    if key not in _NAME_NOTES:
+        try:
+            _local_tables(dataset)
+        except DatasetError:
+            return []
+    return list(_NAME_NOTES.get(key, []))
+
+
+def reader_notes(dataset):
+    """Everything a reader leaves out and says so: interrupted commits, odd folder names."""
+    return finish_interrupted_commits(dataset) + listing_notes(dataset)
 
 
 def _entries(path):
@@ -114,12 +147,12 @@ def _checked(entry, what, file=False):
     file: a part file, which must be a regular file (anything else is refused).
     """
     if entry.is_symlink():
-        raise DatasetError(f"{entry.path}: a symbolic link inside the dataset where {what} "
+        raise DatasetError(f"{printable(entry.path)}: a symbolic link inside the dataset where {what} "
                            "belongs", "kmemscope writes no links in a dataset: remove it, or put "
                            "a copy of what it points to in its place")
     if entry.is_dir(follow_symlinks=False):
         if file:
-            raise DatasetError(f"{entry.path}: a folder inside the dataset where {what} belongs, "
+            raise DatasetError(f"{printable(entry.path)}: a folder inside the dataset where {what} belongs, "
                                "not a regular file", "remove it")
         return "dir"
     if entry.is_file(follow_symlinks=False):
@@ -127,7 +160,7 @@ def _checked(entry, what, file=False):
     from kmemscope.dataset.safefs import kind_of
 
     kind = kind_of(entry.stat(follow_symlinks=False).st_mode)
-    raise DatasetError(f"{entry.path}: {kind} inside the dataset where {what} belongs, not a "
+    raise DatasetError(f"{printable(entry.path)}: {kind} inside the dataset where {what} belongs, not a "
                        "regular file or folder", "remove it: kmemscope reads only regular files")
 
 
@@ -300,11 +333,28 @@ def quote_literal(text):
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _scan(files, by_name=True):
+# The column DuckDB names each row's file in (a run whose table has a column of that
+# name does not fit: format.unfit_reason).
+# A part file's run, from the listing's own names: .../run_id=<id>/<file>.parquet.
+_RUN_OF_FILE = r"run_id=([0-9a-z][0-9a-z_]*)/[^/]*$"
+
+
+def scan_sql(files, by_name=True):
+    """SQL reading Parquet `files` (from table_runs()) with their run's id as column run_id.
+
+    The run comes from the listing's folder names, which table_runs() admits only in
+    safefs.RUN_FOLDER's alphabet: DuckDB's own hive partitioning (off here) would read any
+    `key=value` folder on the path, the dataset's parents too, as a column.
+    """
     listed = ", ".join(quote_literal(f) for f in files)
-    # sql-safe: listed joins quote_literal() paths; by_name is a bool
-    return (f"read_parquet([{listed}], hive_partitioning = true, "
-            f"hive_types = {{'run_id': VARCHAR}}, union_by_name = {'true' if by_name else 'false'})")
+    # sql-safe: listed joins quote_literal() paths; by_name is a bool; the rest are constants
+    return (f"(SELECT * EXCLUDE ({FILE_COLUMN}), "
+            f"regexp_extract({FILE_COLUMN}, '{_RUN_OF_FILE}', 1) AS run_id "
+            f"FROM read_parquet([{listed}], hive_partitioning = false, "
+            f"filename = '{FILE_COLUMN}', union_by_name = {'true' if by_name else 'false'}))")
+
+
+_scan = scan_sql
 
 
 def sql_error_text(exc):

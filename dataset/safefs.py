@@ -16,6 +16,22 @@ RUNS_TABLE = "runs"
 RUN_PREFIX = "run_id="
 SAFE_TABLE = re.compile(r"[a-z][a-z0-9_]{0,127}")
 SAFE_RUN_ID = re.compile(r"[0-9a-f]{1,64}")
+# The only run folder names a reader lists. `parse` names a run by 16 hex digits of the
+# trace's sha256; hand-made datasets (kmemscope's synthetic era fixtures) use short lowercase
+# ids of the same alphabet as table names. Anything else (`run_id=a=b`, `run_id=NULL`,
+# `run_id=__HIVE_DEFAULT_PARTITION__`, `run_id=abc%27`) is left out with a note.
+RUN_FOLDER = re.compile(r"run_id=[0-9a-z][0-9a-z_]{0,63}")
+# Longest name shown in a note or error about a name found in a dataset.
+NAME_SHOWN_MAX = 80
+
+
+def shown_name(name):
+    """A name found in a dataset as a note may show it: control characters escaped, and
+    cut at NAME_SHOWN_MAX characters."""
+    from kmemscope.text import printable
+
+    text = printable(str(name))
+    return text if len(text) <= NAME_SHOWN_MAX else text[:NAME_SHOWN_MAX] + "..."
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
