@@ -22,7 +22,6 @@ interrupted commit is left to the next parse (dataset/commit.py) and only
 reported by finish_interrupted_commits().
 """
 import os
-import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from kmemscope.text import printable
 from kmemscope.dataset.format import (FILE_COLUMN, FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format,
                                       unfit_reason)
 
-from . import storage
+from . import limits, storage
 from .safefs import RUN_FOLDER, RUN_PREFIX, SAFE_TABLE, shown_name
 
 
@@ -247,39 +246,50 @@ def unfit_runs(parts, tables=None, run_ids=None):
                     out[run] = f"its table {table} does not fit the dataset ({f}): {why}"
                     break
             if table == "runs" and run not in out:
-                rows = _rows_of(files)
+                rows, size = _rows_of(files)
                 if rows != 1:
                     # every join on run_id would multiply (or lose) the run's rows
                     out[run] = f"its runs partition holds {rows} rows, not one"
+                elif size > RUNS_MAX_BYTES:
+                    # host, labels and manifest are short text: a 512 MiB host would take
+                    # gigabytes to read and print
+                    out[run] = (f"its runs partition declares {size} bytes of values, more "
+                                f"than the {RUNS_MAX_BYTES} a run's host, labels and manifest "
+                                "may take")
     return out
 
 
 _ROWS = {}
 _ROWS_MAX = 200_000
+# What a runs partition's values may take: its manifest is at most 1 MiB when parsed
+# (parsers/sources.py), the rest a few KiB.
+RUNS_MAX_BYTES = 4 << 20
 
 
 def _rows_of(files):
-    """Rows of `files` from their footers (local files remembered by their identity)."""
-    total = 0
+    """(rows, uncompressed bytes) of `files` from their footers (local files remembered by
+    their identity); rows is "unknown" when a footer cannot be counted."""
+    total, size = 0, 0
     for f in files:
         key = _file_key(f)
         if key is None or key not in _ROWS:
             try:
-                n = storage.parquet_rows(str(f))
+                n = storage.parquet_bytes(str(f))
             except DatasetError:
                 raise
             except Exception:   # a footer _file_schema could read but not count: not one row
-                n = -1
+                n = (-1, 0)
             if key is not None:
                 if len(_ROWS) >= _ROWS_MAX:
                     _ROWS.clear()
                 _ROWS[key] = n
         else:
             n = _ROWS[key]
-        if n < 0:
-            return "unknown"
-        total += n
-    return total
+        if n[0] < 0:
+            return "unknown", 0
+        total += n[0]
+        size += n[1]
+    return total, size
 
 
 def _shape(schema):
@@ -385,25 +395,7 @@ def finish_interrupted_commits(dataset):
     return commit.unfinished_commits(root)
 
 
-_MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*", re.I)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def memory_bytes(text):
-    """Bytes of a memory size such as `2GB`, `512MiB` or `1000000` (bytes); QueryError if not one."""
-    m = _MEMORY.fullmatch(str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise QueryError(f"{text!r} is not a memory size", "write it like 2GB, 512MiB or 4GiB")
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()])
-
-
-def default_memory_limit():
-    """A quarter of this machine's memory (DuckDB's own default is 80%)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
-    except (ValueError, OSError):
-        return 2 << 30
+from .limits import default_memory_limit, memory_bytes  # noqa: E402,F401  (their home)
 
 
 @contextmanager
@@ -514,7 +506,7 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, part
     if parts is None:
         finish_interrupted_commits(dataset)
         parts = table_runs(dataset)
-    con = duckdb.connect(database=":memory:")
+    con = limits.connect(database=":memory:")
     if storage.is_url(dataset):
         storage.register_duckdb(con, [storage.url(*storage.split(dataset))])
     if threads:

@@ -196,6 +196,20 @@ def parquet_rows(file):
         return _guard(file, lambda: pq.ParquetFile(f).metadata.num_rows)
 
 
+def parquet_bytes(file):
+    """(rows, uncompressed bytes) a Parquet file's footer declares, local or s3."""
+    import pyarrow.parquet as pq
+
+    def declared(meta):
+        return meta.num_rows, sum(meta.row_group(i).total_byte_size
+                                  for i in range(meta.num_row_groups))
+
+    if not is_url_file(file):
+        return declared(pq.ParquetFile(file).metadata)
+    with _guard(file, filesystem().open, file, "rb") as f:
+        return _guard(file, lambda: declared(pq.ParquetFile(f).metadata))
+
+
 def register_duckdb(con, files):
     """Let DuckDB connection `con` read the s3:// URLs among `files` (through s3fs)."""
     if any(is_url_file(str(f)) for f in files):

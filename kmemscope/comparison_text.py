@@ -16,6 +16,8 @@ output: a block of lines at the end, a comment block at the top of CSV, a
 """
 import math
 
+from kmemscope.text import printable
+
 STAT_ROWS = ("min", "mean", "stddev", "coeffvar", "max", "best_mean")
 CELL_WIDTH = 23
 TEST_TEXT = {
@@ -74,13 +76,13 @@ def _cells(sides, r, key):
 
 
 def _width(sides):
-    return max([CELL_WIDTH] + [len(str(s)) + 2 for s in sides.sides])
+    return max([CELL_WIDTH] + [len(printable(s)) + 2 for s in sides.sides])
 
 
 def _header(sides, lead):
     w = _width(sides)
     counts = [f"({len(sides.runs[s])} run{'' if len(sides.runs[s]) == 1 else 's'})" for s in sides.sides]
-    return [" " * lead + "".join(f"{s:>{w}}" for s in sides.sides),
+    return [" " * lead + "".join(f"{printable(s):>{w}}" for s in sides.sides),
             " " * lead + "".join(f"{c:>{w}}" for c in counts)]
 
 
@@ -90,7 +92,8 @@ def _join(cells, sides):
 
 
 def _intro(sides, test, alpha):
-    return (f"{sides.label}: baseline {sides.baseline}; percent difference: positive = better; "
+    return (f"{printable(sides.label)}: baseline {printable(sides.baseline)}; "
+            "percent difference: positive = better; "
             f"*x%*: significant by {TEST_TEXT[test].format(alpha=alpha)}")
 
 
@@ -98,7 +101,7 @@ def _finish(out, notes):
     """The text of `out` lines, then the notes after one blank line."""
     text = "\n".join(out).rstrip()
     if notes:
-        text += "\n\n" + "\n".join(f"note: {n}" for n in notes)
+        text += "\n\n" + "\n".join(f"note: {printable(n)}" for n in notes)
     return text + "\n"
 
 
