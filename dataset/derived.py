@@ -208,6 +208,22 @@ def _run_shas(dataset, parts, run_ids):
     return dict(rows)
 
 
+def _may_cache_in_dataset(dataset, doc, name, run, sig):
+    """True when a new cache of `run` may go into the dataset: the run has digests, and no
+    cache of these very sources is recorded already (one that is, yet did not check out, was
+    changed after it was written: it stays as it is for `kmemscope verify` to report)."""
+    if doc is None:
+        return False
+    entry = doc.get("derived", {}).get(_key(name, run))
+    return entry is None or entry["from"] != sig or not _present(dataset, name, run)
+
+
+def _present(dataset, name, run):
+    """True when something is at the cache file's place in the dataset (a removed _derived
+    is simply built again)."""
+    return os.path.lexists(Path(dataset) / _key(name, run))
+
+
 def _is_private(where):
     return _private_dir is not None and Path(where) == Path(_private_dir)
 
@@ -268,7 +284,8 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=Non
     if todo:
         root = _target(dataset, [r for r, _ in todo if docs.get(r)], read_only)
         for run, sig in todo:
-            where = root if docs.get(run) else _private_root()
+            where = root if _may_cache_in_dataset(dataset, docs.get(run), name, run, sig) \
+                else _private_root()
             if progress:
                 progress(f"run {run}: pairing frees with reallocations, once (cached under "
                          f"{where if _is_private(where) else where / DERIVED_DIR})")
@@ -537,7 +554,8 @@ def stack_files(dataset, name, run_ids, parts=None, threads=None, progress=None,
         if found:
             out[run] = found
             continue
-        where = _target(dataset, [run] if docs.get(run) else [], read_only)
+        where = _target(dataset, [run] if _may_cache_in_dataset(dataset, docs.get(run), name, run, sig)
+                        else [], read_only)
         if progress:
             progress(f"run {run}: pairing kernel stacks with their allocations, once "
                      f"(cached under {where / DERIVED_DIR if where != _private_root() else where})")
