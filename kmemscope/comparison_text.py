@@ -121,7 +121,8 @@ def format_text(sides, rows, test="band", alpha=0.05, notes=()):
                    + "".join(f"{r.stats[s].n:>12}" + " " * (w - 12) for s in sides.sides).rstrip())
         out.append("")
     for s in sides.sides[1:]:
-        out.append(f"Significance of {s} vs {sides.baseline} (better: the direction each metric prefers)")
+        out.append(f"Significance of {printable(s)} vs {printable(sides.baseline)} "
+                   "(better: the direction each metric prefers)")
         out.append(f"{'metric':<{width}}  better  {'Welch p':>9}  {'Mann-Whitney p':>14}  {'band test':>9}")
         for r in rows:
             c = r.versus[s]
@@ -192,7 +193,7 @@ def records(sides, rows):
 
 def markdown_text(text):
     """A label value as literal Markdown table text: no markup, no cell breaks, no HTML."""
-    text = " ".join(str(text).split())
+    text = printable(" ".join(str(text).split()))
     for ch in "\\`*_{}[]()#+-.!|<>~":
         text = text.replace(ch, "\\" + ch)
     return text
@@ -268,7 +269,7 @@ def format_over(sides, names, over, rows, titles, notes=()):
         what = ("per run, in recording order" if over == "run"
                 else "per minute of the capture, mean over the side's runs")
         out += [f"{titles.get(name, name)} ({what})",
-                f"{label:>6}" + "".join(f"{s:>{w}}" for s in sides.sides)]
+                f"{label:>6}" + "".join(f"{printable(s):>{w}}" for s in sides.sides)]
         indexes = sorted({r["index"] for r in mine})
         for i in indexes:
             cells = []

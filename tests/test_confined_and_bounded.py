@@ -124,16 +124,24 @@ def test_a_derived_folder_swapped_with_a_link_during_rebuilds_writes_nothing_out
     _proc, honest = hot(ds)
     before = hostile.tree_state(outside)
     part = ds / "_derived" / "page_pairs" / f"run_id={allocs}"
-    swaps = 0
+    swaps = answered = 0
     for _attempt in range(12):
         shutil.rmtree(ds / "_derived", ignore_errors=True)
         part.mkdir(parents=True)
         with hostile.Swapper(part, outside) as swapper:
-            _proc, answer = hot(ds)
+            proc = run("query", "hot_pfns", ds, "--param", "top_n=5", "--format", "json")
         swaps += swapper.swaps
-        assert answer == honest
+        # The reader may lose its own cache file to the swap (one clean line); it never
+        # answers otherwise than the honest run, and never writes through the link.
+        if proc.returncode == 0:
+            assert json.loads(proc.stdout) == honest
+            answered += 1
+        else:
+            assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+            assert proc.stderr.strip().splitlines()[-1].startswith("kmemscope: error: ")
         assert hostile.tree_state(outside) == before, "a cache file was written outside"
     assert swaps > 0, "the race never ran"
+    assert answered > 0, "no attempt answered"
 
 
 # ---------------------------------------------------------------- 3. names
