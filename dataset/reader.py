@@ -416,6 +416,10 @@ def sql_session(con, memory_limit=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class _Stopped(Exception):
+    """A signal arrived while guarded() statements ran (the signal is raised again after)."""
+
+
 @contextmanager
 def guarded(con, timeout=None):
     """Run statements on `con` that SIGTERM, SIGINT, SIGHUP and `timeout` seconds stop at once.
@@ -435,6 +439,9 @@ def guarded(con, timeout=None):
         if state["signum"] is None:
             state["signum"] = signum
         con.interrupt()
+        # Between statements (or before the first has started) there is nothing to
+        # interrupt: stop the Python code that would start the next one.
+        raise _Stopped()
 
     def on_timeout():
         state["late"] = True
