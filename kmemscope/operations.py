@@ -193,7 +193,7 @@ def dataset_info(dataset) -> dict:
     tables = pa.table({"table": order, "rows": pa.array([totals[n][0] for n in order], pa.int64()),
                        "runs": pa.array([totals[n][1] for n in order], pa.int64())})
     runs_table = None
-    if "runs" in parts:
+    if "runs" in parts and set(parts["runs"]) - set(unfit):
         import duckdb
 
         con = connect(dataset, tables=["runs"], parts=parts,

@@ -283,3 +283,34 @@ def sparse_part(path, size):
     with open(path, "wb") as f:
         f.truncate(size)
     return Path(path)
+
+
+def run_measured(argv, timeout=900):
+    """Run `argv` -> (returncode, stdout, stderr, peak RSS in MiB, seconds).
+
+    The peak is the process's VmHWM (its address space's high-water mark, which starts
+    afresh at exec), read every 20 ms while it runs: getrusage's maxrss would also count
+    the memory of the process that started it (it survives exec)."""
+    import subprocess
+    import tempfile
+    import time
+
+    peak = 0
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err)
+        status = Path(f"/proc/{proc.pid}/status")
+        while proc.poll() is None:
+            try:
+                for line in status.read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]))
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() - started > timeout:
+                proc.kill()
+            time.sleep(0.02)
+        seconds = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        return proc.returncode, out.read(), err.read(), peak / 1024, seconds

@@ -39,19 +39,8 @@ def one_error_line(proc):
 
 
 def measured(*args, timeout=900):
-    """Run one command and return (returncode, stdout, stderr, peak RSS in MiB of it alone)."""
-    import tempfile
-
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        pid = os.fork()
-        if pid == 0:
-            os.dup2(out.fileno(), 1)
-            os.dup2(err.fileno(), 2)
-            os.execv(KMEMSCOPE[0], [*KMEMSCOPE, *map(str, args)])
-        _pid, status, usage = os.wait4(pid, 0)
-        out.seek(0)
-        err.seek(0)
-        return os.waitstatus_to_exitcode(status), out.read(), err.read(), usage.ru_maxrss / 1024
+    """Run one command -> (returncode, stdout, stderr, its peak RSS in MiB)."""
+    return hostile.run_measured([*KMEMSCOPE, *map(str, args)], timeout)[:4]
 
 
 def pfn_allocs_oracle(ds, run_id):
