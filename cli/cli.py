@@ -38,6 +38,22 @@ OUTPUT_OPTION = click.option("-o", "--output", type=click.Path(dir_okay=False, w
                              help="Write the result to FILE instead of stdout.")
 
 
+def limit_options(f):
+    """--memory-limit, --timeout: every reading command is bounded, opening the dataset too."""
+    f = click.option("--timeout", type=click.FloatRange(0, min_open=True), default=3600.0,
+                     show_default=True, metavar="SECONDS",
+                     help="Stop the command once it has run this long.")(f)
+    return click.option("--memory-limit", metavar="SIZE",
+                        help="DuckDB's memory limit, e.g. 4GB (default: a quarter of this "
+                             "machine's memory).")(f)
+
+
+def _limits(memory_limit, timeout):
+    from kmemscope.operations import bounded
+
+    return bounded(memory_limit, timeout)
+
+
 def engine_options(f):
     """--engine, --spark-master, --spark-conf: which engine runs the SQL."""
     f = click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
@@ -81,6 +97,15 @@ class _engine:
             stop_engines()
 
 
+def _shown(text):
+    """Text for the terminal: control characters escaped, and no rich markup taken from it."""
+    from rich.markup import escape
+
+    from kmemscope.text import printable
+
+    return escape(printable(text))
+
+
 class _status:
     """Slow one-time work shown while it runs: a spinner with elapsed time on a terminal,
     one line per message elsewhere (a log keeps them all)."""
@@ -98,10 +123,10 @@ class _status:
         if sys.stderr.isatty():
             from rich.console import Console
 
-            self.live = Console(stderr=True).status(f"kmemscope: {self.message} ...")
+            self.live = Console(stderr=True).status(f"kmemscope: {_shown(self.message)} ...",)
             self.live.start()
         else:
-            click.echo(f"kmemscope: {self.message} ...", err=True)
+            click.echo(f"kmemscope: {_shown(self.message)} ...", err=True)
         return self
 
     def update(self, message):
@@ -109,9 +134,9 @@ class _status:
         if self.quiet:
             return
         if self.live is not None:
-            self.live.update(f"kmemscope: {message}")
+            self.live.update(f"kmemscope: {_shown(message)}")
         else:
-            click.echo(f"kmemscope: {message}", err=True)
+            click.echo(f"kmemscope: {_shown(message)}", err=True)
 
     def done(self, message):
         import time
@@ -367,10 +392,11 @@ class _progress:
                    "no writes, no extensions.")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
               metavar="SECONDS",
-              help="Stop a statement that runs longer (default: 300 with --read-only, else none).")
+              help="Stop the command once it has run this long, opening the dataset included "
+                   "(default: 300 with --read-only, else 3600).")
 @click.option("--memory-limit", metavar="SIZE",
-              help="DuckDB's memory limit, e.g. 2GB (default: a quarter of this machine's memory "
-                   "with --read-only, else DuckDB's 80%).")
+              help="DuckDB's memory limit, e.g. 2GB (default: a quarter of this machine's "
+                   "memory).")
 @FORMAT_OPTION
 @OUTPUT_OPTION
 @engine_options
@@ -398,12 +424,17 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
     if engine == "spark" and read_only:
         raise click.BadParameter("--read-only is for the DuckDB engine: Spark SQL can "
                                  "read any path the cluster can", param_hint="--read-only")
-    with _engine(engine, spark_master, spark_conf, dataset) as spec:
+    spark = engine == "spark"
+    if timeout is None and not spark:
+        timeout = 300.0 if read_only else 3600.0
+    with _engine(engine, spark_master, spark_conf, dataset) as spec, \
+            _limits(None if spark else memory_limit, None if spark else timeout):
         tables, notes = run_sql(dataset, statements, engine=spec, read_only=read_only,
-                                timeout=timeout, memory_limit=memory_limit)
-    for note in notes:
-        click.echo(f"kmemscope: note: {note}", err=True)
-    _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
+                                timeout=None if spark else timeout,
+                                memory_limit=None if spark else memory_limit)
+        for note in notes:
+            _note(note)
+        _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
     shown = [t for t in tables if t is not None]
     if len(shown) > 1 and fmt in ("json", "parquet"):
         raise KmemscopeError(f"--format {fmt} holds one result and the SQL has {len(shown)} "
@@ -418,7 +449,14 @@ def _interrupted_notes(dataset):
     from kmemscope.operations import interrupted_commits
 
     for note in interrupted_commits(dataset):
-        click.echo(f"kmemscope: note: {note}", err=True)
+        _note(note)
+
+
+def _note(note):
+    """One note on stderr, control characters escaped (names and labels come from datasets)."""
+    from kmemscope.text import printable
+
+    click.echo(f"kmemscope: note: {printable(note)}", err=True)
 
 
 def _sql_text(query, sql_file):
@@ -469,20 +507,27 @@ def _write_results(tables, fmt, output, write_result):
 @cli.command()
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when every file matches.")
-def verify(dataset, quiet):
+@click.option("--deep", is_flag=True,
+              help="Also derive every recorded derived cache again and compare its rows.")
+@limit_options
+def verify(dataset, quiet, deep, memory_limit, timeout):
     """Check every file of DATASET against the sha256 recorded when its run was committed.
 
     Prints one line per file that is missing, changed or extra (and runs
     committed without digests: unrecorded), and exits 1 if there is any.
+    Derived caches (DATASET/_derived) are checked against the digests their
+    run recorded for them; --deep also derives them again from the run's files.
 
     \b
     kmemscope verify ds
     """
     from kmemscope.operations import verify
+    from kmemscope.text import printable
 
-    result = verify(dataset)
+    with _limits(memory_limit, timeout):
+        result = verify(dataset, deep=deep)
     for kind, path in result.problems:
-        click.echo(f"{kind}\t{path}")
+        click.echo(f"{kind}\t{printable(path)}")
     if result.problems:
         raise KmemscopeError(f"{len(result.problems)} problem(s) in {result.files} file(s) of "
                              f"{result.runs} run(s): the dataset is not as it was committed",
@@ -497,7 +542,8 @@ def verify(dataset, quiet):
 @click.option("--per-run", is_flag=True, help="Also list every table's rows in every run.")
 @FORMAT_OPTION
 @OUTPUT_OPTION
-def info(dataset, per_run, fmt, output):
+@limit_options
+def info(dataset, per_run, fmt, output, memory_limit, timeout):
     """Show the runs of DATASET and the rows of each table.
 
     json writes one object {runs, tables, rows_per_run}; csv, jsonl and
@@ -507,8 +553,11 @@ def info(dataset, per_run, fmt, output):
     from kmemscope.cli.output import resolve_format, write_document, write_result
 
     fmt = resolve_format(fmt, output)
-    facts = dataset_info(dataset)
-    _interrupted_notes(dataset)
+    with _limits(memory_limit, timeout):
+        facts = dataset_info(dataset)
+        for note in facts["notes"]:
+            _note(note)
+        _interrupted_notes(dataset)
     if fmt in ("csv", "jsonl", "parquet"):
         write_result(facts["rows_per_run"].arrow(), fmt, output)
         return
@@ -575,9 +624,10 @@ def queries(name, fmt, output):
                                  "folded: flame-graph lines, for alloc_origins.folded.")
 @click.option("-q", "--quiet", is_flag=True, help="No notes and no progress on stderr.")
 @OUTPUT_OPTION
+@limit_options
 @engine_options
-def query(name, dataset, runs, labels, params, fmt, quiet, output, engine, spark_master,
-          spark_conf):
+def query(name, dataset, runs, labels, params, fmt, quiet, output, memory_limit, timeout, engine,
+          spark_master, spark_conf):
     """Run the named analysis NAME over DATASET.
 
     `kmemscope queries` lists the analyses; `kmemscope queries NAME` shows one's
@@ -587,7 +637,8 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, engine, spark
     from kmemscope.cli.output import FOLDED, FORMATS, resolve_format, write_result
 
     fmt = resolve_format(fmt, output, allowed=FORMATS + (FOLDED,))
-    with _engine(engine, spark_master, spark_conf, dataset) as spec, _Steps(quiet) as steps:
+    with _engine(engine, spark_master, spark_conf, dataset) as spec, _Steps(quiet) as steps, \
+            _limits(memory_limit, timeout):
         result = kmemscope.open(dataset, spec).query(
             name, run=list(runs) or None, label=list(labels) or None, progress=steps,
             **_key_values(params, "--param"))
@@ -595,7 +646,7 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, engine, spark
     # stderr so that csv/json on stdout stay clean; one line per caveat, not per run.
     if not quiet:
         for note in result.notes:
-            click.echo(f"kmemscope: note: {note}", err=True)
+            _note(note)
     write_result(result.arrow(), fmt, output)
 
 
@@ -651,9 +702,10 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
                    "compare-kernels layout to paste into a patch.")
 @click.option("-q", "--quiet", is_flag=True, help="No notes on stderr (they stay in the output).")
 @OUTPUT_OPTION
+@limit_options
 @engine_options
 def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt, quiet, output,
-            engine, spark_master, spark_conf):
+            memory_limit, timeout, engine, spark_master, spark_conf):
     """Compare the metrics of the sides of label LABEL (mmtests style).
 
     Every run is one value per metric; each side is summarised per run (Min,
@@ -672,17 +724,18 @@ def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt
 
     fmt = _compare_format(fmt, output)
     names = _metric_names(metrics)
-    with _engine(engine, spark_master, spark_conf, dataset) as spec:
+    with _engine(engine, spark_master, spark_conf, dataset) as spec, \
+            _limits(memory_limit, timeout):
         c = kmemscope.open(dataset, spec).compare(by, baseline, metrics=names, test=test,
                                                   alpha=alpha, run=list(runs) or None,
                                                   label=list(labels) or None)
         if over:
             _compare_over(c, names, over, fmt, output, quiet)
             return
-    notes = c.notes
+        notes = c.notes
     if output and not quiet:
         for note in notes:
-            click.echo(f"kmemscope: note: {note}", err=True)
+            _note(note)
     if fmt in ("csv", "json", "jsonl", "parquet"):
         write_records(co.records(c.sides, c.rows), notes, fmt, output,
                       meta={"label": c.sides.label, "baseline": c.sides.baseline,
@@ -733,7 +786,7 @@ def _compare_over(c, names, over, fmt, output, quiet):
     trend = c.trend(over, names)
     if output and not quiet:
         for note in trend.notes:
-            click.echo(f"kmemscope: note: {note}", err=True)
+            _note(note)
     if fmt in ("csv", "json", "jsonl", "parquet"):
         write_records(trend.rows, trend.notes, fmt, output,
                       meta={"label": c.sides.label, "baseline": c.sides.baseline,
@@ -758,7 +811,8 @@ def metrics():
 @click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default=None,
               help="The file's format (default: from its extension, else from its first character).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when it worked.")
-def metrics_import(dataset, file, fmt, quiet):
+@limit_options
+def metrics_import(dataset, file, fmt, quiet, memory_limit, timeout):
     """Import FILE's metrics into DATASET (CSV or JSON: run,metric,value,unit,better).
 
     A bad row, a run that does not resolve, a non-number or a `better` other
@@ -772,7 +826,8 @@ def metrics_import(dataset, file, fmt, quiet):
     """
     from kmemscope.operations import import_metrics
 
-    written = import_metrics(dataset, file, fmt)
+    with _limits(memory_limit, timeout):
+        written = import_metrics(dataset, file, fmt)
     if not quiet:
         values = sum(len(v) for v in written.values())
         names = sorted({m for v in written.values() for m in v})
@@ -811,19 +866,23 @@ def metrics_list(dataset, runs, labels, fmt, output):
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
 @click.option("--keep-notebooks", type=click.Path(file_okay=False),
               help="Also keep the executed notebooks in this directory.")
+@limit_options
 @engine_options
-def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks, engine,
-           spark_master, spark_conf):
+def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks, memory_limit,
+           timeout, engine, spark_master, spark_conf):
     """Execute the report notebooks over DATASET and write one self-contained HTML file."""
     from kmemscope.notebooks.report import build_report
 
     def progress(message):
-        click.echo(f"kmemscope report: {message}", err=True)
+        from kmemscope.text import printable
+
+        click.echo(f"kmemscope report: {printable(message)}", err=True)
 
     spec = _engine(engine, spark_master, spark_conf).spec    # the notebooks start Spark
-    build_report(dataset, output, compare=compare_label, baseline=baseline, runs=list(runs),
-                 labels=list(labels), keep_dir=keep_notebooks, progress=progress, engine=spec,
-                 cell_bar=sys.stderr.isatty())
+    with _limits(memory_limit, timeout):       # the notebooks' kernels inherit the memory limit
+        build_report(dataset, output, compare=compare_label, baseline=baseline, runs=list(runs),
+                     labels=list(labels), keep_dir=keep_notebooks, progress=progress,
+                     engine=spec, cell_bar=sys.stderr.isatty())
 
 
 # ---------------------------------------------------------------- entry point
@@ -835,7 +894,15 @@ def _report_error(ctx, exc):
 
         traceback.print_exception(exc, file=sys.stderr)
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    click.echo(f"kmemscope: error: {message}", err=True)
+    _error(message)
+
+
+def _error(message):
+    """The one error line on stderr, control characters escaped (a folder name or label
+    from a dataset must not reach the terminal as an escape sequence)."""
+    from kmemscope.text import printable
+
+    click.echo(f"kmemscope: error: {printable(message)}", err=True)
 
 
 class Terminated(KeyboardInterrupt):
@@ -890,7 +957,7 @@ def main(argv=None):
     except click.UsageError as exc:
         # One line like every other error; the usage text is one --help away.
         where = exc.ctx.command_path if exc.ctx else "kmemscope"
-        click.echo(f"kmemscope: error: {exc.format_message()} (see `{where} --help`)", err=True)
+        _error(f"{exc.format_message()} (see `{where} --help`)")
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
@@ -898,12 +965,12 @@ def main(argv=None):
     except KmemscopeError as exc:
         if debug:
             raise
-        click.echo(f"kmemscope: error: {str(exc).strip().splitlines()[0]}", err=True)
+        _error(str(exc).strip().splitlines()[0])
         sys.exit(1)
     except (ValueError, OSError) as exc:
         if debug:
             raise
-        click.echo(f"kmemscope: error: {exc}", err=True)
+        _error(str(exc))
         sys.exit(1)
     except Terminated as exc:
         click.echo(f"kmemscope: error: terminated by {signal.Signals(exc.signum).name}", err=True)
@@ -921,6 +988,5 @@ def main(argv=None):
     except Exception as exc:  # a bug in kmemscope: one line, the traceback on --debug
         if debug:
             raise
-        click.echo(f"kmemscope: error: internal error: {exc!r} (rerun with --debug and report it)",
-                   err=True)
+        _error(f"internal error: {exc!r} (rerun with --debug and report it)")
         sys.exit(2)

@@ -164,7 +164,8 @@ def write_document(parts, fmt, output=None):
         return
     if fmt != "table":
         raise OutputError(f"write_document writes json or table, not {fmt}")
-    text = "\n".join(f"{name} ({table.num_rows})\n{format_table(table)}" for name, table in parts.items())
+    text = "\n".join(f"{printable(name)} ({table.num_rows})\n{format_table(table)}"
+                     for name, table in parts.items())
     if output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(text)
@@ -203,7 +204,7 @@ def write_records(table_rows, notes, fmt, output, meta=None):
             import pyarrow.csv as pacsv
 
             for note in notes:
-                out.write("# note: " + " ".join(str(note).split()) + "\n")
+                out.write("# note: " + printable(" ".join(str(note).split())) + "\n")
             buf = io.BytesIO()
             pacsv.write_csv(table, buf)
             out.write(buf.getvalue().decode("utf-8"))

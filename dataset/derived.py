@@ -9,12 +9,20 @@ computed once per run and stored beside the dataset:
     DATASET/_derived/<page_pairs|pfn_allocs>/run_id=<id>/part-0.parquet
 
 Table names starting with "_" are not dataset tables (dataset.table_dirs skips
-them). Each file records in its Parquet metadata the signature of what it was
-derived from (derivation version, the run's sha256, the sizes of the source
-partition files); a stale or missing file is recomputed on first use, written
-atomically (temp file + rename). Where the dataset is read-only (an s3 dataset
-too: current files under its _derived/ are read, never written) the pairs go
-to a private temporary directory for the life of the process.
+them). A cache file is trusted only when it is bound to its run: the run's
+recorded digests (`runs/run_id=<id>/_files.json`, dataset/digests.py) list it
+in their `derived` section with its sha256, size and the signature of what it
+was derived from (derivation version, the run's sha256 and the recorded sha256
+of every source file). Changing a cache file therefore means rewriting the
+run's digests too, which `kmemscope verify` checks against the run's files. A
+cache that does not check out (changed, unrecorded, stale, a link on its way) is
+never read: the table is rebuilt in a private temporary directory for the life
+of the process. So is every cache of a run without recorded digests, of a
+dataset that cannot be written, and of a read-only reader. Caches are written
+through folders opened without following links from the dataset down
+(safefs.Dir), as a temp file renamed inside its folder, and recorded under the
+dataset's lock. An s3 dataset's caches are checked by recorded size and
+signature only (reading them whole to hash them would cost what rebuilding does).
 
 `kmemscope parse` can call `derive_runs(dataset, [run_id])` after writing a run
 so the first query does not pay for it.
@@ -47,12 +55,14 @@ from pathlib import Path
 from kmemscope.errors import DatasetError
 
 from . import reader as ds
-from . import storage
+from . import limits, storage
+from .safefs import RUN_PREFIX, Dir
 
 DERIVE_VERSION = "2"
 DERIVED_TABLES = ("page_pairs", "pfn_allocs")
 DERIVED_DIR = "_derived"
 SIG_KEY = b"kmemscope.derived_from"
+PART = "part-0.parquet"
 SOURCES = ("mm_page_alloc", "mm_page_free")
 
 _PAIRS_SQL = """
@@ -82,105 +92,105 @@ ORDER BY rank
 """
 
 _private_dir = None
+# sha256 of cache files already checked by this process: {(path, dev, ino, size, mtime, ctime)}
+_CHECKED = {}
+# Tables built privately by this process: {(name, run, signature): path}.
+_BUILT = {}
 
 
 def _size(f):
     return storage.size(f) if storage.is_url_file(f) else os.path.getsize(f)
 
 
-def _signature(parts, run_id, sha):
-    sizes = {t: [_size(f) for f in parts.get(t, {}).get(run_id, [])] for t in SOURCES}
-    return json.dumps({"version": DERIVE_VERSION, "sha256": sha, "sizes": sizes}, sort_keys=True)
+def _signature(parts, run, sha, doc, sources=SOURCES, version=DERIVE_VERSION):
+    """What a run's cache is derived from, as text: the run's recorded digests of the source
+    tables when it has them (then the cache may live in the dataset), else their sizes."""
+    if doc is not None:
+        recorded = {k: v["sha256"] for k, v in sorted(doc["files"].items())
+                    if k.split("/", 1)[0] in sources}
+        return json.dumps({"version": version, "sha256": sha, "sources": recorded},
+                          sort_keys=True)
+    sizes = {t: [_size(f) for f in parts.get(t, {}).get(run, [])] for t in sources}
+    return json.dumps({"version": version, "sha256": sha, "sizes": sizes}, sort_keys=True)
 
 
-def _read_signature(path):
+def _key(name, run):
+    """The derived file's key in the run's digests (its path under the dataset)."""
+    return f"{DERIVED_DIR}/{name}/{RUN_PREFIX}{run}/{PART}"
+
+
+def _run_docs(dataset, run_ids):
+    """{run: the run's recorded digests, or None} (unreadable digests count as none)."""
+    from .digests import DIGESTS, DIGESTS_MAX_BYTES, parse_digests, run_digests
+
+    out = {}
+    if storage.is_url(dataset):
+        for run in run_ids:
+            try:
+                data = storage.read_small(dataset, f"runs/{RUN_PREFIX}{run}/{DIGESTS}",
+                                          DIGESTS_MAX_BYTES)
+                out[run] = parse_digests(data, DIGESTS) if data else None
+            except (DatasetError, OSError):
+                out[run] = None
+        return out
     try:
-        meta = storage.read_schema(path).metadata or {}
-    except (OSError, ValueError, DatasetError):
-        return None
-    raw = meta.get(SIG_KEY)
-    return raw.decode() if raw else None
-
-
-def _plain(path, top):
-    """True when `path` and every folder between it and `top` exist and are no links:
-    a link inside _derived is never read through or written through."""
-    path, top = Path(path), Path(top)
-    while True:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return False
-        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-            return False
-        if path == top or path == path.parent:
-            return True
-        path = path.parent
-
-
-def _target_root(dataset, read_only=False):
-    """DATASET/_derived if writable, else a private temporary directory.
-
-    read_only: a reader that must not write the dataset (the private directory).
-    `_derived` that is a link, or not a folder, is never written through.
-    """
-    global _private_dir
-    root = Path(dataset) / DERIVED_DIR
-    try:
-        if storage.is_url(dataset):
-            raise PermissionError("an s3 dataset is read only")
-        if read_only:
-            raise PermissionError("a read-only reader")
-        try:
-            os.mkdir(root)
-        except FileExistsError:
-            pass
-        if not _plain(root, root):
-            raise PermissionError(f"{root} is not a folder of its own")
-        fd = os.open(root / f".probe-{os.getpid()}",
-                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.close(fd)
-        os.unlink(root / f".probe-{os.getpid()}")
-        return root
+        root = Dir.root(dataset)
     except OSError:
-        if _private_dir is None:
-            import atexit
-            import shutil
+        return {run: None for run in run_ids}
+    with root:
+        for run in run_ids:
+            try:
+                out[run] = run_digests(root, run)
+            except (DatasetError, OSError):
+                out[run] = None
+    return out
 
-            _private_dir = tempfile.mkdtemp(prefix="kmemscope-derived-")
-            # every query of an s3 dataset comes here: leave no directory behind
-            atexit.register(shutil.rmtree, _private_dir, ignore_errors=True)
-        return Path(_private_dir)
 
+def _cached(dataset, name, run, sig, doc):
+    """The current, checked cache file of `run` for table `name`, or None.
 
-def _cached_roots(dataset):
-    """Where current derived files may be: DATASET/_derived, then the private directory.
-
-    An s3 dataset's _derived/ is listed once: {file URL} instead of a request per file.
-    """
+    In the dataset: recorded in the run's digests with this signature, size and sha256.
+    In the private directory: built by this process from the same signature."""
+    built = _BUILT.get((name, run, sig))
+    if built is not None and os.path.isfile(built):
+        return built
+    entry = (doc or {}).get("derived", {}).get(_key(name, run))
+    if entry is None or entry["from"] != sig:
+        return None
     if storage.is_url(dataset):
         bucket, key = storage.split(dataset)
-        root = storage.url(bucket, f"{key}/{DERIVED_DIR}" if key else DERIVED_DIR)
-        roots = [(root, storage.list_files(root))]
-    else:
-        roots = [(Path(dataset) / DERIVED_DIR, None)]
-    if _private_dir:
-        roots.append((Path(_private_dir), None))
-    return roots
+        path = storage.url(bucket, f"{key}/{_key(name, run)}" if key else _key(name, run))
+        try:
+            return path if storage.size(path) == entry["bytes"] else None
+        except (DatasetError, OSError):
+            return None
+    return _checked_local(dataset, name, run, entry)
 
 
-def _cached(roots, name, run, sig):
-    """The current derived file of `run` for table `name`, or None."""
-    for root, listed in roots:
-        if listed is not None:
-            path = f"{root}/{name}/run_id={run}/part-0.parquet"
-            present = path in listed
-        else:
-            path = root / name / f"run_id={run}" / "part-0.parquet"
-            present = _plain(path, root) and path.is_file()
-        if present and _read_signature(path) == sig:
-            return path
-    return None
+def _checked_local(dataset, name, run, entry):
+    """The path of the dataset's cache file when its contents match `entry`, else None."""
+    from .digests import file_digest
+
+    try:
+        with Dir.root(dataset) as root:
+            part = root.walk([DERIVED_DIR, name, RUN_PREFIX + run], "a derived cache folder")
+            if part is None:
+                return None
+            with part:
+                st = part.lstat(PART)
+                if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != entry["bytes"]:
+                    return None
+                path = Path(dataset) / _key(name, run)
+                ident = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                         st.st_ctime_ns)
+                if _CHECKED.get(ident) != entry["sha256"]:
+                    sha, _size = file_digest(part.fd, PART, entry["bytes"])
+                    if sha != entry["sha256"]:
+                        return None
+                    _CHECKED[ident] = sha
+                return path
+    except (DatasetError, OSError):
+        return None
 
 
 def _run_shas(dataset, parts, run_ids):
@@ -188,16 +198,63 @@ def _run_shas(dataset, parts, run_ids):
     files = [f for r in run_ids for f in parts["runs"].get(r, [])]
     if not files:
         return {}
-    con = duckdb.connect()
+    con = limits.connect()
     try:
         storage.register_duckdb(con, files)
-        listed = ", ".join(ds.quote_literal(f) for f in files)
-        rows = con.execute(     # sql-safe: listed joins quote_literal() paths
-            f"SELECT run_id, sha256 FROM read_parquet([{listed}], hive_partitioning = true, "
-            "hive_types = {'run_id': VARCHAR}, union_by_name = true)").fetchall()
+        rows = con.execute(     # sql-safe: scan_sql() quotes every path
+            f"SELECT run_id, sha256 FROM {ds.scan_sql(files)}").fetchall()
     finally:
         con.close()
     return dict(rows)
+
+
+def _may_cache_in_dataset(dataset, doc, name, run, sig):
+    """True when a new cache of `run` may go into the dataset: the run has digests, and no
+    cache of these very sources is recorded already (one that is, yet did not check out, was
+    changed after it was written: it stays as it is for `kmemscope verify` to report)."""
+    if doc is None:
+        return False
+    entry = doc.get("derived", {}).get(_key(name, run))
+    return entry is None or entry["from"] != sig or not _present(dataset, name, run)
+
+
+def _present(dataset, name, run):
+    """True when something is at the cache file's place in the dataset (a removed _derived
+    is simply built again)."""
+    return os.path.lexists(Path(dataset) / _key(name, run))
+
+
+def _is_private(where):
+    return _private_dir is not None and Path(where) == Path(_private_dir)
+
+
+def _private_root():
+    global _private_dir
+    if _private_dir is None:
+        import atexit
+        import shutil
+
+        _private_dir = tempfile.mkdtemp(prefix="kmemscope-derived-")
+        # every query of an s3 dataset comes here: leave no directory behind
+        atexit.register(shutil.rmtree, _private_dir, ignore_errors=True)
+    return Path(_private_dir)
+
+
+def _target(dataset, runs_with_digests, read_only):
+    """Where new caches go: the dataset itself (a Path) when it may be written, else the
+    private directory (a Path under /tmp). The dataset's _derived is probed, not trusted."""
+    if read_only or storage.is_url(dataset) or not runs_with_digests:
+        return _private_root()
+    try:
+        with Dir.root(dataset) as root, root.sub_or_make(DERIVED_DIR, "the derived cache folder") \
+                as top:
+            probe = f".probe-{os.getpid()}"
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o600, dir_fd=top.fd))
+            top.unlink(probe)
+        return Path(dataset)
+    except (DatasetError, OSError):
+        return _private_root()
 
 
 def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=None,
@@ -213,28 +270,30 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=Non
     if "runs" not in parts:
         raise DatasetError(f"dataset {dataset} has no runs table")
     shas = _run_shas(dataset, parts, run_ids)
+    docs = _run_docs(dataset, run_ids)
     out, todo = {}, []
-    roots = _cached_roots(dataset)
     for run in run_ids:
         if run not in parts.get("mm_page_alloc", {}) and run not in parts.get("mm_page_free", {}):
             continue
-        sig = _signature(parts, run, shas.get(run))
-        found = _cached(roots, name, run, sig)
+        sig = _signature(parts, run, shas.get(run), docs.get(run))
+        found = _cached(dataset, name, run, sig, docs.get(run))
         if found:
             out[run] = found
         else:
             todo.append((run, sig))
     if todo:
-        root = _target_root(dataset, read_only)
+        root = _target(dataset, [r for r, _ in todo if docs.get(r)], read_only)
         for run, sig in todo:
+            where = root if _may_cache_in_dataset(dataset, docs.get(run), name, run, sig) \
+                else _private_root()
             if progress:
                 progress(f"run {run}: pairing frees with reallocations, once (cached under "
-                         f"{root})")
-            out[run] = _derive_one(parts, root, run, sig, threads)[name]
+                         f"{where if _is_private(where) else where / DERIVED_DIR})")
+            out[run] = _derive_one(parts, (dataset, where), run, sig, threads)[name]
     return out
 
 
-def _derive_one(parts, root, run, sig, threads):
+def _derive_one(parts, target, run, sig, threads):
     """Compute every derived table of one run; return {name: path}."""
     import duckdb
 
@@ -252,7 +311,7 @@ def _derive_one(parts, root, run, sig, threads):
         # sql-safe: is_alloc is 0 or 1, listed joins quote_literal() paths, where is a constant
         scans[table] = (f'SELECT pfn, ts, cpu, "order", {is_alloc} AS is_alloc '
                         f"FROM read_parquet([{listed}], union_by_name = true){where}")
-    con = duckdb.connect()
+    con = limits.connect()
     out = {}
     try:
         storage.register_duckdb(con, [f for t in SOURCES for f in parts.get(t, {}).get(run, [])])
@@ -266,41 +325,133 @@ def _derive_one(parts, root, run, sig, threads):
             "pfn_allocs": _PFN_ALLOCS_SQL.format(allocs="SELECT pfn FROM allocs"),
         }
         for name, sql in sqls.items():
-            table = ds.query_arrow(con, sql)
-            out[name] = _write(root, name, run, sig, table)
+            out[name] = _write(target, name, run, sig, _batches(con, sql))
     finally:
         con.close()
     return out
 
 
-def _write(root, name, run, sig, table):
+def _batches(con, sql):
+    """The result of `sql` as a stream of Arrow record batches: a large table is never held
+    whole in Python (DuckDB works within its memory limit, spilling to its private folder)."""
+    if hasattr(con, "sql"):
+        rel = con.sql(sql)
+        reader = getattr(rel, "to_arrow_reader", None) or rel.fetch_arrow_reader
+        return reader(1 << 16)
+    return con.execute(sql).fetch_record_batch(1 << 16)
+
+
+class _Hashing:
+    """A binary file that hashes what is written through it (the digest of what was
+    written, not of what a file at that name holds later)."""
+
+    def __init__(self, f):
+        import hashlib
+
+        self.f, self.h, self.n, self.closed = f, hashlib.sha256(), 0, False
+
+    def write(self, data):
+        self.h.update(data)
+        self.n += len(data)
+        return self.f.write(data)
+
+    def tell(self):
+        return self.n
+
+    def flush(self):
+        self.f.flush()
+
+    def writable(self):
+        return True
+
+    def close(self):
+        self.closed = True
+
+
+def _write(target, name, run, sig, batches):
+    """Write derived table `name` of `run` from `batches` (an Arrow RecordBatchReader) into
+    the target -> its path. target: (dataset, where), where is the dataset (a Path: the
+    file goes to its _derived and is recorded in the run's digests) or the private folder.
+
+    A link or non-folder on the way in the dataset: the file goes to the private folder."""
     import pyarrow.parquet as pq
 
-    table = table.replace_schema_metadata({SIG_KEY: sig.encode()})
-    part = root / name / f"run_id={run}"
-    for d in (root / name, part):
-        try:
-            os.mkdir(d)
-        except FileExistsError:
-            pass
-        if not _plain(d, root):
-            # A link (or a file) where kmemscope's folder belongs: write nothing through it.
-            if root == Path(_private_dir or ""):
-                raise DatasetError(f"{d} is not a folder of its own")
-            return _write(_target_root(root.parent, read_only=True), name, run, sig, table)
-    final = part / "part-0.parquet"
-    fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=part)
+    from kmemscope.dataset.commit import dataset_lock
+
+    from .digests import record_derived
+
+    dataset, where = target
+    private = Path(where) != Path(dataset)
+    folders = [name, RUN_PREFIX + run] if private else [DERIVED_DIR, name, RUN_PREFIX + run]
+    schema = batches.schema.with_metadata({SIG_KEY: sig.encode()})
+    written = {}
+
+    def write(f):
+        out = _Hashing(f)
+        with pq.ParquetWriter(out, schema, write_page_checksum=True) as w:
+            for batch in batches:
+                w.write_batch(batch, row_group_size=1 << 16)
+        written.update(sha256=out.h.hexdigest(), bytes=out.n)
+
     try:
-        with os.fdopen(fd, "wb") as f:
-            pq.write_table(table, f, row_group_size=1 << 16, write_page_checksum=True)
-        if os.path.islink(final):
-            os.unlink(final)
-        os.replace(tmp, final)      # replaces a link by the file itself, never writes through it
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-    return final
+        base = Dir.root(where)
+        try:
+            part = base.walk(folders, "a derived cache folder", make=True)
+        finally:
+            base.close()
+    except (DatasetError, OSError):
+        if private:
+            raise
+        # A link (or a file) where kmemscope's folder belongs: nothing is written through it.
+        return _write((dataset, _private_root()), name, run, sig, batches)
+    with part:
+        part.write_atomic(PART, write)
+    if private:
+        path = Path(where) / name / f"{RUN_PREFIX}{run}" / PART
+        if _is_private(where):
+            _BUILT[(name, run, sig)] = path
+        return path
+    entry = {"sha256": written["sha256"], "bytes": written["bytes"], "from": sig}
+    with Dir.root(dataset) as root, dataset_lock(dataset):
+        record_derived(root, run, _key(name, run), entry)
+    return Path(dataset) / _key(name, run)
+
+
+def same_as_rederived(dataset, name, run, cached):
+    """True when the cache file `cached` of table `name` holds the rows that deriving run
+    `run` again gives (`kmemscope verify --deep`); the new table is built in a private
+    folder removed after, and rows are compared in DuckDB (within its memory limit)."""
+    import shutil
+
+    import duckdb
+
+    parts = ds.table_runs(dataset)
+    shas = _run_shas(dataset, parts, [run])
+    doc = _run_docs(dataset, [run]).get(run)
+    scratch = Path(tempfile.mkdtemp(prefix="kmemscope-verify-"))
+    try:
+        if name in STACK_TABLES:
+            sources = sorted(_stack_sources(parts, run))
+            sig = _signature(parts, run, shas.get(run), doc, sources, STACK_DERIVE_VERSION)
+            fresh = _derive_stacks(parts, (dataset, scratch), run, sig, None)[name]
+        else:
+            sig = _signature(parts, run, shas.get(run), doc)
+            fresh = _derive_one(parts, (dataset, scratch), run, sig, None)[name]
+        con = limits.connect()
+        try:
+            a, b = ds.quote_literal(cached), ds.quote_literal(fresh)
+            # sql-safe: a and b are quote_literal() paths
+            differ = con.execute(
+                f"SELECT count(*) FROM ((FROM read_parquet({a}) EXCEPT ALL FROM read_parquet({b})) "
+                f"UNION ALL (FROM read_parquet({b}) EXCEPT ALL FROM read_parquet({a})))"
+            ).fetchone()[0]
+        except duckdb.Error as exc:
+            raise DatasetError(ds.sql_error_text(exc)) from None
+        finally:
+            con.close()
+        return differ == 0
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def derive_runs(dataset, run_ids=None, threads=None):
@@ -383,13 +534,6 @@ def _stack_sources(parts, run):
             if t not in _NOT_EVENTS and not t.startswith("_") and run in runs}
 
 
-def _stack_signature(parts, run, sha):
-    sizes = {t: [_size(f) for f in files]
-             for t, files in sorted(_stack_sources(parts, run).items())}
-    return json.dumps({"version": STACK_DERIVE_VERSION, "sha256": sha, "sizes": sizes},
-                      sort_keys=True)
-
-
 def stack_files(dataset, name, run_ids, parts=None, threads=None, progress=None,
                 read_only=False):
     """Like derived_files for the stack tables; runs without kernel_stack are left out."""
@@ -399,21 +543,23 @@ def stack_files(dataset, name, run_ids, parts=None, threads=None, progress=None,
     if "runs" not in parts:
         raise DatasetError(f"dataset {dataset} has no runs table")
     shas = _run_shas(dataset, parts, run_ids)
-    roots = _cached_roots(dataset)
+    docs = _run_docs(dataset, run_ids)
     out = {}
     for run in run_ids:
         if run not in parts.get("kernel_stack", {}) or run not in parts.get("mm_page_alloc", {}):
             continue
-        sig = _stack_signature(parts, run, shas.get(run))
-        found = _cached(roots, name, run, sig)
+        sources = sorted(_stack_sources(parts, run))
+        sig = _signature(parts, run, shas.get(run), docs.get(run), sources, STACK_DERIVE_VERSION)
+        found = _cached(dataset, name, run, sig, docs.get(run))
         if found:
             out[run] = found
-        else:
-            if progress:
-                progress(f"run {run}: pairing kernel stacks with their allocations, once "
-                         f"(cached under {_target_root(dataset, read_only)})")
-            out[run] = _derive_stacks(parts, _target_root(dataset, read_only), run, sig,
-                                      threads)[name]
+            continue
+        where = _target(dataset, [run] if _may_cache_in_dataset(dataset, docs.get(run), name, run, sig)
+                        else [], read_only)
+        if progress:
+            progress(f"run {run}: pairing kernel stacks with their allocations, once "
+                     f"(cached under {where / DERIVED_DIR if where != _private_root() else where})")
+        out[run] = _derive_stacks(parts, (dataset, where), run, sig, threads)[name]
     return out
 
 
@@ -435,7 +581,7 @@ _MISMATCH = ("coalesce(regexp_matches(caller_symbols[1], '^(trace_event_raw_even
              "|[+]0x[0-9a-f]+$', '', 'g') <> 'mm_page_alloc', false)")
 
 
-def _derive_stacks(parts, root, run, sig, threads):
+def _derive_stacks(parts, target, run, sig, threads):
     import duckdb
 
     sources = sorted(_stack_sources(parts, run).items())
@@ -448,7 +594,7 @@ def _derive_stacks(parts, root, run, sig, threads):
             cols = ("cpu, ts, false AS is_stack, " +
                     ("true" if table == "mm_page_alloc" else "false") + " AS is_alloc")
         scans.append(_rows(index[table], files, cols))
-    con = duckdb.connect()
+    con = limits.connect()
     out = {}
     try:
         storage.register_duckdb(con, [f for _, files in sources for f in files])
@@ -498,7 +644,7 @@ def _derive_stacks(parts, root, run, sig, threads):
                 FROM matched""",
         }
         for name, sql in tables.items():
-            out[name] = _write(root, name, run, sig, ds.query_arrow(con, sql))
+            out[name] = _write(target, name, run, sig, _batches(con, sql))
     finally:
         con.close()
     return out

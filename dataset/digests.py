@@ -3,22 +3,28 @@
 `runs/run_id=<id>/_files.json` is written into the staged runs partition before
 the commit's journal, so it lands with the run (runs last); `kmemscope verify`
 (dataset/verify.py) tells what changed since, and a metrics import keeps it current.
+Its `derived` section records each derived cache file built from the run (sha256,
+bytes, and the signature of the sources it came from): a cache is used only when it
+matches, so changing one means rewriting the run's digests too (dataset/derived.py).
+Every file is read and written through folders opened without following links.
 """
 import errno
 import json
 import os
 import stat
-import uuid
-from pathlib import Path
 
-from .safefs import DIR_FLAGS, FILE_FLAGS, HINT, HINT_LINK, RUNS_TABLE, Dir, UnsafeEntry, kind_of
+from .safefs import FILE_FLAGS, HINT, HINT_LINK, RUN_PREFIX, RUNS_TABLE, Dir, UnsafeEntry, kind_of
 
 DIGESTS = "_files.json"
 DIGESTS_MAX_BYTES = 1 << 20
 
 
-def file_digest(dir_fd, name):
-    """(sha256 hex, bytes) of the regular file `name` in the folder `dir_fd` (no link followed)."""
+def file_digest(dir_fd, name, expect_bytes=None):
+    """(sha256 hex, bytes) of the regular file `name` in the folder `dir_fd` (no link followed).
+
+    expect_bytes: the size the caller expects; a file of another size is not hashed
+    (returns (None, its size)): a 64 GiB sparse file in a part file's place is told at once.
+    """
     import hashlib
 
     fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
@@ -26,6 +32,9 @@ def file_digest(dir_fd, name):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeEntry(f"{name} is {kind_of(st.st_mode)}, not a regular file", HINT)
+        if expect_bytes is not None and st.st_size != expect_bytes:
+            return None, st.st_size
+        os.set_blocking(fd, True)
         h = hashlib.sha256()
         while chunk := f.read(1 << 20):
             h.update(chunk)
@@ -33,34 +42,62 @@ def file_digest(dir_fd, name):
 
 
 def _table_digests(folder):
+    """{name: digest} of the files of the folder `folder` (a Dir)."""
     out = {}
-    with Dir(os.open(folder, DIR_FLAGS), folder) as d:
-        for entry in d.entries():
-            if entry.name.startswith(".") or entry.name == DIGESTS:
-                continue
-            sha, size = file_digest(d.fd, entry.name)
-            out[entry.name] = {"sha256": sha, "bytes": size}
+    for entry in folder.entries():
+        if entry.name.startswith(".") or entry.name == DIGESTS:
+            continue
+        sha, size = file_digest(folder.fd, entry.name)
+        out[entry.name] = {"sha256": sha, "bytes": size}
     return out
 
 
 def _write_digests(folder, doc):
-    tmp = Path(folder) / f".{DIGESTS}.{uuid.uuid4().hex[:8]}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, sort_keys=True, indent=0)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, Path(folder) / DIGESTS)
+    """Write `doc` as the digests file of the folder `folder` (a Dir), atomically."""
+    folder.write_atomic(DIGESTS, lambda f: f.write(json.dumps(doc, sort_keys=True,
+                                                              indent=0).encode()))
 
 
 def record_digests(stage, run_id, tables):
     """Write the staged run's digests into its staged runs partition."""
-    stage = Path(stage)
     files = {}
-    for table in sorted(tables):
-        for name, digest in _table_digests(stage / table).items():
-            files[f"{table}/{name}"] = digest
-    _write_digests(stage / RUNS_TABLE, {"run_id": run_id, "files": files})
+    with Dir.root(stage) as st:
+        for table in sorted(tables):
+            with st.sub(table, "a staged table folder") as d:
+                for name, digest in _table_digests(d).items():
+                    files[f"{table}/{name}"] = digest
+        with st.sub(RUNS_TABLE, "the staged runs folder") as runs:
+            _write_digests(runs, {"run_id": run_id, "files": files})
+
+
+def _read_doc(f, shown):
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafeEntry(f"{shown} is {kind_of(st.st_mode)}", HINT)
+    return parse_digests(f.read(DIGESTS_MAX_BYTES + 1), shown)
+
+
+def parse_digests(data, shown):
+    """The digests document of the bytes `data` (validated); UnsafeEntry when it is no such."""
+    bad = UnsafeEntry(f"{shown} is not a digests file kmemscope wrote", HINT)
+    if len(data) > DIGESTS_MAX_BYTES:
+        raise bad
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        raise bad from None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("sha256"), str)
+            and type(v.get("bytes")) is int for k, v in files.items()):
+        raise bad
+    derived = doc.get("derived", {})
+    if not isinstance(derived, dict) or not all(
+            isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("sha256"), str)
+            and type(v.get("bytes")) is int and isinstance(v.get("from"), str)
+            for k, v in derived.items()):
+        raise bad
+    return doc
 
 
 def read_digests(path):
@@ -74,39 +111,57 @@ def read_digests(path):
             raise UnsafeEntry(f"{path} is a symbolic link", HINT_LINK) from None
         raise
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeEntry(f"{path} is {kind_of(st.st_mode)}", HINT)
-        data = f.read(DIGESTS_MAX_BYTES + 1)
-    bad = UnsafeEntry(f"{path} is not a digests file kmemscope wrote", HINT)
-    if len(data) > DIGESTS_MAX_BYTES:
-        raise bad
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
-        raise bad from None
-    files = doc.get("files") if isinstance(doc, dict) else None
-    if not isinstance(files, dict) or not all(
-            isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("sha256"), str)
-            and type(v.get("bytes")) is int for k, v in files.items()):
-        raise bad
-    return doc
+        return _read_doc(f, path)
 
 
-def update_digests(part_dir):
-    """After a committed run's partition `DATASET/<table>/run_id=<id>` was rewritten (a
-    metrics import): record its files' new digests, if the run has digests."""
-    part_dir = Path(part_dir)
-    table, dataset = part_dir.parent.name, part_dir.parent.parent
-    runs_part = dataset / RUNS_TABLE / part_dir.name
-    try:
-        doc = read_digests(runs_part / DIGESTS)
-    except (OSError, UnsafeEntry):
+def read_digests_in(folder):
+    """The digests document of the runs partition `folder` (a Dir), or None if absent."""
+    if folder.lstat(DIGESTS) is None:
+        return None
+    with folder.open_file(DIGESTS, "a digests file") as f:
+        return _read_doc(f, folder.path / DIGESTS)
+
+
+def run_digests(root, run_id):
+    """The digests document of run `run_id` of the dataset folder `root` (a Dir), or None."""
+    runs = root.walk([RUNS_TABLE, RUN_PREFIX + run_id], "a runs folder")
+    if runs is None:
+        return None
+    with runs:
+        return read_digests_in(runs)
+
+
+def update_digests(root, table, run_id, part):
+    """After a committed run's partition `part` (a Dir) of `table` was rewritten (a metrics
+    import): record its files' new digests in the run's digests, if the run has them."""
+    runs = root.walk([RUNS_TABLE, RUN_PREFIX + run_id], "a runs folder")
+    if runs is None:
         return
-    if doc is None:
-        return
-    files = {k: v for k, v in doc["files"].items() if not k.startswith(table + "/")}
-    for name, digest in _table_digests(part_dir).items():
-        files[f"{table}/{name}"] = digest
-    doc["files"] = files
-    _write_digests(runs_part, doc)
+    with runs:
+        try:
+            doc = read_digests_in(runs)
+        except (OSError, UnsafeEntry):
+            return
+        if doc is None:
+            return
+        files = {k: v for k, v in doc["files"].items() if not k.startswith(table + "/")}
+        for name, digest in _table_digests(part).items():
+            files[f"{table}/{name}"] = digest
+        doc["files"] = files
+        _write_digests(runs, doc)
+
+
+def record_derived(root, run_id, key, entry):
+    """Record a derived cache file's digest (`entry`: sha256, bytes, from) under `key` in run
+    `run_id`'s digests: the cache is then bound to the run as its own files are. Returns
+    False when the run has no digests (its caches are never trusted from the dataset)."""
+    runs = root.walk([RUNS_TABLE, RUN_PREFIX + run_id], "a runs folder")
+    if runs is None:
+        return False
+    with runs:
+        doc = read_digests_in(runs)
+        if doc is None:
+            return False
+        doc.setdefault("derived", {})[key] = entry
+        _write_digests(runs, doc)
+    return True

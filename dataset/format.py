@@ -309,6 +309,10 @@ def _kind_name(duck):
     return {"VARCHAR": "a string", "DOUBLE": "a number", "BOOLEAN": "a boolean"}.get(duck, duck)
 
 
+# The column a reader names each row's file in (reader.scan_sql), never a table's own.
+FILE_COLUMN = "kmemscope_source_file"
+
+
 def unfit_reason(table, names, types):
     """Why a table of columns `names` with Arrow `types` cannot be read with other runs, or None."""
     seen = set()
@@ -318,6 +322,8 @@ def unfit_reason(table, names, types):
         seen.add(name)
     if PARTITION_COLUMN in seen:
         return f"it has a column named {PARTITION_COLUMN}, the dataset's partition column"
+    if FILE_COLUMN in seen:
+        return f"it has a column named {FILE_COLUMN}, the name readers give each row's file"
     known = _known_columns().get(table)
     if not known:
         return None

@@ -22,17 +22,16 @@ interrupted commit is left to the next parse (dataset/commit.py) and only
 reported by finish_interrupted_commits().
 """
 import os
-import re
 from contextlib import contextmanager
 from pathlib import Path
 
 from kmemscope.errors import DatasetError, QueryError
-from kmemscope.dataset.format import (FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format,
+from kmemscope.text import printable
+from kmemscope.dataset.format import (FILE_COLUMN, FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format,
                                       unfit_reason)
 
-from . import storage
-from .safefs import RUN_PREFIX
-
+from . import limits, storage
+from .safefs import RUN_FOLDER, RUN_PREFIX, SAFE_TABLE, shown_name
 
 
 def table_dirs(dataset):
@@ -80,13 +79,23 @@ def _local_tables(dataset):
         raise DatasetError(f"dataset {dataset} is not a directory",
                            "give the directory that `kmemscope parse -o` wrote")
     read_format(root)      # refuses a newer format, or a damaged format file
-    tables = {}
+    tables, notes = {}, []
     for table in _entries(root):
         if table.name.startswith((".", "_")) or _checked(table, "a table folder") != "dir":
+            continue
+        if not SAFE_TABLE.fullmatch(table.name):
+            notes.append(f"folder {shown_name(table.name)} is left out: not a table name "
+                         "kmemscope writes ([a-z][a-z0-9_]*)")
             continue
         runs = {}
         for part in _entries(table.path):
             if not part.name.startswith(RUN_PREFIX) or _checked(part, "a run folder") != "dir":
+                continue
+            if not RUN_FOLDER.fullmatch(part.name):
+                # DuckDB's partition parsing would fail every run on `run_id=a=b`, or read
+                # `run_id=NULL` as no run: only kmemscope's own names are listed.
+                notes.append(f"folder {table.name}/{shown_name(part.name)} is left out: not a "
+                             "run folder kmemscope writes (run_id=<hex digits>)")
                 continue
             files = [Path(f.path) for f in _entries(part.path)
                      if f.name.endswith(".parquet") and _checked(f, "a Parquet file", True)]
@@ -94,10 +103,33 @@ def _local_tables(dataset):
                 runs[part.name[len(RUN_PREFIX):]] = files
         if runs:
             tables[table.name] = runs
+    _NAME_NOTES[os.path.abspath(dataset)] = notes
     if not tables:
         raise DatasetError(f"dataset {dataset} holds no tables",
                            "parse a trace into it with `kmemscope parse TRACE -o DATASET`")
     return tables
+
+
+# Notes of the last listing of each local dataset in this process: the names it left out.
+_NAME_NOTES = {}
+
+
+def listing_notes(dataset):
+    """Notes on the folders of `dataset` that readers leave out (odd names), one per folder."""
+    if storage.is_url(dataset):
+        return []
+    key = os.path.abspath(dataset)
+    if key not in _NAME_NOTES:
+        try:
+            _local_tables(dataset)
+        except DatasetError:
+            return []
+    return list(_NAME_NOTES.get(key, []))
+
+
+def reader_notes(dataset):
+    """Everything a reader leaves out and says so: interrupted commits, odd folder names."""
+    return finish_interrupted_commits(dataset) + listing_notes(dataset)
 
 
 def _entries(path):
@@ -114,12 +146,12 @@ def _checked(entry, what, file=False):
     file: a part file, which must be a regular file (anything else is refused).
     """
     if entry.is_symlink():
-        raise DatasetError(f"{entry.path}: a symbolic link inside the dataset where {what} "
+        raise DatasetError(f"{printable(entry.path)}: a symbolic link inside the dataset where {what} "
                            "belongs", "kmemscope writes no links in a dataset: remove it, or put "
                            "a copy of what it points to in its place")
     if entry.is_dir(follow_symlinks=False):
         if file:
-            raise DatasetError(f"{entry.path}: a folder inside the dataset where {what} belongs, "
+            raise DatasetError(f"{printable(entry.path)}: a folder inside the dataset where {what} belongs, "
                                "not a regular file", "remove it")
         return "dir"
     if entry.is_file(follow_symlinks=False):
@@ -127,7 +159,7 @@ def _checked(entry, what, file=False):
     from kmemscope.dataset.safefs import kind_of
 
     kind = kind_of(entry.stat(follow_symlinks=False).st_mode)
-    raise DatasetError(f"{entry.path}: {kind} inside the dataset where {what} belongs, not a "
+    raise DatasetError(f"{printable(entry.path)}: {kind} inside the dataset where {what} belongs, not a "
                        "regular file or folder", "remove it: kmemscope reads only regular files")
 
 
@@ -214,39 +246,50 @@ def unfit_runs(parts, tables=None, run_ids=None):
                     out[run] = f"its table {table} does not fit the dataset ({f}): {why}"
                     break
             if table == "runs" and run not in out:
-                rows = _rows_of(files)
+                rows, size = _rows_of(files)
                 if rows != 1:
                     # every join on run_id would multiply (or lose) the run's rows
                     out[run] = f"its runs partition holds {rows} rows, not one"
+                elif size > RUNS_MAX_BYTES:
+                    # host, labels and manifest are short text: a 512 MiB host would take
+                    # gigabytes to read and print
+                    out[run] = (f"its runs partition declares {size} bytes of values, more "
+                                f"than the {RUNS_MAX_BYTES} a run's host, labels and manifest "
+                                "may take")
     return out
 
 
 _ROWS = {}
 _ROWS_MAX = 200_000
+# What a runs partition's values may take: its manifest is at most 1 MiB when parsed
+# (parsers/sources.py), the rest a few KiB.
+RUNS_MAX_BYTES = 4 << 20
 
 
 def _rows_of(files):
-    """Rows of `files` from their footers (local files remembered by their identity)."""
-    total = 0
+    """(rows, uncompressed bytes) of `files` from their footers (local files remembered by
+    their identity); rows is "unknown" when a footer cannot be counted."""
+    total, size = 0, 0
     for f in files:
         key = _file_key(f)
         if key is None or key not in _ROWS:
             try:
-                n = storage.parquet_rows(str(f))
+                n = storage.parquet_bytes(str(f))
             except DatasetError:
                 raise
             except Exception:   # a footer _file_schema could read but not count: not one row
-                n = -1
+                n = (-1, 0)
             if key is not None:
                 if len(_ROWS) >= _ROWS_MAX:
                     _ROWS.clear()
                 _ROWS[key] = n
         else:
             n = _ROWS[key]
-        if n < 0:
-            return "unknown"
-        total += n
-    return total
+        if n[0] < 0:
+            return "unknown", 0
+        total += n[0]
+        size += n[1]
+    return total, size
 
 
 def _shape(schema):
@@ -300,11 +343,28 @@ def quote_literal(text):
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _scan(files, by_name=True):
+# The column DuckDB names each row's file in (a run whose table has a column of that
+# name does not fit: format.unfit_reason).
+# A part file's run, from the listing's own names: .../run_id=<id>/<file>.parquet.
+_RUN_OF_FILE = r"run_id=([0-9a-z][0-9a-z_]*)/[^/]*$"
+
+
+def scan_sql(files, by_name=True):
+    """SQL reading Parquet `files` (from table_runs()) with their run's id as column run_id.
+
+    The run comes from the listing's folder names, which table_runs() admits only in
+    safefs.RUN_FOLDER's alphabet: DuckDB's own hive partitioning (off here) would read any
+    `key=value` folder on the path, the dataset's parents too, as a column.
+    """
     listed = ", ".join(quote_literal(f) for f in files)
-    # sql-safe: listed joins quote_literal() paths; by_name is a bool
-    return (f"read_parquet([{listed}], hive_partitioning = true, "
-            f"hive_types = {{'run_id': VARCHAR}}, union_by_name = {'true' if by_name else 'false'})")
+    # sql-safe: listed joins quote_literal() paths; by_name is a bool; the rest are constants
+    return (f"(SELECT * EXCLUDE ({FILE_COLUMN}), "
+            f"regexp_extract({FILE_COLUMN}, '{_RUN_OF_FILE}', 1) AS run_id "
+            f"FROM read_parquet([{listed}], hive_partitioning = false, "
+            f"filename = '{FILE_COLUMN}', union_by_name = {'true' if by_name else 'false'}))")
+
+
+_scan = scan_sql
 
 
 def sql_error_text(exc):
@@ -335,25 +395,7 @@ def finish_interrupted_commits(dataset):
     return commit.unfinished_commits(root)
 
 
-_MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*", re.I)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def memory_bytes(text):
-    """Bytes of a memory size such as `2GB`, `512MiB` or `1000000` (bytes); QueryError if not one."""
-    m = _MEMORY.fullmatch(str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise QueryError(f"{text!r} is not a memory size", "write it like 2GB, 512MiB or 4GiB")
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()])
-
-
-def default_memory_limit():
-    """A quarter of this machine's memory (DuckDB's own default is 80%)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
-    except (ValueError, OSError):
-        return 2 << 30
+from .limits import default_memory_limit, memory_bytes  # noqa: E402,F401  (their home)
 
 
 @contextmanager
@@ -372,6 +414,10 @@ def sql_session(con, memory_limit=None):
     finally:
         con.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _Stopped(Exception):
+    """A signal arrived while guarded() statements ran (the signal is raised again after)."""
 
 
 @contextmanager
@@ -393,6 +439,9 @@ def guarded(con, timeout=None):
         if state["signum"] is None:
             state["signum"] = signum
         con.interrupt()
+        # Between statements (or before the first has started) there is nothing to
+        # interrupt: stop the Python code that would start the next one.
+        raise _Stopped()
 
     def on_timeout():
         state["late"] = True
@@ -464,7 +513,7 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, part
     if parts is None:
         finish_interrupted_commits(dataset)
         parts = table_runs(dataset)
-    con = duckdb.connect(database=":memory:")
+    con = limits.connect(database=":memory:")
     if storage.is_url(dataset):
         storage.register_duckdb(con, [storage.url(*storage.split(dataset))])
     if threads:

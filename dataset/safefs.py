@@ -11,11 +11,26 @@ import stat
 from pathlib import Path
 
 from kmemscope.errors import DatasetError
+from kmemscope.text import printable
 
 RUNS_TABLE = "runs"
 RUN_PREFIX = "run_id="
 SAFE_TABLE = re.compile(r"[a-z][a-z0-9_]{0,127}")
 SAFE_RUN_ID = re.compile(r"[0-9a-f]{1,64}")
+# The only run folder names a reader lists. `parse` names a run by 16 hex digits of the
+# trace's sha256; hand-made datasets (kmemscope's synthetic era fixtures) use short lowercase
+# ids of the same alphabet as table names. Anything else (`run_id=a=b`, `run_id=NULL`,
+# `run_id=__HIVE_DEFAULT_PARTITION__`, `run_id=abc%27`) is left out with a note.
+RUN_FOLDER = re.compile(r"run_id=[0-9a-z][0-9a-z_]{0,63}")
+# Longest name shown in a note or error about a name found in a dataset.
+NAME_SHOWN_MAX = 80
+
+
+def shown_name(name):
+    """A name found in a dataset as a note may show it: control characters escaped, and
+    cut at NAME_SHOWN_MAX characters."""
+    text = printable(str(name))
+    return text if len(text) <= NAME_SHOWN_MAX else text[:NAME_SHOWN_MAX] + "..."
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -60,8 +75,76 @@ class Dir:
                 raise
             st = self.lstat(name)
             kind = kind_of(st.st_mode) if st else "missing"
-            raise UnsafeEntry(f"{self.path / name} is {kind} where {what} belongs",
+            raise UnsafeEntry(f"{printable(self.path / name)} is {kind} where {what} belongs",
                               HINT_LINK if st and stat.S_ISLNK(st.st_mode) else HINT) from None
+
+    def sub_or_make(self, name, what="a folder", mode=0o755):
+        """The real folder `name` in this one, made first when missing (mkdirat)."""
+        try:
+            os.mkdir(name, mode, dir_fd=self.fd)
+        except FileExistsError:
+            pass
+        return self.sub(name, what)
+
+    def walk(self, names, what="a folder", make=False):
+        """The folder at the relative path `names` (a list), each step opened without
+        following links; made where missing when `make`. None when missing and not `make`."""
+        d = Dir(os.dup(self.fd), self.path)
+        try:
+            for name in names:
+                if not make and d.lstat(name) is None:
+                    d.close()
+                    return None
+                nxt = d.sub_or_make(name, what) if make else d.sub(name, what)
+                d.close()
+                d = nxt
+        except BaseException:
+            d.close()
+            raise
+        return d
+
+    def open_file(self, name, what="a file"):
+        """A binary file object of the regular file `name` in this folder (no link followed,
+        no FIFO opened for long: O_NONBLOCK); UnsafeEntry when it is anything else."""
+        try:
+            fd = os.open(name, FILE_FLAGS, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise UnsafeEntry(f"{printable(self.path / name)} is a symbolic link where {what} belongs",
+                              HINT_LINK) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise UnsafeEntry(f"{printable(self.path / name)} is {kind_of(st.st_mode)} where {what} "
+                              "belongs", HINT)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+
+    def write_atomic(self, name, write):
+        """Replace `name` in this folder by what write(file object) writes: a temp file made
+        here (O_EXCL, no link followed), synced, then renamed over `name` inside this folder
+        (renameat: a link at `name` is replaced, never written through)."""
+        import uuid
+
+        tmp = f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=self.fd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=self.fd)
+            except OSError:
+                pass
+            raise
+
+    def unlink(self, name):
+        os.unlink(name, dir_fd=self.fd)
 
     def entries(self):
         with os.scandir(self.fd) as it:

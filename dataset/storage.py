@@ -21,6 +21,8 @@ import threading
 
 from kmemscope.errors import DatasetError
 
+from .safefs import RUN_FOLDER, SAFE_TABLE
+
 SCHEMES = ("s3://", "s3a://")
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws"
 # S3 bucket naming rules: 3-63 lowercase letters, digits, dots and hyphens.
@@ -133,7 +135,8 @@ def list_tables(dataset):
         if len(rel) != 3 or info.get("type", "file") != "file":
             continue
         table, part, name = rel
-        if (table.startswith((".", "_")) or not part.startswith("run_id=")
+        if (table.startswith((".", "_")) or not RUN_FOLDER.fullmatch(part)
+                or not SAFE_TABLE.fullmatch(table)
                 or not name.endswith(".parquet") or name.startswith((".", "_"))
                 or any(_UNSAFE.search(p) for p in rel)):
             continue
@@ -191,6 +194,20 @@ def parquet_rows(file):
         return pq.ParquetFile(file).metadata.num_rows
     with _guard(file, filesystem().open, file, "rb") as f:
         return _guard(file, lambda: pq.ParquetFile(f).metadata.num_rows)
+
+
+def parquet_bytes(file):
+    """(rows, uncompressed bytes) a Parquet file's footer declares, local or s3."""
+    import pyarrow.parquet as pq
+
+    def declared(meta):
+        return meta.num_rows, sum(meta.row_group(i).total_byte_size
+                                  for i in range(meta.num_row_groups))
+
+    if not is_url_file(file):
+        return declared(pq.ParquetFile(file).metadata)
+    with _guard(file, filesystem().open, file, "rb") as f:
+        return _guard(file, lambda: declared(pq.ParquetFile(f).metadata))
 
 
 def register_duckdb(con, files):

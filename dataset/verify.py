@@ -1,18 +1,26 @@
 """Check a dataset's files against the digests recorded when each run was committed.
 
-    kmemscope verify DATASET
+    kmemscope verify DATASET [--deep]
 
 Every commit writes `runs/run_id=<id>/_files.json` (dataset/commit.py): the
-sha256 and size of every file of the run's partitions. verify() walks the dataset without
-following links and reports, per file, what no longer matches:
+sha256 and size of every file of the run's partitions, and (dataset/derived.py)
+of every derived cache file built from the run since. verify() walks the
+dataset without following links and reports, per file, what no longer matches:
 
-  missing     recorded at commit, not there now
+  missing     recorded, not there now
   changed     there, with other contents (or a link, FIFO or folder in its place)
-  extra       in a run's partition (or a partition of no committed run), never recorded
+  extra       in a run's partition, a partition of no committed run, or the derived
+              cache, never recorded
   unrecorded  a run committed by a kmemscope that recorded no digests (parse it again)
 
-Parquet pages also carry CRC checksums since the same version (written at parse); a file
-of a run without digests is read through with pyarrow's page checksum verification.
+A file's size is compared before it is hashed (a huge file in a part file's place
+is told at once), and files are hashed a MiB at a time. Parquet pages also carry CRC
+checksums: a file of a run without digests is read through with pyarrow's page
+checksum verification, one batch at a time. With deep=True every recorded derived
+cache is also derived again from the run's files (privately) and compared row for row.
+
+What this proves, and what not: see docs/safety.md (the digests are kmemscope's own
+record, not a signature: whoever can rewrite the files can rewrite the record).
 """
 import os
 import stat
@@ -22,6 +30,8 @@ from pathlib import Path
 from kmemscope.errors import DatasetError
 
 from . import digests, safefs, storage
+
+DERIVED_DIR = "_derived"
 
 
 @dataclass
@@ -36,100 +46,192 @@ class Verification:
 
 
 def _partitions(root):
-    """{run_id: {table: path}} of every run_id= folder of every table folder (no links followed)."""
-    out = {}
-    for table in sorted(os.listdir(root)):
-        path = root / table
-        if table.startswith((".", "_")) or not stat.S_ISDIR(os.lstat(path).st_mode):
+    """{run_id: {table: name}} of the run folders of every table folder (root: a Dir), and
+    the odd names that readers leave out (reported as extra)."""
+    out, odd = {}, []
+    for table in root.entries():
+        if table.name.startswith((".", "_")) or not table.is_dir(follow_symlinks=False):
             continue
-        for part in sorted(os.listdir(path)):
-            if part.startswith(safefs.RUN_PREFIX):
-                out.setdefault(part[len(safefs.RUN_PREFIX):], {})[table] = path / part
-    return out
+        if not safefs.SAFE_TABLE.fullmatch(table.name):
+            odd.append(table.name)
+            continue
+        with root.sub(table.name, "a table folder") as t:
+            for part in t.entries():
+                if not part.name.startswith(safefs.RUN_PREFIX):
+                    continue
+                if not safefs.RUN_FOLDER.fullmatch(part.name):
+                    odd.append(f"{table.name}/{part.name}")
+                    continue
+                out.setdefault(part.name[len(safefs.RUN_PREFIX):], {})[table.name] = part.name
+    return out, odd
 
 
-def _listing(part):
-    """{name: st_mode} of a partition folder's entries; a link in place of the folder is one entry."""
-    st = os.lstat(part)
-    if not stat.S_ISDIR(st.st_mode):
-        return None
-    return {e.name: e.stat(follow_symlinks=False).st_mode for e in os.scandir(part)
-            if not e.name.startswith(".")}
+def _listing(root, table, part):
+    """{name: st_mode} of a partition folder's entries; None when it is not a real folder."""
+    try:
+        d = root.walk([table, part])
+    except safefs.UnsafeEntry:
+        return None, None
+    return {e.name: e.stat(follow_symlinks=False).st_mode for e in d.entries()
+            if not e.name.startswith(".")}, d
 
 
-def _crc_ok(path):
+def _crc_ok(folder, name):
+    """True when every page of the Parquet file reads with valid checksums (bounded memory:
+    one batch of rows at a time)."""
     import pyarrow.parquet as pq
 
     try:
-        pq.read_table(path, page_checksum_verification=True)
+        with folder.open_file(name, "a Parquet file") as f:
+            pf = pq.ParquetFile(f, page_checksum_verification=True)
+            for _batch in pf.iter_batches(batch_size=1 << 16):
+                pass
         return True
     except Exception:    # pyarrow's errors of a damaged file
         return False
 
 
-def verify(dataset):
+def _check_file(result, folder, name, mode, recorded, rel):
+    """Compare one file with its recorded {sha256, bytes}; a problem is appended."""
+    result.files += 1
+    if not stat.S_ISREG(mode):
+        result.problems.append(("changed", f"{rel} ({safefs.kind_of(mode)})"))
+        return
+    sha, size = digests.file_digest(folder.fd, name, recorded["bytes"])
+    if (sha, size) != (recorded["sha256"], recorded["bytes"]):
+        result.problems.append(("changed", rel if sha is not None else
+                                f"{rel} ({size} bytes, {recorded['bytes']} recorded)"))
+
+
+def verify(dataset, deep=False):
     """Compare every file of `dataset` with what its commits recorded -> Verification."""
     if storage.is_url(dataset):
         raise DatasetError("verify reads local datasets", "copy the dataset here first")
-    root = Path(dataset)
-    if not root.is_dir():
+    root_path = Path(dataset)
+    if not root_path.is_dir():
         raise DatasetError(f"dataset {dataset} does not exist or is not a directory")
     result = Verification()
-    parts = _partitions(root)
-    committed = {run for run, tables in parts.items() if safefs.RUNS_TABLE in tables}
-    if not committed:
-        raise DatasetError(f"dataset {dataset} holds no committed run",
-                           "give the directory that `kmemscope parse -o` wrote")
-    for run, tables in sorted(parts.items()):
-        if run not in committed:
-            for table, part in sorted(tables.items()):
-                result.problems.append(("extra", str(part.relative_to(root))))
-            continue
-        result.runs += 1
-        try:
-            doc = digests.read_digests(tables[safefs.RUNS_TABLE] / digests.DIGESTS)
-        except (OSError, safefs.UnsafeEntry) as exc:
-            result.problems.append(("changed", f"{safefs.RUNS_TABLE}/{safefs.RUN_PREFIX}{run}/"
-                                    f"{digests.DIGESTS} ({str(exc).split(' (')[0]})"))
-            continue
-        if doc is None:
-            result.problems.append(("unrecorded", f"run {run}"))
-            for table, part in sorted(tables.items()):
-                for name, mode in sorted((_listing(part) or {}).items()):
-                    if stat.S_ISREG(mode) and name.endswith(".parquet"):
-                        result.files += 1
-                        if not _crc_ok(part / name):
-                            result.problems.append(("changed", str((part / name).relative_to(root))))
-            continue
-        recorded = doc["files"]
-        seen = set()
-        for table, part in sorted(tables.items()):
-            listing = _listing(part)
-            rel_part = part.relative_to(root)
-            if listing is None:
-                result.problems.append(("changed", f"{rel_part} (not a folder)"))
+    with safefs.Dir.root(dataset) as root:
+        parts, odd = _partitions(root)
+        for name in odd:
+            result.problems.append(("extra", f"{safefs.shown_name(name)} (not a name kmemscope "
+                                             "writes: readers leave it out)"))
+        committed = {run for run, tables in parts.items() if safefs.RUNS_TABLE in tables}
+        if not committed:
+            raise DatasetError(f"dataset {dataset} holds no committed run",
+                               "give the directory that `kmemscope parse -o` wrote")
+        recorded_derived = {}
+        for run, tables in sorted(parts.items()):
+            if run not in committed:
+                for table, part in sorted(tables.items()):
+                    result.problems.append(("extra", f"{table}/{part}"))
                 continue
+            result.runs += 1
+            try:
+                doc = digests.run_digests(root, run)
+            except (OSError, safefs.UnsafeEntry) as exc:
+                result.problems.append(("changed", f"{safefs.RUNS_TABLE}/{safefs.RUN_PREFIX}{run}/"
+                                        f"{digests.DIGESTS} ({str(exc).split(' (')[0]})"))
+                continue
+            if doc is None:
+                _unrecorded(result, root, run, tables)
+                continue
+            recorded_derived.update({k: (run, v) for k, v in doc.get("derived", {}).items()})
+            _check_run(result, root, run, tables, doc["files"])
+        _check_derived(result, root, recorded_derived)
+    if deep:
+        _rederive(result, dataset, recorded_derived)
+    return result
+
+
+def _unrecorded(result, root, run, tables):
+    result.problems.append(("unrecorded", f"run {run}"))
+    for table, part in sorted(tables.items()):
+        listing, d = _listing(root, table, part)
+        if d is None:
+            continue
+        with d:
+            for name, mode in sorted(listing.items()):
+                if stat.S_ISREG(mode) and name.endswith(".parquet"):
+                    result.files += 1
+                    if not _crc_ok(d, name):
+                        result.problems.append(("changed", f"{table}/{part}/{name}"))
+
+
+def _check_run(result, root, run, tables, recorded):
+    seen = set()
+    for table, part in sorted(tables.items()):
+        rel_part = f"{table}/{part}"
+        listing, d = _listing(root, table, part)
+        if d is None:
+            result.problems.append(("changed", f"{rel_part} (not a folder)"))
+            continue
+        with d:
             for name, mode in sorted(listing.items()):
                 if table == safefs.RUNS_TABLE and name == digests.DIGESTS:
                     continue
                 key = f"{table}/{name}"
                 seen.add(key)
-                rel = f"{rel_part}/{name}"
+                rel = f"{rel_part}/{safefs.shown_name(name)}"
                 if key not in recorded:
                     result.problems.append(("extra", rel))
                     continue
-                result.files += 1
-                if not stat.S_ISREG(mode):
-                    result.problems.append(("changed", f"{rel} ({safefs.kind_of(mode)})"))
-                    continue
-                fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                try:
-                    sha, size = digests.file_digest(fd, name)
-                finally:
-                    os.close(fd)
-                if (sha, size) != (recorded[key]["sha256"], recorded[key]["bytes"]):
-                    result.problems.append(("changed", rel))
-        for key in sorted(set(recorded) - seen):
-            table, _, name = key.partition("/")
-            result.problems.append(("missing", f"{table}/{safefs.RUN_PREFIX}{run}/{name}"))
-    return result
+                _check_file(result, d, name, mode, recorded[key], rel)
+    for key in sorted(set(recorded) - seen):
+        table, _, name = key.partition("/")
+        result.problems.append(("missing", f"{table}/{safefs.RUN_PREFIX}{run}/{name}"))
+
+
+def _check_derived(result, root, recorded):
+    """Every file under _derived is recorded by its run and matches; nothing else is there."""
+    seen = set()
+    if root.lstat(DERIVED_DIR) is not None:
+        try:
+            top = root.sub(DERIVED_DIR, "the derived cache folder")
+        except safefs.UnsafeEntry as exc:
+            result.problems.append(("changed", f"{DERIVED_DIR} ({exc.args[0]})"))
+            top = None
+        if top is not None:
+            with top:
+                _walk_derived(result, top, DERIVED_DIR, recorded, seen, depth=0)
+    for key in sorted(set(recorded) - seen):
+        result.problems.append(("missing", key))
+
+
+def _walk_derived(result, folder, rel, recorded, seen, depth):
+    for entry in folder.entries():
+        if entry.name.startswith("."):
+            continue
+        path = f"{rel}/{safefs.shown_name(entry.name)}"
+        mode = entry.stat(follow_symlinks=False).st_mode
+        if stat.S_ISDIR(mode) and depth < 2:
+            with folder.sub(entry.name, "a derived cache folder") as sub:
+                _walk_derived(result, sub, f"{rel}/{entry.name}", recorded, seen, depth + 1)
+            continue
+        key = f"{rel}/{entry.name}"
+        if key not in recorded:
+            result.problems.append(("extra", path))
+            continue
+        seen.add(key)
+        _check_file(result, folder, entry.name, mode, recorded[key][1], path)
+
+
+def _rederive(result, dataset, recorded):
+    """Derive every recorded cache again, privately, and compare the rows (deep)."""
+    from . import derived
+
+    for key, (run, _entry) in sorted(recorded.items()):
+        if any(kind != "extra" and path.split(" ")[0] == key for kind, path in result.problems):
+            continue            # already reported
+        name = key.split("/")[1]
+        try:
+            same = derived.same_as_rederived(dataset, name, run, root_path_of(dataset) / key)
+        except DatasetError as exc:
+            result.problems.append(("changed", f"{key} (cannot derive it again: {exc.args[0]})"))
+            continue
+        if not same:
+            result.problems.append(("changed", f"{key} (its rows differ from the run's)"))
+
+
+def root_path_of(dataset):
+    return Path(os.path.abspath(dataset))

@@ -257,25 +257,24 @@ class Dataset:
 
     def sql(self, query: str, params: Sequence | Mapping | None = None, *,
             run: str | Sequence[str] | None = None, label: LabelsArg = None,
-            read_only: bool = False) -> Result:
+            read_only: bool = False, timeout: float | None = None,
+            memory_limit: str | None = None) -> Result:
         """Run SQL over the dataset, every table a view of its own name; params are bound.
 
         The shared helper views of the analyses (flag names, allocation classes,
         migratetype names...) are there too. run/label restrict every view to
         those runs. read_only=True allows SELECTs that read the dataset only, for
-        SQL from elsewhere.
+        SQL from elsewhere. timeout (seconds) and memory_limit ("2GB") bound the
+        work, opening the dataset included (as `kmemscope sql`).
         """
-        import duckdb
-
         from kmemscope.errors import QueryError
-        from kmemscope.dataset.reader import confine, query_arrow, sql_error_text
-        from kmemscope.queries.runner import backend_errors, open_run_set, open_runs
+        from kmemscope.queries.runner import backend_errors, open_runs
 
         runs = [run] if isinstance(run, str) else run
         if self.spec.is_spark:
             # Spark: the same DuckDB SQL, translated (spark_sql.py); what has no exact form is refused
-            if read_only:
-                raise QueryError("read_only is for the DuckDB engine")
+            if read_only or timeout or memory_limit:
+                raise QueryError("read_only, timeout and memory_limit are for the DuckDB engine")
             if params is not None and not isinstance(params, Mapping):
                 raise QueryError("on Spark, parameters are named: pass a mapping for $name")
             backend = open_runs(self.path, runs, label, engine=self.spec)[0]
@@ -284,33 +283,19 @@ class Dataset:
                     return Result(backend.query_arrow(query, dict(params or {})))
             finally:
                 backend.close()
-        import duckdb as _duckdb
+        import duckdb
 
-        if not isinstance(query, str) or not [s for s in _duckdb.extract_statements(query)]:
+        if not isinstance(query, str) or not [s for s in duckdb.extract_statements(query)]:
             raise QueryError("the SQL holds no statement (it is empty or only comments)")
-        from kmemscope.dataset.reader import default_memory_limit, guarded, sql_session
+        notes: list[str] = []
+        table = _run_sql(self.path, [query], runs=runs, label=label, params=params,
+                         read_only=read_only, timeout=timeout, memory_limit=memory_limit,
+                         notes=notes, caller_frames=not read_only)[0]
+        if table is None:
+            import pyarrow as pa
 
-        con, _chosen, _parts, _facts = open_run_set(self.path, runs, label)
-        try:
-            # DuckDB spills into a private directory (never ./.tmp); read_only SQL gets a
-            # quarter of the memory and 300 s; a signal stops the statement at once.
-            with sql_session(con, default_memory_limit() if read_only else None), \
-                    guarded(con, 300.0 if read_only else None):
-                if read_only:
-                    confine(con, self.path, query)
-                else:
-                    # pandas, polars and Arrow objects of the caller are tables by their name
-                    con.execute("SET python_scan_all_frames = true")
-                table = query_arrow(con, query, params)
-            if table is None:
-                import pyarrow as pa
-
-                table = pa.table({})
-            return Result(table)
-        except duckdb.Error as exc:
-            raise QueryError(f"SQL failed: {sql_error_text(exc)}") from None
-        finally:
-            con.close()
+            table = pa.table({})
+        return Result(table, notes)
 
     def query(self, name: str, *, run: str | Sequence[str] | None = None,
               label: LabelsArg = None, progress: Progress = None, **params) -> Result:
@@ -375,6 +360,52 @@ class Dataset:
         if not isinstance(self.path, Path):
             raise KmemscopeError("metrics are imported into a local dataset, not an s3:// one")
         return import_metrics(self.path, path, fmt)
+
+
+def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg = None,
+             params=None, read_only: bool = False, timeout: float | None = None,
+             memory_limit: str | None = None, notes: list | None = None,
+             caller_frames: bool = False) -> list:
+    """THE way kmemscope runs SQL text over a dataset on DuckDB (Dataset.sql and
+    operations.run_sql) -> one pyarrow.Table or None per statement.
+
+    Opening the dataset (listing, footers, views) and every statement run under one
+    memory limit and one time limit (dataset/limits.py): read_only SQL gets 300 s and a
+    quarter of the memory unless told otherwise, SELECTs over the dataset's files only
+    (reader.confine); DuckDB spills into a private directory; SIGINT/SIGTERM/SIGHUP stop a
+    statement at once. Runs whose schema does not fit are left out with a note in `notes`.
+    caller_frames: the caller's pandas/polars/Arrow objects are tables by their name.
+    """
+    import duckdb
+
+    from kmemscope.dataset import limits, reader
+    from kmemscope.errors import QueryError
+    from kmemscope.queries.runner import open_run_set
+
+    if timeout is None and read_only:
+        timeout = 300.0
+    if memory_limit is None and read_only:
+        memory_limit = str(limits.default_memory_limit())
+    tables = []
+    with limits.bounded(memory_limit, timeout):
+        try:
+            con = open_run_set(dataset, runs, label, notes=notes)[0]
+        except duckdb.Error as exc:
+            raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}") from None
+        with reader.sql_session(con, limits.memory_limit()) as con:
+            if read_only:
+                reader.confine(con, dataset, "\n;\n".join(statements))
+            elif caller_frames:
+                con.execute("SET python_scan_all_frames = true")
+            with reader.guarded(con, timeout):
+                for q in statements:
+                    try:
+                        tables.append(reader.query_arrow(con, q, params))
+                    except duckdb.Error as exc:
+                        raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}",
+                                         "`kmemscope info DATASET` lists the tables; "
+                                         "quote \"order\"") from None
+    return tables
 
 
 def open(path, engine: str = "duckdb", spark_master: str | None = None,  # noqa: A001

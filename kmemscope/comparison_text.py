@@ -20,6 +20,8 @@ the `kmemscope.notes` metadata of Parquet.
 """
 import math
 
+from kmemscope.text import printable
+
 STAT_ROWS = ("min", "mean", "stddev", "coeffvar", "max", "best_mean")
 VALUE_WIDTH, PCT_WIDTH = 12, 7
 CELL_WIDTH = VALUE_WIDTH + PCT_WIDTH + 4          # "%12.2f (%7.2f%)"
@@ -94,13 +96,13 @@ def _cells(sides, r, key):
 def _width(sides, rows=()):
     """A side's column: the widest of a cell, its name and every cell of `rows` (plus a gap)."""
     cells = [len(c) + 1 for r in rows for key in STAT_ROWS for c in _cells(sides, r, key)]
-    return max([CELL_WIDTH] + [len(str(s)) + 2 for s in sides.sides] + cells)
+    return max([CELL_WIDTH] + [len(printable(s)) + 2 for s in sides.sides] + cells)
 
 
 def _header(sides, lead, w=None):
     w = w or _width(sides)
     counts = [f"({len(sides.runs[s])} run{'' if len(sides.runs[s]) == 1 else 's'})" for s in sides.sides]
-    return [" " * lead + "".join(f"{s:>{w}}" for s in sides.sides),
+    return [" " * lead + "".join(f"{printable(s):>{w}}" for s in sides.sides),
             " " * lead + "".join(f"{c:>{w}}" for c in counts)]
 
 
@@ -110,7 +112,7 @@ def _join(cells, sides, w=None):
 
 
 def _intro(sides, test, alpha):
-    return (f"{sides.label}: baseline {sides.baseline}; "
+    return (f"{printable(sides.label)}: baseline {printable(sides.baseline)}; "
             f"*x%*: significant by {TEST_TEXT[test].format(alpha=alpha)}")
 
 
@@ -119,7 +121,7 @@ def _one_run_line(sides):
     single = [s for s in sides.sides if len(sides.runs[s]) < 2]
     if not single:
         return []
-    return [f"n/a: {', '.join(map(str, single))} "
+    return [f"n/a: {', '.join(printable(s) for s in single)} "
             f"{'has' if len(single) == 1 else 'have'} one run: no stddev, and no test of "
             "significance was run against a side of one run (no *x%* marks there)."]
 
@@ -128,7 +130,7 @@ def _finish(out, notes):
     """The text of `out` lines, then the notes after one blank line."""
     text = "\n".join(out).rstrip()
     if notes:
-        text += "\n\n" + "\n".join(f"note: {n}" for n in notes)
+        text += "\n\n" + "\n".join(f"note: {printable(n)}" for n in notes)
     return text + "\n"
 
 
@@ -151,7 +153,8 @@ def format_text(sides, rows, test="band", alpha=0.05, notes=()):
                    + "".join(f"{r.stats[s].n:>12}" + " " * (w - 12) for s in sides.sides).rstrip())
         out.append("")
     for s in sides.sides[1:]:
-        out.append(f"Significance of {s} vs {sides.baseline} (better: the direction each metric prefers)")
+        out.append(f"Significance of {printable(s)} vs {printable(sides.baseline)} "
+                   "(better: the direction each metric prefers)")
         out.append(f"{'metric':<{width}}  better  {'Welch p':>9}  {'Mann-Whitney p':>14}  {'band test':>9}")
         for r in rows:
             c = r.versus[s]
@@ -233,7 +236,7 @@ def records(sides, rows):
 
 def markdown_text(text):
     """A label value as literal Markdown table text: no markup, no cell breaks, no HTML."""
-    text = " ".join(str(text).split())
+    text = printable(" ".join(str(text).split()))
     for ch in "\\`*_{}[]()#+-.!|<>~":
         text = text.replace(ch, "\\" + ch)
     return text
@@ -309,7 +312,7 @@ def format_over(sides, names, over, rows, titles, notes=()):
         what = ("per run, in recording order" if over == "run"
                 else "per minute of the capture, mean over the side's runs")
         out += [f"{titles.get(name, name)} ({what})",
-                f"{label:>6}" + "".join(f"{s:>{w}}" for s in sides.sides)]
+                f"{label:>6}" + "".join(f"{printable(s):>{w}}" for s in sides.sides)]
         indexes = sorted({r["index"] for r in mine})
         for i in indexes:
             cells = []

@@ -106,9 +106,9 @@ def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | No
     read_only allows SELECTs that read the dataset only; timeout (seconds) and memory_limit
     ("2GB") bound the work, by default 300 s and a quarter of the memory when read_only;
     spills go to a private directory removed at the end. On Spark the SQL is translated."""
-    from kmemscope.dataset import reader
+    from kmemscope.api import _run_sql
     from kmemscope.errors import QueryError
-    from kmemscope.queries.runner import backend_errors, open_run_set, open_runs
+    from kmemscope.queries.runner import backend_errors, open_runs
 
     spec = EngineSpec.of(engine)
     notes: list[str] = []
@@ -122,51 +122,50 @@ def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | No
                 return [backend.query_arrow(q, None) for q in statements], notes
         finally:
             backend.close()
-    import duckdb
-
-    limit = reader.memory_bytes(memory_limit) if memory_limit else (
-        reader.default_memory_limit() if read_only else None)
-    if timeout is None and read_only:
-        timeout = 300.0
-    tables = []
     # runs whose schema does not fit are left out, with a note
-    with reader.sql_session(open_run_set(dataset, notes=notes)[0], limit) as con:
-        if read_only:
-            reader.confine(con, dataset, "\n;\n".join(statements))
-        with reader.guarded(con, timeout):
-            for q in statements:
-                try:
-                    tables.append(reader.query_arrow(con, q))
-                except duckdb.Error as exc:
-                    raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}",
-                                     "`kmemscope info DATASET` lists the tables; "
-                                     "quote \"order\"") from None
-    return tables, notes
+    return _run_sql(dataset, statements, read_only=read_only, timeout=timeout,
+                    memory_limit=memory_limit, notes=notes), notes
+
+
+DEFAULT_TIMEOUT = 3600.0      # seconds a reading command may take unless told (limits.py)
+
+
+def bounded(memory_limit: str | int | None = None, timeout: float | None = DEFAULT_TIMEOUT):
+    """A context in which a command runs within `memory_limit` (DuckDB's limit of every
+    connection, e.g. "4GB"; default a quarter of this machine's memory) and `timeout`
+    seconds (opening the dataset included): past it, one QueryError."""
+    from kmemscope.dataset.limits import bounded as _bounded
+
+    return _bounded(memory_limit, timeout)
 
 
 def interrupted_commits(dataset) -> list[str]:
-    """Notes on commits that killed parses left unfinished (the next parse finishes them)."""
-    from kmemscope.dataset.reader import finish_interrupted_commits
+    """Notes on what readers leave out: commits that killed parses left unfinished (the next
+    parse finishes them) and folders of names kmemscope does not write."""
+    from kmemscope.dataset.reader import reader_notes
 
-    return finish_interrupted_commits(dataset)
+    return reader_notes(dataset)
 
 
-def verify(dataset):
-    """Check every file of a local dataset against the sha256 recorded when its run was
-    committed -> kmemscope.dataset.verify.Verification (.ok, .runs, .files, .problems:
-    [(kind, path)] with kind missing, changed, extra or unrecorded)."""
+def verify(dataset, deep: bool = False):
+    """Check every file of a local dataset (derived caches too) against the sha256 recorded
+    when its run was committed -> kmemscope.dataset.verify.Verification (.ok, .runs, .files,
+    .problems: [(kind, path)] with kind missing, changed, extra or unrecorded). deep: also
+    derive every recorded derived cache again and compare its rows."""
     from kmemscope.dataset.verify import verify as _verify
 
-    return _verify(dataset)
+    return _verify(dataset, deep=deep)
 
 
 def dataset_info(dataset) -> dict:
-    """{"runs": Result or None, "tables": Result, "rows_per_run": Result} of a dataset.
+    """{"runs": Result or None, "tables": Result, "rows_per_run": Result, "notes": [...]}
+    of a dataset (notes: runs whose runs file cannot be listed with the others).
 
     Row counts come from the Parquet footers (local or s3): no table is scanned."""
     import pyarrow as pa
 
-    from kmemscope.dataset.reader import connect, query_arrow, sql_error_text, table_runs
+    from kmemscope.dataset.reader import (connect, query_arrow, sql_error_text, table_runs,
+                                          unfit_runs)
     from kmemscope.dataset.storage import parquet_rows
     from kmemscope.errors import DatasetError, QueryError
 
@@ -180,6 +179,10 @@ def dataset_info(dataset) -> dict:
                                "kmemscope verify DATASET lists what changed") from None
 
     parts = table_runs(dataset)
+    # A run whose runs file cannot be read with the others (or declares a 512 MiB host) is
+    # counted but its row is left out of `runs`, with a note.
+    unfit = unfit_runs(parts, {"runs"})
+    notes = [f"run {r} is left out of the runs listed: {why}" for r, why in sorted(unfit.items())]
     per_run = [(run, name, sum(rows(f) for f in files))
                for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]
     long = pa.table({"run_id": [r[0] for r in per_run], "table": [r[1] for r in per_run],
@@ -192,10 +195,11 @@ def dataset_info(dataset) -> dict:
     tables = pa.table({"table": order, "rows": pa.array([totals[n][0] for n in order], pa.int64()),
                        "runs": pa.array([totals[n][1] for n in order], pa.int64())})
     runs_table = None
-    if "runs" in parts:
+    if "runs" in parts and set(parts["runs"]) - set(unfit):
         import duckdb
 
-        con = connect(dataset, tables=["runs"], parts=parts)
+        con = connect(dataset, tables=["runs"], parts=parts,
+                      run_ids=[r for r in parts["runs"] if r not in unfit])
         try:
             runs_table = query_arrow(con, """
                 SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
@@ -206,8 +210,8 @@ def dataset_info(dataset) -> dict:
             raise QueryError(f"cannot read the runs table: {sql_error_text(exc)}") from None
         finally:
             con.close()
-    return {"runs": Result(runs_table) if runs_table is not None else None,
-            "tables": Result(tables), "rows_per_run": Result(long)}
+    return {"runs": Result(runs_table, notes) if runs_table is not None else None,
+            "tables": Result(tables), "rows_per_run": Result(long), "notes": notes}
 
 
 def quote_ident(name: str) -> str:

@@ -11,19 +11,10 @@ import base64
 import json
 import math
 
+from kmemscope.text import printable  # noqa: F401  (control characters escaped, cells and all)
+
 MAX_CELL = 60
 NULL = "NULL"      # what a missing value shows as in table output
-
-
-# Control characters in data (a label with a newline, an escape sequence in a
-# comm) would forge rows or colour the terminal: shown escaped in tables.
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7f, 0xa0)]}
-_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
-
-
-def printable(text):
-    """`text` with control characters escaped, for aligned text output."""
-    return text.translate(_CONTROL)
 
 
 def _is_pairs(value):

@@ -26,7 +26,7 @@ import os
 import stat
 from pathlib import Path
 
-from kmemscope.dataset.run_metrics import RUN_PREFIX, TABLE, read_partition, write_partition
+from kmemscope.dataset.run_metrics import read_partition, write_partition
 from kmemscope.errors import KmemscopeError
 
 FILE_MAX_BYTES = 16 << 20
@@ -209,25 +209,39 @@ def read_bundle_metrics(bundle):
 
 # ---------------------------------------------------------------- import
 
-def _dataset_runs(dataset):
-    """{run_id: host} of the committed runs (those with a `runs` partition)."""
+# A runs partition kmemscope writes is a few KiB; its host at most a few hundred bytes.
+RUNS_FILE_MAX_BYTES = 8 << 20
+HOST_MAX = 256
+
+
+def _dataset_runs(dataset, notes=None):
+    """{run_id: host} of the committed runs (those with a `runs` partition).
+
+    Only the runs the readers list (reader.table_runs: kmemscope's own names, no links); a
+    host longer than HOST_MAX, or a runs file larger than RUNS_FILE_MAX_BYTES, is not read
+    (the run is then named by its id only)."""
     import pyarrow.parquet as pq
 
-    root = Path(dataset) / "runs"
-    if not root.is_dir():
-        raise MetricsError(f"{dataset} holds no runs", "parse bundles into it first")
+    from kmemscope.dataset.reader import table_runs
+
+    parts = table_runs(dataset).get("runs", {})     # a link or FIFO in the layout: one line
     out = {}
-    for part in sorted(root.iterdir()):
-        if not part.name.startswith(RUN_PREFIX) or part.is_symlink() or not part.is_dir():
-            continue
+    for run, files in sorted(parts.items()):
         host = None
-        for f in sorted(part.glob("*.parquet")):
+        for f in files:
             try:
-                t = pq.read_table(f, columns=["host"])
-                host = t.column(0)[0].as_py() if t.num_rows else None
+                pf = pq.ParquetFile(f)
+                col = pf.schema_arrow.get_field_index("host")
+                size = sum(pf.metadata.row_group(i).column(col).total_uncompressed_size
+                           for i in range(pf.metadata.num_row_groups)) if col >= 0 else 0
+                if col < 0 or size > min(RUNS_FILE_MAX_BYTES, HOST_MAX * 4 + 1024):
+                    continue
+                t = pf.read(columns=["host"])
+                value = t.column(0)[0].as_py() if t.num_rows else None
+                host = value if isinstance(value, str) and len(value) <= HOST_MAX else None
             except Exception:       # an old or damaged runs file: no host to match by
                 host = None
-        out[part.name[len(RUN_PREFIX):]] = host
+        out[run] = host
     if not out:
         raise MetricsError(f"{dataset} holds no runs", "parse bundles into it first")
     return out
@@ -288,11 +302,17 @@ def import_metrics(dataset, path, fmt=None, reserved=()):
                                    "one value per run and metric: average iterations first")
             seen[(run_id, metric)] = where
             by_run.setdefault(run_id, []).append((metric, value, unit, better, "import"))
-        written = {}
-        for run_id, rows in sorted(by_run.items()):
-            part = dataset / TABLE / (RUN_PREFIX + run_id)
-            names = {r[0] for r in rows}
-            kept = [r for r in read_partition(part) if r[0] not in names]
-            write_partition(part, sorted(kept + rows))
-            written[run_id] = sorted(names)
-    return written
+        try:
+            # Every partition is read (and so checked: no link, no other kind of file)
+            # before the first is written.
+            merged = {}
+            for run_id, rows in sorted(by_run.items()):
+                names = {r[0] for r in rows}
+                kept = [r for r in read_partition(dataset, run_id) if r[0] not in names]
+                merged[run_id] = sorted(kept + rows)
+            for run_id, rows in merged.items():
+                write_partition(dataset, run_id, rows)
+        except commit_mod.UnsafeEntry as exc:
+            raise MetricsError(exc.args[0], "nothing was imported; " + (exc.hint or "remove it")) \
+                from None
+    return {run_id: sorted({r[0] for r in rows}) for run_id, rows in by_run.items()}

@@ -338,7 +338,7 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     if needs.derived:
         read |= {"mm_page_alloc", "mm_page_free"}      # what the derived tables are built from
     chosen, dropped = _drop_unfit(parts, chosen, read)
-    notes = (ds.finish_interrupted_commits(dataset) + dropped
+    notes = (ds.reader_notes(dataset) + dropped
              + _check_tables(needs, parts, chosen))
     return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes, modules)
 

@@ -162,3 +162,155 @@ def replace_part(dataset, table, run, columns):
         f.unlink()
     pq.write_table(pa.table(columns), part / "part-0.parquet")
     return part / "part-0.parquet"
+
+
+# ---------------------------------------------------------------- races and bombs
+
+class Swapper:
+    """Swap the folder `path` with a link to `target` and back, over and over, in a thread:
+    the race of a writer that checks a folder, then writes through its path.
+
+        with hostile.Swapper(ds / "_derived/page_pairs/run_id=X", outside) as swap:
+            ... run the writer ...
+        assert swap.swaps > 0
+
+    The real folder waits beside it (`<name>.real`) while the link is in place."""
+
+    def __init__(self, path, target):
+        self.path, self.target = Path(path), Path(target)
+        self.aside = self.path.with_name(self.path.name + ".real")
+        self.swaps = 0
+
+    def _once(self):
+        import os
+
+        try:
+            if self.path.is_dir() and not self.path.is_symlink():
+                os.rename(self.path, self.aside)
+            tmp = self.path.with_name(".swap-link")
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.symlink(self.target, tmp)
+            os.rename(tmp, self.path)          # the link takes the folder's place
+            self.swaps += 1
+            os.sched_yield()
+            os.unlink(self.path)
+            if self.aside.is_dir():
+                os.rename(self.aside, self.path)   # and the folder is back
+        except OSError:
+            pass                               # the writer made or moved something: go on
+
+    def _loop(self):
+        while not self._stop.is_set():
+            self._once()
+
+    def __enter__(self):
+        import threading
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        import os
+
+        self._stop.set()
+        self._thread.join()
+        if self.path.is_symlink():
+            os.unlink(self.path)
+        if self.aside.is_dir() and not os.path.lexists(self.path):
+            os.rename(self.aside, self.path)
+        return False
+
+
+def row_bomb(dataset, table, run, rows):
+    """Replace a run's partition of `table` by one small file of `rows` copies of its first
+    row (runs of equal values compress to almost nothing: 200 M rows are a few MB)."""
+    import duckdb
+
+    part = Path(dataset) / table / f"run_id={run}"
+    files = sorted(part.glob("*.parquet"))
+    bomb = part / "bomb.tmp"
+    con = duckdb.connect()
+    try:
+        src = "'" + str(files[0]).replace("'", "''") + "'"
+        dest = "'" + str(bomb).replace("'", "''") + "'"
+        con.execute(f"COPY (SELECT s.* FROM (SELECT * FROM read_parquet({src}, "
+                    f"hive_partitioning = false) LIMIT 1) s, range({int(rows)})) TO {dest} "
+                    "(FORMAT parquet, ROW_GROUP_SIZE 1000000)")
+    finally:
+        con.close()
+    for f in files:
+        f.unlink()
+    bomb.rename(part / "part-0.parquet")
+    return part / "part-0.parquet"
+
+
+def wide_table(dataset, table, run, columns):
+    """A partition of `table` holding one row of `columns` integer columns (a footer of
+    tens of MB that any reader has to parse)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    part = Path(dataset) / table / f"run_id={run}"
+    part.mkdir(parents=True, exist_ok=True)
+    arr = pa.array([1], pa.int8())
+    pq.write_table(pa.table([arr] * columns, names=[f"c{i}" for i in range(columns)]),
+                   part / "part-0.parquet")
+    return part / "part-0.parquet"
+
+
+def long_host(dataset, run, length):
+    """Rewrite a run's runs file with a host of `length` characters (one repeated letter)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = next((Path(dataset) / "runs" / f"run_id={run}").glob("*.parquet"))
+    t = pq.read_table(f, partitioning=None)
+    i = t.schema.get_field_index("host")
+    t = t.set_column(i, t.schema.field(i), pa.array(["h" * length], pa.string()))
+    pq.write_table(t, f, compression="zstd")
+    return f
+
+
+def sparse_part(path, size):
+    """Replace the file at `path` by a sparse file of `size` bytes (no disk used)."""
+    import os
+
+    os.unlink(path)
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return Path(path)
+
+
+def run_measured(argv, timeout=900):
+    """Run `argv` -> (returncode, stdout, stderr, peak RSS in MiB, seconds).
+
+    The peak is the process's VmHWM (its address space's high-water mark, which starts
+    afresh at exec), read every 20 ms while it runs: getrusage's maxrss would also count
+    the memory of the process that started it (it survives exec)."""
+    import subprocess
+    import tempfile
+    import time
+
+    peak = 0
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err)
+        status = Path(f"/proc/{proc.pid}/status")
+        while proc.poll() is None:
+            try:
+                for line in status.read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]))
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() - started > timeout:
+                proc.kill()
+            time.sleep(0.02)
+        seconds = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        return proc.returncode, out.read(), err.read(), peak / 1024, seconds

@@ -76,10 +76,9 @@ class DuckDBBackend:
                                          self.threads, progress)
         view = ds.quote_ident(name)
         if files:
-            listed = ", ".join(ds.quote_literal(f) for f in files.values())
-            # sql-safe: view is quote_ident(), listed joins quote_literal() paths
-            self.con.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM read_parquet([{listed}], "
-                             "hive_partitioning = true, hive_types = {'run_id': VARCHAR})")
+            # sql-safe: view is quote_ident(), scan_sql() quotes every path
+            self.con.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM "
+                             f"{ds.scan_sql(list(files.values()), by_name=False)}")
         else:
             cols = ", ".join(["CAST(NULL AS VARCHAR) AS run_id"] +
                              [f"CAST(NULL AS {t}) AS {ds.quote_ident(c)}"

@@ -1,0 +1,23 @@
+"""Text from datasets and traces made safe to print: one helper for every line kmemscope shows.
+
+A label, host, folder name or comm may hold a newline or a terminal escape
+(`ESC ] 0 ; title BEL` retitles a terminal, others recolour or rewrite it):
+printed raw, it would forge lines or act on the user's terminal. Everything
+kmemscope prints as text (table cells, notes, errors, headers) passes through
+printable(); JSON output keeps the data as it is, escaped by JSON itself.
+"""
+
+# C0 and C1 control characters and DEL, shown as \xNN (newline, CR and tab as \n \r \t).
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7f, 0xa0)]}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def printable(text):
+    """`text` with control characters escaped."""
+    return str(text).translate(_CONTROL)
+
+
+def printable_lines(text):
+    """`text` of several lines with control characters escaped inside each line (the line
+    breaks kmemscope itself wrote stay; a stray CR or escape does not)."""
+    return "\n".join(printable(line) for line in str(text).split("\n"))
