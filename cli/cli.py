@@ -663,7 +663,7 @@ def _compare_format(fmt, output):
     from kmemscope.cli.output import resolve_format
 
     suffix = os.path.splitext(str(output or ""))[1].lower()
-    if suffix and suffix not in COMPARE_EXTENSIONS:
+    if fmt is None and suffix and suffix not in COMPARE_EXTENSIONS:   # --format says it
         raise click.BadParameter(f"{output}: compare writes {', '.join(COMPARE_EXTENSIONS)} files "
                                  "(or a name without an extension, as text), not "
                                  f"{suffix}", param_hint="-o")

@@ -434,10 +434,19 @@ def guarded(con, timeout=None):
     import threading
 
     state = {"signum": None, "late": False}
+    done = threading.Event()
+
+    def keep_interrupting():
+        # A signal can land in a window where interrupt() has nothing to stop yet (the
+        # statement is about to start, or a library swallowed _Stopped): interrupt again
+        # until the guarded work is over, so that no statement outlives a stop signal.
+        while not done.wait(0.05):
+            con.interrupt()
 
     def on_signal(signum, frame):
         if state["signum"] is None:
             state["signum"] = signum
+            threading.Thread(target=keep_interrupting, daemon=True).start()
         con.interrupt()
         # Between statements (or before the first has started) there is nothing to
         # interrupt: stop the Python code that would start the next one.
@@ -463,6 +472,7 @@ def guarded(con, timeout=None):
     except Exception as exc:     # duckdb's InterruptException, RuntimeError, the caller's errors
         failure = exc
     finally:
+        done.set()
         if timer is not None:
             timer.cancel()
         for sig, handler in previous.items():

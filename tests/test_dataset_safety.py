@@ -347,7 +347,12 @@ def test_a_signal_ends_sql_at_once_in_one_line(ds, tmp_path, sig, mode):
         waited += 1
     proc.send_signal(sig)
     # stopped at once: a query that went on would outlive this bound (SLOW_SQL takes minutes)
-    _out, err = proc.communicate(timeout=60)
+    try:
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:       # a failure leaves no query running behind the test
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 128 + sig, (proc.returncode, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), err
