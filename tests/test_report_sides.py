@@ -231,8 +231,9 @@ def test_report_atomic_orders_are_per_side_recounts(ab, report):
         want = recount_nonblocking(ds, [r for r in runs if (Path(ds) / "mm_page_alloc" / f"run_id={r}").exists()])
         for cls in ("highatomic_eligible", "other_nonblocking"):
             cells = panels[cls]
-            got = {int(order): int(cols[side]) for order, cols in cells.items() if cols.get(side)}
-            assert got == {o: n for o, n in want[cls].items() if n}, (side, cls, got, want[cls])
+            # per run of the side: the sides differ in run count (1 against 2)
+            got = {int(order): cols[side] for order, cols in cells.items() if cols.get(side)}
+            assert got == {o: round(n / len(runs), 3) for o, n in want[cls].items() if n}, (side, cls, got)
     # side b's kmem events come from its half of the trace only, so the sides differ
     a = {o: c["a"] for o, c in panels["other_nonblocking"].items()}
     b = {o: c["b"] for o, c in panels["other_nonblocking"].items()}
@@ -321,16 +322,18 @@ def test_all_zero_axes_do_not_go_negative(ab):
     import kmemscope.notebooks.figures as F
 
     ds, sides = ab
-    fig, _ = ComparisonFigures(F.Scope(str(ds)), "kernel").distributions()
+    fig, _, note = ComparisonFigures(F.Scope(str(ds)), "kernel").distributions()
     checked = 0
     for ax in fig.axes:
         points = [c for c in ax.collections if type(c).__name__ == "PathCollection"]
         if ax.get_visible() and points:
             ys = [y for c in points for y in c.get_offsets()[:, 1]]
-            if ys and max(ys) == 0:
+            if ys and min(ys) >= 0:
                 assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 0, ax.get_title()
                 checked += 1
-    assert checked, "expected an all-zero metric (lost_events, highatomic_pageblocks_max)"
+    assert checked
+    # a metric that is zero on every run gets a sentence, not a panel of zeros
+    assert "lost_events" in note and not any("Lost trace events" in ax.get_title() for ax in fig.axes)
     fig = F.highatomic_over_time(F.Scope(str(ds), sides["b"]))   # the pressure run: no HighAtomic blocks
     assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)
 
@@ -374,7 +377,7 @@ def test_report_sections_are_named_for_what_they_show_and_summarise_per_run(repo
     assert any(h.startswith("Per-CPU lists") for h in heads)
     assert any(h.startswith("Compaction and THP") for h in heads)
     # every per-side row says it is per run; the only total says across how many hosts
-    assert "pgscan_kswapd per minute, per run (mean ± stddev)" in text
+    assert "pgscan_kswapd per minute, per run (statistic; range)" in text
     assert "total across the side's hosts" in text
     assert "total across runs" not in text
     assert "-inf" not in text and "+inf" not in text
