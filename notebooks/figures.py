@@ -594,21 +594,25 @@ def pollution_matrices(scope, groups):
     return out, df
 
 
-def pollution_figure(matrices, titles, empty_text="no mm_page_alloc_extfrag events\n(not recorded, or no fallback)"):
-    """One heatmap per group, side by side, on one colour scale; -> (Figure, Drawn read back from it)."""
+def pollution_figure(matrices, titles, empty_text="no mm_page_alloc_extfrag events\n(not recorded, or no fallback)",
+                     title_colors=None, per_run=False):
+    """One heatmap per group, side by side, on one colour scale; -> (Figure, Drawn read back from it).
+    title_colors: {group: colour} for each panel's title (the side's). per_run: the matrices are
+    per run of their group (floats)."""
     import numpy as np
     import pandas as pd
 
     groups = list(matrices)
     n = len(groups)
-    vmax = max([int(m.values.max()) for m in matrices.values() if m is not None] + [1])
+    vmax = max([float(m.values.max()) for m in matrices.values() if m is not None] + [1])
     some = next(m for m in matrices.values() if m is not None)
     side = max(3.2, 0.75 * len(some) + 1.6)
     fig, axes = _figure(1, n, height=side, width=min(5.2 * n + 1.2, 16))
     im = None
     for ax, group in zip(axes.flat, groups):
         m = matrices[group]
-        ax.set_title(fig_text(titles.get(group, group)), fontsize=9)
+        ax.set_title(fig_text(titles.get(group, group)), fontsize=10,
+                     color=(title_colors or {}).get(group, "black"))
         if m is None:
             ax.set_axis_off()
             ax.text(0.5, 0.5, empty_text,
@@ -621,20 +625,22 @@ def pollution_figure(matrices, titles, empty_text="no mm_page_alloc_extfrag even
         ax.set_xlabel("fallback (block) migratetype", fontsize=9)
         ax.set_ylabel("requested migratetype", fontsize=9)
         for (i, j), v in np.ndenumerate(m.values):
-            ax.text(j, i, f"{v:,}", ha="center", va="center", fontsize=9,
+            ax.text(j, i, f"{v:,.3g}" if per_run else f"{v:,}", ha="center", va="center", fontsize=9,
                     color="white" if v > 0.6 * vmax else ("black" if v else "0.6"))
     if im is not None:
-        fig.colorbar(im, ax=list(axes.flat), label="extfrag events", shrink=0.8)
+        fig.colorbar(im, ax=list(axes.flat), label="extfrag events per run" if per_run else "extfrag events",
+                     shrink=0.8)
     drawn = {}
     for ax, group in zip(axes.flat, groups):
         if not ax.images:
             drawn[group] = None
             continue
         arr = np.asarray(ax.images[0].get_array())
-        drawn[group] = pd.DataFrame(arr.astype("int64"),
+        drawn[group] = pd.DataFrame(arr.astype("float64").round(3) if per_run else arr.astype("int64"),
                                     index=[t.get_text() for t in ax.get_yticklabels()],
                                     columns=[t.get_text() for t in ax.get_xticklabels()])
-    return fig, Drawn("pollution", drawn, "Numbers drawn (extfrag events, requested type by row)")
+    return fig, Drawn("pollution", drawn, "Numbers drawn (extfrag events" + (" per run" if per_run else "")
+                      + ", requested type by row)")
 
 
 def pollution_by(scope, groups, what="run"):
@@ -653,12 +659,20 @@ def pollution_by(scope, groups, what="run"):
             titles[g] = f"{g}: {'extfrag not recorded' if known else 'no extfrag events'}{within}"
             continue
         titles[g] = f"{g}: {plural(int(matrices[g].values.sum()), 'fallback')}{within}"
+        if what == "side" and len(runs) > 1:
+            titles[g] += f", {matrices[g].values.sum() / len(runs):,.3g} per run"
         unrecorded = [r for r in runs if r not in rec] if known else []
         if unrecorded:
             titles[g] += f"\n({len(unrecorded)} of {plural(len(runs), 'run')} did not record extfrag)"
     empty = ("mm_page_alloc_extfrag was not recorded" if known else
              "no mm_page_alloc_extfrag events\n(not recorded, or no fallback)")
-    fig, drawn = pollution_figure(matrices, titles, empty)
+    pal = scope.palette()
+    colors = {g: (pal.color(g) if what == "side" and g in pal.groups else pal.run(runs[0])["color"])
+              for g, runs in groups.items()}
+    # a side's matrix is per run: sides may differ in run count
+    per_run = what == "side"
+    shown = {g: (m / len(groups[g]) if per_run and m is not None else m) for g, m in matrices.items()}
+    fig, drawn = pollution_figure(shown, titles, empty, colors, per_run)
     side_of = {r: g for g, runs in groups.items() for r in runs}
     df = df[df.run_id.isin(side_of)].assign(**{what: lambda d: d.run_id.map(side_of)})
     frag = (df.groupby([what, "fragmenting", "ownership_meaning"], sort=False)["events"].sum()
