@@ -12,7 +12,7 @@ SPARK_REQS  := tests/spark_reqs.py
 EXAMPLE     := examples/kmem-compaction
 DEMO_DIR    := out/demo
 
-.PHONY: all setup setup-spark native demo test bench fuzz dist clean docs
+.PHONY: all setup setup-spark native demo test bench fuzz dist clean docs screenshots
 
 all: setup dist
 
@@ -103,6 +103,15 @@ docs: setup
 	@$(BIN)/python -c "import mkdocs" 2>/dev/null || { echo "installing $(MKDOCS_PIN) into $(VENV)"; $(BIN)/pip install -q $(MKDOCS_PIN); }
 	$(BIN)/python tools/gen_docs.py
 	$(BIN)/mkdocs build --strict --site-dir out/site
+
+# Full-page screenshots of both kinds of report (a one-run overview, an A/B comparison) from
+# the example bundles, in Debian's headless chromium (installed when missing), into docs/img/.
+screenshots: setup
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium for the screenshots"; \
+		SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
+	$(BIN)/python tools/screenshots.py --out docs/img --work out/screenshots
 
 bench: setup
 	$(BIN)/python benchmarks/parse_bench.py

@@ -885,6 +885,40 @@ def report(dataset, output, compare_label, baseline, runs, labels, keep_notebook
                      engine=spec, cell_bar=sys.stderr.isatty())
 
 
+@cli.group()
+def export():
+    """Write a run in another tool's format, to look at it there."""
+
+
+@export.command("perfetto")
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
+@click.option("--run", "run", required=True, metavar="ID", help="The run (its id or a unique prefix).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=utf8_path,
+              help="The trace file to write (e.g. run.pftrace).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing when it worked.")
+def export_perfetto(dataset, run, output, quiet):
+    """Write one run of DATASET as a Perfetto trace, for Perfetto's UI (ui.perfetto.dev).
+
+    A track per task with its direct compaction and direct reclaim stalls as
+    slices (order and result as arguments), kcompactd and kswapd runs, THP
+    fault outcomes and migratetype fallbacks as instants, and counters of free
+    pages per order (buddyinfo) and vmstat rates. Open the file with "Open
+    trace file" in the UI: it is read in the browser, not uploaded.
+    """
+    from kmemscope.operations import export_perfetto as _export
+    from kmemscope.tables import printable
+
+    done = _export(dataset, run, output)
+    if not quiet:
+        slices = sum(done.slices.values())
+        instants = sum(done.instants.values())
+        click.echo(f"kmemscope export: wrote {printable(str(done.path))}: run {done.run_id}, "
+                   f"{done.tasks} task tracks, {slices:,} slices, {instants:,} instants, "
+                   f"{len(done.counters)} counters", err=True)
+        for note in done.notes:
+            click.echo(f"kmemscope: note: {note}", err=True)
+
+
 # ---------------------------------------------------------------- entry point
 
 def _report_error(ctx, exc):

@@ -501,12 +501,3 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
                 raise
             out.append(exc)
     return out
-
-
-def __getattr__(name):
-    # The statistics of comparisons (means, spreads, tests), for report figures that draw them.
-    if name == "stats":
-        from kmemscope.queries import compare
-
-        return compare
-    raise AttributeError(f"module 'kmemscope.api' has no attribute {name!r}")

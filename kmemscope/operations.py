@@ -244,3 +244,19 @@ def stop_engines() -> None:
     from kmemscope.queries import engines
 
     engines.shutdown()
+
+
+def export_perfetto(dataset, run: str, output):
+    """Write one run of `dataset` as a Perfetto trace (`kmemscope export perfetto`) -> ExportSummary.
+
+    Stalls as slices on a track per task, THP fault outcomes and migratetype
+    fallbacks as instants, free pages per order and vmstat rates as counters
+    (kmemscope/perfetto_export.py). Needs the `perfetto` package (the report extra)."""
+    try:
+        import perfetto.trace_builder.proto_builder  # noqa: F401
+    except ImportError:
+        raise KmemscopeError("kmemscope export perfetto needs the perfetto package",
+                             "install the report extra: pip install 'kmemscope[report]'") from None
+    from kmemscope.perfetto_export import export_run
+
+    return export_run(dataset, run, output)

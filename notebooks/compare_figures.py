@@ -1,7 +1,9 @@
 """Figures and tables for the compare notebook: sides of a label, per-run points, study tables.
 
-The statistics come from kmemscope.queries.compare; this module only lays
-them out. Every figure keeps the sides apart: a panel, a bar or a point per
+The statistics come from the API's Comparison; this module only lays them
+out. A metric's value on a side is the comparison row's `.mean` everywhere
+(table, vmstat table, figure, verdict), always named by its statistic
+(`stat_name`): nothing here computes another mean. Every figure keeps the sides apart: a panel, a bar or a point per
 side (or per run), never a sum over both: each side is summarised per run
 (mean, spread, range), and a total across hosts appears only where a row says
 so. The tables have the shape of the evidence page-allocator patches publish:
@@ -16,12 +18,37 @@ import numpy as np
 import pandas as pd
 from IPython.display import HTML
 
-from kmemscope import comparison_text as co
 from kmemscope.errors import KmemscopeError
-from kmemscope.api import stats as st
 
 from . import figures as F
-from .figures import Missing, _figure, fig_text, hex_pfn, md_text, plural
+from .figures import Drawn, Missing, _figure, fig_text, hex_pfn, md_text, plural
+from .style import Palette
+
+def stat_name(row, side=None):
+    """The name of the statistic in a row's `.mean` ('Hmean' or 'Amean'), as the comparison says."""
+    stats = row.stats.get(side) if side is not None else next(iter(row.stats.values()), None)
+    return getattr(stats, "stat", None) or row.metric.mean_kind
+
+
+def mean_ci(stats, level=0.95):
+    """(low, high) of a 95% confidence interval of the side's mean: `.mean` +/- t * s / sqrt(n),
+    Student's t with n - 1 degrees of freedom; None below two runs."""
+    if stats.n < 2 or stats.stddev is None or stats.mean is None:
+        return None
+    from scipy.stats import t
+
+    half = t.ppf(0.5 + level / 2, stats.n - 1) * stats.stddev / stats.n ** 0.5
+    return stats.mean - half, stats.mean + half
+
+
+COPY_SCRIPT = ("var t=document.getElementById('{id}').innerText;"
+               "function ok(){{this.textContent='copied';}}"
+               "if(navigator.clipboard&&window.isSecureContext){{navigator.clipboard.writeText(t)"
+               ".then(ok.bind(this));}}else{{var r=document.createRange();"
+               "r.selectNodeContents(document.getElementById('{id}'));var s=getSelection();"
+               "s.removeAllRanges();s.addRange(r);document.execCommand('copy');s.removeAllRanges();"
+               "ok.call(this);}}")
+
 
 class ComparisonFigures:
     """The sides of `label` in a dataset and every metric compared; built once per notebook."""
@@ -31,12 +58,16 @@ class ComparisonFigures:
         self.comparison = scope.open().compare(label, baseline or None, test=test,
                                                run=scope.runs or None, label=scope.labels or None)
         self.sides, self.rows = self.comparison.sides, self.comparison.rows
-        self.colors = {side: f"C{i}" for i, side in enumerate(self.sides.sides)}
+        self.palette = Palette(self.groups)
+        scope.use_palette(self.palette)       # the scope's figures colour by side too
 
     @property
     def groups(self):
         """side -> its run ids, baseline first."""
         return {side: list(self.sides.runs[side]) for side in self.sides.sides}
+
+    def row(self, name):
+        return next((r for r in self.rows if r.metric.name == name), None)
 
     def side_counts(self):
         """'a: 1 run on 1 host; b: 2 runs on 1 host' from the runs table (a bare trace.dat may lack its host)."""
@@ -51,47 +82,123 @@ class ComparisonFigures:
         return (f"Sides of `{md_text(self.sides.label)}` (baseline {md_text(self.sides.baseline)}): "
                 f"{self.side_counts()}.")
 
+    def summary(self):
+        """The headline verdicts: each summary metric that both sides measured, its statistic per
+        side and the difference, as the comparison table gives them."""
+        esc = html.escape
+        base = self.sides.baseline
+        items = []
+        for r in self.rows:
+            if r.metric.kind != "summary":
+                continue
+            for side in self.sides.sides[1:]:
+                c = r.versus[side]
+                if c.pct_diff is None:
+                    continue
+                stat = stat_name(r, side)
+                color = _color(c.pct_diff)
+                items.append(
+                    f"<li><b>{esc(r.metric.title)}</b>: {_value_html(r, base)} on {esc(base)}, "
+                    f"{_value_html(r, side)} on {esc(side)}: <span style='color:{color}'>"
+                    f"{esc(_verdict(c.pct_diff, c.significant))}</span> ({stat}, "
+                    f"{'higher' if r.metric.better == 'higher' else 'lower'} is better)</li>")
+        swatches = " ".join(f"<span style='display:inline-block;width:0.9em;height:0.9em;"
+                            f"background:{self.palette.color(s)}'></span> {esc(s)}"
+                            for s in self.sides.sides)
+        lead = (f"<p>Colours in every figure: {swatches}. Significance marked <code>*</code> by the "
+                f"{esc(self.test)} test.</p>")
+        if not items:
+            return HTML(lead + "<p><i>No headline metric was measured on both sides.</i></p>")
+        return HTML(lead + "<ul class='kmemscope-summary'>" + "".join(items) + "</ul>")
+
     def table(self):
         """The comparison: a table that marks better and worse, the mmtests layout, the notes."""
         notes = self.comparison.notes
-        text = co.format_mmtests(self.sides, self.rows, self.test)
+        text = self.comparison.mmtests()
         note_md = "\n".join(f"- {md_text(n)}" for n in notes)
         shown = [r for r in self.rows if r.metric.kind != "vmstat"]
-        return (self.intro(),
-                HTML(comparison_html(self.sides, shown)),
-                # The long mmtests layout folds away under the compact table.
-                HTML("<details><summary>mmtests compare-kernels layout (every metric)</summary><pre>"
-                     + html.escape(text) + "</pre></details>"),
+        block = ("<div class='kmemscope-mmtests'><p><b>mmtests compare-kernels layout</b> (every metric, "
+                 "ready to paste into a posting) <button type='button' onclick=\""
+                 + html.escape(COPY_SCRIPT.format(id="kmemscope-mmtests"), quote=True)
+                 + "\">copy</button></p><pre id='kmemscope-mmtests'>" + html.escape(text)
+                 + "</pre></div>")
+        return (self.intro(), HTML(comparison_html(self.sides, shown)), HTML(block),
                 ("**Notes**\n\n" + note_md) if notes else None)
 
     def distributions(self):
-        """One panel per metric: every run a point (jittered), the side's mean a bar."""
-        # vmstat rows have a table of their own (vmstat_table); the rest get a panel each
+        """One panel per metric: every run a point (a marker per run, the side's colour), the side's
+        statistic (the comparison's Hmean or Amean) a bar with its 95% confidence interval."""
         mine = [r for r in self.rows if r.metric.kind != "vmstat"]
-        rows = [r for r in mine if any(x.n for x in r.stats.values())]
-        empty = [r.metric.name for r in mine if r not in rows]
+        measured = [r for r in mine if any(x.n for x in r.stats.values())]
+        rows = [r for r in measured if any(v for x in r.stats.values() for v in x.values)]
+        empty = [r.metric.name for r in mine if r not in measured]
+        zero = [r.metric.name for r in measured if r not in rows]
+        if not rows:
+            raise Missing("No metric has a non-zero value on any side: no distributions.")
         cols = 3
-        fig, axes = _figure((len(rows) + cols - 1) // cols, cols, height=2.6)
-        rng = np.random.default_rng(0)      # fixed jitter: the same report every time
-        ticks = [fig_text(s) for s in self.sides.sides]
+        fig, axes = _figure((len(rows) + cols - 1) // cols, cols, height=2.9)
+        sides = self.sides.sides
+        panels = {}
         for ax, r in zip(axes.flat, rows):
-            for i, side in enumerate(self.sides.sides):
+            stat = stat_name(r)
+            drawn = {}
+            for i, side in enumerate(sides):
                 x = r.stats[side]
-                ax.scatter(i + rng.uniform(-0.12, 0.12, len(x.values)), x.values, s=14, alpha=0.7,
-                           zorder=3, color=self.colors[side])
-                if x.mean is not None:
-                    ax.hlines(x.mean, i - 0.3, i + 0.3, color="black", lw=1.5)
-                else:
-                    ax.text(i, 0.5, "no value", ha="center", va="center", fontsize=8, color="0.5",
+                runs = [run for run, v in zip(self.sides.runs[side], self.sides.values(r.metric.name)[side])
+                        if v is not None and v == v]
+                for j, (run, v) in enumerate(zip(runs, x.values)):
+                    st = self.palette.run_marker(run)
+                    ax.scatter([i + (j - (len(runs) - 1) / 2) * 0.08], [v], s=22, zorder=3, alpha=0.85,
+                               edgecolor="black", linewidth=0.4, **st)
+                if x.mean is None:
+                    ax.text(i, 0.5, "no value", ha="center", va="center", fontsize=8, color="0.4",
                             transform=ax.get_xaxis_transform())
-            ax.set_xticks(range(len(self.sides.sides)), ticks, fontsize=8)
-            ax.set_xlim(-0.6, len(self.sides.sides) - 0.4)
-            ax.set_title(f"{r.metric.name} ({r.metric.better} is better)", fontsize=8)
+                    continue
+                ax.hlines(x.mean, i - 0.3, i + 0.3, color=self.palette.color(side), lw=2.2,
+                          gid=f"side={side}")
+                ci = mean_ci(x)
+                if ci is None:
+                    ax.text(i + 0.32, x.mean, f"{x.n} run:\nno spread", fontsize=7, color="0.3",
+                            va="center")
+                else:
+                    lo, hi = (max(ci[0], 0), min(ci[1], 100)) if r.metric.unit == "%" else ci
+                    ax.vlines(i, lo, hi, color=self.palette.color(side), lw=1.2)
+                    ax.hlines([lo, hi], i - 0.08, i + 0.08, color=self.palette.color(side), lw=1.2)
+                drawn[side] = {stat: x.mean, "ci_low": ci[0] if ci else float("nan"),
+                               "ci_high": ci[1] if ci else float("nan"), "runs": x.n}
+            ax.set_xticks(range(len(sides)), [fig_text(s) for s in sides], fontsize=8)
+            ax.set_xlim(-0.6, len(sides) - 0.4)
+            ax.set_title(f"{fig_text(r.metric.title)}\n{stat} per side; {r.metric.better} is better",
+                         fontsize=9)
+            ax.set_ylabel(_unit_label(r.metric.unit), fontsize=8)
+            ax.tick_params(labelsize=8)
+            values = [v for x in r.stats.values() for v in x.values]
+            if min(values) >= 0:      # counts, shares, times: from zero
+                top = max(values + [x.mean or 0 for x in r.stats.values()])
+                ax.set_ylim(0, 100 if r.metric.unit == "%" else (top * 1.12 or 1))
+            panels[f"{r.metric.name} ({stat})"] = pd.DataFrame(drawn).T if drawn else None
         for ax in list(axes.flat)[len(rows):]:
             ax.set_visible(False)
-        F.no_negative_axes(fig)
-        sentence = (f"*No run could give {', '.join(empty)}: left out.*" if empty else None)
-        return fig, sentence
+        # the legend: what a marker means (a run) and what a bar means, outside the panels
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], linestyle="none", markeredgecolor="black", markeredgewidth=0.4,
+                          markersize=6, **{k: v for k, v in self.palette.run_marker(run).items() if k != "gid"},
+                          label=f"{fig_text(side)}: {run[:8]}")
+                   for side in sides for run in self.sides.runs[side]][:F.MAX_LINES]
+        handles.append(Line2D([], [], color="0.3", lw=2.2, label="the side's statistic (Hmean/Amean)"))
+        handles.append(Line2D([], [], color="0.3", lw=1.2, marker="_", markersize=8,
+                              label="95% CI of the side's mean\n(cut at the panel's edge)"))
+        fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+        fig._kmemscope_alt = ("Per-metric panels: one point per run, the side's statistic as a bar "
+                              "with its 95% confidence interval")
+        notes = []
+        if empty:
+            notes.append(f"No run could give {', '.join(empty)}: left out.")
+        if zero:
+            notes.append(f"Zero on every run of every side, so no panel: {', '.join(zero)}.")
+        return fig, Drawn("distributions", panels, "Numbers drawn (statistic and 95% CI per side)"), \
+            ("*" + " ".join(notes) + "*" if notes else None)
 
     def pollution(self):
         """The fallback pollution matrix of each side, side by side on one colour scale."""
@@ -100,46 +207,50 @@ class ComparisonFigures:
         return fig, drawn, frag
 
     def atomic_orders(self):
-        """Non-blocking allocations per order, a bar per side, a panel per reserve class."""
-        fig, drawn, note = F.atomic_orders_by(self.scope, self.groups, group_title="side")
+        """Non-blocking allocations per order, a bar per side: the side's runs summed and divided by
+        their number (sides may differ in run count)."""
+        fig, drawn, note = F.atomic_orders_by(self.scope, self.groups, group_title="side", per_run=True)
         return fig, drawn, note
 
     def orders(self):
-        """Every allocation per order, a bar per side (log scale)."""
-        return F.order_histogram(self.scope, self.groups,
-                                 title="allocations per order, summed over each side's runs")
+        """Allocation attempts and failures per order, a bar per side, per run (log scale)."""
+        return F.order_histogram(self.scope, self.groups, per_run=True,
+                                 title="allocations per order, per run of each side (attempts, failed hatched)")
 
     def highatomic_study(self):
-        """The high-atomic reserve per side: per-run ranges and means; totals only where labelled."""
+        """The high-atomic reserve per side: per-run ranges and the comparison's statistic; a total
+        only where a row says so."""
         host = self._hosts()
-        v = self.sides.values
         names = ("highatomic_pageblocks_max", "thp_fault_success_pct", "compaction_success_pct",
                  "pgscan_kswapd_per_min", "eligible_allocs_order_4_plus", "eligible_allocs_order_1_3")
-        stats = {side: {m: st.clean(v(m)[side]) for m in names} for side in self.sides.sides}
+        values = {m: {s: [v for v in vs if v is not None and v == v]
+                      for s, vs in self.sides.values(m).items()} for m in names}
         hosts = {s: len({host.get(r) for r in self.sides.runs[s]} - {None}) or len(self.sides.runs[s])
                  for s in self.sides.sides}
         rows = [("runs", {s: f"{len(self.sides.runs[s])}" for s in self.sides.sides}),
                 ("hosts", {s: _hosts_cell(self.sides.runs[s], host) for s in self.sides.sides})]
+
+        def stat(m, unit=""):
+            r = self.row(m)
+            if r is None:
+                return lambda s: _range(values[m][s], unit)
+            return lambda s: _stat_cell(r, s, unit)
+
         spec = [
-            ("HighAtomic pageblocks per run (range)",
-             lambda s, x: st.value_range(x["highatomic_pageblocks_max"])),
-            ("THP success rate per run (range)",
-             lambda s, x: st.value_range(x["thp_fault_success_pct"], "%")),
-            ("Compaction success rate per run (range)",
-             lambda s, x: st.value_range(x["compaction_success_pct"], "%")),
-            ("pgscan_kswapd per minute, per run (mean ± stddev)",
-             lambda s, x: _mean_sd(x["pgscan_kswapd_per_min"])),
+            ("HighAtomic pageblocks per run (statistic; range)", stat("highatomic_pageblocks_max")),
+            ("THP success rate per run (statistic; range)", stat("thp_fault_success_pct", "%")),
+            ("Compaction success rate per run (statistic; range)", stat("compaction_success_pct", "%")),
+            ("pgscan_kswapd per minute, per run (statistic; range)", stat("pgscan_kswapd_per_min")),
             ("pgscan_kswapd per minute, total across the side's hosts",
-             lambda s, x: (f"{_si(sum(x['pgscan_kswapd_per_min']))} over {plural(hosts[s], 'host')}"
-                           if x["pgscan_kswapd_per_min"] else "n/a")),
-            ("Atomic order-4+ allocations per run (mean, range)",
-             lambda s, x: _mean_range(x["eligible_allocs_order_4_plus"])),
-            ("Atomic order 1-3 allocations per run (mean, range)",
-             lambda s, x: _mean_range(x["eligible_allocs_order_1_3"])),
+             lambda s: (f"{_si(sum(values['pgscan_kswapd_per_min'][s]))} over {plural(hosts[s], 'host')}"
+                        if values["pgscan_kswapd_per_min"][s] else "n/a")),
+            ("Atomic order-4+ allocations per run (statistic; range)", stat("eligible_allocs_order_4_plus")),
+            ("Atomic order 1-3 allocations per run (statistic; range)", stat("eligible_allocs_order_1_3")),
         ]
-        rows += [(title, {s: fn(s, stats[s]) for s in self.sides.sides}) for title, fn in spec]
+        rows += [(title, {s: fn(s) for s in self.sides.sides}) for title, fn in spec]
         table = pd.DataFrame([{"measure": title, **vals} for title, vals in rows])
-        sentence = f"Per run over each side ({self.side_counts()})."
+        sentence = (f"Per run over each side ({self.side_counts()}); the statistic is the comparison's "
+                    "(Hmean where higher is better, else Amean) and says its name.")
         if len(set(hosts.values())) > 1:
             sentence += (" The sides have different numbers of hosts: compare the per-run rows, "
                          "not the totals.")
@@ -160,27 +271,89 @@ class ComparisonFigures:
             more = len(self.sides.runs[side]) - runs_per_side
             if more > 0:
                 lines.append(f"  ... and {plural(more, 'more run')}")
-        return HTML("<pre>" + html.escape("\n".join(lines)) + "</pre>")
+        return HTML("<pre class='kmemscope-mono'>" + html.escape("\n".join(lines)) + "</pre>")
 
     def vmstat_table(self):
-        """Compaction and THP: the vmstat rows of a kernel A/B table, per-run mean ± stddev per side,
-        the percent difference (positive = better), marked better or worse, and Welch's p."""
+        """Compaction and THP: the vmstat rows of a kernel A/B table: per side the comparison's
+        statistic ± stddev (named), the percent difference (positive = better), marked better or
+        worse, and Welch's p."""
         rows = [r for r in self.rows if r.metric.kind == "vmstat"]
         if not rows:
             raise Missing("No vmstat samples in these runs (bare trace.dat): no vmstat table.")
+        esc = html.escape
         base = self.sides.baseline
-        out = []
+        head = ["counter", "better"] + [esc(s) for s in self.sides.sides]
+        for side in self.sides.sides[1:]:
+            head += [f"{esc(side)} vs {esc(base)}", f"{esc(side)} Welch p"]
+        out = ["<table class='dataframe kmemscope-vmstat'><thead><tr>"
+               + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
         for r in rows:
-            row = {"counter": r.metric.title, "better": r.metric.better}
+            cells = [esc(r.metric.title), esc(r.metric.better)]
             for side in self.sides.sides:
                 x = r.stats[side]
-                row[side] = "n/a" if x.mean is None else _mean_sd(x.values)
-                if side != base:
-                    c = r.versus[side]
-                    row[f"{side} vs {base}"] = _verdict(c.pct_diff, c.significant)
-                    row[f"{side} Welch p"] = "n/a" if c.welch_p is None else f"{c.welch_p:.3g}"
-            out.append(row)
-        return pd.DataFrame(out)
+                sd = "" if x.stddev is None else f" ± {x.stddev:.2f}"
+                cells.append("n/a" if x.mean is None else f"{_value_html(r, side)}{sd}")
+            for side in self.sides.sides[1:]:
+                c = r.versus[side]
+                cells.append(f"<span style='color:{_color(c.pct_diff)}'>"
+                             f"{esc(_verdict(c.pct_diff, c.significant))}</span>")
+                cells.append("n/a" if c.welch_p is None else f"{c.welch_p:.3g}")
+            out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        out.append("</tbody></table>")
+        return HTML("".join(out))
+
+    def time_series(self):
+        """Per side over time: compaction, THP faults and stall time per second; free pages per order."""
+        from . import timeseries as T
+
+        return T.over_time(self.scope, self.groups, self.palette)
+
+    def free_pages(self):
+        from . import timeseries as T
+
+        return T.free_pages_heatmap(self.scope, self.groups, self.palette)
+
+    def stall_cdfs(self):
+        from . import timeseries as T
+
+        return T.stall_cdfs(self.scope, self.groups, self.palette)
+
+
+def _unit_label(unit):
+    return {"%": "percent (%)", "count": "count per run", "/min": "per minute", "ms": "milliseconds",
+            "/1000": "per 1,000 allocations"}.get(unit, unit or "value")
+
+
+def _color(pct):
+    if pct is None or pct == 0:
+        return "inherit"
+    return "#1a7f37" if pct > 0 else "#cf222e"
+
+
+def _value_html(row, side):
+    """'<span data-...>Hmean 31.67</span>': the side's statistic, named, with its value in data attributes."""
+    x = row.stats[side]
+    if x.mean is None:
+        return "n/a"
+    stat = stat_name(row, side)
+    return (f"<span class='kmemscope-value' data-metric=\"{html.escape(row.metric.name, quote=True)}\" "
+            f"data-side=\"{html.escape(side, quote=True)}\" data-stat='{stat}' "
+            f"data-value='{x.mean!r}'>{stat} {x.mean:,.2f}</span>")
+
+
+def _stat_cell(row, side, unit=""):
+    x = row.stats[side]
+    if x.mean is None:
+        return "n/a"
+    return f"{stat_name(row, side)} {x.mean:,.2f}{unit}; range {_range(x.values, unit)}"
+
+
+def _range(values, unit=""):
+    if not values:
+        return "n/a"
+    lo, hi = min(values), max(values)
+    fmt = (lambda v: f"{v:,.0f}") if all(float(v).is_integer() for v in values) else (lambda v: f"{v:,.2f}")
+    return f"{fmt(lo)}{unit}" if lo == hi else f"{fmt(lo)}{unit} to {fmt(hi)}{unit}"
 
 
 def _verdict(pct, significant):
@@ -192,8 +365,9 @@ def _verdict(pct, significant):
 
 
 def comparison_html(sides, rows):
-    """The comparison as an HTML table: per side "mean [range]", and against the baseline the
-    percent difference coloured by direction (green better, red worse; bold when significant)."""
+    """The comparison as an HTML table: per side its statistic, named (Hmean or Amean, the one
+    `compare` uses), and the range of the per-run values; against the baseline the percent
+    difference coloured by direction (green better, red worse; bold when significant)."""
     esc = html.escape
     head = ["metric", "unit", "better"] + [f"{esc(s)} (n={len(sides.runs[s])})" for s in sides.sides]
     for s in sides.sides[1:]:
@@ -204,8 +378,10 @@ def comparison_html(sides, rows):
         cells = [f"<code>{esc(r.metric.name)}</code>", esc(r.metric.unit), esc(r.metric.better)]
         for s in sides.sides:
             x = r.stats[s]
-            cells.append("n/a" if x.n == 0 else f"{x.mean:.2f} [{esc(x.range)}]"
-                         + (f" n={x.n}" if x.n != len(sides.runs[s]) else ""))
+            cells.append("n/a" if x.n == 0 else _value_html(r, s)
+                         + f"<br><small>range {esc(_range(x.values, r.metric.range_unit))}"
+                         + (f", {x.n} of {len(sides.runs[s])} runs" if x.n != len(sides.runs[s]) else "")
+                         + "</small>")
         for s in sides.sides[1:]:
             c = r.versus[s]
             pct = c.pct_diff
@@ -231,20 +407,6 @@ def _p(p):
     if p is None:
         return "n/a"
     return f"{p:.4f}" if p >= 0.0001 else f"{p:.1e}"
-
-
-def _mean_sd(values):
-    if not values:
-        return "n/a"
-    m = st.amean(values)
-    sd = st.stddev(values)
-    return f"{m:.2f}" if sd is None else f"{m:.2f} ± {sd:.2f}"
-
-
-def _mean_range(values):
-    if not values:
-        return "n/a"
-    return f"{st.amean(values):,.1f} ({st.value_range(values)})"
 
 
 def _runs_on_hosts(ids, host):

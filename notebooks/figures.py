@@ -24,6 +24,8 @@ import kmemscope
 from kmemscope.errors import KmemscopeError
 from kmemscope.api import EngineSpec
 
+from .style import legend_outside
+
 MAX_LINES = 12           # legend entries before a figure drops its legend
 MAX_PANELS = 4           # per-run panels before the rest are left out (with a sentence)
 NOT_EVENTS = {"runs", "print_flags", "lost_events", "vmstat", "pagetypeinfo_free",
@@ -42,7 +44,10 @@ class Scope:
     runs: list = field(default_factory=list)      # run ids or prefixes; empty: all runs
     labels: list = field(default_factory=list)    # "k=v" filters
     engine: EngineSpec = field(default_factory=EngineSpec)   # which engine runs the SQL
+    color_by: str = ""        # a label whose values are the sides: a colour per side, else per run
+    baseline: str = ""        # the side coloured first (as `compare` orders them)
     _opened: object = field(default=None, init=False, repr=False, compare=False)
+    _palette: object = field(default=None, init=False, repr=False, compare=False)
 
     def open(self):
         """The dataset, opened once per scope."""
@@ -51,8 +56,33 @@ class Scope:
         return self._opened
 
     def narrowed(self, runs):
-        """The same dataset and engine over other runs."""
-        return Scope(self.dataset, list(runs), [], self.engine)
+        """The same dataset, engine and colours over other runs."""
+        out = Scope(self.dataset, list(runs), [], self.engine, self.color_by, self.baseline)
+        out._palette = self._palette
+        return out
+
+    def palette(self):
+        """The report's colours: a colour per value of `color_by` (baseline first, then sorted,
+        as compare orders sides), a marker per run; without color_by, a colour per run."""
+        from .style import Palette
+
+        if self._palette is None:
+            runs = self.query_runs()
+            if self.color_by:
+                groups = {}
+                for r in runs.itertuples():
+                    value = _label_value(r.labels, self.color_by)
+                    groups.setdefault(value if value is not None else "(no label)", []).append(r.run_id)
+                order = sorted(groups, key=lambda v: (v != self.baseline, v == "(no label)", v))
+                self._palette = Palette({v: groups[v] for v in order})
+            else:
+                names = self.run_names()
+                self._palette = Palette({names[r]: [r] for r in sorted(names)})
+        return self._palette
+
+    def use_palette(self, palette):
+        self._palette = palette
+        return self
 
     def query(self, name, **params):
         """A named analysis as a DataFrame (labels flattened to "k=v,...")."""
@@ -101,6 +131,15 @@ class Scope:
         return out
 
 
+def _label_value(text, key):
+    """The value of `key` in a "k=v,k2=v2" labels text (None: not there)."""
+    for item in (text or "").split(","):
+        k, sep, v = item.partition("=")
+        if sep and k == key:
+            return v
+    return None
+
+
 def _labels_text(m):
     if m is None:
         return ""
@@ -141,10 +180,10 @@ def _is_pfn_column(name):
 
 def tidy_table(df):
     """A frame as shown: index folded into columns, no axis names, pfns in hex."""
-    if type(df.index).__name__ != "RangeIndex" or df.index.name is not None:
+    if any(n is not None for n in df.index.names):
         df = df.reset_index()     # a named index is a real column; a row counter says nothing
     else:
-        df = df.copy()
+        df = df.reset_index(drop=True)
     df.columns = [str(c) if not isinstance(c, str) else c for c in df.columns]
     df.columns.name = None
     for col in df.columns:
@@ -218,11 +257,24 @@ def show(make, *args, **kwargs):
         elif hasattr(item, "to_html") and hasattr(item, "columns"):
             display(HTML(tidy_table(item).to_html(index=False)))
         elif hasattr(item, "savefig"):
-            buf = io.BytesIO()
-            item.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-            display(Image(data=buf.getvalue(), format="png"))
+            display(HTML(figure_html(item, getattr(make, "__name__", "figure"))))
         else:
             display(item)
+
+
+def figure_html(fig, name):
+    """A figure as an inline PNG with alt text from its own titles and labels, and the record
+    of the colours it gave each side and run (style.record_html)."""
+    import base64
+
+    from .style import alt_text, record_html
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    alt = html.escape(alt_text(fig), quote=True)
+    return (f'<img class="kmemscope-figure" data-figure="{html.escape(name, quote=True)}" '
+            f'alt="{alt}" src="data:image/png;base64,{data}">' + record_html(name, fig))
 
 
 def _figure(nrows=1, ncols=1, height=3.2, width=11):
@@ -325,30 +377,36 @@ def event_rates(scope):
     from matplotlib.ticker import MaxNLocator
 
     names = scope.run_names()
-    color = {run: f"C{i % 10}" for i, run in enumerate(sorted(df.run_id.unique()))}   # a run keeps its colour
+    pal = scope.palette()
     fig, axes = _figure((len(top) + 1) // 2, 2, height=2.6)
     for ax, event in zip(axes.flat, top):
         sub = df[df.event == event]
         for run, g in sub.groupby("run_id"):
-            ax.plot(g["second"], g["events"], marker=".", color=color[run], label=fig_text(names.get(run, run)))
+            ax.plot(g["second"], g["events"], markersize=3, **pal.run(run),
+                    label=fig_text(names.get(run, run)))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(fig_text(event), fontsize=9)
         ax.set_xlabel("s since the run's first event", fontsize=8)
         ax.set_ylabel("events/s", fontsize=8)
-        _legend(ax, sub.run_id.nunique())
     for ax in list(axes.flat)[len(top):]:
         ax.set_visible(False)
+    if df.run_id.nunique() <= MAX_LINES:
+        legend_outside(fig)
     return no_negative_axes(fig)
 
 
-def _bars(ax, per, colors=None):
+def _bars(ax, per, colors=None, gids=None, hatches=None):
     """Grouped bars: per is a frame (x values as index, one column per group)."""
     n = per.shape[1]
     width = 0.8 / max(n, 1)
     xs = range(len(per.index))
     for i, group in enumerate(per.columns):
-        ax.bar([x + i * width - 0.4 + width / 2 for x in xs], per[group], width,
-               label=fig_text(group), color=None if colors is None else colors[i])
+        bars = ax.bar([x + i * width - 0.4 + width / 2 for x in xs], per[group], width,
+                      label=fig_text(group), color=None if colors is None else colors[i],
+                      hatch=None if hatches is None else hatches[i], edgecolor="white")
+        if gids:
+            for patch in bars.patches:
+                patch.set_gid(gids[i])
     ax.set_xticks(list(xs), [fig_text(x) for x in per.index])
 
 
@@ -377,43 +435,69 @@ def _with_data(scope, groups, table):
     return shown, f"*{table} in {', '.join(md_text(g) for g in lacking)}: {why}; no bars.*"
 
 
-def order_counts(scope, groups):
-    """Allocations per order of each group of runs: frame (order x group); groups without mm_page_alloc left out."""
+def order_counts(scope, groups, per_run=False):
+    """(attempts, failures) per order of each group of runs: frames (order x group); groups without
+    mm_page_alloc left out. per_run: each group's sums divided by its number of runs."""
     import pandas as pd
 
-    df = scope.query("atomic_orders")
+    df = scope.sql('SELECT run_id, "order", count(*) AS attempts, count(*) FILTER (WHERE failed) '
+                   "AS failures FROM page_allocs GROUP BY 1, 2", ["mm_page_alloc", "runs"])
     shown, note = _with_data(scope, groups, "mm_page_alloc")
     orders = sorted(df["order"].unique())
-    per = pd.DataFrame({g: df[df.run_id.isin(runs)].groupby("order")["allocs"].sum()
-                        .reindex(orders, fill_value=0) for g, runs in shown.items()})
-    return per.fillna(0).astype("int64").sort_index(), note
+    out = []
+    for col in ("attempts", "failures"):
+        per = pd.DataFrame({g: df[df.run_id.isin(runs)].groupby("order")[col].sum()
+                            .reindex(orders, fill_value=0) / (len(runs) if per_run else 1)
+                            for g, runs in shown.items()}).fillna(0).sort_index()
+        out.append(per if per_run else per.astype("int64"))
+    return out[0], out[1], note
 
 
-def order_histogram(scope, groups=None, title=None):
-    """Allocations per order (every mm_page_alloc), one bar per group of runs (default: per run), log scale."""
+def order_histogram(scope, groups=None, title=None, per_run=False):
+    """Allocation attempts per order (every mm_page_alloc) and, hatched beside them, the failed ones;
+    a bar per group of runs (default: per run), log scale. per_run: a side's bars are per run."""
     names = scope.run_names()
+    pal = scope.palette()
     if groups is None:
         groups = {names.get(r, r): [r] for r in sorted(names)}
-    per, note = order_counts(scope, groups)
-    if per.empty:
+        styles = {g: pal.run(runs[0]) for g, runs in groups.items()}
+    else:
+        styles = {g: pal.side(g) for g in groups}
+    attempts, failures, note = order_counts(scope, groups, per_run)
+    if attempts.empty:
         raise Missing("No mm_page_alloc events in these runs: no allocation orders.")
-    fig, axes = _figure()
+    fig, axes = _figure(height=3.4)
     ax = axes[0, 0]
-    _bars(ax, per, [f"C{list(groups).index(g)}" for g in per.columns])   # a group keeps its colour
+    n = attempts.shape[1]
+    width = 0.8 / max(2 * n, 1)
+    xs = list(range(len(attempts.index)))
+    for i, g in enumerate(attempts.columns):
+        st = styles[g]
+        left = [x - 0.4 + (2 * i) * width + width / 2 for x in xs]
+        ax.bar(left, attempts[g], width, color=st["color"], gid=st["gid"], label=f"{fig_text(g)}: attempts")
+        ax.bar([x + width for x in left], failures[g], width, color="white", edgecolor=st["color"],
+               hatch="////", label=f"{fig_text(g)}: failed")
+    ax.set_xticks(xs, [fig_text(x) for x in attempts.index])
     ax.set_yscale("log")
-    ax.set_xlabel("order")
-    ax.set_ylabel("allocations")
+    ax.set_xlabel("allocation order (2^order pages)")
+    unit = "allocations per run (side total / its runs)" if per_run else "allocations"
+    ax.set_ylabel(unit)
     if title:
-        ax.set_title(fig_text(title), fontsize=9)
-    _legend(ax, per.shape[1])
-    return fig, Drawn("orders", {"allocations": _read_bars(ax)}), note
+        ax.set_title(fig_text(title), fontsize=10)
+    if n <= MAX_LINES:
+        legend_outside(fig)
+    fig._kmemscope_alt = "Bar chart of allocation attempts and failures per order, log scale"
+    drawn = {"allocations": attempts.round(3) if per_run else attempts,
+             "failed": failures.round(3) if per_run else failures}
+    return fig, Drawn("orders", drawn), note
 
 
 NONBLOCKING_CLASSES = ("highatomic_eligible", "other_nonblocking")
 
 
-def atomic_orders_by(scope, groups, group_title="run"):
-    """Non-blocking allocations per order, a panel per class, a bar per group of runs (never summed across groups)."""
+def atomic_orders_by(scope, groups, group_title="run", per_run=False):
+    """Non-blocking allocations per order, a panel per class, a bar per group of runs (never summed
+    across groups). per_run: a group's bars are its sum divided by its number of runs."""
     import pandas as pd
 
     df = scope.query("atomic_orders")
@@ -424,22 +508,29 @@ def atomic_orders_by(scope, groups, group_title="run"):
     orders = sorted(nb["order"].unique()) or [0]
     fig, axes = _figure(1, len(NONBLOCKING_CLASSES), height=3.0)
     panels = {}
-    colors = [f"C{i}" for i in range(len(groups))]
-    cols = [colors[list(groups).index(g)] for g in shown]
+    pal = scope.palette()
+    styles = {g: (pal.side(g) if group_title == "side" else pal.run(runs[0])) for g, runs in shown.items()}
+    cols = [styles[g]["color"] for g in shown]
+    gids = [styles[g]["gid"] for g in shown]
+    # runs of one side share its colour: a hatch per run tells them apart
+    hatches = [None if group_title == "side" else pal.hatch(runs[0]) for g, runs in shown.items()]
     for ax, cls in zip(axes.flat, NONBLOCKING_CLASSES):
         per = pd.DataFrame({g: nb[(nb.alloc_class == cls) & nb.run_id.isin(runs)]
                             .groupby("order")["allocs"].sum().reindex(orders, fill_value=0)
-                            for g, runs in shown.items()}).fillna(0).astype("int64")
-        _bars(ax, per, cols)
+                            / (len(runs) if per_run else 1)
+                            for g, runs in shown.items()}).fillna(0)
+        per = per.round(3) if per_run else per.astype("int64")
+        _bars(ax, per, cols, gids, hatches)
         if not per.values.any():
             ax.text(0.5, 0.5, "none on any " + group_title, ha="center", va="center", fontsize=9,
                     color="0.4", transform=ax.transAxes)
-        ax.set_title(cls.replace("_", " "), fontsize=9)
-        ax.set_xlabel("order")
+        ax.set_title(cls.replace("_", " "), fontsize=10)
+        ax.set_xlabel("allocation order")
         # linear from 0: a log axis hid a 10% gap as 10x
-        ax.set_ylabel(f"allocations per {group_title}")
-        _legend(ax, len(shown))
+        ax.set_ylabel("allocations per run" if per_run or group_title == "run" else "allocations")
         panels[cls] = _read_bars(ax)
+    if len(shown) <= MAX_LINES:
+        legend_outside(fig, axes[0, 0])
     no_negative_axes(fig)
     return fig, Drawn("atomic_orders", panels), note
 
@@ -503,21 +594,25 @@ def pollution_matrices(scope, groups):
     return out, df
 
 
-def pollution_figure(matrices, titles, empty_text="no mm_page_alloc_extfrag events\n(not recorded, or no fallback)"):
-    """One heatmap per group, side by side, on one colour scale; -> (Figure, Drawn read back from it)."""
+def pollution_figure(matrices, titles, empty_text="no mm_page_alloc_extfrag events\n(not recorded, or no fallback)",
+                     title_colors=None, per_run=False):
+    """One heatmap per group, side by side, on one colour scale; -> (Figure, Drawn read back from it).
+    title_colors: {group: colour} for each panel's title (the side's). per_run: the matrices are
+    per run of their group (floats)."""
     import numpy as np
     import pandas as pd
 
     groups = list(matrices)
     n = len(groups)
-    vmax = max([int(m.values.max()) for m in matrices.values() if m is not None] + [1])
+    vmax = max([float(m.values.max()) for m in matrices.values() if m is not None] + [1])
     some = next(m for m in matrices.values() if m is not None)
     side = max(3.2, 0.75 * len(some) + 1.6)
     fig, axes = _figure(1, n, height=side, width=min(5.2 * n + 1.2, 16))
     im = None
     for ax, group in zip(axes.flat, groups):
         m = matrices[group]
-        ax.set_title(fig_text(titles.get(group, group)), fontsize=9)
+        ax.set_title(fig_text(titles.get(group, group)), fontsize=10,
+                     color=(title_colors or {}).get(group, "black"))
         if m is None:
             ax.set_axis_off()
             ax.text(0.5, 0.5, empty_text,
@@ -530,20 +625,22 @@ def pollution_figure(matrices, titles, empty_text="no mm_page_alloc_extfrag even
         ax.set_xlabel("fallback (block) migratetype", fontsize=9)
         ax.set_ylabel("requested migratetype", fontsize=9)
         for (i, j), v in np.ndenumerate(m.values):
-            ax.text(j, i, f"{v:,}", ha="center", va="center", fontsize=9,
+            ax.text(j, i, f"{v:,.3g}" if per_run else f"{v:,}", ha="center", va="center", fontsize=9,
                     color="white" if v > 0.6 * vmax else ("black" if v else "0.6"))
     if im is not None:
-        fig.colorbar(im, ax=list(axes.flat), label="extfrag events", shrink=0.8)
+        fig.colorbar(im, ax=list(axes.flat), label="extfrag events per run" if per_run else "extfrag events",
+                     shrink=0.8)
     drawn = {}
     for ax, group in zip(axes.flat, groups):
         if not ax.images:
             drawn[group] = None
             continue
         arr = np.asarray(ax.images[0].get_array())
-        drawn[group] = pd.DataFrame(arr.astype("int64"),
+        drawn[group] = pd.DataFrame(arr.astype("float64").round(3) if per_run else arr.astype("int64"),
                                     index=[t.get_text() for t in ax.get_yticklabels()],
                                     columns=[t.get_text() for t in ax.get_xticklabels()])
-    return fig, Drawn("pollution", drawn, "Numbers drawn (extfrag events, requested type by row)")
+    return fig, Drawn("pollution", drawn, "Numbers drawn (extfrag events" + (" per run" if per_run else "")
+                      + ", requested type by row)")
 
 
 def pollution_by(scope, groups, what="run"):
@@ -562,12 +659,20 @@ def pollution_by(scope, groups, what="run"):
             titles[g] = f"{g}: {'extfrag not recorded' if known else 'no extfrag events'}{within}"
             continue
         titles[g] = f"{g}: {plural(int(matrices[g].values.sum()), 'fallback')}{within}"
+        if what == "side" and len(runs) > 1:
+            titles[g] += f", {matrices[g].values.sum() / len(runs):,.3g} per run"
         unrecorded = [r for r in runs if r not in rec] if known else []
         if unrecorded:
             titles[g] += f"\n({len(unrecorded)} of {plural(len(runs), 'run')} did not record extfrag)"
     empty = ("mm_page_alloc_extfrag was not recorded" if known else
              "no mm_page_alloc_extfrag events\n(not recorded, or no fallback)")
-    fig, drawn = pollution_figure(matrices, titles, empty)
+    pal = scope.palette()
+    colors = {g: (pal.color(g) if what == "side" and g in pal.groups else pal.run(runs[0])["color"])
+              for g, runs in groups.items()}
+    # a side's matrix is per run: sides may differ in run count
+    per_run = what == "side"
+    shown = {g: (m / len(groups[g]) if per_run and m is not None else m) for g, m in matrices.items()}
+    fig, drawn = pollution_figure(shown, titles, empty, colors, per_run)
     side_of = {r: g for g, runs in groups.items() for r in runs}
     df = df[df.run_id.isin(side_of)].assign(**{what: lambda d: d.run_id.map(side_of)})
     frag = (df.groupby([what, "fragmenting", "ownership_meaning"], sort=False)["events"].sum()
@@ -613,14 +718,16 @@ def highatomic_over_time(scope):
                       "/proc/pagetypeinfo unreadable): no HighAtomic reserve over time.")
     per = df.groupby(["run_id", "t_s"])["highatomic_pageblocks"].sum().reset_index()
     names = scope.run_names()
+    pal = scope.palette()
     fig, axes = _figure(height=2.8)
     ax = axes[0, 0]
     for run, g in per.groupby("run_id"):
-        ax.step(g["t_s"], g["highatomic_pageblocks"], where="post", marker=".",
+        ax.step(g["t_s"], g["highatomic_pageblocks"], where="post", markersize=4, **pal.run(run),
                 label=fig_text(names.get(run, run)))
     ax.set_xlabel("s since the first sample")
     ax.set_ylabel("HighAtomic pageblocks")
-    _legend(ax, per.run_id.nunique())
+    if per.run_id.nunique() <= MAX_LINES:
+        legend_outside(fig)
     return no_negative_axes(fig)
 
 
@@ -646,19 +753,25 @@ def free_by_migratetype(scope):
     runs = sorted(free.run_id.unique())
     shown = runs[:MAX_PANELS]
     fig, axes = _figure(len(shown), 2, height=2.6)
+    # a colour means a side in every figure: migratetypes differ by marker and line style instead
+    types = sorted(set(free.migratetype) | set(blocks.migratetype))
+    look = {mt: {"color": "0.15", "marker": "osD^vPX*"[i % 8], "linestyle": ("-", "--", ":", "-.")[i % 4],
+                 "markersize": 4} for i, mt in enumerate(types)}
     for row, run in zip(axes, shown):
         for mt, g in free[free.run_id == run].groupby("migratetype"):
             g = g.sort_values("t_s")
-            row[0].plot(g["t_s"], g["free_pages"], marker=".", label=fig_text(mt))
+            row[0].plot(g["t_s"], g["free_pages"], label=fig_text(mt), **look[mt])
         for mt, g in blocks[blocks.run_id == run].groupby("migratetype"):
             g = g.sort_values("t_s")
-            row[1].plot(g["t_s"], g["pageblocks"], marker=".", label=fig_text(mt))
+            row[1].plot(g["t_s"], g["pageblocks"], label=fig_text(mt), **look[mt])
         row[0].set_title(f"{fig_text(names.get(run, run))}: free pages", fontsize=9)
         row[1].set_title(f"{fig_text(names.get(run, run))}: pageblocks by type", fontsize=9)
         for ax in row:
             ax.set_yscale("symlog")
             ax.set_xlabel("s", fontsize=8)
-        row[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        row[0].set_ylabel("free pages", fontsize=8)
+        row[1].set_ylabel("pageblocks", fontsize=8)
+    legend_outside(fig, title="migratetype")
     no_negative_axes(fig)
     note = None
     if len(runs) > len(shown):
@@ -672,29 +785,32 @@ def hot_pfns(scope, top_n=50):
     if hot.empty:
         raise Missing("No successful allocations in these runs.")
     names = scope.run_names()
+    pal = scope.palette()
     fig, axes = _figure(1, 2, height=3.2)
     for run, g in hot.groupby("run_id"):
-        axes[0, 0].plot(g["rank"], g["allocs"], marker=".", label=fig_text(names.get(run, run)))
+        axes[0, 0].plot(g["rank"], g["allocs"], markersize=3, **pal.run(run),
+                        label=fig_text(names.get(run, run)))
     axes[0, 0].set_xlabel("rank of the page frame")
     axes[0, 0].set_ylabel("allocations")
-    axes[0, 0].set_title(f"the {top_n} hottest pfns per run", fontsize=9)
-    _legend(axes[0, 0], hot.run_id.nunique())
+    axes[0, 0].set_title(f"the {top_n} hottest pfns per run", fontsize=10)
     try:
         hist = scope.query("pfn_reuse.histogram")
     except KmemscopeError:
         hist = None
     if hist is not None and not hist.empty:
         for run, g in hist.groupby("run_id"):
-            axes[0, 1].plot(g["bucket_hi_ns"] / 1e6, g["cumulative_pct"], marker=".",
+            axes[0, 1].plot(g["bucket_hi_ns"] / 1e6, g["cumulative_pct"], markersize=3, **pal.run(run),
                             label=fig_text(names.get(run, run)))
         axes[0, 1].set_xscale("log")
         axes[0, 1].set_xlabel("free -> reallocation interval, ms")
         axes[0, 1].set_ylabel("cumulative % of reuses")
-        _legend(axes[0, 1], hist.run_id.nunique())
+        axes[0, 1].set_ylim(0, 100)
     else:
         axes[0, 1].set_visible(False)
+    if hot.run_id.nunique() <= MAX_LINES:
+        legend_outside(fig)
     no_negative_axes(fig)
-    top = hot[hot["rank"] <= 5][["run_id", "labels", "rank", "pfn", "allocs", "cpus"]].copy()
+    top = hot[hot["rank"] <= 5][["run_id", "labels", "rank", "pfn", "allocs", "cpus"]].reset_index(drop=True)
     top["pfn"] = top["pfn"].map(hex_pfn)
     return fig, top
 
@@ -714,16 +830,25 @@ def compaction_timeline(scope):
     if df.empty:
         raise Missing("No compaction ran during these captures (no mm_compaction_end events).")
     names = scope.run_names()
+    pal = scope.palette()
     df["row"] = df["kind"] + ": " + df["status"]
     rows = sorted(df["row"].unique())
-    fig, axes = _figure(height=max(1.8, 0.45 * len(rows) + 1))
-    ax = axes[0, 0]
-    for run, g in df.groupby("run_id"):
-        ax.scatter(g["t_s"], [rows.index(r) for r in g["row"]], marker="|", s=200,
-                   label=fig_text(names.get(run, run)))
-    ax.set_yticks(range(len(rows)), [fig_text(r) for r in rows])
-    ax.set_xlabel("s since the run's first event")
-    _legend(ax, df.run_id.nunique())
+    lanes = [side for side in pal.sides if set(pal.groups[side]) & set(df.run_id)]
+    fig, axes = _figure(len(lanes), 1, height=max(1.6, 0.4 * len(rows) + 0.9))
+    for ax, side in zip(axes[:, 0], lanes):
+        for run, g in df[df.run_id.isin(pal.groups[side])].groupby("run_id"):
+            st = pal.run_marker(run)
+            ax.scatter(g["t_s"], [rows.index(r) for r in g["row"]], s=60, color=st["color"], gid=st["gid"],
+                       marker="|" if len(pal.groups[side]) == 1 else st["marker"], alpha=0.8,
+                       label=fig_text(names.get(run, run)))
+        ax.set_yticks(range(len(rows)), [fig_text(r) for r in rows], fontsize=8)
+        ax.set_ylim(-0.6, len(rows) - 0.4)
+        ax.set_title(fig_text(side), fontsize=10, color=pal.color(side), loc="left")
+        ax.set_xlabel("s since the run's first event", fontsize=8)
+        ax.set_xlim(0, max(df.t_s.max(), 0.001) * 1.02)     # every lane on one time axis
+    if df.run_id.nunique() <= MAX_LINES:
+        legend_outside(fig)
+    fig._kmemscope_alt = "Timeline of compaction run ends by kind and end status, one lane per side"
     counts = df.groupby(["run_id", "kind", "status"]).size().rename("compactions").reset_index()
     return fig, counts
 
@@ -740,13 +865,22 @@ def vmstat_rates(scope, top=20):
     if piv.empty:
         raise Missing("Every vmstat event counter stood still during these captures.")
     names = scope.run_names()
-    fig, axes = _figure(height=max(2.5, 0.28 * len(piv) + 1))
-    shown = piv.rename(columns={r: fig_text(names.get(r, r)) for r in piv.columns},
-                       index=lambda n: fig_text(n))
-    shown.iloc[::-1].plot.barh(ax=axes[0, 0], legend=piv.shape[1] <= MAX_LINES)
-    axes[0, 0].set_xscale("symlog")
-    axes[0, 0].set_xlabel("per minute")
-    axes[0, 0].set_ylabel("")
+    pal = scope.palette()
+    fig, axes = _figure(height=max(2.5, 0.28 * len(piv) * max(1, piv.shape[1] / 2) + 1))
+    ax = axes[0, 0]
+    shown = piv.iloc[::-1]
+    n = shown.shape[1]
+    h = 0.8 / max(n, 1)
+    for i, run in enumerate(shown.columns):
+        st = pal.run(run)
+        ax.barh([y - 0.4 + h * (n - 1 - i) + h / 2 for y in range(len(shown))], shown[run], h,
+                color=st["color"], gid=st["gid"], hatch=pal.hatch(run), edgecolor="white",
+                label=fig_text(names.get(run, run)))
+    ax.set_yticks(range(len(shown)), [fig_text(x) for x in shown.index], fontsize=8)
+    ax.set_xscale("symlog")
+    ax.set_xlabel("counter increase per minute (symlog)")
+    if n <= MAX_LINES:
+        legend_outside(fig)
     return no_negative_axes(fig, x=True)
 
 

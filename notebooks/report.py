@@ -25,12 +25,25 @@ _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 <style>
   body { max-width: 1250px; margin: 0 auto; }
   .jp-RenderedHTMLCommon table { font-size: 12px; }
-  .jp-RenderedHTMLCommon pre { font-size: 11px; }
+  /* lab's theme gives output <pre> the UI font and wrapping: columns must line up */
+  .jp-RenderedHTMLCommon pre, .jp-OutputArea-output pre, pre.kmemscope-mono, .kmemscope-mmtests pre {
+    font-family: "DejaVu Sans Mono", "Liberation Mono", Menlo, Consolas, ui-monospace, monospace !important;
+    font-size: 11px; white-space: pre !important; overflow-x: auto; }
+  .kmemscope-mmtests pre { background: #f6f8fa; border: 1px solid #d0d7de; padding: 8px; }
+  .kmemscope-mmtests button { font-size: 12px; margin-left: 8px; cursor: pointer; }
   .jp-OutputArea-output img { max-width: 100%; }
+  nav.kmemscope-toc { border: 1px solid #d0d7de; background: #f6f8fa; padding: 6px 16px; margin: 12px 0;
+    font-size: 13px; font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; }
+  nav.kmemscope-toc > ol { display: grid; grid-template-columns: repeat(auto-fit, minmax(380px, 1fr)); }
+  nav.kmemscope-toc ol { margin: 2px 0; padding-left: 18px; }
+  .kmemscope-mmtests pre { max-height: 36em; }
+  ul.kmemscope-summary { font-size: 14px; }
 </style>
 {%- endblock extra_css -%}
 """
 PARAM_TAGS = {"parameters", "injected-parameters"}
+# Overview sections drawn per side in the comparison: left out of a comparison report.
+PER_RUN_ONLY = "overview-only"
 
 
 def _need_report_extra():
@@ -96,14 +109,16 @@ class _stderr_to:
         return False
 
 
-def merge(notebooks):
-    """One notebook of the cells of all `notebooks`, without the parameter cells."""
+def merge(notebooks, compared=False):
+    """One notebook of the cells of all `notebooks`, without the parameter cells (and, in a
+    comparison report, without the overview's sections that the comparison draws per side)."""
     import nbformat
 
+    drop = PARAM_TAGS | ({PER_RUN_ONLY} if compared else set())
     merged = nbformat.v4.new_notebook()
     merged.metadata = notebooks[0].metadata
     for nb in notebooks:
-        merged.cells += [c for c in nb.cells if not PARAM_TAGS & set(c.metadata.get("tags", []))]
+        merged.cells += [c for c in nb.cells if not drop & set(c.metadata.get("tags", []))]
     return merged
 
 
@@ -118,6 +133,36 @@ def to_html(nb, title):
                             template_file="kmemscope_report.html.j2")
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
     return body
+
+
+def with_contents(page):
+    """The page with a table of contents at its top: a link to every notebook title (h1) and
+    section (h2), by the ids nbconvert gave the headings."""
+    import html as html_
+    import re
+
+    heads = re.findall(r'<h([12]) id="([^"]+)"[^>]*>(.*?)</h\1>', page, re.S)
+    if not heads:
+        return page
+    items, open_sub = [], False
+    for level, ident, inner in heads:
+        text = html_.escape(html_.unescape(re.sub(r"<[^>]+>|¶", "", inner)).strip())
+        link = f'<a href="#{ident}">{text}</a>'
+        if level == "1":
+            if open_sub:
+                items.append("</ol></li>")
+            items.append(f"<li>{link}<ol>")
+            open_sub = True
+        else:
+            items.append(f"<li>{link}</li>")
+    if open_sub:
+        items.append("</ol></li>")
+    nav = ('<nav class="kmemscope-toc" aria-label="Contents"><b>Contents</b><ol>'
+           + "".join(items) + "</ol></nav>")
+    first = re.search(r'<div[^>]*class="[^"]*jp-Cell\b', page)
+    if first is None:
+        return page
+    return page[:first.start()] + nav + page[first.start():]
 
 
 def _runs(n):
@@ -161,9 +206,11 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
             executed.append(execute("compare.ipynb", {**params, "compare": compare,
                                                       "baseline": baseline or ""}, workdir, progress,
                                     cell_bar))
-        executed.append(execute("overview.ipynb", params, workdir, progress, cell_bar))
+        executed.append(execute("overview.ipynb", {**params, "compare": compare or "",
+                                                   "baseline": baseline or ""},
+                                workdir, progress, cell_bar))
     title = f"kmemscope report: {os.path.basename(dataset.rstrip('/'))}"
-    html = to_html(merge(executed), title)
+    html = with_contents(to_html(merge(executed, compared=bool(compare)), title))
     out = Path(output)
     tmp_out = out.with_name(f".{out.name}.tmp")
     tmp_out.write_text(html)

@@ -471,3 +471,29 @@ SELECT
 FROM counts AS c
 JOIN run_facts AS f ON f.run_id = c.run_id
 ORDER BY f.run_id, c.kind
+-- @section each: every stall, one row each, in time order (what timelines and latency CDFs draw)
+-- @columns
+--   kind          text   direct_compaction, direct_reclaim, kcompactd or kswapd
+--   pid           code   the task that stalled (kcompactdN, kswapdN for their kinds)
+--   comm          text   the task's command name
+--   order         order  the order stalled for (NULL: kcompactd or kswapd without a wake)
+--   begin_ts      ns     when the stall began (direct compaction: its try)
+--   end_ts        ns     when it ended (direct compaction: its last run's end)
+--   t_s           s      begin_ts in seconds since the run's first event
+--   duration_ms   ms     the stall's length (direct compaction: the sum of its runs, which
+--                        may be less than end_ts - begin_ts), in milliseconds
+SELECT
+  f.run_id,
+  f.labels,
+  s.kind,
+  s.pid,
+  s.comm,
+  s."order",
+  s.begin_ts,
+  s.end_ts,
+  (s.begin_ts - f.first_ts) / 1e9 AS t_s,
+  s.duration_ns / 1e6 AS duration_ms
+FROM _stalls AS s
+JOIN run_facts AS f ON f.run_id = s.run_id
+WHERE s.status = 'paired'
+ORDER BY f.run_id, s.begin_ts, s.kind, s.pid, s.end_ts

@@ -3,7 +3,8 @@
     capture                      nothing of the rest (it runs alone on traced hosts)
     dataset                      the dataset layer: format, storage, commit, derived cache
     parsers, queries             the dataset layer (parsers may read capture's formats); never each other
-    api                          kmemscope.api, .operations, .tables, .comparison_text: parsers and queries
+    api                          kmemscope.api, .operations, .tables, .comparison_text, .perfetto_export:
+                                 parsers and queries
     cli, notebooks               the API; the command line also runs capture's recorder and the report
 
 Every import statement counts, also those inside functions (kmemscope imports
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"kmemscope": "kmemscope", "dataset": "kmemscope.dataset", "capture": "kmemscope.capture",
            "parsers": "kmemscope.parsers",
            "queries": "kmemscope.queries", "notebooks": "kmemscope.notebooks", "cli": "kmemscope.cli"}
-API_MODULES = {"kmemscope.api", "kmemscope.operations", "kmemscope.tables", "kmemscope.comparison_text"}
+API_MODULES = {"kmemscope.api", "kmemscope.operations", "kmemscope.tables", "kmemscope.comparison_text",
+               "kmemscope.perfetto_export"}
 BASE = {"root"}
 ALLOWED = {
     "root": BASE,

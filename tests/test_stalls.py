@@ -440,10 +440,10 @@ def test_stalls_is_listed_and_documents_every_column(committed):
     from kmemscope.queries import catalog
 
     listed = kmemscope("queries").stdout
-    for name in ("stalls", "stalls.per_run", "stalls.pairing"):
+    for name in ("stalls", "stalls.per_run", "stalls.pairing", "stalls.each"):
         assert re.search(rf"^{re.escape(name)}\s+\S", listed, re.M), name
     doc = json.loads(kmemscope("queries", "stalls", "--format", "json").stdout)
-    assert [s["query"] for s in doc["sections"]] == ["stalls", "stalls.per_run", "stalls.pairing"]
+    assert [s["query"] for s in doc["sections"]] == ["stalls", "stalls.per_run", "stalls.pairing", "stalls.each"]
     assert "percentile_cont" in doc["text"] and doc["caveats"]
     for sec in doc["sections"]:
         rows = query(sec["query"], committed["ds"])

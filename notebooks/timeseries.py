@@ -1,0 +1,212 @@
+"""Figures over time per side, and stall latency distributions, for the report notebooks.
+
+Each function takes the Scope, the groups to draw ({side: [run ids]}, or a run
+per group in the overview) and the report's Palette, so a side keeps its
+colour and a run its marker. Times are seconds since each run's first event,
+the same axis as the event-rate and compaction timelines.
+
+  over_time           per interval of the procfs samples: compaction successes and
+                      failures per second, THP fault success % (vmstat); stall time
+                      per second of direct compaction and direct reclaim (stalls.each)
+  free_pages_heatmap  buddyinfo: free pages per order over time, a heatmap per run
+  stall_cdfs          cumulative distribution of stall latency, a panel per kind and
+                      order, a line per side (its runs' stalls together)
+"""
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import NullFormatter
+
+from kmemscope.errors import KmemscopeError
+
+from .figures import Drawn, Missing, _figure, fig_text, no_negative_axes, plural
+from .style import legend_outside
+
+MAX_HEATMAPS_PER_SIDE = 2
+MAX_CDF_PANELS = 9
+STALL_KINDS = {"direct_compaction": "direct compaction", "direct_reclaim": "direct reclaim",
+               "kcompactd": "kcompactd run", "kswapd": "kswapd awake"}
+
+
+def _stalls(scope):
+    try:
+        return scope.query("stalls.each")
+    except KmemscopeError:        # none of the stall events recorded in these runs
+        return pd.DataFrame(columns=["run_id", "kind", "order", "t_s", "duration_ms"])
+
+
+def _vmstat_intervals(scope, names):
+    """Per run, counter and sample: the increase since the previous sample and its length."""
+    try:
+        return scope.sql("""
+            SELECT v.run_id, v.name, (v.ts - f.first_ts) / 1e9 AS t_s,
+                   v.value - lag(v.value) OVER w AS delta, (v.ts - lag(v.ts) OVER w) / 1e9 AS dt_s
+            FROM vmstat v JOIN run_facts f USING (run_id)
+            WHERE list_contains(?, v.name)
+            WINDOW w AS (PARTITION BY v.run_id, v.name ORDER BY v.ts)""", ["vmstat", "runs"],
+            params=[list(names)]).dropna(subset=["delta"])
+    except KmemscopeError:
+        return pd.DataFrame(columns=["run_id", "name", "t_s", "delta", "dt_s"])
+
+
+def _spans(scope):
+    df = scope.sql("SELECT run_id, (last_ts - first_ts) / 1e9 AS span_s FROM run_facts", ["runs"])
+    return dict(zip(df.run_id, df.span_s))
+
+
+def over_time(scope, groups, pal):
+    """Compaction success and failure, THP fault success and stall time per interval, a line per run
+    in its side's colour; a panel that is zero on every run is left out and named."""
+    runs = [r for rs in groups.values() for r in rs]
+    names = scope.run_names()
+    vm = _vmstat_intervals(scope, ["compact_success", "compact_fail", "thp_fault_alloc", "thp_fault_fallback"])
+    vm = vm[vm.run_id.isin(runs) & (vm.dt_s > 0)]
+    series = {}      # panel -> {run: (t, y)}
+
+    def per_s(name):
+        sub = vm[vm.name == name]
+        return {run: (g.t_s.to_numpy(), (g.delta / g.dt_s).to_numpy()) for run, g in sub.groupby("run_id")}
+
+    series["compaction successes per second (vmstat compact_success)"] = per_s("compact_success")
+    series["compaction failures per second (vmstat compact_fail)"] = per_s("compact_fail")
+    thp = vm[vm.name.isin(["thp_fault_alloc", "thp_fault_fallback"])].pivot_table(
+        index=["run_id", "t_s"], columns="name", values="delta", aggfunc="sum").reset_index()
+    if not thp.empty and {"thp_fault_alloc", "thp_fault_fallback"} <= set(thp.columns):
+        faults = thp.thp_fault_alloc + thp.thp_fault_fallback
+        thp["pct"] = np.where(faults > 0, 100.0 * thp.thp_fault_alloc / faults.where(faults > 0, 1), np.nan)
+        series["THP fault success % per interval (vmstat; gap: no fault)"] = {
+            run: (g.t_s.to_numpy(), g.pct.to_numpy()) for run, g in thp.groupby("run_id")}
+    stalls = _stalls(scope)
+    stalls = stalls[stalls.run_id.isin(runs)]
+    span = _spans(scope)
+    for kind in ("direct_compaction", "direct_reclaim"):
+        sub = stalls[stalls.kind == kind]
+        if sub.empty:
+            continue
+        per = {}
+        for run in runs:
+            seconds = int(np.floor(span.get(run) or 0)) + 1
+            ms = np.zeros(seconds)
+            g = sub[sub.run_id == run]
+            idx = np.clip(np.floor(g.t_s.to_numpy()).astype(int), 0, seconds - 1)
+            np.add.at(ms, idx, g.duration_ms.to_numpy())
+            per[run] = (np.arange(seconds) + 0.5, ms)
+        series[f"{STALL_KINDS[kind]} stall time, ms per second"] = per
+    drawn = {k: v for k, v in series.items() if any(np.nansum(y) > 0 for _, y in v.values())}
+    quiet = [k for k in series if k not in drawn]
+    if not drawn:
+        raise Missing("No compaction, THP fault or stall activity over time in these runs "
+                      "(no vmstat samples, or the counters stood still, and no stalls).")
+    fig, axes = _figure((len(drawn) + 1) // 2, 2, height=2.6)
+    for ax, (title, per) in zip(axes.flat, drawn.items()):
+        for run, (t, y) in sorted(per.items()):
+            ax.plot(t, y, markersize=3, **pal.run(run), label=fig_text(names.get(run, run)))
+        ax.set_title(fig_text(title), fontsize=9)
+        ax.set_xlabel("s since the run's first event", fontsize=8)
+        ax.set_ylabel("%" if "%" in title else ("ms/s" if "ms per" in title else "per second"), fontsize=8)
+        if "%" in title:
+            ax.set_ylim(0, 100)
+    for ax in list(axes.flat)[len(drawn):]:
+        ax.set_visible(False)
+    no_negative_axes(fig)
+    if len(runs) <= 12:
+        legend_outside(fig)
+    fig._kmemscope_alt = "Line charts over time per run, coloured by side: " + ", ".join(drawn)
+    note = (f"*Zero on every run, so not drawn: {', '.join(quiet)}.*" if quiet else None)
+    return fig, note
+
+
+def free_pages_heatmap(scope, groups, pal):
+    """Free pages per order over time (buddyinfo, every zone summed): a heatmap per run, up to two
+    runs per side, on one logarithmic colour scale."""
+    from matplotlib.colors import LogNorm
+
+    try:
+        df = scope.sql("""
+            SELECT b.run_id, (b.ts - f.first_ts) / 1e9 AS t_s, b."order",
+                   sum(b.count * (CAST(1 AS BIGINT) << b."order")) AS pages
+            FROM buddyinfo b JOIN run_facts f USING (run_id) GROUP BY 1, 2, 3""", ["buddyinfo", "runs"])
+    except KmemscopeError:
+        df = pd.DataFrame()
+    if df.empty:
+        raise Missing("No buddyinfo samples in these runs (bare trace.dat): no free pages per order over time.")
+    shown, left = [], 0
+    for side, runs in groups.items():
+        have = [r for r in runs if r in set(df.run_id)]
+        shown += [(side, r) for r in have[:MAX_HEATMAPS_PER_SIDE]]
+        left += max(0, len(have) - MAX_HEATMAPS_PER_SIDE)
+    vmax = max(1, df.pages.max())
+    fig, axes = _figure(len(shown), 1, height=2.2)
+    names = scope.run_names()
+    mesh = None
+    for ax, (side, run) in zip(axes[:, 0], shown):
+        g = df[df.run_id == run].pivot_table(index="order", columns="t_s", values="pages", aggfunc="sum")
+        t = g.columns.to_numpy(dtype=float)
+        edges = np.concatenate([[t[0] - (t[1] - t[0]) / 2 if len(t) > 1 else t[0] - 0.5],
+                                (t[1:] + t[:-1]) / 2,
+                                [t[-1] + (t[-1] - t[-2]) / 2 if len(t) > 1 else t[0] + 0.5]])
+        orders = g.index.to_numpy()
+        values = np.ma.masked_less_equal(g.to_numpy(dtype=float), 0)
+        mesh = ax.pcolormesh(edges, np.append(orders - 0.5, orders[-1] + 0.5), values,
+                             norm=LogNorm(vmin=1, vmax=vmax), cmap="viridis", shading="flat")
+        ax.set_yticks(orders)
+        ax.tick_params(labelsize=7)
+        ax.set_ylabel("order", fontsize=8)
+        title = fig_text(side) if side == names.get(run) else f"{fig_text(side)}: {fig_text(names.get(run, run))}"
+        ax.set_title(title, fontsize=9, loc="left",
+                     color=pal.color(side) if side in pal.groups else "black")
+    axes[-1, 0].set_xlabel("s since the run's first event", fontsize=8)
+    if mesh is not None:
+        fig.colorbar(mesh, ax=list(axes[:, 0]), label="free pages (log; blank: none)", shrink=0.9)
+    fig._kmemscope_alt = ("Heatmaps of free pages per order over time from buddyinfo, one per run, "
+                          "titled and coloured by side")
+    note = (f"*{plural(left, 'more run')} not drawn (up to {MAX_HEATMAPS_PER_SIDE} per side); "
+            "pick runs with `--run`.*" if left else None)
+    return fig, note
+
+
+def stall_cdfs(scope, groups, pal):
+    """Cumulative distribution of stall latencies, a panel per kind and order, a line per side (all
+    its runs' stalls), log time axis. Counts per side in the legend of each panel."""
+    df = _stalls(scope)
+    side_of = {r: s for s, rs in groups.items() for r in rs}
+    df = df[df.run_id.isin(side_of)].assign(side=lambda d: d.run_id.map(side_of))
+    df = df[df.duration_ms > 0]
+    if df.empty:
+        raise Missing("No stalls in these runs (or their begin and end events were not recorded): "
+                      "no latency distributions.")
+    df["order"] = df["order"].fillna(-1).astype(int)
+    keys = (df.groupby(["kind", "order"]).size().reset_index(name="n")
+            .sort_values(["kind", "n"], ascending=[True, False]))
+    keys = keys.sort_values(["kind", "order"]).head(MAX_CDF_PANELS)
+    cols = 3
+    fig, axes = _figure((len(keys) + cols - 1) // cols, cols, height=2.6)
+    panels = {}
+    for ax, k in zip(axes.flat, keys.itertuples()):
+        sub = df[(df.kind == k.kind) & (df.order == k.order)]
+        table = {}
+        for side in groups:
+            x = np.sort(sub[sub.side == side].duration_ms.to_numpy())
+            if not len(x):
+                continue
+            y = 100.0 * np.arange(1, len(x) + 1) / len(x)
+            st = pal.side(side) if side in pal.groups else {"color": "black"}
+            # from 0% at the shortest stall, so that one stall is a visible step too
+            ax.step(np.r_[x[0], x], np.r_[0.0, y], where="post", lw=1.6, label=fig_text(side), **st)
+            table[side] = {"stalls": len(x), "p50_ms": float(np.percentile(x, 50)),
+                           "p90_ms": float(np.percentile(x, 90)), "max_ms": float(x[-1])}
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(0, 100)
+        order = "no order" if k.order == -1 else f"order {k.order}"
+        counts = ", ".join(f"{fig_text(s)} {v['stalls']}" for s, v in table.items())
+        ax.set_title(f"{STALL_KINDS.get(k.kind, k.kind)}, {order}\nstalls: {counts}", fontsize=9)
+        ax.set_xlabel("stall latency, ms (log)", fontsize=8)
+        ax.set_ylabel("% of stalls ≤ latency", fontsize=8)
+        panels[f"{k.kind} {order}"] = pd.DataFrame(table).T
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
+    legend_outside(fig, title="side")
+    fig._kmemscope_alt = "Cumulative distributions of stall latency per kind and order, a line per side"
+    more = df.groupby(["kind", "order"]).ngroups - len(keys)
+    note = f"*{plural(more, 'more kind and order')} not drawn.*" if more > 0 else None
+    return fig, Drawn("stall_cdfs", panels, "Numbers drawn (stalls and percentiles per side)"), note
