@@ -215,8 +215,21 @@ def parse_analysis(path):
     a.text, a.caveats = _split_caveats(a.text)
     for sec in a.sections:
         sec.notes = _trim(sec.notes)
-        a.modules(sec)              # an unknown module is an error now, not when it runs
+        _check_includes(a, sec, path)
     return a
+
+
+def _check_includes(a, sec, path):
+    """An unknown module, or a view of queries/lib/ read without including its module, is an
+    error when the file is read, not a missing table when it runs."""
+    included = set(a.modules(sec))
+    words = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"--[^\n]*", "", a.prelude + "\n" + sec.sql)))
+    owner = sql_lib.owners()
+    missing = sorted({owner[w] for w in words & set(owner)} - included)
+    if missing:
+        raise QueryError(f"{path}: {a.query_name(sec)} reads views of queries/lib/ modules it does "
+                         f"not include: {', '.join(missing)}",
+                         f"add `-- @include {', '.join(missing)}` to its header")
 
 
 class _AnalysisReader:

@@ -195,6 +195,11 @@ def common_sql():
     return script(adhoc_modules())
 
 
+def owners():
+    """{view: the name of the module that defines it}, public and internal views alike."""
+    return {v: m.name for m in modules().values() for v in m.defines}
+
+
 def public_views():
     """The views analyses and ad-hoc SQL may read by name."""
     return {v for m in modules().values() for v in m.views}

@@ -108,11 +108,20 @@ def test_each_kernel_rule_is_written_in_one_module():
         assert where == [f"lib/{module}.sql"], (pattern, where)
 
 
-def test_an_unknown_include_is_an_error(tmp_path):
+def test_an_unknown_include_or_a_view_read_without_its_include_is_an_error(tmp_path):
     bad = tmp_path / "x.sql"
     bad.write_text("-- x: an analysis\n-- @include allocs, nowhere\n\nSELECT 1 AS run_id\n")
     with pytest.raises(QueryError, match="'nowhere', which is no module"):
         catalog.parse_analysis(bad)
+    bad.write_text("-- x: an analysis\n-- @include allocs\n\n"
+                   "SELECT run_id FROM page_allocs JOIN vmstat_deltas USING (run_id)\n")
+    with pytest.raises(QueryError, match="modules it does not include: vmstat") as err:
+        catalog.parse_analysis(bad)
+    assert "@include vmstat" in err.value.hint
+    bad.write_text("-- x: an analysis\n-- @include allocs, vmstat\n\n"
+                   "SELECT run_id FROM page_allocs JOIN vmstat_deltas USING (run_id)\n")
+    assert catalog.parse_analysis(bad).modules(catalog.parse_analysis(bad).sections[0]) == \
+        ["allocs", "vmstat"]
 
 
 @pytest.fixture(scope="module")

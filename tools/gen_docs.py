@@ -239,12 +239,13 @@ def modules_reference():
     out.append("")
     for m in mods:
         out += [f"### lib/{m.name} {{#{module_anchor(m.name)}}}", "",
-                f"{_cell(m.description)} (`queries/lib/{m.name}.sql`)", ""]
+                f"{_cell(m.description[:1].upper() + m.description[1:])} (`queries/lib/{m.name}.sql`)",
+                ""]
         if m.requires:
             out.append("- requires: " + ", ".join(f"[`{r}`](#{module_anchor(r)})" for r in m.requires))
         if m.derived:
-            out.append("- builds on the derived tables " + ", ".join(f"`{t}`" for t in m.derived)
-                       + ": its views exist where an analysis includes it, not in ad-hoc SQL")
+            out.append("- builds on derived tables: " + ", ".join(f"`{t}`" for t in m.derived)
+                       + " (its views exist where an analysis includes it, not in ad-hoc SQL)")
         if m.requires or m.derived:
             out.append("")
         for view in m.docs:

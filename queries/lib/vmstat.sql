@@ -1,4 +1,4 @@
--- lib/vmstat: vmstat over the capture, and the window trace-derived rates count in.
+-- lib/vmstat: the vmstat counters over the capture, and the window trace-derived rates count in.
 -- requires: (none)
 -- views: vmstat_deltas, trace_windows
 
