@@ -554,8 +554,8 @@ def stack_files(dataset, name, run_ids, parts=None, threads=None, progress=None,
         if found:
             out[run] = found
             continue
-        where = _target(dataset, [run] if _may_cache_in_dataset(dataset, docs.get(run), name, run, sig)
-                        else [], read_only)
+        fresh = _may_cache_in_dataset(dataset, docs.get(run), name, run, sig)
+        where = _target(dataset, [run] if fresh else [], read_only)
         if progress:
             progress(f"run {run}: pairing kernel stacks with their allocations, once "
                      f"(cached under {where / DERIVED_DIR if where != _private_root() else where})")

@@ -1,9 +1,11 @@
 """Open a kmemscope dataset in DuckDB with every table as a view of its own name.
 
 A dataset is `DATASET/<table>/run_id=<run_id>/part-<n>.parquet` (README). Each
-table directory becomes one view over all its runs. `run_id` comes from the Hive
-partition path and is forced to VARCHAR: a hex id made only of digits would
-otherwise be guessed as an integer. `union_by_name` lets one view span kernels
+table directory becomes one view over all its runs. Only folders of kmemscope's own
+names are listed (table names [a-z][a-z0-9_]*, run folders run_id=<id> of the same
+alphabet); others are left out with a note (listing_notes). DuckDB gets the listed
+files and reads no partition from their paths: `run_id` is the listed run folder's
+id, as text (scan_sql). `union_by_name` lets one view span kernels
 whose event formats differ (gfp_flags is 4 bytes on 5.15 and 8 on 6.x) in a
 dataset of format 1, and columns kmemscope does not know in any format
 (dataset/format.py; a newer format than this kmemscope reads is refused).
@@ -393,9 +395,6 @@ def finish_interrupted_commits(dataset):
     if not root.is_dir():
         return []
     return commit.unfinished_commits(root)
-
-
-from .limits import default_memory_limit, memory_bytes  # noqa: E402,F401  (their home)
 
 
 @contextmanager
