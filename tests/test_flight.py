@@ -288,8 +288,11 @@ def test_a_burst_after_the_trigger_does_not_cost_the_window_before_it(tmp_path, 
     # An event takes at least 12 bytes in the ring buffer: the burst alone would have overwritten
     # the whole top buffer (buffer_kb per CPU), had it gone there.
     assert burst_events * 12 > m["buffer_kb"] * 1024, (burst_events, m["buffer_kb"])
-    assert w["before_complete"] is True, w
-    assert m["lost"]["overwritten_in_window_estimated"] == 0
+    # The busy CPU's buffer (where the burst ran) still held all of --keep before the trigger
+    # (the other CPU's coverage depends on other people's load on this machine, not on the burst).
+    per_cpu = {r["cpu"]: r for r in m["lost"]["per_cpu"]}
+    assert per_cpu[cpu]["covered_from_mono_ns"] <= w["start_mono_ns"], (per_cpu[cpu], w)
+    assert per_cpu[cpu]["overwritten_in_window_estimated"] == 0
     times = report_cpu_times(bundle / "trace.dat", cpu)
     assert empty_seconds(times, trigger_ns - keep * 1e9, trigger_ns) == []
     # The instance filled and dropped the rest, and the manifest counts that as lost in the window.
