@@ -219,6 +219,7 @@ class FlightRecorder(Recorder):
         self.resizes = 0               # top-buffer resizes, for the manifest
         self.growth_refused = 0        # growth steps refused because memory was short
         self.longest_resize_s = 0.0
+        self.tracing_turned_off = 0    # times something else set tracing_on to 0
 
     def warn(self, text):
         super().warn(text)
@@ -654,6 +655,16 @@ class FlightRecorder(Recorder):
                 del self.psi_woken[watch]
                 self.unconfirmed += 1
 
+    def _check_still_tracing(self):
+        """Another tool (or a test harness restoring its own settings) may write tracing_on: the
+        buffer then holds a gap. Say so, count it for the bundles, and trace again."""
+        if _tracing_on(self.tracefs):
+            return
+        self.tracing_turned_off += 1
+        self.warn("tracing_on of the top-level buffer was turned off by something else; turned "
+                  "it on again (the buffer holds a gap of up to %g s)" % RATE_CHECK_S)
+        tfs.write(self.tracefs, "tracing_on", "1")
+
     def _freeze(self):
         """Stop the top buffer (the seconds before the trigger) and start the --after instance.
 
@@ -704,6 +715,7 @@ class FlightRecorder(Recorder):
                 self.stop_reason = "duration %g s reached" % opt.duration
             elif time.monotonic() - self.last_rate_s >= RATE_CHECK_S:
                 self.last_rate_s = time.monotonic()
+                self._check_still_tracing()
                 self._read_rate()
                 self._update_rate()
                 if not self._adjust_buffers() and self.plan.capped() and self.rate["holds_s"] \
@@ -857,6 +869,7 @@ class FlightRecorder(Recorder):
                        "bundle_number": len(self.bundles) + 1, "resizes": self.resizes,
                        "growth_refused_memory_short": self.growth_refused,
                        "longest_resize_s": round(self.longest_resize_s, 3),
+                       "tracing_turned_off_by_others": self.tracing_turned_off,
                        "cooldown_s": opt.cooldown, "max_per_hour": opt.max_per_hour,
                        "max_bundles": opt.max_bundles, "max_disk_bytes": opt.max_disk},
             "warnings": list(self.warnings),

@@ -102,6 +102,14 @@ def holds_and_wrapped(cpu, seconds):
     return float(values["now ts"]) - float(values["oldest event ts"]) >= seconds
 
 
+def memory_short_now():
+    """True when /proc says memory is short: PSI some avg10 over 1% or MemAvailable under 10%."""
+    avg10 = float(re.search(r"^some avg10=([\d.]+)", Path("/proc/pressure/memory").read_text(),
+                            re.M).group(1))
+    info = dict(re.findall(r"^(\w+):\s+(\d+)", Path("/proc/meminfo").read_text(), re.M))
+    return avg10 > 1.0 or int(info["MemAvailable"]) < 0.1 * int(info["MemTotal"])
+
+
 def buffer_sizes_kb():
     """([top KiB per CPU], [--after instance KiB per CPU]) as the kernel reports them now."""
     def sizes(root):
@@ -168,6 +176,14 @@ def top_buffer_overruns(trace_dat):
     return {cpu: c["overrun"] for cpu, c in report_stat_by_buffer(trace_dat)[""].items()}
 
 
+def skip_if_tracing_was_turned_off(stderr):
+    """Something else (another pytest session restoring its tracefs settings at its end, without
+    the lock) turned tracing off meanwhile: the recorder says so, and the window has a gap."""
+    if "turned off by something else" in stderr:
+        pytest.skip("not tested: something else turned tracing_on off during the test, so the "
+                    "window holds a gap (the recorder said so and turned it on again)")
+
+
 def last_error_line(stderr):
     lines = [l for l in stderr.splitlines() if l.strip()]
     assert "Traceback" not in stderr, stderr
@@ -198,6 +214,7 @@ def test_sigusr1_bundle_holds_keep_before_and_after_the_trigger(tmp_path, before
         work.kill()
         work.wait()
     assert rc == 0, stderr
+    skip_if_tracing_was_turned_off(stderr)
     assert "stopped (signal SIGINT): 1 bundle(s)" in stderr
     (bundle,) = bundles(tmp_path / "flight")
     assert bundle.name.endswith("-manual") and (tmp_path / "flight" / "flight.json").exists()
@@ -241,7 +258,8 @@ def test_a_burst_after_the_trigger_does_not_cost_the_window_before_it(tmp_path, 
     keep, after, cpu = 4.0, 3.0, 1 if os.cpu_count() > 1 else 0
     load = tmp_path / "load.py"
     load.write_text(SIZED_WORKLOAD)
-    steady = subprocess.Popen([sys.executable, str(load), "120", str(cpu), "0.05", "1"])
+    # runs until killed below: how long the recorder takes to start and wrap depends on the load
+    steady = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.05", "1"])
     burst = None
     try:
         flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "4s",
@@ -260,6 +278,7 @@ def test_a_burst_after_the_trigger_does_not_cost_the_window_before_it(tmp_path, 
                 proc.kill()
                 proc.wait()
     assert rc == 0, stderr
+    skip_if_tracing_was_turned_off(stderr)
     (bundle,) = bundles(tmp_path / "flight")
     m = manifest(bundle)
     w, trigger_ns = m["window"], m["trigger"]["time"]["mono_ns"]
@@ -269,8 +288,11 @@ def test_a_burst_after_the_trigger_does_not_cost_the_window_before_it(tmp_path, 
     # An event takes at least 12 bytes in the ring buffer: the burst alone would have overwritten
     # the whole top buffer (buffer_kb per CPU), had it gone there.
     assert burst_events * 12 > m["buffer_kb"] * 1024, (burst_events, m["buffer_kb"])
-    assert w["before_complete"] is True, w
-    assert m["lost"]["overwritten_in_window_estimated"] == 0
+    # The busy CPU's buffer (where the burst ran) still held all of --keep before the trigger
+    # (the other CPU's coverage depends on other people's load on this machine, not on the burst).
+    per_cpu = {r["cpu"]: r for r in m["lost"]["per_cpu"]}
+    assert per_cpu[cpu]["covered_from_mono_ns"] <= w["start_mono_ns"], (per_cpu[cpu], w)
+    assert per_cpu[cpu]["overwritten_in_window_estimated"] == 0
     times = report_cpu_times(bundle / "trace.dat", cpu)
     assert empty_seconds(times, trigger_ns - keep * 1e9, trigger_ns) == []
     # The instance filled and dropped the rest, and the manifest counts that as lost in the window.
@@ -290,11 +312,12 @@ def test_the_ring_buffers_never_exceed_max_buffer_under_a_burst(tmp_path, before
     load.write_text(SIZED_WORKLOAD)
     flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "20s",
                     "--after", "2s", "--measure", "1s", "--max-buffer", "64M")
-    sizes = []
+    sizes, short = [], []
     burst = subprocess.Popen([sys.executable, str(load), "12", str(cpu), "0", "32"])
     try:
         while burst.poll() is None:
             sizes.append(buffer_sizes_kb())
+            short.append(memory_short_now())
             time.sleep(0.1)
         flight.signal(signal.SIGUSR1)
         assert flight.wait_for("wrote ", 60), flight.text()
@@ -308,6 +331,12 @@ def test_the_ring_buffers_never_exceed_max_buffer_under_a_burst(tmp_path, before
     totals = [sum(top) + sum(inst) for top, inst in sizes]
     assert max(totals) <= max_kb, max(totals)
     tops = [max(top) for top, _ in sizes]
+    if "not growing the ring buffer" in stderr:
+        # Memory was short meanwhile (other people's work on this machine): then it must not
+        # have grown, and /proc, read here, must agree that memory was short.
+        assert any(short), stderr
+        assert max(tops) == tops[0], tops
+        return
     assert max(tops) > tops[0]               # it grew with the burst ...
     assert max(tops) * ncpu > max_kb / 2     # ... up to the ceiling's share, not beyond
     # It says how long the capped buffer holds, and the manifest's figure is the grown buffer's.
@@ -492,6 +521,20 @@ def psi_some_total_us():
 PSI_CONDITION = "psi.memory.some>2%@2s"
 
 
+def test_tracing_turned_off_by_something_else_is_said_and_turned_on_again(tmp_path, before):
+    flight = Flight("-o", tmp_path / "flight", *QUICK)
+    (TRACEFS / "tracing_on").write_text("0")           # another tool, behind the recorder's back
+    assert flight.wait_for("turned off by something else", 30), flight.text()
+    assert wait_for(lambda: (TRACEFS / "tracing_on").read_text().strip() == "1", 10)
+    flight.signal(signal.SIGUSR1)
+    assert flight.wait_for("wrote ", 60), flight.text()
+    flight.signal(signal.SIGINT)
+    rc, stderr = flight.finish()
+    assert rc == 0, stderr
+    (bundle,) = bundles(tmp_path / "flight")
+    assert manifest(bundle)["flight"]["tracing_turned_off_by_others"] == 1
+
+
 def test_an_existing_folder_on_a_read_only_filesystem_is_one_error(tmp_path, before):
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -515,10 +558,10 @@ def test_parse_of_a_real_bundle_counts_only_the_losses_inside_its_window(tmp_pat
     keep, after, cpu = 2.0, 1.0, 1 if os.cpu_count() > 1 else 0
     load = tmp_path / "load.py"
     load.write_text(PINNED_WORKLOAD)
-    work = subprocess.Popen([sys.executable, str(load), "120", str(cpu), "0.002"])
+    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
     try:
         flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "2s",
-                        "--after", "1s", "--measure", "1s", "--max-buffer", "8M")
+                        "--after", "1s", "--measure", "1s", "--max-buffer", "32M")
         assert wait_for(lambda: holds_and_wrapped(cpu, keep + 1), 120), "the buffer never wrapped"
         flight.signal(signal.SIGUSR1)
         assert flight.wait_for("wrote ", 60), flight.text()
@@ -542,7 +585,10 @@ def test_parse_of_a_real_bundle_counts_only_the_losses_inside_its_window(tmp_pat
     whole, window = info(tmp_path / "whole"), info(tmp_path / "window")
     assert whole["events"] == len(times) and whole["lost_events"] == dropped
     assert window["events"] == sum(start <= ts <= end for ts in times) < len(times)
-    assert window["lost_events"] == 0 == manifest(bundle)["lost_events"]
+    # inside the window only what the --after buffer dropped once full (trace-cmd's counters)
+    after_dropped = sum(c["dropped events"] for c in
+                        report_stat_by_buffer(bundle / "trace.dat")[AFTER.name].values())
+    assert window["lost_events"] == after_dropped == manifest(bundle)["lost_events"]
 
 
 def test_psi_trigger_does_not_fire_at_start_on_a_quiet_host(tmp_path, before):
