@@ -3,6 +3,9 @@
 `runs/run_id=<id>/_files.json` is written into the staged runs partition before
 the commit's journal, so it lands with the run (runs last); `kmemscope verify`
 (dataset/verify.py) tells what changed since, and a metrics import keeps it current.
+For a Parquet file it also records what the file's footer says: its rows and its
+Arrow schema (IPC bytes, base64), so that a reader can check a run's schema and
+count its rows from one small file instead of every footer (reader.py).
 """
 import errno
 import json
@@ -32,6 +35,24 @@ def file_digest(dir_fd, name):
     return h.hexdigest(), st.st_size
 
 
+def parquet_facts(dir_fd, name):
+    """{"rows": n, "schema": base64 of the Arrow schema's IPC bytes} of the Parquet file
+    `name` in the folder `dir_fd` (no link followed), from its footer; {} when it has none."""
+    import base64
+
+    import pyarrow.parquet as pq
+
+    fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            meta = pq.ParquetFile(f).metadata
+        except Exception:      # pyarrow's ArrowInvalid: not Parquet; the reader will say so
+            return {}
+        schema = meta.schema.to_arrow_schema().remove_metadata()
+        return {"rows": meta.num_rows,
+                "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")}
+
+
 def _table_digests(folder):
     out = {}
     with Dir(os.open(folder, DIR_FLAGS), folder) as d:
@@ -40,6 +61,8 @@ def _table_digests(folder):
                 continue
             sha, size = file_digest(d.fd, entry.name)
             out[entry.name] = {"sha256": sha, "bytes": size}
+            if entry.name.endswith(".parquet"):
+                out[entry.name].update(parquet_facts(d.fd, entry.name))
     return out
 
 
