@@ -35,34 +35,53 @@ def file_digest(dir_fd, name):
     return h.hexdigest(), st.st_size
 
 
-def parquet_facts(dir_fd, name):
-    """{"rows": n, "schema": base64 of the Arrow schema's IPC bytes} of the Parquet file
-    `name` in the folder `dir_fd` (no link followed), from its footer; {} when it has none."""
+def parquet_facts(f):
+    """{"bytes": size, "rows": n, "schema": base64 of the Arrow schema's IPC bytes} of the
+    open Parquet file `f`, from its footer; {} when it has none."""
     import base64
 
     import pyarrow.parquet as pq
 
-    fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
-    with os.fdopen(fd, "rb") as f:
-        try:
-            meta = pq.ParquetFile(f).metadata
-        except Exception:      # pyarrow's ArrowInvalid: not Parquet; the reader will say so
-            return {}
-        schema = meta.schema.to_arrow_schema().remove_metadata()
-        return {"rows": meta.num_rows,
-                "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")}
+    try:
+        meta = pq.ParquetFile(f).metadata
+    except Exception:      # pyarrow's ArrowInvalid: not Parquet; the reader will say so
+        return {}
+    schema = meta.schema.to_arrow_schema().remove_metadata()
+    return {"bytes": os.fstat(f.fileno()).st_size, "rows": meta.num_rows,
+            "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")}
 
 
-def _table_digests(folder):
+def staged_footers(stage):
+    """{"table/file": parquet_facts} of the Parquet files staged under `stage`: the parse's
+    decoder process, which wrote them and has pyarrow loaded, reads them for record_digests."""
     out = {}
+    for path in sorted(Path(stage).glob("*/*.parquet")):
+        if path.is_file() and not path.is_symlink():
+            with open(path, "rb") as f:
+                facts = parquet_facts(f)
+            if facts:
+                out[f"{path.parent.name}/{path.name}"] = facts
+    return out
+
+
+def _table_digests(folder, footers=None):
+    """{file: {"sha256", "bytes"[, "rows", "schema"]}} of a table folder. footers: what
+    staged_footers() said, used for a file that still has the size it had then."""
+    out = {}
+    table = Path(folder).name
     with Dir(os.open(folder, DIR_FLAGS), folder) as d:
         for entry in d.entries():
             if entry.name.startswith(".") or entry.name == DIGESTS:
                 continue
             sha, size = file_digest(d.fd, entry.name)
             out[entry.name] = {"sha256": sha, "bytes": size}
-            if entry.name.endswith(".parquet"):
-                out[entry.name].update(parquet_facts(d.fd, entry.name))
+            if not entry.name.endswith(".parquet"):
+                continue
+            known = (footers or {}).get(f"{table}/{entry.name}")
+            if known is None or known.get("bytes") != size:
+                with os.fdopen(os.open(entry.name, FILE_FLAGS, dir_fd=d.fd), "rb") as f:
+                    known = parquet_facts(f)
+            out[entry.name].update({k: v for k, v in known.items() if k != "bytes"})
     return out
 
 
@@ -76,12 +95,13 @@ def _write_digests(folder, doc):
     os.rename(tmp, Path(folder) / DIGESTS)
 
 
-def record_digests(stage, run_id, tables):
-    """Write the staged run's digests into its staged runs partition."""
+def record_digests(stage, run_id, tables, footers=None):
+    """Write the staged run's digests into its staged runs partition (footers: see
+    staged_footers; without them each Parquet footer is read here)."""
     stage = Path(stage)
     files = {}
     for table in sorted(tables):
-        for name, digest in _table_digests(stage / table).items():
+        for name, digest in _table_digests(stage / table, footers).items():
             files[f"{table}/{name}"] = digest
     _write_digests(stage / RUNS_TABLE, {"run_id": run_id, "files": files})
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kmemscope.capture.tracefs import parse_cpu_stats
 from kmemscope.dataset import commit as commit_mod
+from kmemscope.dataset import digests
 from kmemscope.dataset import format as dataset_format
 from kmemscope.dataset import run_metrics as metrics_store
 from kmemscope.dataset.commit import RUNS_TABLE
@@ -50,6 +51,8 @@ class RunSummary:
     label_overrides: list = field(default_factory=list)
     # what this parse's recovery did with what dead parses left (commit.recover)
     recovered: list = field(default_factory=list)
+    # the staged Parquet files' footers (digests.staged_footers), for the run's record
+    footers: dict = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- inputs
@@ -245,7 +248,8 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch):
     event_rows = {t: n for t, n in rows.items()}
     return RunSummary(run_id=run_id, source=str(source), events=total_events, tables=event_rows,
                       lost_events=missed, unknown_events=unknown,
-                      seconds=time.monotonic() - started, label_overrides=overrides)
+                      seconds=time.monotonic() - started, label_overrides=overrides,
+                      footers=digests.staged_footers(staging))
 
 
 def _lost_events_table(lost, cpustats):
@@ -426,7 +430,7 @@ def _ingest(source, dataset, labels, events, threads, progress, isolate):
                 summary.concurrent = True      # the same trace, committed while this parse ran
             else:
                 dataset_format.ensure_format(dataset)
-                summary.replaced = commit_mod.commit(work, summary.run_id)
+                summary.replaced = commit_mod.commit(work, summary.run_id, summary.footers)
         committed = True
         return summary
     except OSError as exc:
