@@ -12,7 +12,8 @@ gets host hNNN and the labels kernel=a|b (alternating), host=hNNN and
 copy_of=<source run id>. Run 0's id is all digits (0123456789012345), so a
 reader that guesses partition types would turn it into a number and lose it.
 Derived tables (DATASET/_derived) are not copied: the first query builds them;
-the format file (_kmemscope.json) is.
+the format file (_kmemscope.json) and each run's record of its files
+(runs/run_id=<id>/_files.json) are.
 """
 import argparse
 import hashlib
@@ -90,6 +91,21 @@ def _relabelled_runs(files, host, labels):
     return pa.table(cols, schema=table.schema)
 
 
+def _copy_record(src_part, dest_part, new):
+    """The source run's record of its files (digests, rows, schemas: _files.json), as a
+    parse writes it, for the copy: its own run id, and its rewritten runs file's entry."""
+    import json
+
+    from kmemscope.dataset import digests
+
+    doc = digests.read_digests(src_part / digests.DIGESTS)
+    if doc is None:
+        return
+    doc["run_id"] = new
+    (dest_part / digests.DIGESTS).write_text(json.dumps(doc, sort_keys=True, indent=0))
+    digests.update_digests(dest_part)
+
+
 def build(source, dest, n, source_runs=None):
     """Write N re-labelled copies of the runs of dataset `source` into `dest`.
 
@@ -120,6 +136,7 @@ def build(source, dest, n, source_runs=None):
         d.mkdir(parents=True)
         pq.write_table(_relabelled_runs(parts["runs"][src], f"h{i:03d}", fleet_labels(i, src)),
                        d / "part-0.parquet")
+        _copy_record(Path(parts["runs"][src][0]).parent, d, new)
         made.append((new, src))
     return made
 

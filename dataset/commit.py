@@ -349,8 +349,10 @@ def roll_forward(dataset, work):
         return _roll_forward(root, w)
 
 
-def commit(workdir, run_id):
+def commit(workdir, run_id, footers=None):
     """Move the staged run of `workdir` into its dataset; returns True if it replaced one.
+
+    footers: digests.staged_footers() of the stage, when the parse has them.
 
     Raises UnsafeEntry, with nothing moved, when a table folder of the dataset
     is a link or special file.
@@ -360,7 +362,7 @@ def commit(workdir, run_id):
     check_layout(workdir.dataset)       # keep_imported reads the dataset's run_metrics folder
     run_metrics.keep_imported(workdir.dataset, workdir.stage, run_id)   # imports outlive re-parses
     tables = [p.name for p in workdir.stage.iterdir() if p.is_dir() and not p.is_symlink()]
-    record_digests(workdir.stage, run_id, tables)
+    record_digests(workdir.stage, run_id, tables, footers)
     _fsync_dir(workdir.stage)
     _write_journal(workdir.path, run_id, tables)
     try:

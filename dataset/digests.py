@@ -7,6 +7,9 @@ Its `derived` section records each derived cache file built from the run (sha256
 bytes, and the signature of the sources it came from): a cache is used only when it
 matches, so changing one means rewriting the run's digests too (dataset/derived.py).
 Every file is read and written through folders opened without following links.
+For a Parquet file it also records what the file's footer says: its rows and its
+Arrow schema (IPC bytes, base64), so that a reader can check a run's schema and
+count its rows from one small file instead of every footer (reader.py).
 """
 import errno
 import json
@@ -41,14 +44,60 @@ def file_digest(dir_fd, name, expect_bytes=None):
     return h.hexdigest(), st.st_size
 
 
-def _table_digests(folder):
-    """{name: digest} of the files of the folder `folder` (a Dir)."""
+def parquet_facts(f):
+    """{"bytes": size, "rows": n, "schema": base64 of the Arrow schema's IPC bytes} of the
+    open Parquet file `f`, from its footer; {} when it has none."""
+    import base64
+
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(f).metadata
+    except Exception:      # pyarrow's ArrowInvalid: not Parquet; the reader will say so
+        return {}
+    schema = meta.schema.to_arrow_schema().remove_metadata()
+    return {"bytes": os.fstat(f.fileno()).st_size, "rows": meta.num_rows,
+            "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")}
+
+
+def staged_footers(stage):
+    """{"table/file": parquet_facts} of the Parquet files staged under `stage`: the parse's
+    decoder process, which wrote them and has pyarrow loaded, reads them for record_digests.
+    Read through folders opened without following links, like every other walk here."""
     out = {}
+    with Dir.root(stage) as st:
+        for entry in st.entries():
+            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                continue
+            with st.sub(entry.name, "a staged table folder") as d:
+                for f in d.entries():
+                    if not f.name.endswith(".parquet") or not f.is_file(follow_symlinks=False):
+                        continue
+                    with os.fdopen(os.open(f.name, FILE_FLAGS, dir_fd=d.fd), "rb") as fh:
+                        facts = parquet_facts(fh)
+                    if facts:
+                        out[f"{entry.name}/{f.name}"] = facts
+    return out
+
+
+def _table_digests(folder, footers=None):
+    """{file: {"sha256", "bytes"[, "rows", "schema"]}} of the files of the table folder
+    `folder` (a Dir). footers: what staged_footers() said, used for a file that still has
+    the size it had then; other Parquet files have their footer read here."""
+    out = {}
+    table = folder.path.name
     for entry in folder.entries():
         if entry.name.startswith(".") or entry.name == DIGESTS:
             continue
         sha, size = file_digest(folder.fd, entry.name)
         out[entry.name] = {"sha256": sha, "bytes": size}
+        if not entry.name.endswith(".parquet"):
+            continue
+        known = (footers or {}).get(f"{table}/{entry.name}")
+        if known is None or known.get("bytes") != size:
+            with os.fdopen(os.open(entry.name, FILE_FLAGS, dir_fd=folder.fd), "rb") as f:
+                known = parquet_facts(f)
+        out[entry.name].update({k: v for k, v in known.items() if k != "bytes"})
     return out
 
 
@@ -58,13 +107,14 @@ def _write_digests(folder, doc):
                                                               indent=0).encode()))
 
 
-def record_digests(stage, run_id, tables):
-    """Write the staged run's digests into its staged runs partition."""
+def record_digests(stage, run_id, tables, footers=None):
+    """Write the staged run's digests into its staged runs partition (footers: see
+    staged_footers; without them each Parquet footer is read here)."""
     files = {}
     with Dir.root(stage) as st:
         for table in sorted(tables):
             with st.sub(table, "a staged table folder") as d:
-                for name, digest in _table_digests(d).items():
+                for name, digest in _table_digests(d, footers).items():
                     files[f"{table}/{name}"] = digest
         with st.sub(RUNS_TABLE, "the staged runs folder") as runs:
             _write_digests(runs, {"run_id": run_id, "files": files})

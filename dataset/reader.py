@@ -217,6 +217,82 @@ def _file_schema(f):
     return got
 
 
+# Runs' records read in this process: {identity of a _files.json: its "files" map}, and the
+# schemas they state: {base64 text: Arrow schema} (most runs of a dataset share a few).
+_RECORDS = {}
+_RECORDED_SCHEMAS = {}
+_RECORDS_MAX = 100_000
+
+
+def recorded_footers(parts, run_ids=None):
+    """{file: (Arrow schema, rows)} of the local files of `run_ids` (default: all) whose footer
+    their run's own record (runs/run_id=<id>/_files.json, dataset/digests.py) states.
+
+    A record counts for a file only when the file still has the size it records
+    (a replaced or rewritten file is read from its footer again; `kmemscope
+    verify` compares contents). What a record states is also remembered as that
+    file's footer (_SCHEMAS, _ROWS), so unfit_runs() and row counts read one small
+    file per run instead of every footer. A record that is missing, damaged or
+    not kmemscope's counts for nothing: those files' footers are read as before.
+    """
+    import base64
+    import binascii
+
+    from .digests import DIGESTS, read_digests
+    from .safefs import UnsafeEntry
+
+    out = {}
+    for run, run_files in parts.get("runs", {}).items():
+        if (run_ids is not None and run not in run_ids) or not run_files \
+                or storage.is_url_file(str(run_files[0])):
+            continue
+        record = Path(run_files[0]).parent / DIGESTS
+        rkey = _file_key(record)
+        if rkey is None:
+            continue
+        recorded = _RECORDS.get(rkey)
+        if recorded is None:
+            try:
+                doc = read_digests(record)
+            except (OSError, UnsafeEntry):
+                continue
+            if len(_RECORDS) >= _RECORDS_MAX:
+                _RECORDS.clear()
+            recorded = _RECORDS[rkey] = doc["files"] if doc else {}
+        for table, runs in parts.items():
+            for f in runs.get(run, []):
+                entry = recorded.get(f"{table}/{Path(f).name}")
+                key = _file_key(f)
+                if not entry or key is None or key[3] != entry["bytes"]:
+                    continue
+                rows, text = entry.get("rows"), entry.get("schema")
+                if type(rows) is not int or rows < 0 or not isinstance(text, str):
+                    continue
+                schema = _RECORDED_SCHEMAS.get(text)
+                if schema is None:
+                    try:
+                        schema = _schema_of_record(base64.b64decode(text, validate=True))
+                    except (binascii.Error, ValueError):
+                        continue
+                    if len(_RECORDED_SCHEMAS) >= _RECORDS_MAX:
+                        _RECORDED_SCHEMAS.clear()
+                    _RECORDED_SCHEMAS[text] = schema
+                out[f] = (schema, rows)
+                _SCHEMAS.setdefault(key, (schema, None))
+                _ROWS.setdefault(key, rows)
+    return out
+
+
+def _schema_of_record(data):
+    """The Arrow schema of IPC bytes from a run's record; ValueError when they are not one."""
+    import pyarrow as pa
+
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(str(exc)) from None
+
+
 def unfit_runs(parts, tables=None, run_ids=None):
     """{run_id: why} for the runs whose files of `tables` a query cannot read with the others.
 
@@ -226,7 +302,9 @@ def unfit_runs(parts, tables=None, run_ids=None):
     leave it out with a note (queries/runner.py). Reads each file's footer only,
     once per process (_file_schema), and judges each distinct schema of a table once.
     parts: table_runs(); tables, run_ids: the ones to check (default: all).
+    The footers that the runs' own records state are not read (recorded_footers).
     """
+    recorded_footers(parts, run_ids)
     out = {}
     for table, runs in sorted(parts.items()):
         if tables is not None and table not in tables:

@@ -72,17 +72,31 @@ def import_metrics(dataset, path, fmt: str | None = None) -> dict:
 
 
 def sql_statements(text: str) -> list[str]:
-    """The statements of SQL `text` as DuckDB splits them; none (empty, comments only) is an error."""
+    """The statements of SQL `text`, cut at DuckDB's own `;` tokens; none (empty, comments
+    only) is an error.
+
+    duckdb.tokenize() needs no database: duckdb.extract_statements() would start
+    DuckDB's default in-memory database for this alone (60-150 ms of `kmemscope sql`).
+    A statement that does not parse is reported when it runs, in DuckDB's words.
+    """
     import duckdb
 
     from kmemscope.dataset.reader import sql_error_text
 
     try:
-        statements = [str(s.query) if hasattr(s, "query") else str(s)
-                      for s in duckdb.extract_statements(text)]
+        tokens = duckdb.tokenize(text)
     except duckdb.Error as exc:
         raise KmemscopeError(f"SQL failed: {sql_error_text(exc)}") from None
-    statements = [q for q in statements if q.strip()]
+    statements, start, words = [], 0, False
+    for pos, kind in tokens:
+        if kind == duckdb.token_type.operator and text.startswith(";", pos):
+            if words:
+                statements.append(text[start:pos])
+            start, words = pos + 1, False
+        elif kind != duckdb.token_type.comment:
+            words = True
+    if words:
+        statements.append(text[start:])
     if not statements:
         raise KmemscopeError("the SQL holds no statement (it is empty or only comments)",
                              "give a query such as \"SELECT count(*) FROM runs\"")
@@ -161,15 +175,16 @@ def dataset_info(dataset) -> dict:
     """{"runs": Result or None, "tables": Result, "rows_per_run": Result, "notes": [...]}
     of a dataset (notes: runs whose runs file cannot be listed with the others).
 
-    Row counts come from the Parquet footers (local or s3): no table is scanned."""
-    import pyarrow as pa
-
-    from kmemscope.dataset.reader import (connect, query_arrow, sql_error_text, table_runs,
-                                          unfit_runs)
+    Row counts come from the runs' own records where they state them, else from the
+    Parquet footers (local or s3): no table is scanned."""
+    from kmemscope.dataset.reader import (connect, query_arrow, recorded_footers,
+                                          sql_error_text, table_runs, unfit_runs)
     from kmemscope.dataset.storage import parquet_rows
     from kmemscope.errors import DatasetError, QueryError
 
     def rows(f):
+        if f in recorded:
+            return recorded[f][1]
         try:
             return parquet_rows(f)
         except KmemscopeError:
@@ -179,39 +194,55 @@ def dataset_info(dataset) -> dict:
                                "kmemscope verify DATASET lists what changed") from None
 
     parts = table_runs(dataset)
+    recorded = recorded_footers(parts)
     # A run whose runs file cannot be read with the others (or declares a 512 MiB host) is
     # counted but its row is left out of `runs`, with a note.
     unfit = unfit_runs(parts, {"runs"})
     notes = [f"run {r} is left out of the runs listed: {why}" for r, why in sorted(unfit.items())]
     per_run = [(run, name, sum(rows(f) for f in files))
                for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]
-    long = pa.table({"run_id": [r[0] for r in per_run], "table": [r[1] for r in per_run],
-                     "rows": pa.array([r[2] for r in per_run], pa.int64())})
     totals: dict = {}
     for _run, name, rows in per_run:
         total, runs = totals.get(name, (0, 0))
         totals[name] = (total + rows, runs + 1)
     order = sorted(totals, key=lambda n: (-totals[n][0], n))
-    tables = pa.table({"table": order, "rows": pa.array([totals[n][0] for n in order], pa.int64()),
-                       "runs": pa.array([totals[n][1] for n in order], pa.int64())})
     runs_table = None
-    if "runs" in parts and set(parts["runs"]) - set(unfit):
-        import duckdb
+    import duckdb
 
-        con = connect(dataset, tables=["runs"], parts=parts,
-                      run_ids=[r for r in parts["runs"] if r not in unfit])
-        try:
+    listed = [r for r in parts.get("runs", {}) if r not in unfit]
+    con = (connect(dataset, tables=["runs"], parts=parts, run_ids=listed) if listed
+           else duckdb.connect())
+    try:
+        long = _arrow_columns(con, (("run_id", "VARCHAR", [r[0] for r in per_run]),
+                                    ("table", "VARCHAR", [r[1] for r in per_run]),
+                                    ("rows", "BIGINT", [r[2] for r in per_run])))
+        tables = _arrow_columns(con, (("table", "VARCHAR", order),
+                                      ("rows", "BIGINT", [totals[n][0] for n in order]),
+                                      ("runs", "BIGINT", [totals[n][1] for n in order])))
+        if listed:
             runs_table = query_arrow(con, """
                 SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
                        round((last_ts - first_ts) / 1e9, 3) AS seconds,
                        file_version, compression, labels, source
                 FROM runs ORDER BY source""")
-        except duckdb.Error as exc:
-            raise QueryError(f"cannot read the runs table: {sql_error_text(exc)}") from None
-        finally:
-            con.close()
+    except duckdb.Error as exc:
+        raise QueryError(f"cannot read the runs table: {sql_error_text(exc)}") from None
+    finally:
+        con.close()
     return {"runs": Result(runs_table, notes) if runs_table is not None else None,
             "tables": Result(tables), "rows_per_run": Result(long), "notes": notes}
+
+
+def _arrow_columns(con, columns):
+    """A pyarrow.Table of ((name, DuckDB type, values), ...), made by DuckDB connection `con`
+    from bound lists: pyarrow builds Arrow from Python values only after importing pandas
+    (to ask whether it was given a DataFrame), half a second of a command."""
+    from kmemscope.dataset.reader import query_arrow
+    from kmemscope.dataset.reader import quote_ident as _quote
+
+    # sql-safe: names are the constants of the callers, quoted; types are DuckDB type names
+    select = ", ".join(f"unnest(CAST(? AS {t}[])) AS {_quote(c)}" for c, t, _v in columns)
+    return query_arrow(con, f"SELECT {select}", [v for _c, _t, v in columns])
 
 
 def quote_ident(name: str) -> str:

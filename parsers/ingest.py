@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kmemscope.capture.tracefs import parse_cpu_stats
 from kmemscope.dataset import commit as commit_mod
+from kmemscope.dataset import digests
 from kmemscope.dataset import format as dataset_format
 from kmemscope.dataset import run_metrics as metrics_store
 from kmemscope.dataset.commit import RUNS_TABLE
@@ -54,6 +55,8 @@ class RunSummary:
     recovered: list = field(default_factory=list)
     # what the run keeps out or cannot vouch for (procfs samples without headers or outside the trace)
     notes: list = field(default_factory=list)
+    # the staged Parquet files' footers (digests.staged_footers), for the run's record
+    footers: dict = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- inputs
@@ -271,7 +274,7 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch, whol
     return RunSummary(run_id=run_id, source=str(source), events=total_events, tables=event_rows,
                       lost_events=missed, unknown_events=unknown, trimmed_events=trimmed,
                       seconds=time.monotonic() - started, label_overrides=overrides,
-                      notes=procfs_notes)
+                      notes=procfs_notes, footers=digests.staged_footers(staging))
 
 
 def _lost_events_table(lost, cpustats, overruns=True):
@@ -455,7 +458,7 @@ def _ingest(source, dataset, labels, events, threads, progress, isolate, whole_b
                 summary.concurrent = True      # the same trace, committed while this parse ran
             else:
                 dataset_format.ensure_format(dataset)
-                summary.replaced = commit_mod.commit(work, summary.run_id)
+                summary.replaced = commit_mod.commit(work, summary.run_id, summary.footers)
         committed = True
         return summary
     except OSError as exc:

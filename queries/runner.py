@@ -10,7 +10,8 @@ returns Arrow, and builds the derived tables (the interface: engines/base.py):
 
   engines/duckdb_engine.py   DuckDB in this process (the default)
   engines/spark_engine.py    Apache Spark, local or a cluster: a named analysis is one
-                             task per run running `run_local` (DuckDB) on an executor;
+                             task per group of runs (cut by bytes, a few per core), each
+                             running `run_local` (DuckDB) once over its group on an executor;
                              ad-hoc SQL is translated by engines/spark_sql.py
 
     prepare(name, dataset, ...)   -> Plan: the section, bound parameters, chosen runs, notes
@@ -384,7 +385,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     one-time work (building a run's derived tables) before it starts. engine:
     an engines.EngineSpec, "duckdb" (default), "spark", or an engine object;
     it runs the plan with `run_local` (engines/base.py: DuckDB over every run
-    here, or on Spark one task per run).
+    here, or on Spark one task per group of runs).
     """
     plan = prepare(name, dataset, run_ids, labels, params)
     eng = engines.resolve(engine)
@@ -403,9 +404,9 @@ def run_local(plan, dataset, threads=None, progress=None):
     """Run `plan`'s section with DuckDB in this process over plan.chosen -> engines.PlanRows.
 
     The one way an analysis runs: the DuckDB engine calls it over every chosen
-    run, Spark's executors over one run each (a plan whose chosen and parts
-    hold that run). It builds the runs' derived tables where they are missing, then
-    runs the modules the analysis includes.
+    run, Spark's executors over one group of runs each (a plan whose chosen and
+    parts hold that group). It builds the runs' derived tables where they are missing,
+    then runs the modules the analysis includes.
     """
     backend, _chosen, _parts, facts, mts = open_runs(
         dataset, plan.chosen, None, plan.tables, threads, "duckdb", plan.parts,

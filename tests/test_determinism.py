@@ -79,12 +79,12 @@ def test_one_and_four_threads_give_the_same_rows_in_the_same_order(qname, a, sec
 def test_section_over_all_runs_is_the_runs_one_by_one(qname, a, section, mixed_dataset):
     import pyarrow as pa
 
-    from kmemscope.queries.engines.spark_engine import plan_of_run
+    from kmemscope.queries.engines.spark_engine import plan_of_runs
 
     whole = _run(qname, mixed_dataset)
     plan = runner.prepare(qname, mixed_dataset)
-    # what one Spark task per run does (spark_engine.py), here in this process
-    pieces = [runner.run_local(plan_of_run(plan, run), mixed_dataset).table
+    # what Spark tasks of one run each do (spark_engine.py), here in this process
+    pieces = [runner.run_local(plan_of_runs(plan, [run]), mixed_dataset).table
               for run in sorted(plan.chosen)]
     one_by_one = pa.concat_tables(pieces, promote_options="permissive")
     _assert_same_rows(whole, one_by_one, f"{qname}, all runs vs one run at a time")

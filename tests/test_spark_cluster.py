@@ -7,7 +7,10 @@ own (one SparkContext per process; the pytest run's shared local session is
 another) parses three bundles on the cluster, runs every section of every
 analysis on the mixed dataset (parity_data.py) and `compare --by kernel`; the
 test then checks them against DuckDB in this process: same rows, same order,
-same notes. Executors find kmemscope and DuckDB the way a worker node with
+same notes. It does so twice: with one worker (spark.cores.max=1: one
+one-core executor) and with both, and checks how many executors each driver
+had; the results must not depend on it (a test of equal results, not of speed:
+benchmarks/fleet_bench.py measures speed). Executors find kmemscope and DuckDB the way a worker node with
 kmemscope installed does: spark.pyspark.python names a Python that has them
 (here this .venv; on a real cluster a venv archive shipped with --archives,
 docs/fleet.md). Every JVM is stopped at the end, also on failure.
@@ -157,22 +160,27 @@ try:
     rows = sd.compare_sides(s)
     (out / "compare.pickle").write_bytes(pickle.dumps(
         (s.sides, s.runs, s.summary, s.notes, [dataclasses.asdict(r) for r in rows])))
+    # the block managers of the executors that joined (the driver has one too)
+    (out / "executors.json").write_text(json.dumps(
+        eng.spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1))
 finally:
     engines.shutdown()
 '''
 
 
-@pytest.fixture(scope="module")
-def cluster_results(mixed_dataset, cluster, tmp_path_factory):
-    """What the cluster's driver wrote: parse entries, every section's rows, compare."""
-    tmp = tmp_path_factory.mktemp("cluster-driver")
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-worker", "two-workers"])
+def cluster_results(mixed_dataset, cluster, tmp_path_factory, request):
+    """What the cluster's driver wrote using `request.param` one-core workers: parse
+    entries, every section's rows, compare, the number of executors."""
+    workers = request.param
+    tmp = tmp_path_factory.mktemp(f"cluster-driver-{workers}")
     out = tmp / "out"
     out.mkdir()
     (out / "sections.json").write_text(json.dumps([q for q, _a, _s in SECTIONS]))
     script = tmp / "driver.py"
     script.write_text(DRIVER)
     conf = {"spark.driver.memory": "1g", "spark.executor.memory": "512m",
-            "spark.executor.cores": "1", "spark.cores.max": "2",
+            "spark.executor.cores": "1", "spark.cores.max": str(workers),
             "spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
             "spark.executorEnv.PYTHONSAFEPATH": "1",
             "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
@@ -182,12 +190,17 @@ def cluster_results(mixed_dataset, cluster, tmp_path_factory):
                            str(out), json.dumps(conf), *map(str, BUNDLES)],
                           capture_output=True, text=True, timeout=1200, cwd=tmp)
     assert proc.returncode == 0, f"the cluster's driver failed:\n{proc.stderr[-3000:]}"
-    return out, parsed
+    return out, parsed, workers
+
+
+def test_the_driver_had_one_executor_per_worker(cluster_results):
+    out, _parsed, workers = cluster_results
+    assert json.loads((out / "executors.json").read_text()) == workers
 
 
 def test_parse_on_the_cluster_commits_every_bundle(cluster_results):
     import kmemscope
-    out, parsed = cluster_results
+    out, parsed, _workers = cluster_results
     entries = json.loads((out / "parse.json").read_text())
     assert [e.get("error") for e in entries] == [None] * len(BUNDLES), entries
     runs = kmemscope.open(parsed).sql("SELECT run_id FROM runs ORDER BY run_id").rows()
@@ -197,7 +210,7 @@ def test_parse_on_the_cluster_commits_every_bundle(cluster_results):
 def test_summary_of_the_cluster_parsed_dataset_equals_duckdb(cluster_results):
     import pyarrow as pa
     from kmemscope.queries import runner
-    out, parsed = cluster_results
+    out, parsed, _workers = cluster_results
     on_cluster = pa.ipc.open_file(str(out / "parsed-summary.arrow")).read_all()
     duck = runner.run_query("summary", parsed)
     _assert_same_rows(duck, on_cluster, "summary, DuckDB vs the cluster")
@@ -208,7 +221,7 @@ def test_summary_of_the_cluster_parsed_dataset_equals_duckdb(cluster_results):
 def test_compare_on_the_cluster_equals_duckdb(cluster_results, mixed_dataset):
     import dataclasses
     from kmemscope.queries import sides as sd
-    out, _parsed = cluster_results
+    out, _parsed, _workers = cluster_results
     c_sides, c_runs, c_summary, c_notes, c_rows = pickle.loads((out / "compare.pickle").read_bytes())
     s = sd.load_sides(mixed_dataset, by="kernel")
     rows = [dataclasses.asdict(r) for r in sd.compare_sides(s)]
@@ -222,7 +235,7 @@ def test_compare_on_the_cluster_equals_duckdb(cluster_results, mixed_dataset):
 def test_section_on_the_cluster_equals_duckdb(qname, a, section, cluster_results, mixed_dataset):
     import pyarrow as pa
     from kmemscope.queries import runner
-    out, _parsed = cluster_results
+    out, _parsed, _workers = cluster_results
     try:
         duck = runner.run_query(qname, mixed_dataset)
     except Exception as exc:

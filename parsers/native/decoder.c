@@ -427,120 +427,185 @@ static int presize_stack(struct col_builder *c)
 	       gbuf_presize(&c->child_offsets, c->last_child_offsets + c->last_child_offsets / 8);
 }
 
+/* One record as the column helpers see it. */
+struct record {
+	const unsigned char *data;
+	int size;		/* bytes of data */
+	int64_t ts;		/* with the trace's offset applied */
+	int32_t cpu;
+	int32_t pid;
+	bool swap;		/* the file's byte order is not ours */
+	int frames;		/* stack frames read into d->frames, -1 until read */
+	bool full;		/* a column reached its batch's limit: flush after this row */
+};
+
+/* A variable-width column past BATCH_VAR_BYTES ends the batch after this row. */
+static void note_full(struct record *rec, const struct col_builder *c)
+{
+	rec->full |= c->child.len > BATCH_VAR_BYTES;
+}
+
+static int append_fixed(struct decoder *d, struct col_builder *c, const void *v, int width)
+{
+	return presize(d, c, width) || gbuf_append(&c->values, v, width);
+}
+
+static int append_comm(struct decoder *d, struct col_builder *c, struct record *rec)
+{
+	int32_t idx = comm_index(d, c, rec->pid, &rec->full);
+	return idx < 0 ? -1 : append_fixed(d, c, &idx, 4);
+}
+
+static int append_int_field(struct decoder *d, const struct col_plan *cp, struct col_builder *c,
+			    const struct record *rec)
+{
+	return presize(d, c, cp->width) ||
+	       append_int(&c->values, read_uint(rec->data + cp->offset, cp->width, rec->swap),
+			  cp->width);
+}
+
+/* A char array: the string up to its NUL, within the field (or the record's end
+ * for a flexible array). */
+static int append_str(const struct col_plan *cp, struct col_builder *c, struct record *rec)
+{
+	const unsigned char *s = rec->data + cp->offset;
+	int limit = cp->flexible ? rec->size - cp->offset : cp->size;
+	int n = 0;
+	while (n < limit && s[n])
+		n++;
+	int r = offsets_start(&c->offsets) || gbuf_append_utf8(&c->child, s, n) ||
+		append_offset(&c->offsets, c->child.len);
+	note_full(rec, c);
+	return r;
+}
+
+/* A __data_loc string up to its NUL; an empty string when its location is out of
+ * the record. */
+static int append_dynstr(const struct col_plan *cp, struct col_builder *c, struct record *rec)
+{
+	const unsigned char *s;
+	int n;
+	if (dyn_payload(cp, rec->data, rec->size, rec->swap, &s, &n))
+		n = 0, s = rec->data;
+	int k = 0;
+	while (k < n && s[k])
+		k++;
+	int r = offsets_start(&c->offsets) || gbuf_append_utf8(&c->child, s, k) ||
+		append_offset(&c->offsets, c->child.len);
+	note_full(rec, c);
+	return r;
+}
+
+/* Raw bytes: the field, or up to the record's end for a flexible one; none when
+ * the field is out of the record. */
+static int append_bin(const struct col_plan *cp, struct col_builder *c, struct record *rec)
+{
+	const unsigned char *s = rec->data;
+	int n = 0;
+	if (cp->flexible && cp->offset <= rec->size) {
+		s = rec->data + cp->offset;
+		n = rec->size - cp->offset;
+	} else if (cp->offset + cp->size <= rec->size) {
+		s = rec->data + cp->offset;
+		n = cp->size;
+	}
+	int r = offsets_start(&c->offsets) || gbuf_append(&c->child, s, n) ||
+		append_offset(&c->offsets, c->child.len);
+	note_full(rec, c);
+	return r;
+}
+
+/* An array of integers (fixed, flexible or __data_loc): a list of its elements;
+ * an empty list when it is out of the record. */
+static int append_array(const struct col_plan *cp, struct col_builder *c, struct record *rec)
+{
+	const unsigned char *s = rec->data + cp->offset;
+	int n = cp->flexible ? rec->size - cp->offset : cp->size;
+	if (cp->kind == COL_DYNARR && dyn_payload(cp, rec->data, rec->size, rec->swap, &s, &n))
+		n = 0;
+	if (n < 0 || cp->offset + n > rec->size)
+		n = 0;
+	int count = n / cp->width;
+	int r = offsets_start(&c->offsets);
+	for (int k = 0; k < count && !r; k++)
+		r = append_int(&c->child, read_uint(s + k * cp->width, cp->width, rec->swap),
+			       cp->width);
+	if (!r)
+		r = append_offset(&c->offsets, c->child.len / cp->width);
+	note_full(rec, c);
+	return r;
+}
+
+/* A stack's addresses (COL_STACK) or their symbols (COL_STACKSYM). caller and
+ * caller_symbols are the same field: its frames are read once per record. */
+static int append_stack(struct decoder *d, const struct col_plan *cp, struct col_builder *c,
+			struct record *rec)
+{
+	if (rec->frames < 0)
+		rec->frames = read_frames(d, cp, rec->data, rec->size);
+	int count = rec->frames;
+	int r = count < 0 || presize_stack(c);
+	if (!r && cp->kind == COL_STACK) {
+		r = offsets_start(&c->offsets) ||
+		    (count && gbuf_append(&c->child, d->frames.data, (size_t)count * 8)) ||
+		    append_offset(&c->offsets, c->child.len / 8);
+	} else if (!r) {
+		r = offsets_start(&c->child_offsets) ||
+		    append_stack_symbols(d, c, (const uint64_t *)d->frames.data, count) ||
+		    append_offset(&c->offsets, c->child_offsets.len / 4 - 1);
+	}
+	note_full(rec, c);
+	return r;
+}
+
+static int append_column(struct decoder *d, const struct col_plan *cp, struct col_builder *c,
+			 struct record *rec)
+{
+	switch (cp->kind) {
+	case COL_TS:
+		return append_fixed(d, c, &rec->ts, 8);
+	case COL_CPU:
+		return append_fixed(d, c, &rec->cpu, 4);
+	case COL_PID:
+		return append_fixed(d, c, &rec->pid, 4);
+	case COL_COMM:
+		return append_comm(d, c, rec);
+	case COL_INT:
+		return append_int_field(d, cp, c, rec);
+	case COL_STR:
+		return append_str(cp, c, rec);
+	case COL_DYNSTR:
+		return append_dynstr(cp, c, rec);
+	case COL_BIN:
+		return append_bin(cp, c, rec);
+	case COL_ARR:
+	case COL_DYNARR:
+		return append_array(cp, c, rec);
+	case COL_STACK:
+	case COL_STACKSYM:
+		return append_stack(d, cp, c, rec);
+	}
+	return 0;
+}
+
+/* One row of event builder b from the record `data` of `size` bytes (which
+ * decode_page checked against the plan's min_size). Returns 0, or -1 when memory
+ * ran out or a stack was unreadable; the row is then not counted. */
 static int append_record(struct decoder *d, struct event_builder *b, const unsigned char *data,
 			 int size, unsigned long long ts, int cpu)
 {
 	struct event_plan *p = b->plan;
-	bool swap = d->trace->swap;
-	int pid = (int)(int32_t)read_uint(data + d->trace->pid_offset, 4, swap);
-	int r = 0, frames = -1;
-	bool full = false;
-	for (int i = 0; i < p->ncols && !r; i++) {
-		struct col_plan *cp = &p->cols[i];
-		struct col_builder *c = &b->cols[i];
-		switch (cp->kind) {
-		case COL_TS: {
-			int64_t t = (int64_t)ts + d->ts_offset;
-			r = presize(d, c, 8) || gbuf_append(&c->values, &t, 8);
-			break;
-		}
-		case COL_CPU: {
-			int32_t v = cpu;
-			r = presize(d, c, 4) || gbuf_append(&c->values, &v, 4);
-			break;
-		}
-		case COL_PID:
-			r = presize(d, c, 4) || gbuf_append(&c->values, &pid, 4);
-			break;
-		case COL_COMM: {
-			int32_t idx = comm_index(d, c, pid, &full);
-			r = idx < 0 ? -1 : (presize(d, c, 4) || gbuf_append(&c->values, &idx, 4));
-			break;
-		}
-		case COL_INT:
-			r = presize(d, c, cp->width) || append_int(&c->values, read_uint(data + cp->offset, cp->width, swap), cp->width);
-			break;
-		case COL_STR: {
-			const unsigned char *s = data + cp->offset;
-			int limit = cp->flexible ? size - cp->offset : cp->size;
-			int n = 0;
-			while (n < limit && s[n])
-				n++;
-			r = offsets_start(&c->offsets) || gbuf_append_utf8(&c->child, s, n) ||
-			    append_offset(&c->offsets, c->child.len);
-			full |= c->child.len > BATCH_VAR_BYTES;
-			break;
-		}
-		case COL_DYNSTR:
-		case COL_BIN: {
-			const unsigned char *s;
-			int n;
-			if (cp->kind == COL_DYNSTR) {
-				if (dyn_payload(cp, data, size, swap, &s, &n))
-					n = 0, s = data;
-				int k = 0;
-				while (k < n && s[k])
-					k++;
-				n = k;
-			} else if (cp->flexible && cp->offset <= size) {
-				s = data + cp->offset;
-				n = size - cp->offset;
-			} else if (cp->offset + cp->size <= size) {
-				s = data + cp->offset;
-				n = cp->size;
-			} else {
-				s = data;
-				n = 0;
-			}
-			r = offsets_start(&c->offsets) ||
-			    (cp->kind == COL_DYNSTR ? gbuf_append_utf8(&c->child, s, n)
-						    : gbuf_append(&c->child, s, n)) ||
-			    append_offset(&c->offsets, c->child.len);
-			full |= c->child.len > BATCH_VAR_BYTES;
-			break;
-		}
-		case COL_ARR:
-		case COL_DYNARR: {
-			const unsigned char *s = data + cp->offset;
-			int n = cp->flexible ? size - cp->offset : cp->size;
-			if (cp->kind == COL_DYNARR && dyn_payload(cp, data, size, swap, &s, &n))
-				n = 0;
-			if (n < 0 || cp->offset + n > size)
-				n = 0;
-			int count = n / cp->width;
-			r = offsets_start(&c->offsets);
-			for (int k = 0; k < count && !r; k++)
-				r = append_int(&c->child, read_uint(s + k * cp->width, cp->width, swap),
-					       cp->width);
-			if (!r)
-				r = append_offset(&c->offsets, c->child.len / cp->width);
-			full |= c->child.len > BATCH_VAR_BYTES;
-			break;
-		}
-		case COL_STACK:
-		case COL_STACKSYM: {
-			/* caller and caller_symbols are the same field: read it once */
-			if (frames < 0)
-				frames = read_frames(d, cp, data, size);
-			int count = frames;
-			r = count < 0 || presize_stack(c);
-			if (!r && cp->kind == COL_STACK) {
-				r = offsets_start(&c->offsets) ||
-				    (count && gbuf_append(&c->child, d->frames.data, (size_t)count * 8)) ||
-				    append_offset(&c->offsets, c->child.len / 8);
-			} else if (!r) {
-				r = offsets_start(&c->child_offsets) ||
-				    append_stack_symbols(d, c, (const uint64_t *)d->frames.data, count) ||
-				    append_offset(&c->offsets, c->child_offsets.len / 4 - 1);
-			}
-			full |= c->child.len > BATCH_VAR_BYTES;
-			break;
-		}
-		}
-	}
+	struct record rec = {
+		.data = data, .size = size, .ts = (int64_t)ts + d->ts_offset, .cpu = cpu,
+		.pid = (int32_t)read_uint(data + d->trace->pid_offset, 4, d->trace->swap),
+		.swap = d->trace->swap, .frames = -1,
+	};
+	int r = 0;
+	for (int i = 0; i < p->ncols && !r; i++)
+		r = append_column(d, &p->cols[i], &b->cols[i], &rec);
 	if (!r)
 		b->rows++;
-	b->full |= full;
+	b->full |= rec.full;
 	return r;
 }
 

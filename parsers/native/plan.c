@@ -150,9 +150,100 @@ static void need_bytes(struct event_plan *p, long long offset, long long size)
 		p->min_size = (int)end;
 }
 
+/* The columns every table starts with: ts, cpu, pid, comm. */
+static int plan_fixed_columns(struct event_plan *p, int *cap)
+{
+	static const struct col_plan fixed[] = {
+		{ .name = "ts", .kind = COL_TS, .count_offset = -1 },
+		{ .name = "cpu", .kind = COL_CPU, .count_offset = -1 },
+		{ .name = "pid", .kind = COL_PID, .count_offset = -1 },
+		{ .name = "comm", .kind = COL_COMM, .count_offset = -1 },
+	};
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (plan_add(p, cap, fixed[i]))
+			return -1;
+	return 0;
+}
+
+/* Common fields other than type and pid (flags, preempt count, and whatever
+ * else an older or newer kernel records) keep their own names. The list is
+ * NULL only when libtraceevent ran out of memory. */
+static int plan_common_fields(struct event_plan *p, int *cap, struct tep_event *ev)
+{
+	struct tep_format_field **common = km_fault() ? NULL : tep_event_common_fields(ev);
+	int r = common ? 0 : -1;
+	for (int i = 0; !r && common[i]; i++) {
+		struct tep_format_field *f = common[i];
+		if (!strcmp(f->name, "common_type") || !strcmp(f->name, "common_pid"))
+			continue;
+		r = plan_add(p, cap, field_plan(f));
+		if (!r)
+			need_bytes(p, f->offset, f->size);
+	}
+	free(common);
+	return r;
+}
+
+/* A stack event's caller: the format declares caller[8]; the kernel writes as
+ * many entries as the stack had, and the `size` field (depth) says how many.
+ * kernel_stack also gets caller_symbols, the same field resolved. */
+static int plan_stack_field(struct event_plan *p, int *cap, struct tep_event *ev,
+			    struct tep_format_field *f, struct tep_format_field *depth)
+{
+	struct col_plan c = field_plan(f);
+	c.kind = COL_STACK;
+	c.width = f->elementsize ? (int)f->elementsize : f->size;
+	if (!valid_width(c.width) || c.width < 4)
+		c.width = 8;
+	if (depth && valid_width(depth->size)) {
+		c.count_offset = depth->offset;
+		c.count_width = depth->size;
+	}
+	if (plan_add(p, cap, c))
+		return -1;
+	if (!strcmp(ev->name, "kernel_stack")) {
+		c.kind = COL_STACKSYM;
+		c.name = "caller_symbols";
+		if (plan_add(p, cap, c))
+			return -1;
+	}
+	need_bytes(p, f->offset, 0);
+	return 0;
+}
+
+/* The event's own fields, in the order of its recorded format. The list is
+ * NULL only when libtraceevent ran out of memory. */
+static int plan_event_fields(struct event_plan *p, int *cap, struct tep_event *ev)
+{
+	struct tep_format_field **fields = km_fault() ? NULL : tep_event_fields(ev);
+	if (!fields)
+		return -1;
+	bool stack = is_stack_event(ev);
+	struct tep_format_field *depth = stack ? tep_find_field(ev, "size") : NULL;
+	int r = 0;
+	for (int i = 0; !r && fields[i]; i++) {
+		struct tep_format_field *f = fields[i];
+		if (stack && !strcmp(f->name, "caller")) {
+			r = plan_stack_field(p, cap, ev, f, depth);
+			continue;
+		}
+		r = plan_add(p, cap, field_plan(f));
+		if (!r)
+			need_bytes(p, f->offset, (f->flags & TEP_FIELD_IS_DYNAMIC) ? 4 : f->size);
+	}
+	free(fields);
+	return r;
+}
+
+/**
+ * build_plan - the columns of an event's table, from its recorded format
+ * @ev: the event, as libtraceevent parsed its format from the trace
+ *
+ * Returns a plan the caller releases with plan_free(), or NULL when memory ran
+ * out (nothing is left allocated then).
+ */
 struct event_plan *build_plan(struct tep_event *ev)
 {
-	struct tep_format_field **common = NULL, **fields = NULL;
 	struct event_plan *p = km_calloc(1, sizeof(*p));
 	int cap = 0;
 	if (!p)
@@ -160,80 +251,11 @@ struct event_plan *build_plan(struct tep_event *ev)
 	p->id = ev->id;
 	p->system = km_strdup(ev->system ? ev->system : "");
 	p->name = km_strdup(ev->name ? ev->name : "");
-	if (!p->system || !p->name)
-		goto fail;
-
-	struct col_plan fixed[] = {
-		{ .name = "ts", .kind = COL_TS, .count_offset = -1 },
-		{ .name = "cpu", .kind = COL_CPU, .count_offset = -1 },
-		{ .name = "pid", .kind = COL_PID, .count_offset = -1 },
-		{ .name = "comm", .kind = COL_COMM, .count_offset = -1 },
-	};
-	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
-		if (plan_add(p, &cap, fixed[i]))
-			goto fail;
-
-	/* Common fields other than type and pid (flags, preempt count, and whatever
-	 * else an older or newer kernel records) keep their own names. These lists
-	 * are NULL only when libtraceevent ran out of memory. */
-	common = km_fault() ? NULL : tep_event_common_fields(ev);
-	if (!common)
-		goto fail;
-	for (int i = 0; common[i]; i++) {
-		struct tep_format_field *f = common[i];
-		if (!strcmp(f->name, "common_type") || !strcmp(f->name, "common_pid"))
-			continue;
-		if (plan_add(p, &cap, field_plan(f)))
-			goto fail;
-		need_bytes(p, f->offset, f->size);
-	}
-
-	fields = km_fault() ? NULL : tep_event_fields(ev);
-	if (!fields)
-		goto fail;
-	bool stack = is_stack_event(ev);
-	struct tep_format_field *depth = stack ? tep_find_field(ev, "size") : NULL;
-	for (int i = 0; fields[i]; i++) {
-		struct tep_format_field *f = fields[i];
-		struct col_plan c = field_plan(f);
-		if (stack && !strcmp(f->name, "caller")) {
-			/* The format declares caller[8]; the kernel writes as many
-			 * entries as the stack had, and `size` says how many. */
-			c.kind = COL_STACK;
-			c.width = f->elementsize ? (int)f->elementsize : f->size;
-			if (!valid_width(c.width) || c.width < 4)
-				c.width = 8;
-			if (depth && valid_width(depth->size)) {
-				c.count_offset = depth->offset;
-				c.count_width = depth->size;
-			}
-			if (plan_add(p, &cap, c))
-				goto fail;
-			if (!strcmp(ev->name, "kernel_stack")) {
-				c.kind = COL_STACKSYM;
-				c.name = "caller_symbols";
-				if (plan_add(p, &cap, c))
-					goto fail;
-			}
-			need_bytes(p, f->offset, 0);
-			continue;
-		}
-		if (plan_add(p, &cap, c))
-			goto fail;
-		need_bytes(p, f->offset, (f->flags & TEP_FIELD_IS_DYNAMIC) ? 4 : f->size);
-	}
-	free(common);
-	free(fields);
-	if (dedupe_columns(p)) {
+	if (!p->system || !p->name || plan_fixed_columns(p, &cap) ||
+	    plan_common_fields(p, &cap, ev) || plan_event_fields(p, &cap, ev) ||
+	    dedupe_columns(p)) {
 		plan_free(p);
 		return NULL;
 	}
 	return p;
-
-fail:
-	free(common);
-	free(fields);
-	plan_free(p);
-	return NULL;
 }
-

@@ -9,11 +9,11 @@ executes, in two ways:
              (open the runs in DuckDB, register the run facts, build the
              derived tables, run the queries/lib/ modules the analysis
              includes, register the parameters, run the prelude and the
-             section). DuckDB runs it once over every
-             chosen run in this process. Spark runs it once per run, as one
-             task per run on the executors (each builds and caches its run's
+             section). DuckDB runs it once over every chosen run in this
+             process. Spark runs it once per group of consecutive runs, one
+             task per group on the executors (each builds and caches its runs'
              derived tables in the same task), and the driver concatenates the
-             rows in run_id order. Every section's rows are computed from one
+             groups' rows in run_id order. Every section's rows are computed from one
              run's tables and its ORDER BY starts with run_id, so the two give
              the same rows in the same order: same engine, same SQL.
   open       ad-hoc SQL (`kmemscope sql`, Dataset.sql): a Backend over the

@@ -1,13 +1,17 @@
 """Apache Spark as an engine (pip install 'kmemscope[spark]', Java 17+).
 
 Spark is the scheduler of per-run work. A named analysis (runner.Plan) runs as
-one Spark task per run: the task runs runner.run_local, the same DuckDB path as
-the DuckDB engine, over that run's files, building and caching the run's
-derived tables (pairing, stacks: dataset/derived.py) in the same
-task, and sends back the rows as Arrow. The driver concatenates them in run_id
-order, which is every section's ORDER BY (it starts with run_id and is total),
-so the rows equal DuckDB's in value and order by construction. Runs go out
-largest first; each task gives DuckDB the task's cores (spark.task.cpus).
+Spark tasks over groups of consecutive runs (in run_id order), cut by bytes on
+disk into about TASKS_PER_CORE tasks per core, never splitting a run
+(group_runs). A task runs runner.run_local, the same DuckDB path as the DuckDB
+engine, once over its group: one connection, one set of views, queries/lib/
+views and run facts for the whole group, building and caching the runs' derived
+tables (pairing, stacks: dataset/derived.py) in the same task; it sends back
+the rows as Arrow. The driver concatenates the groups in run_id order; every
+section's ORDER BY starts with run_id and is total, so each group's rows and
+their concatenation equal DuckDB's in value and order by construction. The
+largest groups go out first; each task gives DuckDB the task's cores
+(spark.task.cpus).
 
     spec = EngineSpec("spark", "spark://head:7077", {"spark.executor.memory": "2g"})
     table = runner.run_query("pfn_reuse.cross_cpu", "ds", engine=spec)   # pyarrow.Table
@@ -33,8 +37,10 @@ text. An s3:// dataset is read as s3a:// through hadoop-aws: a session made
 for ad-hoc SQL over one gets storage.spark_conf()'s settings under the user's
 --spark-conf.
 """
+import bisect
 import dataclasses
 import functools
+import itertools
 import os
 import sys
 import tempfile
@@ -64,6 +70,10 @@ DEFAULT_CONF = {
     # broadcast a table that did not fit the driver. Joins shuffle instead.
     "spark.sql.autoBroadcastJoinThreshold": "-1",
 }
+# Tasks per core of the session: a plan's runs are cut into this many groups per core, so
+# that a task's fixed cost (a DuckDB connection, the views, the run facts) is paid per
+# group, and a slow group still leaves the other cores work to take.
+TASKS_PER_CORE = 3
 _WIDER = ["TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL(20,0)"]
 JAVA_HINT = ("Spark needs Java 17 or later: apt-get install openjdk-17-jre-headless, "
              "or set JAVA_HOME")
@@ -165,11 +175,13 @@ class SparkEngine:
 
     name = "spark"
 
-    def __init__(self, master="local[*]", conf=None, uint64="decimal", spark=None):
+    def __init__(self, master="local[*]", conf=None, uint64="decimal", spark=None, tasks=None):
+        """tasks: how many tasks a named analysis is cut into (None: TASKS_PER_CORE per
+        core; 1: all runs in one task; a number >= the runs: one run per task)."""
         if uint64 not in spark_sql.UINT64_MODES:
             raise ValueError(f"uint64 must be one of {spark_sql.UINT64_MODES}")
         _conf_items(conf)                      # a bad --spark-conf fails before the JVM starts
-        self.master, self.conf, self.uint64 = master, conf, uint64
+        self.master, self.conf, self.uint64, self.tasks = master, conf, uint64, tasks
         self._spark, self._own = spark, spark is None
         self._s3 = False                       # a session for s3 datasets: hadoop-aws settings
         self._lock = threading.Lock()
@@ -205,8 +217,9 @@ class SparkEngine:
                 hadoop.set(k[len("spark.hadoop."):], v)
 
     def run_plan(self, plan, dataset, local, threads=None, progress=None):
-        """One task per chosen run, each running `local` (DuckDB) over its run; the
-        driver concatenates the rows in run_id order (engines/base.py Engine).
+        """Tasks over groups of consecutive runs, each running `local` (DuckDB) once over
+        its group; the driver concatenates the groups' rows in run_id order
+        (engines/base.py Engine).
 
         threads: ignored; a task gives DuckDB the task's cores (spark.task.cpus).
         """
@@ -216,14 +229,17 @@ class SparkEngine:
         if not runs:
             return local(plan, str(dataset), 1, progress)
         files = _file_params(plan)
-        # largest runs first: the last tasks to start are the short ones
-        items = sorted(((run, plan_of_run(plan, run)) for run in runs),
-                       key=lambda item: (-_run_bytes(item[1]), item[0]))
-        task = functools.partial(_run_task, local=local, dataset=str(dataset), files=files)
         sc = self.spark.sparkContext
+        sizes = [(run, _run_bytes(plan, run)) for run in runs]
+        groups = group_runs(sizes, self._task_count(sc, len(runs)))
+        weight = dict(sizes)
+        # largest groups first: the last tasks to start are the short ones
+        items = sorted(((i, plan_of_runs(plan, g)) for i, g in enumerate(groups)),
+                       key=lambda item: (-sum(weight[r] for r in item[1].chosen), item[0]))
+        task = functools.partial(_run_task, local=local, dataset=str(dataset), files=files)
         if progress:
-            progress(f"{plan.qname}: {len(runs)} Spark task{'s' if len(runs) != 1 else ''}, "
-                     "one per run")
+            progress(f"{plan.qname}: {len(runs)} run{'s' if len(runs) != 1 else ''} in "
+                     f"{len(groups)} Spark task{'s' if len(groups) != 1 else ''}")
         try:
             sc.setJobDescription(f"kmemscope {plan.qname} over {len(runs)} runs")
             out = sc.parallelize(items, len(items)).map(task).collect()
@@ -236,17 +252,27 @@ class SparkEngine:
                              "the same path (docs/fleet.md)") from None
         finally:
             sc.setJobDescription(None)
-        by_run = {r[0]: r for r in out}
-        for run in runs:
-            err = by_run[run][4]
+        by_group = {r[0]: r for r in out}
+        order = range(len(groups))
+        for i in order:
+            err = by_group[i][4]
             if err is not None:
                 cls, message, hint = err
                 raise cls(message, hint)
-        tables = [pa.ipc.open_stream(by_run[run][1]).read_all() for run in runs]
+        # groups are consecutive in run_id order and each task's rows are in its section's
+        # ORDER BY, which starts with run_id: concatenated, they are DuckDB's rows in order
+        tables = [pa.ipc.open_stream(by_group[i][1]).read_all() for i in order]
         table = pa.concat_tables(tables, promote_options="permissive")
-        facts = [f for run in runs for f in by_run[run][2]]
-        mts = [m for run in runs for m in by_run[run][3]]
+        facts = sorted((f for i in order for f in by_group[i][2]), key=lambda f: f["run_id"])
+        mts = [m for i in order for m in by_group[i][3]]
         return PlanRows(table, facts, mts)
+
+    def _task_count(self, sc, nruns):
+        """How many tasks a plan over `nruns` runs is cut into: self.tasks, else
+        TASKS_PER_CORE per core of the session (its default parallelism)."""
+        if self.tasks:
+            return max(1, min(nruns, int(self.tasks)))
+        return max(1, min(nruns, TASKS_PER_CORE * max(1, int(sc.defaultParallelism))))
 
     def open(self, dataset, chosen, parts, tables, threads=None):
         if storage.is_url(dataset):
@@ -425,17 +451,45 @@ class SparkBackend:
             self.engine._lock.release()
 
 
-def plan_of_run(plan, run):
-    """`plan` narrowed to one run: its chosen runs and its files only."""
-    parts = {t: ({run: files[run]} if run in files else {}) for t, files in plan.parts.items()}
-    return dataclasses.replace(plan, chosen=[run], parts=parts, notes=[])
+def plan_of_runs(plan, runs):
+    """`plan` narrowed to `runs` (a list in run_id order): its chosen runs and their files."""
+    keep = set(runs)
+    parts = {t: {r: f for r, f in files.items() if r in keep} for t, files in plan.parts.items()}
+    return dataclasses.replace(plan, chosen=list(runs), parts=parts, notes=[])
 
 
-def _run_bytes(plan):
+def group_runs(sizes, tasks):
+    """[(run, bytes)] in run_id order -> `tasks` lists of consecutive runs of about equal bytes.
+
+    A run is never split and no group is empty (there are min(tasks, runs)
+    groups). The cut after group j is the first run at which the running total
+    reaches j/tasks of all bytes. Groups of consecutive runs keep every task's
+    rows, and so their concatenation, in run_id order. Runs of unknown size
+    (files behind a URL: 0 bytes) count as one byte each.
+    """
+    n = len(sizes)
+    if n == 0:
+        return []
+    k = max(1, min(int(tasks), n))
+    reached = list(itertools.accumulate(max(1, int(b)) for _r, b in sizes))
+    total = reached[-1] if reached else 0
+    bounds = [0]
+    for j in range(1, k):
+        target = -(-total * j // k)
+        cut = bisect.bisect_left(reached, target) + 1        # up to the run that reaches it
+        if cut >= 2 and target - reached[cut - 2] < reached[cut - 1] - target:
+            cut -= 1                                         # nearer the target without it
+        # at least one run in this group, and one left for each group after it
+        bounds.append(min(max(cut, bounds[-1] + 1), n - (k - j)))
+    bounds.append(n)
+    return [[r for r, _b in sizes[a:b]] for a, b in zip(bounds, bounds[1:])]
+
+
+def _run_bytes(plan, run):
     """A run's size on disk (its files' sizes when they are local; 0 for URLs)."""
     total = 0
     for files in plan.parts.values():
-        for f in files.get(plan.chosen[0], []):
+        for f in files.get(run, []):
             try:
                 total += os.stat(f).st_size
             except (OSError, ValueError, TypeError):
@@ -455,7 +509,8 @@ def _file_params(plan):
 
 
 def _run_task(item, local, dataset, files):
-    """On an executor: run the plan of one run with DuckDB; its rows as Arrow IPC bytes.
+    """On an executor: run the plan of one group of runs with DuckDB (one connection, one
+    set of views and run facts for the group); its rows as Arrow IPC bytes.
 
     A KmemscopeError comes back as a value (class, message, hint), not as a task
     failure that Spark would retry and wrap: the driver raises it as it is.
@@ -463,7 +518,7 @@ def _run_task(item, local, dataset, files):
     import pyarrow as pa
     from pyspark import TaskContext
 
-    run, plan = item
+    group, plan = item
     ctx = TaskContext.get()
     threads = max(1, int(ctx.cpus())) if ctx is not None else 1
     try:
@@ -478,11 +533,11 @@ def _run_task(item, local, dataset, files):
                 plan = dataclasses.replace(plan, bound=bound)
             rows = local(plan, dataset, threads, None)
     except KmemscopeError as exc:
-        return run, None, None, None, (type(exc), exc.args[0] if exc.args else str(exc), exc.hint)
+        return group, None, None, None, (type(exc), exc.args[0] if exc.args else str(exc), exc.hint)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, rows.table.schema) as writer:
         writer.write_table(rows.table)
-    return run, sink.getvalue().to_pybytes(), rows.facts, rows.mts, None
+    return group, sink.getvalue().to_pybytes(), rows.facts, rows.mts, None
 
 
 def _spark_reason(exc):

@@ -1,0 +1,145 @@
+"""A run's record of its files says what their footers say, and readers use it only while it fits.
+
+Each committed run records in runs/run_id=<id>/_files.json, besides every
+file's sha256 and size, each Parquet file's rows and Arrow schema, so that
+`kmemscope sql`, `query` and `info` need not read every footer at start. The
+oracle is pyarrow reading each footer itself. A record that no longer fits its
+file (another size), that is damaged, or that an older kmemscope wrote without
+schemas counts for nothing: the footer is read, and a run whose table does not
+fit is still left out with a note.
+"""
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import EXAMPLES
+
+from kmemscope.dataset import reader
+
+KMEMSCOPE = [sys.executable, "-m", "kmemscope"]
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory):
+    ds = tmp_path_factory.mktemp("recorded") / "ds"
+    subprocess.run(KMEMSCOPE + ["parse", str(EXAMPLES / "kmem-compaction"),
+                                str(EXAMPLES / "memory-pressure"), "-o", str(ds), "-q"],
+                   check=True, capture_output=True)
+    return ds
+
+
+def _copy(src, dst):
+    """A copy of dataset `src` (files copied, not linked: the tests change them)."""
+    import shutil
+    shutil.copytree(src, dst)
+    reader._SCHEMAS.clear()
+    reader._ROWS.clear()
+    reader._RECORDS.clear()
+    return dst
+
+
+def _records(ds):
+    return {p.parent.name: json.loads(p.read_text())
+            for p in Path(ds, "runs").glob("run_id=*/_files.json")}
+
+
+def test_every_parquet_file_has_its_footer_recorded(parsed):
+    parts = reader.table_runs(parsed)
+    files = [f for runs in parts.values() for fs in runs.values() for f in fs]
+    recorded = reader.recorded_footers(parts)
+    assert sorted(map(str, recorded)) == sorted(map(str, files))
+    for f, (schema, rows) in recorded.items():
+        footer = pq.ParquetFile(f)
+        assert rows == footer.metadata.num_rows, f
+        assert schema.equals(footer.schema_arrow.remove_metadata()), f
+
+
+def test_info_counts_the_rows_the_footers_hold(parsed):
+    out = subprocess.run(KMEMSCOPE + ["info", str(parsed), "--format", "json"],
+                         check=True, capture_output=True, text=True).stdout
+    doc = json.loads(out)
+    tables = doc["tables"] if isinstance(doc, dict) else doc
+    want = {}
+    for table_dir in Path(parsed).iterdir():
+        if table_dir.is_dir() and not table_dir.name.startswith(("_", ".")):
+            want[table_dir.name] = sum(pq.ParquetFile(f).metadata.num_rows
+                                       for f in table_dir.glob("run_id=*/*.parquet"))
+    got = {t["table"]: t["rows"] for t in tables}
+    assert got == {t: n for t, n in want.items() if t in got}
+    assert set(got) == {t for t in want if Path(parsed, t).glob("run_id=*")}
+
+
+def _unfit_pfn(ds):
+    """Replace one run's mm_page_alloc file by one whose pfn is text; -> that run id."""
+    part = sorted(Path(ds, "mm_page_alloc").glob("run_id=*/part-*.parquet"))[0]
+    t = pq.read_table(part)
+    i = t.schema.get_field_index("pfn")
+    t = t.set_column(i, pa.field("pfn", pa.string()), pa.array(
+        [str(v) for v in t.column(i).to_pylist()], pa.string()))
+    pq.write_table(t, part)
+    return part.parent.name.split("=", 1)[1]
+
+
+def test_a_file_rewritten_after_its_record_is_judged_by_its_footer(parsed, tmp_path):
+    ds = _copy(parsed, tmp_path / "ds")
+    run = _unfit_pfn(ds)
+    bad = reader.unfit_runs(reader.table_runs(ds))
+    assert list(bad) == [run] and "pfn" in bad[run]
+
+
+def test_a_damaged_record_counts_for_nothing(parsed, tmp_path):
+    ds = _copy(parsed, tmp_path / "ds")
+    run = _unfit_pfn(ds)
+    # the record now claims the rewritten file's size and a schema that is not one
+    path = Path(ds, "runs", f"run_id={run}", "_files.json")
+    doc = json.loads(path.read_text())
+    for name, entry in doc["files"].items():
+        if name.startswith("mm_page_alloc/"):
+            entry["bytes"] = Path(ds, "mm_page_alloc", f"run_id={run}",
+                                  name.split("/", 1)[1]).stat().st_size
+            entry["schema"] = base64.b64encode(b"not a schema").decode()
+    path.write_text(json.dumps(doc))
+    parts = reader.table_runs(ds)
+    assert not [f for f in reader.recorded_footers(parts)
+                if Path(f).parent == Path(ds, "mm_page_alloc", f"run_id={run}")]
+    bad = reader.unfit_runs(parts)
+    assert list(bad) == [run] and "pfn" in bad[run]
+
+
+def test_records_without_footers_read_as_before(parsed, tmp_path):
+    ds = _copy(parsed, tmp_path / "ds")
+    run = _unfit_pfn(ds)
+    for run_id, doc in _records(ds).items():
+        for entry in doc["files"].values():
+            entry.pop("rows", None)
+            entry.pop("schema", None)
+        Path(ds, "runs", run_id, "_files.json").write_text(json.dumps(doc))
+    parts = reader.table_runs(ds)
+    assert reader.recorded_footers(parts) == {}
+    bad = reader.unfit_runs(parts)
+    assert list(bad) == [run]
+    out = subprocess.run(KMEMSCOPE + ["sql", str(ds), "SELECT count(*) AS n FROM runs",
+                                      "--format", "csv"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1] == "1"
+    assert f"run {run} is left out" in out.stderr
+
+
+@pytest.mark.parametrize("text", [
+    "SELECT 1", "SELECT ';'; SELECT 2;", "SELECT 1 -- a comment;\n; /* ; */ SELECT 2",
+    "SELECT $$a;b$$ AS x; SELECT 2", "SELECT 1;;;SELECT 2", "SELECT \"a;b\" FROM t",
+    "CREATE MACRO m(x) AS x + 1; SELECT m(1)",
+])
+def test_statements_are_cut_where_duckdb_cuts_them(text):
+    import duckdb
+
+    from kmemscope.operations import sql_statements
+
+    theirs = [str(s.query).strip().rstrip(";").strip() for s in duckdb.extract_statements(text)]
+    assert [s.strip() for s in sql_statements(text)] == theirs
