@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES, PUBLIC_FIXTURES
 
 HERE = Path(__file__).resolve().parent
@@ -54,7 +56,7 @@ def seed_files(tmp_path_factory):
     if (EXAMPLES / "kmem-compaction" / "trace.dat").is_file():
         seeds.append(EXAMPLES / "kmem-compaction" / "trace.dat")
     if not seeds:
-        pytest.skip("no real trace to mutate (public fixtures and examples/ absent)")
+        requirements.skip("setup", "no real trace to mutate (public fixtures and examples/ absent)")
     return seeds
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES, PROJECT_ROOT, TRACEFS, TRACING_LOCK
 from kmrun import kmemscope
 from oracle_compare import compare_dataset, event_counts, read_table_files
@@ -226,7 +228,7 @@ def test_print_flags_come_from_the_recorded_format(recorded_parsed):
     trace, ds = recorded_parsed
     (run,) = [row for t in read_table_files(ds, "runs") for row in t.to_pylist()]
     if not (run["kernel_release"] or "").startswith("6.18"):
-        pytest.skip(f"the values checked here are 6.18's; this kernel is {run['kernel_release']}")
+        requirements.skip("tracefs", f"the values checked here are 6.18's; this kernel is {run['kernel_release']}")
     rows = _print_flags(ds)
     gfp = {(r["value"], r["name"]) for r in rows if r["event"] == "mm_page_alloc" and r["field"] == "gfp_flags"}
     assert (1024, "__GFP_DIRECT_RECLAIM") in gfp
@@ -247,7 +249,7 @@ def test_print_flags_come_from_the_recorded_format(recorded_parsed):
 def test_committed_example_matches_trace_cmd_raw_output(tmp_path):
     example = EXAMPLES / "kmem-compaction" / "trace.dat"
     if not example.is_file():
-        pytest.skip(f"{example} is not committed yet")
+        requirements.skip("setup", f"{example} is not committed")
     ds = tmp_path / "ds"
     kmemscope("parse", "-q", str(example), "-o", str(ds))
     report = read_report(example)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES
 
 DEFRAG_MODE = Path("/proc/sys/vm/defrag_mode")
@@ -59,7 +61,7 @@ def assert_self_contained(html):
 @pytest.fixture(scope="module")
 def ab_dataset(tmp_path_factory, live_tracefs):
     if not DEFRAG_MODE.exists():
-        pytest.skip("this kernel has no vm.defrag_mode (added in 6.15)")
+        requirements.skip("tracefs", "this kernel has no vm.defrag_mode (added in 6.15)")
     tmp = tmp_path_factory.mktemp("ab")
     ds = tmp / "ds"
     original = DEFRAG_MODE.read_text().strip()

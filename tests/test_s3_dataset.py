@@ -16,11 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, PROJECT_ROOT, SPARK_TEST_CONF, skip_without_spark
+import requirements
+from conftest import EXAMPLES, PROJECT_ROOT, SPARK_TEST_CONF, skip_spark_test, skip_without_spark
 
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'kmemscope[test]')")
-moto_server = pytest.importorskip("moto.server",
-                                  reason="moto[server] is not installed (pip install 'kmemscope[test]')")
+try:
+    import s3fs  # noqa: F401
+    import moto.server as moto_server
+except ImportError as exc:
+    requirements.skip("setup", f"{exc.name} is not installed (pip install 'kmemscope[test]')",
+                      allow_module_level=True)
 
 import kmemscope  # noqa: E402
 
@@ -234,8 +238,8 @@ def _spark_cli(s3, *args):
                *[x for k, v in SPARK_TEST_CONF.items() for x in ("--spark-conf", f"{k}={v}")],
                check=False)
     if proc.returncode and ("hadoop-aws" in proc.stderr or "could not start Spark" in proc.stderr):
-        pytest.skip(f"Spark with hadoop-aws did not start (Maven Central unreachable?): "
-                    f"{proc.stderr.strip()[:300]}")
+        skip_spark_test(f"Spark with hadoop-aws did not start (Maven Central unreachable?): "
+                        f"{proc.stderr.strip()[:300]}")
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -253,6 +257,7 @@ def _num(text):
         return text
 
 
+@pytest.mark.spark
 def test_query_and_compare_on_spark_equal_duckdb_over_the_local_copy(s3, datasets):
     local, url, _ = datasets
     remote = _spark_cli(s3, "query", "hot_pfns", url, "--format", "csv")

@@ -31,6 +31,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+import requirements
+
 from kmrun import kmemscope
 
 DATA = Path(__file__).resolve().parent / "data" / "defrag-ab"
@@ -100,7 +102,7 @@ def vmstat_oracle(archive):
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     if not recordings():
-        pytest.skip(f"no recordings in {DATA}")
+        requirements.skip("setup", f"no committed recordings in {DATA}")
     ds = tmp_path_factory.mktemp("defrag-ab") / "ds"
     for path in recordings():
         kmemscope("parse", "-q", path, "-o", ds, "--label", f"recording={name_of(path)}")
