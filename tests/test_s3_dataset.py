@@ -31,6 +31,9 @@ import kmemscope  # noqa: E402
 _SCRIPT = Path(sys.executable).parent / "kmemscope"
 KMEMSCOPE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kmemscope.cli"]
 BUCKET = "kmemscope-test"
+# hadoop-aws and its dependencies, fetched from Maven Central by the first Spark run on this
+# machine and resolved from here by every later one (not a temporary directory).
+IVY_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kmemscope-tests" / "ivy"
 CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
          "AWS_DEFAULT_REGION": "us-east-1"}
 # Nothing from this machine's own AWS setup may take part.
@@ -234,8 +237,9 @@ def _spark_cli(s3, *args):
     """kmemscope ... --engine spark in its own process: hadoop-aws can only join a JVM at its
     start, and the pytest run's shared Spark session started without it."""
     skip_without_spark()
+    conf = {**SPARK_TEST_CONF, "spark.jars.ivy": str(IVY_CACHE)}
     proc = cli(s3, *args, "--engine", "spark", "--spark-master", "local[2]",
-               *[x for k, v in SPARK_TEST_CONF.items() for x in ("--spark-conf", f"{k}={v}")],
+               *[x for k, v in conf.items() for x in ("--spark-conf", f"{k}={v}")],
                check=False)
     if proc.returncode and ("hadoop-aws" in proc.stderr or "could not start Spark" in proc.stderr):
         skip_spark_test(f"Spark with hadoop-aws did not start (Maven Central unreachable?): "
