@@ -325,6 +325,21 @@ def stacks_recording(live_tracefs, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def examples_dataset(tmp_path_factory):
+    """One dataset of two committed examples, parsed once per run and only read by tests:
+    kmem-compaction (label kernel=a) and memory-pressure (kernel=b, a run without page events,
+    about which the analyses have notes to give)."""
+    from kmrun import kmemscope
+
+    ds = tmp_path_factory.mktemp("examples") / "ds"
+    for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b")):
+        if not (EXAMPLES / bundle).is_dir():
+            requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
+        kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")
+    return ds
+
+
+@pytest.fixture(scope="session")
 def mixed_dataset(request, tmp_path_factory):
     """Runs of several kernel eras and field widths (parity_data.py), built once per run.
 

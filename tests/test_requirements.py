@@ -104,3 +104,9 @@ def test_a_crashing_section_fails_the_determinism_tests(tmp_path):
     counts = _outcomes(run.stdout)
     assert counts.get("failed", 0) >= 1 and "skipped" not in counts, run.stdout
     assert "planted: this section crashes" in run.stdout
+
+
+def test_every_switch_is_documented_for_contributors():
+    page = (TESTS.parent / "docs" / "contributing.md").read_text()
+    for what, (switch, _demands) in requirements.SWITCHES.items():
+        assert f"| `{what}` | `{switch}` |" in page, f"{what} ({switch}) is not in docs/contributing.md"
