@@ -101,13 +101,15 @@ check: setup
 
 # `make test`: everything, what CI runs (as root, with ../shared/fixtures beside the
 # clone), every switch on that this machine can meet: Spark (installed above), tracefs
-# and root, the public fixtures, what `make setup` installs. Python 3.8 for the record
-# .pyz only where a python3.8 is on PATH: Debian 12 packages none and nothing here may
-# fetch one, so on this kind of machine that test skips naming KMEMSCOPE_REQUIRE_PYTHON38.
+# and root, the public fixtures, what `make setup` installs, and Python 3.8 for the
+# record .pyz when one is found where the test looks for it (PATH, or pyenv's
+# ~/.pyenv/versions/3.8*: this kind of machine has one there; Debian 12 packages none).
 REQUIRE_ALL := KMEMSCOPE_REQUIRE_SPARK=1 KMEMSCOPE_REQUIRE_TRACEFS=1 \
                KMEMSCOPE_REQUIRE_FIXTURES=1 KMEMSCOPE_REQUIRE_SETUP=1
 test: setup dist setup-spark
-	py38=$$(command -v python3.8 >/dev/null && echo 1 || echo 0); \
+	py38=0; for p in $$(command -v python3.8) $$HOME/.pyenv/versions/3.8*/bin/python3.8; do \
+		"$$p" -V >/dev/null 2>&1 && py38=1 && break; \
+	done; \
 	$(REQUIRE_ALL) KMEMSCOPE_REQUIRE_PYTHON38=$$py38 $(BIN)/python -m pytest -q -rs --durations=25 tests
 
 # The documentation site (mkdocs.yml, docs/) into out/site. The generated parts of

@@ -5,7 +5,6 @@ the test's own allocates and frees memory and asks the kernel to compact. Every 
 event is compared with what trace-cmd prints (tests/report_oracle.py, which shares no code
 with the parser), as multisets per event, so equal timestamps and row order do not matter.
 """
-import fcntl
 import os
 import re
 import signal
@@ -19,7 +18,7 @@ import pytest
 
 import requirements
 
-from conftest import EXAMPLES, PROJECT_ROOT, TRACEFS, TRACING_LOCK
+from conftest import EXAMPLES, PROJECT_ROOT, TRACEFS, record_lock
 from kmrun import kmemscope
 from oracle_compare import compare_dataset, event_counts, read_table_files
 from report_oracle import event_formats, read_report
@@ -103,14 +102,9 @@ def record_trace(out, seconds=1.5):
 def recorded(live_tracefs, tmp_path_factory):
     """A real kmem+compaction trace recorded here (tracefs held under the machine's lock)."""
     d = tmp_path_factory.mktemp("recorded")
-    # The same lock as conftest's `tracing_lock`, held for the recording only; that fixture is
-    # function-scoped and this recording is shared by the module's tests.
-    with open(TRACING_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            return record_trace(d / "trace.dat")
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    # The machine-wide record lock, held for the recording only (shared by the module's tests).
+    with record_lock():
+        return record_trace(d / "trace.dat")
 
 
 @pytest.fixture(scope="module")

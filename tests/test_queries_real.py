@@ -23,7 +23,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -34,7 +33,8 @@ import requirements
 
 from kmemscope.queries import runner
 
-from conftest import EXAMPLES, PROJECT_ROOT, TRACING_LOCK, tracefs_available
+from capture_helpers import wait_for
+from conftest import EXAMPLES, TRACEFS, record_lock, tracefs_available
 
 FAILED = {2 ** 64 - 1, 2 ** 32 - 1}
 KMEMSCOPE = Path(sys.executable).with_name("kmemscope")
@@ -71,27 +71,23 @@ EVENTS = ["kmem:mm_page_alloc", "kmem:mm_page_free", "kmem:mm_page_alloc_extfrag
 
 
 def _record(out, workdir):
-    import fcntl
     reason = tracefs_available()
     if reason:
         requirements.skip("tracefs", f"no examples/*/trace.dat and cannot record here: {reason}")
     cmd = ["trace-cmd", "record", "-d", "--no-filter", "-C", "mono", "-o", str(out)]
     for e in EVENTS:
         cmd += ["-e", e]
-    with open(TRACING_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    enabled = TRACEFS / "events" / "kmem" / "mm_page_alloc" / "enable"
+    with record_lock():
+        rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            try:
-                time.sleep(2)
-                subprocess.run([sys.executable, "-c", WORKLOAD, str(workdir), "3"], check=True,
-                               timeout=120)
-                time.sleep(0.5)
-            finally:
-                rec.send_signal(signal.SIGINT)
-                rec.wait(timeout=120)
+            assert wait_for(lambda: enabled.read_text().startswith("1") or rec.poll() is not None,
+                            60) and rec.poll() is None, "trace-cmd record did not start tracing"
+            subprocess.run([sys.executable, "-c", WORKLOAD, str(workdir), "3"], check=True,
+                           timeout=120)
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            rec.send_signal(signal.SIGINT)
+            rec.wait(timeout=120)
     if not out.exists() or out.stat().st_size == 0:
         pytest.fail("trace-cmd record wrote no trace")
 

@@ -65,12 +65,10 @@ def ab_dataset(tmp_path_factory, live_tracefs):
     tmp = tmp_path_factory.mktemp("ab")
     ds = tmp / "ds"
     original = DEFRAG_MODE.read_text().strip()
-    from conftest import TRACING_LOCK
-    import fcntl
+    from conftest import record_lock
 
-    # The tracing_lock fixture is function-scoped; a module fixture takes the same flock itself.
-    with open(TRACING_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # The tracing_lock fixture is function-scoped; a module fixture takes the same lock itself.
+    with record_lock():
         try:
             for mode in ("0", "1"):
                 DEFRAG_MODE.write_text(mode)
@@ -83,7 +81,6 @@ def ab_dataset(tmp_path_factory, live_tracefs):
                 assert rec.returncode == 0, rec.stderr
         finally:
             DEFRAG_MODE.write_text(original)
-            fcntl.flock(lock, fcntl.LOCK_UN)
     assert DEFRAG_MODE.read_text().strip() == original
     parsed = kmemscope("parse", tmp / "b0", tmp / "b1", "-o", ds)
     assert parsed.returncode == 0, parsed.stderr
