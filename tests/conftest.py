@@ -78,6 +78,14 @@ def record_lock(wait_s=None):
     Waits at most `wait_s` (KMEMSCOPE_TEST_LOCK_WAIT_S, 900 s) for another pytest run's
     recordings and for a record started by hand, then fails naming the holder.
     """
+    global _lock_depth
+    if _lock_depth:           # held already by this process (a fixture inside a locked test)
+        _lock_depth += 1
+        try:
+            yield
+        finally:
+            _lock_depth -= 1
+        return
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
     with open(TRACING_LOCK, "a") as held:
@@ -97,10 +105,15 @@ def record_lock(wait_s=None):
                             f"{holder} (wait for it to finish, or raise KMEMSCOPE_TEST_LOCK_WAIT_S)",
                             pytrace=False)
             time.sleep(1)
+        _lock_depth = 1
         try:
             yield
         finally:
+            _lock_depth = 0
             fcntl.flock(held, fcntl.LOCK_UN)
+
+
+_lock_depth = 0
 
 
 def _hold_tracing_lock():
