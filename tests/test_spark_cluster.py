@@ -29,7 +29,8 @@ import pytest
 from conftest import EXAMPLES, skip_without_spark
 
 skip_without_spark(allow_module_level=True)
-pytestmark = pytest.mark.spark
+# The cluster's driver runs every section in one fixture (its own bound: 1200 s).
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1500)]
 
 from parity_data import every_section  # noqa: E402
 from test_determinism import _assert_same_rows, _norm, _same  # noqa: E402
