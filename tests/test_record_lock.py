@@ -1,6 +1,8 @@
-"""conftest.record_lock(): the wait for the machine's tracefs is bounded and its failure says who
-holds it. Both locks are stand-ins under tmp_path (KMEMSCOPE_STATE_DIR, a patched lock file),
-held by a child process with flock(1) as another recorder would."""
+"""How tests share the machine (conftest.py): record_lock()'s wait is bounded and its failure says
+who holds the lock; the run puts back the settings it changed, and only those.
+
+Both locks are stand-ins under tmp_path (KMEMSCOPE_STATE_DIR, a patched lock file), held by a
+child process with flock(1) as another recorder would; the settings are stand-in files."""
 import subprocess
 import time
 
@@ -55,3 +57,34 @@ def test_the_lock_is_taken_once_free_and_is_reentrant(locks):
             pass
         assert subprocess.run(["flock", "-n", "-x", str(tests_lock), "true"]).returncode == 1
     assert subprocess.run(["flock", "-n", "-x", str(tests_lock), "true"]).returncode == 0
+
+
+def test_the_run_puts_back_only_the_settings_and_events_that_changed(tmp_path, monkeypatch):
+    """restore_host_state() over stand-in files: what changed is written back, and named."""
+    files = {"tracing_on": "0\n", "trace_clock": "[local] global mono\n",
+             "vm.nr_hugepages": "0\n", "thp.enabled": "always [madvise] never\n"}
+    paths = {name: tmp_path / name for name in files}
+    for name, text in files.items():
+        paths[name].write_text(text)
+    events = tmp_path / "tracing"
+    for event, on in (("kmem/mm_page_alloc", "0"), ("kmem/mm_page_free", "1")):
+        (events / "events" / event).mkdir(parents=True)
+        (events / "events" / event / "enable").write_text(on + "\n")
+    monkeypatch.setattr(conftest, "HOST_SETTINGS", paths)
+    monkeypatch.setattr(conftest, "TRACEFS", events)
+
+    saved = conftest.host_state()
+    assert conftest.restore_host_state(saved) == []          # nothing changed, nothing written
+    paths["tracing_on"].write_text("1\n")
+    paths["vm.nr_hugepages"].write_text("512\n")
+    (events / "events/kmem/mm_page_alloc/enable").write_text("1\n")
+    (events / "events/kmem/mm_page_free/enable").write_text("0\n")
+    clock_before = paths["trace_clock"].stat().st_mtime_ns
+
+    restored = conftest.restore_host_state(saved)
+    assert sorted(restored) == ["events/kmem/mm_page_alloc disabled",
+                                "events/kmem/mm_page_free enabled", "tracing_on", "vm.nr_hugepages"]
+    assert paths["tracing_on"].read_text() == "0" and paths["vm.nr_hugepages"].read_text() == "0"
+    assert (events / "events/kmem/mm_page_alloc/enable").read_text() == "0"
+    assert (events / "events/kmem/mm_page_free/enable").read_text() == "1"
+    assert paths["trace_clock"].stat().st_mtime_ns == clock_before     # unchanged: not rewritten
