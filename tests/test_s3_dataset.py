@@ -230,7 +230,23 @@ def test_url_validation():
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     assert "secret-id" not in json.dumps(conf)        # credentials stay in the environment
-    assert storage.spark_conf({})["spark.jars.packages"].startswith("org.apache.hadoop:hadoop-aws:")
+
+
+def test_spark_gets_the_hadoop_aws_that_matches_pysparks_hadoop():
+    from kmemscope.dataset import storage
+
+    skip_without_spark()
+    import re
+    import zipfile
+
+    import pyspark
+    # Hadoop's own build record, inside the client jar pyspark ships (not its file name).
+    versions = set()
+    for jar in (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"):
+        info = zipfile.ZipFile(jar).read("common-version-info.properties").decode()
+        versions.add(re.search(r"^version=(\S+)$", info, re.M).group(1))
+    assert len(versions) == 1, versions
+    assert storage.spark_conf({})["spark.jars.packages"] == f"org.apache.hadoop:hadoop-aws:{versions.pop()}"
 
 
 def _spark_cli(s3, *args):
