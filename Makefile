@@ -12,7 +12,7 @@ SPARK_REQS  := tests/spark_reqs.py
 EXAMPLE     := examples/kmem-compaction
 DEMO_DIR    := out/demo
 
-.PHONY: all setup setup-spark native demo test bench fuzz dist clean docs screenshots
+.PHONY: all setup setup-spark native demo check test bench fuzz dist clean docs screenshots
 
 all: setup dist
 
@@ -89,10 +89,28 @@ setup-spark: setup
 	echo "kmemscope: error: could not install" $$reqs "into $(VENV) (network or PyPI down?); retry \`make setup-spark\`" >&2; \
 	exit 1
 
-# KMEMSCOPE_REQUIRE_SPARK=1: with Spark installed above, a Spark test that
-# cannot run fails instead of skipping.
+# Two tiers of tests (docs/contributing.md). A test that cannot run here skips naming
+# what it needs; a KMEMSCOPE_REQUIRE_*=1 switch turns those skips into failures.
+#
+# `make check`: for every change, a few minutes. No JVM, no live recording (pytest
+# markers spark, live and slow, set in tests/conftest.py), the fuzzer on 30 inputs.
+CHECK_MARKERS := not live and not spark and not slow
+check: setup
+	KMEMSCOPE_REQUIRE_SETUP=1 KMEMSCOPE_FUZZ_INPUTS=30 \
+	$(BIN)/python -m pytest -q -rs -m "$(CHECK_MARKERS)" --timeout 300 tests
+
+# `make test`: everything, what CI runs (as root, with ../shared/fixtures beside the
+# clone), every switch on that this machine can meet: Spark (installed above), tracefs
+# and root, the public fixtures, what `make setup` installs, and Python 3.8 for the
+# record .pyz when one is found where the test looks for it (PATH, or pyenv's
+# ~/.pyenv/versions/3.8*: this kind of machine has one there; Debian 12 packages none).
+REQUIRE_ALL := KMEMSCOPE_REQUIRE_SPARK=1 KMEMSCOPE_REQUIRE_TRACEFS=1 \
+               KMEMSCOPE_REQUIRE_FIXTURES=1 KMEMSCOPE_REQUIRE_SETUP=1
 test: setup dist setup-spark
-	KMEMSCOPE_REQUIRE_SPARK=1 $(BIN)/python -m pytest -q -rs tests
+	py38=0; for p in $$(command -v python3.8) $$HOME/.pyenv/versions/3.8*/bin/python3.8; do \
+		"$$p" -V >/dev/null 2>&1 && py38=1 && break; \
+	done; \
+	$(REQUIRE_ALL) KMEMSCOPE_REQUIRE_PYTHON38=$$py38 $(BIN)/python -m pytest -q -rs --durations=25 tests
 
 # The documentation site (mkdocs.yml, docs/) into out/site. The generated parts of
 # docs/cli.md, docs/analyses.md and docs/eras.md are rewritten from the code first

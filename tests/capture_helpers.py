@@ -139,6 +139,39 @@ def trace_cmd_report(trace_dat, *extra):
     return out.stdout.splitlines()
 
 
+_RAW_LINE = re.compile(r"^\s*(?P<comm>.*)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<ts>\d+\.\d+):\s+"
+                       r"(?P<event>\w+):\s*(?P<fields>.*)$")
+
+
+def report_records(trace_dat):
+    """[{comm, pid, cpu, ts, event, fields: {name: text}}] of `trace-cmd report -R` (raw field
+    values, read by trace-cmd's own decoder); every line but the cpus= header must be a record."""
+    lines = trace_cmd_report(trace_dat, "-R")
+    assert lines and lines[0].startswith("cpus="), lines[:3]
+    out = []
+    for line in lines[1:]:
+        if not line.strip() or re.match(r"\s*CPU:\d+ \[LOST \d+ EVENTS\]$", line):
+            continue
+        m = _RAW_LINE.match(line)
+        assert m, f"not a trace-cmd report -R record: {line!r}"
+        rec = m.groupdict()
+        rec["fields"] = dict(re.findall(r"(\w+)=(\S*)", rec["fields"]))
+        out.append(rec)
+    return out
+
+
+def recorded_event_names(bundle):
+    """The tracepoint names a bundle's manifest says were recorded (systems expanded by tracefs)."""
+    names = set()
+    for entry in manifest(bundle)["events"]:
+        system, _, event = entry["event"].partition(":")
+        if event and event != "*":
+            names.add(event)
+        else:
+            names.update(p.name for p in (TRACEFS / "events" / system).iterdir() if p.is_dir())
+    return names
+
+
 def kmemscope_parse_available():
     """None when `kmemscope parse` can run here, else why not."""
     try:

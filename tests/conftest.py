@@ -1,21 +1,37 @@
-"""Shared test fixtures: paths, and access to the live kernel's tracefs.
+"""Shared test fixtures: paths, the machine's tracefs and allocator settings, Spark.
 
-Tests that record real traces need root and tracefs. They mount tracefs where
-they can and skip with a reason elsewhere, so the suite passes on a laptop.
-Recording holds a file lock: tracefs is one global resource per machine.
+Tests that record real traces need root and tracefs: without them they skip through
+requirements.skip("tracefs", ...), a failure under KMEMSCOPE_REQUIRE_TRACEFS=1 (`make test`).
+A test that records holds the machine-wide record lock (record_lock() below) for as long as
+it records: tracefs is one global resource per machine, shared with other pytest runs and
+with a `kmemscope record` started by hand. It waits for the lock, at most
+KMEMSCOPE_TEST_LOCK_WAIT_S seconds, then fails saying who holds it.
+
+Tiers (markers registered in setup.cfg, set here from the fixtures a test uses):
+`live` records on this machine's tracefs, `spark` starts a JVM, `slow` takes long for
+another reason. `make check` runs everything else; `make test` runs everything.
 """
+import contextlib
 import fcntl
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+
+import requirements
+# A demanded requirement missing at module level fails the run at its end.
+from requirements import pytest_sessionfinish, pytest_terminal_summary  # noqa: F401
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_FIXTURES = PROJECT_ROOT.parent / "shared" / "fixtures" / "public"
 EXAMPLES = PROJECT_ROOT / "examples"
 TRACEFS = Path("/sys/kernel/tracing")
+# The lock between pytest runs; kmemscope record's own lock (capture/lock.py) is checked too.
 TRACING_LOCK = Path("/var/tmp/kmemscope-trace.lock")
+# Below the per-test limit (setup.cfg timeout, 900 s), so that the lock's own failure is the one seen.
+LOCK_WAIT_S = float(os.environ.get("KMEMSCOPE_TEST_LOCK_WAIT_S", "600"))
 
 
 def tracefs_available():
@@ -36,45 +52,75 @@ def tracefs_available():
     return None
 
 
-# Settings that a trace-cmd run may leave changed on hosts where it cannot
-# reset tracefs; tests that record put them back when the session ends.
-RESTORED_SETTINGS = ("tracing_on", "buffer_size_kb", "trace_clock")
+def _record_lock_holder():
+    """None when no `kmemscope record` holds its lock (capture/lock.py), else the holder's pid."""
+    from kmemscope.capture import lock
 
-
-def _read_setting(name):
-    from kmemscope.capture.tracefs import selected
-
-    text = (TRACEFS / name).read_text()
-    if name == "buffer_size_kb":
-        # The size a tracer would get: on a fresh boot '7 (expanded: 1408)' is not 7.
-        from capture_helpers import buffer_kb_for_a_tracer
-        return buffer_kb_for_a_tracer(text, [])[0]
-    return selected(text) if name == "trace_clock" else text.strip()
-
-
-@pytest.fixture(scope="session")
-def live_tracefs():
-    """Skip unless the kernel can be traced here; yields the tracefs path."""
-    reason = tracefs_available()
-    if reason:
-        pytest.skip(reason)
-    saved = {name: _read_setting(name) for name in RESTORED_SETTINGS}
-    yield TRACEFS
-    for name, value in saved.items():
+    path = os.path.join(lock.state_dir(), "record.lock")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
         try:
-            if _read_setting(name) != value:
-                (TRACEFS / name).write_text(value)
-        except OSError:
-            pass
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.read(fd, 64).decode(errors="replace").strip() or "?"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
-def _hold_tracing_lock():
-    with open(TRACING_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+@contextlib.contextmanager
+def record_lock(wait_s=None):
+    """Hold the machine's tracefs: the tests' lock, taken once no `kmemscope record` runs.
+
+    Waits at most `wait_s` (KMEMSCOPE_TEST_LOCK_WAIT_S, 600 s) for another pytest run's
+    recordings and for a record started by hand, then fails naming the holder.
+    """
+    global _lock_depth
+    if _lock_depth:           # held already by this process (a fixture inside a locked test)
+        _lock_depth += 1
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            _lock_depth -= 1
+        return
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
+    with open(TRACING_LOCK, "a") as held:
+        while True:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = f"another test run (lock file {TRACING_LOCK})"
+            else:
+                pid = _record_lock_holder()
+                if pid is None:
+                    break
+                fcntl.flock(held, fcntl.LOCK_UN)
+                holder = f"kmemscope record, pid {pid}"
+            if time.monotonic() > deadline:
+                pytest.fail(f"the machine-wide record lock stayed busy for {wait_s:.0f} s, held by "
+                            f"{holder} (wait for it to finish, or raise KMEMSCOPE_TEST_LOCK_WAIT_S)",
+                            pytrace=False)
+            time.sleep(1)
+        _lock_depth = 1
+        try:
+            yield
+        finally:
+            _lock_depth = 0
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+_lock_depth = 0
+
+
+def _hold_tracing_lock():
+    """record_lock() as a generator, for fixtures (`yield from _hold_tracing_lock()`)."""
+    with record_lock():
+        yield
 
 
 @pytest.fixture
@@ -89,10 +135,92 @@ def tracing_lock_module():
     yield from _hold_tracing_lock()
 
 
+# What tests (and the recordings they make) change on the machine, read and written
+# as text. Put back at the end of the run when changed, and only then.
+HOST_SETTINGS = {
+    "tracing_on": TRACEFS / "tracing_on",
+    "trace_clock": TRACEFS / "trace_clock",
+    "buffer_size_kb": TRACEFS / "buffer_size_kb",
+    "vm.defrag_mode": Path("/proc/sys/vm/defrag_mode"),
+    "vm.nr_hugepages": Path("/proc/sys/vm/nr_hugepages"),
+    "thp.enabled": Path("/sys/kernel/mm/transparent_hugepage/enabled"),
+    "thp.defrag": Path("/sys/kernel/mm/transparent_hugepage/defrag"),
+}
+
+
+def _read_setting(name):
+    from kmemscope.capture.tracefs import selected
+
+    path = HOST_SETTINGS[name]
+    if not path.exists():
+        return None
+    text = path.read_text()
+    if name == "buffer_size_kb":
+        # The size a tracer would get: on a fresh boot '7 (expanded: 1408)' is not 7.
+        from capture_helpers import buffer_kb_for_a_tracer
+        return buffer_kb_for_a_tracer(text, [])[0]
+    if name in ("trace_clock", "thp.enabled", "thp.defrag"):
+        return selected(text)          # the [bracketed] choice
+    return text.strip()
+
+
+def _enabled_events():
+    """{events/<system>/<event>} whose enable file reads 1."""
+    out = set()
+    for enable in TRACEFS.glob("events/*/*/enable"):
+        try:
+            if enable.read_text().startswith("1"):
+                out.add(enable.parent)
+        except OSError:
+            continue
+    return out
+
+
+def host_state():
+    """The settings that tests change, and the enabled events, as read now."""
+    return {name: _read_setting(name) for name in HOST_SETTINGS}, _enabled_events()
+
+
+def restore_host_state(saved):
+    """Write back each setting (and event enable) that differs from `saved`; -> what was put back."""
+    settings, events = saved
+    restored = []
+    for name, value in settings.items():
+        if value is not None and _read_setting(name) != value:
+            HOST_SETTINGS[name].write_text(value)
+            restored.append(name)
+    now = _enabled_events()
+    for event in now - events:
+        (event / "enable").write_text("0")
+        restored.append(f"{event.relative_to(TRACEFS)} disabled")
+    for event in events - now:
+        (event / "enable").write_text("1")
+        restored.append(f"{event.relative_to(TRACEFS)} enabled")
+    return restored
+
+
+@pytest.fixture(scope="session")
+def live_tracefs():
+    """The tracefs path, once this machine can be traced (else a named skip).
+
+    The allocator and tracing settings tests change are read under the record lock when
+    the first live test starts and put back under it at the end of the run (only those
+    that differ, so a recording someone else started in between is left alone).
+    """
+    requirements.skip_unless("tracefs", tracefs_available())
+    with record_lock():
+        saved = host_state()
+    yield TRACEFS
+    with record_lock():
+        restored = restore_host_state(saved)
+    if restored:
+        print(f"\nkmemscope tests: put back {', '.join(restored)}")
+
+
 @pytest.fixture(scope="session")
 def public_fixtures():
     if not PUBLIC_FIXTURES.is_dir():
-        pytest.skip(f"public trace fixtures not found at {PUBLIC_FIXTURES}")
+        requirements.skip("fixtures", f"public trace fixtures not found at {PUBLIC_FIXTURES}")
     return PUBLIC_FIXTURES
 
 
@@ -124,26 +252,9 @@ def spark_unavailable():
     return None
 
 
-_SPARK_MISSING = []
-
-
 def skip_spark_test(reason, allow_module_level=False):
-    """Skip a Spark test for `reason`; under KMEMSCOPE_REQUIRE_SPARK=1 the run then fails
-    at its end (a collection error would stop every other test from running)."""
-    if os.environ.get("KMEMSCOPE_REQUIRE_SPARK") == "1":
-        _SPARK_MISSING.append(reason)
-        reason = f"KMEMSCOPE_REQUIRE_SPARK=1 but {reason}: the run fails"
-    pytest.skip(reason, allow_module_level=allow_module_level)
-
-
-def pytest_terminal_summary(terminalreporter):
-    for reason in dict.fromkeys(_SPARK_MISSING):
-        terminalreporter.write_line(f"FAILED: KMEMSCOPE_REQUIRE_SPARK=1 but {reason}", red=True)
-
-
-def pytest_sessionfinish(session, exitstatus):
-    if _SPARK_MISSING and exitstatus == 0:
-        session.exitstatus = 1
+    """Skip a Spark test for `reason`; a failure under KMEMSCOPE_REQUIRE_SPARK=1."""
+    requirements.skip("spark", reason, allow_module_level)
 
 
 def skip_without_spark(allow_module_level=False):
@@ -164,9 +275,94 @@ def spark_engine():
     engines.release(spec)
 
 
+# The tiers. A test that uses one of these fixtures records live or starts a JVM.
+LIVE_FIXTURES = {"live_tracefs", "tracing_lock", "tracing_lock_module", "stacks_recording"}
+SPARK_FIXTURES = {"spark_engine"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark live and spark tests from their fixtures, before -m selects (make check)."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & LIVE_FIXTURES:
+            item.add_marker(pytest.mark.live)
+        if names & SPARK_FIXTURES:
+            item.add_marker(pytest.mark.spark)
+
+
+def pytest_collection_finish(session):
+    # Shared fixtures record only when the run holds live tests (not under `make check`).
+    session.config.kmemscope_live = any(item.get_closest_marker("live") for item in session.items)
+
+
+# Loopback TCP for a second: high-order non-blocking allocations (skb pages) with stacks.
+NETLOAD = r'''
+import socket, sys, threading, time
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+def recv():
+    c, _ = srv.accept()
+    while c.recv(1 << 20):
+        pass
+t = threading.Thread(target=recv); t.start()
+s = socket.create_connection(srv.getsockname())
+end = time.monotonic() + float(sys.argv[1] if len(sys.argv) > 1 else 1)
+while time.monotonic() < end:
+    s.sendall(b"x" * (1 << 20))
+s.close(); t.join()
+'''
+
+
+STACKS_RECORD_ARGS = ("--preset", "atomic-origins", "-e", "kmem:mm_page_free:order > 0")
+
+
 @pytest.fixture(scope="session")
-def mixed_dataset(tmp_path_factory):
-    """Runs of several kernel eras and field widths (parity_data.py), built once per run."""
+def stacks_recording(live_tracefs, tmp_path_factory):
+    """(bundle, dataset) of one recording with kernel stacks made here, shared by the run.
+
+    The atomic-origins preset plus high-order frees over 1 s of loopback TCP: what
+    alloc_origins needs, made once instead of once per test file.
+    """
+    import sys
+
+    from kmrun import kmemscope
+
+    d = tmp_path_factory.mktemp("stacks")
+    load = d / "netload.py"
+    load.write_text(NETLOAD)
+    bundle = d / "bundle"
+    with record_lock():
+        kmemscope("record", "-o", bundle, *STACKS_RECORD_ARGS, "--", sys.executable, load, "1")
+    ds = d / "ds"
+    kmemscope("parse", "-q", bundle, "-o", ds, "--label", "kernel=stacks")
+    return bundle, ds
+
+
+@pytest.fixture(scope="session")
+def examples_dataset(tmp_path_factory):
+    """One dataset of two committed examples, parsed once per run and only read by tests:
+    kmem-compaction (label kernel=a) and memory-pressure (kernel=b, a run without page events,
+    about which the analyses have notes to give)."""
+    from kmrun import kmemscope
+
+    ds = tmp_path_factory.mktemp("examples") / "ds"
+    for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b")):
+        if not (EXAMPLES / bundle).is_dir():
+            requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
+        kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")
+    return ds
+
+
+@pytest.fixture(scope="session")
+def mixed_dataset(request, tmp_path_factory):
+    """Runs of several kernel eras and field widths (parity_data.py), built once per run.
+
+    With the stacks recording when the run holds live tests (`make test`); `make check`
+    builds it from the committed and synthetic runs only.
+    """
     import parity_data
 
-    return parity_data.build(tmp_path_factory.mktemp("mixed"))
+    stacks = None
+    if getattr(request.config, "kmemscope_live", False):
+        stacks = request.getfixturevalue("stacks_recording")[0]
+    return parity_data.build(tmp_path_factory.mktemp("mixed"), stacks)

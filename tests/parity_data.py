@@ -1,8 +1,9 @@
 """The dataset that engine parity and output determinism are checked on, and every section.
 
 Runs from several kernel eras and field widths: the three example bundles (6.x),
-a public 5.15 recording when present, a recording with kernel stacks made here
-when this machine can trace (alloc_origins needs one), and two synthetic runs
+a public 5.15 recording (when absent, a failure under KMEMSCOPE_REQUIRE_FIXTURES=1),
+the run's shared recording with kernel stacks when the run records live
+(alloc_origins needs one; conftest.stacks_recording), and two synthetic runs
 for kernels this machine cannot run (kmdata.py): a 5.15-era run whose
 gfp_flags are 4 bytes wide where the others' are 8 (its run id is all digits,
 which must stay a string), and a 5.10-era run (high-atomic era A, extfrag era
@@ -11,17 +12,8 @@ per-CPU drains and compactions are made to tie on the leading ORDER BY keys,
 so that only a total ORDER BY gives one row order. Two runs carry imported
 benchmark results (run_metrics).
 """
-import contextlib
-import fcntl
-import os
-import sys
-import time
-
-from conftest import EXAMPLES, PUBLIC_FIXTURES, TRACING_LOCK, tracefs_available
-
-# A recording waits this long for the machine's tracefs (someone else's long capture may
-# hold it); then the dataset is built without kernel stacks and alloc_origins' tests skip.
-TRACING_WAIT_S = float(os.environ.get("KMEMSCOPE_TRACING_WAIT_S", "120"))
+import requirements
+from conftest import EXAMPLES, PUBLIC_FIXTURES
 
 RUNS = [(EXAMPLES / "kmem-compaction", "a"), (EXAMPLES / "thp-faults", "b"),
         (EXAMPLES / "memory-pressure", "c"),
@@ -101,54 +93,17 @@ def synthetic_510_ties(ds):
     K.write_other(ds, "print_flags", run, K.gfp_print_flags("5.10"))
 
 
-def record_stacks(tmp):
-    """A real recording with kernel stacks (alloc_origins), when this machine can trace."""
-    from kmrun import kmemscope
-    from test_alloc_origins import NETLOAD
-    if tracefs_available() is not None:
-        return None
-    load = tmp / "netload.py"
-    load.write_text(NETLOAD)
-    bundle = tmp / "stacks"
-    with _tracing_lock(TRACING_WAIT_S) as held:
-        if not held:
-            return None
-        kmemscope("record", "-o", bundle, "--preset", "atomic-origins",
-                  "-e", "kmem:mm_page_free:order > 0", "--", sys.executable, load, "1")
-    return bundle
-
-
-@contextlib.contextmanager
-def _tracing_lock(wait_s):
-    """conftest's tracing lock, waited for at most `wait_s` seconds; yields whether held."""
-    with open(TRACING_LOCK, "a") as lock:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    print(f"parity_data: tracefs busy for {wait_s:.0f} s: no kernel-stack run",
-                          file=sys.stderr)
-                    yield False
-                    return
-                time.sleep(1)
-        try:
-            yield True
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def build(tmp):
-    """The mixed dataset under `tmp` -> its path."""
+def build(tmp, stacks=None):
+    """The mixed dataset under `tmp` -> its path; `stacks`: a bundle recorded with kernel stacks."""
     import kmemscope
 
     out = tmp / "ds"
     for path, label in RUNS:
-        if path.exists():
-            kmemscope.parse([str(path)], str(out), labels={"kernel": label})
-    stacks = record_stacks(tmp)
+        if not path.exists():
+            if path.is_relative_to(EXAMPLES) or requirements.required("fixtures"):
+                requirements.skip("fixtures" if label == "old" else "setup", f"{path} is missing")
+            continue        # the public fixture, not demanded: built without it
+        kmemscope.parse([str(path)], str(out), labels={"kernel": label})
     if stacks is not None:
         kmemscope.parse([str(stacks)], str(out), labels={"kernel": "stacks"})
     synthetic_515(out)

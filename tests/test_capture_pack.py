@@ -8,6 +8,8 @@ import stat
 
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES
 from kmemscope.capture import pack
 from kmrun import kmemscope
@@ -24,9 +26,9 @@ def run_summary(ds):
 @pytest.mark.parametrize("fmt", pack.FORMATS)
 def test_packed_bundle_parses_like_the_directory(tmp_path, fmt):
     if not EXAMPLE.is_dir():
-        pytest.skip("the example bundle is missing")
+        requirements.skip("setup", f"the committed example {EXAMPLE} is missing")
     if fmt == "zst" and shutil.which("zstd") is None:
-        pytest.skip("zstd is not installed")
+        requirements.skip("setup", "zstd is not installed (make setup)")
     bundle = tmp_path / "host1"
     shutil.copytree(EXAMPLE, bundle)
     archive = pack.pack(str(bundle), fmt)

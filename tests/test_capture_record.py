@@ -3,7 +3,8 @@
 Each test holds the machine-wide tracing lock (other recorders share this
 tracefs), compares the tracing state before and after with a reader that
 shares no code with capture/, and checks trace.dat with `trace-cmd report`,
-the independent decoder. Skipped with a reason without root or tracefs.
+the independent decoder. Without root or tracefs they skip, which
+KMEMSCOPE_REQUIRE_TRACEFS=1 (`make test`) turns into failures.
 """
 import glob
 import json
@@ -14,14 +15,15 @@ import signal
 import stat
 import subprocess
 import sys
-import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+import requirements
 from capture_helpers import (WORKLOAD, finish, interrupt, kmemscope_parse_available, manifest,
-                             run_record, start_record, trace_cmd_processes, trace_cmd_report,
-                             tracing_state, wait_for)
+                             recorded_event_names, report_records, run_record, start_record,
+                             trace_cmd_processes, trace_cmd_report, tracing_state, wait_for)
 
 pytestmark = pytest.mark.usefixtures("live_tracefs", "tracing_lock")
 
@@ -50,6 +52,19 @@ def assert_owner_only(bundle):
         assert stat.S_IMODE(os.stat(root).st_mode) == 0o700, root
         for name in files:
             assert stat.S_IMODE(os.stat(os.path.join(root, name)).st_mode) == 0o600, name
+
+
+def assert_recorded_allocations(bundle, comm=None):
+    """trace-cmd's own decoder reads the bundle's trace.dat: only the events the manifest lists,
+    and page allocations among them (by `comm` when given) with a pfn and an order each."""
+    records = report_records(bundle / "trace.dat")
+    assert {r["event"] for r in records} <= recorded_event_names(bundle)
+    allocs = [r for r in records if r["event"] == "mm_page_alloc"
+              and (comm is None or r["comm"] == comm)]
+    assert allocs, f"no mm_page_alloc{' by ' + comm if comm else ''} in {len(records)} records"
+    for r in allocs:
+        int(r["fields"]["pfn"], 0), int(r["fields"]["order"])
+    return records
 
 
 def assert_one_error_line(stderr, *words):
@@ -84,13 +99,12 @@ def test_five_seconds_with_a_workload_give_a_complete_bundle(tmp_path, before, w
     assert m["labels"] == {"kernel": "test-machine"}
     assert [row["cpu"] for row in m["cpu_stats"]] == list(range(os.cpu_count()))
     assert all("overrun" in row and "dropped_events" in row for row in m["cpu_stats"])
-    assert 4.0 <= m["duration_s"] <= 15.0
+    assert m["duration_s"] >= 5.0       # the recording spans the 5 s workload
     assert "cpu0:" in result.stderr and "overrun" in result.stderr  # the terminal report
     assert_owner_only(bundle)
 
     # The independent decoder sees the workload's allocations in trace.dat.
-    lines = trace_cmd_report(bundle / "trace.dat")
-    assert any("kms-workload" in l and "mm_page_alloc:" in l for l in lines)
+    assert_recorded_allocations(bundle, comm="kms-workload")
     assert len(re.findall(r"^#kmemscope-sample", (bundle / "procfs" / "vmstat").read_text(), re.M)) >= 5
 
     # Afterwards: nothing enabled (if nothing was before), buffer size as it was.
@@ -101,9 +115,7 @@ def test_five_seconds_with_a_workload_give_a_complete_bundle(tmp_path, before, w
 
 
 def test_bundle_parses_with_samples_on_the_trace_timeline(tmp_path, before, workload):
-    reason = kmemscope_parse_available()
-    if reason:
-        pytest.skip(reason)
+    requirements.skip_unless("setup", kmemscope_parse_available())
     bundle, dataset = tmp_path / "bundle", tmp_path / "dataset"
     result = run_record("-o", bundle, "--duration", "5s", "--", sys.executable, workload, "30")
     assert result.returncode == 0, result.stderr
@@ -130,14 +142,20 @@ def test_bundle_parses_with_samples_on_the_trace_timeline(tmp_path, before, work
 def test_sigterm_midway_gives_a_valid_bundle_and_restores_state(tmp_path, before):
     bundle = tmp_path / "bundle"
     proc = start_record("-o", bundle, "--duration", "60s", "--zoneinfo")
-    time.sleep(2.5)
+    zoneinfo = bundle / "procfs" / "zoneinfo"
+
+    def samples():
+        try:
+            return len(re.findall(r"^#kmemscope-sample mono_ns=\d+", zoneinfo.read_text(), re.M))
+        except FileNotFoundError:
+            return 0
+    assert wait_for(lambda: samples() >= 3, 60), f"{samples()} zoneinfo samples after 60 s"
     interrupt(proc, signal.SIGTERM)
     rc, stderr = finish(proc)
     assert rc == 0, stderr
     m = manifest(bundle)
     assert m["status"] == "complete" and m["stop_reason"] == "signal SIGTERM"
-    assert m["duration_s"] < 30
-    assert any("mm_page_alloc:" in l for l in trace_cmd_report(bundle / "trace.dat"))
+    assert_recorded_allocations(bundle)
     assert trace_cmd_processes(bundle) == []
     assert_owner_only(bundle)
     zoneinfo = (bundle / "procfs" / "zoneinfo").read_text()
@@ -149,7 +167,7 @@ def test_sigterm_midway_gives_a_valid_bundle_and_restores_state(tmp_path, before
 def test_after_sigkill_cleanup_restores_state(tmp_path, before, recover_with):
     bundle = tmp_path / "killed"
     proc = start_record("-o", bundle, "--duration", "60s")
-    time.sleep(1.5)
+    assert wait_for(lambda: trace_cmd_processes(bundle), 60), "record started no trace-cmd"
     proc.kill()
     finish(proc)
     # Killed: trace-cmd still records and our events are still enabled.
@@ -165,7 +183,7 @@ def test_after_sigkill_cleanup_restores_state(tmp_path, before, recover_with):
     assert tracing_state() == before
     assert manifest(bundle)["status"] == "killed"
     # The leftover trace-cmd was stopped with SIGINT, so what it had is readable.
-    assert trace_cmd_report(bundle / "trace.dat")
+    assert_recorded_allocations(bundle)
     # Nothing is left to clean up afterwards.
     again = run_record("--cleanup")
     assert again.returncode == 0 and "nothing to clean up" in again.stderr
@@ -205,16 +223,14 @@ def test_cleanup_finds_a_trace_cmd_whose_pid_was_never_saved(tmp_path, before):
 
 def test_small_max_size_stops_by_itself(tmp_path, before, workload):
     bundle = tmp_path / "bundle"
-    started = time.monotonic()
     result = run_record("-o", bundle, "--max-size", "512K", "--duration", "40s",
                         "--", sys.executable, workload, "40")
     assert result.returncode == 0, result.stderr
-    assert time.monotonic() - started < 30
     assert "stopping: trace data reached --max-size" in result.stderr
     m = manifest(bundle)
     assert m["stop_reason"].startswith("--max-size")
     assert m["command"]["signal"] == "SIGTERM"  # the workload was stopped with the recording
-    assert trace_cmd_report(bundle / "trace.dat")
+    assert_recorded_allocations(bundle, comm="kms-workload")
 
 
 def test_stops_before_free_space_falls_below_the_margin(tmp_path, before, workload):
@@ -224,13 +240,11 @@ def test_stops_before_free_space_falls_below_the_margin(tmp_path, before, worklo
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "kmemscope-test", str(small)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
-        pytest.skip("cannot mount a tmpfs: " + mounted.stderr.strip())
+        requirements.skip("tracefs", "cannot mount a tmpfs as root: " + mounted.stderr.strip())
     try:
-        started = time.monotonic()
         result = run_record("-o", small / "bundle", "--min-free", "160M", "--duration", "40s",
                             "--", sys.executable, workload, "40")
         assert result.returncode == 0, result.stderr
-        assert time.monotonic() - started < 30
         assert "stopping early: free space under" in result.stderr
         # The start line names the free-space bound, which is lower than --max-size here.
         room = re.search(r"at most ([\d.]+) MiB of trace data: ([\d.]+) MiB free under (\S+) minus "
@@ -239,7 +253,7 @@ def test_stops_before_free_space_falls_below_the_margin(tmp_path, before, worklo
         assert abs(float(room.group(1)) - (float(room.group(2)) - 160) / 2) <= 0.1
         m = manifest(small / "bundle")
         assert m["status"] == "complete" and "--min-free margin" in m["stop_reason"]
-        assert trace_cmd_report(small / "bundle" / "trace.dat")
+        assert_recorded_allocations(small / "bundle", comm="kms-workload")
         # Refused up front when the margin is not there at all.
         refused = run_record("-o", small / "again", "--min-free", "1G", "--duration", "1s")
         assert refused.returncode == 1
@@ -265,14 +279,16 @@ def test_a_filter_the_kernel_rejects_is_an_error_not_an_unfiltered_trace(tmp_pat
 
 
 def test_lost_events_are_reported_when_the_buffer_is_too_small(tmp_path, before, workload):
+    # Two churning workloads per CPU into 16 KiB per CPU: far more events than trace-cmd's
+    # reader drains between its wake-ups, however idle the machine.
     bundle = tmp_path / "bundle"
+    many = " & ".join([f"{sys.executable} {workload} 30"] * (2 * os.cpu_count())) + " & wait"
     result = run_record("-o", bundle, "--buffer-kb", "16", "--duration", "3s",
-                        "--", sys.executable, workload, "30")
+                        "--", "sh", "-c", many)
     assert result.returncode == 0, result.stderr
     m = manifest(bundle)
     lost = sum(r["overrun"] + r["dropped_events"] + r.get("commit_overrun", 0) for r in m["cpu_stats"])
-    if lost == 0:
-        pytest.skip("a 16 KiB buffer kept up with this machine's load: nothing lost to report")
+    assert lost > 0, "nothing lost with a 16 KiB buffer: the kernel's per-CPU stats say so"
     assert m["lost_events"] == lost and m["buffer_too_small"] is True
     assert "was too small" in result.stderr and "--buffer-kb" in result.stderr
     # trace-cmd's own record of the same counters, read with trace-cmd itself.
@@ -302,7 +318,7 @@ def test_unwritable_output_gives_a_clear_error(tmp_path, before):
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "kmemscope-test", str(readonly)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
-        pytest.skip("cannot mount a read-only tmpfs: " + mounted.stderr.strip())
+        requirements.skip("tracefs", "cannot mount a read-only tmpfs as root: " + mounted.stderr.strip())
     try:
         result = run_record("-o", readonly / "bundle", "--duration", "1s")
     finally:
@@ -376,7 +392,7 @@ def _restore_plain(state):
 
 def test_light_preset_keeps_only_high_order_or_nonblocking_allocations(tmp_path, before, workload):
     if int(os.uname().release.split(".")[0]) < 5:
-        pytest.skip("__GFP_DIRECT_RECLAIM is bit 10 only from 5.x on (reference, section 2)")
+        requirements.skip("tracefs", "__GFP_DIRECT_RECLAIM is bit 10 only from 5.x on")
     bundle = tmp_path / "bundle"
     result = run_record("-o", bundle, "--preset", "light", "--duration", "3s",
                         "--", sys.executable, workload, "30")
@@ -417,7 +433,7 @@ reader.join()
 def test_atomic_origins_records_nonblocking_high_order_allocations_with_stacks(tmp_path, before):
     """TCP over loopback refills its page frags with order-3 allocations that may not block."""
     if int(os.uname().release.split(".")[0]) < 5:
-        pytest.skip("__GFP_DIRECT_RECLAIM is bit 10 only from 5.x on (reference, section 2)")
+        requirements.skip("tracefs", "__GFP_DIRECT_RECLAIM is bit 10 only from 5.x on")
     load = tmp_path / "tcp_load.py"
     load.write_text(TCP_LOAD)
     bundle = tmp_path / "bundle"
@@ -449,15 +465,23 @@ def test_pyz_records_on_python_3_8(tmp_path, before):
     """The single-file build runs on the oldest Python that capture supports."""
     python38 = _python38()
     if python38 is None:
-        pytest.skip("no Python 3.8 interpreter on this machine")
+        requirements.skip("python38", "no Python 3.8 interpreter on this machine")
     pyz = tmp_path / "kmemscope-record.pyz"
     root = Path(__file__).resolve().parent.parent
     subprocess.run([sys.executable, str(root / "capture" / "build_pyz.py"), str(pyz)], check=True,
                    capture_output=True)
     bundle = tmp_path / "bundle"
     env = dict(os.environ, PYTHONPATH="", PYTHONNOUSERSITE="1")
+    # A full compaction, asked for by the command: the compaction preset's events are certain.
     result = subprocess.run([python38, "-S", str(pyz), "-o", str(bundle), "--preset", "compaction",
-                             "--duration", "2s"], capture_output=True, text=True, timeout=120, env=env)
+                             "--", "sh", "-c", "echo 1 > /proc/sys/vm/compact_memory"],
+                            capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
-    assert manifest(bundle)["status"] == "complete"
-    assert trace_cmd_report(bundle / "trace.dat") is not None
+    m = manifest(bundle)
+    assert m["status"] == "complete" and m["command"]["exit_status"] == 0
+    records = report_records(bundle / "trace.dat")
+    assert {r["event"] for r in records} <= recorded_event_names(bundle)
+    # compact_memory compacts every zone in the writer's context: begin and end pairs by `sh`.
+    by_shell = Counter(r["event"] for r in records if r["comm"] == "sh")
+    assert by_shell["mm_compaction_begin"] >= 1
+    assert by_shell["mm_compaction_begin"] == by_shell["mm_compaction_end"], by_shell

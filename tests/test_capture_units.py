@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import requirements
+
 from kmemscope.capture import cexpr, eventformat, presets, tracefs, units
 from kmemscope.errors import CaptureError
 
@@ -64,12 +66,12 @@ def test_cexpr_refuses_anything_else(text):
         cexpr.evaluate(text)
 
 
-@pytest.mark.skipif(not LIVE_FORMAT.exists() or not os.access(LIVE_FORMAT, os.R_OK),
-                    reason="no readable kmem:mm_page_alloc format on this machine")
 def test_live_gfp_table_matches_the_kernels_bit_numbers():
+    if not LIVE_FORMAT.exists() or not os.access(LIVE_FORMAT, os.R_OK):
+        requirements.skip("tracefs", f"no readable {LIVE_FORMAT} on this machine")
     table = eventformat.print_flags(LIVE_FORMAT.read_text(), "gfp_flags")
     if not os.uname().release.startswith("6.18."):
-        pytest.skip("the hand-read bit table is for 6.18 kernels")
+        requirements.skip("tracefs", f"the hand-read bit table is for 6.18 kernels, not {os.uname().release}")
     single = {name: value for name, value in table.items() if name in GFP_BITS_6_18}
     assert single == {name: 1 << bit for name, bit in GFP_BITS_6_18.items()}
     # Composites are unions of single bits: GFP_ATOMIC = HIGH | KSWAPD_RECLAIM on 6.x.
@@ -198,14 +200,22 @@ def _imports(path):
             yield node.module
 
 
-def test_capture_imports_only_the_standard_library_and_itself():
-    # kmemscope.errors and kmemscope.version are plain Python and travel in the record-only .pyz.
+def test_capture_imports_only_the_standard_library_and_what_the_pyz_holds(tmp_path):
+    """Every import of capture/ is the standard library's or a module the record-only .pyz
+    ships (its own listing, read from a fresh build)."""
+    import zipfile
+
+    pyz = tmp_path / "record.pyz"
+    subprocess.run([sys.executable, str(ROOT / "capture" / "build_pyz.py"), str(pyz)], check=True,
+                   capture_output=True, timeout=120)
+    shipped = {n[:-len(".py")].replace("/", ".").removesuffix(".__init__")
+               for n in zipfile.ZipFile(pyz).namelist() if n.endswith(".py")}
+    assert "kmemscope.capture.recorder" in shipped, sorted(shipped)
     stdlib = set(sys.stdlib_module_names)
     for path in sorted((ROOT / "capture").glob("*.py")):
         for name in _imports(path):
-            top = name.split(".")[0]
-            assert top in stdlib or name.startswith("kmemscope.capture") or \
-                name in ("kmemscope", "kmemscope.errors", "kmemscope.version"), "%s imports %s" % (path.name, name)
+            assert name.split(".")[0] in stdlib or name in shipped, \
+                "%s imports %s, which the .pyz does not hold" % (path.name, name)
 
 
 def test_importing_capture_pulls_no_heavy_module():

@@ -13,16 +13,13 @@ import sys
 
 import pytest
 from conftest import EXAMPLES
-from kmrun import KMEMSCOPE, kmemscope
+from kmrun import KMEMSCOPE
 
 
 @pytest.fixture(scope="module")
-def ds(tmp_path_factory):
-    ds = tmp_path_factory.mktemp("cli") / "ds"
-    kmemscope("parse", "-q", EXAMPLES / "kmem-compaction", "-o", ds, "--label", "kernel=a")
-    # a run without page events: the analyses have notes to give about it
-    kmemscope("parse", "-q", EXAMPLES / "memory-pressure", "-o", ds, "--label", "kernel=b")
-    return ds
+def ds(examples_dataset):
+    """kmem-compaction as kernel=a, memory-pressure (no page events: notes) as kernel=b."""
+    return examples_dataset
 
 
 def run(*args, stdin=None):

@@ -24,6 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import requirements
+
 import kmdata as K
 from conftest import EXAMPLES
 from kmrun import kmemscope
@@ -294,8 +296,9 @@ REPORT_ALLOC = re.compile(r"\[(\d+)\]\s+(\d+\.\d+): mm_page_alloc:\s+pfn=0x([0-9
                           r"gfp_flags=0x([0-9a-f]+) migratetype=")
 
 
-@pytest.mark.skipif(not shutil.which("trace-cmd"), reason="trace-cmd is not installed")
 def test_4_byte_pfn_and_gfp_flags_are_stored_as_uint64_with_the_same_values(tmp_path):
+    if not shutil.which("trace-cmd"):
+        requirements.skip("setup", "trace-cmd is not installed (make setup)")
     trace = _as_old_kernel(ALLOCS / "trace.dat", tmp_path / "old.dat")
     raw = _raw_decode(trace, "mm_page_alloc")
     assert raw.schema.field("pfn").type == pa.uint32()
@@ -367,20 +370,10 @@ def test_an_all_digit_run_id_stays_a_string_in_duckdb(tmp_path):
         assert [r["run_id"] for r in got] == [run]
 
 
-def _spark_ready():
-    import importlib.util
-    if not all(importlib.util.find_spec(m) for m in ("pyspark", "sqlglot")):
-        return "pyspark is not installed (pip install 'kmemscope[spark]')"
-    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-        return "no Java runtime for Spark"
-    return None
-
-
-@pytest.mark.skipif(_spark_ready() is not None, reason=str(_spark_ready()))
-def test_an_all_digit_run_id_stays_a_string_in_spark(tmp_path):
+def test_an_all_digit_run_id_stays_a_string_in_spark(tmp_path, spark_engine):
     """Spark reads the same answer as DuckDB from a format-1 dataset of mixed gfp widths
     plus an all-digit run id (partition type inference is off)."""
-    from kmemscope.queries import engines, runner
+    from kmemscope.queries import runner
 
     ds = tmp_path / "ds"
     _format1_dataset(ds)
@@ -392,22 +385,19 @@ def test_an_all_digit_run_id_stays_a_string_in_spark(tmp_path):
                       for r in zip(*(t.column(c).to_pylist() for c in cols)))
 
     duck = runner.run_query("atomic_orders.orders", ds)
-    eng = engines.engine_for(engines.EngineSpec("spark", conf={"spark.sql.shuffle.partitions": "2"}))
+    eng = spark_engine          # the run's one Spark session (conftest.py)
+    spark = runner.run_query("atomic_orders.orders", ds, engine=eng)
+    assert spark.schema.field("run_id").type == pa.string()
+    assert rows(spark) == rows(duck)
+    assert {DIGITS, DIGITS2} <= {r[0] for r in rows(spark)}
+    backend, *_ = runner.open_runs(ds, run_ids=[DIGITS, DIGITS2], tables=["mm_page_alloc"],
+                                   engine=eng)
     try:
-        spark = runner.run_query("atomic_orders.orders", ds, engine=eng)
-        assert spark.schema.field("run_id").type == pa.string()
-        assert rows(spark) == rows(duck)
-        assert {DIGITS, DIGITS2} <= {r[0] for r in rows(spark)}
-        backend, *_ = runner.open_runs(ds, run_ids=[DIGITS, DIGITS2], tables=["mm_page_alloc"],
-                                       engine=eng)
-        try:
-            for table in ("runs", "mm_page_alloc"):
-                df = backend.read_table(table)
-                assert df.schema["run_id"].dataType.simpleString() == "string"
-                assert sorted(r["run_id"] for r in df.select("run_id").collect()) == [DIGITS, DIGITS2]
-            row = df.select("gfp_flags", "pfn").collect()[0]
-            assert (int(row["gfp_flags"]), int(row["pfn"])) == (K.gfp("6.18", "__GFP_IO"), 5)
-        finally:
-            backend.close()
+        for table in ("runs", "mm_page_alloc"):
+            df = backend.read_table(table)
+            assert df.schema["run_id"].dataType.simpleString() == "string"
+            assert sorted(r["run_id"] for r in df.select("run_id").collect()) == [DIGITS, DIGITS2]
+        row = df.select("gfp_flags", "pfn").collect()[0]
+        assert (int(row["gfp_flags"]), int(row["pfn"])) == (K.gfp("6.18", "__GFP_IO"), 5)
     finally:
-        eng.close()
+        backend.close()

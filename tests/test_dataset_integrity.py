@@ -203,6 +203,7 @@ def test_a_read_only_reader_builds_derived_tables_outside_the_dataset(ds):
     assert hostile.tree_state(ds) == before
 
 
+@pytest.mark.spark
 def test_a_failed_spark_parse_into_a_new_path_leaves_nothing_behind(tmp_path, request):
     from conftest import skip_without_spark
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import requirements
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "kmem-compaction" / "trace.dat"
 PUBLIC = ROOT.parent / "shared" / "fixtures" / "public"
@@ -60,7 +62,7 @@ def test_allocations_while_opening_a_trace_fail_cleanly():
 
 def test_parse_command_reports_decoder_out_of_memory_in_one_line(tmp_path):
     if not KMEMSCOPE.exists():
-        pytest.skip("no .venv/bin/kmemscope (run `make setup`)")
+        requirements.skip("setup", "no .venv/bin/kmemscope (run `make setup`)")
     counts = _child("count", EXAMPLE)
     assert counts.returncode == 0, counts.stderr
     opening, decoding = map(int, counts.stdout.split())
@@ -138,7 +140,7 @@ def _setup_list(name):
 
 def test_extension_exports_only_its_init_function():
     if not shutil.which("nm"):
-        pytest.skip("nm (binutils) is not installed")
+        requirements.skip("setup", "nm (binutils) is not installed")
     from kmemscope.parsers import _tracedat
 
     out = subprocess.run(["nm", "-D", "--defined-only", _tracedat.__file__], capture_output=True,
@@ -152,11 +154,11 @@ def test_sources_compile_without_warnings():
 
     gcc, pkg = shutil.which("gcc"), shutil.which("pkg-config")
     if not gcc or not pkg:
-        pytest.skip("gcc or pkg-config is not installed")
+        requirements.skip("setup", "gcc or pkg-config is not installed (make setup)")
     libs = _setup_list("NATIVE_LIBS")
     cflags = subprocess.run([pkg, "--cflags", *libs], capture_output=True, text=True)
     if cflags.returncode:
-        pytest.skip(f"pkg-config cannot find {' '.join(libs)}")
+        requirements.skip("setup", f"pkg-config cannot find {' '.join(libs)} (make setup)")
     flags = _setup_list("NATIVE_CFLAGS")
     for wanted in ("-Wall", "-Wextra", "-Wshadow", "-fvisibility=hidden", "-O2", "-std=gnu11"):
         assert wanted in flags, f"setup.py's NATIVE_CFLAGS lacks {wanted}"

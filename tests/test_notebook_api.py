@@ -9,7 +9,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import EXAMPLES
 from kmrun import kmemscope as km_cli
 
 import kmemscope
@@ -17,11 +16,9 @@ from kmemscope.errors import DatasetError, QueryError
 
 
 @pytest.fixture(scope="module")
-def ds_path(tmp_path_factory):
-    ds = tmp_path_factory.mktemp("nbapi") / "ds"
-    km_cli("parse", "-q", EXAMPLES / "kmem-compaction", "-o", ds, "--label", "kernel=a")
-    km_cli("parse", "-q", EXAMPLES / "memory-pressure", "-o", ds, "--label", "kernel=b")
-    return ds
+def ds_path(examples_dataset):
+    """kmem-compaction as kernel=a, memory-pressure as kernel=b (conftest.py, shared)."""
+    return examples_dataset
 
 
 def test_result_html_says_how_many_rows_it_shows_and_carries_the_notes(ds_path):

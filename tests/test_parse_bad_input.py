@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES, PUBLIC_FIXTURES
 from kmrun import kmemscope
 from oracle_compare import event_counts, read_table_files, work_dirs_left
@@ -25,7 +27,7 @@ def seed_trace():
     for p in (SMALL_V6, EXAMPLE):
         if p.is_file():
             return p
-    pytest.skip("no real trace to derive bad inputs from (examples/ and public fixtures absent)")
+    requirements.skip("setup", "no real trace to derive bad inputs from (examples/ and public fixtures absent)")
 
 
 def tree_digest(root):

@@ -1,5 +1,6 @@
 """`parse --derive` builds the pairing tables at parse time; the analyses answer the same."""
-import pytest
+
+import requirements
 
 from conftest import EXAMPLES
 from kmrun import kmemscope
@@ -9,7 +10,7 @@ EXAMPLE = EXAMPLES / "kmem-compaction" / "trace.dat"
 
 def test_parse_derive_builds_pairs_that_queries_use_unchanged(tmp_path):
     if not EXAMPLE.is_file():
-        pytest.skip("the example trace is missing")
+        requirements.skip("setup", f"the committed example {EXAMPLE} is missing")
     eager, lazy = tmp_path / "eager", tmp_path / "lazy"
     out = kmemscope("parse", EXAMPLE, "-o", eager, "--derive")
     assert "derived tables built" in out.stderr

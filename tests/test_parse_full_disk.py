@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES
 from kmrun import kmemscope
 from oracle_compare import work_dirs_left
@@ -31,15 +33,15 @@ def tree_digest(root):
 @pytest.fixture
 def small_fs(tmp_path):
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
+        requirements.skip("tracefs", "mounting a small tmpfs needs root")
     if not EXAMPLE.is_dir():
-        pytest.skip("the example bundle is missing")
+        requirements.skip("setup", f"the committed example {EXAMPLE} is missing")
     mnt = tmp_path / "small"
     mnt.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
                              capture_output=True, text=True)
     if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+        requirements.skip("tracefs", f"cannot mount a tmpfs as root: {mounted.stderr.strip()}")
     try:
         yield mnt
     finally:

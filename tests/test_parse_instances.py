@@ -8,11 +8,11 @@ layout differs).
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
 
+from capture_helpers import wait_for
 from conftest import PROJECT_ROOT
 from kmrun import kmemscope
 
@@ -38,8 +38,19 @@ def instance_trace(live_tracefs, tracing_lock_module, tmp_path_factory):
     rec = subprocess.Popen(["trace-cmd", "record", "-d", "--no-filter", "-C", "mono",
                             "-e", "kmem:mm_page_free", "-B", "kmsinst", "-e", "kmem:mm_page_alloc",
                             "-o", str(v7)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Ready once both buffers trace: the events enabled and tracing on, top and instance.
+    top, inst = live_tracefs, live_tracefs / "instances" / "kmsinst"
+    ready = [top / "events/kmem/mm_page_free/enable", top / "tracing_on",
+             inst / "events/kmem/mm_page_alloc/enable", inst / "tracing_on"]
+
+    def tracing():
+        try:
+            return all(path.read_text().startswith("1") for path in ready)
+        except OSError:          # the instance is not made yet
+            return False
     try:
-        time.sleep(1.5)
+        assert wait_for(lambda: tracing() or rec.poll() is not None, 60) and rec.poll() is None, \
+            "trace-cmd record did not start tracing in 60 s"
         subprocess.run([sys.executable, str(WORKLOAD), "0.3"], check=True)
     finally:
         rec.send_signal(signal.SIGINT)

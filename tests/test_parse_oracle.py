@@ -5,7 +5,6 @@ the test's own allocates and frees memory and asks the kernel to compact. Every 
 event is compared with what trace-cmd prints (tests/report_oracle.py, which shares no code
 with the parser), as multisets per event, so equal timestamps and row order do not matter.
 """
-import fcntl
 import os
 import re
 import signal
@@ -17,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, PROJECT_ROOT, TRACEFS, TRACING_LOCK
+import requirements
+
+from conftest import EXAMPLES, PROJECT_ROOT, TRACEFS, record_lock
 from kmrun import kmemscope
 from oracle_compare import compare_dataset, event_counts, read_table_files
 from report_oracle import event_formats, read_report
@@ -101,14 +102,9 @@ def record_trace(out, seconds=1.5):
 def recorded(live_tracefs, tmp_path_factory):
     """A real kmem+compaction trace recorded here (tracefs held under the machine's lock)."""
     d = tmp_path_factory.mktemp("recorded")
-    # The same lock as conftest's `tracing_lock`, held for the recording only; that fixture is
-    # function-scoped and this recording is shared by the module's tests.
-    with open(TRACING_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            return record_trace(d / "trace.dat")
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    # The machine-wide record lock, held for the recording only (shared by the module's tests).
+    with record_lock():
+        return record_trace(d / "trace.dat")
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +222,7 @@ def test_print_flags_come_from_the_recorded_format(recorded_parsed):
     trace, ds = recorded_parsed
     (run,) = [row for t in read_table_files(ds, "runs") for row in t.to_pylist()]
     if not (run["kernel_release"] or "").startswith("6.18"):
-        pytest.skip(f"the values checked here are 6.18's; this kernel is {run['kernel_release']}")
+        requirements.skip("tracefs", f"the values checked here are 6.18's; this kernel is {run['kernel_release']}")
     rows = _print_flags(ds)
     gfp = {(r["value"], r["name"]) for r in rows if r["event"] == "mm_page_alloc" and r["field"] == "gfp_flags"}
     assert (1024, "__GFP_DIRECT_RECLAIM") in gfp
@@ -247,7 +243,7 @@ def test_print_flags_come_from_the_recorded_format(recorded_parsed):
 def test_committed_example_matches_trace_cmd_raw_output(tmp_path):
     example = EXAMPLES / "kmem-compaction" / "trace.dat"
     if not example.is_file():
-        pytest.skip(f"{example} is not committed yet")
+        requirements.skip("setup", f"{example} is not committed")
     ds = tmp_path / "ds"
     kmemscope("parse", "-q", str(example), "-o", str(ds))
     report = read_report(example)

@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import requirements
+
 from conftest import PUBLIC_FIXTURES
 from kmrun import kmemscope
 from oracle_compare import compare_dataset, event_counts, read_table_files, table_rows
@@ -49,7 +51,7 @@ def test_every_public_fixture_is_listed(public_fixtures):
 @pytest.mark.parametrize("name", FIXTURE_FILES)
 def test_per_event_counts_match_trace_cmd_report(parsed, name):
     if name not in parsed:
-        pytest.skip(f"{name} is not in {PUBLIC_FIXTURES}")
+        requirements.skip("fixtures", f"{name} is not in {PUBLIC_FIXTURES}")
     trace, ds, report = parsed[name]
     assert len(report.records) == README_TOTALS[name], "the oracle disagrees with the README"
     assert event_counts(ds) == dict(report.counts())
@@ -60,7 +62,7 @@ def test_per_event_counts_match_trace_cmd_report(parsed, name):
 @pytest.mark.parametrize("name", FIXTURE_FILES)
 def test_field_values_match_trace_cmd_raw_output(parsed, name):
     if name not in parsed:
-        pytest.skip(f"{name} is not in {PUBLIC_FIXTURES}")
+        requirements.skip("fixtures", f"{name} is not in {PUBLIC_FIXTURES}")
     trace, ds, report = parsed[name]
     result = compare_dataset(ds, report)
     if result.unchecked:
@@ -72,7 +74,7 @@ def test_field_values_match_trace_cmd_raw_output(parsed, name):
 def test_bprint_events_are_all_there(parsed):
     name = "lisa_example_rtapp_v6_le_l8_6cpu_bprint.dat"
     if name not in parsed:
-        pytest.skip(f"{name} is not in {PUBLIC_FIXTURES}")
+        requirements.skip("fixtures", f"{name} is not in {PUBLIC_FIXTURES}")
     _, ds, report = parsed[name]
     assert report.counts()["bprint"] == 6242
     assert event_counts(ds)["bprint"] == 6242
@@ -81,7 +83,7 @@ def test_bprint_events_are_all_there(parsed):
 def test_32bit_traces_type_longs_as_32_bits(parsed):
     name = "trappy_hist_trace_v6_le_l4_8cpu_sched_hmp_59k.dat"
     if name not in parsed:
-        pytest.skip(f"{name} is not in {PUBLIC_FIXTURES}")
+        requirements.skip("fixtures", f"{name} is not in {PUBLIC_FIXTURES}")
     trace, ds, report = parsed[name]
     (run,) = [r for t in read_table_files(ds, "runs") for r in t.to_pylist()]
     assert run["long_size"] == 4
@@ -98,7 +100,7 @@ def test_kernel_stack_callers_follow_the_size_field(parsed):
     equal to the addresses (and symbols) trace-cmd's stack printer shows for each event."""
     name = "langraph_v7_zstd148_le_l8_4cpu_5.15.dat"
     if name not in parsed:
-        pytest.skip(f"{name} is not in {PUBLIC_FIXTURES}")
+        requirements.skip("fixtures", f"{name} is not in {PUBLIC_FIXTURES}")
     _, ds, report = parsed[name]
     stacks = [r for r in report.records if r.event == "kernel_stack"]
     assert len(stacks) == 20700
@@ -138,7 +140,7 @@ def test_oracle_comparison_detects_one_changed_value(parsed, tmp_path):
     """The comparison is not vacuous: change one value in a copy of a table and it fails."""
     name = "trappy_trace_idle_v6_le_l8_6cpu.dat"
     if name not in parsed:
-        pytest.skip(f"{name} is not in {PUBLIC_FIXTURES}")
+        requirements.skip("fixtures", f"{name} is not in {PUBLIC_FIXTURES}")
     import shutil
 
     _, ds, report = parsed[name]

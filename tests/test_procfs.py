@@ -132,7 +132,6 @@ def test_a_sample_cut_short_keeps_only_whole_rows():
 
 
 def test_read_bundle_procfs_gives_the_design_tables_without_run_id():
-    pytest.importorskip("pyarrow")
     tables = procfs.read_bundle_procfs(BUNDLE)
     assert set(tables) == {"vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo"}
     assert tables["vmstat"].column_names == ["ts", "name", "value"]
@@ -148,7 +147,6 @@ def test_read_bundle_procfs_gives_the_design_tables_without_run_id():
 
 
 def test_read_bundle_procfs_of_a_bare_directory_is_empty(tmp_path):
-    pytest.importorskip("pyarrow")
     assert procfs.read_bundle_procfs(tmp_path) == {}
     assert read_manifest(tmp_path) is None
 

@@ -13,6 +13,8 @@ from collections import Counter, defaultdict
 import pyarrow.dataset as pads
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES
 from kmrun import kmemscope
 
@@ -22,7 +24,7 @@ BUNDLE = EXAMPLES / "memory-pressure"
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     if not BUNDLE.is_dir():
-        pytest.skip("the memory-pressure example is missing")
+        requirements.skip("setup", f"the committed example {BUNDLE} is missing")
     ds = tmp_path_factory.mktemp("pressure") / "ds"
     kmemscope("parse", "-q", BUNDLE, "-o", ds)
     return ds

@@ -23,16 +23,18 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+import requirements
+
 from kmemscope.queries import runner
 
-from conftest import EXAMPLES, PROJECT_ROOT, TRACING_LOCK, tracefs_available
+from capture_helpers import wait_for
+from conftest import EXAMPLES, TRACEFS, record_lock, tracefs_available
 
 FAILED = {2 ** 64 - 1, 2 ** 32 - 1}
 KMEMSCOPE = Path(sys.executable).with_name("kmemscope")
@@ -69,27 +71,23 @@ EVENTS = ["kmem:mm_page_alloc", "kmem:mm_page_free", "kmem:mm_page_alloc_extfrag
 
 
 def _record(out, workdir):
-    import fcntl
     reason = tracefs_available()
     if reason:
-        pytest.skip(f"no examples/*/trace.dat and cannot record here: {reason}")
+        requirements.skip("tracefs", f"no examples/*/trace.dat and cannot record here: {reason}")
     cmd = ["trace-cmd", "record", "-d", "--no-filter", "-C", "mono", "-o", str(out)]
     for e in EVENTS:
         cmd += ["-e", e]
-    with open(TRACING_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    enabled = TRACEFS / "events" / "kmem" / "mm_page_alloc" / "enable"
+    with record_lock():
+        rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            try:
-                time.sleep(2)
-                subprocess.run([sys.executable, "-c", WORKLOAD, str(workdir), "3"], check=True,
-                               timeout=120)
-                time.sleep(0.5)
-            finally:
-                rec.send_signal(signal.SIGINT)
-                rec.wait(timeout=120)
+            assert wait_for(lambda: enabled.read_text().startswith("1") or rec.poll() is not None,
+                            60) and rec.poll() is None, "trace-cmd record did not start tracing"
+            subprocess.run([sys.executable, "-c", WORKLOAD, str(workdir), "3"], check=True,
+                           timeout=120)
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            rec.send_signal(signal.SIGINT)
+            rec.wait(timeout=120)
     if not out.exists() or out.stat().st_size == 0:
         pytest.fail("trace-cmd record wrote no trace")
 
@@ -109,7 +107,7 @@ def real(tmp_path_factory):
         _record(trace, Path("/dev/shm") / f"kmemscope-test-{os.getpid()}")
     ds = tmp / "ds"
     if not KMEMSCOPE.exists():
-        pytest.skip("kmemscope is not installed in this environment")
+        requirements.skip("setup", "kmemscope is not installed in this environment (make setup)")
     done = subprocess.run([str(KMEMSCOPE), "parse", str(trace), "-o", str(ds)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -210,7 +208,7 @@ def test_hot_pfns_matches_python_over_parquet(real):
 def test_hot_pfns_matches_trace_cmd_report(real):
     trace, ds = real
     if not shutil.which("trace-cmd"):
-        pytest.skip("trace-cmd not installed")
+        requirements.skip("setup", "trace-cmd is not installed (make setup)")
     text = subprocess.run(["trace-cmd", "report", "-R", "-i", str(trace)],
                           capture_output=True, text=True, check=True).stdout
     counts = Counter()
@@ -314,7 +312,7 @@ def test_fallback_pollution_matches_python_over_parquet(real):
     _, ds = real
     _, e = one_run(ds, "mm_page_alloc_extfrag")
     if not e or not e["ts"]:
-        pytest.skip("this capture has no extfrag events")
+        requirements.skip("setup", f"{ds}: the capture has no extfrag events")
     _, runs = one_run(ds, "runs")
     pbo = runs.get("pageblock_order", [None])[0] or 9
     want = Counter(zip(e["alloc_migratetype"], e["fallback_migratetype"],
@@ -335,7 +333,7 @@ def test_compaction_matches_python_over_parquet(real):
     _, b = one_run(ds, "mm_compaction_begin")
     _, e = one_run(ds, "mm_compaction_end")
     if not e:
-        pytest.skip("this capture has no compaction runs")
+        requirements.skip("setup", f"{ds}: the capture has no compaction runs")
     bounds = defaultdict(list)
     for ts, pid in zip(b["ts"], b["pid"]):
         bounds[pid].append((ts, 0, None))

@@ -9,17 +9,15 @@ they fail for that reason, so the list cannot go stale; where this machine can
 record what they need (root and tracefs), a short recording made here checks
 their columns too. `kmemscope queries NAME` is read back as a user sees it.
 """
-import contextlib
 import json
 import re
-import sys
 
 import pytest
 
 from kmemscope.errors import DatasetError
 from kmemscope.queries import catalog, runner
 
-from conftest import EXAMPLES, _hold_tracing_lock
+from conftest import EXAMPLES, STACKS_RECORD_ARGS
 from kmrun import kmemscope
 
 BUNDLES = {"kmem-compaction": "compaction", "thp-faults": "thp", "memory-pressure": "pressure"}
@@ -31,22 +29,6 @@ CANNOT_RUN = {
                       "no example bundle was recorded with stacks", "no kernel_stack events",
                       ["--preset", "atomic-origins", "-e", "kmem:mm_page_free:order > 0"]),
 }
-# Loopback TCP: high-order non-blocking allocations (skb pages) in a second.
-NETLOAD = r'''
-import socket, threading, time
-srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
-def recv():
-    c, _ = srv.accept()
-    while c.recv(1 << 20):
-        pass
-t = threading.Thread(target=recv); t.start()
-s = socket.create_connection(srv.getsockname())
-end = time.monotonic() + 1
-while time.monotonic() < end:
-    s.sendall(b"x" * (1 << 20))
-s.close(); t.join()
-'''
-
 SECTIONS = [(a.name, a.query_name(s)) for a in catalog.load_analyses().values() for s in a.sections]
 
 
@@ -82,16 +64,12 @@ def test_sections_that_cannot_run_on_the_examples_fail_for_the_listed_reason(exa
 
 
 @pytest.fixture(scope="module")
-def recorded_ds(live_tracefs, tmp_path_factory):
-    """One dataset of short recordings made here, one for each analysis of CANNOT_RUN."""
-    d = tmp_path_factory.mktemp("docs-rec")
-    load = d / "netload.py"
-    load.write_text(NETLOAD)
-    for name, (_reason, _error, args) in CANNOT_RUN.items():
-        with contextlib.contextmanager(_hold_tracing_lock)():
-            kmemscope("record", "-o", d / name, *args, "--", sys.executable, load)
-        kmemscope("parse", "-q", d / name, "-o", d / "ds")
-    return d / "ds"
+def recorded_ds(stacks_recording):
+    """A dataset of the run's shared recording with kernel stacks (conftest.py), which
+    gives each analysis of CANNOT_RUN what it needs."""
+    for _reason, _error, args in CANNOT_RUN.values():
+        assert tuple(args) == STACKS_RECORD_ARGS, "a new analysis of CANNOT_RUN needs its own recording"
+    return stacks_recording[1]
 
 
 @pytest.mark.parametrize("qname", [q for n, q in SECTIONS if n in CANNOT_RUN])

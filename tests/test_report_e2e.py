@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES
 
 DEFRAG_MODE = Path("/proc/sys/vm/defrag_mode")
@@ -59,16 +61,14 @@ def assert_self_contained(html):
 @pytest.fixture(scope="module")
 def ab_dataset(tmp_path_factory, live_tracefs):
     if not DEFRAG_MODE.exists():
-        pytest.skip("this kernel has no vm.defrag_mode (added in 6.15)")
+        requirements.skip("tracefs", "this kernel has no vm.defrag_mode (added in 6.15)")
     tmp = tmp_path_factory.mktemp("ab")
     ds = tmp / "ds"
     original = DEFRAG_MODE.read_text().strip()
-    from conftest import TRACING_LOCK
-    import fcntl
+    from conftest import record_lock
 
-    # The tracing_lock fixture is function-scoped; a module fixture takes the same flock itself.
-    with open(TRACING_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # The tracing_lock fixture is function-scoped; a module fixture takes the same lock itself.
+    with record_lock():
         try:
             for mode in ("0", "1"):
                 DEFRAG_MODE.write_text(mode)
@@ -81,7 +81,6 @@ def ab_dataset(tmp_path_factory, live_tracefs):
                 assert rec.returncode == 0, rec.stderr
         finally:
             DEFRAG_MODE.write_text(original)
-            fcntl.flock(lock, fcntl.LOCK_UN)
     assert DEFRAG_MODE.read_text().strip() == original
     parsed = kmemscope("parse", tmp / "b0", tmp / "b1", "-o", ds)
     assert parsed.returncode == 0, parsed.stderr

@@ -20,6 +20,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES
 
 FULL = EXAMPLES / "kmem-compaction" / "trace.dat"
@@ -98,7 +100,7 @@ def recount_nonblocking(ds, runs):
 def ab(tmp_path_factory):
     """(dataset, {side: [run ids]}): kmem-compaction's halves as a and b, memory-pressure also on b."""
     if not shutil.which("trace-cmd"):
-        pytest.skip("trace-cmd is not installed (run `make setup`)")
+        requirements.skip("setup", "trace-cmd is not installed (run `make setup`)")
     tmp = tmp_path_factory.mktemp("sides")
     whole = tmp / "whole"
     assert kmemscope("parse", "-q", FULL, "-o", whole).returncode == 0

@@ -16,17 +16,24 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, PROJECT_ROOT, SPARK_TEST_CONF, skip_without_spark
+import requirements
+from conftest import EXAMPLES, PROJECT_ROOT, SPARK_TEST_CONF, skip_spark_test, skip_without_spark
 
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'kmemscope[test]')")
-moto_server = pytest.importorskip("moto.server",
-                                  reason="moto[server] is not installed (pip install 'kmemscope[test]')")
+try:
+    import s3fs  # noqa: F401
+    import moto.server as moto_server
+except ImportError as exc:
+    requirements.skip("setup", f"{exc.name} is not installed (pip install 'kmemscope[test]')",
+                      allow_module_level=True)
 
 import kmemscope  # noqa: E402
 
 _SCRIPT = Path(sys.executable).parent / "kmemscope"
 KMEMSCOPE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kmemscope.cli"]
 BUCKET = "kmemscope-test"
+# hadoop-aws and its dependencies, fetched from Maven Central by the first Spark run on this
+# machine and resolved from here by every later one (not a temporary directory).
+IVY_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kmemscope-tests" / "ivy"
 CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
          "AWS_DEFAULT_REGION": "us-east-1"}
 # Nothing from this machine's own AWS setup may take part.
@@ -223,19 +230,36 @@ def test_url_validation():
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     assert "secret-id" not in json.dumps(conf)        # credentials stay in the environment
-    assert storage.spark_conf({})["spark.jars.packages"].startswith("org.apache.hadoop:hadoop-aws:")
+
+
+def test_spark_gets_the_hadoop_aws_that_matches_pysparks_hadoop():
+    from kmemscope.dataset import storage
+
+    skip_without_spark()
+    import re
+    import zipfile
+
+    import pyspark
+    # Hadoop's own build record, inside the client jar pyspark ships (not its file name).
+    versions = set()
+    for jar in (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"):
+        info = zipfile.ZipFile(jar).read("common-version-info.properties").decode()
+        versions.add(re.search(r"^version=(\S+)$", info, re.M).group(1))
+    assert len(versions) == 1, versions
+    assert storage.spark_conf({})["spark.jars.packages"] == f"org.apache.hadoop:hadoop-aws:{versions.pop()}"
 
 
 def _spark_cli(s3, *args):
     """kmemscope ... --engine spark in its own process: hadoop-aws can only join a JVM at its
     start, and the pytest run's shared Spark session started without it."""
     skip_without_spark()
+    conf = {**SPARK_TEST_CONF, "spark.jars.ivy": str(IVY_CACHE)}
     proc = cli(s3, *args, "--engine", "spark", "--spark-master", "local[2]",
-               *[x for k, v in SPARK_TEST_CONF.items() for x in ("--spark-conf", f"{k}={v}")],
+               *[x for k, v in conf.items() for x in ("--spark-conf", f"{k}={v}")],
                check=False)
     if proc.returncode and ("hadoop-aws" in proc.stderr or "could not start Spark" in proc.stderr):
-        pytest.skip(f"Spark with hadoop-aws did not start (Maven Central unreachable?): "
-                    f"{proc.stderr.strip()[:300]}")
+        skip_spark_test(f"Spark with hadoop-aws did not start (Maven Central unreachable?): "
+                        f"{proc.stderr.strip()[:300]}")
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -253,6 +277,7 @@ def _num(text):
         return text
 
 
+@pytest.mark.spark
 def test_query_and_compare_on_spark_equal_duckdb_over_the_local_copy(s3, datasets):
     local, url, _ = datasets
     remote = _spark_cli(s3, "query", "hot_pfns", url, "--format", "csv")

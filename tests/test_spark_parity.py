@@ -7,14 +7,11 @@ task per run running the same DuckDB SQL. Rows must be equal in value and in
 order: every section's ORDER BY is total (test_determinism.py), and numbers
 equal to a relative 1e-9 (sums of floats may be added in another order).
 
-Time: about two minutes on two cores. Past KMEMSCOPE_SPARK_BUDGET_S seconds
-of Spark work (default 540) the remaining tests skip, each saying so.
+Time: about two minutes on two cores (`make test` only: marked spark).
 """
 import csv
 import io
 import math
-import os
-import time
 from decimal import Decimal
 
 import pytest
@@ -22,11 +19,11 @@ import pytest
 from conftest import SPARK_MASTER, SPARK_TEST_CONF, skip_without_spark
 
 skip_without_spark(allow_module_level=True)
+pytestmark = pytest.mark.spark
 
 from kmemscope.queries import runner  # noqa: E402
 from parity_data import every_section  # noqa: E402
 
-BUDGET_S = float(os.environ.get("KMEMSCOPE_SPARK_BUDGET_S", "540"))
 REL = 1e-9
 
 SECTIONS = every_section()
@@ -37,17 +34,9 @@ def dataset(mixed_dataset):
     return mixed_dataset
 
 
-_CLOCK = {}
-
-
 @pytest.fixture
 def spark(spark_engine):
-    """The shared Spark engine, while this file's Spark work is within its budget."""
-    started = _CLOCK.setdefault("started", time.monotonic())
-    spent = time.monotonic() - started
-    if spent > BUDGET_S:
-        pytest.skip(f"not run: the Spark parity tests are past their {BUDGET_S:.0f} s budget "
-                    f"({spent:.0f} s spent; KMEMSCOPE_SPARK_BUDGET_S)")
+    """The Spark engine shared by the whole run (conftest.py)."""
     return spark_engine
 
 
@@ -174,19 +163,15 @@ def test_cli_on_spark_equals_duckdb(args, dataset, spark):
     assert _notes(on_spark.stderr) == _notes(duck.stderr)
 
 
-# Last: when the budget runs out, the compare and CLI tests above have run.
 @pytest.mark.parametrize("qname,a,section", SECTIONS, ids=[s[0] for s in SECTIONS])
 def test_section_on_spark_equals_duckdb(qname, a, section, dataset, spark):
-    try:
-        duck = runner.run_query(qname, dataset)
-    except Exception as exc:     # the DuckDB engine refuses: Spark must not be asked
-        pytest.skip(f"DuckDB engine refuses {qname} on this dataset: {exc}")
+    duck = runner.run_query(qname, dataset)        # every section runs on this dataset
     on_spark = runner.run_query(qname, dataset, engine=spark)
     assert on_spark.schema.remove_metadata() == duck.schema.remove_metadata()
     assert runner.notes_of(on_spark) == runner.notes_of(duck)
     d_rows, s_rows = _rows(duck), _rows(on_spark)
-    if not d_rows:
+    if not d_rows:      # no rows on either engine is an answer too, and the same one
         assert not s_rows, f"{qname}: no rows on DuckDB, {len(s_rows)} on Spark"
-        pytest.skip(f"{qname}: no rows on either engine for this dataset; nothing more to compare")
+        return
     ok, msg = _rows_match(d_rows, s_rows)
     assert ok, f"{qname}: {msg}"

@@ -22,6 +22,7 @@ import pytest
 from conftest import EXAMPLES, SPARK_TEST_CONF, skip_without_spark
 
 skip_without_spark(allow_module_level=True)
+pytestmark = pytest.mark.spark
 
 import pyarrow.parquet as pq  # noqa: E402
 

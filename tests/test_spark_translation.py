@@ -71,7 +71,7 @@ def test_asof_rewrite_equals_duckdb_asof(op, side):
     answer, on random keys and times with NULLs and ties."""
     import random
 
-    duckdb = pytest.importorskip("duckdb")
+    import duckdb
     rng = random.Random(7)
     con = duckdb.connect()
 

@@ -25,6 +25,8 @@ from collections import Counter, defaultdict
 import pyarrow.dataset as pads
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES
 from kmrun import kmemscope
 
@@ -36,7 +38,7 @@ FAILED = {2 ** 64 - 1, 2 ** 32 - 1}
 
 def _parse(tmp, bundle, name, *labels):
     if not bundle.is_dir():
-        pytest.skip(f"{bundle} is missing")
+        requirements.skip("setup", f"the committed example {bundle} is missing")
     ds = tmp / name
     args = ["parse", "-q", bundle, "-o", ds]
     for label in labels:
@@ -65,7 +67,7 @@ def bare_thp_ds(tmp_path_factory):
     """examples/thp-faults without its /proc samples: what plain trace-cmd gives."""
     tmp = tmp_path_factory.mktemp("bare")
     if not THP_BUNDLE.is_dir():
-        pytest.skip(f"{THP_BUNDLE} is missing")
+        requirements.skip("setup", f"the committed example {THP_BUNDLE} is missing")
     bare = tmp / "bundle"
     shutil.copytree(THP_BUNDLE, bare, ignore=shutil.ignore_patterns("procfs"))
     return _parse(tmp, bare, "ds")
@@ -355,7 +357,7 @@ def test_summary_falls_back_to_the_trace_without_vmstat(bare_thp_ds):
 
 def test_compare_notes_sources(tmp_path):
     if not (THP_BUNDLE.is_dir() and PRESSURE_BUNDLE.is_dir()):
-        pytest.skip("examples missing")
+        requirements.skip("setup", "the committed examples are missing")
     bare = tmp_path / "bare"
     shutil.copytree(THP_BUNDLE, bare, ignore=shutil.ignore_patterns("procfs"))
     ds = tmp_path / "ds"

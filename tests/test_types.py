@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+
+import requirements
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("capture", "parsers", "queries", "notebooks", "cli")
@@ -31,13 +32,19 @@ def _package_tree(tmp):
     return tmp
 
 
+def _require_mypy():
+    import importlib.util
+    if importlib.util.find_spec("mypy") is None:
+        requirements.skip("setup", "mypy is in the test extra: pip install -e '.[test]'")
+
+
 def test_py_typed_ships_with_the_package():
     assert (ROOT / "kmemscope" / "py.typed").is_file()
     assert "py.typed" in (ROOT / "setup.cfg").read_text()
 
 
 def test_the_api_type_checks(tmp_path):
-    pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
+    _require_mypy()
     tree = _package_tree(tmp_path)
     run = subprocess.run(
         [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
@@ -47,7 +54,7 @@ def test_the_api_type_checks(tmp_path):
 
 
 def test_the_check_finds_a_type_error(tmp_path):
-    pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
+    _require_mypy()
     bad = tmp_path / "bad.py"
     bad.write_text("from kmemscope.queries.engines import EngineSpec\n"
                    "spec: EngineSpec = EngineSpec()\nname: int = spec.name\n")
