@@ -231,7 +231,7 @@ def recorded_footers(parts, run_ids=None):
     A record counts for a file only when the file still has the size it records
     (a replaced or rewritten file is read from its footer again; `kmemscope
     verify` compares contents). What a record states is also remembered as that
-    file's footer (_SCHEMAS, _ROWS), so unfit_runs() and row counts read one small
+    file's schema (_SCHEMAS), so unfit_runs() and row counts read one small
     file per run instead of every footer. A record that is missing, damaged or
     not kmemscope's counts for nothing: those files' footers are read as before.
     """
@@ -279,7 +279,8 @@ def recorded_footers(parts, run_ids=None):
                     _RECORDED_SCHEMAS[text] = schema
                 out[f] = (schema, rows)
                 _SCHEMAS.setdefault(key, (schema, None))
-                _ROWS.setdefault(key, rows)
+                # not _ROWS: a runs partition's size check needs its footer's value bytes,
+                # which the record does not state (one small file per run)
     return out
 
 
