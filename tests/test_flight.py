@@ -562,7 +562,7 @@ def test_parse_of_a_real_bundle_counts_only_the_losses_inside_its_window(tmp_pat
     try:
         flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "2s",
                         "--after", "1s", "--measure", "1s", "--max-buffer", "32M")
-        assert wait_for(lambda: holds_and_wrapped(cpu, keep + 1), 120), "the buffer never wrapped"
+        assert wait_for(lambda: holds_and_wrapped(cpu, keep + 1), 300), "the buffer never wrapped"
         flight.signal(signal.SIGUSR1)
         assert flight.wait_for("wrote ", 60), flight.text()
         flight.signal(signal.SIGINT)
