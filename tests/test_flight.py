@@ -589,7 +589,6 @@ def test_parse_of_a_real_bundle_counts_only_the_losses_inside_its_window(tmp_pat
     # inside the window only what the --after buffer dropped once full (trace-cmd's counters)
     after_dropped = sum(c["dropped events"] for c in
                         report_stat_by_buffer(bundle / "trace.dat")[AFTER.name].values())
-    assert window["lost_events"] < whole["lost_events"] or not dropped
     if not window["lost_events"] == after_dropped == manifest(bundle)["lost_events"]:
         # Known open question: parse's count (in-window markers + trace.dat's per-CPU dropped
         # counters) and trace-cmd --stat's dropped events of the --after buffer differ by a few
