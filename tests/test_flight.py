@@ -126,7 +126,8 @@ def buffer_sizes_kb():
 def report_events(trace_dat):
     """[(buffer name or '', cpu, ts ns)] of every event `trace-cmd report` prints."""
     out = []
-    proc = subprocess.Popen(["trace-cmd", "report", "-i", str(trace_dat)], stdout=subprocess.PIPE,
+    # -t: nanoseconds, as the window's bounds (plain report rounds to microseconds)
+    proc = subprocess.Popen(["trace-cmd", "report", "-t", "-i", str(trace_dat)], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     for line in proc.stdout:
         m = re.search(r"\[(\d+)\]\s+(\d+)\.(\d+):", line)
@@ -562,7 +563,7 @@ def test_parse_of_a_real_bundle_counts_only_the_losses_inside_its_window(tmp_pat
     try:
         flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "2s",
                         "--after", "1s", "--measure", "1s", "--max-buffer", "32M")
-        assert wait_for(lambda: holds_and_wrapped(cpu, keep + 1), 120), "the buffer never wrapped"
+        assert wait_for(lambda: cpu_overrun(cpu) > 0, 300), "the buffer never wrapped"
         flight.signal(signal.SIGUSR1)
         assert flight.wait_for("wrote ", 60), flight.text()
         flight.signal(signal.SIGINT)
@@ -588,7 +589,11 @@ def test_parse_of_a_real_bundle_counts_only_the_losses_inside_its_window(tmp_pat
     # inside the window only what the --after buffer dropped once full (trace-cmd's counters)
     after_dropped = sum(c["dropped events"] for c in
                         report_stat_by_buffer(bundle / "trace.dat")[AFTER.name].values())
-    assert window["lost_events"] == after_dropped == manifest(bundle)["lost_events"]
+    # (the manifest's lost_events adds its estimate of what the top buffer overwrote inside the
+    # window, which this test's window, taken as soon as the buffer wrapped, may have)
+    m = manifest(bundle)
+    assert m["lost_events"] == m["lost"]["overwritten_in_window_estimated"] + after_dropped
+    assert window["lost_events"] == after_dropped
 
 
 def test_psi_trigger_does_not_fire_at_start_on_a_quiet_host(tmp_path, before):
