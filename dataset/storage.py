@@ -16,6 +16,7 @@ extension is needed), Spark through hadoop-aws as `s3a://bucket/key`
 bucket must be a valid S3 bucket name and the key a plain path; listed keys
 that DuckDB or Spark would take for a glob pattern are left out.
 """
+import os
 import re
 import threading
 
@@ -81,8 +82,12 @@ def filesystem():
         fs = _fs_cache.get("s3")
         if fs is None:
             # Fail in seconds, not minutes, when the endpoint does not answer.
+            # botocore reads AWS_DEFAULT_REGION only; AWS_REGION (what SDKs and Spark's
+            # settings here read first) must not send requests to us-east-1 instead.
+            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
             fs = s3fs.S3FileSystem(
                 skip_instance_cache=True,
+                client_kwargs={"region_name": region} if region else {},
                 config_kwargs={"connect_timeout": 10, "read_timeout": 60,
                                "retries": {"max_attempts": 3, "mode": "standard"}})
             _fs_cache["s3"] = fs

@@ -1,4 +1,5 @@
 """Run the real `kmemscope` command line, as a user does (the console script beside this Python)."""
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,3 +16,12 @@ def kmemscope(*args, check=True, timeout=600):
     if check and proc.returncode:
         raise AssertionError(f"kmemscope {' '.join(map(str, args))} failed ({proc.returncode}): {proc.stderr}")
     return proc
+
+
+def default_signals():
+    """Popen(preexec_fn=...): the child starts with SIGINT at its default, as from a terminal.
+
+    A test run started in the background (`make test &`, nohup) has SIGINT ignored, which
+    its children inherit, and kmemscope leaves an ignored signal ignored (as nohup asks):
+    the signal tests would then measure how they were started, not kmemscope."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -19,7 +19,7 @@ import pytest
 
 import hostile
 from conftest import EXAMPLES
-from kmrun import KMEMSCOPE, kmemscope
+from kmrun import default_signals, KMEMSCOPE, kmemscope
 
 SMALL = EXAMPLES / "memory-pressure"      # the run every dataset here holds
 OTHER = EXAMPLES / "thp-faults"           # a second bundle: its run has mm_page_alloc
@@ -337,7 +337,8 @@ def test_a_signal_ends_sql_at_once_in_one_line(ds, tmp_path, sig, mode):
     tmp.mkdir()
     proc = subprocess.Popen([*KMEMSCOPE, "sql", *mode, str(ds), SLOW_SQL],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp)})
+                            env={**os.environ, "TMPDIR": str(tmp)},
+                            preexec_fn=default_signals)
     # Ready when its SQL session's private spill folder exists: the dataset is open and the
     # statement starts (a generous bound for a loaded machine, not a timing assertion).
     waited = 0

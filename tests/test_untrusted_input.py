@@ -22,7 +22,7 @@ import requirements
 
 import hostile
 from conftest import EXAMPLES, PUBLIC_FIXTURES
-from kmrun import KMEMSCOPE, kmemscope
+from kmrun import default_signals, KMEMSCOPE, kmemscope
 from oracle_compare import work_dirs_left
 
 LISA = PUBLIC_FIXTURES / "lisa_sched_load_v6_le_l8_6cpu.dat"
@@ -277,7 +277,8 @@ def paused_parse(source, ds, seconds=60):
     """Start `kmemscope parse` whose decoder stops mid-trace; returns (process, decoder pid)."""
     proc = subprocess.Popen([*KMEMSCOPE, "parse", "-q", str(source), "-o", str(ds)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "KMEMSCOPE_TEST_PAUSE_DECODER_S": str(seconds)})
+                            env={**os.environ, "KMEMSCOPE_TEST_PAUSE_DECODER_S": str(seconds)},
+                            preexec_fn=default_signals)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         # The decoder pauses once its first segment is decoded (a progress message).
