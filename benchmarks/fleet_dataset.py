@@ -103,7 +103,12 @@ def _copy_record(src_part, dest_part, new):
         return
     doc["run_id"] = new
     (dest_part / digests.DIGESTS).write_text(json.dumps(doc, sort_keys=True, indent=0))
-    digests.update_digests(dest_part)
+    from kmemscope.dataset.safefs import Dir
+
+    # the runs file was rewritten for the copy: its entry follows (through no-follow folders)
+    with Dir.root(dest_part.parent.parent) as root, \
+            root.walk([dest_part.parent.name, dest_part.name], "the copy's runs folder") as part:
+        digests.update_digests(root, dest_part.parent.name, new, part)
 
 
 def build(source, dest, n, source_runs=None):
