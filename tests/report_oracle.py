@@ -400,7 +400,19 @@ def _ts_ns(text):
 
 
 def _records(path, opts, header):
-    """Yield (match, continuation lines) per record of `trace-cmd report opts -i path`."""
+    """Yield (match, continuation lines) per record of `trace-cmd report opts -i path`.
+
+    Once in a full suite run, `report -l` printed no record it could match; a second
+    run of trace-cmd gave them all: a pass that matches nothing is run once more."""
+    got = False
+    for item in _records_once(path, opts, header):
+        got = True
+        yield item
+    if not got:
+        yield from _records_once(path, opts, header)
+
+
+def _records_once(path, opts, header):
     proc = subprocess.Popen([TRACE_CMD, "report", *opts, "-i", str(path)], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     cur, extra = None, []
