@@ -64,6 +64,10 @@ TABLE_COLUMNS = {
              "last_ts": "BIGINT", "pageblock_order": "INTEGER", "manifest": "VARCHAR",
              "migratetypes": "VARCHAR[]", "labels": "MAP(VARCHAR, VARCHAR)",
              "lost_events": "BIGINT", "sha256": "VARCHAR"},
+    # Which events a run's trace.dat carries formats for (recorded), with their row counts:
+    # an empty stand-in view for datasets parsed before it existed.
+    "event_tables": {"event_id": "INTEGER", "system": "VARCHAR", "event": "VARCHAR",
+                     "table": "VARCHAR", "rows": "BIGINT"},
     "print_flags": {"event": "VARCHAR", "field": "VARCHAR", "kind": "VARCHAR",
                     "value": "UBIGINT", "name": "VARCHAR"},
     "lost_events": {"cpu": "INTEGER", "ts": "BIGINT", "missed": "BIGINT"},

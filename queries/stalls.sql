@@ -70,7 +70,7 @@
 --
 -- @any_of mm_compaction_end mm_vmscan_direct_reclaim_end mm_vmscan_kswapd_wake
 -- @optional mm_compaction_begin mm_compaction_try_to_compact_pages mm_vmscan_direct_reclaim_begin
--- @optional mm_vmscan_kswapd_sleep
+-- @optional mm_vmscan_kswapd_sleep event_tables
 -- @derived alloc_stacks alloc_stack_ids stack_pairing
 -- @include callsites, compaction
 --

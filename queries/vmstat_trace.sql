@@ -45,8 +45,7 @@
 -- @include compaction, thp, vmstat
 -- @any_of mm_compaction_try_to_compact_pages mm_compaction_isolate_migratepages mm_compaction_isolate_freepages mm_vmscan_direct_reclaim_begin mm_vmscan_lru_shrink_inactive mm_page_alloc
 -- @optional mm_compaction_fast_isolate_freepages mm_vmscan_memcg_reclaim_begin mm_vmscan_memcg_reclaim_end
--- @optional mm_compaction_end mm_compaction_deferred mm_compaction_defer_reset
--- @requires event_tables
+-- @optional mm_compaction_end mm_compaction_deferred mm_compaction_defer_reset event_tables
 --
 -- @prelude
 CREATE TEMP TABLE _trace_recorded AS
