@@ -12,7 +12,7 @@ SPARK_REQS  := tests/spark_reqs.py
 EXAMPLE     := examples/kmem-compaction
 DEMO_DIR    := out/demo
 
-.PHONY: all setup setup-spark native demo check test bench fuzz dist clean docs screenshots
+.PHONY: all setup setup-spark native demo check test bench fuzz dist clean docs screenshots browser
 
 all: setup dist
 
@@ -106,7 +106,7 @@ check: setup
 # ~/.pyenv/versions/3.8*: this kind of machine has one there; Debian 12 packages none).
 REQUIRE_ALL := KMEMSCOPE_REQUIRE_SPARK=1 KMEMSCOPE_REQUIRE_TRACEFS=1 \
                KMEMSCOPE_REQUIRE_FIXTURES=1 KMEMSCOPE_REQUIRE_SETUP=1
-test: setup dist setup-spark
+test: setup dist setup-spark browser
 	py38=0; for p in $$(command -v python3.8) $$HOME/.pyenv/versions/3.8*/bin/python3.8; do \
 		"$$p" -V >/dev/null 2>&1 && py38=1 && break; \
 	done; \
@@ -124,12 +124,16 @@ docs: setup
 
 # Full-page screenshots of both kinds of report (a one-run overview, an A/B comparison) from
 # the example bundles, in Debian's headless chromium (installed when missing), into docs/img/.
-screenshots: setup
+screenshots: setup browser
+	$(BIN)/python tools/screenshots.py --out docs/img --work out/screenshots
+
+# Debian's chromium, for the screenshots and for the report tests that ask a browser what it
+# renders (tests/test_report_figures.py); installed only when missing.
+browser:
 	@command -v chromium >/dev/null 2>&1 || { \
-		echo "installing chromium for the screenshots"; \
+		echo "installing chromium (headless browser for the report's screenshots and tests)"; \
 		SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
-	$(BIN)/python tools/screenshots.py --out docs/img --work out/screenshots
 
 bench: setup
 	$(BIN)/python benchmarks/parse_bench.py

@@ -18,6 +18,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+import requirements
+
 from conftest import EXAMPLES
 
 FAILED_PFN = 2 ** 64 - 1
@@ -186,7 +188,7 @@ def test_the_mmtests_block_is_the_compare_output_with_a_copy_button(report, ab):
 def browser():
     exe = shutil.which("chromium")
     if not exe:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+        requirements.skip("setup", "Debian's chromium is not installed (make browser)")
     return exe
 
 
