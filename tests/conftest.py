@@ -32,6 +32,9 @@ TRACEFS = Path("/sys/kernel/tracing")
 TRACING_LOCK = Path("/var/tmp/kmemscope-trace.lock")
 # Below the per-test limit (setup.cfg timeout, 900 s), so that the lock's own failure is the one seen.
 LOCK_WAIT_S = float(os.environ.get("KMEMSCOPE_TEST_LOCK_WAIT_S", "600"))
+# The environment the run started with: what kmemscope running in-process (the Spark engine
+# above all) must leave as it found it, since later tests start children from it.
+ENVIRONMENT_AT_START = dict(os.environ)
 
 
 def tracefs_available():

@@ -12,6 +12,7 @@ Time: about two minutes on two cores (`make test` only: marked spark).
 import csv
 import io
 import math
+import os
 from decimal import Decimal
 
 import pytest
@@ -81,6 +82,16 @@ def _rows_match(duck, spark):
     i = bad[0]
     diff = {c: (duck[i][c], spark[i][c]) for c in duck[i] if not _same(duck[i][c], spark[i][c])}
     return False, f"{len(bad)} rows differ; first, row {i}: {diff}"
+
+
+def test_the_engine_leaves_the_callers_environment_as_it_was(dataset, spark):
+    # PYTHONSAFEPATH set for the local workers once leaked into this process: every later
+    # `python tests/x.py` child lost its own folder from sys.path.
+    import conftest
+
+    assert runner.run_query("hot_pfns", dataset, engine=spark)
+    for name in ("PYTHONSAFEPATH", "PYSPARK_PYTHON"):
+        assert os.environ.get(name) == conftest.ENVIRONMENT_AT_START.get(name), name
 
 
 def test_compare_sides_on_spark_equal_duckdb(dataset, spark):

@@ -38,6 +38,7 @@ for ad-hoc SQL over one gets storage.spark_conf()'s settings under the user's
 --spark-conf.
 """
 import bisect
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -95,19 +96,23 @@ def session(master="local[*]", conf=None, app="kmemscope"):
         raise QueryError("the Spark engine needs pyspark",
                          "pip install 'kmemscope[spark]' (and Java 17 or later)") from None
     settings = dict(DEFAULT_CONF)
+    # Variables the JVM and its Python workers must see; they are set only while the
+    # session starts (the JVM copies the environment then, pyspark reads it then), so
+    # that the calling program (a notebook, a test run) keeps its own environment.
+    launch_env = {}
     if master.startswith("local"):
         # Local workers run this Python, the one with kmemscope (pyspark would take the
         # first python3 on PATH). They start with `python -m` in the driver's directory;
         # in a kmemscope source tree that would put its top folder ahead of the package.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYTHONSAFEPATH", "1")
+        launch_env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
+        launch_env["PYTHONSAFEPATH"] = os.environ.get("PYTHONSAFEPATH", "1")
     for k, v in _conf_items(conf):
         settings[k] = v
     if settings.get("spark.pyspark.python"):
         # The Python of the executors' workers (kmemscope installed there, or a venv archive
         # on spark.archives: docs/fleet.md). pyspark reads it from the environment when the
         # driver is a Python program rather than spark-submit.
-        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
+        launch_env["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     builder = SparkSession.builder.master(master).appName(app)
     for k, v in settings.items():
         builder = builder.config(k, v)
@@ -123,7 +128,8 @@ def session(master="local[*]", conf=None, app="kmemscope"):
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-        spark = builder.getOrCreate()
+        with _environment(launch_env):
+            spark = builder.getOrCreate()
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = JAVA_HINT if "JAVA" in first.upper() else f"the JVM's log: {log}"
@@ -135,6 +141,21 @@ def session(master="local[*]", conf=None, app="kmemscope"):
     spark.sparkContext.setLogLevel("ERROR")
     _quiet_pyspark_error_logs()
     return spark
+
+
+@contextlib.contextmanager
+def _environment(values):
+    """os.environ with `values` set for the duration, then exactly as it was."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _quiet_pyspark_error_logs():
