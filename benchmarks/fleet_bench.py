@@ -140,6 +140,8 @@ def worker(spec):
         out.flush()
 
     name = spec["engine"]
+    # before any session starts: Spark's executors inherit it
+    os.environ["KMEMSCOPE_RESULT_CACHE"] = "1" if spec.get("result_cache") == "on" else "0"
     eng = None
     mem_pid = os.getpid()
     if name == "spark":
@@ -298,6 +300,10 @@ def print_table(report, results, datasets, analyses, engines):
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print("runs are RE-LABELLED COPIES of 3 real example runs "
           "(kmem-compaction, thp-faults, memory-pressure), not distinct captures")
+    if report.get("result_cache"):
+        print("result cache " + report["result_cache"] + (
+            ": warm calls read each run's rows that the first call kept" if report["result_cache"]
+            == "on" else ": every call computes every run (KMEMSCOPE_RESULT_CACHE=0)"))
     print("yardstick, measured in this run: trace-cmd report -i TRACE > /dev/null: " + ", ".join(
         f"{k} {v:.2f} s" for k, v in report["per_source"].items())
         + (" (merged: each N uses its own file's)" if report.get("merged") else ""))
@@ -390,6 +396,9 @@ def main():
     ap.add_argument("--retries", type=int, default=2,
                     help="warm calls measured again at most this often for load (default 2)")
     ap.add_argument("--spark-conf", action="append", default=[], metavar="K=V")
+    ap.add_argument("--result-cache", choices=("off", "on"), default="off",
+                    help="off (default): every call computes every run; on: a warm call reads "
+                         "each run's rows kept by the first (queries/result_cache.py)")
     ap.add_argument("--json", type=Path, metavar="FILE")
     ap.add_argument("--keep", type=Path, metavar="DIR",
                     help="build the datasets in DIR and keep them (reused when present)")
@@ -431,7 +440,7 @@ def main():
     signal.signal(signal.SIGTERM, on_term)
     try:
         work.mkdir(parents=True, exist_ok=True)
-        report = {"per_source": {}}
+        report = {"per_source": {}, "result_cache": args.result_cache}
         for b in fleet_dataset.EXAMPLES:
             log(f"trace-cmd report {b.name}/trace.dat")
             report["per_source"][b.name] = time_report(b / "trace.dat")
@@ -466,7 +475,8 @@ def main():
             for e in engines:
                 spec = {"engine": e, "datasets": datasets, "analyses": analyses,
                         "repeat": args.repeat, "budget": args.budget, "spark_conf": args.spark_conf,
-                        "max_load": args.max_load, "wait_s": args.wait, "retries": args.retries}
+                        "max_load": args.max_load, "wait_s": args.wait, "retries": args.retries,
+                        "result_cache": args.result_cache}
                 run_worker(spec, procs, results)
         except KeyboardInterrupt:
             # what was measured before the interruption is still printed

@@ -383,7 +383,7 @@ def _write(target, name, run, sig, batches):
     dataset, where = target
     private = Path(where) != Path(dataset)
     folders = [name, RUN_PREFIX + run] if private else [DERIVED_DIR, name, RUN_PREFIX + run]
-    schema = batches.schema.with_metadata({SIG_KEY: sig.encode()})
+    schema = batches.schema.with_metadata({**(batches.schema.metadata or {}), SIG_KEY: sig.encode()})
     written = {}
 
     def write(f):
@@ -425,6 +425,8 @@ def same_as_rederived(dataset, name, run, cached):
 
     import duckdb
 
+    if name not in DERIVED_TABLES + STACK_TABLES:
+        raise DatasetError(f"{name} is not a table kmemscope's dataset layer derives")
     parts = ds.table_runs(dataset)
     shas = _run_shas(dataset, parts, [run])
     doc = _run_docs(dataset, [run]).get(run)

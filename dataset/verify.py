@@ -103,8 +103,11 @@ def _check_file(result, folder, name, mode, recorded, rel):
                                 f"{rel} ({size} bytes, {recorded['bytes']} recorded)"))
 
 
-def verify(dataset, deep=False):
-    """Compare every file of `dataset` with what its commits recorded -> Verification."""
+def verify(dataset, deep=False, recompute=None):
+    """Compare every file of `dataset` with what its commits recorded -> Verification.
+
+    recompute: {folder prefix: check(dataset, name, run, path) -> bool} for the derived caches
+    that layers above this one make (the analyses' kept rows): deep checks them with it."""
     if storage.is_url(dataset):
         raise DatasetError("verify reads local datasets", "copy the dataset here first")
     root_path = Path(dataset)
@@ -140,7 +143,7 @@ def verify(dataset, deep=False):
             _check_run(result, root, run, tables, doc["files"])
         _check_derived(result, root, recorded_derived)
     if deep:
-        _rederive(result, dataset, recorded_derived)
+        _rederive(result, dataset, recorded_derived, recompute or {})
     return result
 
 
@@ -216,7 +219,7 @@ def _walk_derived(result, folder, rel, recorded, seen, depth):
         _check_file(result, folder, entry.name, mode, recorded[key][1], path)
 
 
-def _rederive(result, dataset, recorded):
+def _rederive(result, dataset, recorded, recompute):
     """Derive every recorded cache again, privately, and compare the rows (deep)."""
     from . import derived
 
@@ -224,8 +227,10 @@ def _rederive(result, dataset, recorded):
         if any(kind != "extra" and path.split(" ")[0] == key for kind, path in result.problems):
             continue            # already reported
         name = key.split("/")[1]
+        check = next((f for prefix, f in recompute.items() if name.startswith(prefix)),
+                     derived.same_as_rederived)
         try:
-            same = derived.same_as_rederived(dataset, name, run, root_path_of(dataset) / key)
+            same = check(dataset, name, run, root_path_of(dataset) / key)
         except DatasetError as exc:
             result.problems.append(("changed", f"{key} (cannot derive it again: {exc.args[0]})"))
             continue

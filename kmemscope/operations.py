@@ -165,10 +165,15 @@ def verify(dataset, deep: bool = False):
     """Check every file of a local dataset (derived caches too) against the sha256 recorded
     when its run was committed -> kmemscope.dataset.verify.Verification (.ok, .runs, .files,
     .problems: [(kind, path)] with kind missing, changed, extra or unrecorded). deep: also
-    derive every recorded derived cache again and compare its rows."""
-    from kmemscope.dataset.verify import verify as _verify
+    derive every recorded derived cache again and compare its rows (an analysis' kept rows:
+    run the analysis on the run again)."""
+    import functools
 
-    return _verify(dataset, deep=deep)
+    from kmemscope.dataset.verify import verify as _verify
+    from kmemscope.queries import result_cache, runner
+
+    check = functools.partial(result_cache.same_as_recomputed, rows_of_run=runner.rows_of_run)
+    return _verify(dataset, deep=deep, recompute={result_cache.PREFIX: check})
 
 
 def dataset_info(dataset) -> dict:

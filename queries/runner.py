@@ -389,7 +389,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     """
     plan = prepare(name, dataset, run_ids, labels, params)
     eng = engines.resolve(engine)
-    rows = eng.run_plan(plan, dataset, run_local, threads, progress)
+    rows = eng.run_plan(plan, dataset, run_local_cached, threads, progress)
     facts = sorted(rows.facts, key=lambda f: f["run_id"])
     notes = plan.notes + _assumption_notes(facts, rows.mts, plan.needs)
     table = rows.table
@@ -398,6 +398,22 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     meta[b"kmemscope.query"] = plan.qname.encode()
     meta[b"kmemscope.engine"] = eng.name.encode()
     return table.replace_schema_metadata(meta)
+
+
+def run_local_cached(plan, dataset, threads=None, progress=None):
+    """run_local over the runs whose rows are not kept from before (result_cache.py)."""
+    from kmemscope.queries import result_cache
+    return result_cache.run_cached(plan, dataset, threads, progress, run_local,
+                                   engines.plan_of_runs)
+
+
+def rows_of_run(name, dataset, run, params=None):
+    """Section `name`'s rows of one run, computed as a question over the whole dataset
+    computes them (planned over every run, run on this one): what result_cache keeps."""
+    plan = prepare(name, dataset, params=params)
+    if run not in plan.chosen:
+        raise DatasetError(f"run {run} is not one that {plan.qname} reads")
+    return run_local(engines.plan_of_runs(plan, [run]), dataset).table
 
 
 def run_local(plan, dataset, threads=None, progress=None):

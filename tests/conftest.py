@@ -32,6 +32,10 @@ TRACEFS = Path("/sys/kernel/tracing")
 TRACING_LOCK = Path("/var/tmp/kmemscope-trace.lock")
 # Below the per-test limit (setup.cfg timeout, 900 s), so that the lock's own failure is the one seen.
 LOCK_WAIT_S = float(os.environ.get("KMEMSCOPE_TEST_LOCK_WAIT_S", "600"))
+# The suite checks what the analyses compute: analyses' rows kept from an earlier question
+# (queries/result_cache.py) are off, except in test_result_cache.py, which checks that what
+# the cache gives back equals what is computed. Children started by tests inherit it.
+os.environ.setdefault("KMEMSCOPE_RESULT_CACHE", "0")
 # The environment the run started with: what kmemscope running in-process (the Spark engine
 # above all) must leave as it found it, since later tests start children from it.
 ENVIRONMENT_AT_START = dict(os.environ)

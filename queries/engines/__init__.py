@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Optional, Union
 
 from kmemscope.errors import QueryError
 
-from .base import Backend, Engine, PlanRows  # noqa: F401 - the interface, named here for readers
+from .base import Backend, Engine, PlanRows, plan_of_runs  # noqa: F401 - the interface, named here for readers
 
 ENGINES = ("duckdb", "spark")
 DEFAULT_MASTER = "local[*]"

@@ -23,6 +23,7 @@ executes, in two ways:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
@@ -36,6 +37,14 @@ class PlanRows:
     table: Any                                   # pyarrow.Table, in the section's ORDER BY
     facts: list = field(default_factory=list)    # eras.run_facts() rows of the runs
     mts: list = field(default_factory=list)      # migratetype names of the runs
+
+
+def plan_of_runs(plan, runs):
+    """`plan` (a runner.Plan) narrowed to `runs` (a list in run_id order): its chosen runs
+    and their files."""
+    keep = set(runs)
+    parts = {t: {r: f for r, f in files.items() if r in keep} for t, files in plan.parts.items()}
+    return dataclasses.replace(plan, chosen=list(runs), parts=parts, notes=[])
 
 
 # local(plan, dataset, threads, progress) -> PlanRows: the runner's DuckDB path

@@ -54,7 +54,7 @@ from kmemscope.dataset.schema import TABLE_COLUMNS
 from kmemscope.errors import KmemscopeError, QueryError
 
 from . import spark_sql
-from .base import PlanRows
+from .base import PlanRows, plan_of_runs
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -470,13 +470,6 @@ class SparkBackend:
                 self.spark.catalog.dropTempView(name)
         finally:
             self.engine._lock.release()
-
-
-def plan_of_runs(plan, runs):
-    """`plan` narrowed to `runs` (a list in run_id order): its chosen runs and their files."""
-    keep = set(runs)
-    parts = {t: {r: f for r, f in files.items() if r in keep} for t, files in plan.parts.items()}
-    return dataclasses.replace(plan, chosen=list(runs), parts=parts, notes=[])
 
 
 def group_runs(sizes, tasks):

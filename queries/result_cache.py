@@ -1,0 +1,226 @@
+"""Each run's rows of an analysis, kept beside the dataset: a fleet's questions asked again.
+
+Every analysis section computes its rows from one run's tables at a time and orders them by
+run_id first (engines/base.py), so its rows over N runs are the runs' own rows one after
+the other. A fleet dataset grows by a few runs a day and is asked the same questions
+(`summary`, `compare --by kernel`) again and again; at a thousand runs, reading every event
+again for each question costs a minute of CPU. So a section's rows of each run are kept
+as a derived cache of the run (dataset/derived.py), and a question over N runs reads what
+it answered before and computes only the runs it has not:
+
+    DATASET/_derived/result_<analysis>_<section>/run_id=<id>/part-0.parquet
+
+A file holds the run's rows and, in its schema metadata, the run's era facts and
+migratetype names (the notes need them). Like every derived cache it is recorded in the
+run's digests (sha256, size, and what it was computed from) and trusted only when it
+matches them. What it was computed from: the whole SQL the section runs (its queries/lib/
+modules, prelude and section), the bound parameters, the dataset schema, kmemscope's
+version, the Python that decides the run facts, and the recorded sha256 of every file
+of the run. A new kmemscope, other parameters, a `metrics import` or a relabelled run
+therefore compute afresh; one file per section and run is kept (another parameter
+replaces it).
+
+Nothing is kept for a dataset behind a URL, a dataset that cannot be written, a run
+without recorded digests, a section with a FILE parameter (the file's contents are not
+in the signature), or a section whose rows have no run_id column. KMEMSCOPE_RESULT_CACHE=0
+turns the cache off (every question reads every run), e.g. to time the analyses themselves.
+"""
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from kmemscope.dataset import derived as dv
+from kmemscope.dataset import storage
+from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
+from kmemscope.version import __version__
+
+from . import sql_lib
+from .engines import PlanRows
+
+RESULT_VERSION = "1"
+PREFIX = "result_"
+ENV_SWITCH = "KMEMSCOPE_RESULT_CACHE"
+FACTS_KEY = b"kmemscope.run_facts"
+MTS_KEY = b"kmemscope.migratetypes"
+ASKED_KEY = b"kmemscope.result_of"      # {"query": name.section, "params": {name: value}}
+_OWN_KEYS = (FACTS_KEY, MTS_KEY, ASKED_KEY, dv.SIG_KEY)
+# The Python whose output is stored beside the rows (run facts, migratetype names).
+_FACT_SOURCES = ("runner.py", "eras.py", "result_cache.py")
+_source_digest = None
+
+
+def enabled(plan, dataset):
+    """True when `plan`'s rows may be kept per run in `dataset`."""
+    if os.environ.get(ENV_SWITCH, "1").strip() in ("0", "no", "off", "false"):
+        return False
+    if storage.is_url(dataset) or not plan.chosen:
+        return False
+    return all(p.type != "FILE" for p in plan.analysis.params.values())
+
+
+def cache_name(qname):
+    """The cache's folder under _derived for section `qname` (name.section): named from the
+    catalog, never from a dataset or a trace."""
+    return PREFIX + re.sub(r"[^a-z0-9_]", "_", qname.lower())
+
+
+def fingerprint(plan):
+    """What the section's rows depend on besides the run's files."""
+    global _source_digest
+    if _source_digest is None:
+        here = Path(__file__).resolve().parent
+        h = hashlib.sha256()
+        for name in _FACT_SOURCES:
+            h.update((here / name).read_bytes())
+        _source_digest = h.hexdigest()
+    text = json.dumps({
+        "version": RESULT_VERSION, "kmemscope": __version__, "python": _source_digest,
+        "query": plan.qname, "modules": sql_lib.script(plan.modules),
+        "prelude": plan.analysis.prelude, "section": plan.section.sql,
+        "params": {k: repr(v) for k, v in sorted(plan.bound.items())},
+        "derived": [dv.DERIVE_VERSION, dv.STACK_DERIVE_VERSION],
+        "schema": [TABLE_COLUMNS, DERIVED_COLUMNS],
+    }, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def signature(fp, doc):
+    """The run's cache signature: the section's fingerprint and every recorded file digest."""
+    files = {k: v["sha256"] for k, v in sorted(doc["files"].items())}
+    return json.dumps({"result": fp, "files": files}, sort_keys=True)
+
+
+def run_cached(plan, dataset, threads, progress, compute, narrow):
+    """`compute(plan, dataset, threads, progress)` -> PlanRows over plan.chosen, computing only
+    the runs without a current cache (narrow(plan, runs): the plan over those runs)."""
+    if not enabled(plan, dataset):
+        return compute(plan, dataset, threads, progress)
+    runs = sorted(plan.chosen)
+    name = cache_name(plan.qname)
+    fp = fingerprint(plan)
+    docs = dv._run_docs(dataset, runs)
+    sigs = {r: signature(fp, docs[r]) for r in runs if docs.get(r)}
+    found = {}
+    for run, sig in sigs.items():
+        path = dv._cached(dataset, name, run, sig, docs[run])
+        if path is not None:
+            got = _read(path)
+            if got is not None:
+                found[run] = got
+    missing = [r for r in runs if r not in found]
+    if not missing:
+        return _joined(runs, found, {}, PlanRows)
+    if progress and len(missing) > 1 and found:
+        progress(f"{plan.qname}: {len(found)} runs answered before, computing {len(missing)}")
+    rows = compute(narrow(plan, missing) if found else plan, dataset, threads, progress)
+    if "run_id" not in rows.table.column_names:
+        if found:       # cannot be: such a section is never kept
+            raise AssertionError(f"{plan.qname}: cached rows without run_id")
+        return rows
+    fresh = _split(rows, missing)
+    keep = [r for r in missing if r in sigs and dv._may_cache_in_dataset(
+        dataset, docs[r], name, r, sigs[r])]
+    if keep and dv._target(dataset, keep, read_only=False) == Path(dataset):
+        asked = json.dumps({"query": plan.qname, "params": plan.bound}, default=str).encode()
+        for run in keep:
+            _write(dataset, name, run, sigs[run], fresh[run], asked)
+    if not found:
+        return rows
+    return _joined(runs, found, fresh, PlanRows)
+
+
+def _split(rows, runs):
+    """{run: (table of its rows, its facts, its migratetype names)} for `runs`; the rows of a
+    run are consecutive (every section's ORDER BY starts with run_id)."""
+    table = rows.table
+    ids = table.column("run_id").to_pylist()
+    spans, start = {}, 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or ids[i] != ids[start]:
+            if start < len(ids):
+                spans[ids[start]] = (start, i - start)
+            start = i
+    out = {}
+    for run in runs:
+        first, length = spans.get(run, (0, 0))
+        out[run] = (table.slice(first, length),
+                    [f for f in rows.facts if f.get("run_id") == run],
+                    [m for m in rows.mts if m.get("run_id") == run])
+    return out
+
+
+def _write(dataset, name, run, sig, got, asked):
+    import pyarrow as pa
+
+    table, facts, mts = got
+    meta = dict(table.schema.metadata or {})
+    meta[ASKED_KEY] = asked
+    meta[FACTS_KEY] = json.dumps(facts, default=str).encode()
+    meta[MTS_KEY] = json.dumps(mts, default=str).encode()
+    table = table.replace_schema_metadata(meta)
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+    dv._write((dataset, Path(dataset)), name, run, sig, reader)
+
+
+def _read(path):
+    """(rows, facts, migratetype names) of a cache file, or None when it cannot be read."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+        meta = table.schema.metadata or {}
+        facts = json.loads(meta[FACTS_KEY])
+        mts = json.loads(meta[MTS_KEY])
+    except (OSError, KeyError, ValueError):
+        return None
+    keep = {k: v for k, v in meta.items() if k not in _OWN_KEYS}
+    return table.replace_schema_metadata(keep or None), facts, mts
+
+
+def _joined(runs, found, fresh, plan_rows):
+    """The runs' rows one after the other in run_id order, as one PlanRows."""
+    import pyarrow as pa
+
+    parts = [found[r] if r in found else fresh[r] for r in runs]
+    table = pa.concat_tables([p[0] for p in parts], promote_options="permissive")
+    facts = [f for p in parts for f in p[1]]
+    mts = [m for p in parts for m in p[2]]
+    return plan_rows(table, facts, mts)
+
+
+def same_as_recomputed(dataset, name, run, path, rows_of_run):
+    """True when the kept rows at `path` (of `run`, cache folder `name`) are the rows the
+    analysis they name gives when run on the run again (`kmemscope verify --deep`).
+
+    rows_of_run(qname, dataset, run, params) -> the section's rows of that run, computed
+    (runner.rows_of_run)."""
+    import pyarrow.parquet as pq
+
+    from kmemscope.errors import DatasetError, KmemscopeError
+
+    from . import catalog
+
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        asked = json.loads(meta[ASKED_KEY])
+        qname, params = str(asked["query"]), dict(asked["params"])
+    except (OSError, KeyError, ValueError, TypeError):
+        raise DatasetError("it does not say which analysis it holds") from None
+    try:
+        analysis, section = catalog.find_analysis(qname)
+    except KmemscopeError:
+        raise DatasetError(f"it names no analysis of this kmemscope ({qname!r})") from None
+    if cache_name(analysis.query_name(section)) != name:
+        raise DatasetError(f"it names analysis {qname}, not the one of its folder")
+    kept = _read(path)
+    if kept is None:
+        raise DatasetError("it cannot be read")
+    try:
+        fresh = rows_of_run(qname, dataset, run, params)
+    except KmemscopeError as exc:
+        raise DatasetError(f"running {qname} again failed: {exc.args[0]}") from None
+    fresh = fresh.replace_schema_metadata(None)
+    return kept[0].replace_schema_metadata(None).equals(fresh)
+

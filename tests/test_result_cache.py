@@ -1,0 +1,228 @@
+"""Each run's rows of an analysis are kept beside the dataset (queries/result_cache.py).
+
+The oracle is the analysis computed afresh with the cache off: for every section the rows
+read back from the cache, alone and mixed with runs computed now, equal those rows in value
+and order. Around that: only the runs without kept rows are computed; another parameter,
+a changed run or a changed cache file compute afresh; `verify --deep` runs the analysis again.
+
+The rest of the suite runs with the cache off (conftest.py), so that what it checks is the
+computation; this file turns it on.
+"""
+import json
+import shutil
+
+import pytest
+
+from kmemscope.queries import result_cache, runner
+from parity_data import every_section
+
+SECTIONS = every_section()
+
+
+@pytest.fixture(autouse=True)
+def cache_on(monkeypatch):
+    monkeypatch.setenv(result_cache.ENV_SWITCH, "1")
+
+
+@pytest.fixture
+def dataset(examples_dataset, tmp_path):
+    """A private copy of the examples dataset (its caches are this test's own)."""
+    copy = tmp_path / "ds"
+    shutil.copytree(examples_dataset, copy, symlinks=True)
+    shutil.rmtree(copy / "_derived", ignore_errors=True)
+    _forget_derived(copy)
+    return copy
+
+
+def _forget_derived(ds):
+    """Drop the derived caches from the runs' digests (their files were not copied)."""
+    from kmemscope.dataset import safefs
+    from kmemscope.dataset.digests import _write_digests, read_digests_in
+
+    with safefs.Dir.root(ds) as root:
+        for entry in (ds / "runs").iterdir():
+            runs = root.walk(["runs", entry.name], "a runs folder")
+            with runs:
+                doc = read_digests_in(runs)
+                if doc and doc.pop("derived", None) is not None:
+                    _write_digests(runs, doc)
+
+
+def _fresh(qname, ds, **kw):
+    """The section computed with the cache off: the oracle."""
+    import os
+    saved = os.environ.get(result_cache.ENV_SWITCH)
+    os.environ[result_cache.ENV_SWITCH] = "0"
+    try:
+        return runner.run_query(qname, ds, **kw)
+    finally:
+        os.environ[result_cache.ENV_SWITCH] = saved
+
+
+def _plain(table):
+    return table.replace_schema_metadata(None)
+
+
+def _same(a, b):
+    assert a.column_names == b.column_names
+    assert a.num_rows == b.num_rows
+    assert _plain(a).equals(_plain(b)), (a.slice(0, 3).to_pylist(), b.slice(0, 3).to_pylist())
+    assert runner.notes_of(a) == runner.notes_of(b)
+
+
+def _part_with_rows(ds, name):
+    import pyarrow.parquet as pq
+
+    parts = sorted((ds / "_derived" / name).glob("run_id=*/part-0.parquet"))
+    return next(p for p in parts if pq.read_metadata(p).num_rows > 0)
+
+
+class Counting:
+    """runner.run_local, counting the runs it is asked to compute."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        real = runner.run_local
+
+        def counted(plan, *args, **kw):
+            self.calls.append(sorted(plan.chosen))
+            return real(plan, *args, **kw)
+
+        monkeypatch.setattr(runner, "run_local", counted)
+
+
+def test_every_section_reads_back_the_rows_it_computed(dataset, monkeypatch):
+    for qname, _a, _s in SECTIONS:
+        try:
+            oracle = _fresh(qname, dataset)
+        except Exception as exc:           # a section these runs cannot answer: nor may the cache
+            with pytest.raises(type(exc)):
+                runner.run_query(qname, dataset)
+            continue
+        first = runner.run_query(qname, dataset)
+        _same(first, oracle)
+        counting = Counting(monkeypatch)
+        again = runner.run_query(qname, dataset)
+        monkeypatch.undo()
+        monkeypatch.setenv(result_cache.ENV_SWITCH, "1")
+        _same(again, oracle)
+        if "run_id" in oracle.column_names:
+            assert counting.calls == [], f"{qname}: computed again {counting.calls}"
+
+
+def test_only_runs_without_kept_rows_are_computed(dataset, monkeypatch):
+    from kmemscope.dataset import reader
+
+    runs = sorted(reader.table_runs(dataset)["runs"])
+    assert len(runs) == 2
+    runner.run_query("summary", dataset, run_ids=[runs[0]])     # keeps the first run's rows
+    counting = Counting(monkeypatch)
+    mixed = runner.run_query("summary", dataset)
+    assert counting.calls == [[runs[1]]]
+    _same(mixed, _fresh("summary", dataset))
+
+
+def test_other_parameters_compute_afresh_and_are_kept_apart(dataset, monkeypatch):
+    runner.run_query("summary", dataset)
+    counting = Counting(monkeypatch)
+    forced = runner.run_query("summary", dataset, params={"era": "A"})
+    assert len(counting.calls) == 1
+    _same(forced, _fresh("summary", dataset, params={"era": "A"}))
+    assert set(forced.column("highatomic_era").to_pylist()) == {"A"}
+    # the default's rows are asked for again: computed again, as era=A replaced them
+    _same(runner.run_query("summary", dataset), _fresh("summary", dataset))
+
+
+def test_a_run_whose_files_change_is_computed_afresh(dataset, monkeypatch, tmp_path):
+    """Importing a benchmark metric writes a run_metrics file into one run and records it in
+    the run's digests: that run's kept rows no longer match and it alone is computed again;
+    compare's benchmark block then shows the metric."""
+    from kmrun import kmemscope
+
+    runner.run_query("run_metrics", dataset)
+    target = sorted(p.name.split("=", 1)[1] for p in (dataset / "runs").iterdir())[0]
+    rows = tmp_path / "m.csv"
+    rows.write_text(f"run,metric,value,unit,better\n{target},tput,5,ops,higher\n")
+    kmemscope("metrics", "import", dataset, rows, "-q")
+    counting = Counting(monkeypatch)
+    got = runner.run_query("run_metrics", dataset)
+    assert counting.calls == [[target]]
+    _same(got, _fresh("run_metrics", dataset))
+    assert ("tput", 5.0) in {(r["metric"], r["value"]) for r in got.to_pylist()}
+
+
+def test_a_changed_cache_file_is_not_read(dataset, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    oracle = runner.run_query("hot_pfns", dataset)
+    part = _part_with_rows(dataset, "result_hot_pfns")
+    table = pq.read_table(part)
+    forged = table.set_column(table.column_names.index("allocs"), "allocs",
+                              pa.compute.multiply(table.column("allocs"), 1000))
+    pq.write_table(forged, part)
+    counting = Counting(monkeypatch)
+    _same(runner.run_query("hot_pfns", dataset), oracle)
+    assert len(counting.calls) == 1
+
+
+def test_verify_deep_runs_a_forged_cache_again_and_reports_it(dataset):
+    """A forger who also rewrites the run's digests passes `verify`; `verify --deep` runs the
+    analysis on the run again and finds the rows differ."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kmemscope.dataset import safefs
+    from kmemscope.dataset.digests import _write_digests, read_digests_in
+    from kmemscope.operations import verify
+
+    runner.run_query("hot_pfns", dataset)
+    assert verify(dataset, deep=True).ok
+    part = _part_with_rows(dataset, "result_hot_pfns")
+    run = part.parent.name.split("=", 1)[1]
+    table = pq.read_table(part)
+    pq.write_table(table.set_column(table.column_names.index("allocs"), "allocs",
+                                    pa.compute.multiply(table.column("allocs"), 1000)), part)
+    data = part.read_bytes()
+    with safefs.Dir.root(dataset) as root, root.walk(["runs", f"run_id={run}"], "runs") as runs:
+        doc = read_digests_in(runs)
+        entry = doc["derived"][f"_derived/result_hot_pfns/run_id={run}/part-0.parquet"]
+        entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+        _write_digests(runs, doc)
+    assert verify(dataset).ok
+    deep = verify(dataset, deep=True)
+    assert not deep.ok
+    assert any("result_hot_pfns" in path and "rows differ" in path
+               for _kind, path in deep.problems), deep.problems
+
+
+def test_the_switch_turns_the_cache_off(dataset, monkeypatch):
+    monkeypatch.setenv(result_cache.ENV_SWITCH, "0")
+    runner.run_query("summary", dataset)
+    assert not (dataset / "_derived" / "result_summary").exists()
+    docs = [json.loads(p.read_text()) for p in (dataset / "runs").glob("run_id=*/_files.json")]
+    assert not any(k.startswith("_derived/result_") for d in docs for k in d.get("derived", {}))
+
+
+def test_the_command_line_prints_the_same_from_kept_rows(dataset):
+    import os
+    import subprocess
+
+    from kmrun import KMEMSCOPE
+
+    def run(switch, *args):
+        env = dict(os.environ, **{result_cache.ENV_SWITCH: switch})
+        proc = subprocess.run([*KMEMSCOPE, *map(str, args)], capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    for args in (("compare", dataset, "--by", "kernel"), ("query", "summary", dataset,
+                                                          "--format", "csv")):
+        computed = run("0", *args)
+        assert computed.strip()
+        assert run("1", *args) == computed          # computes and keeps
+        assert run("1", *args) == computed          # reads what it kept
+    assert (dataset / "_derived" / "result_summary").is_dir()
