@@ -6,7 +6,12 @@ events on two cores for that step alone, before any statistics. A run's events
 never change once parsed (run ids come from the content), so the pairs are
 computed once per run and stored beside the dataset:
 
-    DATASET/_derived/<page_pairs|pfn_allocs>/run_id=<id>/part-0.parquet
+    DATASET/_derived/<table>/run_id=<id>/part-0.parquet
+
+Tables built together from the same sources are a family (FAMILIES, at the end:
+the page tables, page_pairs and pfn_allocs, below; the stack tables, with the
+stacks section); derived_files(dataset, table, runs) makes any of them current
+by name, for the runs its family applies to.
 
 Table names starting with "_" are not dataset tables (dataset.table_dirs skips
 them). A cache file is trusted only when it is bound to its run: the run's
@@ -25,7 +30,7 @@ dataset's lock. An s3 dataset's caches are checked by recorded size and
 signature only (reading them whole to hash them would cost what rebuilding does).
 
 `kmemscope parse` can call `derive_runs(dataset, [run_id])` after writing a run
-so the first query does not pay for it.
+so the first query does not pay for it: every table of every family that applies.
 
 page_pairs columns (one row per consecutive pair of events on one pfn whose
 kinds differ):
