@@ -373,8 +373,6 @@ static const struct col_plan STACK_COLS[] = {
 };
 #define NSTACK_COLS ((int)(sizeof(STACK_COLS) / sizeof(STACK_COLS[0])))
 
-static void col_builder_free(struct col_builder *c);
-
 int stack_intern_init(struct stack_intern *s)
 {
 	memset(s, 0, sizeof(*s));

@@ -145,7 +145,6 @@ struct stack_intern {
 	int32_t last_id;
 	int64_t rows;		/* rows in the builders, not yet a batch */
 	struct col_builder ids, frames, addrs;
-	size_t frame_syms;	/* symbol strings in `frames`, for its child offsets */
 	struct batch *ready;	/* finished batches of `stacks` not yet taken */
 	int nready, capready;
 	bool failed;
