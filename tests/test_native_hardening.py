@@ -396,7 +396,12 @@ def main_misuse(path):
     p = str(path)
     page = _open(path).layout.buffers[0].page_size
     blank_trace, blank_decoder = t.Trace.__new__(t.Trace), t.Decoder.__new__(t.Decoder)
+    blank_stacks = t.Stacks.__new__(t.Stacks)
     cases = [
+        (RuntimeError, blank_stacks.take), (RuntimeError, blank_stacks.finish),
+        (RuntimeError, blank_stacks.count), (RuntimeError, lambda: t.Stacks().__init__()),
+        (TypeError, lambda: t.Decoder(t.Trace(p), p, page, "zstd", stacks="not a Stacks")),
+        (TypeError, lambda: t.Decoder(t.Trace(p), p, page, "zstd", stacks=blank_stacks)),
         (RuntimeError, blank_trace.info), (RuntimeError, blank_trace.events),
         (RuntimeError, blank_trace.print_flags),
         (RuntimeError, lambda: blank_decoder.decode(0, 0, 0, 0)),
