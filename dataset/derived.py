@@ -6,7 +6,12 @@ events on two cores for that step alone, before any statistics. A run's events
 never change once parsed (run ids come from the content), so the pairs are
 computed once per run and stored beside the dataset:
 
-    DATASET/_derived/<page_pairs|pfn_allocs>/run_id=<id>/part-0.parquet
+    DATASET/_derived/<table>/run_id=<id>/part-0.parquet
+
+Tables built together from the same sources are a family (FAMILIES, at the end:
+the page tables, page_pairs and pfn_allocs, below; the stack tables, with the
+stacks section); derived_files(dataset, table, runs) makes any of them current
+by name, for the runs its family applies to.
 
 Table names starting with "_" are not dataset tables (dataset.table_dirs skips
 them). A cache file is trusted only when it is bound to its run: the run's
@@ -25,7 +30,7 @@ dataset's lock. An s3 dataset's caches are checked by recorded size and
 signature only (reading them whole to hash them would cost what rebuilding does).
 
 `kmemscope parse` can call `derive_runs(dataset, [run_id])` after writing a run
-so the first query does not pay for it.
+so the first query does not pay for it: every table of every family that applies.
 
 page_pairs columns (one row per consecutive pair of events on one pfn whose
 kinds differ):
@@ -50,7 +55,9 @@ import json
 import os
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from kmemscope.errors import DatasetError
 
@@ -59,7 +66,6 @@ from . import limits, storage
 from .safefs import RUN_PREFIX, Dir
 
 DERIVE_VERSION = "2"
-DERIVED_TABLES = ("page_pairs", "pfn_allocs")
 DERIVED_DIR = "_derived"
 SIG_KEY = b"kmemscope.derived_from"
 PART = "part-0.parquet"
@@ -259,13 +265,13 @@ def _target(dataset, runs_with_digests, read_only):
 
 def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=None,
                   read_only=False):
-    """Make sure derived table `name` is current for `run_ids`; return {run_id: path}.
+    """Make sure derived table `name` (of any family in FAMILIES) is current for `run_ids`;
+    return {run_id: path}. Runs the table's family does not apply to are left out.
 
     progress(message) is called before a run's tables are built (not when cached).
     read_only: tables that are not current go to a private directory, never the dataset.
     """
-    if name not in DERIVED_TABLES:
-        raise ValueError(f"no derived table {name}")
+    family = family_of(name)
     parts = parts or ds.table_runs(dataset)
     if "runs" not in parts:
         raise DatasetError(f"dataset {dataset} has no runs table")
@@ -273,9 +279,10 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=Non
     docs = _run_docs(dataset, run_ids)
     out, todo = {}, []
     for run in run_ids:
-        if run not in parts.get("mm_page_alloc", {}) and run not in parts.get("mm_page_free", {}):
+        if not family.applies(parts, run):
             continue
-        sig = _signature(parts, run, shas.get(run), docs.get(run))
+        sig = _signature(parts, run, shas.get(run), docs.get(run), family.sources(parts, run),
+                         family.version)
         found = _cached(dataset, name, run, sig, docs.get(run))
         if found:
             out[run] = found
@@ -287,14 +294,14 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=Non
             where = root if _may_cache_in_dataset(dataset, docs.get(run), name, run, sig) \
                 else _private_root()
             if progress:
-                progress(f"run {run}: pairing frees with reallocations, once (cached under "
+                progress(f"run {run}: {family.doing}, once (cached under "
                          f"{where if _is_private(where) else where / DERIVED_DIR})")
-            out[run] = _derive_one(parts, (dataset, where), run, sig, threads)[name]
+            out[run] = family.build(parts, (dataset, where), run, sig, threads)[name]
     return out
 
 
-def _derive_one(parts, target, run, sig, threads):
-    """Compute every derived table of one run; return {name: path}."""
+def _derive_pages(parts, target, run, sig, threads):
+    """Compute the page tables (page_pairs, pfn_allocs) of one run; return {name: path}."""
     import duckdb
 
     scans = {}
@@ -430,15 +437,11 @@ def same_as_rederived(dataset, name, run, cached):
     parts = ds.table_runs(dataset)
     shas = _run_shas(dataset, parts, [run])
     doc = _run_docs(dataset, [run]).get(run)
+    family = family_of(name)
     scratch = Path(tempfile.mkdtemp(prefix="kmemscope-verify-"))
     try:
-        if name in STACK_TABLES:
-            sources = sorted(_stack_sources(parts, run))
-            sig = _signature(parts, run, shas.get(run), doc, sources, STACK_DERIVE_VERSION)
-            fresh = _derive_stacks(parts, (dataset, scratch), run, sig, None)[name]
-        else:
-            sig = _signature(parts, run, shas.get(run), doc)
-            fresh = _derive_one(parts, (dataset, scratch), run, sig, None)[name]
+        sig = _signature(parts, run, shas.get(run), doc, family.sources(parts, run), family.version)
+        fresh = family.build(parts, (dataset, scratch), run, sig, None)[name]
         con = limits.connect()
         try:
             a, b = ds.quote_literal(cached), ds.quote_literal(fresh)
@@ -457,14 +460,11 @@ def same_as_rederived(dataset, name, run, cached):
 
 
 def derive_runs(dataset, run_ids=None, threads=None):
-    """Compute every derived table for `run_ids` (default: all runs). For `parse`."""
+    """Compute every derived table of every family for `run_ids` (default: all runs), each
+    for the runs its family applies to. For `parse`."""
     parts = ds.table_runs(dataset)
     runs = list(run_ids) if run_ids is not None else sorted(parts.get("runs", {}))
-    out = {name: derived_files(dataset, name, runs, parts, threads) for name in DERIVED_TABLES}
-    if "kernel_stack" in parts:     # a recording with stacks: intern them too
-        out.update({name: stack_files(dataset, name, runs, parts, threads)
-                    for name in STACK_TABLES})
-    return out
+    return {name: derived_files(dataset, name, runs, parts, threads) for name in DERIVED_TABLES}
 
 
 # ---------------------------------------------------------------- allocation stacks
@@ -482,26 +482,41 @@ def derive_runs(dataset, run_ids=None, threads=None):
 # whose innermost frame names another event (trace_event_raw_event_<name>) is
 # not taken for an allocation.
 #
+# The run's kernel_stack rows carry a stack_id into its `stacks` table (one row
+# per distinct stack, interned by the decoder), so the pairing reads 4 bytes per
+# stack record and the frames once per distinct stack. A run parsed before
+# (kernel_stack with `caller` and `caller_symbols`, no `stacks`) gets the same
+# two tables made from its own columns first (_OLD_SHAPE_SQL), and the same
+# pairing after: its derived rows are the ones the new shape gives.
+#
 #     DATASET/_derived/<alloc_stacks|alloc_stack_ids|stack_pairing>/run_id=<id>/part-0.parquet
 #
 # alloc_stacks (one row per distinct frame sequence of an allocation's stack):
-#   stack_id     1, 2, ... in order of first use in the run
-#   frames       caller_symbols as recorded: "function+0xoffset", innermost first
-#   addresses    caller: the return addresses, innermost first
+#   stack_id     1, 2, ... in order of first use by an allocation in the run
+#   frames       as `stacks` holds them: "function+0xoffset", innermost first
+#   addresses    the return addresses, innermost first
 # alloc_stack_ids (one row per mm_page_alloc of the run):
 #   ts, cpu, pfn, order   the allocation (the key back into mm_page_alloc)
-#   stack_id     its stack, NULL when no stack paired with it
+#   stack_id     its stack in alloc_stacks, NULL when no stack paired with it
 # stack_pairing (one row): stacks, stacks_alloc (paired with an allocation),
 #   stacks_other (paired with another event), stacks_unpaired (no event left
 #   at their level: the event was lost or recorded before the capture began),
 #   stacks_mismatched (the frame names another event), allocs, allocs_with_stack.
+#
+# alloc_stacks stays a table of its own rather than a view over `stacks`: its
+# ids number the stacks of allocations in the order allocations first used them
+# (what alloc_origins shows as stack_id, whatever order the decoder threads met
+# the stacks in), and it holds only stacks paired with an allocation (what
+# alloc_origins.pairing counts as distinct_stacks). It is a few rows per
+# distinct stack, made from `stacks` by id.
 
-STACK_DERIVE_VERSION = "2"
+STACK_DERIVE_VERSION = "3"
 STACK_TABLES = ("alloc_stacks", "alloc_stack_ids", "stack_pairing")
+STACKS_TABLE = "stacks"
 # Tables of a run that are not events (no cpu/ts ordering to take part in).
 _NOT_EVENTS = {"runs", "print_flags", "lost_events", "event_tables", "vmstat",
                "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo",
-               "extfrag_unusable_index", "extfrag_index", "run_metrics"}
+               "extfrag_unusable_index", "extfrag_index", "run_metrics", STACKS_TABLE}
 
 _STACK_PAIR_SQL = """
 CREATE TEMP TABLE seq AS
@@ -514,12 +529,12 @@ FROM recs
 
 _STACK_MATCH_SQL = """
 CREATE TEMP TABLE matched AS
-SELECT rid AS stack_rid, prev_rid AS event_rid,
+SELECT rid AS stack_rid, sid, prev_rid AS event_rid,
        CASE WHEN prev_is_stack IS NULL OR prev_is_stack THEN 'unpaired'
             WHEN prev_is_alloc THEN 'alloc'
             ELSE 'other' END AS outcome
 FROM (
-  SELECT rid, is_stack,
+  SELECT rid, sid, is_stack,
          lag(rid) OVER w AS prev_rid,
          lag(is_stack) OVER w AS prev_is_stack,
          lag(is_alloc) OVER w AS prev_is_alloc
@@ -529,6 +544,71 @@ FROM (
 WHERE is_stack
 """
 
+# A run parsed before stacks were interned: its stack records' addresses are
+# numbered here (in the order of their first record, by rid), and `stacks`
+# takes the symbols recorded with them. {ks} is the scan of kernel_stack with
+# cpu, ts, caller, caller_symbols and rid.
+_OLD_SHAPE_SQL = """
+CREATE TEMP TABLE ks_old AS {ks};
+CREATE TEMP TABLE stacks_run AS
+SELECT CAST(row_number() OVER (ORDER BY first_rid) AS INTEGER) AS stack_id, frames, addresses
+FROM (SELECT caller AS addresses, min(rid) AS first_rid, any_value(caller_symbols) AS frames
+      FROM ks_old GROUP BY caller) AS d;
+CREATE TEMP TABLE ks AS
+SELECT k.cpu, k.ts, k.rid, s.stack_id AS sid
+FROM ks_old AS k JOIN stacks_run AS s ON s.addresses = k.caller;
+DROP TABLE ks_old;
+"""
+
+# Pairs of stacks and allocations, interned by addresses, from recs (every event
+# and stack record), ks (stack records: rid, sid), stacks_run and allocs. A
+# stack whose innermost frame is another event's trace function is not taken.
+_STACK_INTERN_SQL = """
+CREATE TEMP TABLE stack_marks AS
+SELECT stack_id AS sid, addresses, frames,
+       coalesce(regexp_matches(frames[1], '^(trace_event_raw_event_|ftrace_raw_event_)')
+                AND regexp_replace(frames[1], '^(trace_event_raw_event_|ftrace_raw_event_)|[+]0x[0-9a-f]+$',
+                                   '', 'g') <> 'mm_page_alloc', false) AS mismatched
+FROM stacks_run;
+CREATE TEMP TABLE taken AS
+SELECT m.event_rid, m.sid, k.mismatched
+FROM matched AS m JOIN stack_marks AS k ON k.sid = m.sid
+WHERE m.outcome = 'alloc';
+CREATE TEMP TABLE paired AS SELECT event_rid, sid FROM taken WHERE NOT mismatched;
+CREATE TEMP TABLE interned AS
+SELECT addresses, row_number() OVER (ORDER BY first_ts, first_rid) AS stack_id, frames
+FROM (SELECT k.addresses, min(a.ts) AS first_ts, min(p.event_rid) AS first_rid,
+             any_value(k.frames) AS frames
+      FROM paired AS p
+      JOIN allocs AS a ON a.rid = p.event_rid
+      JOIN stack_marks AS k ON k.sid = p.sid
+      GROUP BY k.addresses) AS d;
+CREATE TEMP TABLE alloc_ids AS
+SELECT k.sid, i.stack_id FROM stack_marks AS k JOIN interned AS i ON i.addresses = k.addresses;
+"""
+
+_STACK_TABLES_SQL = {
+    "alloc_stacks": """
+        SELECT CAST(stack_id AS INTEGER) AS stack_id, frames, addresses
+        FROM interned ORDER BY stack_id""",
+    "alloc_stack_ids": """
+        SELECT a.ts, a.cpu, a.pfn, a."order", CAST(i.stack_id AS INTEGER) AS stack_id
+        FROM allocs AS a
+        LEFT JOIN paired AS p ON p.event_rid = a.rid
+        LEFT JOIN alloc_ids AS i ON i.sid = p.sid
+        ORDER BY a.ts, a.cpu""",
+    "stack_pairing": """
+        SELECT
+          count(*) AS stacks,
+          (SELECT count(*) FROM paired) AS stacks_alloc,
+          count(*) FILTER (WHERE outcome = 'other') AS stacks_other,
+          count(*) FILTER (WHERE outcome = 'unpaired') AS stacks_unpaired,
+          (SELECT count(*) FROM taken WHERE mismatched) AS stacks_mismatched,
+          (SELECT count(*) FROM allocs) AS allocs,
+          (SELECT count(*) FROM paired) AS allocs_with_stack
+        FROM matched""",
+}
+
 
 def _stack_sources(parts, run):
     """{table: files} of the run's event tables (every table with cpu and ts)."""
@@ -536,33 +616,10 @@ def _stack_sources(parts, run):
             if t not in _NOT_EVENTS and not t.startswith("_") and run in runs}
 
 
-def stack_files(dataset, name, run_ids, parts=None, threads=None, progress=None,
-                read_only=False):
-    """Like derived_files for the stack tables; runs without kernel_stack are left out."""
-    if name not in STACK_TABLES:
-        raise ValueError(f"no stack table {name}")
-    parts = parts or ds.table_runs(dataset)
-    if "runs" not in parts:
-        raise DatasetError(f"dataset {dataset} has no runs table")
-    shas = _run_shas(dataset, parts, run_ids)
-    docs = _run_docs(dataset, run_ids)
-    out = {}
-    for run in run_ids:
-        if run not in parts.get("kernel_stack", {}) or run not in parts.get("mm_page_alloc", {}):
-            continue
-        sources = sorted(_stack_sources(parts, run))
-        sig = _signature(parts, run, shas.get(run), docs.get(run), sources, STACK_DERIVE_VERSION)
-        found = _cached(dataset, name, run, sig, docs.get(run))
-        if found:
-            out[run] = found
-            continue
-        fresh = _may_cache_in_dataset(dataset, docs.get(run), name, run, sig)
-        where = _target(dataset, [run] if fresh else [], read_only)
-        if progress:
-            progress(f"run {run}: pairing kernel stacks with their allocations, once "
-                     f"(cached under {where / DERIVED_DIR if where != _private_root() else where})")
-        out[run] = _derive_stacks(parts, (dataset, where), run, sig, threads)[name]
-    return out
+def _stack_signature_sources(parts, run):
+    """What the stack tables of `run` are derived from: its event tables and its stacks."""
+    return sorted(_stack_sources(parts, run)) + ([STACKS_TABLE] if run in parts.get(
+        STACKS_TABLE, {}) else [])
 
 
 def _rows(src, files, columns):
@@ -577,76 +634,130 @@ def _rows(src, files, columns):
     return " UNION ALL ".join(parts)
 
 
-# A stack whose innermost frame is another event's trace function.
-_MISMATCH = ("coalesce(regexp_matches(caller_symbols[1], '^(trace_event_raw_event_|ftrace_raw_event_)')"
-             " AND regexp_replace(caller_symbols[1], '^(trace_event_raw_event_|ftrace_raw_event_)"
-             "|[+]0x[0-9a-f]+$', '', 'g') <> 'mm_page_alloc', false)")
+def _stack_shape(con, run, files, stacks_files):
+    """'interned' (kernel_stack has stack_id, the run has a stacks table) or 'recorded'
+    (kernel_stack has caller and caller_symbols: parsed before stacks were interned).
+    Anything else, or files of both shapes in one run, is refused in one line."""
+    import duckdb
+
+    listed = ", ".join(ds.quote_literal(f) for f in files)
+    try:
+        # sql-safe: listed joins quote_literal() paths
+        rows = con.execute(f"SELECT file_name, list(name) FROM parquet_schema([{listed}]) "
+                           "GROUP BY file_name").fetchall()
+    except duckdb.Error as exc:
+        raise DatasetError(ds.sql_error_text(exc)) from None
+    shapes = set()
+    for _file, names in rows:
+        if "stack_id" in names:
+            shapes.add("interned")
+        elif "caller" in names and "caller_symbols" in names:
+            shapes.add("recorded")
+        else:
+            shapes.add("unknown")
+    fix = "parse its trace again with `kmemscope parse`"
+    if shapes == {"interned"} and not stacks_files:
+        raise DatasetError(f"run {run}: kernel_stack names stack ids but the run has no "
+                           f"{STACKS_TABLE} table", fix)
+    if len(shapes) != 1 or shapes == {"unknown"}:
+        raise DatasetError(f"run {run}: kernel_stack holds neither stack ids nor recorded "
+                           "stacks in every file", fix)
+    return shapes.pop()
 
 
 def _derive_stacks(parts, target, run, sig, threads):
-    import duckdb
-
     sources = sorted(_stack_sources(parts, run).items())
     index = {table: i for i, (table, _) in enumerate(sources)}
+    stack_files = dict(sources)["kernel_stack"]
+    stacks_files = parts.get(STACKS_TABLE, {}).get(run, [])
     scans = []
     for table, files in sources:
         if table == "kernel_stack":
-            cols = "cpu, ts, true AS is_stack, false AS is_alloc"
-        else:
-            cols = ("cpu, ts, false AS is_stack, " +
-                    ("true" if table == "mm_page_alloc" else "false") + " AS is_alloc")
+            continue
+        # sql-safe: a constant per table kind
+        cols = ("cpu, ts, false AS is_stack, " +
+                ("true" if table == "mm_page_alloc" else "false") + " AS is_alloc, "
+                "CAST(NULL AS INTEGER) AS sid")
         scans.append(_rows(index[table], files, cols))
     con = limits.connect()
     out = {}
     try:
-        storage.register_duckdb(con, [f for _, files in sources for f in files])
+        storage.register_duckdb(con, [f for _, files in sources for f in files] + stacks_files)
         if threads:
             con.execute(f"SET threads = {int(threads)}")
+        if _stack_shape(con, run, stack_files, stacks_files) == "interned":
+            listed = ", ".join(ds.quote_literal(f) for f in stacks_files)
+            # sql-safe: _rows() builds from constants, ints and quoted paths; listed likewise
+            con.execute("CREATE TEMP TABLE ks AS " + _rows(
+                index["kernel_stack"], stack_files, "cpu, ts, CAST(stack_id AS INTEGER) AS sid"))
+            con.execute("CREATE TEMP TABLE stacks_run AS SELECT CAST(stack_id AS INTEGER) AS "
+                        "stack_id, frames, addresses FROM read_parquet([" + listed + "])")
+            rows, ids = con.execute("SELECT count(*), count(DISTINCT stack_id) "
+                                    "FROM stacks_run").fetchone()
+            if rows != ids:
+                raise DatasetError(f"run {run}: its {STACKS_TABLE} table gives one stack_id "
+                                   "to two stacks", "parse its trace again with `kmemscope parse`")
+        else:
+            # sql-safe: _rows() builds from constants, ints and quoted paths
+            con.execute(_OLD_SHAPE_SQL.format(ks=_rows(
+                index["kernel_stack"], stack_files, "cpu, ts, caller, caller_symbols")))
         # sql-safe: _rows() builds from constants, ints and quoted paths
-        con.execute("CREATE TEMP TABLE recs AS " + " UNION ALL ".join(scans))
+        con.execute("CREATE TEMP TABLE recs AS SELECT cpu, ts, true AS is_stack, "
+                    "false AS is_alloc, sid, rid FROM ks"
+                    + "".join(" UNION ALL " + scan for scan in scans))
         con.execute(_STACK_PAIR_SQL)
         con.execute(_STACK_MATCH_SQL)
-        con.execute("CREATE TEMP TABLE allocs AS " + _rows(  # sql-safe: as below
+        con.execute("CREATE TEMP TABLE allocs AS " + _rows(  # sql-safe: as above
             index["mm_page_alloc"], dict(sources)["mm_page_alloc"], 'ts, cpu, pfn, "order"'))
-        # The symbols are the costly column: read once, for the stacks of allocations.
-        # sql-safe: _rows() builds from constants, ints and quoted paths; _MISMATCH is a constant
-        con.execute("CREATE TEMP TABLE taken AS SELECT m.event_rid, s.caller, s.caller_symbols, "
-                    f"{_MISMATCH} AS mismatched FROM ("
-                    + _rows(index["kernel_stack"], dict(sources)["kernel_stack"],
-                            "caller, caller_symbols")
-                    + ") AS s JOIN matched AS m ON m.stack_rid = s.rid AND m.outcome = 'alloc'")
-        con.execute("CREATE TEMP TABLE paired AS SELECT event_rid, caller, caller_symbols "
-                    "FROM taken WHERE NOT mismatched")
-        con.execute("""
-            CREATE TEMP TABLE interned AS
-            SELECT caller, row_number() OVER (ORDER BY first_ts, first_rid) AS stack_id, frames
-            FROM (SELECT p.caller, min(a.ts) AS first_ts, min(p.event_rid) AS first_rid,
-                         any_value(p.caller_symbols) AS frames
-                  FROM paired AS p JOIN allocs AS a ON a.rid = p.event_rid
-                  GROUP BY p.caller)""")
-        tables = {
-            "alloc_stacks": """
-                SELECT CAST(stack_id AS INTEGER) AS stack_id, frames, caller AS addresses
-                FROM interned ORDER BY stack_id""",
-            "alloc_stack_ids": """
-                SELECT a.ts, a.cpu, a.pfn, a."order", CAST(i.stack_id AS INTEGER) AS stack_id
-                FROM allocs AS a
-                LEFT JOIN paired AS p ON p.event_rid = a.rid
-                LEFT JOIN interned AS i ON i.caller = p.caller
-                ORDER BY a.ts, a.cpu""",
-            "stack_pairing": """
-                SELECT
-                  count(*) AS stacks,
-                  (SELECT count(*) FROM paired) AS stacks_alloc,
-                  count(*) FILTER (WHERE outcome = 'other') AS stacks_other,
-                  count(*) FILTER (WHERE outcome = 'unpaired') AS stacks_unpaired,
-                  (SELECT count(*) FROM taken WHERE mismatched) AS stacks_mismatched,
-                  (SELECT count(*) FROM allocs) AS allocs,
-                  (SELECT count(*) FROM paired) AS allocs_with_stack
-                FROM matched""",
-        }
-        for name, sql in tables.items():
+        con.execute(_STACK_INTERN_SQL)
+        for name, sql in _STACK_TABLES_SQL.items():
             out[name] = _write(target, name, run, sig, _batches(con, sql))
     finally:
         con.close()
     return out
+
+
+# ---------------------------------------------------------------- the families
+
+@dataclass(frozen=True)
+class Family:
+    """Derived tables built together from the same sources of one run.
+
+    applies(parts, run): the run has what the family is built from.
+    sources(parts, run): the tables whose recorded digests sign its caches.
+    build(parts, (dataset, where), run, signature, threads) -> {table: path}: every table.
+    """
+    name: str
+    tables: tuple
+    version: str
+    applies: Callable
+    sources: Callable
+    build: Callable
+    doing: str          # what building it does, for progress messages
+
+
+def _has_any(*tables):
+    return lambda parts, run: any(run in parts.get(t, {}) for t in tables)
+
+
+def _has_all(*tables):
+    return lambda parts, run: all(run in parts.get(t, {}) for t in tables)
+
+
+FAMILIES = (
+    Family("pages", ("page_pairs", "pfn_allocs"), DERIVE_VERSION,
+           _has_any(*SOURCES), lambda parts, run: SOURCES, _derive_pages,
+           "pairing frees with reallocations"),
+    Family("stacks", STACK_TABLES, STACK_DERIVE_VERSION,
+           _has_all("kernel_stack", "mm_page_alloc"), _stack_signature_sources, _derive_stacks,
+           "pairing kernel stacks with their allocations"),
+)
+DERIVED_TABLES = tuple(t for f in FAMILIES for t in f.tables)
+
+
+def family_of(name):
+    """The family that builds derived table `name`."""
+    for family in FAMILIES:
+        if name in family.tables:
+            return family
+    raise ValueError(f"no derived table {name}")

@@ -60,6 +60,10 @@ TABLE_COLUMNS = {
                                       "nr_reclaimed": "UBIGINT"},
     "mm_vmscan_memcg_reclaim_begin": {**_EVENT, "order": "INTEGER", "gfp_flags": "UBIGINT"},
     "mm_vmscan_memcg_reclaim_end": {**_EVENT, "nr_reclaimed": "UBIGINT"},
+    # A recording with kernel stacks (trace-cmd -T): each kernel_stack record names its stack
+    # in the run's stacks table, one row per distinct stack (dataset-format.md, "Kernel stacks").
+    "kernel_stack": {**_EVENT, "size": "INTEGER", "stack_id": "INTEGER"},
+    "stacks": {"stack_id": "INTEGER", "frames": "VARCHAR[]", "addresses": "UBIGINT[]"},
     "runs": {"kernel_release": "VARCHAR", "arch": "VARCHAR", "first_ts": "BIGINT",
              "last_ts": "BIGINT", "pageblock_order": "INTEGER", "manifest": "VARCHAR",
              "migratetypes": "VARCHAR[]", "labels": "MAP(VARCHAR, VARCHAR)",

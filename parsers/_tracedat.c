@@ -385,11 +385,107 @@ static PyObject *Trace_print_flags(TraceObject *self, PyObject *Py_UNUSED(noargs
 }
 
 
+/* ---------------------------------------------------------------- Stacks object */
+
+/* The stacks table of one decode: every Decoder of the decode is given the
+ * same Stacks, so that a stack has one id across the decoder threads. */
+typedef struct {
+	PyObject_HEAD
+	struct stack_intern st;
+	bool ready;		/* __init__ succeeded */
+} StacksObject;
+
+static PyTypeObject StacksType;
+
+static int Stacks_init(StacksObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = { NULL };
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "", kwlist))
+		return -1;
+	if (self->ready) {
+		PyErr_SetString(PyExc_RuntimeError, "Stacks is already initialised");
+		return -1;
+	}
+	if (stack_intern_init(&self->st)) {
+		PyErr_SetString(PyExc_RuntimeError, "cannot make the stack table's lock");
+		return -1;
+	}
+	self->ready = true;
+	return 0;
+}
+
+static void Stacks_dealloc(StacksObject *self)
+{
+	if (self->ready)
+		stack_intern_release(&self->st);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *batches_to_python(struct batch *ready, int n, bool *failed);
+
+/* Stacks.take() -> [(schema, array)]: the finished batches of the stacks table. */
+static PyObject *Stacks_take(StacksObject *self, PyObject *Py_UNUSED(noargs))
+{
+	if (!self->ready) {
+		PyErr_SetString(PyExc_RuntimeError, "Stacks is not initialised");
+		return NULL;
+	}
+	struct stack_intern *s = &self->st;
+	pthread_mutex_lock(&s->lock);
+	struct batch *ready = s->ready;
+	int n = s->nready;
+	bool failed = s->failed;
+	s->ready = NULL;
+	s->nready = s->capready = 0;
+	pthread_mutex_unlock(&s->lock);
+	if (failed) {
+		for (int k = 0; k < n; k++)
+			batch_release(&ready[k]);
+		free(ready);
+		return no_memory("building the stacks table");
+	}
+	bool lost = false;
+	PyObject *out = batches_to_python(ready, n, &lost);
+	free(ready);
+	if (lost) {
+		pthread_mutex_lock(&s->lock);
+		s->failed = true;	/* rows were dropped: the table cannot be whole */
+		pthread_mutex_unlock(&s->lock);
+	}
+	return out;
+}
+
+/* Stacks.finish() -> the last batches: the rows not yet in one, then all not taken. */
+static PyObject *Stacks_finish(StacksObject *self, PyObject *Py_UNUSED(noargs))
+{
+	if (!self->ready) {
+		PyErr_SetString(PyExc_RuntimeError, "Stacks is not initialised");
+		return NULL;
+	}
+	if (stack_intern_flush(&self->st))
+		return no_memory("finishing the stacks table");
+	return Stacks_take(self, NULL);
+}
+
+/* Stacks.count() -> stack ids given so far. */
+static PyObject *Stacks_count(StacksObject *self, PyObject *Py_UNUSED(noargs))
+{
+	if (!self->ready) {
+		PyErr_SetString(PyExc_RuntimeError, "Stacks is not initialised");
+		return NULL;
+	}
+	pthread_mutex_lock(&self->st.lock);
+	long n = self->st.last_id;
+	pthread_mutex_unlock(&self->st.lock);
+	return PyLong_FromLong(n);
+}
+
 /* ---------------------------------------------------------------- Decoder object */
 
 typedef struct {
 	PyObject_HEAD
 	TraceObject *trace;	/* keeps the shared metadata alive */
+	StacksObject *stacks;	/* the decode's stacks table, shared with its other decoders */
 	struct decoder dec;
 	PyObject *lost;		/* list of (cpu, ts, missed) */
 	bool ready;		/* __init__ succeeded */
@@ -431,13 +527,15 @@ static void capsule_array_free(PyObject *cap)
 	}
 }
 
-/* Move the finished batches to Python as (event_id, schema capsule, array capsule). */
-static PyObject *take_ready(struct decoder *d)
+/* Hand `n` batches to Python: (event_id, schema capsule, array capsule) each,
+ * or (schema, array) for batches of the stacks table (event_id -1). Batches
+ * not handed over are released and *failed set; the list is then NULL. */
+static PyObject *batches_to_python(struct batch *ready, int n, bool *failed)
 {
 	PyObject *out = PyList_New(0);
 	int i = 0;
-	for (; out && i < d->nready; i++) {
-		struct batch *b = &d->ready[i];
+	for (; out && i < n; i++) {
+		struct batch *b = &ready[i];
 		PyObject *id = PyLong_FromLong(b->event_id);
 		PyObject *s = id ? PyCapsule_New(b->schema, "arrow_schema", capsule_schema_free) : NULL;
 		if (s)
@@ -445,7 +543,8 @@ static PyObject *take_ready(struct decoder *d)
 		PyObject *a = s ? PyCapsule_New(b->array, "arrow_array", capsule_array_free) : NULL;
 		if (a)
 			b->array = NULL;
-		PyObject *t = a ? PyTuple_Pack(3, id, s, a) : NULL;
+		PyObject *t = !a ? NULL : b->event_id < 0 ? PyTuple_Pack(2, s, a) :
+			      PyTuple_Pack(3, id, s, a);
 		Py_XDECREF(id);
 		Py_XDECREF(s);
 		Py_XDECREF(a);
@@ -455,13 +554,22 @@ static PyObject *take_ready(struct decoder *d)
 		}
 		Py_DECREF(t);
 	}
-	if (i < d->nready) {
-		/* Batches not handed over are dropped: the decoder cannot go on. */
-		for (int k = i; k < d->nready; k++)
-			batch_release(&d->ready[k]);
-		d->failed = true;
+	if (i < n) {
+		for (int k = i; k < n; k++)
+			batch_release(&ready[k]);
+		*failed = true;
 		Py_CLEAR(out);
 	}
+	return out;
+}
+
+/* Move the finished batches to Python as (event_id, schema capsule, array capsule). */
+static PyObject *take_ready(struct decoder *d)
+{
+	bool failed = false;
+	PyObject *out = batches_to_python(d->ready, d->nready, &failed);
+	if (failed)
+		d->failed = true;	/* batches not handed over are dropped: the decoder cannot go on */
 	d->nready = 0;
 	return out;
 }
@@ -557,6 +665,7 @@ static void Decoder_dealloc(DecoderObject *self)
 	if (self->trace)
 		decoder_release(&self->dec);
 	Py_XDECREF(self->lost);
+	Py_XDECREF(self->stacks);
 	Py_XDECREF(self->trace);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -566,9 +675,9 @@ static PyTypeObject TraceType;
 static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = { "trace", "path", "page_size", "compression", "batch_rows",
-				  "ts_offset", "event_ids", NULL };
+				  "ts_offset", "event_ids", "stacks", NULL };
 	struct decoder *d = &self->dec;
-	PyObject *trace, *ids = Py_None;
+	PyObject *trace, *ids = Py_None, *stacks = Py_None;
 	const char *path, *compression;
 	int page_size;
 	long long batch_rows = 65536, ts_offset = 0;
@@ -576,11 +685,17 @@ static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 		PyErr_SetString(PyExc_RuntimeError, "Decoder is already initialised");
 		return -1;
 	}
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!sis|LLO", kwlist, &TraceType, &trace, &path,
-					 &page_size, &compression, &batch_rows, &ts_offset, &ids))
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!sis|LLOO", kwlist, &TraceType, &trace, &path,
+					 &page_size, &compression, &batch_rows, &ts_offset, &ids,
+					 &stacks))
 		return -1;
 	if (!trace_ready((TraceObject *)trace))
 		return -1;
+	if (stacks != Py_None && (!PyObject_TypeCheck(stacks, &StacksType) ||
+				  !((StacksObject *)stacks)->ready)) {
+		PyErr_SetString(PyExc_TypeError, "stacks must be an initialised Stacks");
+		return -1;
+	}
 	if (page_size < 64 || page_size > (1 << 24) || batch_rows < 1 || batch_rows > (1 << 30)) {
 		PyErr_SetString(PyExc_ValueError, "bad page size or batch size");
 		return -1;
@@ -625,6 +740,12 @@ static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 	self->lost = PyList_New(0);
 	if (!self->lost)
 		return -1;
+	/* A decoder on its own (no decode shares its stacks) gets a table of its own. */
+	self->stacks = (StacksObject *)(stacks != Py_None ? Py_NewRef(stacks) :
+					PyObject_CallNoArgs((PyObject *)&StacksType));
+	if (!self->stacks)
+		return -1;
+	d->stacks = &self->stacks->st;
 	if (decoder_init(d, &t->meta)) {
 		no_memory("setting up a decoder");
 		return -1;
@@ -684,6 +805,28 @@ static PyMethodDef Trace_methods[] = {
 	{ "print_flags", (PyCFunction)Trace_print_flags, METH_NOARGS,
 	  "Rows of every __print_flags/__print_symbolic table in the formats." },
 	{ NULL, NULL, 0, NULL }
+};
+
+static PyMethodDef Stacks_methods[] = {
+	{ "take", (PyCFunction)Stacks_take, METH_NOARGS,
+	  "take() -> [(schema, array)]: finished batches of the stacks table" },
+	{ "finish", (PyCFunction)Stacks_finish, METH_NOARGS,
+	  "finish() -> [(schema, array)]: the remaining rows and every batch not taken" },
+	{ "count", (PyCFunction)Stacks_count, METH_NOARGS, "count() -> stack ids given so far" },
+	{ NULL, NULL, 0, NULL }
+};
+
+static PyTypeObject StacksType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "kmemscope.parsers._tracedat.Stacks",
+	.tp_basicsize = sizeof(StacksObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "The stacks table of one decode, shared by its Decoders: stack_id, frames, "
+		  "addresses per distinct kernel stack.",
+	.tp_new = PyType_GenericNew,
+	.tp_init = (initproc)Stacks_init,
+	.tp_dealloc = (destructor)Stacks_dealloc,
+	.tp_methods = Stacks_methods,
 };
 
 static PyTypeObject TraceType = {
@@ -762,7 +905,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__tracedat(void)
 {
-	if (PyType_Ready(&TraceType) < 0 || PyType_Ready(&DecoderType) < 0)
+	if (PyType_Ready(&TraceType) < 0 || PyType_Ready(&DecoderType) < 0 ||
+	    PyType_Ready(&StacksType) < 0)
 		return NULL;
 	/* Batch buffers are a few MB, handed to Arrow and freed batch after batch.
 	 * Keep such blocks on the heap instead of fresh mmaps so their pages are
@@ -781,7 +925,8 @@ PyMODINIT_FUNC PyInit__tracedat(void)
 	if (!DecoderMemoryError || PyModule_AddObjectRef(m, "TraceFileError", TraceFileError) ||
 	    PyModule_AddObjectRef(m, "DecoderMemoryError", DecoderMemoryError) ||
 	    PyModule_AddObjectRef(m, "Trace", (PyObject *)&TraceType) ||
-	    PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType)) {
+	    PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType) ||
+	    PyModule_AddObjectRef(m, "Stacks", (PyObject *)&StacksType)) {
 		Py_DECREF(m);
 		return NULL;
 	}

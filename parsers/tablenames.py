@@ -16,7 +16,7 @@ import re
 # (queries/lib/, queries/runner.py): an event may not shadow any of them. The
 # analyses' internal views start with "_", which no table name can.
 RESERVED_TABLES = frozenset({
-    "runs", "print_flags", "lost_events", "event_tables",
+    "runs", "print_flags", "lost_events", "event_tables", "stacks",
     "vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo",
     "extfrag_unusable_index", "extfrag_index",
     "run_metrics", "run_facts", "migratetype_names", "extfrag_ownership", "query_params",

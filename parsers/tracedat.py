@@ -6,6 +6,11 @@ pages are (`layout`). `TraceFile.decode` runs one worker thread per core; each
 pulls segments off a shared queue, decodes them with the GIL released, and
 hands finished batches to a sink owned by that thread, so Parquet encoding of
 one thread's batches overlaps with decoding on the other.
+
+Kernel stacks are interned across the threads: every decoder of one decode
+shares one `_tracedat.Stacks`, which gives each distinct stack an id (1, 2, ...
+in the order the decode met it) and one row of the `stacks` table; a
+kernel_stack row carries only that id.
 """
 import fnmatch
 import os
@@ -18,6 +23,7 @@ from kmemscope.parsers import _tracedat, layout as layout_mod
 from kmemscope.parsers.tablenames import name_tables
 
 BATCH_ROWS = 1 << 17
+STACKS_TABLE = "stacks"     # one row per distinct kernel stack of the run
 
 
 @dataclass
@@ -104,8 +110,10 @@ class TraceFile:
 
         make_sink(worker_index) -> callable(table_name, record_batch) that the
         worker thread calls for each batch (made at the worker's first batch; a
-        worker that decodes no event makes none); `progress(bytes)` is called as
-        segments finish. Errors in any worker stop all of them and re-raise.
+        worker that decodes no event makes none); the last batches of the stacks
+        table go to a sink of index `threads` made on the calling thread.
+        `progress(bytes)` is called as segments finish. Errors in any worker stop
+        all of them and re-raise.
         """
         segments = self.segments()
         n = max(1, min(threads or os.cpu_count() or 1, len(segments) or 1))
@@ -117,8 +125,9 @@ class TraceFile:
         tables = {eid: t.table for eid, t in self.tables.items()}
         buffers = {b.name: b for b in self.layout.buffers}
         compression = "none" if self.layout.version < 7 else self.layout.compression
+        stacks = _tracedat.Stacks()
 
-        def emit(index, sinks, batches):
+        def emit(index, sinks, batches, table=None):
             if not batches:
                 return
             # pyarrow is imported (a tenth of a second), and the sink made, by
@@ -129,8 +138,9 @@ class TraceFile:
             sink = sinks.get(index)
             if sink is None:
                 sink = sinks[index] = make_sink(index)
-            for event_id, schema, array in batches:
-                sink(tables[event_id], pa.RecordBatch._import_from_c_capsule(schema, array))
+            for batch in batches:
+                name = table or tables[batch[0]]
+                sink(name, pa.RecordBatch._import_from_c_capsule(*batch[-2:]))
 
         def worker(index):
             try:
@@ -147,8 +157,9 @@ class TraceFile:
                         dec = decoders[seg.buffer] = _tracedat.Decoder(
                             self.native, self.path, buf.page_size, compression,
                             batch_rows=BATCH_ROWS, ts_offset=self.layout.ts_offset,
-                            event_ids=event_ids)
+                            event_ids=event_ids, stacks=stacks)
                     emit(index, sinks, dec.decode(seg.cpu, seg.offset, seg.length, seg.chunks))
+                    emit(index, sinks, stacks.take(), STACKS_TABLE)
                     if progress:
                         progress(seg.data_bytes)
                 result = {"events": 0, "unknown_events": 0, "lost": [], "min_ts": None, "max_ts": None}
@@ -173,6 +184,11 @@ class TraceFile:
             t.start()
         for t in pool:
             t.join()
+        if not errors:
+            try:
+                emit(n, {}, stacks.finish(), STACKS_TABLE)
+            except BaseException as exc:
+                errors.append(exc)
         if errors:
             exc = errors[0]
             if isinstance(exc, _tracedat.TraceFileError):

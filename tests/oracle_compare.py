@@ -23,13 +23,33 @@ def read_table_files(dataset, table):
     return [pq.ParquetFile(f).read() for f in files]
 
 
+def _run_stacks(run_dir):
+    """{stack_id: addresses} of one run's stacks table (its folder beside kernel_stack's)."""
+    out = {}
+    for f in sorted((run_dir.parent.parent / "stacks" / run_dir.name).glob("*.parquet")):
+        t = pq.ParquetFile(f).read()
+        for sid, addrs in zip(t.column("stack_id").to_pylist(), t.column("addresses").to_pylist()):
+            assert sid not in out, f"stack_id {sid} twice in {run_dir.name}'s stacks"
+            out[sid] = addrs
+    return out
+
+
 def table_rows(dataset, table):
-    """(column names, list of row tuples) of a table, read positionally."""
+    """(column names, list of row tuples) of a table, read positionally. A kernel_stack's
+    stack_id is replaced by the addresses of the stacks row it names, as column `caller`
+    (the field the trace recorded), so that rows compare with the report's records."""
     names, rows = None, []
-    for t in read_table_files(dataset, table):
-        names = names or t.column_names
-        assert t.column_names == names, f"{table}: files with different columns"
+    for f in sorted((Path(dataset) / table).glob("run_id=*/*.parquet")):
+        t = pq.ParquetFile(f).read()
         cols = [c.to_pylist() for c in t.columns]
+        cnames = t.column_names
+        if table == "kernel_stack" and "stack_id" in cnames:
+            stacks = _run_stacks(f.parent)
+            i = cnames.index("stack_id")
+            cols[i] = [stacks[sid] for sid in cols[i]]
+            cnames = cnames[:i] + ["caller"] + cnames[i + 1:]
+        names = names or cnames
+        assert cnames == names, f"{table}: files with different columns"
         rows.extend(zip(*cols))
     return names or [], rows
 
@@ -42,7 +62,7 @@ def work_dirs_left(dataset):
 
 def event_counts(dataset):
     """{table: rows} for every per-event table of a dataset."""
-    skip = {"runs", "print_flags", "lost_events", "event_tables"}
+    skip = {"runs", "print_flags", "lost_events", "event_tables", "stacks"}
     out = {}
     for d in sorted(Path(dataset).iterdir()):
         if d.is_dir() and not d.name.startswith(".") and d.name not in skip:

@@ -244,8 +244,14 @@ def test_outstanding_matches_report_frees(recorded):
 
 # ------------------------------------------------------------------ synthetic
 
-STACK_SCHEMA = pa.schema(K.COMMON + [("size", pa.int32()), ("caller", pa.list_(pa.uint64())),
-                                     ("caller_symbols", pa.list_(pa.string()))])
+# kernel_stack as kmemscope parses it: a stack_id into the run's stacks table ...
+STACK_SCHEMA = pa.schema(K.COMMON + [("size", pa.int32()), ("stack_id", pa.int32())])
+STACKS_SCHEMA = pa.schema([("stack_id", pa.int32()), ("frames", pa.list_(pa.string())),
+                           ("addresses", pa.list_(pa.uint64()))])
+# ... and as it was parsed before stacks were interned: each record's whole stack.
+RECORDED_STACK_SCHEMA = pa.schema(K.COMMON + [("size", pa.int32()),
+                                              ("caller", pa.list_(pa.uint64())),
+                                              ("caller_symbols", pa.list_(pa.string()))])
 G = lambda *n: K.gfp("6.18", *n)   # noqa: E731
 NOWAIT = G("__GFP_KSWAPD_RECLAIM")                       # other_nonblocking
 ATOMIC = G("__GFP_HIGH", "__GFP_KSWAPD_RECLAIM")          # eligible at order > 0 (era B)
@@ -267,9 +273,31 @@ def _stack(ts, cpu, frames):
     return dict(ts=ts, cpu=cpu, size=len(frames), caller=addrs, caller_symbols=frames)
 
 
-@pytest.fixture
-def synthetic(tmp_path):
-    """One 6.18 run, two CPUs. Per CPU in time order:
+def write_stacks(ds, run, stacks, shape):
+    """kernel_stack records (dicts of _stack) in the dataset's shape: 'recorded' (each row
+    holds its stack) or 'interned' (rows name a stacks row; ids in an order of their own, and
+    one stack under two ids, as the decoder gives once its memo is full)."""
+    if shape == "recorded":
+        K.write_rows(ds, "kernel_stack", run, stacks, RECORDED_STACK_SCHEMA)
+        return
+    ids, table = {}, []
+    for st in reversed(stacks):
+        key = tuple(st["caller"])
+        if key not in ids or st["ts"] == 300:     # the SKB stack at 300 gets a second id
+            ids[key] = len(table) + 1
+            table.append(dict(stack_id=ids[key], frames=st["caller_symbols"], addresses=list(key)))
+        st["stack_id"] = ids[key]
+    K.write_rows(ds, "kernel_stack", run, stacks, STACK_SCHEMA)
+    K.write_rows(ds, "stacks", run, table, STACKS_SCHEMA)
+
+
+@pytest.fixture(params=["interned", "recorded"])
+def synthetic(tmp_path, request):
+    return make_synthetic(tmp_path, request.param)
+
+
+def make_synthetic(tmp_path, shape):
+    """One 6.18 run, two CPUs, in either shape of kernel_stack. Per CPU in time order:
     cpu0: a1 a2 S(a2) S(a1)   (a2 nested in a1's unwind)
           a3 S(a3)  a5 S(free-function stack: mismatched)  a6 (no stack: capture ended)
     cpu1: S(orphan: its event came before the capture)  f1 a4 S(a4) S(f1)  a7 S(a7)
@@ -292,12 +320,12 @@ def synthetic(tmp_path):
         dict(ts=5 * SEC, cpu=1, pfn=10, order=3),                    # frees a1
         dict(ts=6 * SEC, cpu=0, pfn=30, order=0),                    # a3's pfn, wrong order
     ])
-    K.write_rows(ds, "kernel_stack", "r", [
+    write_stacks(ds, "r", [
         _stack(210, 0, DRIVER), _stack(300, 0, SKB), _stack(500, 0, SKB),
         _stack(650, 0, FREE_STACK),
         _stack(50, 1, FREE_STACK), _stack(160, 1, ALLOCATOR_ONLY), _stack(170, 1, FREE_STACK),
         _stack(710, 1, HOSTILE),
-    ], STACK_SCHEMA)
+    ], shape)
     return ds
 
 
@@ -327,6 +355,56 @@ def test_synthetic_pairing_nesting_and_callsite_rule(synthetic):
                                     "distinct_stacks")} == \
         dict(allocs=7, allocs_with_stack=5, allocs_without_stack=2, stacks=8, stacks_alloc=5,
              stacks_other=1, stacks_unpaired=1, stacks_mismatched=1, distinct_stacks=4)
+
+
+def test_interned_and_recorded_stacks_answer_alike(tmp_path):
+    """A dataset parsed before stacks were interned (kernel_stack with caller and
+    caller_symbols) and one parsed now (stack_id and a stacks table, numbered otherwise,
+    one stack under two ids) give the same rows in every alloc_origins section and the
+    same derived tables."""
+    from kmemscope.dataset import derived
+
+    made = {shape: make_synthetic(tmp_path / shape, shape) for shape in ("interned", "recorded")}
+    assert (made["interned"] / "stacks").is_dir() and not (made["recorded"] / "stacks").exists()
+    for section in ("alloc_origins.stacks", "alloc_origins.callsites", "alloc_origins.subsystems",
+                    "alloc_origins.outstanding", "alloc_origins.folded", "alloc_origins.pairing"):
+        rows = {shape: q(section, ds) for shape, ds in made.items()}
+        assert rows["interned"] == rows["recorded"], section
+        assert rows["interned"], section
+    import pyarrow.parquet as pq
+
+    tables = {}
+    for name in derived.STACK_TABLES:
+        got = {}
+        for shape, ds in made.items():
+            (path,) = derived.derived_files(ds, name, ["r"], read_only=True).values()
+            got[shape] = pq.read_table(path).to_pylist()
+        assert got["interned"] == got["recorded"], name
+        tables[name] = got["interned"]
+    # alloc_stacks numbers stacks by first use by an allocation: SKB (a1 at 100), then
+    # ALLOCATOR_ONLY (a4 at 150), DRIVER (a2 at 200), HOSTILE (a7 at 700); once each.
+    assert [(r["stack_id"], r["frames"]) for r in tables["alloc_stacks"]] == \
+        [(1, SKB), (2, ALLOCATOR_ONLY), (3, DRIVER), (4, HOSTILE)]
+
+
+def test_stacks_of_another_shape_are_refused_in_one_line(tmp_path):
+    """kernel_stack holding neither stack ids nor recorded stacks, or stack ids without a
+    stacks table: one line naming the fix, no traceback."""
+    ds = tmp_path / "ds"
+    K.write_run(ds, "r")
+    K.write_events(ds, "mm_page_alloc", "r", [dict(ts=1, pfn=1, order=1, gfp_flags=NOWAIT)])
+    K.write_rows(ds, "kernel_stack", "r", [dict(ts=2, size=1, stack_id=1)], STACK_SCHEMA)
+    proc = kmemscope("query", "alloc_origins", ds, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if "kmemscope: error:" in ln]
+    assert len(errors) == 1 and proc.stderr.rstrip("\n").endswith(errors[0].split("kmemscope: ", 1)[-1])
+    assert "no stacks table" in errors[0] and "kmemscope parse" in errors[0], proc.stderr
+    K.write_rows(ds, "kernel_stack", "r", [dict(ts=2, size=1)],
+                 pa.schema(K.COMMON + [("size", pa.int32())]))
+    proc = kmemscope("query", "alloc_origins", ds, check=False)
+    errors = [ln for ln in proc.stderr.splitlines() if "kmemscope: error:" in ln]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(errors) == 1
+    assert "neither stack ids nor recorded stacks" in errors[0] and "kmemscope parse" in errors[0]
 
 
 def test_synthetic_rollups_and_class_filter(synthetic):

@@ -414,3 +414,23 @@ def test_suppressed_before_counts_since_the_previous_bundle(tmp_path):
     rec._fire(manual, {"signal": "SIGUSR1"}, 300 * second)
     assert rec.pending["trigger"]["suppressed_before"] == {}   # not the 3 of before
     assert "value" not in rec.pending["trigger"]               # a manual trigger has none
+
+
+def test_window_trims_events_and_passes_the_stacks_table_whole():
+    """Parse keeps a flight bundle's window: event rows outside it are left out and counted;
+    the stacks table (no ts: one row per distinct kernel stack) goes through untouched."""
+    import pyarrow as pa
+
+    from kmemscope.parsers.flight_window import TrimmingSinks
+
+    class Window:
+        start_ns, end_ns = 100, 200
+    got = []
+    sinks = TrimmingSinks(lambda index: (lambda table, batch: got.append((table, batch))), Window)
+    sink = sinks(0)
+    sink("kernel_stack", pa.record_batch({"ts": [50, 150, 250], "stack_id": [1, 2, 1]}))
+    stacks = pa.record_batch({"stack_id": [1, 2], "frames": [["a+0x1"], ["b+0x2"]]})
+    sink("stacks", stacks)
+    assert got[0][0] == "kernel_stack" and got[0][1].to_pydict() == {"ts": [150], "stack_id": [2]}
+    assert got[1] == ("stacks", stacks)
+    assert (sinks.trimmed_before, sinks.trimmed_after) == (1, 1)

@@ -127,6 +127,69 @@ def test_misuse_from_python_raises_instead_of_crashing():
     assert proc.stdout.strip().splitlines()[-1] == "misuse: all raised", proc.stdout
 
 
+# ---------------------------------------------------------------- full memos
+
+def _report_stacks(trace):
+    """(cpu, ts ns, addresses) of every kernel_stack record in `trace-cmd report -t`."""
+    import re
+
+    line_re = re.compile(r"^\s*.*-\d+\s+\[(\d+)\]\s+(\d+\.\d+):\s+(\w+):")
+    frame_re = re.compile(r"^=> (?:\S+ \()?([0-9a-f]+)\)?$")
+    text = subprocess.run(["trace-cmd", "report", "-t", "-i", str(trace)], capture_output=True,
+                          text=True, check=True).stdout
+    out, current = [], None
+    for line in text.splitlines():
+        m = frame_re.match(line.strip()) if current is not None else None
+        if m:
+            current[2].append(int(m.group(1), 16))
+            continue
+        if current is not None:
+            out.append((current[0], current[1], tuple(current[2])))
+            current = None
+        m = line_re.match(line)
+        if m and m.group(3) == "kernel_stack":
+            current = (int(m.group(1)), int(m.group(2).replace(".", "")), [])
+    if current is not None:
+        out.append((current[0], current[1], tuple(current[2])))
+    return out
+
+
+def test_a_full_stack_memo_still_gives_every_record_its_own_stack(tmp_path):
+    """The decoder built with MEMO_MAX_BYTES=20000: its memos fill after a few hundred
+    stacks, and every stack met after that gets a new id and stacks row each time. Every
+    kernel_stack record of a public trace with 20,700 stacks must still name a row holding
+    exactly its addresses (oracle: trace-cmd report -t), and no id two rows."""
+    import json
+    from collections import Counter
+
+    trace = PUBLIC / RICH_FIXTURES[0]
+    if not trace.is_file():
+        requirements.skip("fixtures", f"{trace.name} is not in {PUBLIC}")
+    gcc, pkg = shutil.which("gcc"), shutil.which("pkg-config")
+    if not gcc or not pkg:
+        requirements.skip("setup", "gcc or pkg-config is not installed (make setup)")
+    import sysconfig
+
+    libs = _setup_list("NATIVE_LIBS")
+    flags = subprocess.run([pkg, "--cflags", "--libs", *libs], capture_output=True, text=True,
+                           check=True).stdout.split()
+    so = tmp_path / ("_tracedat" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([gcc, "-shared", "-fPIC", "-DMEMO_MAX_BYTES=20000", *_setup_list("NATIVE_CFLAGS"),
+                    f"-I{sysconfig.get_paths()['include']}", f"-I{ROOT / 'parsers' / 'native'}",
+                    *[str(ROOT / f) for f in _setup_list("NATIVE_SOURCES")], *flags, "-o", str(so)],
+                   check=True, capture_output=True, text=True)
+    proc = _child("small-memo", trace, so)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout)
+    ids = [sid for sid, _ in got["stacks"]]
+    assert sorted(ids) == list(range(1, len(ids) + 1))       # 1..n, each once
+    by_id = dict((sid, tuple(a)) for sid, a in got["stacks"])
+    mine = Counter((cpu, ts, by_id[sid]) for cpu, ts, sid in got["records"])
+    assert mine == Counter(_report_stacks(trace))
+    # The memo was full: some stack is held under more than one id.
+    assert len(set(by_id.values())) < len(by_id) < len(got["records"])
+
+
 # ---------------------------------------------------------------- build checks
 
 def _setup_list(name):
@@ -192,18 +255,23 @@ def _decoders(tf, batch_rows):
         else:
             work.append((seg, (seg.cpu, seg.offset, min(seg.length, 16 * pages[seg.buffer]), 0)))
 
+    stacks = _tracedat.Stacks()     # one stacks table for every decoder, as a parse has
+
     def make(seg):
         return _tracedat.Decoder(tf.native, tf.path, pages[seg.buffer], compression,
-                                 batch_rows=batch_rows, ts_offset=lay.ts_offset)
+                                 batch_rows=batch_rows, ts_offset=lay.ts_offset, stacks=stacks)
+    make.stacks = stacks
     return work, make
 
 
 def _import(batches, rows):
-    """Take batches into pyarrow as the parser does, and check every buffer and offset."""
+    """Take batches into pyarrow as the parser does, and check every buffer and offset.
+    Batches of the stacks table, (schema, array), count as event id "stacks"."""
     import pyarrow as pa
 
-    for event_id, schema, array in batches:
-        batch = pa.RecordBatch._import_from_c_capsule(schema, array)
+    for batch in batches:
+        event_id = batch[0] if len(batch) == 3 else "stacks"
+        batch = pa.RecordBatch._import_from_c_capsule(*batch[-2:])
         batch.validate(full=True)
         rows[event_id] = rows.get(event_id, 0) + batch.num_rows
 
@@ -215,8 +283,10 @@ def _decode_prefix(tf, batch_rows=512):
     for seg, args in work:
         dec = decoders.get(seg.buffer) or decoders.setdefault(seg.buffer, make(seg))
         _import(dec.decode(*args), rows)
+        _import(make.stacks.take(), rows)
     for dec in decoders.values():
         _import(dec.finish(), rows)
+    _import(make.stacks.finish(), rows)
     return rows, decoders
 
 
@@ -326,7 +396,12 @@ def main_misuse(path):
     p = str(path)
     page = _open(path).layout.buffers[0].page_size
     blank_trace, blank_decoder = t.Trace.__new__(t.Trace), t.Decoder.__new__(t.Decoder)
+    blank_stacks = t.Stacks.__new__(t.Stacks)
     cases = [
+        (RuntimeError, blank_stacks.take), (RuntimeError, blank_stacks.finish),
+        (RuntimeError, blank_stacks.count), (RuntimeError, lambda: t.Stacks().__init__()),
+        (TypeError, lambda: t.Decoder(t.Trace(p), p, page, "zstd", stacks="not a Stacks")),
+        (TypeError, lambda: t.Decoder(t.Trace(p), p, page, "zstd", stacks=blank_stacks)),
         (RuntimeError, blank_trace.info), (RuntimeError, blank_trace.events),
         (RuntimeError, blank_trace.print_flags),
         (RuntimeError, lambda: blank_decoder.decode(0, 0, 0, 0)),
@@ -371,7 +446,37 @@ def main_rlimit(path, phase, extra):
         print(f"ok {sum(rows)}")
 
 
+def main_small_memo(path, so):
+    """Decode with the extension at `so` (built with a small MEMO_MAX_BYTES); print the
+    kernel_stack records (cpu, ts, stack_id) and the stacks rows (stack_id, addresses)."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("kmemscope.parsers._tracedat", so)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.modules["kmemscope.parsers._tracedat"] = mod
+    import kmemscope.parsers
+
+    kmemscope.parsers._tracedat = mod
+    from kmemscope.parsers.tracedat import TraceFile
+
+    tf = TraceFile(path)
+    assert tf.native.__class__ is mod.Trace
+    records, stacks = [], []
+
+    def sink(table, batch):
+        if table == "kernel_stack":
+            records.extend(zip(*(batch.column(c).to_pylist() for c in ("cpu", "ts", "stack_id"))))
+        elif table == "stacks":
+            stacks.extend(zip(batch.column("stack_id").to_pylist(),
+                              batch.column("addresses").to_pylist()))
+    tf.decode(lambda i: sink, threads=2)
+    print(json.dumps({"records": records, "stacks": stacks}))
+
+
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:]
     {"sweep-decode": main_sweep_decode, "sweep-open": main_sweep_open, "count": main_count,
-     "rows": main_rows, "rlimit": main_rlimit, "misuse": main_misuse}[mode](Path(rest[0]), *rest[1:])
+     "rows": main_rows, "rlimit": main_rlimit, "misuse": main_misuse,
+     "small-memo": main_small_memo}[mode](Path(rest[0]), *rest[1:])

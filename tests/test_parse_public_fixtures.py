@@ -96,19 +96,23 @@ _STACK_LINE = re.compile(r"^=> (?P<sym>\S+) \((?P<addr>[0-9a-f]+)\)$|^=> (?P<bar
 
 
 def test_kernel_stack_callers_follow_the_size_field(parsed):
-    """langraph's v7+zstd file: 20,700 kernel_stack events, caller lists as long as `size` says,
-    equal to the addresses (and symbols) trace-cmd's stack printer shows for each event."""
+    """langraph's v7+zstd file: 20,700 kernel_stack events, each naming a row of the run's
+    stacks table whose addresses are as many as `size` says, equal to the addresses (and
+    symbols) trace-cmd's stack printer shows for each event."""
     name = "langraph_v7_zstd148_le_l8_4cpu_5.15.dat"
     if name not in parsed:
         requirements.skip("fixtures", f"{name} is not in {PUBLIC_FIXTURES}")
     _, ds, report = parsed[name]
     stacks = [r for r in report.records if r.event == "kernel_stack"]
     assert len(stacks) == 20700
-    names, rows = table_rows(ds, "kernel_stack")
+    names, rows = table_rows(ds, "kernel_stack")      # stack_id -> the stacks row's addresses
     assert len(rows) == 20700
     col = {n: i for i, n in enumerate(names)}
+    _, stack_rows = table_rows(ds, "stacks")
+    symbols = {tuple(addrs): frames for _, frames, addrs in stack_rows}
+    assert len(symbols) == len(stack_rows), "one stacks row per distinct stack"
     bad_len = [r for r in rows if len(r[col["caller"]]) != r[col["size"]]
-               or len(r[col["caller_symbols"]]) != r[col["size"]]]
+               or len(symbols[tuple(r[col["caller"]])]) != r[col["size"]]]
     assert not bad_len, f"{len(bad_len)} rows whose caller list is not `size` long, e.g. {bad_len[0]}"
 
     def oracle_stack(rec):
@@ -129,7 +133,7 @@ def test_kernel_stack_callers_follow_the_size_field(parsed):
         size = r[col["size"]]
         addrs = r[col["caller"]]
         # trace-cmd's printer walks to the end of the record and stops at a -1 entry.
-        syms = [s.rsplit("+", 1)[0] if s else None for s in r[col["caller_symbols"]]]
+        syms = [s.rsplit("+", 1)[0] if s else None for s in symbols[tuple(addrs)]]
         got[(r[col["cpu"]], r[col["ts"]], tuple(addrs[:size]), tuple(syms[:size]))] += 1
     missing = sorted((want - got).elements())[:3]
     extra = sorted((got - want).elements())[:3]

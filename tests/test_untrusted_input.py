@@ -479,3 +479,13 @@ def test_no_event_can_take_the_name_of_a_view_the_analyses_define():
     assert public <= RESERVED_TABLES, f"not reserved: {sorted(public - RESERVED_TABLES)}"
     internal = {v for m in sql_lib.modules().values() for v in m.internal}
     assert internal and not any(is_safe(v) for v in internal)     # `_` names: no table takes them
+
+
+def test_an_event_named_stacks_does_not_take_the_stacks_table():
+    """`stacks` is the table parse writes for a run's kernel stacks: an event of that name
+    (any system) gets a table of its own name instead of mixing into it."""
+    from kmemscope.parsers.tablenames import name_tables
+
+    names = name_tables([(7, "mysys", "stacks"), (8, "ftrace", "kernel_stack")])
+    assert names[7] != "stacks" and names[7].startswith("ev_mysys__stacks_")
+    assert names[8] == "kernel_stack"

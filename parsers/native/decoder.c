@@ -24,18 +24,21 @@ static void builder_reset_dict(struct col_builder *c)
 	gbuf_free(&c->dict_data);
 }
 
+static void col_builder_free(struct col_builder *c)
+{
+	gbuf_free(&c->values);
+	gbuf_free(&c->offsets);
+	gbuf_free(&c->child);
+	gbuf_free(&c->child_offsets);
+	builder_reset_dict(c);
+}
+
 static void builder_free(struct event_builder *b)
 {
 	if (!b)
 		return;
-	for (int i = 0; i < b->plan->ncols; i++) {
-		struct col_builder *c = &b->cols[i];
-		gbuf_free(&c->values);
-		gbuf_free(&c->offsets);
-		gbuf_free(&c->child);
-		gbuf_free(&c->child_offsets);
-		builder_reset_dict(c);
-	}
+	for (int i = 0; i < b->plan->ncols; i++)
+		col_builder_free(&b->cols[i]);
 	free(b->cols);
 	free(b);
 }
@@ -264,7 +267,7 @@ static void sym_memo_free(struct sym_memo *m)
 }
 
 /* Append one frame's symbol, `function+0xoffset` from the trace's kallsyms or
- * the bare address, as one more string of caller_symbols' list. libtraceevent's
+ * the bare address, as one more string of a stacks row's frames. libtraceevent's
  * symbol lookup sorts its table on first use and is not thread-safe: the lock
  * is taken only for an address this decoder has not met before. */
 static int append_symbol(struct decoder *d, struct col_builder *c, uint64_t a)
@@ -291,8 +294,7 @@ static int append_symbol(struct decoder *d, struct col_builder *c, uint64_t a)
 
 static size_t stack_memo_bytes(const struct stack_memo *m)
 {
-	return m->text.len + m->addrs.len + m->ends.len +
-	       (size_t)m->nslots * sizeof(struct stack_slot);
+	return m->addrs.len + (size_t)m->nslots * sizeof(struct stack_slot);
 }
 
 static const struct stack_slot *stack_memo_find(const struct stack_memo *m, uint64_t hash,
@@ -310,13 +312,12 @@ static const struct stack_slot *stack_memo_find(const struct stack_memo *m, uint
 	return NULL;
 }
 
-/* Remember a stack's symbols: `text` holds them back to back, `ends` where
- * each one ends (int32 Arrow offsets, counted from `base`). Returns 0 (also
- * when the memo is full and takes nothing), or -1 when out of memory. */
+/* Remember that the stack `addrs` is `id`. Returns 0 (also when the memo is
+ * full and takes nothing: the stack then gets a new id when it comes again),
+ * or -1 when out of memory. */
 static int stack_memo_add(struct stack_memo *m, uint64_t hash, const uint64_t *addrs, int depth,
-			  const char *text, size_t text_len, const char *ends, size_t base)
+			  int32_t id)
 {
-	size_t grows = text_len + (size_t)depth * 12;
 	if ((m->nused + 1) * 2 > m->nslots) {
 		uint32_t n = m->nslots ? m->nslots * 2 : 256;
 		if (stack_memo_bytes(m) + (size_t)n * sizeof(struct stack_slot) > MEMO_MAX_BYTES)
@@ -336,29 +337,17 @@ static int stack_memo_add(struct stack_memo *m, uint64_t hash, const uint64_t *a
 		m->slots = slots;
 		m->nslots = n;
 	}
-	if (stack_memo_bytes(m) + grows > MEMO_MAX_BYTES)
+	if (stack_memo_bytes(m) + (size_t)depth * 8 > MEMO_MAX_BYTES)
 		return 0;
-	uint32_t first = (uint32_t)(m->addrs.len / 8), text_off = (uint32_t)m->text.len;
-	if (gbuf_reserve(&m->addrs, (size_t)depth * 8) || gbuf_reserve(&m->ends, (size_t)depth * 4) ||
-	    gbuf_append(&m->text, text, text_len))
+	uint32_t first = (uint32_t)(m->addrs.len / 8);
+	if (depth && gbuf_append(&m->addrs, addrs, (size_t)depth * 8))
 		return -1;
-	if (depth)
-		memcpy(m->addrs.data + m->addrs.len, addrs, (size_t)depth * 8);
-	m->addrs.len += (size_t)depth * 8;
-	for (int k = 0; k < depth; k++) {
-		int32_t end;
-		memcpy(&end, ends + (size_t)k * 4, 4);
-		uint32_t rel = (uint32_t)((size_t)end - base);
-		memcpy(m->ends.data + m->ends.len, &rel, 4);
-		m->ends.len += 4;
-	}
 	uint32_t mask = m->nslots - 1;
 	uint32_t h = (uint32_t)hash & mask;
 	while (m->slots[h].used)
 		h = (h + 1) & mask;
 	m->slots[h] = (struct stack_slot){ .hash = hash, .first = first, .depth = (uint32_t)depth,
-					   .text_off = text_off, .text_len = (uint32_t)text_len,
-					   .used = true };
+					   .id = id, .used = true };
 	m->nused++;
 	return 0;
 }
@@ -369,43 +358,151 @@ static void stack_memo_free(struct stack_memo *m)
 	m->slots = NULL;
 	m->nslots = m->nused = 0;
 	gbuf_free(&m->addrs);
-	gbuf_free(&m->ends);
-	gbuf_free(&m->text);
 }
 
-/* Append one record's caller_symbols: the strings of a stack met before are
- * copied whole from the memo; a new stack is symbolised frame by frame and
- * then remembered. The caller has started c->child_offsets. */
-static int append_stack_symbols(struct decoder *d, struct col_builder *c, const uint64_t *addrs,
-				int depth)
+/* ---------------------------------------------------------------- the stacks table */
+
+/* A batch of the stacks table closes at this many rows (or BATCH_VAR_BYTES of
+ * symbols): distinct stacks are few, except in hostile traces. */
+#define STACK_BATCH_ROWS 65536
+
+static const struct col_plan STACK_COLS[] = {
+	{ .name = "stack_id", .kind = COL_INT, .width = 4, .is_signed = true, .count_offset = -1 },
+	{ .name = "frames", .kind = COL_STACKSYM, .width = 8, .count_offset = -1 },
+	{ .name = "addresses", .kind = COL_STACK, .width = 8, .count_offset = -1 },
+};
+#define NSTACK_COLS ((int)(sizeof(STACK_COLS) / sizeof(STACK_COLS[0])))
+
+int stack_intern_init(struct stack_intern *s)
 {
-	struct stack_memo *m = &d->stacks;
-	uint64_t hash = hash_frames(addrs, depth);
-	size_t base = c->child.len;
-	const struct stack_slot *s = stack_memo_find(m, hash, addrs, depth);
-	if (s) {
-		if (gbuf_reserve(&c->child, s->text_len) ||
-		    gbuf_reserve(&c->child_offsets, (size_t)s->depth * 4))
-			return -1;
-		if (s->text_len)
-			memcpy(c->child.data + c->child.len, m->text.data + s->text_off, s->text_len);
-		c->child.len += s->text_len;
-		const char *ends = m->ends.data + (size_t)s->first * 4;
-		for (uint32_t k = 0; k < s->depth; k++) {
-			uint32_t rel;
-			memcpy(&rel, ends + (size_t)k * 4, 4);
-			int32_t o = (int32_t)(base + rel);
-			memcpy(c->child_offsets.data + c->child_offsets.len, &o, 4);
-			c->child_offsets.len += 4;
-		}
-		return 0;
-	}
-	size_t first_end = c->child_offsets.len;
+	memset(s, 0, sizeof(*s));
+	return pthread_mutex_init(&s->lock, NULL) ? -1 : 0;
+}
+
+void stack_intern_release(struct stack_intern *s)
+{
+	stack_memo_free(&s->memo);
+	col_builder_free(&s->ids);
+	col_builder_free(&s->frames);
+	col_builder_free(&s->addrs);
+	for (int k = 0; k < s->nready; k++)
+		batch_release(&s->ready[k]);
+	free(s->ready);
+	s->ready = NULL;
+	s->nready = s->capready = 0;
+	pthread_mutex_destroy(&s->lock);
+}
+
+/* One row of the stacks table: `id`, the frames' symbols (resolved through
+ * decoder d's symbol memo), the addresses. On failure the builders are left
+ * inconsistent: the caller marks the table failed. */
+static int append_stack_row(struct decoder *d, struct stack_intern *s, int32_t id,
+			    const uint64_t *addrs, int depth)
+{
+	struct col_builder *f = &s->frames, *a = &s->addrs;
+	if (gbuf_append(&s->ids.values, &id, 4) || offsets_start(&f->child_offsets))
+		return -1;
 	for (int k = 0; k < depth; k++)
-		if (append_symbol(d, c, addrs[k]))
+		if (append_symbol(d, f, addrs[k]))
 			return -1;
-	return stack_memo_add(m, hash, addrs, depth, c->child.data + base, c->child.len - base,
-			      c->child_offsets.data + first_end, base);
+	if (append_offset(&f->offsets, f->child_offsets.len / 4 - 1) ||
+	    offsets_start(&a->offsets) ||
+	    (depth && gbuf_append(&a->child, addrs, (size_t)depth * 8)) ||
+	    append_offset(&a->offsets, a->child.len / 8))
+		return -1;
+	s->rows++;
+	return 0;
+}
+
+static int export_column(const struct col_plan *cp, struct col_builder *c, int64_t rows,
+			 struct ArrowSchema **sp, struct ArrowArray **ap);
+
+/* The rows built so far as one more ready batch (the lock is held). */
+static int queue_stacks(struct stack_intern *s)
+{
+	if (!s->rows)
+		return 0;
+	if (s->nready == s->capready) {
+		int n = s->capready ? s->capready * 2 : 4;
+		struct batch *q = km_realloc(s->ready, n * sizeof(*q));
+		if (!q)
+			return -1;
+		s->ready = q;
+		s->capready = n;
+	}
+	struct col_builder *cols[NSTACK_COLS] = { &s->ids, &s->frames, &s->addrs };
+	struct ArrowSchema *root_s = schema_new("+s", "", NSTACK_COLS);
+	struct ArrowArray *root_a = root_s ? array_new(s->rows, 1, NSTACK_COLS) : NULL;
+	if (!root_a)
+		goto fail;
+	for (int i = 0; i < NSTACK_COLS; i++)
+		if (export_column(&STACK_COLS[i], cols[i], s->rows, &root_s->children[i],
+				  &root_a->children[i]))
+			goto fail;
+	s->ready[s->nready++] = (struct batch){ .event_id = -1, .schema = root_s, .array = root_a };
+	s->rows = 0;
+	return 0;
+fail:
+	schema_free(root_s);
+	array_free(root_a);
+	return -1;
+}
+
+int stack_intern_flush(struct stack_intern *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int r = s->failed || queue_stacks(s);
+	if (r)
+		s->failed = true;
+	pthread_mutex_unlock(&s->lock);
+	return r ? -1 : 0;
+}
+
+/* A stack met for the first time: its id, row and memo entry (the lock is held). */
+static int stack_new(struct decoder *d, struct stack_intern *s, uint64_t hash,
+		     const uint64_t *addrs, int depth, int32_t *id)
+{
+	if (s->last_id == INT32_MAX) {
+		snprintf(d->error, sizeof(d->error), "more than %d distinct kernel stacks in one "
+			 "trace", INT32_MAX);
+		return -1;
+	}
+	int32_t next = s->last_id + 1;
+	if (append_stack_row(d, s, next, addrs, depth) ||
+	    stack_memo_add(&s->memo, hash, addrs, depth, next))
+		return -1;
+	s->last_id = next;
+	*id = next;
+	if (s->rows >= STACK_BATCH_ROWS || s->frames.child.len > BATCH_VAR_BYTES ||
+	    s->frames.child_offsets.len > BATCH_VAR_BYTES || s->addrs.child.len > BATCH_VAR_BYTES)
+		return queue_stacks(s);
+	return 0;
+}
+
+/* The stack_id of the stack `addrs`: the memo's, or a new one with its row. */
+static int stack_id_of(struct decoder *d, const uint64_t *addrs, int depth, int32_t *id)
+{
+	struct stack_intern *s = d->stacks;
+	if (!s) {
+		snprintf(d->error, sizeof(d->error), "kernel stacks met by a decoder without a stack table");
+		return -1;
+	}
+	uint64_t hash = hash_frames(addrs, depth);
+	pthread_mutex_lock(&s->lock);
+	int r = -1;
+	if (!s->failed) {
+		const struct stack_slot *slot = stack_memo_find(&s->memo, hash, addrs, depth);
+		if (slot) {
+			*id = slot->id;
+			r = 0;
+		} else {
+			r = stack_new(d, s, hash, addrs, depth, id);
+			if (r)
+				s->failed = true;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
 }
 
 /* Fixed-width columns get a whole batch worth of memory at once: growing them by
@@ -435,7 +532,6 @@ struct record {
 	int32_t cpu;
 	int32_t pid;
 	bool swap;		/* the file's byte order is not ours */
-	int frames;		/* stack frames read into d->frames, -1 until read */
 	bool full;		/* a column reached its batch's limit: flush after this row */
 };
 
@@ -536,26 +632,26 @@ static int append_array(const struct col_plan *cp, struct col_builder *c, struct
 	return r;
 }
 
-/* A stack's addresses (COL_STACK) or their symbols (COL_STACKSYM). caller and
- * caller_symbols are the same field: its frames are read once per record. */
+/* A stack's addresses (user_stack's caller). */
 static int append_stack(struct decoder *d, const struct col_plan *cp, struct col_builder *c,
 			struct record *rec)
 {
-	if (rec->frames < 0)
-		rec->frames = read_frames(d, cp, rec->data, rec->size);
-	int count = rec->frames;
-	int r = count < 0 || presize_stack(c);
-	if (!r && cp->kind == COL_STACK) {
-		r = offsets_start(&c->offsets) ||
-		    (count && gbuf_append(&c->child, d->frames.data, (size_t)count * 8)) ||
-		    append_offset(&c->offsets, c->child.len / 8);
-	} else if (!r) {
-		r = offsets_start(&c->child_offsets) ||
-		    append_stack_symbols(d, c, (const uint64_t *)d->frames.data, count) ||
-		    append_offset(&c->offsets, c->child_offsets.len / 4 - 1);
-	}
+	int count = read_frames(d, cp, rec->data, rec->size);
+	int r = count < 0 || presize_stack(c) || offsets_start(&c->offsets) ||
+		(count && gbuf_append(&c->child, d->frames.data, (size_t)count * 8)) ||
+		append_offset(&c->offsets, c->child.len / 8);
 	note_full(rec, c);
 	return r;
+}
+
+/* A kernel stack's id in the decode's stacks table (a new row when it is new). */
+static int append_stack_id(struct decoder *d, const struct col_plan *cp, struct col_builder *c,
+			   struct record *rec)
+{
+	int count = read_frames(d, cp, rec->data, rec->size);
+	int32_t id;
+	return count < 0 || stack_id_of(d, (const uint64_t *)d->frames.data, count, &id) ||
+	       append_fixed(d, c, &id, 4);
 }
 
 static int append_column(struct decoder *d, const struct col_plan *cp, struct col_builder *c,
@@ -582,8 +678,11 @@ static int append_column(struct decoder *d, const struct col_plan *cp, struct co
 	case COL_DYNARR:
 		return append_array(cp, c, rec);
 	case COL_STACK:
-	case COL_STACKSYM:
 		return append_stack(d, cp, c, rec);
+	case COL_STACKID:
+		return append_stack_id(d, cp, c, rec);
+	case COL_STACKSYM:	/* the stacks table's column only */
+		return -1;
 	}
 	return 0;
 }
@@ -598,7 +697,7 @@ static int append_record(struct decoder *d, struct event_builder *b, const unsig
 	struct record rec = {
 		.data = data, .size = size, .ts = (int64_t)ts + d->ts_offset, .cpu = cpu,
 		.pid = (int32_t)read_uint(data + d->trace->pid_offset, 4, d->trace->swap),
-		.swap = d->trace->swap, .frames = -1,
+		.swap = d->trace->swap,
 	};
 	int r = 0;
 	for (int i = 0; i < p->ncols && !r; i++)
@@ -648,6 +747,7 @@ static int export_column(const struct col_plan *cp, struct col_builder *c, int64
 	case COL_TS:
 	case COL_CPU:
 	case COL_PID:
+	case COL_STACKID:
 	case COL_INT: {
 		const char *fmt = cp->kind == COL_TS ? "l" :
 				  cp->kind == COL_INT ? int_format(cp->width, cp->is_signed) : "i";
@@ -1010,7 +1110,6 @@ void decoder_release(struct decoder *d)
 	gbuf_free(&d->pages);
 	gbuf_free(&d->frames);
 	sym_memo_free(&d->syms);
-	stack_memo_free(&d->stacks);
 	if (d->fd >= 0)
 		close(d->fd);
 	d->fd = -1;

@@ -92,13 +92,13 @@ enum decoder_compression { COMPRESSION_NONE, COMPRESSION_ZSTD, COMPRESSION_ZLIB 
 
 /* Kernel stacks repeat: a recording with a stack on every allocation holds
  * millions of stacks but a few thousand distinct ones, over a few thousand
- * distinct return addresses. Each decoder keeps what it has symbolised, per
- * address and per whole stack, for as long as it lives (one run's segments
- * on one thread), so kallsyms is searched, and its lock taken, once per
- * address, and a repeated stack's symbols are one copy. The memos are this
- * decoder's own: no lock guards them. A memo that reaches MEMO_MAX_BYTES takes
- * nothing more (hostile traces may hold nothing but distinct addresses) and
- * later misses are symbolised one frame at a time, as they would be without it. */
+ * distinct return addresses. Each decoder keeps the symbol of every address it
+ * has resolved, for as long as it lives (one run's segments on one thread), so
+ * kallsyms is searched, and its lock taken, once per address per thread. The
+ * memo is this decoder's own: no lock guards it. A memo that reaches
+ * MEMO_MAX_BYTES takes nothing more (hostile traces may hold nothing but
+ * distinct addresses) and later misses are resolved one at a time, as they
+ * would be without it. */
 #ifndef MEMO_MAX_BYTES	/* a build may set it low (-DMEMO_MAX_BYTES=20000) to exercise full memos */
 #define MEMO_MAX_BYTES ((size_t)32 << 20)
 #endif
@@ -113,24 +113,41 @@ struct sym_slot {
 struct sym_memo {
 	struct sym_slot *slots;
 	uint32_t nslots, nused;	/* nslots: 0 or a power of two */
-	struct gbuf text;	/* symbols as appended to caller_symbols (valid UTF-8) */
+	struct gbuf text;	/* symbols as appended to a frames list (valid UTF-8) */
 };
 
 struct stack_slot {
 	uint64_t hash;
-	uint32_t first;		/* the stack's first frame in stack_memo.addrs and .ends */
+	uint32_t first;		/* the stack's first frame in stack_memo.addrs */
 	uint32_t depth;
-	uint32_t text_off;	/* its symbols, back to back, in stack_memo.text */
-	uint32_t text_len;
+	int32_t id;		/* its stack_id */
 	bool used;
 };
 
+/* Whole stacks met so far: addresses -> stack_id. */
 struct stack_memo {
 	struct stack_slot *slots;
 	uint32_t nslots, nused;
 	struct gbuf addrs;	/* uint64_t per frame */
-	struct gbuf ends;	/* uint32_t per frame: where its symbol ends, from text_off */
-	struct gbuf text;
+};
+
+/* The stacks of one decode, shared by all its decoders (threads), behind
+ * `lock`: each distinct stack gets a stack_id, 1, 2, ... in the order the
+ * decode first met it, and one row of the `stacks` table (stack_id, frames,
+ * addresses), built here and handed out as Arrow batches. A kernel_stack
+ * record carries only its stack_id. The memo stops growing at MEMO_MAX_BYTES:
+ * a stack not met before is then given a new id and row each time it comes
+ * (its rows repeat frames, but every id names its own record's frames
+ * exactly). Once `failed` (memory ran out mid-row), every later call fails. */
+struct stack_intern {
+	pthread_mutex_t lock;
+	struct stack_memo memo;
+	int32_t last_id;
+	int64_t rows;		/* rows in the builders, not yet a batch */
+	struct col_builder ids, frames, addrs;
+	struct batch *ready;	/* finished batches of `stacks` not yet taken */
+	int nready, capready;
+	bool failed;
 };
 
 struct decoder {
@@ -151,7 +168,7 @@ struct decoder {
 	struct gbuf pages;	/* uncompressed pages */
 	struct gbuf frames;	/* one stack record's addresses, as uint64_t */
 	struct sym_memo syms;
-	struct stack_memo stacks;
+	struct stack_intern *stacks;	/* shared with the decode's other decoders; not owned */
 	int64_t events;
 	int64_t unknown_events;
 	long long min_ts, max_ts;	/* over decoded events, for the runs table */
@@ -173,5 +190,13 @@ int decoder_segment(struct decoder *d, int cpu, long long offset, long long leng
 /* Queue the partly filled batch of every event; fails like decoder_segment. */
 int decoder_flush(struct decoder *d);
 void batch_release(struct batch *b);
+
+/* Set up an empty stack table; returns -1 when the lock cannot be made. */
+int stack_intern_init(struct stack_intern *s);
+/* Free everything `s` holds (its batches not yet taken too). */
+void stack_intern_release(struct stack_intern *s);
+/* Under the lock: turn the rows built so far into one more ready batch.
+ * Returns -1 when memory ran out or the table failed earlier. */
+int stack_intern_flush(struct stack_intern *s);
 
 #endif

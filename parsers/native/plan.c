@@ -186,7 +186,8 @@ static int plan_common_fields(struct event_plan *p, int *cap, struct tep_event *
 
 /* A stack event's caller: the format declares caller[8]; the kernel writes as
  * many entries as the stack had, and the `size` field (depth) says how many.
- * kernel_stack also gets caller_symbols, the same field resolved. */
+ * user_stack keeps its addresses; kernel_stack's become a stack_id, the row of
+ * the run's stacks table that holds them and their symbols. */
 static int plan_stack_field(struct event_plan *p, int *cap, struct tep_event *ev,
 			    struct tep_format_field *f, struct tep_format_field *depth)
 {
@@ -199,14 +200,12 @@ static int plan_stack_field(struct event_plan *p, int *cap, struct tep_event *ev
 		c.count_offset = depth->offset;
 		c.count_width = depth->size;
 	}
+	if (!strcmp(ev->name, "kernel_stack")) {
+		c.kind = COL_STACKID;
+		c.name = "stack_id";
+	}
 	if (plan_add(p, cap, c))
 		return -1;
-	if (!strcmp(ev->name, "kernel_stack")) {
-		c.kind = COL_STACKSYM;
-		c.name = "caller_symbols";
-		if (plan_add(p, cap, c))
-			return -1;
-	}
 	need_bytes(p, f->offset, 0);
 	return 0;
 }

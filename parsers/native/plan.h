@@ -24,7 +24,8 @@ enum col_kind {
 	COL_DYNARR,	/* __data_loc array of integers -> list */
 	COL_BIN,	/* anything else: raw bytes */
 	COL_STACK,	/* stack-trace caller[]: addresses, as many as the record holds */
-	COL_STACKSYM,	/* the same addresses resolved through kallsyms */
+	COL_STACKSYM,	/* stack addresses resolved through kallsyms (the stacks table's frames) */
+	COL_STACKID,	/* kernel_stack's caller[] as the int32 id of its row in the stacks table */
 };
 
 struct col_plan {
@@ -36,7 +37,7 @@ struct col_plan {
 	bool is_signed;
 	bool relative;		/* __rel_loc: offset counts from the end of the field */
 	bool flexible;		/* a trailing `type name[]`: runs to the end of the record */
-	int count_offset;	/* COL_STACK: the `size` field holding the depth, or -1 */
+	int count_offset;	/* COL_STACK, COL_STACKID: the `size` field holding the depth, or -1 */
 	int count_width;
 };
 

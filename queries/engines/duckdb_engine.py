@@ -68,12 +68,8 @@ class DuckDBBackend:
 
     def derived(self, name, progress=None):
         """A view of derived table `name` over the chosen runs, built where missing."""
-        if name in derive.STACK_TABLES:
-            files = derive.stack_files(self.dataset, name, self.chosen, self.parts, self.threads,
-                                       progress)
-        else:
-            files = derive.derived_files(self.dataset, name, self.chosen, self.parts,
-                                         self.threads, progress)
+        files = derive.derived_files(self.dataset, name, self.chosen, self.parts, self.threads,
+                                     progress)
         view = ds.quote_ident(name)
         if files:
             # sql-safe: view is quote_ident(), scan_sql() quotes every path
