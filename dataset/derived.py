@@ -432,7 +432,7 @@ def same_as_rederived(dataset, name, run, cached):
 
     import duckdb
 
-    if name not in DERIVED_TABLES + STACK_TABLES:
+    if name not in DERIVED_TABLES:
         raise DatasetError(f"{name} is not a table kmemscope's dataset layer derives")
     parts = ds.table_runs(dataset)
     shas = _run_shas(dataset, parts, [run])
