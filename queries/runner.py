@@ -29,13 +29,13 @@ table. Results
 start with run_id and labels; notes about what a run lacks travel in the schema
 metadata under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 """
-import contextvars
 import json
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kmemscope.dataset import reader as ds
+from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.errors import DatasetError, KmemscopeError, QueryError
 
@@ -198,30 +198,6 @@ def _assumption_notes(facts, mts, needs):
     return notes
 
 
-_LISTING = contextvars.ContextVar("kmemscope_listing", default=None)
-
-
-def _table_runs(dataset):
-    """ds.table_runs(): the committed runs (a commit a killed parse left is the next parse's).
-
-    Inside one_listing(dataset) every query reads the listing made on entry."""
-    held = _LISTING.get()
-    if held is not None and held[0] == str(dataset):
-        return held[1]
-    return ds.table_runs(dataset)
-
-
-@contextmanager
-def one_listing(dataset):
-    """Run several analyses over one listing of `dataset`: one snapshot of its runs, listed
-    once (a comparison runs five analyses; at 300 runs each listing took 0.2 s)."""
-    token = _LISTING.set((str(dataset), ds.table_runs(dataset)))
-    try:
-        yield
-    finally:
-        _LISTING.reset(token)
-
-
 def _drop_unfit(parts, chosen, tables):
     """(chosen runs whose `tables` a query can read, notes on those left out).
 
@@ -255,9 +231,10 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
     the runs table). The caller closes the backend.
     """
     eng = engines.resolve(engine)
+    ref = DatasetRef.of(dataset)
     checked = parts is not None
-    parts = _table_runs(dataset) if parts is None else parts
-    chosen = select_runs(dataset, parts, run_ids, labels)
+    parts = ref.listing if parts is None else parts
+    chosen = select_runs(ref.location, parts, run_ids, labels)
     script = sql_lib.script(sql_lib.adhoc_modules() if modules is None else modules)
     known = set(TABLE_COLUMNS) | set(parts)
     wanted = set(tables) if tables is not None else known
@@ -266,7 +243,7 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
         chosen, dropped = _drop_unfit(parts, chosen, wanted)
         if notes is not None:
             notes.extend(dropped)
-    backend = eng.open(dataset, chosen, parts, wanted, threads)
+    backend = eng.open(ref, chosen, parts, wanted, threads)
     try:
         # A damaged page of a runs file is one line, like any failure of the engine.
         with backend_errors(backend, "reading the runs table"):
@@ -329,8 +306,9 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     bound = {p.name: convert_param(p, params[p.name], qname) if p.name in params else p.default
              for p in a.params.values()}
     needs = a.needs(section)
-    parts = _table_runs(dataset)
-    chosen = select_runs(dataset, parts, run_ids, labels)
+    ref = DatasetRef.of(dataset)
+    parts = ref.listing
+    chosen = select_runs(ref.location, parts, run_ids, labels)
     tables = _named_tables(a.prelude + "\n" + section.sql, set(TABLE_COLUMNS) | set(parts))
     tables |= set(needs.requires + needs.any_of + needs.optional)
     known = set(TABLE_COLUMNS) | set(parts)
@@ -339,7 +317,7 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     if needs.derived:
         read |= {"mm_page_alloc", "mm_page_free"}      # what the derived tables are built from
     chosen, dropped = _drop_unfit(parts, chosen, read)
-    notes = (ds.reader_notes(dataset) + dropped
+    notes = (ref.reader_notes() + dropped
              + _check_tables(needs, parts, chosen))
     return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes, modules)
 
@@ -387,9 +365,10 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     it runs the plan with `run_local` (engines/base.py: DuckDB over every run
     here, or on Spark one task per group of runs).
     """
-    plan = prepare(name, dataset, run_ids, labels, params)
+    ref = DatasetRef.of(dataset)
+    plan = prepare(name, ref, run_ids, labels, params)
     eng = engines.resolve(engine)
-    rows = eng.run_plan(plan, dataset, run_local, threads, progress)
+    rows = eng.run_plan(plan, ref, run_local, threads, progress)
     facts = sorted(rows.facts, key=lambda f: f["run_id"])
     notes = plan.notes + _assumption_notes(facts, rows.mts, plan.needs)
     table = rows.table
