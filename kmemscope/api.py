@@ -386,27 +386,30 @@ def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg 
     (reader.confine); DuckDB spills into a private directory; SIGINT/SIGTERM/SIGHUP stop a
     statement at once. Runs whose schema does not fit are left out with a note in `notes`.
     caller_frames: the caller's pandas/polars/Arrow objects are tables by their name.
+    Only the views the SQL names are made at first (runner.adhoc_scope: `SELECT 1` opens
+    no table); a statement that names one that is not there gets them all and runs again.
     """
     import duckdb
 
     from kmemscope.dataset import limits, reader
     from kmemscope.dataset.handle import DatasetRef
     from kmemscope.errors import QueryError
-    from kmemscope.queries.runner import open_run_set
+    from kmemscope.queries.runner import adhoc_scope, open_runs, widen
 
     ref = DatasetRef.of(dataset)
-
     if timeout is None and read_only:
         timeout = 300.0
     if memory_limit is None and read_only:
         memory_limit = str(limits.default_memory_limit())
     tables = []
     with limits.bounded(memory_limit, timeout):
+        scope = adhoc_scope("\n".join(statements), ref.listing)
         try:
-            con = open_run_set(ref, runs, label, notes=notes)[0]
+            backend, chosen, parts, _facts, _mts = open_runs(ref, runs, label, notes=notes,
+                                                             scope=scope)
         except duckdb.Error as exc:
             raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}") from None
-        with reader.sql_session(con, limits.memory_limit()) as con:
+        with reader.sql_session(backend.con, limits.memory_limit()) as con:
             if read_only:
                 reader.confine(con, ref.location, "\n;\n".join(statements))
             elif caller_frames:
@@ -414,7 +417,15 @@ def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg 
             with reader.guarded(con, timeout):
                 for q in statements:
                     try:
-                        tables.append(reader.query_arrow(con, q, params))
+                        try:
+                            tables.append(reader.query_arrow(con, q, params))
+                        except duckdb.CatalogException:
+                            if scope is None:
+                                raise
+                            # a name the scan of the text missed, or none at all: DuckDB
+                            # answers (or suggests a name) from every view, as it always did
+                            scope = widen(backend, chosen, parts, scope)
+                            tables.append(reader.query_arrow(con, q, params))
                     except duckdb.Error as exc:
                         raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}",
                                          "`kmemscope info DATASET` lists the tables; "
