@@ -60,7 +60,7 @@ class DatasetRef:
         if self._listing is None:
             from .reader import table_runs
 
-            self._listing = table_runs(self.location)
+            self._listing = table_runs(self.location, self.is_s3)
         return self._listing
 
     def footers(self):
@@ -78,7 +78,7 @@ class DatasetRef:
             from .reader import reader_notes
 
             self.listing              # the listing first: it is what names odd folders
-            self._notes = reader_notes(self.location)
+            self._notes = reader_notes(self.location, self.is_s3)
         return list(self._notes)
 
     def __str__(self):

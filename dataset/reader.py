@@ -47,14 +47,15 @@ def table_dirs(dataset):
     return {name: root / name for name in _local_tables(dataset)}
 
 
-def table_runs(dataset):
+def table_runs(dataset, remote=None):
     """Map table name -> {run_id: [parquet files]} for every table of `dataset`.
 
     A run counts once its `runs` partition is in place (the commit puts it
     there last): partitions of a run being committed or replaced are left out.
-    Files of an s3 dataset are s3:// URLs (dataset/storage.py).
+    Files of an s3 dataset are s3:// URLs (dataset/storage.py). remote: whether
+    `dataset` is an s3 URL, when the caller has decided it (a DatasetRef has).
     """
-    if storage.is_url(dataset):
+    if storage.is_url(dataset) if remote is None else remote:
         _read_url_format(dataset)
         return _visible(_url_tables(dataset))
     out = _local_tables(dataset)
@@ -116,9 +117,9 @@ def _local_tables(dataset):
 _NAME_NOTES = {}
 
 
-def listing_notes(dataset):
+def listing_notes(dataset, remote=None):
     """Notes on the folders of `dataset` that readers leave out (odd names), one per folder."""
-    if storage.is_url(dataset):
+    if storage.is_url(dataset) if remote is None else remote:
         return []
     key = os.path.abspath(dataset)
     if key not in _NAME_NOTES:
@@ -129,9 +130,10 @@ def listing_notes(dataset):
     return list(_NAME_NOTES.get(key, []))
 
 
-def reader_notes(dataset):
+def reader_notes(dataset, remote=None):
     """Everything a reader leaves out and says so: interrupted commits, odd folder names."""
-    return finish_interrupted_commits(dataset) + listing_notes(dataset)
+    remote = storage.is_url(dataset) if remote is None else remote
+    return finish_interrupted_commits(dataset, remote) + listing_notes(dataset, remote)
 
 
 def _entries(path):
@@ -474,7 +476,7 @@ def sql_error_text(exc):
     return " ".join([lines[0], *hints])
 
 
-def finish_interrupted_commits(dataset):
+def finish_interrupted_commits(dataset, remote=None):
     """Notes on commits that killed parses left unfinished; checks only, writes nothing.
 
     Readers never recover: the next `kmemscope parse` into the dataset does
@@ -484,7 +486,7 @@ def finish_interrupted_commits(dataset):
     """
     from kmemscope.dataset import commit
 
-    if storage.is_url(dataset):
+    if storage.is_url(dataset) if remote is None else remote:
         return []                  # read only: nothing is committed to an object store
     root = Path(dataset)
     if not root.is_dir():
@@ -580,7 +582,7 @@ def guarded(con, timeout=None):
         raise failure
 
 
-def confine(con, dataset, sql):
+def confine(con, dataset, sql, remote=None):
     """Restrict `con` to SELECTs that read files of `dataset` only (`sql --read-only`)."""
     import duckdb
 
@@ -590,7 +592,7 @@ def confine(con, dataset, sql):
         raise QueryError(f"SQL failed: {sql_error_text(exc)}") from None
     if kinds - {"SELECT"}:
         raise QueryError(f"--read-only allows SELECT statements only, not {', '.join(sorted(kinds - {'SELECT'}))}")
-    if storage.is_url(dataset):
+    if storage.is_url(dataset) if remote is None else remote:
         root = storage.url(*storage.split(dataset)) + "/"
     else:
         root = os.path.realpath(dataset) + os.sep
@@ -601,7 +603,8 @@ def confine(con, dataset, sql):
     con.execute("SET lock_configuration = true")
 
 
-def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, parts=None):
+def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, parts=None,
+            remote=None):
     """Return a DuckDB connection where each table of `dataset` is a view.
 
     run_ids: restrict every view to these runs (ids as found on disk).
@@ -611,14 +614,16 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, part
     tables: create views for these tables only (default: all).
     parts: table_runs(dataset) when the caller has just listed it (a listing
       of hundreds of runs takes seconds; a query needs one).
+    remote: whether `dataset` is an s3 URL, when the caller has decided it.
     """
     import duckdb
 
+    remote = storage.is_url(dataset) if remote is None else remote
     if parts is None:
-        finish_interrupted_commits(dataset)
-        parts = table_runs(dataset)
+        finish_interrupted_commits(dataset, remote)
+        parts = table_runs(dataset, remote)
     con = limits.connect(database=":memory:")
-    if storage.is_url(dataset):
+    if remote:
         storage.register_duckdb(con, [storage.url(*storage.split(dataset))])
     if threads:
         con.execute(f"SET threads = {int(threads)}")

@@ -411,7 +411,7 @@ def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg 
             raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}") from None
         with reader.sql_session(backend.con, limits.memory_limit()) as con:
             if read_only:
-                reader.confine(con, ref.location, "\n;\n".join(statements))
+                reader.confine(con, ref.location, "\n;\n".join(statements), ref.is_s3)
             elif caller_frames:
                 con.execute("SET python_scan_all_frames = true")
             with reader.guarded(con, timeout):

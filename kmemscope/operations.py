@@ -218,7 +218,8 @@ def dataset_info(dataset) -> dict:
     import duckdb
 
     listed = [r for r in parts.get("runs", {}) if r not in unfit]
-    con = (connect(ref.location, tables=["runs"], parts=parts, run_ids=listed) if listed
+    con = (connect(ref.location, tables=["runs"], parts=parts, run_ids=listed, remote=ref.is_s3)
+           if listed
            else duckdb.connect())
     try:
         long = _arrow_columns(con, (("run_id", "VARCHAR", [r[0] for r in per_run]),

@@ -44,7 +44,7 @@ class DuckDBBackend:
         self.chosen, self.parts, self.threads = chosen, parts, threads
         columns = {t: TABLE_COLUMNS[t] for t in tables if t in TABLE_COLUMNS}
         self.con = ds.connect(self.dataset, threads=threads, run_ids=chosen, columns=columns,
-                              tables=tables, parts=parts)
+                              tables=tables, parts=parts, remote=self.ref.is_s3)
 
     def register_arrow(self, name, table):
         """A temp table `name` holding the Arrow `table`."""
