@@ -319,7 +319,8 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None):
     parts: table_runs(); tables, run_ids: the ones to check (default: all).
     read: the tables whose rows will be read (default: `tables`): their files are judged
     by their footers; the others' by what their runs' records state where they do
-    (recorded_footers), which plans a query without opening every file.
+    (recorded_footers), which plans a query without opening every file. A runs
+    partition's rows and size (from its footers) are checked where runs is read.
     """
     recorded_footers(parts, run_ids)
     read = tables if read is None else read
@@ -344,7 +345,7 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None):
                 if why:
                     out[run] = f"its table {table} does not fit the dataset ({f}): {why}"
                     break
-            if table == "runs" and run not in out:
+            if table == "runs" and run not in out and footer:
                 rows, size = _rows_of(files)
                 if rows != 1:
                     # every join on run_id would multiply (or lose) the run's rows
@@ -635,6 +636,7 @@ def add_views(con, parts, run_ids=None, columns=None, tables=None):
     """Create on `con` the views of `connect` (same arguments) for `tables` (default: all)."""
     wanted = None if run_ids is None else set(run_ids)
     columns = columns or {}
+    present = set()
     for name, runs in parts.items():
         if tables is not None and name not in tables:
             continue
@@ -657,8 +659,7 @@ def add_views(con, parts, run_ids=None, columns=None, tables=None):
                             for col, typ in need.items() if col not in have)
         # sql-safe: extra casts quote_ident() columns to types of TABLE_COLUMNS; scan is _scan()'s
         con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT *{extra} FROM {scan}")
-    present = {row[0] for row in con.execute(
-        "SELECT table_name FROM information_schema.tables").fetchall()}
+        present.add(name)
     for name, need in columns.items():
         if name in present or (tables is not None and name not in tables):
             continue

@@ -230,7 +230,7 @@ class Scope:
     """What ad-hoc SQL reads: the dataset tables, queries/lib/ modules and run facts it
     names (adhoc_scope). Only those are made before it runs (`kmemscope sql "SELECT 1"`
     opens no table); the rest are made if DuckDB finds a name missing (widen)."""
-    tables: set
+    tables: set            # once opened: the tables that have a view
     modules: list
     facts: bool
 
@@ -259,7 +259,7 @@ def widen(backend, chosen, parts, scope):
     done = {m.name for m in sql_lib.closure(scope.modules)}
     script = "\n".join(m.sql for m in sql_lib.closure(every) if m.name not in done)
     known = set(TABLE_COLUMNS) | set(parts)
-    rest = known - scope.tables - {"runs"}
+    rest = known - scope.tables
     bad = ds.unfit_runs(parts, rest, set(chosen))
     if bad:
         run = min(bad)
@@ -301,7 +301,11 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
     script = sql_lib.script(sql_lib.adhoc_modules() if modules is None else modules)
     known = set(TABLE_COLUMNS) | set(parts)
     wanted = set(tables) if tables is not None else known
-    wanted |= {"runs"} | _named_tables(script, known)
+    wanted |= _named_tables(script, known)
+    if scope is None or scope.facts:
+        wanted.add("runs")              # the run facts read it
+    if scope is not None:
+        scope.tables = wanted           # what widen need not make again
     if not checked:
         # every table's fitness (from the records where they say it), so the same runs
         # answer whatever the SQL names; the footers of the tables read, before their rows
