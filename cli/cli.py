@@ -416,9 +416,10 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
     With --engine spark the same DuckDB SQL is translated to Spark SQL (the
     analyses' rules); what has no exact translation is refused.
     """
-    from kmemscope.operations import run_sql, sql_statements
+    from kmemscope.operations import dataset_ref, run_sql, sql_statements
     from kmemscope.cli.output import resolve_format, write_result
 
+    dataset = dataset_ref(dataset)       # one handle, listed once, for the whole command
     statements = sql_statements(_sql_text(query, sql_file))
     fmt = resolve_format(fmt, output)
     if engine == "spark" and read_only:
@@ -549,8 +550,10 @@ def info(dataset, per_run, fmt, output, memory_limit, timeout):
     json writes one object {runs, tables, rows_per_run}; csv, jsonl and
     parquet write the rows of every table in every run (run_id, table, rows).
     """
-    from kmemscope.operations import dataset_info
+    from kmemscope.operations import dataset_info, dataset_ref
     from kmemscope.cli.output import resolve_format, write_document, write_result
+
+    dataset = dataset_ref(dataset)       # one handle, listed once, for the whole command
 
     fmt = resolve_format(fmt, output)
     with _limits(memory_limit, timeout):
@@ -635,6 +638,9 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, memory_limit,
     """
     import kmemscope
     from kmemscope.cli.output import FOLDED, FORMATS, resolve_format, write_result
+    from kmemscope.operations import dataset_ref
+
+    dataset = dataset_ref(dataset)       # one handle, listed once, for the whole command
 
     fmt = resolve_format(fmt, output, allowed=FORMATS + (FOLDED,))
     with _engine(engine, spark_master, spark_conf, dataset) as spec, _Steps(quiet) as steps, \
@@ -721,6 +727,9 @@ def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt
     import kmemscope
     from kmemscope import comparison_text as co
     from kmemscope.cli.output import write_records
+    from kmemscope.operations import dataset_ref
+
+    dataset = dataset_ref(dataset)       # one handle, listed once, for the whole command
 
     fmt = _compare_format(fmt, output)
     names = _metric_names(metrics)

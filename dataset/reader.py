@@ -47,14 +47,15 @@ def table_dirs(dataset):
     return {name: root / name for name in _local_tables(dataset)}
 
 
-def table_runs(dataset):
+def table_runs(dataset, remote=None):
     """Map table name -> {run_id: [parquet files]} for every table of `dataset`.
 
     A run counts once its `runs` partition is in place (the commit puts it
     there last): partitions of a run being committed or replaced are left out.
-    Files of an s3 dataset are s3:// URLs (dataset/storage.py).
+    Files of an s3 dataset are s3:// URLs (dataset/storage.py). remote: whether
+    `dataset` is an s3 URL, when the caller has decided it (a DatasetRef has).
     """
-    if storage.is_url(dataset):
+    if storage.is_url(dataset) if remote is None else remote:
         _read_url_format(dataset)
         return _visible(_url_tables(dataset))
     out = _local_tables(dataset)
@@ -116,9 +117,9 @@ def _local_tables(dataset):
 _NAME_NOTES = {}
 
 
-def listing_notes(dataset):
+def listing_notes(dataset, remote=None):
     """Notes on the folders of `dataset` that readers leave out (odd names), one per folder."""
-    if storage.is_url(dataset):
+    if storage.is_url(dataset) if remote is None else remote:
         return []
     key = os.path.abspath(dataset)
     if key not in _NAME_NOTES:
@@ -129,9 +130,10 @@ def listing_notes(dataset):
     return list(_NAME_NOTES.get(key, []))
 
 
-def reader_notes(dataset):
+def reader_notes(dataset, remote=None):
     """Everything a reader leaves out and says so: interrupted commits, odd folder names."""
-    return finish_interrupted_commits(dataset) + listing_notes(dataset)
+    remote = storage.is_url(dataset) if remote is None else remote
+    return finish_interrupted_commits(dataset, remote) + listing_notes(dataset, remote)
 
 
 def _entries(path):
@@ -194,15 +196,21 @@ def _file_key(f):
     return (str(f), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _file_schema(f):
+def _file_schema(f, footer=False):
     """(Arrow schema, None) of Parquet file `f`, or (None, why) when its footer cannot be read.
 
-    Local files are remembered by their identity (_SCHEMAS); s3 objects are read every time.
-    Raises DatasetError when the object store does not answer (not the run's fault).
+    The footer's own schema once it has been read; before that, what the file's run
+    records about it (recorded_footers), unless `footer`: then the footer is read, as
+    it must be before DuckDB reads the file's rows (a record is the dataset's word, not
+    the file's). Local files are remembered by their identity (_SCHEMAS); s3 objects
+    are read every time. Raises DatasetError when the object store does not answer
+    (not the run's fault).
     """
     key = _file_key(f)
     if key is not None and key in _SCHEMAS:
         return _SCHEMAS[key]
+    if not footer and key is not None and key in _FROM_RECORDS:
+        return _FROM_RECORDS[key], None
     try:
         got = (storage.read_schema(str(f)), None)
     except DatasetError:
@@ -217,10 +225,12 @@ def _file_schema(f):
     return got
 
 
-# Runs' records read in this process: {identity of a _files.json: its "files" map}, and the
-# schemas they state: {base64 text: Arrow schema} (most runs of a dataset share a few).
+# Runs' records read in this process: {identity of a _files.json: its "files" map}, the
+# schemas they state: {base64 text: Arrow schema} (most runs of a dataset share a few), and
+# what they state of each file: {identity of the file: Arrow schema} (footers not yet read).
 _RECORDS = {}
 _RECORDED_SCHEMAS = {}
+_FROM_RECORDS = {}
 _RECORDS_MAX = 100_000
 
 
@@ -231,9 +241,11 @@ def recorded_footers(parts, run_ids=None):
     A record counts for a file only when the file still has the size it records
     (a replaced or rewritten file is read from its footer again; `kmemscope
     verify` compares contents). What a record states is also remembered as that
-    file's schema (_SCHEMAS), so unfit_runs() and row counts read one small
-    file per run instead of every footer. A record that is missing, damaged or
-    not kmemscope's counts for nothing: those files' footers are read as before.
+    file's schema (_FROM_RECORDS), so unfit_runs() plans from one small file per
+    run; the footers of the files a query reads are still read before their rows
+    are (unfit_runs' `read`): a record can say what its file is not. A record
+    that is missing, damaged or not kmemscope's counts for nothing: those files'
+    footers are read as before.
     """
     import base64
     import binascii
@@ -278,7 +290,9 @@ def recorded_footers(parts, run_ids=None):
                         _RECORDED_SCHEMAS.clear()
                     _RECORDED_SCHEMAS[text] = schema
                 out[f] = (schema, rows)
-                _SCHEMAS.setdefault(key, (schema, None))
+                if len(_FROM_RECORDS) >= _SCHEMAS_MAX:
+                    _FROM_RECORDS.clear()
+                _FROM_RECORDS[key] = schema
                 # not _ROWS: a runs partition's size check needs its footer's value bytes,
                 # which the record does not state (one small file per run)
     return out
@@ -294,7 +308,7 @@ def _schema_of_record(data):
         raise ValueError(str(exc)) from None
 
 
-def unfit_runs(parts, tables=None, run_ids=None):
+def unfit_runs(parts, tables=None, run_ids=None, read=None):
     """{run_id: why} for the runs whose files of `tables` a query cannot read with the others.
 
     A dataset someone else wrote may hold a run whose table has a known column of
@@ -303,9 +317,13 @@ def unfit_runs(parts, tables=None, run_ids=None):
     leave it out with a note (queries/runner.py). Reads each file's footer only,
     once per process (_file_schema), and judges each distinct schema of a table once.
     parts: table_runs(); tables, run_ids: the ones to check (default: all).
-    The footers that the runs' own records state are not read (recorded_footers).
+    read: the tables whose rows will be read (default: `tables`): their files are judged
+    by their footers; the others' by what their runs' records state where they do
+    (recorded_footers), which plans a query without opening every file. A runs
+    partition's rows and size (from its footers) are checked where runs is read.
     """
     recorded_footers(parts, run_ids)
+    read = tables if read is None else read
     out = {}
     for table, runs in sorted(parts.items()):
         if tables is not None and table not in tables:
@@ -314,8 +332,9 @@ def unfit_runs(parts, tables=None, run_ids=None):
         for run, files in sorted(runs.items()):
             if run in out or (run_ids is not None and run not in run_ids):
                 continue
+            footer = read is None or table in read
             for f in files:
-                schema, error = _file_schema(f)
+                schema, error = _file_schema(f, footer)
                 if error is not None:
                     out[run] = f"{f} is not a readable Parquet file ({error})"
                     break
@@ -326,7 +345,7 @@ def unfit_runs(parts, tables=None, run_ids=None):
                 if why:
                     out[run] = f"its table {table} does not fit the dataset ({f}): {why}"
                     break
-            if table == "runs" and run not in out:
+            if table == "runs" and run not in out and footer:
                 rows, size = _rows_of(files)
                 if rows != 1:
                     # every join on run_id would multiply (or lose) the run's rows
@@ -458,7 +477,7 @@ def sql_error_text(exc):
     return " ".join([lines[0], *hints])
 
 
-def finish_interrupted_commits(dataset):
+def finish_interrupted_commits(dataset, remote=None):
     """Notes on commits that killed parses left unfinished; checks only, writes nothing.
 
     Readers never recover: the next `kmemscope parse` into the dataset does
@@ -468,7 +487,7 @@ def finish_interrupted_commits(dataset):
     """
     from kmemscope.dataset import commit
 
-    if storage.is_url(dataset):
+    if storage.is_url(dataset) if remote is None else remote:
         return []                  # read only: nothing is committed to an object store
     root = Path(dataset)
     if not root.is_dir():
@@ -564,7 +583,7 @@ def guarded(con, timeout=None):
         raise failure
 
 
-def confine(con, dataset, sql):
+def confine(con, dataset, sql, remote=None):
     """Restrict `con` to SELECTs that read files of `dataset` only (`sql --read-only`)."""
     import duckdb
 
@@ -574,7 +593,7 @@ def confine(con, dataset, sql):
         raise QueryError(f"SQL failed: {sql_error_text(exc)}") from None
     if kinds - {"SELECT"}:
         raise QueryError(f"--read-only allows SELECT statements only, not {', '.join(sorted(kinds - {'SELECT'}))}")
-    if storage.is_url(dataset):
+    if storage.is_url(dataset) if remote is None else remote:
         root = storage.url(*storage.split(dataset)) + "/"
     else:
         root = os.path.realpath(dataset) + os.sep
@@ -585,7 +604,8 @@ def confine(con, dataset, sql):
     con.execute("SET lock_configuration = true")
 
 
-def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, parts=None):
+def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, parts=None,
+            remote=None):
     """Return a DuckDB connection where each table of `dataset` is a view.
 
     run_ids: restrict every view to these runs (ids as found on disk).
@@ -595,19 +615,28 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, part
     tables: create views for these tables only (default: all).
     parts: table_runs(dataset) when the caller has just listed it (a listing
       of hundreds of runs takes seconds; a query needs one).
+    remote: whether `dataset` is an s3 URL, when the caller has decided it.
     """
     import duckdb
 
+    remote = storage.is_url(dataset) if remote is None else remote
     if parts is None:
-        finish_interrupted_commits(dataset)
-        parts = table_runs(dataset)
+        finish_interrupted_commits(dataset, remote)
+        parts = table_runs(dataset, remote)
     con = limits.connect(database=":memory:")
-    if storage.is_url(dataset):
+    if remote:
         storage.register_duckdb(con, [storage.url(*storage.split(dataset))])
     if threads:
         con.execute(f"SET threads = {int(threads)}")
+    add_views(con, parts, run_ids, columns, tables)
+    return con
+
+
+def add_views(con, parts, run_ids=None, columns=None, tables=None):
+    """Create on `con` the views of `connect` (same arguments) for `tables` (default: all)."""
     wanted = None if run_ids is None else set(run_ids)
     columns = columns or {}
+    present = set()
     for name, runs in parts.items():
         if tables is not None and name not in tables:
             continue
@@ -630,16 +659,14 @@ def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, part
                             for col, typ in need.items() if col not in have)
         # sql-safe: extra casts quote_ident() columns to types of TABLE_COLUMNS; scan is _scan()'s
         con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT *{extra} FROM {scan}")
-    present = {row[0] for row in con.execute(
-        "SELECT table_name FROM information_schema.tables").fetchall()}
+        present.add(name)
     for name, need in columns.items():
-        if name in present:
+        if name in present or (tables is not None and name not in tables):
             continue
         cols = ", ".join(["CAST(NULL AS VARCHAR) AS run_id"] +
                          [f"CAST(NULL AS {typ}) AS {quote_ident(col)}" for col, typ in need.items()])
         # sql-safe: cols casts NULL to quote_ident() columns of the types callers declare
         con.execute(f"CREATE VIEW {quote_ident(name)} AS SELECT {cols} WHERE false")
-    return con
 
 
 def _first_names(f):

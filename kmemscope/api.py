@@ -211,18 +211,31 @@ class Dataset:
 
     def __init__(self, path, engine: str | EngineSpec = "duckdb", spark_master=None,
                  spark_conf=None):
-        from kmemscope.dataset import storage
-        from kmemscope.dataset.reader import table_dirs
+        from kmemscope.dataset.handle import DatasetRef
 
-        # an s3:// URL stays a string: Path() would fold its double slash
-        self.path = str(path) if storage.is_url(str(path)) else Path(path)
-        tables = table_dirs(self.path)     # a missing or empty dataset fails here, in one line
+        ref = DatasetRef.of(path)
+        self.path = ref.location           # a local Path, or an s3:// URL as text
+        tables = ref.listing               # a missing or empty dataset fails here, in one line
+        # A handle given here (a command's) is the snapshot of every call; for a path, the
+        # listing taken to check it serves the first call, and later calls list again, so a
+        # Dataset kept open in a notebook sees the runs parsed since.
+        self._pinned = ref if isinstance(path, DatasetRef) else None
+        self._fresh = ref
         if "runs" not in tables:
             from kmemscope.errors import DatasetError
 
             raise DatasetError(f"{path} is not a kmemscope dataset (it has no runs table)",
                                "open the directory that `kmemscope parse -o` wrote")
         self.spec = EngineSpec.of(engine, spark_master, spark_conf)
+
+    def _handle(self):
+        """The dataset's handle for one call (its listing is that call's snapshot)."""
+        if self._pinned is not None:
+            return self._pinned
+        from kmemscope.dataset.handle import DatasetRef
+
+        ref, self._fresh = self._fresh, None
+        return ref if ref is not None else DatasetRef(self.path)
 
     def __repr__(self):
         extra = f", engine={str(self.spec)!r}" if self.spec.is_spark else ""
@@ -246,9 +259,7 @@ class Dataset:
 
     @property
     def tables(self) -> list[str]:
-        from kmemscope.dataset.reader import table_runs
-
-        return sorted(table_runs(self.path))
+        return sorted(self._handle().listing)
 
     @property
     def runs(self) -> Result:
@@ -277,7 +288,7 @@ class Dataset:
                 raise QueryError("read_only, timeout and memory_limit are for the DuckDB engine")
             if params is not None and not isinstance(params, Mapping):
                 raise QueryError("on Spark, parameters are named: pass a mapping for $name")
-            backend = open_runs(self.path, runs, label, engine=self.spec)[0]
+            backend = open_runs(self._handle(), runs, label, engine=self.spec)[0]
             try:
                 with backend_errors(backend, "SQL"):
                     return Result(backend.query_arrow(query, dict(params or {})))
@@ -288,7 +299,7 @@ class Dataset:
         if not isinstance(query, str) or not [s for s in duckdb.extract_statements(query)]:
             raise QueryError("the SQL holds no statement (it is empty or only comments)")
         notes: list[str] = []
-        table = _run_sql(self.path, [query], runs=runs, label=label, params=params,
+        table = _run_sql(self._handle(), [query], runs=runs, label=label, params=params,
                          read_only=read_only, timeout=timeout, memory_limit=memory_limit,
                          notes=notes, caller_frames=not read_only)[0]
         if table is None:
@@ -305,7 +316,7 @@ class Dataset:
         tables) before it starts."""
         from kmemscope.queries.runner import notes_of, run_query
 
-        table = run_query(name, self.path, run_ids=[run] if isinstance(run, str) else run,
+        table = run_query(name, self._handle(), run_ids=[run] if isinstance(run, str) else run,
                           labels=label, params={k: str(v) if not isinstance(v, str) else v
                                                 for k, v in params.items()} or None,
                           progress=progress, engine=self.spec)
@@ -326,10 +337,12 @@ class Dataset:
         from kmemscope.queries.sides import compare_sides, load_sides
 
         names = [metrics] if isinstance(metrics, str) else (list(metrics) if metrics else None)
-        sides = load_sides(self.path, by, baseline, run_ids=[run] if isinstance(run, str) else run,
+        ref = self._handle()
+        sides = load_sides(ref, by, baseline, run_ids=[run] if isinstance(run, str) else run,
                            labels=label, engine=self.spec, metrics=names)
+        # the comparison keeps its snapshot: a trend over it reads the same runs
         return Comparison(sides, compare_sides(sides, names, test, alpha), test, alpha,
-                          self.path, self.spec)
+                          ref, self.spec)
 
     def describe(self, name: str) -> AnalysisDoc:
         """The documentation of analysis `name` (see kmemscope.describe)."""
@@ -337,18 +350,16 @@ class Dataset:
 
     def run_ids(self, run: str | Sequence[str] | None = None, label: LabelsArg = None) -> list[str]:
         """The ids of the runs that `run` (ids or unique prefixes) and `label` select."""
-        from kmemscope.dataset.reader import table_runs
         from kmemscope.queries.selection import select_runs
 
         runs = [run] if isinstance(run, str) else run
         labels = [label] if isinstance(label, str) else label
-        return select_runs(self.path, table_runs(self.path), runs or None, labels or None)
+        ref = self._handle()
+        return select_runs(ref.location, ref.listing, runs or None, labels or None)
 
     def table_runs(self) -> dict[str, set[str]]:
         """{table: the ids of the runs that have it}."""
-        from kmemscope.dataset.reader import table_runs
-
-        return {name: set(runs) for name, runs in table_runs(self.path).items()}
+        return {name: set(runs) for name, runs in self._handle().listing.items()}
 
     def import_metrics(self, path, fmt: str | None = None) -> dict:
         """Import benchmark results (CSV or JSON: run,metric,value,unit,better) for the runs.
@@ -375,32 +386,46 @@ def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg 
     (reader.confine); DuckDB spills into a private directory; SIGINT/SIGTERM/SIGHUP stop a
     statement at once. Runs whose schema does not fit are left out with a note in `notes`.
     caller_frames: the caller's pandas/polars/Arrow objects are tables by their name.
+    Only the views the SQL names are made at first (runner.adhoc_scope: `SELECT 1` opens
+    no table); a statement that names one that is not there gets them all and runs again.
     """
     import duckdb
 
     from kmemscope.dataset import limits, reader
+    from kmemscope.dataset.handle import DatasetRef
     from kmemscope.errors import QueryError
-    from kmemscope.queries.runner import open_run_set
+    from kmemscope.queries.runner import adhoc_scope, open_runs, widen
 
+    ref = DatasetRef.of(dataset)
     if timeout is None and read_only:
         timeout = 300.0
     if memory_limit is None and read_only:
         memory_limit = str(limits.default_memory_limit())
     tables = []
     with limits.bounded(memory_limit, timeout):
+        scope = adhoc_scope("\n".join(statements), ref.listing)
         try:
-            con = open_run_set(dataset, runs, label, notes=notes)[0]
+            backend, chosen, parts, _facts, _mts = open_runs(ref, runs, label, notes=notes,
+                                                             scope=scope)
         except duckdb.Error as exc:
             raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}") from None
-        with reader.sql_session(con, limits.memory_limit()) as con:
+        with reader.sql_session(backend.con, limits.memory_limit()) as con:
             if read_only:
-                reader.confine(con, dataset, "\n;\n".join(statements))
+                reader.confine(con, ref.location, "\n;\n".join(statements), ref.is_s3)
             elif caller_frames:
                 con.execute("SET python_scan_all_frames = true")
             with reader.guarded(con, timeout):
                 for q in statements:
                     try:
-                        tables.append(reader.query_arrow(con, q, params))
+                        try:
+                            tables.append(reader.query_arrow(con, q, params))
+                        except duckdb.CatalogException:
+                            if scope is None:
+                                raise
+                            # a name the scan of the text missed, or none at all: DuckDB
+                            # answers (or suggests a name) from every view, as it always did
+                            scope = widen(backend, chosen, parts, scope)
+                            tables.append(reader.query_arrow(con, q, params))
                     except duckdb.Error as exc:
                         raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}",
                                          "`kmemscope info DATASET` lists the tables; "

@@ -19,6 +19,15 @@ from kmemscope.errors import KmemscopeError
 from kmemscope.queries.engines import EngineSpec
 
 
+def dataset_ref(dataset):
+    """The handle of `dataset` (a path, an s3:// URL, or a handle, returned as it is) that a
+    command makes once and passes to every call: where it lives, local or s3, and one
+    listing of its runs, taken on first use (kmemscope.dataset.handle.DatasetRef)."""
+    from kmemscope.dataset.handle import DatasetRef
+
+    return DatasetRef.of(dataset)
+
+
 def expand_inputs(sources: Sequence) -> list:
     """The inputs to parse: a flight directory (record --flight) becomes its bundles."""
     from kmemscope.parsers.sources import expand_inputs as _expand
@@ -125,6 +134,7 @@ def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | No
     from kmemscope.queries.runner import backend_errors, open_runs
 
     spec = EngineSpec.of(engine)
+    dataset = dataset_ref(dataset)
     notes: list[str] = []
     if spec.is_spark:
         if read_only or timeout or memory_limit:
@@ -156,9 +166,7 @@ def bounded(memory_limit: str | int | None = None, timeout: float | None = DEFAU
 def interrupted_commits(dataset) -> list[str]:
     """Notes on what readers leave out: commits that killed parses left unfinished (the next
     parse finishes them) and folders of names kmemscope does not write."""
-    from kmemscope.dataset.reader import reader_notes
-
-    return reader_notes(dataset)
+    return dataset_ref(dataset).reader_notes()
 
 
 def verify(dataset, deep: bool = False):
@@ -182,8 +190,7 @@ def dataset_info(dataset) -> dict:
 
     Row counts come from the runs' own records where they state them, else from the
     Parquet footers (local or s3): no table is scanned."""
-    from kmemscope.dataset.reader import (connect, query_arrow, recorded_footers,
-                                          sql_error_text, table_runs, unfit_runs)
+    from kmemscope.dataset.reader import connect, query_arrow, sql_error_text, unfit_runs
     from kmemscope.dataset.storage import parquet_rows
     from kmemscope.errors import DatasetError, QueryError
 
@@ -198,8 +205,9 @@ def dataset_info(dataset) -> dict:
             raise DatasetError(f"cannot read the footer of {f}: {str(exc).splitlines()[0]}",
                                "kmemscope verify DATASET lists what changed") from None
 
-    parts = table_runs(dataset)
-    recorded = recorded_footers(parts)
+    ref = dataset_ref(dataset)
+    parts = ref.listing
+    recorded = ref.footers()
     # A run whose runs file cannot be read with the others (or declares a 512 MiB host) is
     # counted but its row is left out of `runs`, with a note.
     unfit = unfit_runs(parts, {"runs"})
@@ -215,7 +223,8 @@ def dataset_info(dataset) -> dict:
     import duckdb
 
     listed = [r for r in parts.get("runs", {}) if r not in unfit]
-    con = (connect(dataset, tables=["runs"], parts=parts, run_ids=listed) if listed
+    con = (connect(ref.location, tables=["runs"], parts=parts, run_ids=listed, remote=ref.is_s3)
+           if listed
            else duckdb.connect())
     try:
         long = _arrow_columns(con, (("run_id", "VARCHAR", [r[0] for r in per_run]),
@@ -270,9 +279,7 @@ def start_engine(spec: EngineSpec | str) -> None:
 
 def is_remote(dataset) -> bool:
     """True for a dataset in an object store (s3://bucket/prefix)."""
-    from kmemscope.dataset import storage
-
-    return storage.is_url(str(dataset))
+    return dataset_ref(dataset).is_s3
 
 
 def stop_engines() -> None:

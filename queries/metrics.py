@@ -267,14 +267,14 @@ def gather(dataset, names=None, run_ids=None, labels=None, engine=None, with_def
     no run can give is an error naming what is there. frag.* metrics are
     given only when asked for (by name, or all of them as `frag`).
     """
-    from .runner import one_listing
+    from kmemscope.dataset.handle import DatasetRef
 
     frag, names = _split_frag_names(names)
-    with one_listing(dataset):         # every analysis of the comparison sees one snapshot
-        found = _gather(dataset, names, run_ids, labels, engine, with_defaults and not frag)
-        if frag:
-            _gather_frag(found, dataset, frag, run_ids, labels, engine)
-        return found
+    ref = DatasetRef.of(dataset)       # every analysis of the comparison sees one snapshot
+    found = _gather(ref, names, run_ids, labels, engine, with_defaults and not frag)
+    if frag:
+        _gather_frag(found, ref, frag, run_ids, labels, engine)
+    return found
 
 
 class _Gathering:
@@ -658,9 +658,9 @@ def _zero_stalls(dataset, runs):
     stalls.per_run has no row for such a run; without this its comparison would
     leave it out ("no value") instead of counting a run that never stalled.
     """
-    from kmemscope.dataset.reader import table_runs
+    from kmemscope.dataset.handle import DatasetRef
 
-    tables = table_runs(dataset)
+    tables = DatasetRef.of(dataset).listing
     for run_id, target in runs.items():
         for kind, events in STALL_EVENTS.items():
             if f"stalls.{kind}.stalls" in target:

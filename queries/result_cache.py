@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 
 from kmemscope.dataset import derived as dv
-from kmemscope.dataset import storage
+from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.version import __version__
 
@@ -51,11 +51,11 @@ _FACT_SOURCES = ("runner.py", "eras.py", "result_cache.py")
 _source_digest = None
 
 
-def enabled(plan, dataset):
-    """True when `plan`'s rows may be kept per run in `dataset`."""
+def enabled(plan, ref):
+    """True when `plan`'s rows may be kept per run in the dataset of `ref` (a DatasetRef)."""
     if os.environ.get(ENV_SWITCH, "1").strip() in ("0", "no", "off", "false"):
         return False
-    if storage.is_url(dataset) or not plan.chosen:
+    if ref.is_s3 or not plan.chosen:
         return False
     return all(p.type != "FILE" for p in plan.analysis.params.values())
 
@@ -95,16 +95,18 @@ def signature(fp, doc):
 def run_cached(plan, dataset, threads, progress, compute, narrow):
     """`compute(plan, dataset, threads, progress)` -> PlanRows over plan.chosen, computing only
     the runs without a current cache (narrow(plan, runs): the plan over those runs)."""
-    if not enabled(plan, dataset):
+    ref = DatasetRef.of(dataset)
+    if not enabled(plan, ref):
         return compute(plan, dataset, threads, progress)
+    where = ref.location
     runs = sorted(plan.chosen)
     name = cache_name(plan.qname)
     fp = fingerprint(plan)
-    docs = dv._run_docs(dataset, runs)
+    docs = dv._run_docs(where, runs)
     sigs = {r: signature(fp, docs[r]) for r in runs if docs.get(r)}
     found = {}
     for run, sig in sigs.items():
-        path = dv._cached(dataset, name, run, sig, docs[run])
+        path = dv._cached(where, name, run, sig, docs[run])
         if path is not None:
             got = _read(path)
             if got is not None:
@@ -121,11 +123,11 @@ def run_cached(plan, dataset, threads, progress, compute, narrow):
         return rows
     fresh = _split(rows, missing)
     keep = [r for r in missing if r in sigs and dv._may_cache_in_dataset(
-        dataset, docs[r], name, r, sigs[r])]
-    if keep and dv._target(dataset, keep, read_only=False) == Path(dataset):
+        where, docs[r], name, r, sigs[r])]
+    if keep and dv._target(where, keep, read_only=False) == Path(where):
         asked = json.dumps({"query": plan.qname, "params": plan.bound}, default=str).encode()
         for run in keep:
-            _write(dataset, name, run, sigs[run], fresh[run], asked)
+            _write(where, name, run, sigs[run], fresh[run], asked)
     if not found:
         return rows
     return _joined(runs, found, fresh, PlanRows)

@@ -29,13 +29,13 @@ table. Results
 start with run_id and labels; notes about what a run lacks travel in the schema
 metadata under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 """
-import contextvars
 import json
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kmemscope.dataset import reader as ds
+from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.errors import DatasetError, KmemscopeError, QueryError
 
@@ -198,37 +198,15 @@ def _assumption_notes(facts, mts, needs):
     return notes
 
 
-_LISTING = contextvars.ContextVar("kmemscope_listing", default=None)
-
-
-def _table_runs(dataset):
-    """ds.table_runs(): the committed runs (a commit a killed parse left is the next parse's).
-
-    Inside one_listing(dataset) every query reads the listing made on entry."""
-    held = _LISTING.get()
-    if held is not None and held[0] == str(dataset):
-        return held[1]
-    return ds.table_runs(dataset)
-
-
-@contextmanager
-def one_listing(dataset):
-    """Run several analyses over one listing of `dataset`: one snapshot of its runs, listed
-    once (a comparison runs five analyses; at 300 runs each listing took 0.2 s)."""
-    token = _LISTING.set((str(dataset), ds.table_runs(dataset)))
-    try:
-        yield
-    finally:
-        _LISTING.reset(token)
-
-
-def _drop_unfit(parts, chosen, tables):
+def _drop_unfit(parts, chosen, tables, read=None):
     """(chosen runs whose `tables` a query can read, notes on those left out).
 
     A run whose schema does not fit (a dataset someone else wrote:
     reader.unfit_runs) is dropped with a note, so that the other runs answer.
+    read: the tables whose rows the query reads (default: `tables`), judged by
+    their files' footers; the rest by what the runs' records state.
     """
-    bad = ds.unfit_runs(parts, set(tables), set(chosen))
+    bad = ds.unfit_runs(parts, set(tables), set(chosen), None if read is None else set(read))
     if not bad:
         return chosen, []
     kept = [r for r in chosen if r not in bad]
@@ -239,8 +217,65 @@ def _drop_unfit(parts, chosen, tables):
     return kept, [f"run {r} is left out: {bad[r]}" for r in chosen if r in bad]
 
 
+# Words of ad-hoc SQL that look at the catalog itself (SHOW TABLES, duckdb_views(), a
+# table named by a string): such SQL gets every view, as it always did.
+_CATALOG_WORDS = frozenset({"information_schema", "show", "describe", "summarize", "pragma",
+                            "query_table", "query", "getvariable"})
+_CATALOG_PREFIXES = ("duckdb_", "pg_", "sqlite_")
+_FACT_VIEWS = frozenset(_FACT_TABLES) | {"run_facts"}
+
+
+@dataclass
+class Scope:
+    """What ad-hoc SQL reads: the dataset tables, queries/lib/ modules and run facts it
+    names (adhoc_scope). Only those are made before it runs (`kmemscope sql "SELECT 1"`
+    opens no table); the rest are made if DuckDB finds a name missing (widen)."""
+    tables: set            # once opened: the tables that have a view
+    modules: list
+    facts: bool
+
+
+def adhoc_scope(sql, parts):
+    """The Scope of ad-hoc SQL text over a dataset listed as `parts`; None when it may
+    look at the catalog (every view is made, as for SQL that names them all)."""
+    words = {w.lower() for w in _WORD.findall(sql)}     # comments too: a few views more
+    if words & _CATALOG_WORDS or any(w.startswith(_CATALOG_PREFIXES) for w in words):
+        return None
+    owners = sql_lib.owners()
+    adhoc = set(sql_lib.adhoc_modules())
+    modules = sorted({owners[w] for w in words if w in owners} & adhoc)
+    tables = words & (set(TABLE_COLUMNS) | set(parts))
+    return Scope(tables, modules, bool(modules) or bool(words & _FACT_VIEWS))
+
+
+def widen(backend, chosen, parts, scope):
+    """Make on `backend` (DuckDB) every view and run fact ad-hoc SQL of `scope` did not
+    name, as if it had named them all; -> the Scope of everything.
+
+    Their files' footers are read first, like those of the views made at open: a run
+    that the records called fit and its footers do not stops the SQL (its rows are in
+    views made already, so it cannot be left out quietly now)."""
+    every = sql_lib.adhoc_modules()
+    done = {m.name for m in sql_lib.closure(scope.modules)}
+    script = "\n".join(m.sql for m in sql_lib.closure(every) if m.name not in done)
+    known = set(TABLE_COLUMNS) | set(parts)
+    rest = known - scope.tables
+    bad = ds.unfit_runs(parts, rest, set(chosen))
+    if bad:
+        run = min(bad)
+        raise DatasetError(f"run {run} cannot be read: {bad[run]}",
+                           "parse its trace again, or remove the run's partitions")
+    ds.add_views(backend.con, parts, chosen, {t: TABLE_COLUMNS[t] for t in rest if t in TABLE_COLUMNS},
+                 rest)
+    if not scope.facts:
+        _register_facts(backend)
+    backend.run_script(script, {})
+    return Scope(known, every, True)
+
+
 def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, engine=None,
-              parts=None, notes=None, modules=None, derived=(), progress=None, what=None):
+              parts=None, notes=None, modules=None, derived=(), progress=None, what=None,
+              scope=None):
     """A backend over the selected runs with run_facts and the views of queries/lib/ modules.
 
     Returns (backend, chosen run ids, table partitions, run facts, migratetypes).
@@ -252,25 +287,38 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
     those ad-hoc SQL gets (sql_lib.adhoc_modules). derived: the derived tables
     to build (progress hears about slow ones) before the modules run; it must
     hold those the modules build on. what: the work their errors name (default: reading
-    the runs table). The caller closes the backend.
+    the runs table). scope: ad-hoc SQL's Scope (adhoc_scope), instead of tables and
+    modules: its views alone are made and, unless it names them, no run facts; the runs
+    that answer are judged over every table all the same. The caller closes the backend.
     """
     eng = engines.resolve(engine)
+    ref = DatasetRef.of(dataset)
     checked = parts is not None
-    parts = _table_runs(dataset) if parts is None else parts
-    chosen = select_runs(dataset, parts, run_ids, labels)
+    parts = ref.listing if parts is None else parts
+    chosen = select_runs(ref.location, parts, run_ids, labels)
+    if scope is not None:
+        tables, modules = scope.tables, scope.modules
     script = sql_lib.script(sql_lib.adhoc_modules() if modules is None else modules)
     known = set(TABLE_COLUMNS) | set(parts)
     wanted = set(tables) if tables is not None else known
-    wanted |= {"runs"} | _named_tables(script, known)
+    wanted |= _named_tables(script, known)
+    if scope is None or scope.facts:
+        wanted.add("runs")              # the run facts read it
+    if scope is not None:
+        scope.tables = wanted           # what widen need not make again
     if not checked:
-        chosen, dropped = _drop_unfit(parts, chosen, wanted)
+        # every table's fitness (from the records where they say it), so the same runs
+        # answer whatever the SQL names; the footers of the tables read, before their rows
+        chosen, dropped = _drop_unfit(parts, chosen, known if scope else wanted, wanted)
         if notes is not None:
             notes.extend(dropped)
-    backend = eng.open(dataset, chosen, parts, wanted, threads)
+    backend = eng.open(ref, chosen, parts, wanted, threads)
     try:
         # A damaged page of a runs file is one line, like any failure of the engine.
+        facts, mts = [], []
         with backend_errors(backend, "reading the runs table"):
-            facts, mts = _register_facts(backend)
+            if scope is None or scope.facts:
+                facts, mts = _register_facts(backend)
         with backend_errors(backend, what or "reading the runs table"):
             for name in derived:
                 if name not in DERIVED_COLUMNS:
@@ -329,8 +377,9 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     bound = {p.name: convert_param(p, params[p.name], qname) if p.name in params else p.default
              for p in a.params.values()}
     needs = a.needs(section)
-    parts = _table_runs(dataset)
-    chosen = select_runs(dataset, parts, run_ids, labels)
+    ref = DatasetRef.of(dataset)
+    parts = ref.listing
+    chosen = select_runs(ref.location, parts, run_ids, labels)
     tables = _named_tables(a.prelude + "\n" + section.sql, set(TABLE_COLUMNS) | set(parts))
     tables |= set(needs.requires + needs.any_of + needs.optional)
     known = set(TABLE_COLUMNS) | set(parts)
@@ -339,7 +388,7 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     if needs.derived:
         read |= {"mm_page_alloc", "mm_page_free"}      # what the derived tables are built from
     chosen, dropped = _drop_unfit(parts, chosen, read)
-    notes = (ds.reader_notes(dataset) + dropped
+    notes = (ref.reader_notes() + dropped
              + _check_tables(needs, parts, chosen))
     return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes, modules)
 
@@ -387,9 +436,10 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     it runs the plan with `run_local` (engines/base.py: DuckDB over every run
     here, or on Spark one task per group of runs).
     """
-    plan = prepare(name, dataset, run_ids, labels, params)
+    ref = DatasetRef.of(dataset)
+    plan = prepare(name, ref, run_ids, labels, params)
     eng = engines.resolve(engine)
-    rows = eng.run_plan(plan, dataset, run_local_cached, threads, progress)
+    rows = eng.run_plan(plan, ref, run_local_cached, threads, progress)
     facts = sorted(rows.facts, key=lambda f: f["run_id"])
     notes = plan.notes + _assumption_notes(facts, rows.mts, plan.needs)
     table = rows.table

@@ -59,7 +59,7 @@ def select_runs(dataset, parts, run_ids=None, labels=None):
                 chosen.append(hits[0])
     if labels:
         wanted = label_filter(labels)
-        con = ds.connect(dataset, run_ids=chosen, tables=["runs"])
+        con = ds.connect(dataset, run_ids=chosen, tables=["runs"], parts=parts)
         rows = con.sql("SELECT run_id, labels FROM runs").fetchall()
         con.close()
         kept = []

@@ -131,6 +131,63 @@ def test_records_without_footers_read_as_before(parsed, tmp_path):
     assert f"run {run} is left out" in out.stderr
 
 
+def _lie_about_vmstat(ds):
+    """Rewrite one run's vmstat file with `value` as text, and make the run's record state the
+    new file's size with the schema it recorded for the original (one that fits): the record
+    now lies about its file. -> that run id."""
+    part = sorted(Path(ds, "vmstat").glob("run_id=*/part-*.parquet"))[0]
+    t = pq.read_table(part)
+    i = t.schema.get_field_index("value")
+    t = t.set_column(i, pa.field("value", pa.string()), pa.array(
+        [str(v) for v in t.column(i).to_pylist()], pa.string()))
+    pq.write_table(t, part)
+    run = part.parent.name.split("=", 1)[1]
+    path = Path(ds, "runs", f"run_id={run}", "_files.json")
+    doc = json.loads(path.read_text())
+    doc["files"][f"vmstat/{part.name}"]["bytes"] = part.stat().st_size
+    path.write_text(json.dumps(doc))
+    return run
+
+
+def test_a_record_that_lies_about_its_file_does_not_let_its_rows_in(parsed, tmp_path):
+    ds = _copy(parsed, tmp_path / "ds")
+    run = _lie_about_vmstat(ds)
+    parts = reader.table_runs(ds)
+    assert [f for f in reader.recorded_footers(parts)
+            if Path(f).parent == Path(ds, "vmstat", f"run_id={run}")]   # believed, to plan
+    # the oracle: pyarrow's count of the other runs' vmstat rows
+    others = sum(pq.ParquetFile(f).metadata.num_rows
+                 for f in Path(ds, "vmstat").glob("run_id=*/*.parquet")
+                 if f.parent.name != f"run_id={run}")
+    assert others > 0
+    for args in (["sql", str(ds), "SELECT count(*) AS n FROM vmstat", "--format", "jsonl"],
+                 ["sql", str(ds), "SELECT 1 AS one; SELECT count(*) AS n FROM vmstat",
+                  "--format", "jsonl"],
+                 ["sql", str(ds), "--read-only", "SELECT count(*) AS n FROM vmstat",
+                  "--format", "jsonl"]):
+        out = subprocess.run(KMEMSCOPE + args, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout.splitlines()[-1]) == {"n": others}, args
+        assert f"run {run} is left out" in out.stderr and "value" in out.stderr
+    out = subprocess.run(KMEMSCOPE + ["query", "vmstat_rates", str(ds), "--format", "csv"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert f"run {run} is left out" in out.stderr
+    assert run not in out.stdout
+
+
+def test_a_lying_record_found_after_the_first_views_stops_the_sql(parsed, tmp_path):
+    ds = _copy(parsed, tmp_path / "ds")
+    run = _lie_about_vmstat(ds)
+    # runs is opened from the text, vmstat with the rest once DuckDB misses a name
+    out = subprocess.run(KMEMSCOPE + ["sql", str(ds), "SELECT count(*) FROM runs; "
+                                      "SELECT * FROM vmstat_typo"],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and out.stdout == ""
+    assert out.stderr.startswith(f"kmemscope: error: run {run} cannot be read")
+    assert len(out.stderr.splitlines()) == 1
+
+
 @pytest.mark.parametrize("text", [
     "SELECT 1", "SELECT ';'; SELECT 2;", "SELECT 1 -- a comment;\n; /* ; */ SELECT 2",
     "SELECT $$a;b$$ AS x; SELECT 2", "SELECT 1;;;SELECT 2", "SELECT \"a;b\" FROM t",

@@ -9,6 +9,7 @@ import duckdb
 
 from kmemscope.dataset import derived as derive
 from kmemscope.dataset import reader as ds
+from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.errors import QueryError
 
@@ -38,10 +39,12 @@ class DuckDBBackend:
     where = ""                 # error messages need not say which engine: it is the default
 
     def __init__(self, dataset, chosen, parts, tables, threads=None):
-        self.dataset, self.chosen, self.parts, self.threads = dataset, chosen, parts, threads
+        self.ref = DatasetRef.of(dataset)
+        self.dataset = self.ref.location
+        self.chosen, self.parts, self.threads = chosen, parts, threads
         columns = {t: TABLE_COLUMNS[t] for t in tables if t in TABLE_COLUMNS}
-        self.con = ds.connect(dataset, threads=threads, run_ids=chosen, columns=columns,
-                              tables=tables, parts=parts)
+        self.con = ds.connect(self.dataset, threads=threads, run_ids=chosen, columns=columns,
+                              tables=tables, parts=parts, remote=self.ref.is_s3)
 
     def register_arrow(self, name, table):
         """A temp table `name` holding the Arrow `table`."""

@@ -50,6 +50,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from kmemscope.dataset import storage
+from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import TABLE_COLUMNS
 from kmemscope.errors import KmemscopeError, QueryError
 
@@ -296,7 +297,7 @@ class SparkEngine:
         return max(1, min(nruns, TASKS_PER_CORE * max(1, int(sc.defaultParallelism))))
 
     def open(self, dataset, chosen, parts, tables, threads=None):
-        if storage.is_url(dataset):
+        if DatasetRef.of(dataset).is_s3:
             self._use_s3()
         # Temp views are per session: one query at a time keeps them apart.
         self._lock.acquire()

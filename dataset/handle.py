@@ -1,0 +1,101 @@
+"""One dataset as a command sees it: where it lives, local or s3, and one listing of it.
+
+    ref = DatasetRef.of("ds")             # or "s3://bucket/prefix/ds"; nothing read yet
+    ref.listing                           # {table: {run_id: [files]}}, listed on first use
+    ref.listing                           # the same snapshot: never listed twice
+    reader.connect(ref.location, parts=ref.listing)
+
+A command (`kmemscope query`, `sql`, `compare`, `info`) makes one handle and
+hands it down, so every layer under it asks the handle instead of the file
+system or the object store: the dataset is listed once per command, and every
+analysis of a comparison reads the same snapshot of its runs. Making a handle
+reads nothing; whether the dataset is local or in an object store is decided
+here, once, by storage.is_url. A plain path or URL given to a public function
+becomes a handle at that function (`DatasetRef.of`), and a handle given where a
+handle is taken is passed on as it is.
+
+The snapshot is what readers may trust about the layout: the committed runs'
+files (reader.table_runs), what their runs' own records state about those
+files' footers (reader.recorded_footers: schema and rows, each checked against
+the file's size), and the notes about what readers leave out. The part files'
+contents are not in it: their footers are checked where a query opens them
+(reader.unfit_runs), as before.
+"""
+from pathlib import Path
+
+from . import storage
+
+LOCAL = "local"
+S3 = "s3"
+
+
+class DatasetRef:
+    """A dataset's location, its storage (LOCAL or S3) and a listing taken once, on first use."""
+
+    def __init__(self, where):
+        text = str(where)
+        if storage.is_url(text):
+            self.storage = S3
+            self.location = text          # a URL stays text: Path() would fold its double slash
+        else:
+            self.storage = LOCAL
+            self.location = where if isinstance(where, Path) else Path(where)
+        self._listing = None
+        self._footers = None
+        self._notes = None
+
+    @classmethod
+    def of(cls, dataset):
+        """`dataset` as a handle: a handle unchanged, a path or URL as a new one (nothing read)."""
+        return dataset if isinstance(dataset, cls) else cls(dataset)
+
+    @property
+    def is_s3(self):
+        return self.storage == S3
+
+    @property
+    def listing(self):
+        """{table: {run_id: [parquet files]}} of the committed runs (reader.table_runs),
+        listed on first use and then kept: one snapshot for everything the command does."""
+        if self._listing is None:
+            from .reader import table_runs
+
+            self._listing = table_runs(self.location, self.is_s3)
+        return self._listing
+
+    def footers(self):
+        """{file: (Arrow schema, rows)} the runs' own records state (reader.recorded_footers),
+        read once for the whole listing."""
+        if self._footers is None:
+            from .reader import recorded_footers
+
+            self._footers = recorded_footers(self.listing)
+        return self._footers
+
+    def reader_notes(self):
+        """What readers leave out and say so (reader.reader_notes), taken once."""
+        if self._notes is None:
+            from .reader import reader_notes
+
+            self.listing              # the listing first: it is what names odd folders
+            self._notes = reader_notes(self.location, self.is_s3)
+        return list(self._notes)
+
+    def __str__(self):
+        return str(self.location)
+
+    def __repr__(self):
+        return f"DatasetRef({str(self.location)!r}, {self.storage})"
+
+    def __fspath__(self):
+        if self.is_s3:
+            raise TypeError(f"{self.location} is in an object store, not a local path")
+        return str(self.location)
+
+    def __eq__(self, other):
+        if isinstance(other, DatasetRef):
+            return (self.storage, str(self.location)) == (other.storage, str(other.location))
+        return NotImplemented
+
+    def __hash__(self):
+        return hash((self.storage, str(self.location)))

@@ -1,0 +1,109 @@
+"""A command makes one dataset handle and lists the dataset once, whatever it runs over it.
+
+The listing is counted where it happens: the walk of a local dataset's folders
+(reader._local_tables) and the recursive listing of an s3 prefix
+(storage.list_tables) are wrapped with a counter. The verbs run in this process
+through click; their output is compared with the same verb run as its own
+process (the console script), so a counted run is a run that did its job.
+"""
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import kmemscope
+from kmemscope.cli.cli import cli
+from kmemscope.dataset import reader, storage
+from kmemscope.dataset.handle import DatasetRef
+from kmrun import kmemscope as kmemscope_cli
+
+
+@pytest.fixture
+def listings(monkeypatch):
+    """The number of times the dataset has been listed since the test started."""
+    count = {"n": 0}
+
+    def counted(fn):
+        def wrapper(*args, **kwargs):
+            count["n"] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(reader, "_local_tables", counted(reader._local_tables))
+    monkeypatch.setattr(storage, "list_tables", counted(storage.list_tables))
+    return count
+
+
+def _in_process(args):
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["query", "summary", "{ds}", "--format", "json"],
+    ["query", "stalls", "{ds}", "--label", "kernel=a", "--format", "csv"],
+    ["sql", "{ds}", "SELECT run_id, count(*) AS n FROM mm_page_alloc GROUP BY 1 ORDER BY 1; "
+                    "SELECT run_id FROM runs WHERE labels['kernel'] = 'b'", "--format", "jsonl"],
+    ["sql", "{ds}", "--read-only", "SELECT count(*) AS n FROM runs", "--format", "csv"],
+    ["info", "{ds}", "--format", "json"],
+    ["compare", "{ds}", "--by", "kernel", "--format", "json"],
+    ["compare", "{ds}", "--by", "kernel", "--metrics", "vmstat.compact_stall", "--over", "minute"],
+], ids=lambda a: " ".join(a[:2]))
+def test_each_command_lists_the_dataset_once(examples_dataset, listings, args):
+    args = [str(examples_dataset) if a == "{ds}" else a for a in args]
+    want = kmemscope_cli(*args).stdout          # its own process: what a user sees
+    listings["n"] = 0
+    got = _in_process(args)
+    assert got == want
+    assert listings["n"] == 1
+
+
+def test_a_handle_lists_on_first_use_and_keeps_its_snapshot(examples_dataset, listings):
+    ref = DatasetRef.of(examples_dataset)
+    assert listings["n"] == 0                   # making a handle reads nothing
+    assert DatasetRef.of(ref) is ref
+    first = ref.listing
+    assert ref.listing is first and listings["n"] == 1
+    on_disk = {p.name for p in Path(examples_dataset).iterdir()
+               if p.is_dir() and any(p.glob("run_id=*/*.parquet"))}
+    assert set(first) == on_disk
+    runs = {p.name[len("run_id="):] for p in Path(examples_dataset, "runs").glob("run_id=*")}
+    assert set(first["runs"]) == runs
+
+
+def test_local_or_s3_is_decided_once_without_reading(tmp_path, listings):
+    local = DatasetRef.of(str(tmp_path / "nothing-here"))
+    assert not local.is_s3 and local.location == tmp_path / "nothing-here"
+    remote = DatasetRef.of("s3://bucket-name/some/prefix")
+    assert remote.is_s3 and remote.location == "s3://bucket-name/some/prefix"   # no folded //
+    assert listings["n"] == 0
+
+
+def test_an_open_dataset_sees_runs_parsed_after_its_first_call(examples_dataset, tmp_path,
+                                                               listings):
+    import shutil
+
+    from conftest import EXAMPLES
+
+    ds = tmp_path / "ds"
+    shutil.copytree(examples_dataset, ds)
+    opened = kmemscope.open(ds)
+    before = set(opened.run_ids())
+    assert listings["n"] == 1                   # the open's listing served the first call
+    added = kmemscope.parse(EXAMPLES / "thp-faults", ds, labels={"kernel": "c"})[0].run_id
+    assert added not in before
+    assert set(opened.run_ids()) == before | {added}
+    assert listings["n"] == 2
+
+
+def test_a_command_s_handle_is_the_snapshot_of_every_call(examples_dataset, listings):
+    ref = DatasetRef.of(examples_dataset)
+    opened = kmemscope.open(ref)
+    opened.query("summary")
+    opened.sql("SELECT count(*) FROM runs")
+    assert opened.tables == sorted(ref.listing)
+    assert listings["n"] == 1
+    doc = json.loads(kmemscope_cli("info", examples_dataset, "--format", "json").stdout)
+    assert {t["table"] for t in doc["tables"]} == set(opened.tables)
