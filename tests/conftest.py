@@ -364,6 +364,21 @@ def examples_dataset(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def examples_ab(tmp_path_factory):
+    """One A/B dataset of the three committed examples, parsed once per run and only read by
+    tests (the report, compare and Perfetto export tests): kmem-compaction labelled kernel=a,
+    memory-pressure and thp-faults kernel=b. Each run's `source` names its example folder."""
+    from kmrun import kmemscope
+
+    ds = tmp_path_factory.mktemp("examples-ab") / "ds"
+    for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b"), ("thp-faults", "b")):
+        if not (EXAMPLES / bundle).is_dir():
+            requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
+        kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")
+    return ds
+
+
+@pytest.fixture(scope="session")
 def mixed_dataset(request, tmp_path_factory):
     """Runs of several kernel eras and field widths (parity_data.py), built once per run.
 

@@ -20,7 +20,6 @@ import pytest
 
 import requirements
 
-from conftest import EXAMPLES
 
 FAILED_PFN = 2 ** 64 - 1
 
@@ -38,12 +37,9 @@ def rows(ds, table, run, columns):
 
 
 @pytest.fixture(scope="module")
-def ab(tmp_path_factory):
-    """(dataset, {side: [run ids]})."""
-    ds = tmp_path_factory.mktemp("ab") / "ds"
-    for bundle, side in (("kmem-compaction", "a"), ("memory-pressure", "b"), ("thp-faults", "b")):
-        out = kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={side}")
-        assert out.returncode == 0, out.stderr
+def ab(examples_ab):
+    """(dataset, {side: [run ids]}): the run's shared A/B dataset of the examples (conftest)."""
+    ds = examples_ab
     sides = defaultdict(list)
     for part in sorted((ds / "runs").glob("run_id=*")):
         run = part.name[len("run_id="):]

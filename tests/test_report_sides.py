@@ -97,15 +97,13 @@ def recount_nonblocking(ds, runs):
 
 
 @pytest.fixture(scope="module")
-def ab(tmp_path_factory):
+def ab(examples_ab, tmp_path_factory):
     """(dataset, {side: [run ids]}): kmem-compaction's halves as a and b, memory-pressure also on b."""
     if not shutil.which("trace-cmd"):
         requirements.skip("setup", "trace-cmd is not installed (run `make setup`)")
     tmp = tmp_path_factory.mktemp("sides")
-    whole = tmp / "whole"
-    assert kmemscope("parse", "-q", FULL, "-o", whole).returncode == 0
-    (run,) = run_facts(whole)
-    ts = sorted(r["ts"] for r in rows(whole, "mm_page_alloc_extfrag", run, ["ts"]))
+    (whole,) = sides_of(examples_ab)["a"]      # the shared A/B dataset's kmem-compaction run
+    ts = sorted(r["ts"] for r in rows(examples_ab, "mm_page_alloc_extfrag", whole, ["ts"]))
     assert len(ts) >= 4, "the example should hold migratetype fallbacks"
     cut = (ts[len(ts) // 3] + ts[len(ts) // 3 + 1]) // 2        # fallbacks on both sides of the cut
     cut_s = f"{cut // 10**9}.{cut % 10**9:09d}"
