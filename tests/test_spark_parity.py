@@ -86,7 +86,7 @@ def _rows_match(duck, spark):
 
 def test_the_engine_leaves_the_callers_environment_as_it_was(dataset, spark):
     # PYTHONSAFEPATH set for the local workers once leaked into this process: every later
-    # `python tests/x.py` child lost its own folder from sys.path.
+    # `python tests/<script>.py` child lost its own folder from sys.path.
     import conftest
 
     assert runner.run_query("hot_pfns", dataset, engine=spark)
