@@ -164,6 +164,7 @@ def test_derived_tables_copied_with_the_dataset_are_used(s3, datasets):
     assert remote.stdout == cli(s3, "query", "hot_pfns", local, "--format", "csv").stdout
 
 
+@pytest.mark.slow   # four compares (~2 s of CPU each); info, query and sql over s3 stay in make check
 def test_compare_by_kernel_equals_the_local_compare(s3, datasets):
     local, url, _ = datasets
     remote = cli(s3, "compare", url, "--by", "kernel", "--format", "json")
