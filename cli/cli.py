@@ -956,8 +956,22 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+# The stop signal that arrived, for a Terminated that a library turned into its own error
+# (DuckDB makes an exception raised in a handler during a statement RuntimeError("Query
+# interrupted")).
+_stopped_by = None
+
+
 def _raise_terminated(signum, frame):
+    global _stopped_by
+    _stopped_by = signum
     raise Terminated(signum)
+
+
+def _raise_interrupted(signum, frame):
+    global _stopped_by
+    _stopped_by = signum
+    raise KeyboardInterrupt
 
 
 def _sql_comment_first(args):
@@ -984,6 +998,8 @@ def main(argv=None):
         sys.exit(record_main(args[first + 1:]))
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # not when ignored (nohup)
+        signal.signal(signal.SIGINT, _raise_interrupted)
     if first is not None and args[first] == "sql":
         args = _sql_comment_first(args)
     try:
@@ -1029,6 +1045,11 @@ def main(argv=None):
     except SystemExit:
         raise
     except Exception as exc:  # a bug in kmemscope: one line, the traceback on --debug
+        if _stopped_by is not None:       # a stop signal that a library's error wrapped
+            click.echo("kmemscope: error: interrupted" if _stopped_by == signal.SIGINT else
+                       f"kmemscope: error: terminated by {signal.Signals(_stopped_by).name}",
+                       err=True)
+            sys.exit(128 + _stopped_by)
         if debug:
             raise
         _error(f"internal error: {exc!r} (rerun with --debug and report it)")

@@ -98,6 +98,15 @@ FROM (
   FROM _frag_buddyinfo
 ) AS zones
 GROUP BY run_id, node;
+-- Orders 3 and 9, which the sections over runs follow, per sample, node and zone: the
+-- unusable index, and the fragmentation index where an allocation would fail (NULL where
+-- it would succeed, so that counts and means take only the failing samples).
+CREATE TEMP VIEW _frag_orders_3_9 AS
+SELECT run_id, ts, node, zone, "order", free_pages, unusable_index_permille AS unusable,
+       CASE WHEN fragmentation_index_permille <> -1000 THEN fragmentation_index_permille END
+         AS failing_fragmentation
+FROM _frag_indices
+WHERE "order" IN (3, 9);
 
 -- @section orders: per buddyinfo sample, node, zone and order: free blocks and the kernel's two indices
 -- @requires buddyinfo
@@ -238,13 +247,6 @@ ORDER BY f.run_id, i.ts, i.node, i.zone
 --   fragmentation_index_order9_mean  /1000  the same at order 9
 --   fragmentation_index_order9_max   /1000  its largest value over those samples
 WITH
-per_sample AS (
-  SELECT run_id, ts, node, zone, "order", free_pages, unusable_index_permille AS unusable,
-         CASE WHEN fragmentation_index_permille <> -1000 THEN fragmentation_index_permille END
-           AS failing_fragmentation
-  FROM _frag_indices
-  WHERE "order" IN (3, 9)
-),
 per_zone AS (
   SELECT run_id, node, zone,
          count(DISTINCT ts) AS samples,
@@ -261,7 +263,7 @@ per_zone AS (
          max(CASE WHEN "order" = 3 THEN failing_fragmentation END) AS fragmentation_index_order3_max,
          avg(CASE WHEN "order" = 9 THEN failing_fragmentation END) AS fragmentation_index_order9_mean,
          max(CASE WHEN "order" = 9 THEN failing_fragmentation END) AS fragmentation_index_order9_max
-  FROM per_sample
+  FROM _frag_orders_3_9
   GROUP BY run_id, node, zone
 )
 SELECT
@@ -303,13 +305,11 @@ ORDER BY f.run_id, z.node, z.zone
 --   fragmentation_index_order9_mean  /1000  mean fragmentation index at order 9 where it would fail
 --   fragmentation_index_order9_max   /1000  its largest value
 WITH
-per_sample AS (
-  SELECT i.run_id, i.ts, i.node, i."order", i.unusable_index_permille AS unusable,
-         CASE WHEN i.fragmentation_index_permille <> -1000 THEN i.fragmentation_index_permille END
-           AS failing_fragmentation
-  FROM _frag_indices AS i
-  JOIN _frag_metric_zones AS m ON m.run_id = i.run_id AND m.node = i.node AND m.zone = i.zone
-  WHERE i."order" IN (3, 9)
+metric_zone_samples AS (
+  -- the samples of the zone that each node's metrics follow
+  SELECT o.run_id, o.ts, o.node, o."order", o.unusable, o.failing_fragmentation
+  FROM _frag_orders_3_9 AS o
+  JOIN _frag_metric_zones AS m ON m.run_id = o.run_id AND m.node = o.node AND m.zone = o.zone
 ),
 zone_names AS (
   SELECT run_id, list(CAST(node AS VARCHAR) || ':' || zone ORDER BY node) AS zones
@@ -331,7 +331,7 @@ per_run AS (
          max(CASE WHEN "order" = 3 THEN failing_fragmentation END) AS fragmentation_index_order3_max,
          avg(CASE WHEN "order" = 9 THEN failing_fragmentation END) AS fragmentation_index_order9_mean,
          max(CASE WHEN "order" = 9 THEN failing_fragmentation END) AS fragmentation_index_order9_max
-  FROM per_sample
+  FROM metric_zone_samples
   GROUP BY run_id
 )
 SELECT

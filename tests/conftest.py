@@ -304,18 +304,24 @@ def pytest_collection_finish(session):
 
 
 # Loopback TCP for a second: high-order non-blocking allocations (skb pages) with stacks.
+# 4 MiB socket buffers keep many large sends in flight: tests/test_alloc_origins.py asks for
+# more than 100 stacked allocations, most of them from the network stack.
 NETLOAD = r'''
 import socket, sys, threading, time
+secs = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
 srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
 def recv():
     c, _ = srv.accept()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     while c.recv(1 << 20):
         pass
 t = threading.Thread(target=recv); t.start()
 s = socket.create_connection(srv.getsockname())
-end = time.monotonic() + float(sys.argv[1] if len(sys.argv) > 1 else 1)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+buf = b"x" * (1 << 20)
+end = time.monotonic() + secs
 while time.monotonic() < end:
-    s.sendall(b"x" * (1 << 20))
+    s.sendall(buf)
 s.close(); t.join()
 '''
 
@@ -328,7 +334,8 @@ def stacks_recording(live_tracefs, tmp_path_factory):
     """(bundle, dataset) of one recording with kernel stacks made here, shared by the run.
 
     The atomic-origins preset plus high-order frees over 1 s of loopback TCP: what
-    alloc_origins needs, made once instead of once per test file.
+    alloc_origins needs (tests/test_alloc_origins.py checks it against trace-cmd report),
+    made once instead of once per test file.
     """
     import sys
 
@@ -354,6 +361,21 @@ def examples_dataset(tmp_path_factory):
 
     ds = tmp_path_factory.mktemp("examples") / "ds"
     for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b")):
+        if not (EXAMPLES / bundle).is_dir():
+            requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
+        kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")
+    return ds
+
+
+@pytest.fixture(scope="session")
+def examples_ab(tmp_path_factory):
+    """One A/B dataset of the three committed examples, parsed once per run and only read by
+    tests (the report, compare and Perfetto export tests): kmem-compaction labelled kernel=a,
+    memory-pressure and thp-faults kernel=b. Each run's `source` names its example folder."""
+    from kmrun import kmemscope
+
+    ds = tmp_path_factory.mktemp("examples-ab") / "ds"
+    for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b"), ("thp-faults", "b")):
         if not (EXAMPLES / bundle).is_dir():
             requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
         kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")

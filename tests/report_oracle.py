@@ -24,6 +24,7 @@ bits is what the printed conversion can show.
 import re
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field as dc_field
 
@@ -399,45 +400,69 @@ def _ts_ns(text):
     return int(text)
 
 
-def _records(path, opts, header):
-    """Yield (match, continuation lines) per record of `trace-cmd report opts -i path`.
-
-    Once in a full suite run, `report -l` printed no record it could match; a second
-    run of trace-cmd gave them all: a pass that matches nothing is run once more."""
-    got = False
-    for item in _records_once(path, opts, header):
-        got = True
-        yield item
-    if not got:
-        yield from _records_once(path, opts, header)
+# trace-cmd 3.1.6 ends a report early, exit status 0 and nothing on stderr, when an
+# allocation fails while it reads: under an address-space limit of 14 MiB `report -t -l` of
+# examples/kmem-compaction prints nothing at all (not even its `cpus=` line), at 16 MiB it
+# stops after 302295 of its 456381 lines. Its exit status cannot tell a short report from
+# a whole one, but the passes can: they print the same records, and a failure only
+# shortens one. A pass without its `cpus=` line, or with fewer records than the longest
+# pass, is read again (PASS_TRIES times in all), then compared as it is, so that a
+# difference that stays is a failure naming both counts.
+PASS_TRIES = 3
 
 
-def _records_once(path, opts, header):
-    proc = subprocess.Popen([TRACE_CMD, "report", *opts, "-i", str(path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
-    cur, extra = None, []
-    dropped = []
-    for raw in proc.stdout:
-        line = raw.decode("utf-8", errors="surrogateescape").rstrip("\n")
-        m = header.match(line)
-        if m:
-            if cur is not None:
-                yield cur, extra, dropped
-                dropped = []
-            cur, extra = m, []
-            continue
-        d = _DROPPED.match(line)
-        if d:
-            dropped.append((int(d.group(1)), int(d.group(2)) if d.group(2) else -1))
-        elif cur is not None:
-            extra.append(line)
-        elif not (line.startswith("cpus=") or line.startswith("version =")):
-            pass
-    if cur is not None:
-        yield cur, extra, dropped
-    proc.stdout.close()
-    if proc.wait():
-        raise RuntimeError(f"trace-cmd report {' '.join(opts)} -i {path} exited {proc.returncode}")
+@dataclass
+class Pass:
+    rows: list                # row(match, continuation lines, dropped) per record
+    whole: bool               # the report began with its `cpus=` line
+    stderr: str
+
+
+def _read_pass(path, opts, header, row):
+    """One `trace-cmd report opts -i path`, each record turned into row(match, extra, dropped)
+    as it is read (the passes of a large trace are not held as text)."""
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([TRACE_CMD, "report", *opts, "-i", str(path)],
+                                stdout=subprocess.PIPE, stderr=err)
+        rows, cur, extra, dropped, whole = [], None, [], [], False
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", errors="surrogateescape").rstrip("\n")
+            m = header.match(line)
+            if m:
+                if cur is not None:
+                    rows.append(row(cur, extra, dropped))
+                    dropped = []
+                cur, extra = m, []
+                continue
+            d = _DROPPED.match(line)
+            if d:
+                dropped.append((int(d.group(1)), int(d.group(2)) if d.group(2) else -1))
+            elif cur is not None:
+                extra.append(line)
+            elif line.startswith("cpus="):
+                whole = True
+        if cur is not None:
+            rows.append(row(cur, extra, dropped))
+        proc.stdout.close()
+        code = proc.wait()
+        err.seek(0)
+        stderr = err.read().decode(errors="replace").strip()
+    if code:
+        raise RuntimeError(f"trace-cmd report {' '.join(opts)} -i {path} exited {code}: {stderr[-500:]}")
+    return Pass(rows, whole, stderr)
+
+
+def _read_passes(path, passes):
+    """[Pass] of each (opts, header, row) of `passes`, a short one read again (PASS_TRIES)."""
+    got = [_read_pass(path, *p) for p in passes]
+    for _ in range(PASS_TRIES - 1):
+        longest = max(len(g.rows) for g in got)
+        short = [i for i, g in enumerate(got) if not g.whole or len(g.rows) < longest]
+        if not short:
+            break
+        for i in short:
+            got[i] = _read_pass(path, *passes[i])
+    return got
 
 
 @dataclass
@@ -472,32 +497,47 @@ def _lat_preempt(lat):
 
 def read_report(path, latency=True):
     """All records of trace.dat `path` as trace-cmd report prints them."""
-    records, dropped = [], []
-    for m, extra, drop in _records(path, ["-R", "-t"], _HDR):
+    def main_row(m, extra, dropped):
         text = m.group("rest")
         if extra:
             text = "\n".join([text, *extra])
-        dropped.extend(drop)
-        records.append(Record(cpu=int(m.group("cpu")), ts=_ts_ns(m.group("ts")), pid=int(m.group("pid")),
-                              comm=m.group("comm").lstrip(), event=m.group("event"), text=text))
+        return Record(cpu=int(m.group("cpu")), ts=_ts_ns(m.group("ts")), pid=int(m.group("pid")),
+                      comm=m.group("comm").lstrip(), event=m.group("event"), text=text), dropped
+
+    def key(m):
+        return int(m.group("cpu")), _ts_ns(m.group("ts")), m.group("event")
+
+    passes = [(["-R", "-t"], _HDR, main_row)]
     if latency:
-        n = 0
-        for n, (m, _, _) in enumerate(_records(path, ["-R", "-t", "-l"], _HDR_LAT_RAW), 1):
-            r = records[n - 1]
-            assert (r.cpu, r.ts, r.event) == (int(m.group("cpu")), _ts_ns(m.group("ts")), m.group("event")), \
-                f"report -R -l record {n} is not report -R's: {m.group(0)[:120]!r}"
-            r.flags = int(m.group("flags"), 16)
-        assert n == len(records), f"report -R -l printed {n} records, report -R {len(records)}"
-        n = 0
-        for n, (m, extra, _) in enumerate(_records(path, ["-t", "-l"], _HDR_LAT), 1):
-            r = records[n - 1]
-            assert (r.cpu, r.ts, r.event) == (int(m.group("cpu")), _ts_ns(m.group("ts")), m.group("event")), \
-                f"report -l record {n} is not report -R's: {m.group(0)[:120]!r}"
-            r.preempt = _lat_preempt(m.group("lat"))
+        passes += [(["-R", "-t", "-l"], _HDR_LAT_RAW,
+                    lambda m, extra, dropped: (key(m), int(m.group("flags"), 16))),
+                   (["-t", "-l"], _HDR_LAT,
+                    lambda m, extra, dropped: (key(m), _lat_preempt(m.group("lat")), tuple(extra)))]
+    got = _read_passes(path, passes)
+    assert all(g.whole for g in got), \
+        f"trace-cmd report of {path} stopped before its first line{_stderr_of(got)}"
+    records = [r for r, _ in got[0].rows]
+    dropped = [d for _, drop in got[0].rows for d in drop]
+    if latency:
+        raw_l, pretty_l = got[1].rows, got[2].rows
+        assert len(raw_l) == len(records), \
+            f"report -R -l printed {len(raw_l)} records, report -R {len(records)}{_stderr_of(got)}"
+        assert len(pretty_l) == len(records), \
+            f"report -l printed {len(pretty_l)} records, report -R {len(records)}{_stderr_of(got)}"
+        for n, (r, (k, flags)) in enumerate(zip(records, raw_l), 1):
+            assert (r.cpu, r.ts, r.event) == k, f"report -R -l record {n} is not report -R's: {k}"
+            r.flags = flags
+        for n, (r, (k, preempt, extra)) in enumerate(zip(records, pretty_l), 1):
+            assert (r.cpu, r.ts, r.event) == k, f"report -l record {n} is not report -R's: {k}"
+            r.preempt = preempt
             if extra:
-                r.pretty_extra = tuple(extra)
-        assert n == len(records), f"report -l printed {n} records, report -R {len(records)}"
+                r.pretty_extra = extra
     return Report(path=str(path), records=records, dropped=dropped, formats=event_formats(path))
+
+
+def _stderr_of(passes):
+    said = "; ".join(p.stderr[-300:] for p in passes if p.stderr)
+    return f" (trace-cmd said: {said})" if said else ""
 
 
 def split_fields(fmt, text):

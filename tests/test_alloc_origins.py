@@ -10,11 +10,9 @@ Two parts:
   rules of queries/alloc_origins.sql and queries/lib/callsites.sql, including
   nested stacks, a stack of another event and hostile symbol names.
 """
-import contextlib
 import json
 import re
 import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -25,46 +23,18 @@ from kmemscope.errors import QueryError
 from kmemscope.queries import runner
 
 import kmdata as K
-from conftest import _hold_tracing_lock
 from kmrun import kmemscope
 
 SEC = 1_000_000_000
 
 # ------------------------------------------------------------------ real recording
 
-NETLOAD = r'''
-import socket, sys, threading, time
-secs = float(sys.argv[1])
-srv = socket.socket()
-srv.bind(("127.0.0.1", 0)); srv.listen(1)
-def recv():
-    c, _ = srv.accept()
-    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    while c.recv(1 << 20):
-        pass
-t = threading.Thread(target=recv); t.start()
-s = socket.create_connection(srv.getsockname())
-s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-buf = b"x" * (1 << 20)
-end = time.monotonic() + secs
-while time.monotonic() < end:
-    s.sendall(buf)
-s.close(); t.join()
-'''
-
 
 @pytest.fixture(scope="module")
-def recorded(live_tracefs, tmp_path_factory):
-    """A bundle recorded here: atomic-origins plus high-order frees, 1 s of loopback TCP."""
-    d = tmp_path_factory.mktemp("ao")
-    load = d / "netload.py"
-    load.write_text(NETLOAD)
-    bundle = d / "bundle"
-    with contextlib.contextmanager(_hold_tracing_lock)():
-        kmemscope("record", "-o", bundle, "--preset", "atomic-origins",
-                  "-e", "kmem:mm_page_free:order > 0", "--", sys.executable, load, "1")
-    ds = d / "ds"
-    kmemscope("parse", "-q", bundle, "-o", ds)
+def recorded(stacks_recording):
+    """The run's shared recording (tests/conftest.py): atomic-origins plus high-order frees
+    over 1 s of loopback TCP; its trace.dat and dataset."""
+    bundle, ds = stacks_recording
     return bundle / "trace.dat", ds
 
 

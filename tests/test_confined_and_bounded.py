@@ -108,6 +108,7 @@ def test_metrics_import_never_deletes_or_writes_through_a_linked_folder(ds, tmp_
 
 # ---------------------------------------------------------------- 2. the derived cache race
 
+@pytest.mark.slow   # builds and reads a row bomb, or rebuilds derived tables in a loop
 def test_a_derived_folder_swapped_with_a_link_during_rebuilds_writes_nothing_outside(ds):
     ds, allocs, _other, outside = ds
     _proc, honest = hot(ds)
@@ -230,6 +231,7 @@ def test_verify_tells_a_huge_part_file_by_its_size_without_hashing_it(ds):
     assert f"changed\t{rel} ({64 << 30} bytes, {want} recorded)" in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow   # builds and reads a row bomb, or rebuilds derived tables in a loop
 def test_verify_of_a_run_without_digests_reads_a_row_bomb_in_bounded_memory(ds):
     ds, allocs, _other, _outside = ds
     hostile.row_bomb(ds, "mm_page_alloc", allocs, 40_000_000)
@@ -242,6 +244,7 @@ def test_verify_of_a_run_without_digests_reads_a_row_bomb_in_bounded_memory(ds):
 
 # ---------------------------------------------------------------- 6. every reader bounded
 
+@pytest.mark.slow   # builds and reads a row bomb, or rebuilds derived tables in a loop
 def test_a_row_bomb_query_stays_within_its_memory_limit(ds):
     ds, allocs, _other, _outside = ds
     hostile.row_bomb(ds, "mm_page_alloc", allocs, 40_000_000)

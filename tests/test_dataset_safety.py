@@ -412,6 +412,7 @@ def test_a_runs_file_of_another_table_is_one_line_not_a_runaway_join(ds):
     assert "holds" in line and "rows, not one" in line, line
 
 
+@pytest.mark.slow   # every analysis over a damaged copy, per column
 def test_a_flipped_byte_in_any_column_the_analyses_read_is_one_line(ds):
     """A damaged page of the runs file, in each column every analysis reads first."""
     import pyarrow.parquet as pq

@@ -66,6 +66,7 @@ def test_order_by_starts_with_run_id(qname, a, section):
     assert first in ("run_id", "f.run_id"), f"{qname}: ORDER BY starts with {first}"
 
 
+@pytest.mark.slow   # every section run 2 and 1 + runs times: Spark's parity (make test) relies on these
 @pytest.mark.parametrize("qname,a,section", SECTIONS, ids=[s[0] for s in SECTIONS])
 def test_one_and_four_threads_give_the_same_rows_in_the_same_order(qname, a, section,
                                                                     mixed_dataset):
@@ -74,6 +75,7 @@ def test_one_and_four_threads_give_the_same_rows_in_the_same_order(qname, a, sec
     _assert_same_rows(one, four, f"{qname}, 1 then 4 threads")
 
 
+@pytest.mark.slow   # every section run 2 and 1 + runs times: Spark's parity (make test) relies on these
 @pytest.mark.parametrize("qname,a,section", SECTIONS, ids=[s[0] for s in SECTIONS])
 def test_section_over_all_runs_is_the_runs_one_by_one(qname, a, section, mixed_dataset):
     import pyarrow as pa

@@ -170,6 +170,7 @@ def workdirs():
     dirs.close()
 
 
+@pytest.mark.slow   # 30 pages' examples re-run: minutes of CPU
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.where for e in EXAMPLES])
 def test_example_output_matches_the_page(example, workdirs):
     expected, actual, _ = doc_examples.run_example(example, workdirs)

@@ -35,6 +35,7 @@ def _same(a, b):
     return a == b
 
 
+@pytest.mark.slow   # five copies of the fleet dataset, each summarised
 def test_five_copies(source, tmp_path):
     src, runs = source
     made = fleet_dataset.build(src, tmp_path / "fleet", 5, runs)

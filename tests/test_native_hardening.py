@@ -45,6 +45,7 @@ def _check_sweep(proc):
 
 # ---------------------------------------------------------------- allocation-failure sweeps
 
+@pytest.mark.slow   # an allocation-failure sweep: a decode per failing allocation
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-failure", "all-after"])
 def test_every_allocation_of_a_decode_fails_cleanly(persistent):
     traces = [EXAMPLE] + [PUBLIC / f for f in RICH_FIXTURES if (PUBLIC / f).is_file()]
@@ -53,6 +54,7 @@ def test_every_allocation_of_a_decode_fails_cleanly(persistent):
         print(trace.name, summary)
 
 
+@pytest.mark.slow   # an allocation-failure sweep: a decode per failing allocation
 def test_allocations_while_opening_a_trace_fail_cleanly():
     # Opening parses the formats with libtracecmd first (most of a second), so this sweep
     # fails the first allocations (every kind of site: the plan table, the first events'
@@ -60,6 +62,7 @@ def test_allocations_while_opening_a_trace_fail_cleanly():
     _check_sweep(_child("sweep-open", EXAMPLE, 40, 12))
 
 
+@pytest.mark.slow   # an allocation-failure sweep: a decode per failing allocation
 def test_parse_command_reports_decoder_out_of_memory_in_one_line(tmp_path):
     if not KMEMSCOPE.exists():
         requirements.skip("setup", "no .venv/bin/kmemscope (run `make setup`)")
@@ -98,6 +101,7 @@ def _tree_digest(root):
     return h.hexdigest()
 
 
+@pytest.mark.slow   # an allocation-failure sweep: a decode per failing allocation
 def test_address_space_limit_never_crashes_the_decoder():
     # Each child lowers RLIMIT_AS to what it has mapped plus `extra` MiB and decodes the
     # example on one thread: libtracecmd, libtraceevent, pyarrow and the decoder all see

@@ -93,7 +93,10 @@ def canonical(rows):
     return [{k: norm(v) for k, v in r.items()} for r in rows]
 
 
-@pytest.mark.parametrize("verb", sorted(VERBS))
+# compare computes every metric once per format (~2 s of CPU each): its formats are read back
+# under `make check` by test_compare_metrics.py, and written here under `make test` (slow).
+@pytest.mark.parametrize("verb", [pytest.param(v, marks=pytest.mark.slow) if v == "compare" else v
+                                  for v in sorted(VERBS)])
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "table"])
 def test_every_verb_writes_every_format_as_one_valid_document(ds, tmp_path, verb, fmt):
     args = VERBS[verb](ds)

@@ -240,6 +240,7 @@ def test_print_flags_come_from_the_recorded_format(recorded_parsed):
             assert "__GFP_DIRECT_RECLAIM" not in text and '"success"' not in text, src
 
 
+@pytest.mark.slow   # three trace-cmd report passes over 456k records, read in Python
 def test_committed_example_matches_trace_cmd_raw_output(tmp_path):
     example = EXAMPLES / "kmem-compaction" / "trace.dat"
     if not example.is_file():

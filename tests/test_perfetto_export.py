@@ -16,12 +16,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import EXAMPLES
 
 perfetto_pb2 = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
                                    reason="the perfetto package is not installed (make setup)")
 TrackEvent = perfetto_pb2.TrackEvent
-BUNDLES = {"pressure": EXAMPLES / "memory-pressure", "thp": EXAMPLES / "thp-faults"}
+# The examples exported, by their folder under examples/ (runs of the shared A/B dataset).
+BUNDLES = {"pressure": "memory-pressure", "thp": "thp-faults"}
 KIND_OF_SLICE = {"direct compaction": "direct_compaction", "direct reclaim": "direct_reclaim",
                  "kcompactd run": "kcompactd", "kswapd awake": "kswapd"}
 
@@ -39,23 +39,24 @@ def rows(ds, table, run, columns):
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """{name: (dataset, run id, decoded Trace)} for each example bundle."""
+def exported(examples_ab, tmp_path_factory):
+    """{name: (dataset, run id, decoded Trace)} for the BUNDLES runs of the shared A/B dataset."""
     tmp = tmp_path_factory.mktemp("perfetto")
-    ds = tmp / "ds"
+    ds = examples_ab
+    name_of = {folder: name for name, folder in BUNDLES.items()}
     out = {}
-    for name, bundle in BUNDLES.items():
-        parsed = kmemscope("parse", "-q", bundle, "-o", ds, "--label", f"bundle={name}")
-        assert parsed.returncode == 0, parsed.stderr
     for part in sorted((ds / "runs").glob("run_id=*")):
         run = part.name[len("run_id="):]
-        (labels,) = [dict(r["labels"]) for r in rows(ds, "runs", run, ["labels"])]
-        trace_file = tmp / f"{labels['bundle']}.pftrace"
+        (source,) = [r["source"] for r in rows(ds, "runs", run, ["source"])]
+        name = name_of.get(Path(source).name)
+        if name is None:
+            continue
+        trace_file = tmp / f"{name}.pftrace"
         done = kmemscope("export", "perfetto", ds, "--run", run[:10], "-o", trace_file)
         assert done.returncode == 0, done.stderr
         trace = perfetto_pb2.Trace()
         trace.ParseFromString(trace_file.read_bytes())
-        out[labels["bundle"]] = (ds, run, trace)
+        out[name] = (ds, run, trace)
     assert sorted(out) == sorted(BUNDLES)
     return out
 

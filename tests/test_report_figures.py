@@ -20,7 +20,6 @@ import pytest
 
 import requirements
 
-from conftest import EXAMPLES
 
 FAILED_PFN = 2 ** 64 - 1
 
@@ -38,12 +37,9 @@ def rows(ds, table, run, columns):
 
 
 @pytest.fixture(scope="module")
-def ab(tmp_path_factory):
-    """(dataset, {side: [run ids]})."""
-    ds = tmp_path_factory.mktemp("ab") / "ds"
-    for bundle, side in (("kmem-compaction", "a"), ("memory-pressure", "b"), ("thp-faults", "b")):
-        out = kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={side}")
-        assert out.returncode == 0, out.stderr
+def ab(examples_ab):
+    """(dataset, {side: [run ids]}): the run's shared A/B dataset of the examples (conftest)."""
+    ds = examples_ab
     sides = defaultdict(list)
     for part in sorted((ds / "runs").glob("run_id=*")):
         run = part.name[len("run_id="):]
@@ -113,6 +109,7 @@ def stat_of(row):
     return row.get("stat") or row["mean_kind"]
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_every_place_of_a_metric_shows_the_comparisons_statistic_and_names_it(report, compared):
     p = parsed(report)
     seen = defaultdict(set)
@@ -141,6 +138,7 @@ def test_every_place_of_a_metric_shows_the_comparisons_statistic_and_names_it(re
     assert not missing, missing
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_the_verdicts_at_the_top_are_the_comparisons(report, compared):
     html = Path(report).read_text()
     summary = re.search(r"""<ul class=["']kmemscope-summary["']>(.*?)</ul>""", html, re.S).group(1)
@@ -154,6 +152,7 @@ def test_the_verdicts_at_the_top_are_the_comparisons(report, compared):
     assert places == sorted(places)
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_each_side_has_one_colour_in_every_figure(report, ab):
     _, sides = ab
     p = parsed(report)
@@ -173,6 +172,7 @@ def test_each_side_has_one_colour_in_every_figure(report, ab):
     assert len({next(iter(c)) for c in colours.values()}) == len(sides), "two sides share a colour"
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_the_mmtests_block_is_the_compare_output_with_a_copy_button(report, ab):
     ds, _ = ab
     p = parsed(report)
@@ -192,6 +192,7 @@ def browser():
     return exe
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_a_browser_renders_the_mmtests_block_monospace_and_unwrapped(report, browser, tmp_path):
     probe = tmp_path / "probe.html"
     probe.write_text(Path(report).read_text().replace("</body>", """<script>
@@ -206,6 +207,7 @@ document.body.setAttribute('data-probe', s.fontFamily + '|' + s.whiteSpace);
     assert white == "pre", white
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_figures_have_real_alt_text_and_the_page_a_table_of_contents(report):
     html = Path(report).read_text()
     images = re.findall(r"<img\b[^>]*>", html)
@@ -221,12 +223,14 @@ def test_figures_have_real_alt_text_and_the_page_a_table_of_contents(report):
     assert "No description has been provided" not in html
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_tables_have_no_leaked_index(report):
     html = Path(report).read_text()
     assert not re.search(r"<th>\s*index\s*</th>", html)
     assert not re.search(r"<th>\s*Unnamed", html)
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_per_side_orders_are_per_run_with_failures_beside_attempts(report, ab):
     ds, sides = ab
     panels = {(f, panel): cells for f, panel, cells in parsed(report).drawn}

@@ -97,15 +97,13 @@ def recount_nonblocking(ds, runs):
 
 
 @pytest.fixture(scope="module")
-def ab(tmp_path_factory):
+def ab(examples_ab, tmp_path_factory):
     """(dataset, {side: [run ids]}): kmem-compaction's halves as a and b, memory-pressure also on b."""
     if not shutil.which("trace-cmd"):
         requirements.skip("setup", "trace-cmd is not installed (run `make setup`)")
     tmp = tmp_path_factory.mktemp("sides")
-    whole = tmp / "whole"
-    assert kmemscope("parse", "-q", FULL, "-o", whole).returncode == 0
-    (run,) = run_facts(whole)
-    ts = sorted(r["ts"] for r in rows(whole, "mm_page_alloc_extfrag", run, ["ts"]))
+    (whole,) = sides_of(examples_ab)["a"]      # the shared A/B dataset's kmem-compaction run
+    ts = sorted(r["ts"] for r in rows(examples_ab, "mm_page_alloc_extfrag", whole, ["ts"]))
     assert len(ts) >= 4, "the example should hold migratetype fallbacks"
     cut = (ts[len(ts) // 3] + ts[len(ts) // 3 + 1]) // 2        # fallbacks on both sides of the cut
     cut_s = f"{cut // 10**9}.{cut % 10**9:09d}"
@@ -181,6 +179,7 @@ def text_of(html):
 
 # ---------------------------------------------------------------- the tests
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_report_pollution_matrix_shows_each_sides_own_numbers(ab, report):
     ds, sides = ab
     html, _ = report
@@ -229,6 +228,7 @@ def test_pollution_figure_returns_per_side_matrices_on_one_scale(ab):
     assert per_side == {s: sum(recount_pollution(ds, r).values()) for s, r in sides.items()}
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_report_atomic_orders_are_per_side_recounts(ab, report):
     ds, sides = ab
     html, _ = report
@@ -278,6 +278,7 @@ def test_event_rates_are_zero_filled(ab):
         assert ax.get_ylim()[0] >= 0
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_pfns_are_hex_in_the_report(ab, report):
     ds, sides = ab
     html, _ = report
@@ -301,6 +302,7 @@ def test_pfns_are_hex_in_the_report(ab, report):
         assert str(int(pfn, 16)) not in text.split(), f"pfn {pfn} also printed in decimal"
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_report_text_pluralises_and_counts_the_real_sides(report):
     html, stderr = report
     assert "comparing kernel: a (1 run), b (2 runs)" in stderr
@@ -313,6 +315,7 @@ def test_report_text_pluralises_and_counts_the_real_sides(report):
     assert "(1 run)" in text and "(2 runs)" in text          # the mmtests layout's header
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_report_tables_have_no_stray_index(report):
     html, _ = report
     tables = re.findall(r'<table[^>]*class="dataframe"[^>]*>(.*?)</table>', html, re.S)
@@ -374,6 +377,7 @@ def test_an_event_table_named_like_sql_is_left_out_not_executed(ab, tmp_path):
     assert (copy / "runs").is_dir() and (copy / hostile).is_dir()     # nothing dropped or moved
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_report_sections_are_named_for_what_they_show_and_summarise_per_run(report):
     html, _ = report
     text = text_of(html)
@@ -389,6 +393,7 @@ def test_report_sections_are_named_for_what_they_show_and_summarise_per_run(repo
     assert "-inf" not in text and "+inf" not in text
 
 
+@pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
 def test_report_marks_better_and_worse_apart(report):
     html, _ = report
     table = re.search(r"<table class=[\"']kmemscope-compare[\"']>(.*?)</table>", html, re.S).group(1)

@@ -95,6 +95,7 @@ def test_an_unknown_requirement_is_an_error():
         requirements.skip("gpu", "no GPU")
 
 
+@pytest.mark.slow   # runs the determinism tests in a pytest of its own
 def test_a_crashing_section_fails_the_determinism_tests(tmp_path):
     (tmp_path / "planted_crash.py").write_text(PLANTED_CRASH)
     run = _pytest(tmp_path, ["-p", "planted_crash", "--rootdir", str(TESTS.parent),

@@ -164,6 +164,7 @@ def test_derived_tables_copied_with_the_dataset_are_used(s3, datasets):
     assert remote.stdout == cli(s3, "query", "hot_pfns", local, "--format", "csv").stdout
 
 
+@pytest.mark.slow   # four compares (~2 s of CPU each); info, query and sql over s3 stay in make check
 def test_compare_by_kernel_equals_the_local_compare(s3, datasets):
     local, url, _ = datasets
     remote = cli(s3, "compare", url, "--by", "kernel", "--format", "json")
@@ -185,6 +186,69 @@ def test_sql_reads_the_bucket_and_read_only_stays_under_the_prefix(s3, datasets)
         proc = cli(s3, "sql", "--read-only", url, f"SELECT * FROM read_parquet('{other}/*')",
                    check=False)
         assert "disabled by configuration" in _one_error_line(proc)
+
+
+def _layout_files(local):
+    """{table: {run_id: {file name}}} of a local dataset, walked by hand: what an s3 listing
+    of its copy must find (folders starting with '_' or '.' are not tables)."""
+    out = {}
+    for table in local.iterdir():
+        if not table.is_dir() or table.name.startswith(("_", ".")):
+            continue
+        for run in table.iterdir():
+            if run.is_dir() and run.name.startswith("run_id="):
+                names = {f.name for f in run.iterdir() if f.name.endswith(".parquet")}
+                if names:
+                    out.setdefault(table.name, {})[run.name[len("run_id="):]] = names
+    return out
+
+
+# ListObjectsV2 answers at most 1000 keys a page; a dataset of a few files is made to span
+# many pages by asking for pages this small (moto honours MaxKeys as S3 does).
+PAGE_KEYS = 5
+
+
+def test_a_listing_over_many_pages_finds_every_file(s3, datasets):
+    """kmemscope lists an s3 dataset through every page of ListObjectsV2, not the first."""
+    import s3fs
+    from kmemscope.dataset import reader, storage
+
+    local, _, _ = datasets
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.put(str(local), f"{BUCKET}/paged/ds", recursive=True)
+    url = f"s3://{BUCKET}/paged/ds"
+    expected = _layout_files(local)
+    n_files = sum(len(names) for runs in expected.values() for names in runs.values())
+    assert n_files > 3 * PAGE_KEYS
+
+    pages = []
+
+    def small_pages(params, **_):
+        params["MaxKeys"] = PAGE_KEYS
+
+    def count_page(parsed, **_):
+        pages.append(len(parsed.get("Contents", [])))
+
+    events = storage.filesystem().s3.meta.events
+    events.register("before-parameter-build.s3.ListObjectsV2", small_pages)
+    events.register("after-call.s3.ListObjectsV2", count_page)
+    try:
+        listed = storage.list_tables(url)
+        runs = reader.table_runs(url)
+    finally:
+        events.unregister("before-parameter-build.s3.ListObjectsV2", small_pages)
+        events.unregister("after-call.s3.ListObjectsV2", count_page)
+    # The listing really went page by page, each page no larger than asked.
+    assert len(pages) > n_files // PAGE_KEYS and max(pages) <= PAGE_KEYS
+    prefix = f"{url}/"
+    got = {table: {run: {f[len(prefix):].split("/")[-1] for f in files}
+                   for run, files in table_runs.items()}
+           for table, table_runs in listed.items()}
+    assert got == expected
+    assert all(f.startswith(f"{prefix}{table}/run_id={run}/")
+               for table, table_runs in listed.items()
+               for run, files in table_runs.items() for f in files)
+    assert {t: set(r) for t, r in runs.items()} == {t: set(r) for t, r in expected.items()}
 
 
 def _one_error_line(proc):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 import requirements
 
@@ -43,6 +44,7 @@ def test_py_typed_ships_with_the_package():
     assert "py.typed" in (ROOT / "setup.cfg").read_text()
 
 
+@pytest.mark.slow   # mypy over the package
 def test_the_api_type_checks(tmp_path):
     _require_mypy()
     tree = _package_tree(tmp_path)

@@ -343,6 +343,7 @@ def small_run_id(ds):
     return sql_rows(ds, "SELECT run_id FROM runs WHERE source LIKE '%memory-pressure%'")[0]["run_id"]
 
 
+@pytest.mark.slow   # a parse killed at every rename of a commit
 def test_a_commit_killed_between_any_two_renames_is_left_by_readers_and_finished_by_the_next_parse(tmp_path):
     base = tmp_path / "base"
     kmemscope("parse", "-q", SMALL, "-o", base, "--label", "side=old")
