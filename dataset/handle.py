@@ -43,6 +43,8 @@ class DatasetRef:
         self._listing = None
         self._footers = None
         self._notes = None
+        self._docs = {}
+        self._memos = {}
 
     @classmethod
     def of(cls, dataset):
@@ -71,6 +73,19 @@ class DatasetRef:
 
             self._footers = recorded_footers(self.listing)
         return self._footers
+
+    def run_docs(self, runs):
+        """{run: its recorded digests (runs/run_id=<id>/_files.json), or None}, each read once."""
+        todo = [r for r in runs if r not in self._docs]
+        if todo:
+            from .derived import _run_docs
+
+            self._docs.update(_run_docs(self.location, todo))
+        return {r: self._docs[r] for r in runs}
+
+    def memo(self, name):
+        """A dict for what a layer above works out once per command over this snapshot."""
+        return self._memos.setdefault(name, {})
 
     def reader_notes(self):
         """What readers leave out and say so (reader.reader_notes), taken once."""

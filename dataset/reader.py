@@ -308,7 +308,7 @@ def _schema_of_record(data):
         raise ValueError(str(exc)) from None
 
 
-def unfit_runs(parts, tables=None, run_ids=None, read=None):
+def unfit_runs(parts, tables=None, run_ids=None, read=None, records_read=False):
     """{run_id: why} for the runs whose files of `tables` a query cannot read with the others.
 
     A dataset someone else wrote may hold a run whose table has a known column of
@@ -321,8 +321,10 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None):
     by their footers; the others' by what their runs' records state where they do
     (recorded_footers), which plans a query without opening every file. A runs
     partition's rows and size (from its footers) are checked where runs is read.
+    records_read: the runs' records were read for this listing already (DatasetRef.footers).
     """
-    recorded_footers(parts, run_ids)
+    if not records_read:
+        recorded_footers(parts, run_ids)
     read = tables if read is None else read
     out = {}
     for table, runs in sorted(parts.items()):

@@ -53,11 +53,34 @@ _source_digest = None
 
 def enabled(plan, ref):
     """True when `plan`'s rows may be kept per run in the dataset of `ref` (a DatasetRef)."""
+    return bool(plan.chosen) and enabled_for(plan.analysis, ref)
+
+
+def enabled_for(analysis, ref):
+    """True when an analysis' rows may be kept per run in the dataset of `ref`."""
     if os.environ.get(ENV_SWITCH, "1").strip() in ("0", "no", "off", "false"):
         return False
-    if ref.is_s3 or not plan.chosen:
-        return False
-    return all(p.type != "FILE" for p in plan.analysis.params.values())
+    return not ref.is_s3 and all(p.type != "FILE" for p in analysis.params.values())
+
+
+def kept_runs(ref, qname, fp, runs):
+    """{run: (signature, path of its current kept rows or None)} of the `runs` that have
+    recorded digests (the others are never kept), worked out once per command (the runner
+    plans with it, then runs with it)."""
+    memo = ref.memo("result_cache")
+    name = cache_name(qname)
+    todo = [r for r in runs if (name, fp, r) not in memo]
+    if todo:
+        where = ref.location
+        docs = ref.run_docs(todo)
+        for run in todo:
+            doc = docs.get(run)
+            if not doc:
+                memo[(name, fp, run)] = None
+                continue
+            sig = signature(fp, doc)
+            memo[(name, fp, run)] = (sig, dv._cached(where, name, run, sig, doc))
+    return {r: memo[(name, fp, r)] for r in runs if memo[(name, fp, r)] is not None}
 
 
 def cache_name(qname):
@@ -68,6 +91,11 @@ def cache_name(qname):
 
 def fingerprint(plan):
     """What the section's rows depend on besides the run's files."""
+    return fingerprint_of(plan.qname, plan.modules, plan.analysis.prelude, plan.section.sql,
+                          plan.bound)
+
+
+def fingerprint_of(qname, modules, prelude, section_sql, bound):
     global _source_digest
     if _source_digest is None:
         here = Path(__file__).resolve().parent
@@ -77,9 +105,9 @@ def fingerprint(plan):
         _source_digest = h.hexdigest()
     text = json.dumps({
         "version": RESULT_VERSION, "kmemscope": __version__, "python": _source_digest,
-        "query": plan.qname, "modules": sql_lib.script(plan.modules),
-        "prelude": plan.analysis.prelude, "section": plan.section.sql,
-        "params": {k: repr(v) for k, v in sorted(plan.bound.items())},
+        "query": qname, "modules": sql_lib.script(modules),
+        "prelude": prelude, "section": section_sql,
+        "params": {k: repr(v) for k, v in sorted(bound.items())},
         "derived": [dv.DERIVE_VERSION, dv.STACK_DERIVE_VERSION],
         "schema": [TABLE_COLUMNS, DERIVED_COLUMNS],
     }, sort_keys=True, default=str)
@@ -102,15 +130,9 @@ def run_cached(plan, dataset, threads, progress, compute, narrow):
     runs = sorted(plan.chosen)
     name = cache_name(plan.qname)
     fp = fingerprint(plan)
-    docs = dv._run_docs(where, runs)
-    sigs = {r: signature(fp, docs[r]) for r in runs if docs.get(r)}
-    found = {}
-    for run, sig in sigs.items():
-        path = dv._cached(where, name, run, sig, docs[run])
-        if path is not None:
-            got = _read(path)
-            if got is not None:
-                found[run] = got
+    known = kept_runs(ref, plan.qname, fp, runs)
+    sigs = {r: sig for r, (sig, _path) in known.items()}
+    found = _read_all({r: path for r, (_sig, path) in known.items() if path is not None})
     missing = [r for r in runs if r not in found]
     if not missing:
         return _joined(runs, found, {}, PlanRows)
@@ -122,12 +144,15 @@ def run_cached(plan, dataset, threads, progress, compute, narrow):
             raise AssertionError(f"{plan.qname}: cached rows without run_id")
         return rows
     fresh = _split(rows, missing)
+    docs = ref.run_docs(missing)
     keep = [r for r in missing if r in sigs and dv._may_cache_in_dataset(
         where, docs[r], name, r, sigs[r])]
     if keep and dv._target(where, keep, read_only=False) == Path(where):
         asked = json.dumps({"query": plan.qname, "params": plan.bound}, default=str).encode()
+        memo = ref.memo("result_cache")
         for run in keep:
-            _write(where, name, run, sigs[run], fresh[run], asked)
+            path = _write(where, name, run, sigs[run], fresh[run], asked)
+            memo[(name, fp, run)] = (sigs[run], path)
     if not found:
         return rows
     return _joined(runs, found, fresh, PlanRows)
@@ -163,7 +188,20 @@ def _write(dataset, name, run, sig, got, asked):
     meta[MTS_KEY] = json.dumps(mts, default=str).encode()
     table = table.replace_schema_metadata(meta)
     reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
-    dv._write((dataset, Path(dataset)), name, run, sig, reader)
+    return dv._write((dataset, Path(dataset)), name, run, sig, reader)
+
+
+def _read_all(paths):
+    """{run: (rows, facts, migratetype names)} of the kept files `paths` ({run: path}) that can
+    be read; read on a few threads (Parquet reading leaves the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not paths:
+        return {}
+    runs = list(paths)
+    with ThreadPoolExecutor(max_workers=min(4, len(runs))) as pool:
+        got = list(pool.map(lambda r: _read(paths[r]), runs))
+    return {r: g for r, g in zip(runs, got) if g is not None}
 
 
 def _read(path):
@@ -171,7 +209,7 @@ def _read(path):
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        table = pq.ParquetFile(path).read()
         meta = table.schema.metadata or {}
         facts = json.loads(meta[FACTS_KEY])
         mts = json.loads(meta[MTS_KEY])

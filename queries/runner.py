@@ -39,7 +39,7 @@ from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.errors import DatasetError, KmemscopeError, QueryError
 
-from . import engines, eras, sql_lib
+from . import engines, eras, result_cache, sql_lib
 from .catalog import convert_param, find_analysis
 from .selection import select_runs
 
@@ -198,15 +198,22 @@ def _assumption_notes(facts, mts, needs):
     return notes
 
 
-def _drop_unfit(parts, chosen, tables, read=None):
+def _drop_unfit(parts, chosen, tables, read=None, kept=(), records_read=False):
     """(chosen runs whose `tables` a query can read, notes on those left out).
 
     A run whose schema does not fit (a dataset someone else wrote:
     reader.unfit_runs) is dropped with a note, so that the other runs answer.
     read: the tables whose rows the query reads (default: `tables`), judged by
-    their files' footers; the rest by what the runs' records state.
+    their files' footers; the rest by what the runs' records state. kept: runs whose
+    rows of the query are kept (result_cache): none of their files is read, so what
+    their records state judges them all.
     """
-    bad = ds.unfit_runs(parts, set(tables), set(chosen), None if read is None else set(read))
+    compute = set(chosen) - set(kept)
+    bad = ds.unfit_runs(parts, set(tables), compute, None if read is None else set(read),
+                        records_read) if compute else {}
+    if set(chosen) & set(kept):
+        bad.update(ds.unfit_runs(parts, set(tables), set(chosen) & set(kept), set(),
+                                 records_read))
     if not bad:
         return chosen, []
     kept = [r for r in chosen if r not in bad]
@@ -387,7 +394,13 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     read = tables | {"runs"} | _named_tables(sql_lib.script(modules), known)
     if needs.derived:
         read |= {"mm_page_alloc", "mm_page_free"}      # what the derived tables are built from
-    chosen, dropped = _drop_unfit(parts, chosen, read)
+    kept = ()
+    if chosen and result_cache.enabled_for(a, ref):
+        fp = result_cache.fingerprint_of(qname, modules, a.prelude, section.sql, bound)
+        kept = {r for r, (_sig, path) in result_cache.kept_runs(ref, qname, fp, chosen).items()
+                if path is not None}
+    ref.footers()                   # the runs' records, read once per command
+    chosen, dropped = _drop_unfit(parts, chosen, read, kept=kept, records_read=True)
     notes = (ref.reader_notes() + dropped
              + _check_tables(needs, parts, chosen))
     return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes, modules)
@@ -452,7 +465,6 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
 
 def run_local_cached(plan, dataset, threads=None, progress=None):
     """run_local over the runs whose rows are not kept from before (result_cache.py)."""
-    from kmemscope.queries import result_cache
     return result_cache.run_cached(plan, dataset, threads, progress, run_local,
                                    engines.plan_of_runs)
 
