@@ -46,6 +46,9 @@ FACTS_KEY = b"kmemscope.run_facts"
 MTS_KEY = b"kmemscope.migratetypes"
 ASKED_KEY = b"kmemscope.result_of"      # {"query": name.section, "params": {name: value}}
 _OWN_KEYS = (FACTS_KEY, MTS_KEY, ASKED_KEY, dv.SIG_KEY)
+# The most one run's rows of one section may declare to take once read (a run's stalls.each,
+# the largest, takes a few MB); a file declaring more is computed again instead.
+KEPT_MAX_BYTES = 256 << 20
 # The Python whose output is stored beside the rows (run facts, migratetype names).
 _FACT_SOURCES = ("runner.py", "eras.py", "result_cache.py")
 _source_digest = None
@@ -208,12 +211,21 @@ def _read(path):
     """(rows, facts, migratetype names) of a cache file, or None when it cannot be read."""
     import pyarrow.parquet as pq
 
+    import pyarrow as pa
+
     try:
-        table = pq.ParquetFile(path).read()
+        file = pq.ParquetFile(path)
+        md = file.metadata
+        # A file matching its run's digests may still come from whoever wrote the dataset:
+        # what it declares it holds is bounded before it is decompressed.
+        if sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)) \
+                > KEPT_MAX_BYTES:
+            return None
+        table = file.read()
         meta = table.schema.metadata or {}
         facts = json.loads(meta[FACTS_KEY])
         mts = json.loads(meta[MTS_KEY])
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, pa.ArrowException):
         return None
     keep = {k: v for k, v in meta.items() if k not in _OWN_KEYS}
     return table.replace_schema_metadata(keep or None), facts, mts

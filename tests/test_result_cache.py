@@ -166,6 +166,14 @@ def test_a_changed_cache_file_is_not_read(dataset, monkeypatch):
     assert len(counting.calls) == 1
 
 
+def test_kept_rows_declaring_more_than_the_bound_are_computed_again(dataset, monkeypatch):
+    oracle = runner.run_query("hot_pfns", dataset)
+    monkeypatch.setattr(result_cache, "KEPT_MAX_BYTES", 16)
+    counting = Counting(monkeypatch)
+    _same(runner.run_query("hot_pfns", dataset), oracle)
+    assert counting.calls, "a kept file declaring more than the bound was read"
+
+
 def test_verify_deep_runs_a_forged_cache_again_and_reports_it(dataset):
     """A forger who also rewrites the run's digests passes `verify`; `verify --deep` runs the
     analysis on the run again and finds the rows differ."""
