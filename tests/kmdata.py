@@ -179,3 +179,12 @@ def write_run(root, run_id, kernel="6.18.44", first_ts=0, last_ts=10 ** 9, label
 
 def write_other(root, table, run_id, rows):
     write_rows(root, table, run_id, rows, OTHER_SCHEMAS[table])
+
+
+def run_rows(ds, table, run, columns):
+    """Every row of `table` for `run` as dicts, straight from its Parquet files (a recount's
+    input that no kmemscope reader touches)."""
+    out = []
+    for f in sorted((Path(ds) / table / f"run_id={run}").glob("*.parquet")):
+        out += pq.read_table(f, columns=columns).to_pylist()
+    return out

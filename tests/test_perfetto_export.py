@@ -13,8 +13,9 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
+
+from kmdata import run_rows as rows
 
 
 perfetto_pb2 = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
@@ -29,13 +30,6 @@ KIND_OF_SLICE = {"direct compaction": "direct_compaction", "direct reclaim": "di
 def kmemscope(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "kmemscope", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
-
-
-def rows(ds, table, run, columns):
-    out = []
-    for f in sorted((Path(ds) / table / f"run_id={run}").glob("*.parquet")):
-        out += pq.read_table(f, columns=columns).to_pylist()
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 import requirements
+from kmdata import run_rows as rows
 
 
 FAILED_PFN = 2 ** 64 - 1
@@ -27,13 +27,6 @@ FAILED_PFN = 2 ** 64 - 1
 def kmemscope(*args, timeout=600):
     return subprocess.run([sys.executable, "-m", "kmemscope", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
-
-
-def rows(ds, table, run, columns):
-    out = []
-    for f in sorted((Path(ds) / table / f"run_id={run}").glob("*.parquet")):
-        out += pq.read_table(f, columns=columns).to_pylist()
-    return out
 
 
 @pytest.fixture(scope="module")

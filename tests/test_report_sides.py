@@ -17,10 +17,10 @@ from collections import Counter, defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 import requirements
+from kmdata import run_rows as rows
 
 from conftest import EXAMPLES
 
@@ -39,14 +39,6 @@ def kmemscope(*args, timeout=300):
 
 
 # ---------------------------------------------------------------- the dataset and its recounts
-
-def rows(ds, table, run, columns):
-    """Every row of `table` for `run` as dicts, straight from its Parquet files."""
-    out = []
-    for f in sorted((Path(ds) / table / f"run_id={run}").glob("*.parquet")):
-        out += pq.read_table(f, columns=columns).to_pylist()
-    return out
-
 
 def run_facts(ds):
     """run_id -> {labels, first_ts, last_ts, migratetypes} from the runs table's files."""
