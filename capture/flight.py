@@ -669,14 +669,17 @@ class FlightRecorder(Recorder):
         """Stop the top buffer (the seconds before the trigger) and start the --after instance.
 
         Top first, then the instance: a few microseconds fall between the two
-        writes, and no event is in both. Returns their CLOCK_MONOTONIC times.
+        writes, and no event is in both. Returns their CLOCK_MONOTONIC times, each
+        taken on the safe side of its write: the top buffer's after it stopped, the
+        instance's before it started (an event can land before the write returns).
         """
         tfs.write(self.tracefs, "tracing_on", "0")
         frozen = mono_ns()
         if self.opt.after <= 0:
             return frozen, None
+        after_on = mono_ns()
         tfs.write(self._after_dir(), "tracing_on", "1")
-        return frozen, mono_ns()
+        return frozen, after_on
 
     def _loop(self, poller):
         opt = self.opt
