@@ -94,10 +94,12 @@ setup-spark: setup
 #
 # `make check`: for every change, a few minutes. No JVM, no live recording (pytest
 # markers spark, live and slow, set in tests/conftest.py), the fuzzer on 30 inputs.
+# Its tests touch neither tracefs nor the record lock, so they run on one pytest-xdist
+# worker per core, a file's tests on one worker (its module fixtures made once).
 CHECK_MARKERS := not live and not spark and not slow
 check: setup
 	KMEMSCOPE_REQUIRE_SETUP=1 KMEMSCOPE_FUZZ_INPUTS=30 \
-	$(BIN)/python -m pytest -q -rs -m "$(CHECK_MARKERS)" --timeout 300 tests
+	$(BIN)/python -m pytest -q -rs -m "$(CHECK_MARKERS)" --timeout 300 -n auto --dist loadfile tests
 
 # `make test`: everything, what CI runs (as root, with ../shared/fixtures beside the
 # clone), every switch on that this machine can meet: Spark (installed above), tracefs

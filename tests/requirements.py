@@ -50,7 +50,7 @@ def skip(what, reason, allow_module_level=False):
         message = f"{switch(what)}=1 but {reason}"
         if allow_module_level:
             DEMANDED_BUT_MISSING.append(message)
-            pytest.skip(message + ": the run fails", allow_module_level=True)
+            pytest.skip(message + RUN_FAILS, allow_module_level=True)
         pytest.fail(message, pytrace=False)
     pytest.skip(f"[{what}] {reason} ({switch(what)}=1 makes this a failure)",
                 allow_module_level=allow_module_level)
@@ -63,11 +63,26 @@ def skip_unless(what, reason, allow_module_level=False):
 
 
 # pytest hooks (imported into conftest.py): the module-level misses above fail the run.
+# Under pytest-xdist (`make check`) a module is collected in a worker process, so the
+# controller learns of a miss only from the skip's report: its reason carries RUN_FAILS.
+RUN_FAILS = ": the run fails"
+
+
+def _demanded_but_missing(config):
+    misses = list(DEMANDED_BUT_MISSING)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for report in (reporter.stats.get("skipped", []) if reporter else []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if reason.endswith(RUN_FAILS):
+            misses.append(reason.removeprefix("Skipped: ")[:-len(RUN_FAILS)])
+    return list(dict.fromkeys(misses))
+
+
 def pytest_terminal_summary(terminalreporter):
-    for reason in dict.fromkeys(DEMANDED_BUT_MISSING):
+    for reason in _demanded_but_missing(terminalreporter.config):
         terminalreporter.write_line(f"FAILED: {reason}", red=True)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if DEMANDED_BUT_MISSING and exitstatus == 0:
+    if exitstatus == 0 and _demanded_but_missing(session.config):
         session.exitstatus = 1

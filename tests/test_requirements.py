@@ -78,13 +78,16 @@ def test_a_demanded_requirement_fails_instead_of_skipping(tmp_path):
     assert "KMEMSCOPE_REQUIRE_SPARK=1 but planted: no Java here" in run.stdout
 
 
-def test_a_demanded_requirement_missing_at_module_level_fails_the_run(tmp_path):
+# `make check` runs its tests on pytest-xdist workers: a miss found in a worker fails the run too.
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_demanded_requirement_missing_at_module_level_fails_the_run(tmp_path, workers):
     (tmp_path / "test_planted.py").write_text(PLANTED_MODULE_LEVEL)
     (tmp_path / "test_other.py").write_text("def test_other():\n    assert True\n")
-    off = _pytest(tmp_path, ["test_planted.py", "test_other.py"])
+    off = _pytest(tmp_path, [*workers, "test_planted.py", "test_other.py"])
     assert off.returncode == 0, off.stdout + off.stderr
     assert _outcomes(off.stdout) == {"passed": 1, "skipped": 1}
-    on = _pytest(tmp_path, ["test_planted.py", "test_other.py"], KMEMSCOPE_REQUIRE_FIXTURES="1")
+    on = _pytest(tmp_path, [*workers, "test_planted.py", "test_other.py"],
+                 KMEMSCOPE_REQUIRE_FIXTURES="1")
     assert on.returncode == 1, on.stdout + on.stderr
     assert _outcomes(on.stdout) == {"passed": 1, "skipped": 1}     # the rest still ran
     assert "FAILED: KMEMSCOPE_REQUIRE_FIXTURES=1 but planted: no fixtures here" in on.stdout
