@@ -173,6 +173,35 @@ def _cached(dataset, name, run, sig, doc):
     return _checked_local(dataset, name, run, entry)
 
 
+def read_checked(dataset, name, run, sig, doc, max_bytes):
+    """The bytes of `run`'s cache file of table `name` in the local dataset when its run's
+    digests record it with signature `sig` and the bytes match the recorded size (at most
+    `max_bytes`) and sha256; else None.
+
+    One confined open and one read serve both the check and the caller (who parses the
+    bytes): nothing is opened again by path, so a folder swapped for a link after the
+    check cannot hand over another file."""
+    import hashlib
+
+    entry = (doc or {}).get("derived", {}).get(_key(name, run))
+    if entry is None or entry["from"] != sig or not 0 < entry["bytes"] <= max_bytes:
+        return None
+    try:
+        with Dir.root(dataset) as root:
+            part = root.walk([DERIVED_DIR, name, RUN_PREFIX + run], "a derived cache folder")
+            if part is None:
+                return None
+            with part, part.open_file(PART, "a derived cache file") as f:
+                if os.fstat(f.fileno()).st_size != entry["bytes"]:
+                    return None
+                data = f.read(entry["bytes"] + 1)
+    except (DatasetError, OSError):
+        return None
+    if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        return None
+    return data
+
+
 def _checked_local(dataset, name, run, entry):
     """The path of the dataset's cache file when its contents match `entry`, else None."""
     from .digests import file_digest

@@ -71,7 +71,9 @@ class DatasetRef:
         if self._footers is None:
             from .reader import recorded_footers
 
-            self._footers = recorded_footers(self.listing)
+            # the records are the runs' digests, which the result cache reads too: once
+            docs = None if self.is_s3 else self.run_docs(list(self.listing.get("runs", {})))
+            self._footers = recorded_footers(self.listing, docs=docs)
         return self._footers
 
     def run_docs(self, runs):

@@ -234,7 +234,7 @@ _FROM_RECORDS = {}
 _RECORDS_MAX = 100_000
 
 
-def recorded_footers(parts, run_ids=None):
+def recorded_footers(parts, run_ids=None, docs=None):
     """{file: (Arrow schema, rows)} of the local files of `run_ids` (default: all) whose footer
     their run's own record (runs/run_id=<id>/_files.json, dataset/digests.py) states.
 
@@ -245,32 +245,25 @@ def recorded_footers(parts, run_ids=None):
     run; the footers of the files a query reads are still read before their rows
     are (unfit_runs' `read`): a record can say what its file is not. A record
     that is missing, damaged or not kmemscope's counts for nothing: those files'
-    footers are read as before.
+    footers are read as before. docs: {run: its record, or None}, read already (the
+    dataset handle's run_docs): those runs' records are not read again.
     """
     import base64
     import binascii
 
-    from .digests import DIGESTS, read_digests
-    from .safefs import UnsafeEntry
+    from .digests import DIGESTS
 
     out = {}
     for run, run_files in parts.get("runs", {}).items():
         if (run_ids is not None and run not in run_ids) or not run_files \
                 or storage.is_url_file(str(run_files[0])):
             continue
-        record = Path(run_files[0]).parent / DIGESTS
-        rkey = _file_key(record)
-        if rkey is None:
-            continue
-        recorded = _RECORDS.get(rkey)
+        if docs is not None and run in docs:
+            recorded = (docs[run] or {}).get("files", {})
+        else:
+            recorded = _record_of(Path(run_files[0]).parent / DIGESTS)
         if recorded is None:
-            try:
-                doc = read_digests(record)
-            except (OSError, UnsafeEntry):
-                continue
-            if len(_RECORDS) >= _RECORDS_MAX:
-                _RECORDS.clear()
-            recorded = _RECORDS[rkey] = doc["files"] if doc else {}
+            continue
         for table, runs in parts.items():
             for f in runs.get(run, []):
                 entry = recorded.get(f"{table}/{Path(f).name}")
@@ -296,6 +289,27 @@ def recorded_footers(parts, run_ids=None):
                 # not _ROWS: a runs partition's size check needs its footer's value bytes,
                 # which the record does not state (one small file per run)
     return out
+
+
+def _record_of(record):
+    """The "files" map of the run's record at path `record` ({} for none), remembered by the
+    record's identity; None when it cannot be read."""
+    from .digests import read_digests
+    from .safefs import UnsafeEntry
+
+    rkey = _file_key(record)
+    if rkey is None:
+        return None
+    recorded = _RECORDS.get(rkey)
+    if recorded is None:
+        try:
+            doc = read_digests(record)
+        except (OSError, UnsafeEntry):
+            return None
+        if len(_RECORDS) >= _RECORDS_MAX:
+            _RECORDS.clear()
+        recorded = _RECORDS[rkey] = doc["files"] if doc else {}
+    return recorded
 
 
 def _schema_of_record(data):

@@ -227,11 +227,17 @@ def _int_or_none(text):
         return None
 
 
-def _run_query(name, dataset, run_ids, labels, engine, params=None):
+def _run_query(name, dataset, run_ids, labels, engine, params=None, with_labels=False):
+    """(rows as dicts, notes) of analysis `name`. Each row's labels MAP is left out unless
+    asked for: only the runs' listing needs them, and turning a MAP into Python on every
+    row of vmstat_rates (192 per run) took a second at a thousand runs."""
     from .runner import notes_of, run_query
 
     table = run_query(name, dataset, run_ids=run_ids, labels=labels, params=params, engine=engine)
-    return table.to_pylist(), list(notes_of(table))
+    notes = list(notes_of(table))
+    if not with_labels and "labels" in table.column_names:
+        table = table.drop_columns(["labels"])
+    return table.to_pylist(), notes
 
 
 def _imported_metrics(rows):
@@ -294,13 +300,14 @@ class _Gathering:
         self.bare = []                # runs without vmstat samples
         self.stall_kinds = set()
 
-    def query(self, name, run_ids=None, labels=None):
+    def query(self, name, run_ids=None, labels=None, with_labels=False):
         rows, notes = _run_query(name, self.dataset, run_ids or self.run_ids,
-                                 self.labels if labels is None else labels, self.engine)
+                                 self.labels if labels is None else labels, self.engine,
+                                 with_labels=with_labels)
         return rows, notes
 
     def add_runs(self):
-        listing, more = self.query("run_metrics.runs")
+        listing, more = self.query("run_metrics.runs", with_labels=True)
         self.notes += more
         for r in listing:
             self.runs[r["run_id"]] = {"run_id": r["run_id"], "labels": labels_dict(r["labels"]),

@@ -397,8 +397,8 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     kept = ()
     if chosen and result_cache.enabled_for(a, ref):
         fp = result_cache.fingerprint_of(qname, modules, a.prelude, section.sql, bound)
-        kept = {r for r, (_sig, path) in result_cache.kept_runs(ref, qname, fp, chosen).items()
-                if path is not None}
+        kept = {r for r, (_sig, rows) in result_cache.kept_runs(ref, qname, fp, chosen).items()
+                if rows is not None}
     ref.footers()                   # the runs' records, read once per command
     chosen, dropped = _drop_unfit(parts, chosen, read, kept=kept, records_read=True)
     notes = (ref.reader_notes() + dropped

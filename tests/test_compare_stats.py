@@ -90,6 +90,23 @@ def test_welch_and_mannwhitney_against_independent_computation():
     assert st.mannwhitney_p(a, c) == pytest.approx(_mannwhitney_exact(a, c), rel=1e-9)
 
 
+def test_welch_equals_scipys_ttest_ind():
+    """welch_p computes Welch's test from scipy.special (a lighter import than scipy.stats):
+    it gives what scipy.stats.ttest_ind(equal_var=False) gives, over samples of every shape."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        na, nb = rng.randint(2, 40), rng.randint(2, 40)
+        scale = 10 ** rng.uniform(-3, 6)
+        a = [rng.gauss(0, 1) * scale for _ in range(na)]
+        b = [rng.gauss(rng.uniform(-2, 2), rng.uniform(0.1, 5)) * scale for _ in range(nb)]
+        if rng.random() < 0.1:
+            b = [b[0]] * nb                      # one side constant, the other not
+        want = float(sps.ttest_ind(a, b, equal_var=False).pvalue)
+        assert st.welch_p(a, b) == pytest.approx(want, rel=1e-7, abs=1e-300), (a, b)
+
+
 def test_constant_sides():
     assert st.welch_p([0.0, 0.0, 0.0], [0.0, 0.0]) == 1.0
     assert st.welch_p([1.0, 1.0], [2.0, 2.0]) == 0.0
