@@ -430,9 +430,11 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
         timeout = 300.0 if read_only else 3600.0
     with _engine(engine, spark_master, spark_conf, dataset) as spec, \
             _limits(None if spark else memory_limit, None if spark else timeout):
+        # a text table of plain columns is printed from Python rows: no pyarrow to import
         tables, notes = run_sql(dataset, statements, engine=spec, read_only=read_only,
                                 timeout=None if spark else timeout,
-                                memory_limit=None if spark else memory_limit)
+                                memory_limit=None if spark else memory_limit,
+                                plain_rows=fmt == "table")
         for note in notes:
             _note(note)
         _interrupted_notes(dataset)           # the query ran: the caveat, not a second error

@@ -692,6 +692,36 @@ def _first_names(f):
     return schema.names
 
 
+# DuckDB types whose Python values (fetchall) are those Arrow's to_pylist gives, and the
+# kind format_table shows them as (HUGEINT and DECIMAL become Arrow decimals: not here).
+_PLAIN_KINDS = {**dict.fromkeys(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT",
+                                 "USMALLINT", "UINTEGER", "UBIGINT"), "int"),
+                "FLOAT": "float", "DOUBLE": "float", "VARCHAR": "text", "BOOLEAN": "bool"}
+
+
+def query_rows(con, sql, params=None):
+    """Like query_arrow, but a result of plain scalar columns comes back as tables.Rows
+    (no pyarrow imported for it); others as an Arrow table. The statement runs once."""
+    from .rows import Rows
+
+    if not hasattr(con, "sql"):
+        return query_arrow(con, sql, params)
+    rel = con.sql(sql, params=params) if params else con.sql(sql)
+    if rel is None:
+        return None
+    kinds = [_PLAIN_KINDS.get(str(t)) for t in rel.types]
+    if None in kinds or not hasattr(rel, "fetchall"):
+        return _relation_arrow(rel)
+    return Rows(rel.columns, kinds, rel.fetchall())
+
+
+def _relation_arrow(rel):
+    if hasattr(rel, "to_arrow_table"):
+        return rel.to_arrow_table()
+    table = rel.arrow()
+    return table.read_all() if hasattr(table, "read_all") else table
+
+
 def query_arrow(con, sql, params=None):
     """Run `sql` with bound `params` and return an Arrow table (None for a statement without one).
 
@@ -703,9 +733,6 @@ def query_arrow(con, sql, params=None):
         rel = con.sql(sql, params=params) if params else con.sql(sql)
         if rel is None:
             return None           # a statement without a result (CREATE, SET...): it ran
-        if hasattr(rel, "to_arrow_table"):
-            return rel.to_arrow_table()
-        if rel is not None and hasattr(rel, "arrow"):
-            table = rel.arrow()
-            return table.read_all() if hasattr(table, "read_all") else table
+        if hasattr(rel, "to_arrow_table") or hasattr(rel, "arrow"):
+            return _relation_arrow(rel)
     return con.execute(sql, params or []).fetch_arrow_table()

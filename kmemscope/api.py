@@ -376,9 +376,10 @@ class Dataset:
 def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg = None,
              params=None, read_only: bool = False, timeout: float | None = None,
              memory_limit: str | None = None, notes: list | None = None,
-             caller_frames: bool = False) -> list:
+             caller_frames: bool = False, plain_rows: bool = False) -> list:
     """THE way kmemscope runs SQL text over a dataset on DuckDB (Dataset.sql and
-    operations.run_sql) -> one pyarrow.Table or None per statement.
+    operations.run_sql) -> one pyarrow.Table or None per statement (plain_rows: a result of
+    plain scalar columns as tables.Rows instead, for a text table printed without pyarrow).
 
     Opening the dataset (listing, footers, views) and every statement run under one
     memory limit and one time limit (dataset/limits.py): read_only SQL gets 300 s and a
@@ -415,17 +416,18 @@ def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg 
             elif caller_frames:
                 con.execute("SET python_scan_all_frames = true")
             with reader.guarded(con, timeout):
+                fetch = reader.query_rows if plain_rows else reader.query_arrow
                 for q in statements:
                     try:
                         try:
-                            tables.append(reader.query_arrow(con, q, params))
+                            tables.append(fetch(con, q, params))
                         except duckdb.CatalogException:
                             if scope is None:
                                 raise
                             # a name the scan of the text missed, or none at all: DuckDB
                             # answers (or suggests a name) from every view, as it always did
                             scope = widen(backend, chosen, parts, scope)
-                            tables.append(reader.query_arrow(con, q, params))
+                            tables.append(fetch(con, q, params))
                     except duckdb.Error as exc:
                         raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}",
                                          "`kmemscope info DATASET` lists the tables; "

@@ -121,9 +121,10 @@ def read_sql_file(path) -> str:
 
 def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | None = None,
             read_only: bool = False, timeout: float | None = None,
-            memory_limit: str | None = None) -> tuple[list, list[str]]:
+            memory_limit: str | None = None, plain_rows: bool = False) -> tuple[list, list[str]]:
     """Run SQL statements one after the other over a dataset -> (one pyarrow.Table or None
-    per statement, notes).
+    per statement, notes). plain_rows (DuckDB): results of plain scalar columns as
+    tables.Rows, which format_table prints without importing pyarrow.
 
     Every table is a view of its own name, beside the analyses' shared views. On DuckDB:
     read_only allows SELECTs that read the dataset only; timeout (seconds) and memory_limit
@@ -148,7 +149,7 @@ def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | No
             backend.close()
     # runs whose schema does not fit are left out, with a note
     return _run_sql(dataset, statements, read_only=read_only, timeout=timeout,
-                    memory_limit=memory_limit, notes=notes), notes
+                    memory_limit=memory_limit, notes=notes, plain_rows=plain_rows), notes
 
 
 DEFAULT_TIMEOUT = 3600.0      # seconds a reading command may take unless told (limits.py)

@@ -11,6 +11,7 @@ import base64
 import json
 import math
 
+from kmemscope.dataset.rows import Rows
 from kmemscope.text import printable  # noqa: F401  (control characters escaped, cells and all)
 
 MAX_CELL = 60
@@ -61,7 +62,11 @@ def is_pfn_column(name, arrow_type):
     """Page frame numbers: shown in hex in tables, as trace-cmd and perf print them."""
     import pyarrow as pa
 
-    return pa.types.is_integer(arrow_type) and (name == "pfn" or name.endswith("_pfn"))
+    return pa.types.is_integer(arrow_type) and _is_pfn_name(name)
+
+
+def _is_pfn_name(name):
+    return name == "pfn" or name.endswith("_pfn")
 
 
 def _fit(widths, width, floor=8):
@@ -81,25 +86,36 @@ def _clip(text, width):
     return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
 
 
+def _kind_of_arrow(t):
+    import pyarrow as pa
+
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    return "decimal" if pa.types.is_decimal(t) else "other"
+
+
 def format_table(table, max_cell=MAX_CELL, width=None):
     """An aligned text table; numbers right-aligned, text left-aligned, long cells cut.
 
-    pfn columns print in hex. width: the terminal's columns; wider tables cut
-    their widest columns (with …) until each line fits.
+    `table`: an Arrow table, or Rows. pfn columns print in hex. width: the terminal's
+    columns; wider tables cut their widest columns (with …) until each line fits.
     """
-    import pyarrow as pa
-
+    if isinstance(table, Rows):
+        kinds, columns = table.kinds, table.columns_as_lists()
+    else:
+        kinds = [_kind_of_arrow(t) for t in table.schema.types]
+        columns = [col.to_pylist() for col in table.columns]
     names = [printable(n) for n in table.column_names]
-    columns = [col.to_pylist() for col in table.columns]
-    for j, (name, t) in enumerate(zip(table.column_names, table.schema.types)):
-        if is_pfn_column(name, t):
+    for j, (name, kind) in enumerate(zip(table.column_names, kinds)):
+        if kind == "int" and _is_pfn_name(name):
             columns[j] = [hex(v) if isinstance(v, int) else v for v in columns[j]]
-    decimals = [_float_decimals(col) if pa.types.is_floating(t) else None
-                for col, t in zip(columns, table.schema.types)]
+    decimals = [_float_decimals(col) if kind == "float" else None
+                for col, kind in zip(columns, kinds)]
     cells = [[_cell(col[i], max_cell, decimals[j]) for j, col in enumerate(columns)]
              for i in range(table.num_rows)]
-    numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
-               for t in table.schema.types]
+    numeric = [kind in ("int", "float", "decimal") for kind in kinds]
     widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
     hidden: list[str] = []
     if width:

@@ -313,9 +313,11 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
         wanted.add("runs")              # the run facts read it
     if scope is not None:
         scope.tables = wanted           # what widen need not make again
-    if not checked:
+    if not checked and wanted:
         # every table's fitness (from the records where they say it), so the same runs
-        # answer whatever the SQL names; the footers of the tables read, before their rows
+        # answer whatever the SQL names; the footers of the tables read, before their rows.
+        # SQL that names no table nor run fact (`SELECT 1`) reads no run: none is judged
+        # (widen judges them all by their footers if a statement names one after all).
         chosen, dropped = _drop_unfit(parts, chosen, known if scope else wanted, wanted)
         if notes is not None:
             notes.extend(dropped)

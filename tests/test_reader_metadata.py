@@ -122,3 +122,45 @@ def test_the_quick_verbs_never_import_pandas(two_runs, args):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert proc.stderr.strip().splitlines()[-1] == "NO-PANDAS", proc.stderr
+
+
+def test_a_sql_naming_no_table_imports_no_pyarrow(two_runs):
+    """`sql DS "SELECT 1"` reads no run: it neither judges runs from their records (Arrow
+    schemas) nor turns its one row into Arrow, and prints it from Python rows."""
+    code = ("import sys\n"
+            "from kmemscope.cli import main\n"
+            f"sys.argv = ['kmemscope', 'sql', {str(two_runs)!r}, 'SELECT 1 AS one']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('PYARROW' if 'pyarrow' in sys.modules else 'NO-PYARROW', file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stderr.strip().splitlines()[-1] == "NO-PYARROW", proc.stderr
+    assert proc.stdout.split() == ["one", "---", "1"]
+
+
+# Plain scalar columns of every kind the Python-rows path takes, with NULLs, pfns (hex),
+# floats of several magnitudes, control characters and long text; and one it does not take.
+PLAIN_SQL = [
+    "SELECT run_id, count(*) AS n FROM mm_page_alloc GROUP BY ALL ORDER BY ALL",
+    "SELECT pfn, \"order\", gfp_flags, 1.5::FLOAT AS f32, pfn / 7.0::DOUBLE AS ratio, "
+    "NULL::BIGINT AS nothing, \"order\" > 0 AS high, printf('%s\\x1b[31m\\n', run_id) AS txt, "
+    "repeat('x', 90) AS long_text, (-1)::TINYINT AS tiny, 255::UTINYINT AS utiny "
+    "FROM mm_page_alloc ORDER BY ALL LIMIT 50",
+    "SELECT 1e-7::DOUBLE AS small, 123456789.125::DOUBLE AS big, 'inf'::DOUBLE AS inf, "
+    "NULL::VARCHAR AS s",
+    "SELECT sum(lost_events) OVER () AS hugeint_sum, [1, 2] AS list, labels FROM runs",
+]
+
+
+@pytest.mark.parametrize("sql", PLAIN_SQL)
+def test_python_rows_print_what_arrow_prints(two_runs, sql):
+    """The oracle: the same statement fetched as Arrow and printed by format_table."""
+    from kmemscope.api import _run_sql
+    from kmemscope.tables import Rows, format_table
+
+    (rows,) = _run_sql(two_runs, [sql], plain_rows=True)
+    (arrow,) = _run_sql(two_runs, [sql])
+    assert isinstance(arrow, pa.Table)
+    assert isinstance(rows, Rows) == ("hugeint_sum" not in sql)   # a HUGEINT stays Arrow
+    for width in (None, 60):
+        assert format_table(rows, width=width) == format_table(arrow, width=width)
