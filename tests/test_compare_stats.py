@@ -107,6 +107,40 @@ def test_welch_equals_scipys_ttest_ind():
         assert st.welch_p(a, b) == pytest.approx(want, rel=1e-7, abs=1e-300), (a, b)
 
 
+def test_mannwhitney_equals_scipys_mannwhitneyu():
+    """mannwhitney_p is written out (scipy.stats is slow to import): it gives what
+    scipy.stats.mannwhitneyu(alternative="two-sided") gives, exact and asymptotic, with and
+    without ties, small sides and a small side against a large one."""
+    import random
+
+    rng = random.Random(11)
+    for _ in range(600):
+        na = rng.choice([2, 3, 5, 8, 9, 20])
+        nb = rng.choice([2, 4, 8, 9, 30, 200])
+        tied = rng.random() < 0.3
+        a = [rng.randint(0, 5) if tied else rng.gauss(0, 1) for _ in range(na)]
+        b = [rng.randint(0, 6) if tied else rng.gauss(rng.uniform(-1, 1), 1) for _ in range(nb)]
+        if len(set(a) | set(b)) == 1:
+            continue
+        want = float(sps.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+        assert st.mannwhitney_p(a, b) == pytest.approx(want, rel=1e-9, abs=1e-300), (a, b)
+    assert st.mannwhitney_p([1.0, float("nan")], [2.0, 3.0]) is None
+
+
+def test_compare_imports_no_scipy_stats():
+    """Comparing runs needs scipy.special only (scipy.stats costs half a second to import)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from kmemscope.queries import compare as st\n"
+            "st.welch_p([1.0, 2.0, 4.0], [3.0, 5.0, 9.0]); st.mannwhitney_p([1.0, 2.0], [3.0, 4.5])\n"
+            "print('scipy.stats' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip() == "False"
+
+
 def test_constant_sides():
     assert st.welch_p([0.0, 0.0, 0.0], [0.0, 0.0]) == 1.0
     assert st.welch_p([1.0, 1.0], [2.0, 2.0]) == 0.0
