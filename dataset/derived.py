@@ -173,33 +173,54 @@ def _cached(dataset, name, run, sig, doc):
     return _checked_local(dataset, name, run, entry)
 
 
-def read_checked(dataset, name, run, sig, doc, max_bytes):
-    """The bytes of `run`'s cache file of table `name` in the local dataset when its run's
-    digests record it with signature `sig` and the bytes match the recorded size (at most
-    `max_bytes`) and sha256; else None.
+def read_checked(dataset, name, wanted, max_bytes):
+    """{run: the bytes of its cache file of table `name` in the local dataset, or None} for
+    `wanted` ({run: (signature, the run's digests)}): bytes only when the run's digests
+    record the file with that signature and the bytes match the recorded size (at most
+    `max_bytes`) and sha256.
 
     One confined open and one read serve both the check and the caller (who parses the
     bytes): nothing is opened again by path, so a folder swapped for a link after the
-    check cannot hand over another file."""
+    check cannot hand over another file. The table's folder is opened once for all runs."""
     import hashlib
 
-    entry = (doc or {}).get("derived", {}).get(_key(name, run))
-    if entry is None or entry["from"] != sig or not 0 < entry["bytes"] <= max_bytes:
-        return None
+    out = dict.fromkeys(wanted)
+    entries = {}
+    for run, (sig, doc) in wanted.items():
+        entry = (doc or {}).get("derived", {}).get(_key(name, run))
+        if entry is not None and entry["from"] == sig and 0 < entry["bytes"] <= max_bytes:
+            entries[run] = entry
+    if not entries:
+        return out
     try:
         with Dir.root(dataset) as root:
-            part = root.walk([DERIVED_DIR, name, RUN_PREFIX + run], "a derived cache folder")
-            if part is None:
+            top = root.walk([DERIVED_DIR, name], "a derived cache folder")
+            if top is None:
+                return out
+            with top:
+                for run, entry in entries.items():
+                    data = _read_part(top, run, entry)
+                    if data is not None and hashlib.sha256(data).hexdigest() == entry["sha256"]:
+                        out[run] = data
+    except (DatasetError, OSError):
+        pass
+    return out
+
+
+def _read_part(top, run, entry):
+    """The bytes of run `run`'s part file under the table folder `top` (a Dir) when it has
+    the size `entry` records, else None."""
+    try:
+        part = top.walk([RUN_PREFIX + run], "a derived cache folder")
+        if part is None:
+            return None
+        with part, part.open_file(PART, "a derived cache file") as f:
+            if os.fstat(f.fileno()).st_size != entry["bytes"]:
                 return None
-            with part, part.open_file(PART, "a derived cache file") as f:
-                if os.fstat(f.fileno()).st_size != entry["bytes"]:
-                    return None
-                data = f.read(entry["bytes"] + 1)
+            data = f.read(entry["bytes"] + 1)
     except (DatasetError, OSError):
         return None
-    if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
-        return None
-    return data
+    return data if len(data) == entry["bytes"] else None
 
 
 def _checked_local(dataset, name, run, entry):

@@ -322,7 +322,7 @@ def _schema_of_record(data):
         raise ValueError(str(exc)) from None
 
 
-def unfit_runs(parts, tables=None, run_ids=None, read=None, records_read=False):
+def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
     """{run_id: why} for the runs whose files of `tables` a query cannot read with the others.
 
     A dataset someone else wrote may hold a run whose table has a known column of
@@ -335,12 +335,17 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None, records_read=False):
     by their footers; the others' by what their runs' records state where they do
     (recorded_footers), which plans a query without opening every file. A runs
     partition's rows and size (from its footers) are checked where runs is read.
-    records_read: the runs' records were read for this listing already (DatasetRef.footers).
+    recorded: what the runs' records state of their files (recorded_footers), when the caller
+    has read them for this listing already (DatasetRef.footers): a file judged by its record
+    is then judged from it as it is (no second stat of every file for every analysis).
     """
-    if not records_read:
-        recorded_footers(parts, run_ids)
+    if recorded is None:
+        recorded = recorded_footers(parts, run_ids)
     read = tables if read is None else read
     out = {}
+    # Schemas stated by records are shared objects (one per distinct schema text), alive in
+    # `recorded` for this call: each one's shape is worked out once, not once per file.
+    shapes = {}
     for table, runs in sorted(parts.items()):
         if tables is not None and table not in tables:
             continue
@@ -350,11 +355,18 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None, records_read=False):
                 continue
             footer = read is None or table in read
             for f in files:
-                schema, error = _file_schema(f, footer)
+                if not footer and f in recorded:
+                    schema, error = recorded[f][0], None
+                else:
+                    schema, error = _file_schema(f, footer)
                 if error is not None:
                     out[run] = f"{f} is not a readable Parquet file ({error})"
                     break
-                shape = _shape(schema)
+                shape = shapes.get(id(schema))
+                if shape is None or shape[0] is not schema:
+                    shape = (schema, _shape(schema))
+                    shapes[id(schema)] = shape
+                shape = shape[1]
                 if shape not in verdicts:
                     verdicts[shape] = unfit_reason(table, schema.names, schema.types)
                 why = verdicts[shape]

@@ -77,13 +77,11 @@ def kept_runs(ref, qname, fp, runs):
     if todo:
         where = ref.location
         docs = ref.run_docs(todo)
+        wanted = {r: (signature(fp, docs[r]), docs[r]) for r in todo if docs.get(r)}
+        found = dv.read_checked(where, name, wanted, KEPT_MAX_BYTES)
         for run in todo:
-            if not docs.get(run):
-                memo[(name, fp, run)] = None
-                continue
-            sig = signature(fp, docs[run])
-            data = dv.read_checked(where, name, run, sig, docs[run], KEPT_MAX_BYTES)
-            memo[(name, fp, run)] = (sig, _parse(data))
+            memo[(name, fp, run)] = ((wanted[run][0], _parse(found[run])) if run in wanted
+                                     else None)
     return {r: memo[(name, fp, r)] for r in runs if memo[(name, fp, r)] is not None}
 
 

@@ -198,7 +198,7 @@ def _assumption_notes(facts, mts, needs):
     return notes
 
 
-def _drop_unfit(parts, chosen, tables, read=None, kept=(), records_read=False):
+def _drop_unfit(parts, chosen, tables, read=None, kept=(), recorded=None):
     """(chosen runs whose `tables` a query can read, notes on those left out).
 
     A run whose schema does not fit (a dataset someone else wrote:
@@ -206,14 +206,15 @@ def _drop_unfit(parts, chosen, tables, read=None, kept=(), records_read=False):
     read: the tables whose rows the query reads (default: `tables`), judged by
     their files' footers; the rest by what the runs' records state. kept: runs whose
     rows of the query are kept (result_cache): none of their files is read, so what
-    their records state judges them all.
+    their records state judges them all. recorded: the runs' records (DatasetRef.footers),
+    read already for this listing.
     """
     compute = set(chosen) - set(kept)
     bad = ds.unfit_runs(parts, set(tables), compute, None if read is None else set(read),
-                        records_read) if compute else {}
+                        recorded) if compute else {}
     if set(chosen) & set(kept):
         bad.update(ds.unfit_runs(parts, set(tables), set(chosen) & set(kept), set(),
-                                 records_read))
+                                 recorded))
     if not bad:
         return chosen, []
     kept = [r for r in chosen if r not in bad]
@@ -401,8 +402,8 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
         fp = result_cache.fingerprint_of(qname, modules, a.prelude, section.sql, bound)
         kept = {r for r, (_sig, rows) in result_cache.kept_runs(ref, qname, fp, chosen).items()
                 if rows is not None}
-    ref.footers()                   # the runs' records, read once per command
-    chosen, dropped = _drop_unfit(parts, chosen, read, kept=kept, records_read=True)
+    # the runs' records, read once per command
+    chosen, dropped = _drop_unfit(parts, chosen, read, kept=kept, recorded=ref.footers())
     notes = (ref.reader_notes() + dropped
              + _check_tables(needs, parts, chosen))
     return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes, modules)
