@@ -111,31 +111,36 @@ def test_the_run_facts_in_duckdb_equal_the_arrow_tables_spark_gets(ds):
         backend.close()
 
 
+def _cli_imports(args, module):
+    """(stdout, whether `module` was imported) of `kmemscope ARGS` run in a fresh Python."""
+    code = ("import sys\n"
+            "from kmemscope.cli import main\n"
+            f"sys.argv = ['kmemscope', *{json.dumps([str(a) for a in args])}]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print({module!r} in sys.modules, file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last in ("True", "False"), proc.stderr
+    return proc.stdout, last == "True"
+
+
 @pytest.mark.parametrize("args", [["--help"], ["queries"], ["sql", "{ds}", "SELECT 1"]])
 def test_the_quick_verbs_never_import_pandas(two_runs, args):
     """pandas costs a quarter of a second; pyarrow imports it when Arrow is built from lists."""
-    code = ("import sys\n"
-            "from kmemscope.cli import main\n"
-            f"sys.argv = ['kmemscope', *{json.dumps([a.format(ds=two_runs) for a in args])}]\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print('PANDAS' if 'pandas' in sys.modules else 'NO-PANDAS', file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.stderr.strip().splitlines()[-1] == "NO-PANDAS", proc.stderr
+    _out, imported = _cli_imports([a.format(ds=two_runs) for a in args], "pandas")
+    assert not imported
 
 
 def test_a_sql_naming_no_table_imports_no_pyarrow(two_runs):
     """`sql DS "SELECT 1"` reads no run: it neither judges runs from their records (Arrow
     schemas) nor turns its one row into Arrow, and prints it from Python rows."""
-    code = ("import sys\n"
-            "from kmemscope.cli import main\n"
-            f"sys.argv = ['kmemscope', 'sql', {str(two_runs)!r}, 'SELECT 1 AS one']\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print('PYARROW' if 'pyarrow' in sys.modules else 'NO-PYARROW', file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.stderr.strip().splitlines()[-1] == "NO-PYARROW", proc.stderr
-    assert proc.stdout.split() == ["one", "---", "1"]
+    out, imported = _cli_imports(["sql", two_runs, "SELECT 1 AS one"], "pyarrow")
+    assert not imported
+    assert out.split() == ["one", "---", "1"]
+    # the oracle that the probe can see pyarrow: a statement over a table imports it
+    _out, imported = _cli_imports(["sql", two_runs, "SELECT labels FROM runs"], "pyarrow")
+    assert imported
 
 
 # Plain scalar columns of every kind the Python-rows path takes, with NULLs, pfns (hex),
