@@ -75,15 +75,20 @@ def test_info_counts_the_rows_the_footers_hold(parsed):
     assert set(got) == {t for t in want if Path(parsed, t).glob("run_id=*")}
 
 
-def _unfit_pfn(ds):
-    """Replace one run's mm_page_alloc file by one whose pfn is text; -> that run id."""
-    part = sorted(Path(ds, "mm_page_alloc").glob("run_id=*/part-*.parquet"))[0]
+def _column_as_text(ds, table, column):
+    """Rewrite the first run's file of `table` with `column` as text; -> (run id, the file)."""
+    part = sorted(Path(ds, table).glob("run_id=*/part-*.parquet"))[0]
     t = pq.read_table(part)
-    i = t.schema.get_field_index("pfn")
-    t = t.set_column(i, pa.field("pfn", pa.string()), pa.array(
+    i = t.schema.get_field_index(column)
+    t = t.set_column(i, pa.field(column, pa.string()), pa.array(
         [str(v) for v in t.column(i).to_pylist()], pa.string()))
     pq.write_table(t, part)
-    return part.parent.name.split("=", 1)[1]
+    return part.parent.name.split("=", 1)[1], part
+
+
+def _unfit_pfn(ds):
+    """Replace one run's mm_page_alloc file by one whose pfn is text; -> that run id."""
+    return _column_as_text(ds, "mm_page_alloc", "pfn")[0]
 
 
 def test_a_file_rewritten_after_its_record_is_judged_by_its_footer(parsed, tmp_path):
@@ -135,13 +140,7 @@ def _lie_about_vmstat(ds):
     """Rewrite one run's vmstat file with `value` as text, and make the run's record state the
     new file's size with the schema it recorded for the original (one that fits): the record
     now lies about its file. -> that run id."""
-    part = sorted(Path(ds, "vmstat").glob("run_id=*/part-*.parquet"))[0]
-    t = pq.read_table(part)
-    i = t.schema.get_field_index("value")
-    t = t.set_column(i, pa.field("value", pa.string()), pa.array(
-        [str(v) for v in t.column(i).to_pylist()], pa.string()))
-    pq.write_table(t, part)
-    run = part.parent.name.split("=", 1)[1]
+    run, part = _column_as_text(ds, "vmstat", "value")
     path = Path(ds, "runs", f"run_id={run}", "_files.json")
     doc = json.loads(path.read_text())
     doc["files"][f"vmstat/{part.name}"]["bytes"] = part.stat().st_size
