@@ -207,20 +207,37 @@ def read_checked(dataset, name, wanted, max_bytes):
     return out
 
 
-def _read_part(top, run, entry):
+def read_part(dataset, name, run, max_bytes):
+    """The bytes of `run`'s cache file of table `name` in the local dataset, read through the
+    confined folder walk (no link followed), or None when it is missing, unreadable or
+    larger than `max_bytes`. Nothing is checked against the digests: for a caller that has
+    (verify)."""
+    try:
+        with Dir.root(dataset) as root:
+            top = root.walk([DERIVED_DIR, name], "a derived cache folder")
+            if top is None:
+                return None
+            with top:
+                return _read_part(top, run, None, max_bytes)
+    except (DatasetError, OSError):
+        return None
+
+
+def _read_part(top, run, entry, max_bytes=None):
     """The bytes of run `run`'s part file under the table folder `top` (a Dir) when it has
-    the size `entry` records, else None."""
+    the size `entry` records (entry None: any size up to `max_bytes`), else None."""
     try:
         part = top.walk([RUN_PREFIX + run], "a derived cache folder")
         if part is None:
             return None
         with part, part.open_file(PART, "a derived cache file") as f:
-            if os.fstat(f.fileno()).st_size != entry["bytes"]:
+            size = os.fstat(f.fileno()).st_size
+            if size != (entry["bytes"] if entry is not None else min(size, max_bytes)):
                 return None
-            data = f.read(entry["bytes"] + 1)
+            data = f.read(size + 1)
     except (DatasetError, OSError):
         return None
-    return data if len(data) == entry["bytes"] else None
+    return data if len(data) == size else None
 
 
 def _checked_local(dataset, name, run, entry):

@@ -221,16 +221,6 @@ def _parse(data):
     return table.replace_schema_metadata(keep or None), facts, mts
 
 
-def _read(path):
-    """_parse() of the kept file at `path` (verify --deep, which has checked it already)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(KEPT_MAX_BYTES + 1)
-    except OSError:
-        return None
-    return _parse(data) if len(data) <= KEPT_MAX_BYTES else None
-
-
 def _joined(runs, found, fresh, plan_rows):
     """The runs' rows one after the other in run_id order, as one PlanRows."""
     import pyarrow as pa
@@ -242,23 +232,26 @@ def _joined(runs, found, fresh, plan_rows):
     return plan_rows(table, facts, mts)
 
 
-def same_as_recomputed(dataset, name, run, path, rows_of_run):
-    """True when the kept rows at `path` (of `run`, cache folder `name`) are the rows the
-    analysis they name gives when run on the run again (`kmemscope verify --deep`).
+def same_as_recomputed(dataset, name, run, _path, rows_of_run):
+    """True when the kept rows of `run` in cache folder `name` (at `_path`, read through the
+    confined walk) are the rows the analysis they name gives when run on the run again
+    (`kmemscope verify --deep`).
 
     rows_of_run(qname, dataset, run, params) -> the section's rows of that run, computed
     (runner.rows_of_run)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from kmemscope.errors import DatasetError, KmemscopeError
 
     from . import catalog
 
+    data = dv.read_part(dataset, name, run, KEPT_MAX_BYTES)
     try:
-        meta = pq.read_schema(path).metadata or {}
+        meta = pq.read_schema(pa.BufferReader(data)).metadata or {}
         asked = json.loads(meta[ASKED_KEY])
         qname, params = str(asked["query"]), dict(asked["params"])
-    except (OSError, KeyError, ValueError, TypeError):
+    except (OSError, KeyError, ValueError, TypeError, pa.ArrowException):
         raise DatasetError("it does not say which analysis it holds") from None
     try:
         analysis, section = catalog.find_analysis(qname)
@@ -266,7 +259,7 @@ def same_as_recomputed(dataset, name, run, path, rows_of_run):
         raise DatasetError(f"it names no analysis of this kmemscope ({qname!r})") from None
     if cache_name(analysis.query_name(section)) != name:
         raise DatasetError(f"it names analysis {qname}, not the one of its folder")
-    kept = _read(path)
+    kept = _parse(data)
     if kept is None:
         raise DatasetError("it cannot be read")
     try:
