@@ -192,18 +192,11 @@ def read_checked(dataset, name, wanted, max_bytes):
             entries[run] = entry
     if not entries:
         return out
-    try:
-        with Dir.root(dataset) as root:
-            top = root.walk([DERIVED_DIR, name], "a derived cache folder")
-            if top is None:
-                return out
-            with top:
-                for run, entry in entries.items():
-                    data = _read_part(top, run, entry)
-                    if data is not None and hashlib.sha256(data).hexdigest() == entry["sha256"]:
-                        out[run] = data
-    except (DatasetError, OSError):
-        pass
+    got = _in_table_folder(dataset, name, lambda top: {
+        run: _read_part(top, run, entry) for run, entry in entries.items()}) or {}
+    for run, data in got.items():
+        if data is not None and hashlib.sha256(data).hexdigest() == entries[run]["sha256"]:
+            out[run] = data
     return out
 
 
@@ -212,13 +205,19 @@ def read_part(dataset, name, run, max_bytes):
     confined folder walk (no link followed), or None when it is missing, unreadable or
     larger than `max_bytes`. Nothing is checked against the digests: for a caller that has
     (verify)."""
+    return _in_table_folder(dataset, name, lambda top: _read_part(top, run, None, max_bytes))
+
+
+def _in_table_folder(dataset, name, read):
+    """read(the Dir of _derived/<name>) in the local dataset, or None when that folder is
+    missing or cannot be opened without following a link."""
     try:
         with Dir.root(dataset) as root:
             top = root.walk([DERIVED_DIR, name], "a derived cache folder")
             if top is None:
                 return None
             with top:
-                return _read_part(top, run, None, max_bytes)
+                return read(top)
     except (DatasetError, OSError):
         return None
 
