@@ -197,7 +197,7 @@ def test_sigusr1_bundle_holds_keep_before_and_after_the_trigger(tmp_path, before
     keep, after, cpu = 4.0, 2.0, 1 if os.cpu_count() > 1 else 0
     load = tmp_path / "load.py"
     load.write_text(PINNED_WORKLOAD)
-    work = subprocess.Popen([sys.executable, str(load), "120", str(cpu), "0.002"])
+    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
     try:
         flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "4s",
                         "--after", "2s", "--measure", "2s", "--interval", "0.5s")
