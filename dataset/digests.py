@@ -61,8 +61,9 @@ def parquet_facts(f):
 
 
 def staged_footers(stage):
-    """{"table/file": parquet_facts} of the Parquet files staged under `stage`: the parse's
-    decoder process, which wrote them and has pyarrow loaded, reads them for record_digests.
+    """{"table/file": parquet_facts and "sha256"} of the Parquet files staged under `stage`:
+    the parse's decoder process, which wrote them, has pyarrow loaded and the files in its
+    page cache, reads and hashes them for record_digests while the parent waits anyway.
     Read through folders opened without following links, like every other walk here."""
     out = {}
     with Dir.root(stage) as st:
@@ -76,28 +77,33 @@ def staged_footers(stage):
                     with os.fdopen(os.open(f.name, FILE_FLAGS, dir_fd=d.fd), "rb") as fh:
                         facts = parquet_facts(fh)
                     if facts:
+                        facts["sha256"], _ = file_digest(d.fd, f.name, expect_bytes=facts["bytes"])
                         out[f"{entry.name}/{f.name}"] = facts
     return out
 
 
 def _table_digests(folder, footers=None):
     """{file: {"sha256", "bytes"[, "rows", "schema"]}} of the files of the table folder
-    `folder` (a Dir). footers: what staged_footers() said, used for a file that still has
-    the size it had then; other Parquet files have their footer read here."""
+    `folder` (a Dir). footers: what staged_footers() said (footer facts and sha256), used for
+    a regular file that still has the size it had then; other files are read here."""
     out = {}
     table = folder.path.name
     for entry in folder.entries():
         if entry.name.startswith(".") or entry.name == DIGESTS:
             continue
-        sha, size = file_digest(folder.fd, entry.name)
+        known = (footers or {}).get(f"{table}/{entry.name}") or {}
+        st = entry.stat(follow_symlinks=False)
+        if known.get("sha256") and stat.S_ISREG(st.st_mode) and known.get("bytes") == st.st_size:
+            sha, size = known["sha256"], st.st_size      # hashed by the decoder process
+        else:
+            sha, size = file_digest(folder.fd, entry.name)
         out[entry.name] = {"sha256": sha, "bytes": size}
         if not entry.name.endswith(".parquet"):
             continue
-        known = (footers or {}).get(f"{table}/{entry.name}")
-        if known is None or known.get("bytes") != size:
+        if known.get("bytes") != size:
             with os.fdopen(os.open(entry.name, FILE_FLAGS, dir_fd=folder.fd), "rb") as f:
                 known = parquet_facts(f)
-        out[entry.name].update({k: v for k, v in known.items() if k != "bytes"})
+        out[entry.name].update({k: v for k, v in known.items() if k not in ("bytes", "sha256")})
     return out
 
 

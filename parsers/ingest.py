@@ -146,6 +146,13 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
                              "UTF-8 (a lone surrogate escape)") from None
 
 
+def _load_arrow():
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        pass            # said where it is needed: the first batch imports it again
+
+
 def _utf8(text):
     try:
         str(text).encode("utf-8")
@@ -185,6 +192,9 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch, whol
 
     started = time.monotonic()
     staging = Path(staging)
+    # pyarrow loads (a tenth of a second, mostly under the GIL) while libtracecmd
+    # opens the trace (without it): the decoder threads then find it loaded.
+    threading.Thread(target=_load_arrow, name="kmemscope-load-arrow", daemon=True).start()
     with open_source(source, scratch or staging.parent) as (trace_path, bundle):
         manifest = read_manifest(bundle)      # a bad manifest fails before decoding
         window = None if whole_bundle else flight_window.window_of(manifest, source)
@@ -445,10 +455,11 @@ def _ingest(source, dataset, labels, events, threads, progress, isolate, whole_b
     except OSError as exc:
         raise KmemscopeError(f"writing {dataset}: {exc.strerror or exc}",
                              _disk_hint(exc)) from None
-    committed = False
+    committed, child = False, None
     try:
         if isolate:
-            summary = _stage_in_child(source, work, labels, events, threads, progress, whole_bundle)
+            summary, child = _stage_in_child(source, work, labels, events, threads, progress,
+                                             whole_bundle)
         else:
             summary = stage_run(source, work.stage, labels, events, threads, progress,
                                 scratch=work.scratch, whole_bundle=whole_bundle)
@@ -465,6 +476,8 @@ def _ingest(source, dataset, labels, events, threads, progress, isolate, whole_b
         raise KmemscopeError(f"writing {dataset}: {exc.strerror or exc}",
                              _disk_hint(exc)) from None
     finally:
+        if child is not None:
+            child.join()
         if committed:
             work.remove()
         else:
@@ -493,6 +506,8 @@ def _disk_hint(exc):
 
 
 def _stage_in_child(source, work, labels, events, threads, progress, whole_bundle=False):
+    """Stage the run in a forked decoder child; returns (RunSummary, the child process),
+    which the caller joins once it has done what does not need the child gone."""
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
@@ -516,7 +531,8 @@ def _stage_in_child(source, work, labels, events, threads, progress, whole_bundl
             else:
                 result = (kind, payload)
                 break
-        proc.join()
+        if result is None or result[0] != "ok":
+            proc.join()
     except BaseException:
         proc.kill()            # its partial output goes with the work directory
         proc.join()
@@ -530,7 +546,9 @@ def _stage_in_child(source, work, labels, events, threads, progress, whole_bundl
                              + (f" (libtracecmd said: {said})" if said else ""))
     kind, payload = result
     if kind == "ok":
-        return payload
+        # Its files are closed: the child's exit (unmapping a few hundred MB)
+        # runs beside the commit, and the caller joins it afterwards.
+        return payload, proc
     if kind == "error":
         cls, message = payload
         raise cls(message)
@@ -566,11 +584,14 @@ def _memory_limit_hint():
     return f", or memory ran out (address space limited to {soft >> 20} MiB)"
 
 
-class _WithoutPandas:
-    """An import hook under which `import pandas` fails as if it were not installed."""
+class _Unimportable:
+    """An import hook under which importing one of `names` fails as if it were not installed."""
+
+    def __init__(self, names):
+        self.names = tuple(names)
 
     def find_spec(self, name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
+        if name.split(".", 1)[0] in self.names:
             raise ImportError(f"{name} is not used while parsing")
         return None
 
@@ -608,13 +629,15 @@ def _child_main(conn, parent_pid, source, staging, scratch, labels, events, thre
     os.dup2(log, 2)
     os.close(log)
     # pyarrow imports pandas (a third of a second) the first time it converts a
-    # Python list, only to ask whether the list is a DataFrame. The child never
-    # sees pandas objects, so it tells pyarrow that pandas is not installed.
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _WithoutPandas())
-    # numpy, which pyarrow imports, starts OpenBLAS's thread pool, and its threads
-    # spin before they sleep: a tenth of a CPU-second taken from the decoder
-    # threads on every parse. The child does no linear algebra.
+    # Python list, only to ask whether the list is a DataFrame, and numpy (half
+    # of its own import time, held under the GIL while the decoder threads wait
+    # to hand over their first batches). The child never sees pandas or numpy
+    # objects, and pyarrow runs without both, so it is told they are not there.
+    missing = [name for name in ("pandas", "numpy") if name not in sys.modules]
+    if missing:
+        sys.meta_path.insert(0, _Unimportable(missing))
+    # If numpy was imported before the fork, its OpenBLAS pool spins before it
+    # sleeps: a tenth of a CPU-second taken from the decoder threads.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     def progress(msg):
         conn.send(("progress", msg))

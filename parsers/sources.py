@@ -16,7 +16,6 @@ import errno
 import json
 import os
 import stat
-import tarfile
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
@@ -190,6 +189,8 @@ def _stream(archive):
 
 def unpack_bundle(archive, dest):
     """Extract a packed bundle's members into `dest`; returns the bundle directory."""
+    import tarfile      # here: a plain trace.dat, the usual input, does not load it
+
     budget = min(ARCHIVE_MAX_BYTES,
                  max(ARCHIVE_MIN_BUDGET, os.path.getsize(archive) * ARCHIVE_MAX_RATIO))
     written, members, found = 0, 0, set()

@@ -342,8 +342,9 @@ def _stage_task(item):
     kill = ctx.getLocalProperty(_KILL_FIRST_ATTEMPT) if ctx else None
     try:
         threads = ctx.cpus() if ctx else None
-        summary = _stage_in_child(source, work, labels, events, threads, _killer(kill, source,
-                                                                                 attempt_no))
+        summary, child = _stage_in_child(source, work, labels, events, threads,
+                                         _killer(kill, source, attempt_no))
+        child.join()
         res.update(kind="ok", summary=asdict(summary))
     except KmemscopeError as exc:
         res.update(kind="error", error_class=type(exc).__name__, message=_first_line(exc),
