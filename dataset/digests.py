@@ -63,23 +63,37 @@ def parquet_facts(f):
 def staged_footers(stage):
     """{"table/file": parquet_facts and "sha256"} of the Parquet files staged under `stage`:
     the parse's decoder process, which wrote them, has pyarrow loaded and the files in its
-    page cache, reads and hashes them for record_digests while the parent waits anyway.
+    page cache, reads and hashes them for record_digests while the parent waits anyway
+    (one thread per core: hashing lets go of the GIL).
     Read through folders opened without following links, like every other walk here."""
-    out = {}
-    with Dir.root(stage) as st:
-        for entry in st.entries():
-            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-                continue
-            with st.sub(entry.name, "a staged table folder") as d:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def facts_of(folder, name):
+        with os.fdopen(os.open(name, FILE_FLAGS, dir_fd=folder.fd), "rb") as fh:
+            facts = parquet_facts(fh)
+        if facts:
+            facts["sha256"], _ = file_digest(folder.fd, name, expect_bytes=facts["bytes"])
+        return facts
+
+    with Dir.root(stage) as st, ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        folders, jobs = [], {}
+        try:
+            for entry in st.entries():
+                if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                d = st.sub(entry.name, "a staged table folder")
+                folders.append(d)
                 for f in d.entries():
-                    if not f.name.endswith(".parquet") or not f.is_file(follow_symlinks=False):
-                        continue
-                    with os.fdopen(os.open(f.name, FILE_FLAGS, dir_fd=d.fd), "rb") as fh:
-                        facts = parquet_facts(fh)
-                    if facts:
-                        facts["sha256"], _ = file_digest(d.fd, f.name, expect_bytes=facts["bytes"])
-                        out[f"{entry.name}/{f.name}"] = facts
-    return out
+                    if f.name.endswith(".parquet") and f.is_file(follow_symlinks=False):
+                        jobs[f"{entry.name}/{f.name}"] = pool.submit(facts_of, d, f.name)
+            found = {name: job.result() for name, job in jobs.items()}
+        finally:
+            for job in jobs.values():
+                job.cancel()
+            pool.shutdown(wait=True)
+            for d in folders:
+                d.close()
+    return {name: facts for name, facts in found.items() if facts}
 
 
 def _table_digests(folder, footers=None):

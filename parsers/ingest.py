@@ -146,13 +146,6 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
                              "UTF-8 (a lone surrogate escape)") from None
 
 
-def _load_arrow():
-    try:
-        import pyarrow.parquet  # noqa: F401
-    except ImportError:
-        pass            # said where it is needed: the first batch imports it again
-
-
 def _utf8(text):
     try:
         str(text).encode("utf-8")
@@ -188,21 +181,17 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch, whol
     import threading
 
     from kmemscope.parsers import flight_window
-    from kmemscope.parsers.tracedat import TraceFile
+    from kmemscope.parsers.tracedat import TraceFile, helper_thread
 
     started = time.monotonic()
     staging = Path(staging)
-    # pyarrow loads (a tenth of a second, mostly under the GIL) while libtracecmd
-    # opens the trace (without it): the decoder threads then find it loaded.
-    threading.Thread(target=_load_arrow, name="kmemscope-load-arrow", daemon=True).start()
     with open_source(source, scratch or staging.parent) as (trace_path, bundle):
         manifest = read_manifest(bundle)      # a bad manifest fails before decoding
         window = None if whole_bundle else flight_window.window_of(manifest, source)
         bench = run_metrics.read_bundle_metrics(bundle)     # and so does a bad metrics.json
         sha_box = {}
-        hasher = threading.Thread(target=lambda: sha_box.update(sha=file_sha256(trace_path)),
-                                  daemon=True)
-        hasher.start()
+        hasher = helper_thread(lambda: sha_box.update(sha=file_sha256(trace_path)),
+                               "kmemscope-sha256")
         trace = TraceFile(trace_path)
         if progress:
             progress(("total", trace.data_bytes()))

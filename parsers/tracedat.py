@@ -42,13 +42,40 @@ def _parse_uname(uname):
     return {"host": None, "kernel_release": None, "arch": None}
 
 
+def _load_arrow():
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        pass            # said where it is needed: the first batch imports it again
+
+
+def helper_thread(target, name):
+    """A started helper thread with a 1 MiB stack. glibc keeps an ended thread's stack for
+    the next thread that fits in it: a helper's 8 MiB stack handed to a decoder thread
+    under a memory limit lets that thread start and then fail to allocate, and Python's
+    Thread.start() waits for it forever. A decoder thread never fits in this one."""
+    old = threading.stack_size(1 << 20)
+    try:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+    finally:
+        threading.stack_size(old)
+    return thread
+
+
 class TraceFile:
     """A trace.dat opened for decoding."""
 
     def __init__(self, path):
         self.path = str(path)
         self._segments = None
+        # kmemscope's own checks first: libtracecmd never opens a file they reject.
         self.layout = layout_mod.read_layout(self.path, _tracedat.decompress)
+        # pyarrow, which decoding needs, loads under the GIL (a tenth of a second)
+        # while libtracecmd reads the file's metadata without it. Joined before
+        # returning: no thread of ours outlives the open (under a memory limit a
+        # thread that starts and then cannot allocate hangs the one that started it).
+        loader = helper_thread(_load_arrow, "kmemscope-load-arrow")
         try:
             self.native = _tracedat.Trace(self.path)
             self.info = self.native.info()
@@ -59,6 +86,8 @@ class TraceFile:
         except UnicodeDecodeError:
             raise TraceFileError(f"{self.path}: corrupt: event formats hold names that are "
                                  "not text") from None
+        finally:
+            loader.join()
 
     def _name_tables(self):
         """Tables named after events, in a safe alphabet (parsers/tablenames.py)."""
