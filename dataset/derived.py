@@ -231,7 +231,7 @@ def _read_part(top, run, entry, max_bytes=None):
             return None
         with part, part.open_file(PART, "a derived cache file") as f:
             size = os.fstat(f.fileno()).st_size
-            if size != (entry["bytes"] if entry is not None else min(size, max_bytes)):
+            if (size != entry["bytes"]) if entry is not None else (size > max_bytes):
                 return None
             data = f.read(size + 1)
     except (DatasetError, OSError):

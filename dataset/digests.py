@@ -68,32 +68,29 @@ def staged_footers(stage):
     Read through folders opened without following links, like every other walk here."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def facts_of(folder, name):
+    def facts_of(job):
+        _table, folder, name = job
         with os.fdopen(os.open(name, FILE_FLAGS, dir_fd=folder.fd), "rb") as fh:
             facts = parquet_facts(fh)
         if facts:
             facts["sha256"], _ = file_digest(folder.fd, name, expect_bytes=facts["bytes"])
         return facts
 
-    with Dir.root(stage) as st, ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        folders, jobs = [], {}
+    folders, jobs = [], []
+    with Dir.root(stage) as st:
         try:
             for entry in st.entries():
                 if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
                     continue
-                d = st.sub(entry.name, "a staged table folder")
-                folders.append(d)
-                for f in d.entries():
-                    if f.name.endswith(".parquet") and f.is_file(follow_symlinks=False):
-                        jobs[f"{entry.name}/{f.name}"] = pool.submit(facts_of, d, f.name)
-            found = {name: job.result() for name, job in jobs.items()}
+                folders.append(st.sub(entry.name, "a staged table folder"))
+                jobs += [(entry.name, folders[-1], f.name) for f in folders[-1].entries()
+                         if f.name.endswith(".parquet") and f.is_file(follow_symlinks=False)]
+            with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+                found = list(pool.map(facts_of, jobs))
         finally:
-            for job in jobs.values():
-                job.cancel()
-            pool.shutdown(wait=True)
             for d in folders:
                 d.close()
-    return {name: facts for name, facts in found.items() if facts}
+    return {f"{table}/{name}": facts for (table, _, name), facts in zip(jobs, found) if facts}
 
 
 def _table_digests(folder, footers=None):
