@@ -84,6 +84,7 @@ static void Trace_dealloc(TraceObject *self)
 	}
 	if (self->handle)
 		tracecmd_close(self->handle);
+	free(self->meta.kallsyms);
 	pthread_mutex_destroy(&self->meta.lookup_lock);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -102,14 +103,16 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 
 	tracecmd_set_loglevel(TEP_LOG_NONE);
 	tep_set_loglevel(TEP_LOG_NONE);
-	int err;
+	int err, kept;
 	Py_BEGIN_ALLOW_THREADS
 	errno = 0;
+	kallsyms_keep_begin(&self->meta.kallsyms);	/* parsed when a stack needs it */
 	self->handle = tracecmd_open(path, TRACECMD_FL_LOAD_NO_PLUGINS);
 	err = errno;
+	kept = kallsyms_keep_end();
 	Py_END_ALLOW_THREADS
-	if (!self->handle) {
-		if (err == ENOMEM)
+	if (!self->handle || kept < 0) {
+		if (err == ENOMEM || kept < 0)
 			PyErr_Format(DecoderMemoryError, "%s: out of memory reading the file's metadata",
 				     path);
 		else
@@ -184,9 +187,8 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 	self->meta.lsize = hps == 4 ? KBUFFER_LSIZE_4 : KBUFFER_LSIZE_8;
 	self->meta.old_format = tep_is_old_format(self->meta.tep);
 
-	/* Build tep's symbol and cmdline lookup tables now, on this thread:
-	 * their first use sorts them in place. */
-	tep_find_function(self->meta.tep, 0);
+	/* Build tep's cmdline lookup table now, on this thread: its first use sorts
+	 * it in place. The symbol table waits for the first stack (kallsyms.h). */
 	tep_data_comm_from_pid(self->meta.tep, 0);
 	self->ready = true;
 	return 0;
@@ -799,11 +801,24 @@ static PyObject *mod_decompress(PyObject *Py_UNUSED(mod), PyObject *args)
 	return out;
 }
 
+/* Trace._kallsyms_waiting(): is the kallsyms text still unparsed (kallsyms.h)? For tests. */
+static PyObject *Trace_kallsyms_waiting(TraceObject *self, PyObject *Py_UNUSED(noargs))
+{
+	if (!trace_ready(self))
+		return NULL;
+	pthread_mutex_lock(&self->meta.lookup_lock);
+	bool waiting = self->meta.kallsyms != NULL;
+	pthread_mutex_unlock(&self->meta.lookup_lock);
+	return PyBool_FromLong(waiting);
+}
+
 static PyMethodDef Trace_methods[] = {
 	{ "info", (PyCFunction)Trace_info, METH_NOARGS, "What the file says about its recording." },
 	{ "events", (PyCFunction)Trace_events, METH_NOARGS, "Event formats and their columns." },
 	{ "print_flags", (PyCFunction)Trace_print_flags, METH_NOARGS,
 	  "Rows of every __print_flags/__print_symbolic table in the formats." },
+	{ "_kallsyms_waiting", (PyCFunction)Trace_kallsyms_waiting, METH_NOARGS,
+	  "Is the file's kallsyms text kept unparsed until a stack needs it? (a test hook)" },
 	{ NULL, NULL, 0, NULL }
 };
 

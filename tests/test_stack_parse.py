@@ -105,6 +105,49 @@ def test_every_stack_row_matches_trace_cmd_report(stack_heavy):
     assert len(distinct) * 20 < len(rows), (len(distinct), len(rows))
 
 
+def _decoded_stacks(t, event_ids=None):
+    """The stacks table's (addresses, frames) rows of an in-process decode of TraceFile t."""
+    import threading
+
+    rows, lock = [], threading.Lock()
+
+    def sink(table, batch):
+        if table == "stacks":
+            with lock:
+                rows.extend(zip(batch.column("addresses").to_pylist(),
+                                batch.column("frames").to_pylist()))
+    t.decode(lambda i: sink, event_ids=event_ids, threads=2)
+    return sorted(rows)
+
+
+def test_kallsyms_is_parsed_only_when_a_stack_needs_a_symbol(stack_heavy):
+    """libtracecmd hands the open's kallsyms text to the module, which parses it at the
+    first stack's first symbol (parsers/native/kallsyms.h): a decode with no stack never
+    pays for it; frames against `trace-cmd report` are checked above."""
+    from kmemscope.parsers import _tracedat
+    from kmemscope.parsers.tracedat import TraceFile, TraceFileError
+
+    trace, _ = stack_heavy
+    plain = TraceFile(trace)
+    assert plain.native._kallsyms_waiting()
+    no_stacks = {i for i, t in plain.tables.items() if t.event == "mm_page_alloc"}
+    assert _decoded_stacks(plain, event_ids=no_stacks) == []
+    assert plain.native._kallsyms_waiting()
+
+    lazy_trace = TraceFile(trace)
+    lazy = _decoded_stacks(lazy_trace)
+    assert not lazy_trace.native._kallsyms_waiting()
+    assert len(lazy) > 20 and all(re.fullmatch(r"\S+\+0x[0-9a-f]+", f) for _, fs in lazy for f in fs)
+
+    # The open keeps a copy of the text (its first counted allocation): without it, no open.
+    _tracedat._alloc_fault(1)
+    try:
+        with pytest.raises(TraceFileError, match="out of memory reading the file's metadata"):
+            TraceFile(trace)
+    finally:
+        _tracedat._alloc_fault(0)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_stacks_table_holds_each_distinct_stack_once(stack_heavy, threads):
     """stack_id is 1..n, one row per distinct stack of the report, and every kernel_stack

@@ -267,9 +267,10 @@ static void sym_memo_free(struct sym_memo *m)
 }
 
 /* Append one frame's symbol, `function+0xoffset` from the trace's kallsyms or
- * the bare address, as one more string of a stacks row's frames. libtraceevent's
- * symbol lookup sorts its table on first use and is not thread-safe: the lock
- * is taken only for an address this decoder has not met before. */
+ * the bare address, as one more string of a stacks row's frames. The first
+ * lookup of a decode parses kallsyms and libtraceevent sorts its table on first
+ * use, neither thread-safe: the lock is taken only for an address this decoder
+ * has not met before. */
 static int append_symbol(struct decoder *d, struct col_builder *c, uint64_t a)
 {
 	const struct sym_slot *s = sym_memo_find(&d->syms, a);
@@ -278,6 +279,10 @@ static int append_symbol(struct decoder *d, struct col_builder *c, uint64_t a)
 		       append_offset(&c->child_offsets, c->child.len);
 	char sym[512];
 	pthread_mutex_lock(&d->trace->lookup_lock);
+	if (kallsyms_load(d->trace->tep, &d->trace->kallsyms)) {
+		pthread_mutex_unlock(&d->trace->lookup_lock);
+		return -1;	/* libtraceevent ran out of memory: no symbol can be trusted */
+	}
 	const char *fn = tep_find_function(d->trace->tep, a);
 	unsigned long long start = fn ? tep_find_function_address(d->trace->tep, a) : 0;
 	if (fn)

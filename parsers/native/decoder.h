@@ -21,6 +21,7 @@
 #include "alloc.h"
 #include "arrow_c.h"
 #include "gbuf.h"
+#include "kallsyms.h"
 #include "plan.h"
 
 /* What every decoder of one file shares: the event plans and the record layout. */
@@ -34,6 +35,7 @@ struct trace_meta {
 	int lsize;			/* kbuffer long size enum */
 	bool old_format;
 	pthread_mutex_t lookup_lock;	/* tep's cmdline and symbol caches are not thread-safe */
+	char *kallsyms;			/* the text not yet parsed (kallsyms.h); under lookup_lock */
 };
 
 
