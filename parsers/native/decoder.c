@@ -63,7 +63,7 @@ static struct event_builder *builder_new(struct event_plan *plan)
 	return b;
 }
 
-static uint64_t read_uint(const unsigned char *p, int width, bool swap)
+static inline uint64_t read_uint(const unsigned char *p, int width, bool swap)
 {
 	uint64_t v = 0;
 	switch (width) {
@@ -546,23 +546,36 @@ static void note_full(struct record *rec, const struct col_builder *c)
 	rec->full |= c->child.len > BATCH_VAR_BYTES;
 }
 
-static int append_fixed(struct decoder *d, struct col_builder *c, const void *v, int width)
+/* One fixed-width value (the low `width` bytes of v). A batch's memory is
+ * reserved at its first row (presize), so the common case is one bounds check
+ * and a store of a constant size, inlined into the row loop. */
+static inline int append_fixed(struct decoder *d, struct col_builder *c, uint64_t v, int width)
 {
-	return presize(d, c, width) || gbuf_append(&c->values, v, width);
+	struct gbuf *g = &c->values;
+	if (__builtin_expect(g->cap - g->len < (size_t)width, 0) &&
+	    (presize(d, c, width) || gbuf_reserve(g, width)))
+		return -1;
+	char *dst = g->data + g->len;
+	switch (width) {
+	case 1: { uint8_t x = v; memcpy(dst, &x, 1); break; }
+	case 2: { uint16_t x = v; memcpy(dst, &x, 2); break; }
+	case 4: { uint32_t x = v; memcpy(dst, &x, 4); break; }
+	default: memcpy(dst, &v, 8); break;
+	}
+	g->len += width;
+	return 0;
 }
 
 static int append_comm(struct decoder *d, struct col_builder *c, struct record *rec)
 {
 	int32_t idx = comm_index(d, c, rec->pid, &rec->full);
-	return idx < 0 ? -1 : append_fixed(d, c, &idx, 4);
+	return idx < 0 ? -1 : append_fixed(d, c, (uint32_t)idx, 4);
 }
 
-static int append_int_field(struct decoder *d, const struct col_plan *cp, struct col_builder *c,
-			    const struct record *rec)
+static inline int append_int_field(struct decoder *d, const struct col_plan *cp,
+				   struct col_builder *c, const struct record *rec)
 {
-	return presize(d, c, cp->width) ||
-	       append_int(&c->values, read_uint(rec->data + cp->offset, cp->width, rec->swap),
-			  cp->width);
+	return append_fixed(d, c, read_uint(rec->data + cp->offset, cp->width, rec->swap), cp->width);
 }
 
 /* A char array: the string up to its NUL, within the field (or the record's end
@@ -656,7 +669,7 @@ static int append_stack_id(struct decoder *d, const struct col_plan *cp, struct 
 	int count = read_frames(d, cp, rec->data, rec->size);
 	int32_t id;
 	return count < 0 || stack_id_of(d, (const uint64_t *)d->frames.data, count, &id) ||
-	       append_fixed(d, c, &id, 4);
+	       append_fixed(d, c, (uint32_t)id, 4);
 }
 
 static int append_column(struct decoder *d, const struct col_plan *cp, struct col_builder *c,
@@ -664,11 +677,11 @@ static int append_column(struct decoder *d, const struct col_plan *cp, struct co
 {
 	switch (cp->kind) {
 	case COL_TS:
-		return append_fixed(d, c, &rec->ts, 8);
+		return append_fixed(d, c, (uint64_t)rec->ts, 8);
 	case COL_CPU:
-		return append_fixed(d, c, &rec->cpu, 4);
+		return append_fixed(d, c, (uint32_t)rec->cpu, 4);
 	case COL_PID:
-		return append_fixed(d, c, &rec->pid, 4);
+		return append_fixed(d, c, (uint32_t)rec->pid, 4);
 	case COL_COMM:
 		return append_comm(d, c, rec);
 	case COL_INT:
