@@ -180,7 +180,8 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 		}
 	}
 
-	self->meta.swap = tep_is_file_bigendian(self->meta.tep) != tep_is_local_bigendian(self->meta.tep);
+	self->meta.big_endian = tep_is_file_bigendian(self->meta.tep);
+	self->meta.swap = self->meta.big_endian != tep_is_local_bigendian(self->meta.tep);
 	int hps = tep_get_header_page_size(self->meta.tep);
 	if (hps != 4 && hps != 8)
 		hps = tep_get_long_size(self->meta.tep);
@@ -888,6 +889,18 @@ static PyObject *mod_alloc_fault(PyObject *Py_UNUSED(mod), PyObject *args)
 	return PyLong_FromLong(km_fault_arm(at, persistent));
 }
 
+/* _kbuffer_walk(on) -> the setting before: Decoders made while on walk pages with
+ * libtraceevent's kbuffer calls instead of the decoder's own walk (a test hook). */
+static PyObject *mod_kbuffer_walk(PyObject *Py_UNUSED(mod), PyObject *args)
+{
+	int on;
+	if (!PyArg_ParseTuple(args, "p", &on))
+		return NULL;
+	bool before = decoder_kbuffer_walk;
+	decoder_kbuffer_walk = on;
+	return PyBool_FromLong(before);
+}
+
 /* KMEMSCOPE_FAIL_ALLOC=N or N+ arms the hook for a whole process (a test of
  * the command line); anything else leaves it off. */
 static void arm_from_environment(void)
@@ -905,6 +918,8 @@ static void arm_from_environment(void)
 
 static PyMethodDef module_methods[] = {
 	{ "decompress", mod_decompress, METH_VARARGS, "decompress(proto, data, size) -> bytes" },
+	{ "_kbuffer_walk", mod_kbuffer_walk, METH_VARARGS,
+	  "_kbuffer_walk(on) -> bool: test hook, walk pages with libtraceevent's kbuffer" },
 	{ "_alloc_fault", mod_alloc_fault, METH_VARARGS,
 	  "_alloc_fault(at, persistent=False) -> int: test hook, fail the at-th allocation" },
 	{ NULL, NULL, 0, NULL }

@@ -32,6 +32,7 @@ struct trace_meta {
 	int type_offset, type_size;	/* common_type */
 	int pid_offset;
 	bool swap;			/* file byte order differs from ours */
+	bool big_endian;		/* the file's byte order: the ring buffer's bit fields follow it */
 	int lsize;			/* kbuffer long size enum */
 	bool old_format;
 	pthread_mutex_t lookup_lock;	/* tep's cmdline and symbol caches are not thread-safe */
@@ -153,6 +154,7 @@ struct stack_intern {
 };
 
 struct decoder {
+	bool kbuffer_walk;	/* walk pages with kbuffer's calls (decoder_kbuffer_walk) */
 	struct trace_meta *trace;
 	int fd;
 	long long file_size;
@@ -180,6 +182,10 @@ struct decoder {
 
 /* Set up `d` for `trace`; the caller has set fd, file_size, compression,
  * page_size, ts_offset, batch_rows and wanted. Returns -1 when out of memory. */
+/* Decoders made while this is set walk every page through libtraceevent's kbuffer,
+ * the reference the tests compare kmemscope's own walk with. */
+extern bool decoder_kbuffer_walk;
+
 int decoder_init(struct decoder *d, struct trace_meta *trace);
 /* Free everything `d` holds; safe on a partly initialised decoder. */
 void decoder_release(struct decoder *d);
