@@ -256,5 +256,8 @@ struct event_plan *build_plan(struct tep_event *ev)
 		plan_free(p);
 		return NULL;
 	}
+	p->ints_only = true;
+	for (int i = 4; i < p->ncols; i++)
+		p->ints_only &= p->cols[i].kind == COL_INT;
 	return p;
 }

@@ -48,6 +48,7 @@ struct event_plan {
 	int ncols;
 	struct col_plan *cols;
 	int min_size;		/* bytes every record of this event must have */
+	bool ints_only;		/* ts, cpu, pid, comm, then integer fields only */
 };
 
 const char *int_format(int width, bool is_signed);
