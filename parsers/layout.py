@@ -89,18 +89,31 @@ class Layout:
 
 
 class _Reader:
-    """Bounds-checked reads at absolute offsets in the file's byte order."""
+    """Bounds-checked reads at absolute offsets in the file's byte order.
+
+    Small reads come from a window of the file read once: a compressed trace's chunk
+    table is one 8-byte header per chunk, thousands of them a few KiB apart."""
+
+    WINDOW = 256 << 10
 
     def __init__(self, path, fobj, size, big_endian=False):
         self.path, self.f, self.size = path, fobj, size
         self.endian = ">" if big_endian else "<"
+        self.window_at, self.window = 0, b""
 
     def read(self, offset, n, what):
         if offset < 0 or n < 0 or offset + n > self.size:
             raise TraceFileError(f"{self.path}: truncated or corrupt: {what} at offset {offset} "
                                  f"({n} bytes) lies beyond the end of the file ({self.size} bytes)")
+        start = offset - self.window_at
+        if 0 <= start and start + n <= len(self.window):
+            return self.window[start:start + n]
         self.f.seek(offset)
-        data = self.f.read(n)
+        if n > self.WINDOW // 4:
+            data = self.f.read(n)
+        else:
+            self.window_at, self.window = offset, self.f.read(self.WINDOW)
+            data = self.window[:n]
         if len(data) != n:
             raise TraceFileError(f"{self.path}: short read of {what} at offset {offset}")
         return data
