@@ -2,11 +2,12 @@
 /*
  * _tracedat: kmemscope's native trace.dat decoder.
  *
- * libtracecmd opens the file and parses its metadata (event formats, cmdlines,
- * kallsyms); libtraceevent's kbuffer walks each ring-buffer page. Pages are
- * read (and, for v7 files, decompressed) here rather than through libtracecmd,
- * so that several threads can decode segments of one file at once without
- * sharing any libtracecmd state: libtracecmd decodes on one thread only.
+ * libtracecmd opens the file and parses its metadata (event formats, cmdlines;
+ * the kallsyms text is kept and indexed only if a kernel stack needs it).
+ * Pages are read (and, for v7 files, decompressed) and walked here rather than
+ * through libtracecmd, so that several threads can decode segments of one file
+ * at once without sharing any libtracecmd state: libtracecmd decodes on one
+ * thread only.
  *
  * Decoded events land in per-event column builders and leave as Arrow record
  * batches through the Arrow C data interface (PyCapsules), so pyarrow takes
@@ -14,7 +15,8 @@
  *
  * This file is the Python face of it (the Trace and Decoder types). The work
  * is in native/: plan.c (formats -> columns), decoder.c (pages -> column
- * builders -> batches), arrow_c.c (the C data interface), gbuf.h (buffers).
+ * builders -> batches), kallsyms.c (symbols for stacks), arrow_c.c (the C data
+ * interface), gbuf.h (buffers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -51,6 +53,7 @@ typedef struct {
 	struct tracecmd_input *handle;
 	struct trace_meta meta;
 	bool ready;		/* __init__ succeeded: the methods may use handle and meta */
+	bool reference_symbols;	/* _resolve gave tep the kallsyms text (tests only) */
 } TraceObject;
 
 static PyObject *TraceFileError;
@@ -84,7 +87,7 @@ static void Trace_dealloc(TraceObject *self)
 	}
 	if (self->handle)
 		tracecmd_close(self->handle);
-	free(self->meta.kallsyms);
+	ksyms_release(&self->meta.ksyms);
 	pthread_mutex_destroy(&self->meta.lookup_lock);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -106,7 +109,7 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 	int err, kept;
 	Py_BEGIN_ALLOW_THREADS
 	errno = 0;
-	kallsyms_keep_begin(&self->meta.kallsyms);	/* parsed when a stack needs it */
+	kallsyms_keep_begin(&self->meta.ksyms);	/* indexed when a stack needs it */
 	self->handle = tracecmd_open(path, TRACECMD_FL_LOAD_NO_PLUGINS);
 	err = errno;
 	kept = kallsyms_keep_end();
@@ -802,15 +805,75 @@ static PyObject *mod_decompress(PyObject *Py_UNUSED(mod), PyObject *args)
 	return out;
 }
 
-/* Trace._kallsyms_waiting(): is the kallsyms text still unparsed (kallsyms.h)? For tests. */
+/* Trace._kallsyms_waiting(): is the kept kallsyms text still unindexed (kallsyms.h)? For tests. */
 static PyObject *Trace_kallsyms_waiting(TraceObject *self, PyObject *Py_UNUSED(noargs))
 {
 	if (!trace_ready(self))
 		return NULL;
 	pthread_mutex_lock(&self->meta.lookup_lock);
-	bool waiting = self->meta.kallsyms != NULL;
+	bool waiting = self->meta.ksyms.text && !self->meta.ksyms.indexed;
 	pthread_mutex_unlock(&self->meta.lookup_lock);
 	return PyBool_FromLong(waiting);
+}
+
+/* Trace._resolve(addresses, reference=False) -> ["function+0xoffset" or None]: the
+ * decoder's symbol for each address, or with reference libtraceevent's own parse
+ * and lookup of the same text. A test hook (kallsyms.h). */
+static PyObject *Trace_resolve(TraceObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = { "addresses", "reference", NULL };
+	PyObject *addrs;
+	int reference = 0;
+	if (!trace_ready(self) ||
+	    !PyArg_ParseTupleAndKeywords(args, kwds, "O|p", kwlist, &addrs, &reference))
+		return NULL;
+	PyObject *seq = PySequence_Fast(addrs, "addresses must be a sequence");
+	if (!seq)
+		return NULL;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	PyObject *out = PyList_New(n);
+	struct trace_meta *m = &self->meta;
+	pthread_mutex_lock(&m->lookup_lock);
+	if (out && ksyms_index(&m->ksyms)) {
+		Py_CLEAR(out);
+		no_memory("indexing kallsyms");
+	}
+	if (out && reference && m->ksyms.text && !self->reference_symbols) {
+		kallsyms_libtraceevent_parse(m->tep, m->ksyms.text);
+		self->reference_symbols = true;
+	}
+	for (Py_ssize_t i = 0; out && i < n; i++) {
+		unsigned long long a = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+		if (a == (unsigned long long)-1 && PyErr_Occurred()) {
+			Py_CLEAR(out);
+			break;
+		}
+		char sym[512];
+		bool found;
+		if (reference || !m->ksyms.text) {
+			const char *fn = tep_find_function(m->tep, a);
+			found = fn != NULL;
+			if (found)
+				snprintf(sym, sizeof(sym), "%s+0x%llx", fn,
+					 a - tep_find_function_address(m->tep, a));
+		} else {
+			const struct ksym *k = ksyms_find(&m->ksyms, a);
+			found = k != NULL;
+			if (found)
+				snprintf(sym, sizeof(sym), "%.*s+0x%llx", (int)k->len,
+					 m->ksyms.text + k->name, (unsigned long long)(a - k->addr));
+		}
+		PyObject *item = found ? PyUnicode_DecodeUTF8(sym, strlen(sym), "replace")
+				       : Py_NewRef(Py_None);
+		if (!item) {
+			Py_CLEAR(out);
+			break;
+		}
+		PyList_SET_ITEM(out, i, item);
+	}
+	pthread_mutex_unlock(&m->lookup_lock);
+	Py_DECREF(seq);
+	return out;
 }
 
 static PyMethodDef Trace_methods[] = {
@@ -818,8 +881,10 @@ static PyMethodDef Trace_methods[] = {
 	{ "events", (PyCFunction)Trace_events, METH_NOARGS, "Event formats and their columns." },
 	{ "print_flags", (PyCFunction)Trace_print_flags, METH_NOARGS,
 	  "Rows of every __print_flags/__print_symbolic table in the formats." },
+	{ "_resolve", (PyCFunction)(void (*)(void))Trace_resolve, METH_VARARGS | METH_KEYWORDS,
+	  "_resolve(addresses, reference=False): symbols, the decoder's or libtraceevent's (a test hook)" },
 	{ "_kallsyms_waiting", (PyCFunction)Trace_kallsyms_waiting, METH_NOARGS,
-	  "Is the file's kallsyms text kept unparsed until a stack needs it? (a test hook)" },
+	  "Is the file's kallsyms text kept unindexed until a stack needs it? (a test hook)" },
 	{ NULL, NULL, 0, NULL }
 };
 

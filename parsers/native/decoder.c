@@ -268,9 +268,9 @@ static void sym_memo_free(struct sym_memo *m)
 
 /* Append one frame's symbol, `function+0xoffset` from the trace's kallsyms or
  * the bare address, as one more string of a stacks row's frames. The first
- * lookup of a decode parses kallsyms and libtraceevent sorts its table on first
- * use, neither thread-safe: the lock is taken only for an address this decoder
- * has not met before. */
+ * lookup of a decode indexes kallsyms (libtraceevent's lookup, the fallback,
+ * sorts its table at first use): the lock is taken only for an address this
+ * decoder has not met before. */
 static int append_symbol(struct decoder *d, struct col_builder *c, uint64_t a)
 {
 	const struct sym_slot *s = sym_memo_find(&d->syms, a);
@@ -278,17 +278,29 @@ static int append_symbol(struct decoder *d, struct col_builder *c, uint64_t a)
 		return gbuf_append(&c->child, d->syms.text.data + s->off, s->len) ||
 		       append_offset(&c->child_offsets, c->child.len);
 	char sym[512];
-	pthread_mutex_lock(&d->trace->lookup_lock);
-	if (kallsyms_load(d->trace->tep, &d->trace->kallsyms)) {
-		pthread_mutex_unlock(&d->trace->lookup_lock);
-		return -1;	/* libtraceevent ran out of memory: no symbol can be trusted */
+	struct trace_meta *t = d->trace;
+	bool found;
+	pthread_mutex_lock(&t->lookup_lock);
+	if (ksyms_index(&t->ksyms)) {
+		pthread_mutex_unlock(&t->lookup_lock);
+		return -1;
 	}
-	const char *fn = tep_find_function(d->trace->tep, a);
-	unsigned long long start = fn ? tep_find_function_address(d->trace->tep, a) : 0;
-	if (fn)
-		snprintf(sym, sizeof(sym), "%s+0x%llx", fn, (unsigned long long)(a - start));
-	pthread_mutex_unlock(&d->trace->lookup_lock);
-	if (!fn)
+	if (t->ksyms.text) {
+		const struct ksym *k = ksyms_find(&t->ksyms, a);
+		found = k != NULL;
+		if (found)
+			snprintf(sym, sizeof(sym), "%.*s+0x%llx", (int)k->len, t->ksyms.text + k->name,
+				 (unsigned long long)(a - k->addr));
+	} else {
+		/* No text kept: libtraceevent read it during the open, if the file has one. */
+		const char *fn = tep_find_function(t->tep, a);
+		found = fn != NULL;
+		if (found)
+			snprintf(sym, sizeof(sym), "%s+0x%llx", fn,
+				 (unsigned long long)(a - tep_find_function_address(t->tep, a)));
+	}
+	pthread_mutex_unlock(&t->lookup_lock);
+	if (!found)
 		snprintf(sym, sizeof(sym), "0x%llx", (unsigned long long)a);
 	size_t before = c->child.len;
 	if (gbuf_append_utf8(&c->child, sym, strlen(sym)) ||

@@ -36,7 +36,7 @@ struct trace_meta {
 	int lsize;			/* kbuffer long size enum */
 	bool old_format;
 	pthread_mutex_t lookup_lock;	/* tep's cmdline and symbol caches are not thread-safe */
-	char *kallsyms;			/* the text not yet parsed (kallsyms.h); under lookup_lock */
+	struct ksyms ksyms;		/* kallsyms, indexed at the first stack (kallsyms.h); under lookup_lock */
 };
 
 
