@@ -455,7 +455,8 @@ static PyObject *Stacks_take(StacksObject *self, PyObject *Py_UNUSED(noargs))
 	free(ready);
 	if (lost) {
 		pthread_mutex_lock(&s->lock);
-		s->failed = true;	/* rows were dropped: the table cannot be whole */
+		/* rows were dropped: the table cannot be whole */
+		__atomic_store_n(&s->failed, true, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&s->lock);
 	}
 	return out;

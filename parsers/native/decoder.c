@@ -470,7 +470,7 @@ int stack_intern_flush(struct stack_intern *s)
 	pthread_mutex_lock(&s->lock);
 	int r = s->failed || queue_stacks(s);
 	if (r)
-		s->failed = true;
+		__atomic_store_n(&s->failed, true, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&s->lock);
 	return r ? -1 : 0;
 }
@@ -505,6 +505,13 @@ static int stack_id_of(struct decoder *d, const uint64_t *addrs, int depth, int3
 		return -1;
 	}
 	uint64_t hash = hash_frames(addrs, depth);
+	/* A stack's id never changes: once this decoder has one, it needs no lock.
+	 * (A failed table fails the decode at its next take whatever this returns.) */
+	const struct stack_slot *known = stack_memo_find(&d->known, hash, addrs, depth);
+	if (known && !__atomic_load_n(&s->failed, __ATOMIC_RELAXED)) {
+		*id = known->id;
+		return 0;
+	}
 	pthread_mutex_lock(&s->lock);
 	int r = -1;
 	if (!s->failed) {
@@ -515,11 +522,11 @@ static int stack_id_of(struct decoder *d, const uint64_t *addrs, int depth, int3
 		} else {
 			r = stack_new(d, s, hash, addrs, depth, id);
 			if (r)
-				s->failed = true;
+				__atomic_store_n(&s->failed, true, __ATOMIC_RELAXED);
 		}
 	}
 	pthread_mutex_unlock(&s->lock);
-	return r;
+	return r || stack_memo_add(&d->known, hash, addrs, depth, *id) ? -1 : 0;
 }
 
 /* Fixed-width columns get a whole batch worth of memory at once: growing them by
@@ -1268,6 +1275,7 @@ void decoder_release(struct decoder *d)
 	gbuf_free(&d->pages);
 	gbuf_free(&d->frames);
 	sym_memo_free(&d->syms);
+	stack_memo_free(&d->known);
 	if (d->fd >= 0)
 		close(d->fd);
 	d->fd = -1;

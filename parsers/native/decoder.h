@@ -172,6 +172,7 @@ struct decoder {
 	struct gbuf pages;	/* uncompressed pages */
 	struct gbuf frames;	/* one stack record's addresses, as uint64_t */
 	struct sym_memo syms;
+	struct stack_memo known;	/* stacks this decoder has had ids for: no lock to find them */
 	struct stack_intern *stacks;	/* shared with the decode's other decoders; not owned */
 	int64_t events;
 	int64_t unknown_events;
