@@ -71,23 +71,27 @@ class TraceFile:
         self._segments = None
         # kmemscope's own checks first: libtracecmd never opens a file they reject.
         self.layout = layout_mod.read_layout(self.path, _tracedat.decompress)
-        # pyarrow, which decoding needs, loads under the GIL (a tenth of a second)
-        # while libtracecmd reads the file's metadata without it. Joined before
-        # returning: no thread of ours outlives the open (under a memory limit a
-        # thread that starts and then cannot allocate hangs the one that started it).
-        loader = helper_thread(_load_arrow, "kmemscope-load-arrow")
+        # pyarrow, which decoding needs, loads under the GIL (a few hundredths of a
+        # second) while libtracecmd reads the file's metadata without it, and on
+        # while the decoder threads start (they need it only to hand over their
+        # first batches): decode() joins it then. An open that fails joins it at
+        # once, so that no thread of it outlives the error.
+        self._arrow_loader = helper_thread(_load_arrow, "kmemscope-load-arrow")
         try:
             self.native = _tracedat.Trace(self.path)
             self.info = self.native.info()
             self.tables = self._name_tables()
             self.print_flags = self.native.print_flags()
         except _tracedat.TraceFileError as exc:
+            self._arrow_loader.join()
             raise TraceFileError(str(exc)) from None
         except UnicodeDecodeError:
+            self._arrow_loader.join()
             raise TraceFileError(f"{self.path}: corrupt: event formats hold names that are "
                                  "not text") from None
-        finally:
-            loader.join()
+        except BaseException:
+            self._arrow_loader.join()
+            raise
 
     def _name_tables(self):
         """Tables named after events, in a safe alphabet (parsers/tablenames.py)."""
@@ -159,9 +163,10 @@ class TraceFile:
         def emit(index, sinks, batches, table=None):
             if not batches:
                 return
-            # pyarrow is imported (a tenth of a second), and the sink made, by
-            # the first batch, not before decoding starts: the other workers
+            # pyarrow is loaded (by the open's loader thread), and the sink made,
+            # by the first batch, not before decoding starts: the other workers
             # decode on, without the GIL, while it loads.
+            self._arrow_loader.join()
             import pyarrow as pa
 
             sink = sinks.get(index)
@@ -209,10 +214,17 @@ class TraceFile:
 
         pool = [threading.Thread(target=worker, args=(i,), name=f"kmemscope-decode-{i}")
                 for i in range(n)]
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
+        try:
+            for t in pool:
+                t.start()
+        except BaseException:
+            stop.set()          # the started workers stop after their segment
+            raise
+        finally:
+            for t in pool:
+                if t.ident is not None:
+                    t.join()
+            self._arrow_loader.join()
         if not errors:
             try:
                 emit(n, {}, stacks.finish(), STACKS_TABLE)
