@@ -184,14 +184,15 @@ def read_layout(path, decompress=None):
                     raise TraceFileError(
                         f"{path}: truncated: CPU {cpu} data of buffer {buf.name or 'top'} ends at "
                         f"{offset + nbytes} but the file has {size} bytes")
-                _check_cpu_data(r, layout, buf, cpu, offset, nbytes)
+                _check_cpu_data(r, layout, buf, cpu, offset, nbytes, decompress)
     return layout
 
 
-def _check_cpu_data(r, layout, buf, cpu, offset, nbytes):
+def _check_cpu_data(r, layout, buf, cpu, offset, nbytes, decompress=None):
     """Check what libtracecmd reads of a CPU's data when it opens the file (the chunk
-    table, the first page's header), so that a corrupt value is this module's one-line
-    error rather than a crash of the C library."""
+    table, the first chunk, the first page's header), so that a corrupt value is this
+    module's one-line error rather than a crash of the C library (libtracecmd 3.1's open
+    crashes in its own clean-up when the first chunk does not decompress)."""
     where = f"CPU {cpu} of buffer {buf.name or 'top'}"
     if layout.version >= 7 and layout.compression not in ("", "none"):
         (count,) = r.unpack("I", offset, f"{where} chunk count")
@@ -211,14 +212,33 @@ def _check_cpu_data(r, layout, buf, cpu, offset, nbytes):
             chunks.append((pos, csize, usize))
             pos += 8 + csize
         buf.chunks[cpu, offset] = chunks
+        if chunks and decompress is not None:
+            at, csize, usize = chunks[0]
+            try:
+                first = decompress(layout.compression, r.read(at + 8, csize, f"{where} chunk 0"), usize)
+            except TraceFileError:
+                raise
+            except Exception as exc:  # the decompressor's own error type
+                raise TraceFileError(f"{r.path}: corrupt: {where}: its first compressed chunk "
+                                     f"(at offset {at}) does not decompress: {exc}") from None
+            _check_first_page(r, layout, buf, first, 0, f"{where}, chunk at offset {at}")
         return
     if nbytes >= buf.page_size:
-        lsize = 4 if layout.long_size == 4 else 8
-        (commit,) = r.unpack("I" if lsize == 4 else "Q", offset + 8, f"{where} first page header")
-        if commit & COMMIT_MASK > buf.page_size - 8 - lsize:
-            raise TraceFileError(f"{r.path}: corrupt ring-buffer page at file offset {offset} "
-                                 f"({where}): it claims {commit & COMMIT_MASK} bytes of events in a "
-                                 f"{buf.page_size}-byte page")
+        _check_first_page(r, layout, buf, r.read(offset, buf.page_size, f"{where} first page"),
+                          offset, where)
+
+
+def _check_first_page(r, layout, buf, data, offset, where):
+    """The commit word of the page at the start of `data` (file offset `offset`, or the
+    offset in a decompressed chunk) must fit its page."""
+    lsize = 4 if layout.long_size == 4 else 8
+    if len(data) < 8 + lsize:
+        return
+    (commit,) = struct.unpack_from(r.endian + ("I" if lsize == 4 else "Q"), data, 8)
+    if commit & COMMIT_MASK > buf.page_size - 8 - lsize:
+        raise TraceFileError(f"{r.path}: corrupt ring-buffer page at file offset {offset} "
+                             f"({where}): it claims {commit & COMMIT_MASK} bytes of events in a "
+                             f"{buf.page_size}-byte page")
 
 
 def _apply_option(layout, r, opt_id, data, buffer_opts):

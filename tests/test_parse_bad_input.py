@@ -170,3 +170,24 @@ def test_a_dead_decoder_s_last_log_line_is_quoted_printable_and_short(tmp_path):
     log.write_bytes(b"mmap: Invalid argument\n\n" + b"Can not mmap file, will read\x1b[31m " + b"x" * 400 + b"\n\n")
     line = _last_log_line(log)
     assert line.startswith("Can not mmap file, will read?[31m") and len(line) == 160
+
+
+def test_a_first_compressed_chunk_that_does_not_decompress_is_named(dataset, tmp_path):
+    """libtracecmd 3.1 decompresses each CPU's first chunk when it opens a v7 file, and on
+    failure crashes in its own clean-up (found by `make fuzz`): the layout check inflates that
+    chunk first and says which CPU's chunk is corrupt, in one line, before libtracecmd runs."""
+    from kmemscope.parsers import _tracedat, layout as layout_mod
+
+    trace = EXAMPLES / "memory-pressure" / "trace.dat"
+    if not trace.is_file():
+        requirements.skip("setup", f"{trace} is missing")
+    lay = layout_mod.read_layout(str(trace), _tracedat.decompress)
+    assert lay.version == 7 and lay.compression == "zstd"
+    (at, csize, _), *_ = next(iter(lay.buffers[0].chunks.values()))
+    data = bytearray(trace.read_bytes())
+    data[at + 8] ^= 0x5a        # the zstd frame's magic number
+    bad = tmp_path / "bad-chunk.dat"
+    bad.write_bytes(bytes(data))
+    proc = parse_must_fail(bad, dataset)
+    assert "first compressed chunk" in proc.stderr and "does not decompress" in proc.stderr, proc.stderr
+    assert "decoder died" not in proc.stderr
