@@ -6,8 +6,9 @@
 For each trace.dat, in this process (file in the page cache after a first read):
 
   read            read the whole file (the disk's part of the floor)
-  open            open it with libtracecmd (event formats, kallsyms, printk formats,
-                  cmdlines) and read its layout: paid once per parse, whatever its size
+  open            open it with libtracecmd (event formats, printk formats, cmdlines; the
+                  kallsyms text is kept for the first stack) and read its layout: paid
+                  once per parse, whatever its size
   walk            the native decoder with no event wanted: read, decompress and
                   walk every page, build nothing (the floor of any decoder)
   decode          decode every event into Arrow record batches, then drop them
