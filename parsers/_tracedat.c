@@ -835,10 +835,6 @@ static PyObject *Trace_resolve(TraceObject *self, PyObject *args, PyObject *kwds
 	PyObject *out = PyList_New(n);
 	struct trace_meta *m = &self->meta;
 	pthread_mutex_lock(&m->lookup_lock);
-	if (out && ksyms_index(&m->ksyms)) {
-		Py_CLEAR(out);
-		no_memory("indexing kallsyms");
-	}
 	if (out && reference && m->ksyms.text && !self->reference_symbols) {
 		kallsyms_libtraceevent_parse(m->tep, m->ksyms.text);
 		self->reference_symbols = true;
@@ -850,19 +846,11 @@ static PyObject *Trace_resolve(TraceObject *self, PyObject *args, PyObject *kwds
 			break;
 		}
 		char sym[512];
-		bool found;
-		if (reference || !m->ksyms.text) {
-			const char *fn = tep_find_function(m->tep, a);
-			found = fn != NULL;
-			if (found)
-				snprintf(sym, sizeof(sym), "%s+0x%llx", fn,
-					 a - tep_find_function_address(m->tep, a));
-		} else {
-			const struct ksym *k = ksyms_find(&m->ksyms, a);
-			found = k != NULL;
-			if (found)
-				snprintf(sym, sizeof(sym), "%.*s+0x%llx", (int)k->len,
-					 m->ksyms.text + k->name, (unsigned long long)(a - k->addr));
+		int found = trace_symbol(m, a, reference, sym, sizeof(sym));
+		if (found < 0) {
+			Py_CLEAR(out);
+			no_memory("indexing kallsyms");
+			break;
 		}
 		PyObject *item = found ? PyUnicode_DecodeUTF8(sym, strlen(sym), "replace")
 				       : Py_NewRef(Py_None);

@@ -78,20 +78,23 @@ class TraceFile:
         # once, so that no thread of it outlives the error.
         self._arrow_loader = helper_thread(_load_arrow, "kmemscope-load-arrow")
         try:
+            self._open_native()
+        except BaseException:
+            self._arrow_loader.join()
+            raise
+
+    def _open_native(self):
+        """libtracecmd's view of the file, and what it says of the recorded events."""
+        try:
             self.native = _tracedat.Trace(self.path)
             self.info = self.native.info()
             self.tables = self._name_tables()
             self.print_flags = self.native.print_flags()
         except _tracedat.TraceFileError as exc:
-            self._arrow_loader.join()
             raise TraceFileError(str(exc)) from None
         except UnicodeDecodeError:
-            self._arrow_loader.join()
             raise TraceFileError(f"{self.path}: corrupt: event formats hold names that are "
                                  "not text") from None
-        except BaseException:
-            self._arrow_loader.join()
-            raise
 
     def _name_tables(self):
         """Tables named after events, in a safe alphabet (parsers/tablenames.py)."""

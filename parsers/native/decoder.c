@@ -266,10 +266,31 @@ static void sym_memo_free(struct sym_memo *m)
 	gbuf_free(&m->text);
 }
 
-/* Append one frame's symbol, `function+0xoffset` from the trace's kallsyms or
- * the bare address, as one more string of a stacks row's frames. The first
- * lookup of a decode indexes kallsyms (libtraceevent's lookup, the fallback,
- * sorts its table at first use): the lock is taken only for an address this
+/* Write addr's symbol, `function+0xoffset`, into sym: from the kept kallsyms text
+ * (indexed at the first call), or from libtraceevent's table when no text was kept
+ * or `reference` asks for it (a test hook). Returns 1, 0 when no function holds
+ * addr, -1 when memory ran out. The caller holds lookup_lock: the index is built
+ * once, and libtraceevent sorts its table at first use. */
+int trace_symbol(struct trace_meta *t, uint64_t addr, bool reference, char *sym, size_t size)
+{
+	if (ksyms_index(&t->ksyms))
+		return -1;
+	if (t->ksyms.text && !reference) {
+		const struct ksym *k = ksyms_find(&t->ksyms, addr);
+		if (k)
+			snprintf(sym, size, "%.*s+0x%llx", (int)k->len, t->ksyms.text + k->name,
+				 (unsigned long long)(addr - k->addr));
+		return k != NULL;
+	}
+	const char *fn = tep_find_function(t->tep, addr);
+	if (fn)
+		snprintf(sym, size, "%s+0x%llx", fn,
+			 (unsigned long long)(addr - tep_find_function_address(t->tep, addr)));
+	return fn != NULL;
+}
+
+/* Append one frame's symbol (trace_symbol), or the bare address, as one more
+ * string of a stacks row's frames. The lock is taken only for an address this
  * decoder has not met before. */
 static int append_symbol(struct decoder *d, struct col_builder *c, uint64_t a)
 {
@@ -278,28 +299,11 @@ static int append_symbol(struct decoder *d, struct col_builder *c, uint64_t a)
 		return gbuf_append(&c->child, d->syms.text.data + s->off, s->len) ||
 		       append_offset(&c->child_offsets, c->child.len);
 	char sym[512];
-	struct trace_meta *t = d->trace;
-	bool found;
-	pthread_mutex_lock(&t->lookup_lock);
-	if (ksyms_index(&t->ksyms)) {
-		pthread_mutex_unlock(&t->lookup_lock);
+	pthread_mutex_lock(&d->trace->lookup_lock);
+	int found = trace_symbol(d->trace, a, false, sym, sizeof(sym));
+	pthread_mutex_unlock(&d->trace->lookup_lock);
+	if (found < 0)
 		return -1;
-	}
-	if (t->ksyms.text) {
-		const struct ksym *k = ksyms_find(&t->ksyms, a);
-		found = k != NULL;
-		if (found)
-			snprintf(sym, sizeof(sym), "%.*s+0x%llx", (int)k->len, t->ksyms.text + k->name,
-				 (unsigned long long)(a - k->addr));
-	} else {
-		/* No text kept: libtraceevent read it during the open, if the file has one. */
-		const char *fn = tep_find_function(t->tep, a);
-		found = fn != NULL;
-		if (found)
-			snprintf(sym, sizeof(sym), "%s+0x%llx", fn,
-				 (unsigned long long)(a - tep_find_function_address(t->tep, a)));
-	}
-	pthread_mutex_unlock(&t->lookup_lock);
 	if (!found)
 		snprintf(sym, sizeof(sym), "0x%llx", (unsigned long long)a);
 	size_t before = c->child.len;

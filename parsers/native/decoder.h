@@ -183,6 +183,8 @@ struct decoder {
 
 /* Set up `d` for `trace`; the caller has set fd, file_size, compression,
  * page_size, ts_offset, batch_rows and wanted. Returns -1 when out of memory. */
+int trace_symbol(struct trace_meta *t, uint64_t addr, bool reference, char *sym, size_t size);
+
 /* Decoders made while this is set walk every page through libtraceevent's kbuffer,
  * the reference the tests compare kmemscope's own walk with. */
 extern bool decoder_kbuffer_walk;
