@@ -40,11 +40,13 @@
 #include <kbuffer.h>
 #include <trace-cmd.h>
 
+#include "chunks.h"
 #include "decoder.h"
 
 /* Exported by libtracecmd 1.x but declared only in its private header. */
 const char *tracecmd_get_uname(struct tracecmd_input *handle);
 const char *tracecmd_get_trace_clock(struct tracecmd_input *handle);
+int tracecmd_blk_hack(struct tracecmd_input *handle);
 
 /* ---------------------------------------------------------------- Trace object */
 
@@ -110,7 +112,16 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 	Py_BEGIN_ALLOW_THREADS
 	errno = 0;
 	kallsyms_keep_begin(&self->meta.ksyms);	/* indexed when a stack needs it */
-	self->handle = tracecmd_open(path, TRACECMD_FL_LOAD_NO_PLUGINS);
+	/* The headers only: the decoder reads the CPU data itself (decoder.c), so
+	 * libtracecmd's own set-up of it (a read and an lseek per compressed chunk,
+	 * tens of thousands on a large trace, the first chunk inflated, the first
+	 * pages mapped) is skipped, and none of its crashes on corrupt CPU tables can
+	 * happen. layout.py reads what the set-up would add (a v6 file's trace clock);
+	 * libtracecmd's guessed ftrace:blktrace format is added here, as trace-cmd
+	 * report lists it. */
+	self->handle = tracecmd_open_head(path, TRACECMD_FL_LOAD_NO_PLUGINS);
+	if (self->handle)
+		tracecmd_blk_hack(self->handle);
 	err = errno;
 	kept = kallsyms_keep_end();
 	Py_END_ALLOW_THREADS
@@ -227,13 +238,12 @@ static PyObject *Trace_info(TraceObject *self, PyObject *Py_UNUSED(noargs))
 	PyObject *clock = uname ? maybe_str(tracecmd_get_trace_clock(self->handle)) : NULL;
 	PyObject *out = NULL;
 	if (clock)
-		out = Py_BuildValue("{s:O,s:O,s:i,s:i,s:i,s:O,s:K,s:O}",
+		out = Py_BuildValue("{s:O,s:O,s:i,s:i,s:i,s:O,s:O}",
 				    "uname", uname, "trace_clock", clock,
 				    "cpus", tep_get_cpus(self->meta.tep),
 				    "long_size", tep_get_long_size(self->meta.tep),
 				    "page_size", tep_get_page_size(self->meta.tep),
 				    "big_endian", tep_is_file_bigendian(self->meta.tep) ? Py_True : Py_False,
-				    "first_ts", (unsigned long long)tracecmd_get_first_ts(self->handle),
 				    "instances", inst);
 	Py_XDECREF(uname);
 	Py_XDECREF(clock);
@@ -806,6 +816,53 @@ static PyObject *mod_decompress(PyObject *Py_UNUSED(mod), PyObject *args)
 	return out;
 }
 
+/* chunk_table(fd, pos, end, file_size, count, big_endian, page_size, max_usize)
+ * -> (table, fault): the chunk headers of one compressed CPU section (chunks.h) as
+ * native uint64 triples (pos, csize, usize), and None or (kind, index, pos, value)
+ * naming the header that stopped the walk. layout.py words the errors. */
+static PyObject *mod_chunk_table(PyObject *Py_UNUSED(mod), PyObject *args)
+{
+	struct chunk_walk w = { 0 };
+	unsigned long long pos, end, file_size, max_usize;
+	unsigned int count, page_size;
+	int big_endian;
+	if (!PyArg_ParseTuple(args, "iKKKIpIK", &w.fd, &pos, &end, &file_size, &count,
+			      &big_endian, &page_size, &max_usize))
+		return NULL;
+	if (!page_size) {
+		PyErr_SetString(PyExc_ValueError, "page_size must be positive");
+		return NULL;
+	}
+	w.pos = pos;
+	w.end = end;
+	w.file_size = file_size;
+	w.count = count;
+	w.big_endian = big_endian;
+	w.page_size = page_size;
+	w.max_usize = max_usize;
+	Py_BEGIN_ALLOW_THREADS
+	chunk_walk(&w);
+	Py_END_ALLOW_THREADS
+	if (w.fault == CHUNK_NO_MEMORY) {
+		free(w.entries);
+		PyErr_SetString(DecoderMemoryError, "out of memory reading the chunk table");
+		return NULL;
+	}
+	PyObject *table = PyBytes_FromStringAndSize((const char *)w.entries,
+						    (Py_ssize_t)w.n * (Py_ssize_t)sizeof(*w.entries));
+	free(w.entries);
+	if (!table)
+		return NULL;
+	static const char *const kinds[] = {
+		[CHUNK_HEADER_PAST_EOF] = "past_eof", [CHUNK_SHORT_READ] = "short_read",
+		[CHUNK_PAST_SECTION] = "past_section", [CHUNK_BAD_USIZE] = "bad_usize",
+	};
+	if (w.fault == CHUNK_OK)
+		return Py_BuildValue("(NO)", table, Py_None);
+	return Py_BuildValue("(N(sIKK))", table, kinds[w.fault], w.n,
+			     (unsigned long long)w.fault_pos, (unsigned long long)w.fault_value);
+}
+
 /* Trace._kallsyms_waiting(): is the kept kallsyms text still unindexed (kallsyms.h)? For tests. */
 static PyObject *Trace_kallsyms_waiting(TraceObject *self, PyObject *Py_UNUSED(noargs))
 {
@@ -972,6 +1029,9 @@ static void arm_from_environment(void)
 
 static PyMethodDef module_methods[] = {
 	{ "decompress", mod_decompress, METH_VARARGS, "decompress(proto, data, size) -> bytes" },
+	{ "chunk_table", mod_chunk_table, METH_VARARGS,
+	  "chunk_table(fd, pos, end, file_size, count, big_endian, page_size, max_usize) -> "
+	  "(table, fault)" },
 	{ "_kbuffer_walk", mod_kbuffer_walk, METH_VARARGS,
 	  "_kbuffer_walk(on) -> bool: test hook, walk pages with libtraceevent's kbuffer" },
 	{ "_alloc_fault", mod_alloc_fault, METH_VARARGS,

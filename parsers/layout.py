@@ -12,6 +12,7 @@ Every read is checked against the file's size; a file that lies about its own
 layout raises TraceFileError with what was wrong and where.
 """
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -78,6 +79,7 @@ class Layout:
     uname: str = ""
     tracecmd_version: str = ""
     trace_clock: str = ""
+    clock_option: bool = False      # the file has a TRACECLOCK option (v6: the clock follows the CPU table)
     cpu_count: int = 0
     cpustats: list = field(default_factory=list)
     ts_offset: int = 0
@@ -189,28 +191,18 @@ def read_layout(path, decompress=None):
 
 
 def _check_cpu_data(r, layout, buf, cpu, offset, nbytes, decompress=None):
-    """Check what libtracecmd reads of a CPU's data when it opens the file (the chunk
-    table, the first chunk, the first page's header), so that a corrupt value is this
-    module's one-line error rather than a crash of the C library (libtracecmd 3.1's open
-    crashes in its own clean-up when the first chunk does not decompress)."""
+    """Check what is read first of a CPU's data (the chunk table, the first chunk, the
+    first page's header), so that a corrupt value is this module's one-line error before
+    any decoding starts. libtracecmd reads the first page of v6 files when it opens them
+    (and 3.1's open of v7 data crashed in its own clean-up when the first chunk did not
+    decompress; the decoder opens v7 files for their headers only)."""
     where = f"CPU {cpu} of buffer {buf.name or 'top'}"
     if layout.version >= 7 and layout.compression not in ("", "none"):
         (count,) = r.unpack("I", offset, f"{where} chunk count")
         if count > nbytes // 8:
             raise TraceFileError(f"{r.path}: corrupt: {where} claims {count} compressed chunks "
                                  f"in {nbytes} bytes")
-        pos, end = offset + 4, offset + 4 + nbytes
-        chunks = []
-        for i in range(count):
-            csize, usize = r.unpack("II", pos, f"{where} chunk {i} header")
-            if pos + 8 + csize > end:
-                raise TraceFileError(f"{r.path}: truncated: {where} chunk {i} runs past the end "
-                                     "of its data")
-            if not usize or usize % buf.page_size or usize > MAX_CHUNK_BYTES:
-                raise TraceFileError(f"{r.path}: corrupt: {where} chunk {i} claims {usize} bytes "
-                                     f"uncompressed (not a multiple of the {buf.page_size}-byte page)")
-            chunks.append((pos, csize, usize))
-            pos += 8 + csize
+        chunks = _chunk_table(r, buf, where, offset + 4, offset + 4 + nbytes, count)
         buf.chunks[cpu, offset] = chunks
         if chunks and decompress is not None:
             at, csize, usize = chunks[0]
@@ -226,6 +218,54 @@ def _check_cpu_data(r, layout, buf, cpu, offset, nbytes, decompress=None):
     if nbytes >= buf.page_size:
         _check_first_page(r, layout, buf, r.read(offset, buf.page_size, f"{where} first page"),
                           offset, where)
+
+
+class ChunkTable:
+    """The (pos, csize, usize) of each chunk of a CPU's compressed data, as the native
+    walk packed them: three uint64 a chunk, not three Python ints."""
+
+    def __init__(self, packed):
+        self.flat = memoryview(packed).cast("Q")
+
+    def __len__(self):
+        return len(self.flat) // 3
+
+    def __getitem__(self, i):
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        return tuple(self.flat[3 * i:3 * i + 3])
+
+    def __iter__(self):
+        flat = self.flat
+        return (tuple(flat[i:i + 3]) for i in range(0, len(flat), 3))
+
+
+def _chunk_table(r, buf, where, pos, end, count):
+    """Walk the chunk headers from `pos` (natively: one 256 KiB read for dozens of
+    headers) and check each: within the file, within its CPU's data, a whole number of
+    pages when inflated."""
+    from kmemscope.parsers import _tracedat
+
+    try:
+        packed, fault = _tracedat.chunk_table(r.f.fileno(), pos, end, r.size, count,
+                                              r.endian == ">", buf.page_size, MAX_CHUNK_BYTES)
+    except _tracedat.TraceFileError as exc:     # its memory ran out
+        raise TraceFileError(f"{r.path}: {exc}") from None
+    if fault is None:
+        return ChunkTable(packed)
+    kind, i, at, usize = fault
+    what = f"{where} chunk {i} header"
+    if kind == "past_eof":
+        raise TraceFileError(f"{r.path}: truncated or corrupt: {what} at offset {at} (8 bytes) "
+                             f"lies beyond the end of the file ({r.size} bytes)")
+    if kind == "short_read":
+        raise TraceFileError(f"{r.path}: short read of {what} at offset {at}")
+    if kind == "past_section":
+        raise TraceFileError(f"{r.path}: truncated: {where} chunk {i} runs past the end "
+                             "of its data")
+    raise TraceFileError(f"{r.path}: corrupt: {where} chunk {i} claims {usize} bytes "
+                         f"uncompressed (not a multiple of the {buf.page_size}-byte page)")
 
 
 def _check_first_page(r, layout, buf, data, offset, where):
@@ -249,6 +289,7 @@ def _apply_option(layout, r, opt_id, data, buffer_opts):
     elif opt_id == OPT_TRACECLOCK:
         # The file stores tracefs's trace_clock, with the chosen clock in brackets.
         layout.trace_clock = selected(_cstrings(data)[0])
+        layout.clock_option = True
     elif opt_id == OPT_CPUCOUNT and len(data) >= 4:
         (layout.cpu_count,) = struct.unpack(r.endian + "I", data[:4])
         if layout.cpu_count > MAX_CPUS:
@@ -313,6 +354,8 @@ def _read_v6(r, layout, pos):
         return  # latency-tracer text: no ring-buffer pages
     if label != b"flyrecord\0":
         raise TraceFileError(f"{path}: corrupt: expected flyrecord at offset {pos - 10}")
+    if layout.clock_option:
+        layout.trace_clock = _v6_trace_clock(r, pos + 16 * cpus, layout.trace_clock)
     top = Buffer("", layout.trace_clock, layout.page_size)
     top.cpus = _v6_cpu_table(r, pos, cpus)
     layout.buffers.append(top)
@@ -327,6 +370,25 @@ def _read_v6(r, layout, pos):
         buf = Buffer(name, layout.trace_clock, layout.page_size)
         buf.cpus = _v6_cpu_table(r, offset, cpus)
         layout.buffers.append(buf)
+
+
+def _v6_trace_clock(r, pos, current, limit=4096):
+    """The clock of a v6 file whose TRACECLOCK option is set: tracefs's trace_clock text
+    (size, then "[local] global ...") follows the CPU table. Read as libtracecmd reads it:
+    the first space-separated word that opens with "[" names the clock, no such word keeps
+    `current`, and a text that cannot be read means "local"."""
+    try:
+        (n,) = r.unpack("Q", pos, "trace clock size")
+        if n > limit:
+            return "local"
+        text = r.read(pos + 8, n, "trace clock").split(b"\0", 1)[0].decode("utf-8", "replace")
+    except TraceFileError:
+        return "local"
+    for word in text.split(" "):
+        if word.startswith("["):
+            name = re.split(r"[\[\]]", word)[1].split()
+            return name[0] if name else current
+    return current
 
 
 def _v6_cpu_table(r, pos, cpus):
@@ -432,14 +494,15 @@ def segments(layout, segment_bytes=SEGMENT_BYTES):
                 continue
             # read_layout checked the chunk headers (the recorded size counts the
             # chunk records, not the count before them).
-            chunks = buf.chunks[cpu, offset]
+            flat = buf.chunks[cpu, offset].flat
             pos = offset + 4
             seg_start, seg_chunks, seg_bytes = pos, 0, 0
-            for i, (_, csize, usize) in enumerate(chunks):
-                pos += 8 + csize
+            last = len(flat) - 3
+            for i in range(0, len(flat), 3):
+                pos += 8 + flat[i + 1]
                 seg_chunks += 1
-                seg_bytes += usize
-                if seg_bytes >= segment_bytes or i == len(chunks) - 1:
+                seg_bytes += flat[i + 2]
+                if seg_bytes >= segment_bytes or i == last:
                     out.append(Segment(buf.name, cpu, seg_start, pos - seg_start,
                                        seg_chunks, seg_bytes))
                     seg_start, seg_chunks, seg_bytes = pos, 0, 0

@@ -181,3 +181,38 @@ def test_every_table_has_distinct_column_names_and_reads_as_a_dataset(parsed):
             except Exception as exc:  # noqa: BLE001 - any reader failure is the finding
                 problems.append(f"{name}: {table}: pyarrow.dataset cannot read it: {exc}")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("name", FIXTURE_FILES)
+def test_trace_clock_is_the_one_trace_cmd_dump_reads(parsed, name):
+    """The decoder opens files for their headers only; a v6 file's clock, which libtracecmd
+    reads after the CPU table, is read by parsers/layout.py: the runs table names the clock
+    `trace-cmd dump --clock` shows in brackets, and "local" where the file saved none."""
+    import subprocess
+
+    trace, ds, _report = parsed[name]
+    dump = subprocess.run(["trace-cmd", "dump", "--clock", str(trace)], capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+    saved = re.search(r"\[([\w-]+)\]", dump.split("[Tracing clock]")[-1])
+    assert saved or "No tracing clock saved" in dump, dump
+    (run,) = [r for t in read_table_files(ds, "runs") for r in t.to_pylist()]
+    assert run["trace_clock"] == (saved.group(1) if saved else "local"), (name, dump)
+
+
+def test_a_v6_clock_after_the_cpu_table_is_read(public_fixtures, tmp_path):
+    """A v6 file of an old trace-cmd keeps its clock only after the CPU table: with the
+    bracket moved to `global` there, the run says global, as `trace-cmd dump --clock` does."""
+    import subprocess
+
+    src = public_fixtures / "lisa_example_rtapp_v6_le_l8_6cpu_bprint.dat"
+    data = src.read_bytes()
+    assert data.count(b"[local] global") == 1
+    trace = tmp_path / "global.dat"
+    trace.write_bytes(data.replace(b"[local] global", b"local [global]"))
+    dump = subprocess.run(["trace-cmd", "dump", "--clock", str(trace)], capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+    assert "local [global]" in dump
+    ds = tmp_path / "ds"
+    kmemscope("parse", "-q", str(trace), "-o", str(ds))
+    (run,) = [r for t in read_table_files(ds, "runs") for r in t.to_pylist()]
+    assert run["trace_clock"] == "global"

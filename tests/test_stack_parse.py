@@ -124,7 +124,7 @@ def test_kallsyms_is_parsed_only_when_a_stack_needs_a_symbol(stack_heavy):
     """libtracecmd hands the open's kallsyms text to the module, which parses it at the
     first stack's first symbol (parsers/native/kallsyms.h): a decode with no stack never
     pays for it; frames against `trace-cmd report` are checked above."""
-    from kmemscope.parsers import _tracedat
+    from kmemscope.parsers import _tracedat, layout
     from kmemscope.parsers.tracedat import TraceFile, TraceFileError
 
     trace, _ = stack_heavy
@@ -139,8 +139,11 @@ def test_kallsyms_is_parsed_only_when_a_stack_needs_a_symbol(stack_heavy):
     assert not lazy_trace.native._kallsyms_waiting()
     assert len(lazy) > 20 and all(re.fullmatch(r"\S+\+0x[0-9a-f]+", f) for _, fs in lazy for f in fs)
 
-    # The open keeps a copy of the text (its first counted allocation): without it, no open.
-    _tracedat._alloc_fault(1)
+    # The open keeps a copy of the text (its first counted allocation after the chunk
+    # tables' walk): without it, no open.
+    _tracedat._alloc_fault(-1)
+    layout.read_layout(str(trace), _tracedat.decompress)
+    _tracedat._alloc_fault(_tracedat._alloc_fault(0) + 1)
     try:
         with pytest.raises(TraceFileError, match="out of memory reading the file's metadata"):
             TraceFile(trace)
