@@ -45,6 +45,7 @@ def _parse_uname(uname):
 def _load_arrow():
     try:
         import pyarrow  # noqa: F401
+        import pyarrow.parquet  # noqa: F401  (the first batch's writer needs it)
     except ImportError:
         pass            # said where it is needed: the first batch imports it again
 
