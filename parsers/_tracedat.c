@@ -25,11 +25,13 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -863,6 +865,15 @@ static PyObject *mod_chunk_table(PyObject *Py_UNUSED(mod), PyObject *args)
 			     (unsigned long long)w.fault_pos, (unsigned long long)w.fault_value);
 }
 
+/* kill_with_parent(): the kernel sends this process SIGKILL when its parent dies
+ * (PR_SET_PDEATHSIG): the parse's decoder child ends with the command. */
+static PyObject *mod_kill_with_parent(PyObject *Py_UNUSED(mod), PyObject *Py_UNUSED(noargs))
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0))
+		return PyErr_SetFromErrno(PyExc_OSError);
+	Py_RETURN_NONE;
+}
+
 /* Trace._kallsyms_waiting(): is the kept kallsyms text still unindexed (kallsyms.h)? For tests. */
 static PyObject *Trace_kallsyms_waiting(TraceObject *self, PyObject *Py_UNUSED(noargs))
 {
@@ -1029,6 +1040,8 @@ static void arm_from_environment(void)
 
 static PyMethodDef module_methods[] = {
 	{ "decompress", mod_decompress, METH_VARARGS, "decompress(proto, data, size) -> bytes" },
+	{ "kill_with_parent", mod_kill_with_parent, METH_NOARGS,
+	  "kill_with_parent(): SIGKILL this process when its parent dies" },
 	{ "chunk_table", mod_chunk_table, METH_VARARGS,
 	  "chunk_table(fd, pos, end, file_size, count, big_endian, page_size, max_usize) -> "
 	  "(table, fault)" },

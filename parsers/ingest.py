@@ -510,21 +510,15 @@ def _disk_hint(exc):
 def _stage_in_child(source, work, labels, events, threads, progress, whole_bundle=False):
     """Stage the run in a forked decoder child; returns (RunSummary, the child process),
     which the caller joins once it has done what does not need the child gone."""
-    import multiprocessing as mp
+    from kmemscope.parsers.forked import ForkedChild
 
-    ctx = mp.get_context("fork")
-    parent_end, child_end = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main,
-                       args=(child_end, os.getpid(), source, work.stage, work.scratch, labels,
-                             events, threads, whole_bundle),
-                       name="kmemscope-parse", daemon=True)
-    proc.start()
-    child_end.close()
+    proc = ForkedChild(_child_main, (os.getpid(), source, work.stage, work.scratch, labels,
+                                     events, threads, whole_bundle))
     result = None
     try:
         while True:
             try:
-                kind, payload = parent_end.recv()
+                kind, payload = proc.recv()
             except EOFError:
                 break
             if kind == "progress":
@@ -600,13 +594,11 @@ class _Unimportable:
 
 def _die_with_parent(parent_pid):
     """Have the kernel kill this process when the parse that forked it dies."""
-    import ctypes
+    from kmemscope.parsers import _tracedat
 
-    PR_SET_PDEATHSIG = 1
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
+        _tracedat.kill_with_parent()
+    except OSError:
         pass
     if os.getppid() != parent_pid:     # it died before prctl took effect
         os._exit(1)
