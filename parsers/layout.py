@@ -193,9 +193,9 @@ def read_layout(path, decompress=None):
 def _check_cpu_data(r, layout, buf, cpu, offset, nbytes, decompress=None):
     """Check what is read first of a CPU's data (the chunk table, the first chunk, the
     first page's header), so that a corrupt value is this module's one-line error before
-    any decoding starts. libtracecmd reads the first page of v6 files when it opens them
-    (and 3.1's open of v7 data crashed in its own clean-up when the first chunk did not
-    decompress; the decoder opens v7 files for their headers only)."""
+    any decoding starts. (libtracecmd reads none of it: the decoder opens files for their
+    headers only. Its full open, in 3.1, crashed in its own clean-up when a first chunk
+    did not decompress.)"""
     where = f"CPU {cpu} of buffer {buf.name or 'top'}"
     if layout.version >= 7 and layout.compression not in ("", "none"):
         (count,) = r.unpack("I", offset, f"{where} chunk count")

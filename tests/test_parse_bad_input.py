@@ -174,8 +174,8 @@ def test_a_dead_decoder_s_last_log_line_is_quoted_printable_and_short(tmp_path):
 
 def test_a_first_compressed_chunk_that_does_not_decompress_is_named(dataset, tmp_path):
     """libtracecmd 3.1's full open decompresses each CPU's first chunk of a v7 file, and on
-    failure crashes in its own clean-up (found by `make fuzz`; the decoder now opens v7 files
-    for their headers only): the layout check inflates that chunk first and says which CPU's
+    failure crashes in its own clean-up (found by `make fuzz`; the decoder now opens files for
+    their headers only): the layout check inflates that chunk first and says which CPU's
     chunk is corrupt, in one line, before any decoding."""
     from kmemscope.parsers import _tracedat, layout as layout_mod
 
