@@ -186,6 +186,13 @@ def read_layout(path, decompress=None):
                     raise TraceFileError(
                         f"{path}: truncated: CPU {cpu} data of buffer {buf.name or 'top'} ends at "
                         f"{offset + nbytes} but the file has {size} bytes")
+                if offset % buf.page_size and not (layout.version >= 7 and
+                                                   layout.compression not in ("", "none")):
+                    # trace-cmd writes uncompressed pages page-aligned, and trace-cmd
+                    # report refuses them otherwise ("failed to init data").
+                    raise TraceFileError(
+                        f"{path}: corrupt: CPU {cpu} data of buffer {buf.name or 'top'} starts at "
+                        f"offset {offset}, not on a {buf.page_size}-byte page boundary")
                 _check_cpu_data(r, layout, buf, cpu, offset, nbytes, decompress)
     return layout
 

@@ -9,6 +9,7 @@ where present, a public fixture.
 import hashlib
 import os
 import random
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,29 @@ def test_a_first_compressed_chunk_that_does_not_decompress_is_named(dataset, tmp
     proc = parse_must_fail(bad, dataset)
     assert "first compressed chunk" in proc.stderr and "does not decompress" in proc.stderr, proc.stderr
     assert "decoder died" not in proc.stderr
+
+
+@pytest.mark.parametrize("shift", [2048, 8])
+def test_uncompressed_cpu_data_off_a_page_boundary_is_refused(dataset, tmp_path, shift):
+    """trace-cmd writes uncompressed CPU data page-aligned, and `trace-cmd report` refuses a
+    file whose CPU table points off a page ("failed to init data"; found by `make fuzz`, where
+    libtracecmd's set-up of such a v6 file crashed). The decoder no longer has libtracecmd set
+    the data up: the layout check names the CPU and its offset in one line."""
+    import struct
+
+    if not SMALL_V6.is_file():
+        requirements.skip("fixtures", f"{SMALL_V6} is missing")
+    data = bytearray(SMALL_V6.read_bytes())
+    table = data.index(b"flyrecord\0") + 10
+    cpu3 = table + 16 * 3
+    (offset,) = struct.unpack_from("<Q", data, cpu3)
+    assert offset % 4096 == 0
+    struct.pack_into("<Q", data, cpu3, offset + shift)
+    bad = tmp_path / "misaligned.dat"
+    bad.write_bytes(bytes(data))
+    proc = parse_must_fail(bad, dataset)
+    assert (f"CPU 3 data of buffer top starts at offset {offset + shift}, not on a 4096-byte page "
+            "boundary") in proc.stderr, proc.stderr
+    report = subprocess.run(["trace-cmd", "report", "-i", str(bad)], capture_output=True, text=True,
+                            timeout=60)
+    assert "failed to init data" in report.stderr or report.returncode != 0, report.stderr
