@@ -15,7 +15,7 @@ NATIVE_SOURCES = ["parsers/_tracedat.c", "parsers/native/alloc.c", "parsers/nati
                   "parsers/native/chunks.c"]
 NATIVE_HEADERS = ["parsers/native/alloc.h", "parsers/native/arrow_c.h", "parsers/native/gbuf.h",
                   "parsers/native/plan.h", "parsers/native/decoder.h", "parsers/native/kallsyms.h",
-                  "parsers/native/chunks.h"]
+                  "parsers/native/chunks.h", "parsers/native/fileio.h"]
 # Hidden visibility: the module exports PyInit__tracedat (PyMODINIT_FUNC marks it
 # visible) and tep_parse_kallsyms (native/kallsyms.h: libtracecmd's call to it must
 # land in the module) and nothing else, so its helpers cannot clash with others'.

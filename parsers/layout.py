@@ -93,8 +93,9 @@ class Layout:
 class _Reader:
     """Bounds-checked reads at absolute offsets in the file's byte order.
 
-    Small reads come from a window of the file read once: a compressed trace's chunk
-    table is one 8-byte header per chunk, thousands of them a few KiB apart."""
+    Small reads come from a window of the file read once: the header, options and CPU
+    tables are hundreds of small fields close together. (The chunk tables, thousands of
+    8-byte headers a few KiB apart, are read natively: _chunk_table.)"""
 
     WINDOW = 256 << 10
 

@@ -2,37 +2,12 @@
 #define _GNU_SOURCE
 #include "chunks.h"
 
-#include <errno.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "alloc.h"
+#include "fileio.h"
 
 #define WINDOW (256u << 10)
-
-static uint32_t read_u32(const unsigned char *p, bool big_endian)
-{
-	return big_endian ? (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]
-			  : (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
-}
-
-/* pread until `len` bytes or the end of the file; -1 on an error other than EINTR. */
-static ssize_t read_full(int fd, unsigned char *buf, size_t len, uint64_t at)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t r = pread(fd, buf + got, len - got, (off_t)(at + got));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -1;
-		if (r == 0)
-			break;
-		got += (size_t)r;
-	}
-	return (ssize_t)got;
-}
 
 static bool grow(struct chunk_walk *w, uint32_t *cap)
 {
@@ -53,6 +28,7 @@ void chunk_walk(struct chunk_walk *w)
 	uint64_t window_at = 0, window_len = 0;
 	uint32_t cap = 0;
 	uint64_t pos = w->pos;
+	const bool swap = w->big_endian != (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
 
 	w->entries = NULL;
 	w->n = 0;
@@ -68,7 +44,7 @@ void chunk_walk(struct chunk_walk *w)
 		}
 		if (pos < window_at || pos + 8 > window_at + window_len) {
 			uint64_t want = w->file_size - pos < WINDOW ? w->file_size - pos : WINDOW;
-			ssize_t got = read_full(w->fd, window, (size_t)want, pos);
+			ssize_t got = pread_full(w->fd, window, (size_t)want, pos);
 			if (got < 8) {
 				w->fault = CHUNK_SHORT_READ;
 				break;
@@ -77,7 +53,7 @@ void chunk_walk(struct chunk_walk *w)
 			window_len = (uint64_t)got;
 		}
 		const unsigned char *h = window + (pos - window_at);
-		uint64_t csize = read_u32(h, w->big_endian), usize = read_u32(h + 4, w->big_endian);
+		uint64_t csize = read_uint(h, 4, swap), usize = read_uint(h + 4, 4, swap);
 		if (pos + 8 + csize > w->end) {
 			w->fault = CHUNK_PAST_SECTION;
 			break;

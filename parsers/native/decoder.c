@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "decoder.h"
+#include "fileio.h"
 
 static void builder_reset_dict(struct col_builder *c)
 {
@@ -61,18 +62,6 @@ static struct event_builder *builder_new(struct event_plan *plan)
 		return NULL;
 	}
 	return b;
-}
-
-static inline uint64_t read_uint(const unsigned char *p, int width, bool swap)
-{
-	uint64_t v = 0;
-	switch (width) {
-	case 1: return p[0];
-	case 2: { uint16_t x; memcpy(&x, p, 2); v = swap ? __builtin_bswap16(x) : x; break; }
-	case 4: { uint32_t x; memcpy(&x, p, 4); v = swap ? __builtin_bswap32(x) : x; break; }
-	case 8: { uint64_t x; memcpy(&x, p, 8); v = swap ? __builtin_bswap64(x) : x; break; }
-	}
-	return v;
 }
 
 static int append_int(struct gbuf *g, uint64_t v, int width)
@@ -1102,17 +1091,11 @@ static int decode_page(struct decoder *d, unsigned char *page, int cpu, long lon
 
 static int read_exact(struct decoder *d, void *buf, size_t n, long long offset)
 {
-	size_t done = 0;
-	while (done < n) {
-		ssize_t r = pread(d->fd, (char *)buf + done, n - done, offset + done);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			snprintf(d->error, sizeof(d->error), "cannot read %zu bytes at file offset %lld: %s",
-				 n, offset, r < 0 ? strerror(errno) : "unexpected end of file");
-			return -1;
-		}
-		done += r;
+	ssize_t r = pread_full(d->fd, buf, n, (uint64_t)offset);
+	if (r < 0 || (size_t)r < n) {
+		snprintf(d->error, sizeof(d->error), "cannot read %zu bytes at file offset %lld: %s",
+			 n, offset, r < 0 ? strerror(errno) : "unexpected end of file");
+		return -1;
 	}
 	return 0;
 }

@@ -181,14 +181,16 @@ struct decoder {
 	char error[512];	/* why the last call failed, when it was the file's fault */
 };
 
-/* Set up `d` for `trace`; the caller has set fd, file_size, compression,
- * page_size, ts_offset, batch_rows and wanted. Returns -1 when out of memory. */
+/* addr's symbol, `function+0xoffset`, into sym (decoder.c); the caller holds
+ * lookup_lock. Returns 1, 0 when no function holds addr, -1 when out of memory. */
 int trace_symbol(struct trace_meta *t, uint64_t addr, bool reference, char *sym, size_t size);
 
 /* Decoders made while this is set walk every page through libtraceevent's kbuffer,
  * the reference the tests compare kmemscope's own walk with. */
 extern bool decoder_kbuffer_walk;
 
+/* Set up `d` for `trace`; the caller has set fd, file_size, compression,
+ * page_size, ts_offset, batch_rows and wanted. Returns -1 when out of memory. */
 int decoder_init(struct decoder *d, struct trace_meta *trace);
 /* Free everything `d` holds; safe on a partly initialised decoder. */
 void decoder_release(struct decoder *d);
