@@ -362,8 +362,23 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=Non
             if progress:
                 progress(f"run {run}: {family.doing}, once (cached under "
                          f"{where if _is_private(where) else where / DERIVED_DIR})")
-            out[run] = family.build(parts, (dataset, where), run, sig, threads)[name]
+            out[run] = _build(family, parts, dataset, where, run, sig, threads, progress)[name]
     return out
+
+
+def _build(family, parts, dataset, where, run, sig, threads, progress):
+    """family.build into `where`; when writing into the dataset fails (its disk is full, or
+    someone moved or removed its _derived folder under the writer), the tables are built
+    again in the private folder: the query still answers, and the dataset gets no cache."""
+    try:
+        return family.build(parts, (dataset, where), run, sig, threads)
+    except OSError as exc:
+        if _is_private(where):
+            raise
+        if progress:
+            progress(f"run {run}: could not write its cache into the dataset "
+                     f"({exc.strerror or exc}); built under {_private_root()} instead")
+        return family.build(parts, (dataset, _private_root()), run, sig, threads)
 
 
 def _derive_pages(parts, target, run, sig, threads):

@@ -205,6 +205,43 @@ def test_a_read_only_reader_builds_derived_tables_outside_the_dataset(ds):
     assert hostile.tree_state(ds) == before
 
 
+def test_a_cache_write_that_fails_in_the_dataset_is_built_privately_with_the_same_rows(
+        ds, monkeypatch):
+    """The dataset's disk fills (or its _derived is moved away) while a cache is written:
+    the table is built again outside the dataset, the dataset keeps no partial file, and the
+    rows are the ones a clean build gives."""
+    import errno
+
+    import duckdb
+
+    from kmemscope.dataset import derived, safefs
+
+    ds, ids = ds
+    run = ids["honest"]
+    clean = derived.derived_files(ds, "page_pairs", [run], read_only=True)[run]
+    expected = duckdb.sql(f"SELECT * FROM '{clean}' ORDER BY ALL").fetchall()
+    shutil.rmtree(ds / "_derived", ignore_errors=True)
+    before = hostile.tree_state(ds)
+    real, failed, notes = safefs.Dir.write_atomic, [], []
+
+    def full_in_the_dataset(self, name, write):
+        if Path(f"/proc/self/fd/{self.fd}").resolve().is_relative_to(ds.resolve()):
+            failed.append(name)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, name, write)
+
+    monkeypatch.setattr(safefs.Dir, "write_atomic", full_in_the_dataset)
+    monkeypatch.setattr(derived, "_BUILT", {})
+    out = derived.derived_files(ds, "page_pairs", [run], progress=notes.append)[run]
+    assert failed, "the dataset's write was never tried"
+    assert not Path(out).resolve().is_relative_to(ds.resolve())
+    assert any("could not write its cache into the dataset (No space left on device)" in n
+               for n in notes), notes
+    assert duckdb.sql(f"SELECT * FROM '{out}' ORDER BY ALL").fetchall() == expected
+    after = hostile.tree_state(ds)
+    assert not [p for p in after if p not in before and ".tmp" in str(p)], after
+
+
 @pytest.mark.spark
 def test_a_failed_spark_parse_into_a_new_path_leaves_nothing_behind(tmp_path, request):
     from conftest import skip_without_spark
