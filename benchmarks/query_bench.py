@@ -133,6 +133,9 @@ def _run_timed(cmd):
 
 def cli_bench(dataset, repeat, max_load):
     """Best-of-`repeat` wall time of each quick command, its CPU time, and the load it started at."""
+    from parse_bench import byte_compile     # benchmarks/: the script's own folder
+
+    byte_compile()      # as installed: no module compiled again at every start
     kmemscope = str(Path(sys.executable).with_name("kmemscope"))
     # (label, command, held to CLI_TARGET_S)
     commands = [("kmemscope --help", [kmemscope, "--help"], True),
