@@ -5,8 +5,9 @@ collector and the decoder child.
 For each trace: the system calls of opening it (`strace -c`, when strace is installed), the
 layout and the whole open (`TraceFile`) timed alone, and the collector's passes during an
 in-process staging of the run (`gc.callbacks`; the parse's child runs without the collector).
-Then the start of a child: parsers/forked.py against multiprocessing's fork Process. The load
-average is printed beside every figure; nothing is asserted.
+Then the start of a child: parsers/forked.py against multiprocessing's fork Process, and the
+import floor: a fresh Python importing what a parse's two processes import, then exiting. The
+load average is printed beside every figure; nothing is asserted.
 
 usage: benchmarks/parse_fixed_costs.py TRACE... [--repeat 7]
 """
@@ -116,6 +117,23 @@ def child_start_ms(how):
     return (time.perf_counter() - start) * 1e3
 
 
+def import_floor_ms(repeat):
+    """Median wall ms of fresh Pythons that import what a parse's two processes import (the
+    command line and the parse's modules; pyarrow and pyarrow.parquet without numpy or
+    pandas, as the child has them) and exit: what no parse can go below on this machine."""
+    code = ("import sys\n"
+            "import kmemscope.cli.cli, kmemscope.parsers.ingest\n"
+            "from kmemscope.parsers.ingest import _Unimportable\n"
+            "sys.meta_path.insert(0, _Unimportable(['numpy', 'pandas']))\n"
+            "import pyarrow, pyarrow.parquet\n")
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run([str(PYTHON), "-c", code], check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("traces", nargs="+", type=Path)
@@ -151,6 +169,8 @@ def main():
     print(f"a child's start, import included, to its first message and reap, median of "
           f"{args.repeat}: forked.py {starts['forked']:.1f} ms, multiprocessing "
           f"{starts['multiprocessing']:.1f} ms   load {load1():.2f}")
+    print(f"the import floor (a Python importing what a parse's processes import, then exiting), "
+          f"median of {args.repeat}: {import_floor_ms(args.repeat):.1f} ms   load {load1():.2f}")
 
 
 if __name__ == "__main__":
