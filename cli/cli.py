@@ -71,12 +71,12 @@ class _engine:
     """The options' EngineSpec; every engine session the verb started is stopped when it ends."""
 
     def __init__(self, engine, master, conf, dataset=None):
-        from kmemscope.api import EngineSpec
         from kmemscope.errors import QueryError
+        from kmemscope.operations import engine_spec
 
         self.dataset = dataset
         try:
-            self.spec = EngineSpec.of(engine, master, conf)
+            self.spec = engine_spec(engine, master, conf)
         except QueryError as exc:
             raise click.BadParameter(str(exc), param_hint="--engine") from None
 

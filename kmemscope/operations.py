@@ -12,11 +12,12 @@ stop engines. docs/python.md documents both. Nothing here prints.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from kmemscope.api import Result
 from kmemscope.errors import KmemscopeError
-from kmemscope.queries.engines import EngineSpec
+
+if TYPE_CHECKING:       # loaded by the functions that use them: parse needs neither
+    from kmemscope.queries.engines import ConfArg, EngineSpec
 
 
 def dataset_ref(dataset):
@@ -56,7 +57,7 @@ def parse_on_spark(sources: Sequence, dataset, *, engine: EngineSpec | str = "sp
     Returns one RunSummary or KmemscopeError per input. progress(kind, source, entry)
     hears of each run as it is committed ("run") and derived ("derived")."""
     from kmemscope.parsers.spark_parse import parse_on_spark as _parse
-    from kmemscope.queries.engines import engine_for
+    from kmemscope.queries.engines import EngineSpec, engine_for
 
     spark = getattr(engine_for(EngineSpec.of(engine)), "spark", None)
     if spark is None:
@@ -132,6 +133,7 @@ def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | No
     spills go to a private directory removed at the end. On Spark the SQL is translated."""
     from kmemscope.api import _run_sql
     from kmemscope.errors import QueryError
+    from kmemscope.queries.engines import EngineSpec
     from kmemscope.queries.runner import backend_errors, open_runs
 
     spec = EngineSpec.of(engine)
@@ -191,6 +193,7 @@ def dataset_info(dataset) -> dict:
 
     Row counts come from the runs' own records where they state them, else from the
     Parquet footers (local or s3): no table is scanned."""
+    from kmemscope.api import Result
     from kmemscope.dataset.reader import connect, query_arrow, sql_error_text, unfit_runs
     from kmemscope.dataset.storage import parquet_rows
     from kmemscope.errors import DatasetError, QueryError
@@ -267,12 +270,21 @@ def quote_ident(name: str) -> str:
     return _quote(name)
 
 
+def engine_spec(engine: EngineSpec | str | None, master: str | None = None,
+                conf: ConfArg = None) -> EngineSpec:
+    """EngineSpec.of(engine, master, conf), without loading kmemscope.api (a parse needs
+    none of it). QueryError names a bad engine, master or setting."""
+    from kmemscope.queries.engines import EngineSpec
+
+    return EngineSpec.of(engine, master, conf)
+
+
 def start_engine(spec: EngineSpec | str) -> None:
     """Start `spec`'s engine session now (a Spark JVM takes seconds to a minute), not on first use.
 
     Not for an s3:// dataset: its Spark session needs the storage settings (hadoop-aws)
     when the JVM starts, and the first query over it starts the session with them."""
-    from kmemscope.queries.engines import engine_for
+    from kmemscope.queries.engines import EngineSpec, engine_for
 
     engine = engine_for(EngineSpec.of(spec))
     getattr(engine, "spark", None)          # SparkEngine starts its session on first access

@@ -143,6 +143,17 @@ def test_a_sql_naming_no_table_imports_no_pyarrow(two_runs):
     assert imported
 
 
+@pytest.mark.parametrize("module", ["pyarrow", "duckdb", "kmemscope.api"])
+def test_parse_leaves_the_query_side_unloaded_in_its_parent(tmp_path, module):
+    """The parse's parent lists, locks and commits; the decoder child loads pyarrow. Neither
+    needs DuckDB or the analyst's API, which would only lengthen every parse's start."""
+    ds = tmp_path / "ds"
+    _out, imported = _cli_imports(["parse", "-q", EXAMPLES / "kmem-compaction", "-o", ds],
+                                  module)
+    assert (ds / "runs").is_dir(), "the parse did not run"
+    assert not imported
+
+
 # Plain scalar columns of every kind the Python-rows path takes, with NULLs, pfns (hex),
 # floats of several magnitudes, control characters and long text; and one it does not take.
 PLAIN_SQL = [
