@@ -89,6 +89,12 @@ class Layout:
     def data_bytes(self):
         return sum(size for b in self.buffers for _, _, size in b.cpus)
 
+    @property
+    def compressed(self):
+        """CPU data stored in compressed chunks (v7 with a compression other than none);
+        otherwise it is plain ring-buffer pages."""
+        return self.version >= 7 and self.compression not in ("", "none")
+
 
 class _Reader:
     """Bounds-checked reads at absolute offsets in the file's byte order.
@@ -187,8 +193,7 @@ def read_layout(path, decompress=None):
                     raise TraceFileError(
                         f"{path}: truncated: CPU {cpu} data of buffer {buf.name or 'top'} ends at "
                         f"{offset + nbytes} but the file has {size} bytes")
-                if offset % buf.page_size and not (layout.version >= 7 and
-                                                   layout.compression not in ("", "none")):
+                if offset % buf.page_size and not layout.compressed:
                     # trace-cmd writes uncompressed pages page-aligned, and trace-cmd
                     # report refuses them otherwise ("failed to init data").
                     raise TraceFileError(
@@ -205,7 +210,7 @@ def _check_cpu_data(r, layout, buf, cpu, offset, nbytes, decompress=None):
     headers only. Its full open, in 3.1, crashed in its own clean-up when a first chunk
     did not decompress.)"""
     where = f"CPU {cpu} of buffer {buf.name or 'top'}"
-    if layout.version >= 7 and layout.compression not in ("", "none"):
+    if layout.compressed:
         (count,) = r.unpack("I", offset, f"{where} chunk count")
         if count > nbytes // 8:
             raise TraceFileError(f"{r.path}: corrupt: {where} claims {count} compressed chunks "
@@ -458,7 +463,7 @@ def _check_flyrecord_section(r, layout, buf, at):
     """The BUFFER option points at its data's section header: libtracecmd trusts its id
     and compression flag, so check them against the file's compression here."""
     sec_id, flags = r.unpack("HH", at, f"buffer {buf.name or 'top'} section header")
-    compressed = layout.compression not in ("", "none")
+    compressed = layout.compressed
     if sec_id != SECTION_FLYRECORD or flags not in (SECTION_FLAG_COMPRESSED if compressed else 0,):
         raise TraceFileError(f"{layout.path}: corrupt: buffer {buf.name or 'top'} section at {at} has "
                              f"id {sec_id} and flags {flags:#x}, not a "
@@ -489,7 +494,7 @@ def _v7_buffer(r, data, path):
 def segments(layout, segment_bytes=SEGMENT_BYTES):
     """Split every buffer's CPU data into independently decodable segments."""
     out = []
-    compressed = layout.version >= 7 and layout.compression not in ("", "none")
+    compressed = layout.compressed
     for buf in layout.buffers:
         page = buf.page_size
         for cpu, offset, size in buf.cpus:
