@@ -47,6 +47,11 @@ def load1():
     return os.getloadavg()[0]
 
 
+def with_load(text):
+    """`text` with the 1-minute load average beside it."""
+    return "%s   load %.2f" % (text, load1())
+
+
 def wall_ms(cmd, env=None):
     start = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -80,9 +85,8 @@ def main():
                            "os._exit (no teardown at all)": (
                                [py, "-c", IMPORTS + "import os; os._exit(0)\n"], None)},
                           args.repeat)
-    print(f"imports, then exit, median of {args.repeat}: "
-          + ", ".join(f"{k} {statistics.median(v):.1f} ms" for k, v in teardown.items())
-          + f"   load {load1():.2f}")
+    print(with_load(f"imports, then exit, median of {args.repeat}: "
+                    + ", ".join(f"{k} {statistics.median(v):.1f} ms" for k, v in teardown.items())))
 
     with tempfile.TemporaryDirectory(prefix="kmemscope-entry-") as tmp:
         ds, dest = Path(tmp) / "ds", Path(tmp) / "out"
@@ -95,9 +99,9 @@ def main():
             got = alternated({"cli.cli main": ([py, "-c", OLD_ENTRY, *argv], None),
                               "the entry": ([py, "-c", NEW_ENTRY, *argv], None)},
                              args.repeat, before)
-            print(f"{label}, median of {args.repeat}: "
-                  + ", ".join(f"{k} {statistics.median(v):.1f} ms" for k, v in got.items())
-                  + f"   load {load1():.2f}")
+            print(with_load(f"{label}, median of {args.repeat}: "
+                            + ", ".join(f"{k} {statistics.median(v):.1f} ms"
+                                        for k, v in got.items())))
 
         pools = {}
         for _ in range(args.repeat):
@@ -117,10 +121,10 @@ def main():
                                   capture_output=True,
                                   env=dict(os.environ, ARROW_DEFAULT_MEMORY_POOL=pool)
                                   ).stdout.split()[-1]
-            print(f"parse with the {pool} pool, median of {args.repeat}: "
-                  f"{statistics.median(w for w, _ in runs):.1f} ms, peak RSS "
-                  f"{min(r for _, r in runs):.0f}-{max(r for _, r in runs):.0f} MB; "
-                  f"staged in-process: AnonHugePages {int(huge) / 1024:.0f} MB   load {load1():.2f}")
+            print(with_load(f"parse with the {pool} pool, median of {args.repeat}: "
+                            f"{statistics.median(w for w, _ in runs):.1f} ms, peak RSS "
+                            f"{min(r for _, r in runs):.0f}-{max(r for _, r in runs):.0f} MB; "
+                            f"staged in-process: AnonHugePages {int(huge) / 1024:.0f} MB"))
 
 
 if __name__ == "__main__":
