@@ -49,7 +49,7 @@ native: .debian-stamp
 # `kmemscope record` as one file for hosts that have only Python 3.8+ and trace-cmd.
 dist: dist/kmemscope-record.pyz
 
-dist/kmemscope-record.pyz: $(wildcard capture/*.py) kmemscope/version.py kmemscope/errors.py
+dist/kmemscope-record.pyz: $(wildcard capture/*.py) common/version.py common/errors.py
 	$(PYTHON) capture/build_pyz.py $@
 
 demo: setup

@@ -5,7 +5,7 @@ change: the figures docs/benchmarks.md gives for them, each rerunnable here.
 1. Teardown: fresh Pythons that import the command line and the parse's modules and exit,
    as they are, with gc.freeze() before the exit, and by os._exit (no teardown: the floor).
 2. The entry: `kmemscope parse TRACE` and `kmemscope sql DS "SELECT 1"` started through
-   kmemscope.cli.cli's main (no freeze) and through the program's entry kmemscope.cli.main,
+   kmemscope.cli.verbs's main (no freeze) and through the program's entry kmemscope.cli.main,
    alternated (median ms of each).
 3. The pool: `kmemscope parse TRACE` with ARROW_DEFAULT_MEMORY_POOL=mimalloc (Arrow's
    default) and =system (what the child now sets), alternated: median wall ms and peak RSS;
@@ -30,8 +30,8 @@ from parse_bench import byte_compile, timed     # benchmarks/: the script's own 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
-IMPORTS = "import kmemscope.cli.cli, kmemscope.parsers.ingest\n"
-OLD_ENTRY = "import sys\nfrom kmemscope.cli.cli import main\nsys.exit(main())\n"
+IMPORTS = "import kmemscope.cli.verbs, kmemscope.parsers.ingest\n"
+OLD_ENTRY = "import sys\nfrom kmemscope.cli.verbs import main\nsys.exit(main())\n"
 NEW_ENTRY = "import sys\nfrom kmemscope.cli import main\nsys.exit(main())\n"
 STAGE = ("import sys, tempfile\n"
          "from pathlib import Path\n"

@@ -61,7 +61,7 @@ def in_fresh_python(*mode):
 
 
 def _parent_imports():
-    import kmemscope.cli.cli  # noqa: F401
+    import kmemscope.cli.verbs  # noqa: F401
     import kmemscope.parsers.ingest  # noqa: F401
 
 
@@ -122,7 +122,7 @@ def import_floor_ms(repeat):
     command line and the parse's modules; pyarrow and pyarrow.parquet without numpy or
     pandas, as the child has them) and exit: what no parse can go below on this machine."""
     code = ("import sys\n"
-            "import kmemscope.cli.cli, kmemscope.parsers.ingest\n"
+            "import kmemscope.cli.verbs, kmemscope.parsers.ingest\n"
             "from kmemscope.parsers.ingest import _Unimportable\n"
             "sys.meta_path.insert(0, _Unimportable(['numpy', 'pandas']))\n"
             "import pyarrow, pyarrow.parquet\n")

@@ -36,7 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kmemscope.errors import KmemscopeError
+from kmemscope.common.errors import KmemscopeError
 from kmemscope.dataset import derived as derive
 from kmemscope.queries import catalog, runner
 from kmemscope.dataset import reader as ds

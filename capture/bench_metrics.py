@@ -4,7 +4,7 @@ The command writes its benchmark results (throughput, latency, run time) as
 JSON to FILE, whose path it also finds in $KMEMSCOPE_METRICS_OUT. When the
 recording ends, FILE is copied into the bundle as `metrics.json`, and parse
 loads it into the run's `run_metrics` table. The shape, checked fully at
-parse time (kmemscope.parsers.run_metrics):
+parse time (kmemscope.parsers.benchmark_results):
 
     {"metrics": [{"metric": "tps", "value": 1234.5, "unit": "tps", "better": "higher"}]}
 
@@ -17,7 +17,7 @@ import os
 import stat
 import time
 
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 MAX_BYTES = 16 << 20
 ENV = "KMEMSCOPE_METRICS_OUT"

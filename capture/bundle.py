@@ -5,7 +5,7 @@ import shutil
 import tempfile
 import time
 
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 
 def is_bundle(path):

@@ -9,7 +9,7 @@ file is ever executed. Arithmetic is unsigned 64-bit, like `unsigned long`.
 """
 import re
 
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 MASK64 = (1 << 64) - 1
 

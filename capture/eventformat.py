@@ -8,7 +8,7 @@ table written for one kernel.
 import os
 
 from kmemscope.capture import cexpr
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 
 def read_format(tracefs, system, event):

@@ -45,7 +45,7 @@ from kmemscope.capture.tracecmd import (_spec_enabled, _tracing_on, buffer_stats
                                         build_args, check_filters, log_tail, restore_triggers,
                                         run_once, save_triggers, trace_dat_complete)
 from kmemscope.capture.units import format_size
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 POLL_S = 0.1
 FLIGHT_FILE = "flight.json"        # marks DIR as a flight directory (parse looks for it)

@@ -8,7 +8,7 @@ import errno
 import fcntl
 import os
 
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 # /run is cleared at boot, as is the kernel's tracing state; /var/tmp is the
 # fallback for hosts without a writable /run.

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import tarfile
 
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 FORMATS = ("gz", "zst")
 

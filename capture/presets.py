@@ -20,7 +20,7 @@ from the lost-event report at the end of a trial recording.
 import os
 
 from kmemscope.capture import eventformat
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 # An event entry's fourth element: a kernel stack on each of its events (and no other).
 STACK = "stack"

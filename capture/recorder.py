@@ -16,7 +16,7 @@ from kmemscope.capture import BUNDLE_FORMAT_VERSION
 from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import cleanup, hostinfo, lock, presets, state
 from kmemscope.capture import tracefs as tfs
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 from kmemscope.capture.sampler import ProcfsSampler
 from kmemscope.capture.tracecmd import (TraceCmd, build_args, buffer_stats_from_file,
                                         restore_triggers, save_triggers, trace_dat_complete)
@@ -80,7 +80,7 @@ class Interrupted(Exception):
 
 def _kmemscope_version():
     try:
-        from kmemscope.version import __version__
+        from kmemscope.common.version import __version__
         return __version__
     except ImportError:
         return None

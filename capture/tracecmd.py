@@ -12,7 +12,7 @@ import subprocess
 import time
 
 from kmemscope.capture import tracefs as tfs
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
 

@@ -9,7 +9,7 @@ import glob
 import os
 import re
 
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 

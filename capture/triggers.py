@@ -25,7 +25,7 @@ import os
 import re
 import select
 
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 from kmemscope.capture.units import parse_duration
 
 PSI_PATH = "/proc/pressure/memory"

@@ -1,7 +1,7 @@
 """Parse and print the durations and sizes that the command line takes."""
 import re
 
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_SCALE = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}

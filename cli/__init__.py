@@ -1,6 +1,6 @@
 """The `kmemscope` command line: verbs over the Python API (kmemscope.api).
 
-`kmemscope.cli.cli` holds the verbs, `output` the files and streams every verb
+`kmemscope.cli.verbs` holds the verbs, `output` the files and streams every verb
 writes (table, csv, json, jsonl, parquet, folded). The text of tables and of
 comparisons is the API's (kmemscope.tables, kmemscope.comparison_text).
 
@@ -24,7 +24,7 @@ def main(argv=None):
         # what the command allocates afterwards is collected as usual.
         gc.disable()
     try:
-        from kmemscope.cli.cli import main as run
+        from kmemscope.cli.verbs import main as run
     finally:
         if as_program:
             gc.freeze()

@@ -7,5 +7,5 @@ commit protocol and its recovery (`commit`, over the no-follow folder
 primitives of `safefs` and the recorded digests of `digests`), the derived-table
 cache (`derived`), imported benchmark results (`run_metrics`) and `verify`.
 Parsers write through it and queries read through it; it imports nothing of
-kmemscope but `kmemscope.errors` and `kmemscope.version`.
+kmemscope but the leaves of `kmemscope.common` (errors, version, text).
 """

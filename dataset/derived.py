@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kmemscope.errors import DatasetError
+from kmemscope.common.errors import DatasetError
 
 from . import reader as ds
 from . import limits, storage

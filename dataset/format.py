@@ -23,7 +23,7 @@ import stat
 import uuid
 from pathlib import Path
 
-from kmemscope.errors import DatasetError
+from kmemscope.common.errors import DatasetError
 
 from .safefs import RUN_PREFIX
 
@@ -36,7 +36,7 @@ RUNS_DIR = "runs"
 
 
 def _writer():
-    from kmemscope.version import __version__
+    from kmemscope.common.version import __version__
 
     return f"kmemscope {__version__}"
 

@@ -20,7 +20,7 @@ import re
 import weakref
 from contextlib import contextmanager
 
-from kmemscope.errors import QueryError
+from kmemscope.common.errors import QueryError
 
 ENV_MEMORY = "KMEMSCOPE_MEMORY_LIMIT"
 DEFAULT_TIMEOUT = 3600.0        # a whole query over hundreds of runs takes minutes, not hours

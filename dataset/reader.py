@@ -27,8 +27,8 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from kmemscope.errors import DatasetError, QueryError
-from kmemscope.text import printable
+from kmemscope.common.errors import DatasetError, QueryError
+from kmemscope.common.text import printable
 from kmemscope.dataset.format import (FILE_COLUMN, FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format,
                                       unfit_reason)
 

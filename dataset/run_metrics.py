@@ -1,7 +1,7 @@
 """The per-run `run_metrics` table's storage: one Parquet file per run partition.
 
 Benchmark results (parsed from a bundle's metrics.json or imported from a CSV
-or JSON file by kmemscope.parsers.run_metrics) live here beside the trace's
+or JSON file by kmemscope.parsers.benchmark_results) live here beside the trace's
 tables. Values with source 'import' outlive a re-parse of their run: commit()
 calls keep_imported() under the dataset lock before it commits the run.
 
@@ -10,7 +10,7 @@ the dataset (or stage) folder down (safefs.Dir): a `run_metrics` or `run_id=`
 folder that is a link or not a folder is refused in one line naming it, and
 the new file is written and renamed inside the opened partition folder.
 """
-from kmemscope.errors import DatasetError
+from kmemscope.common.errors import DatasetError
 
 from .digests import update_digests
 from .safefs import RUN_PREFIX, Dir

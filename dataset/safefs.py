@@ -10,8 +10,8 @@ import re
 import stat
 from pathlib import Path
 
-from kmemscope.errors import DatasetError
-from kmemscope.text import printable
+from kmemscope.common.errors import DatasetError
+from kmemscope.common.text import printable
 
 RUNS_TABLE = "runs"
 RUN_PREFIX = "run_id="

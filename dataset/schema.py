@@ -87,7 +87,7 @@ TABLE_COLUMNS = {
                                "order": "INTEGER", "unusable_index_permille": "INTEGER"},
     "extfrag_index": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR", "order": "INTEGER",
                       "fragmentation_index_permille": "INTEGER"},
-    # Benchmark results of the run (parsers/run_metrics.py): a bundle's metrics.json, or
+    # Benchmark results of the run (parsers/benchmark_results.py): a bundle's metrics.json, or
     # `kmemscope metrics import`.
     "run_metrics": {"metric": "VARCHAR", "value": "DOUBLE", "unit": "VARCHAR",
                     "better": "VARCHAR", "source": "VARCHAR"},

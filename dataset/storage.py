@@ -20,7 +20,7 @@ import os
 import re
 import threading
 
-from kmemscope.errors import DatasetError
+from kmemscope.common.errors import DatasetError
 
 from .safefs import RUN_FOLDER, SAFE_TABLE
 

@@ -27,7 +27,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kmemscope.errors import DatasetError
+from kmemscope.common.errors import DatasetError
 
 from . import digests, safefs, storage
 

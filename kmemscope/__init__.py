@@ -9,7 +9,9 @@ have only the Python standard library, so nothing here imports pyarrow or duckdb
 and the Python API (kmemscope.api) is loaded on first use.
 """
 
-from kmemscope.version import __version__  # noqa: F401  (a leaf: nothing circles back)
+from kmemscope.common.errors import (  # noqa: F401  (leaves: nothing circles back)
+    CaptureError, DatasetError, KmemscopeError, QueryError, TraceFileError)
+from kmemscope.common.version import __version__  # noqa: F401
 
 _API = ("open", "parse", "analyses", "describe", "Dataset", "Result", "Comparison", "Labels",
         "EngineSpec")

@@ -8,7 +8,7 @@
     ds.sql("SELECT count(*) FROM mm_page_alloc").arrow()
     ds.compare(by="kernel", baseline="vanilla").text()
 
-Every call returns data; nothing prints. Errors are kmemscope.errors.KmemscopeError
+Every call returns data; nothing prints. Errors are kmemscope.KmemscopeError
 subclasses with a one-line message, as on the command line.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
-from kmemscope.errors import KmemscopeError
+from kmemscope.common.errors import KmemscopeError
 from kmemscope.queries.engines import EngineSpec
 
 if TYPE_CHECKING:
@@ -222,7 +222,7 @@ class Dataset:
         self._pinned = ref if isinstance(path, DatasetRef) else None
         self._fresh = ref
         if "runs" not in tables:
-            from kmemscope.errors import DatasetError
+            from kmemscope.common.errors import DatasetError
 
             raise DatasetError(f"{path} is not a kmemscope dataset (it has no runs table)",
                                "open the directory that `kmemscope parse -o` wrote")
@@ -278,7 +278,7 @@ class Dataset:
         SQL from elsewhere. timeout (seconds) and memory_limit ("2GB") bound the
         work, opening the dataset included (as `kmemscope sql`).
         """
-        from kmemscope.errors import QueryError
+        from kmemscope.common.errors import QueryError
         from kmemscope.queries.runner import backend_errors, open_runs
 
         runs = [run] if isinstance(run, str) else run
@@ -366,7 +366,7 @@ class Dataset:
 
         Returns {run_id: [metric names written]}; a bad row imports nothing.
         """
-        from kmemscope.parsers.run_metrics import import_metrics
+        from kmemscope.parsers.benchmark_results import import_metrics
 
         if not isinstance(self.path, Path):
             raise KmemscopeError("metrics are imported into a local dataset, not an s3:// one")
@@ -394,7 +394,7 @@ def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg 
 
     from kmemscope.dataset import limits, reader
     from kmemscope.dataset.handle import DatasetRef
-    from kmemscope.errors import QueryError
+    from kmemscope.common.errors import QueryError
     from kmemscope.queries.runner import adhoc_scope, open_runs, widen
 
     ref = DatasetRef.of(dataset)

@@ -20,7 +20,7 @@ the `kmemscope.notes` metadata of Parquet.
 """
 import math
 
-from kmemscope.text import printable
+from kmemscope.common.text import printable
 
 STAT_ROWS = ("min", "mean", "stddev", "coeffvar", "max", "best_mean")
 VALUE_WIDTH, PCT_WIDTH = 12, 7

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from kmemscope.errors import KmemscopeError
+from kmemscope.common.errors import KmemscopeError
 
 if TYPE_CHECKING:       # loaded by the functions that use them: parse needs neither
     from kmemscope.queries.engines import ConfArg, EngineSpec
@@ -75,7 +75,7 @@ def derive(dataset, run_ids: Sequence[str] | None = None, threads: int | None = 
 
 def import_metrics(dataset, path, fmt: str | None = None) -> dict:
     """Import a metrics file (CSV or JSON) into a local dataset -> {run_id: [metric names]}."""
-    from kmemscope.parsers.run_metrics import import_metrics as _import
+    from kmemscope.parsers.benchmark_results import import_metrics as _import
     from kmemscope.queries.metrics import SUMMARY
 
     return _import(dataset, path, fmt, reserved=frozenset(SUMMARY))
@@ -115,7 +115,7 @@ def sql_statements(text: str) -> list[str]:
 
 def read_sql_file(path) -> str:
     """A file of SQL: a regular file of bounded size, read without following a link."""
-    from kmemscope.parsers.run_metrics import read_text_file
+    from kmemscope.parsers.benchmark_results import read_text_file
 
     return read_text_file(path, "SQL file")
 
@@ -132,7 +132,7 @@ def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | No
     ("2GB") bound the work, by default 300 s and a quarter of the memory when read_only;
     spills go to a private directory removed at the end. On Spark the SQL is translated."""
     from kmemscope.api import _run_sql
-    from kmemscope.errors import QueryError
+    from kmemscope.common.errors import QueryError
     from kmemscope.queries.engines import EngineSpec
     from kmemscope.queries.runner import backend_errors, open_runs
 
@@ -196,7 +196,7 @@ def dataset_info(dataset) -> dict:
     from kmemscope.api import Result
     from kmemscope.dataset.reader import connect, query_arrow, sql_error_text, unfit_runs
     from kmemscope.dataset.storage import parquet_rows
-    from kmemscope.errors import DatasetError, QueryError
+    from kmemscope.common.errors import DatasetError, QueryError
 
     def rows(f):
         if f in recorded:
@@ -300,19 +300,3 @@ def stop_engines() -> None:
     from kmemscope.queries import engines
 
     engines.shutdown()
-
-
-def export_perfetto(dataset, run: str, output):
-    """Write one run of `dataset` as a Perfetto trace (`kmemscope export perfetto`) -> ExportSummary.
-
-    Stalls as slices on a track per task, THP fault outcomes and migratetype
-    fallbacks as instants, free pages per order and vmstat rates as counters
-    (kmemscope/perfetto_export.py). Needs the `perfetto` package (the report extra)."""
-    try:
-        import perfetto.trace_builder.proto_builder  # noqa: F401
-    except ImportError:
-        raise KmemscopeError("kmemscope export perfetto needs the perfetto package",
-                             "install the report extra: pip install 'kmemscope[report]'") from None
-    from kmemscope.perfetto_export import export_run
-
-    return export_run(dataset, run, output)

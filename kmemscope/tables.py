@@ -12,7 +12,7 @@ import json
 import math
 
 from kmemscope.dataset.rows import Rows
-from kmemscope.text import printable  # noqa: F401  (control characters escaped, cells and all)
+from kmemscope.common.text import printable  # noqa: F401  (control characters escaped, cells and all)
 
 MAX_CELL = 60
 NULL = "NULL"      # what a missing value shows as in table output

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import HTML
 
-from kmemscope.errors import KmemscopeError
+from kmemscope.common.errors import KmemscopeError
 
 from . import figures as F
 from .figures import Drawn, Missing, _figure, fig_text, hex_pfn, md_text, plural

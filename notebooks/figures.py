@@ -21,7 +21,7 @@ import io
 from dataclasses import dataclass, field
 
 import kmemscope
-from kmemscope.errors import KmemscopeError
+from kmemscope.common.errors import KmemscopeError
 from kmemscope.api import EngineSpec
 
 from .style import legend_outside
@@ -566,7 +566,7 @@ def pollution_matrices(scope, groups):
     across kernels.
     """
     import pandas as pd
-    from kmemscope.errors import DatasetError
+    from kmemscope.common.errors import DatasetError
 
     try:
         df = scope.query("fallback_pollution")
@@ -700,7 +700,7 @@ def pollution_heatmap(scope):
 
 def _procfs_query(scope, name):
     """A procfs analysis; runs without procfs samples (bare trace.dat) make an empty frame."""
-    from kmemscope.errors import DatasetError
+    from kmemscope.common.errors import DatasetError
 
     try:
         return scope.query(name)

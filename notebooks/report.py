@@ -13,7 +13,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from kmemscope.errors import KmemscopeError
+from kmemscope.common.errors import KmemscopeError
 
 # lab's page with its CSS inlined, but no scripts fetched from elsewhere.
 _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}

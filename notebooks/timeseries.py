@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from kmemscope.errors import KmemscopeError
+from kmemscope.common.errors import KmemscopeError
 
 from .figures import Drawn, Missing, _figure, fig_text, no_negative_axes, plural
 from .style import legend_outside

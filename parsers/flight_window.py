@@ -19,7 +19,7 @@ the markers of later pages inside the window count as lost, plus the events the
 import threading
 from dataclasses import dataclass
 
-from kmemscope.errors import TraceFileError
+from kmemscope.common.errors import TraceFileError
 
 _MAX_NS = (1 << 63) - 1
 

@@ -28,8 +28,8 @@ from kmemscope.dataset import digests
 from kmemscope.dataset import format as dataset_format
 from kmemscope.dataset import run_metrics as metrics_store
 from kmemscope.dataset.commit import RUNS_TABLE
-from kmemscope.errors import KmemscopeError, TraceFileError
-from kmemscope.parsers import run_metrics
+from kmemscope.common.errors import KmemscopeError, TraceFileError
+from kmemscope.parsers import benchmark_results
 from kmemscope.parsers.sources import open_source, read_manifest
 # Snappy: about 20% larger files than zstd level 1 on page-allocator tables, but
 # 40% less CPU to write them, and writing is half of what parsing costs.
@@ -201,7 +201,7 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch, whol
     with open_source(source, scratch or staging.parent) as (trace_path, bundle):
         manifest = read_manifest(bundle)      # a bad manifest fails before decoding
         window = None if whole_bundle else flight_window.window_of(manifest, source)
-        bench = run_metrics.read_bundle_metrics(bundle)     # and so does a bad metrics.json
+        bench = benchmark_results.read_bundle_metrics(bundle)     # and so does a bad metrics.json
         sha_box = {}
         hasher = helper_thread(lambda: sha_box.update(sha=file_sha256(trace_path)),
                                "kmemscope-sha256")

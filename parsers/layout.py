@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass, field
 
 from kmemscope.capture.tracefs import selected
-from kmemscope.errors import TraceFileError
+from kmemscope.common.errors import TraceFileError
 
 MAGIC = b"\x17\x08\x44tracing"
 

@@ -19,7 +19,7 @@ import stat
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from kmemscope.errors import TraceFileError
+from kmemscope.common.errors import TraceFileError
 
 MANIFEST_MAX_BYTES = 1 << 20          # a real manifest is 2-5 KB
 PROCFS_MAX_BYTES = 1 << 30            # one /proc sample file (about 6 KB a second for vmstat)

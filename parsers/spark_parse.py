@@ -33,8 +33,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kmemscope import errors
-from kmemscope.errors import DatasetError, KmemscopeError
+from kmemscope.common import errors
+from kmemscope.common.errors import DatasetError, KmemscopeError
 from kmemscope.dataset import commit as commit_mod
 from kmemscope.dataset import format as dataset_format
 from kmemscope.parsers.ingest import RunSummary, _leave_as_found, writable_dataset

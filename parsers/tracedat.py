@@ -18,7 +18,7 @@ import queue
 import threading
 from dataclasses import dataclass
 
-from kmemscope.errors import TraceFileError
+from kmemscope.common.errors import TraceFileError
 from kmemscope.parsers import _tracedat, layout as layout_mod
 from kmemscope.parsers.tablenames import name_tables
 

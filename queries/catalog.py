@@ -36,7 +36,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kmemscope.errors import QueryError
+from kmemscope.common.errors import QueryError
 
 from . import sql_lib
 from .columns import UNITS, Column, ColumnBlock  # noqa: F401  (UNITS: part of the catalog's API)

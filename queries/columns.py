@@ -11,7 +11,7 @@ less than its first column line.
 import re
 from dataclasses import dataclass
 
-from kmemscope.errors import QueryError
+from kmemscope.common.errors import QueryError
 
 UNITS = {
     "text": "a name or label",

@@ -22,7 +22,7 @@ one dict of values per run. The statistics are in compare.py.
 import re
 from dataclasses import dataclass
 
-from kmemscope.errors import DatasetError, QueryError
+from kmemscope.common.errors import DatasetError, QueryError
 
 from .selection import labels_dict
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from kmemscope.dataset import derived as dv
 from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
-from kmemscope.version import __version__
+from kmemscope.common.version import __version__
 
 from . import sql_lib
 from .engines import PlanRows
@@ -242,7 +242,7 @@ def same_as_recomputed(dataset, name, run, _path, rows_of_run):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kmemscope.errors import DatasetError, KmemscopeError
+    from kmemscope.common.errors import DatasetError, KmemscopeError
 
     from . import catalog
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from kmemscope.dataset import reader as ds
 from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
-from kmemscope.errors import DatasetError, KmemscopeError, QueryError
+from kmemscope.common.errors import DatasetError, KmemscopeError, QueryError
 
 from . import engines, eras, result_cache, sql_lib
 from .catalog import convert_param, find_analysis

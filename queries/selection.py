@@ -1,5 +1,5 @@
 """Which runs of a dataset a command works on: run ids or their prefixes, and label filters."""
-from kmemscope.errors import DatasetError, QueryError
+from kmemscope.common.errors import DatasetError, QueryError
 
 from kmemscope.dataset import reader as ds
 

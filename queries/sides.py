@@ -7,7 +7,7 @@ values come from queries/metrics.py, the statistics from compare.py.
 import re
 from dataclasses import dataclass, field
 
-from kmemscope.errors import QueryError
+from kmemscope.common.errors import QueryError
 
 from . import compare as st
 

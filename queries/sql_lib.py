@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kmemscope.errors import QueryError
+from kmemscope.common.errors import QueryError
 
 from .columns import ColumnBlock
 

@@ -807,7 +807,7 @@ def worker(spec_path):
     if limit:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    from kmemscope.errors import KmemscopeError
+    from kmemscope.common.errors import KmemscopeError
     from kmemscope.parsers.tracedat import TraceFile
 
     seeds = load_seeds(spec["seeds"])

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kmemscope.errors import QueryError
+from kmemscope.common.errors import QueryError
 from kmemscope.queries import runner
 
 import kmdata as K

@@ -11,7 +11,7 @@ import pytest
 
 import kmemscope
 from conftest import EXAMPLES
-from kmemscope.errors import DatasetError, QueryError, TraceFileError
+from kmemscope.common.errors import DatasetError, QueryError, TraceFileError
 from kmrun import kmemscope as cli
 
 
@@ -66,7 +66,7 @@ def test_polars_is_optional(ds):
     try:
         import polars  # noqa: F401
     except ImportError:
-        with pytest.raises(kmemscope.errors.KmemscopeError, match="needs polars"):
+        with pytest.raises(kmemscope.common.errors.KmemscopeError, match="needs polars"):
             res.pl()
     else:
         assert res.pl().to_dicts() == [{"one": 1}]

@@ -13,7 +13,7 @@ import pytest
 import requirements
 
 from kmemscope.capture import cexpr, eventformat, presets, tracefs, units
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 ROOT = Path(__file__).resolve().parent.parent
 LIVE_FORMAT = Path("/sys/kernel/tracing/events/kmem/mm_page_alloc/format")
@@ -219,7 +219,7 @@ def test_capture_imports_only_the_standard_library_and_what_the_pyz_holds(tmp_pa
 
 
 def test_importing_capture_pulls_no_heavy_module():
-    code = ("import sys, kmemscope.capture.cli, kmemscope.capture.recorder\n"
+    code = ("import sys, kmemscope.capture.command, kmemscope.capture.recorder\n"
             "heavy = [m for m in sys.modules if m.split('.')[0] in ('pyarrow', 'duckdb', 'click', 'rich')]\n"
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -234,7 +234,7 @@ def test_importing_capture_pulls_no_heavy_module():
     (["-o", "B", "--duration", "5s"], []),
 ])
 def test_command_follows_dashdash_or_the_first_non_option(argv, command):
-    from kmemscope.capture.cli import parse_command_line
+    from kmemscope.capture.command import parse_command_line
     args, got = parse_command_line(argv)
     assert args.output == "B" and got == command
 

@@ -71,7 +71,7 @@ def _damaged(tmp_path, path, mutate):
 
 
 def test_a_chunk_that_runs_past_its_cpus_data_is_named(tmp_path):
-    from kmemscope.errors import TraceFileError
+    from kmemscope.common.errors import TraceFileError
 
     def grow(data, chunks):
         pos = chunks[2][0]
@@ -84,7 +84,7 @@ def test_a_chunk_that_runs_past_its_cpus_data_is_named(tmp_path):
 
 @pytest.mark.parametrize("usize", [0, 4095, 3 * 4096 + 1, (1 << 31)])
 def test_an_uncompressed_size_that_is_no_whole_page_count_is_named(tmp_path, usize):
-    from kmemscope.errors import TraceFileError
+    from kmemscope.common.errors import TraceFileError
 
     def odd(data, chunks):
         struct.pack_into("<I", data, chunks[3][0] + 4, usize)

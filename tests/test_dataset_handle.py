@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import kmemscope
-from kmemscope.cli.cli import cli
+from kmemscope.cli.verbs import cli
 from kmemscope.dataset import reader, storage
 from kmemscope.dataset.handle import DatasetRef
 from kmrun import kmemscope as kmemscope_cli

@@ -247,7 +247,7 @@ def test_a_failed_spark_parse_into_a_new_path_leaves_nothing_behind(tmp_path, re
     from conftest import skip_without_spark
 
     skip_without_spark()
-    from kmemscope.errors import KmemscopeError
+    from kmemscope.common.errors import KmemscopeError
     from kmemscope.parsers import spark_parse
 
     spark = request.getfixturevalue("spark_engine").spark

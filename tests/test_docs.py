@@ -70,7 +70,7 @@ def test_record_options_have_help_and_an_entry():
     """`record` parses its own arguments (argparse, so that it runs from a .pyz without click)."""
     import argparse
 
-    from kmemscope.capture.cli import build_parser
+    from kmemscope.capture.command import build_parser
 
     section = _section((DOCS / "cli.md").read_text(), "record")
     for action in build_parser()._actions:

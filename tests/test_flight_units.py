@@ -13,7 +13,7 @@ import pytest
 
 from kmemscope.capture import flight, triggers
 from kmemscope.capture.sampler import RollingSampler
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 
 ROOT = Path(__file__).resolve().parent.parent
 VMSTAT_618 = ROOT / "tests" / "data" / "procfs" / "linux-6.18" / "vmstat"

@@ -136,7 +136,7 @@ def run_fuzz(seeds, tmp):
 
 
 def test_mutated_traces_never_crash_and_fail_with_one_line_errors(seed_files, tmp_path):
-    from kmemscope.errors import KmemscopeError
+    from kmemscope.common.errors import KmemscopeError
     from kmemscope.parsers.ingest import ingest
 
     from fuzzlib import load_seeds, make_test_input as make_input
@@ -235,7 +235,7 @@ LAYOUT_CASES = {
 def test_structural_damage_is_a_layout_error(case, tmp_path):
     """Damage one field of a real trace (the example bundle, or its v7-uncompressed form)
     where the fuzz runs found it crashing the decoder; parse must fail in one line."""
-    from kmemscope.errors import TraceFileError
+    from kmemscope.common.errors import TraceFileError
     from kmemscope.parsers.layout import read_layout
     from kmrun import kmemscope
 

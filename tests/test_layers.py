@@ -1,55 +1,62 @@
-"""Imports run one way (docs/architecture.md): each layer uses only the layers below it.
+"""Imports run one way (docs/architecture.md): each floor uses only the floors below it.
 
-    capture                      nothing of the rest (it runs alone on traced hosts)
+    common                       the leaves (errors, version, text): nothing of kmemscope
+    capture                      the leaves only (it runs alone on traced hosts)
     dataset                      the dataset layer: format, storage, commit, derived cache
     parsers, queries             the dataset layer (parsers may read capture's formats); never each other
-    api                          kmemscope.api, .operations, .tables, .comparison_text, .perfetto_export:
-                                 parsers and queries
-    cli, notebooks               the API; the command line also runs capture's recorder and the report
+    api                          the package root (kmemscope, kmemscope.api, ...): parsers and queries
+    cli, notebooks               the API; the command line also runs capture's recorder and the
+                                 report and Perfetto export of notebooks/
 
 Every import statement counts, also those inside functions (kmemscope imports
-lazily to keep the command line quick). The package root, errors and version are
-below everything. Each layer is one folder of the repository (`dataset/` is
-kmemscope.dataset, `kmemscope/` the API), and no module reaches itself again
-through its imports: no circles, inside a layer either.
+lazily to keep the command line quick). Each layer is one folder of the
+repository, and the folders are read from setup.cfg's package_dir, so a folder
+added or moved there is walked here without editing this file. No module
+reaches itself again through its imports: no circles, inside a layer either.
 """
 import ast
+import configparser
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"kmemscope": "kmemscope", "dataset": "kmemscope.dataset", "capture": "kmemscope.capture",
-           "parsers": "kmemscope.parsers",
-           "queries": "kmemscope.queries", "notebooks": "kmemscope.notebooks", "cli": "kmemscope.cli"}
-API_MODULES = {"kmemscope.api", "kmemscope.operations", "kmemscope.tables", "kmemscope.comparison_text",
-               "kmemscope.perfetto_export"}
-BASE = {"root"}
+
+
+def package_folders():
+    """{folder: package} from setup.cfg's package_dir: the one list of the project's folders."""
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    pairs = [line.split("=", 1) for line in cfg["options"]["package_dir"].strip().splitlines()]
+    return {folder.strip(): package.strip() for package, folder in pairs}
+
+
+FOLDERS = package_folders()
+# The package root holds the public API and nothing else.
+API_MODULES = {"kmemscope", "kmemscope.__main__", "kmemscope.api", "kmemscope.operations",
+               "kmemscope.tables", "kmemscope.comparison_text"}
+LAYERS = ("common", "capture", "dataset", "parsers", "queries", "notebooks", "cli")
 ALLOWED = {
-    "root": BASE,
-    "capture": BASE | {"capture"},
-    "dataset": BASE | {"dataset"},
-    "parsers": BASE | {"dataset", "parsers", "capture"},
-    "queries": BASE | {"dataset", "queries"},
-    "api": BASE | {"dataset", "parsers", "queries", "api"},
-    "notebooks": BASE | {"api", "notebooks"},
-    "cli": BASE | {"api", "cli", "notebooks", "capture"},
+    "common": set(),
+    "capture": {"common", "capture"},
+    "dataset": {"common", "dataset"},
+    "parsers": {"common", "dataset", "parsers", "capture"},
+    "queries": {"common", "dataset", "queries"},
+    "api": {"common", "dataset", "parsers", "queries", "api"},
+    "notebooks": {"common", "api", "notebooks"},
+    "cli": {"common", "api", "cli", "notebooks", "capture"},
 }
-# The package root's lazy attributes (kmemscope.open, ...) and `python -m kmemscope` are entry points.
-ENTRY_POINTS = {"kmemscope": {"api"}, "kmemscope.__main__": {"cli"}}
+# `python -m kmemscope` is an entry point into the command line.
+ENTRY_POINTS = {"kmemscope.__main__": {"cli"}}
 
 
 def layer(module):
     parts = module.split(".")
     if parts[0] != "kmemscope":
         return None
-    if module in API_MODULES:
-        return "api"
-    if len(parts) == 1 or parts[1] in ("errors", "version", "__main__"):
-        return "root"
-    if parts[1] in ("capture", "dataset", "parsers", "queries", "notebooks", "cli"):
+    if len(parts) >= 2 and parts[1] in LAYERS:
         return parts[1]
-    return "root"
+    return "api"
 
 
 def modules():
@@ -83,7 +90,7 @@ def _is_module(dotted):
     parts = dotted.split(".")
     if parts[0] != "kmemscope":
         return False
-    if len(parts) >= 2 and parts[1] in ("capture", "dataset", "parsers", "queries", "notebooks", "cli"):
+    if len(parts) >= 2 and parts[1] in LAYERS:
         folder = ROOT / parts[1] / Path(*parts[2:]) if len(parts) > 2 else ROOT / parts[1]
     else:
         folder = ROOT / "kmemscope" / Path(*parts[1:]) if len(parts) > 1 else ROOT / "kmemscope"
@@ -95,7 +102,22 @@ ALL = list(modules())
 
 def test_the_walk_sees_every_layer():
     layers = {layer(name) for name, _ in ALL}
-    assert layers == {"root", "capture", "dataset", "parsers", "queries", "api", "notebooks", "cli"}
+    assert layers == {"common", "capture", "dataset", "parsers", "queries", "api", "notebooks", "cli"}
+    assert set(FOLDERS.values()) == {"kmemscope", *(f"kmemscope.{name}" for name in LAYERS)}
+
+
+def test_the_package_root_holds_the_public_api_only():
+    """Leaves, reports and exports live in folders of their own, not beside the API."""
+    root = {name for name, path in ALL if path.parent == ROOT / "kmemscope"}
+    assert root == API_MODULES, f"not API, yet in kmemscope/: {sorted(root - API_MODULES)}"
+
+
+def test_the_leaves_import_nothing_of_kmemscope():
+    for name, path in ALL:
+        if layer(name) == "common":
+            mine = [f"{path.relative_to(ROOT)}:{line} imports {target}"
+                    for target, line in imported(name, path) if target.startswith("kmemscope")]
+            assert not mine, "\n".join(mine)
 
 
 @pytest.mark.parametrize("name,path", ALL, ids=[n for n, _ in ALL])
@@ -119,7 +141,7 @@ def test_every_layer_is_a_folder_of_its_own():
     """The tree shows the plan: each layer's modules live in the layer's own folder."""
     for name, path in ALL:
         folder = path.relative_to(ROOT).parts[0]
-        want = {"root": "kmemscope", "api": "kmemscope"}.get(layer(name), layer(name))
+        want = {"api": "kmemscope"}.get(layer(name), layer(name))
         assert folder == want, f"{path.relative_to(ROOT)} is {layer(name)} code in {folder}/"
     for folder, package in FOLDERS.items():
         assert (ROOT / folder / "__init__.py").is_file(), f"{folder}/ has no __init__.py"

@@ -353,7 +353,7 @@ def main_sweep_decode(path, persistent):
 
 
 def main_sweep_open(path, first, spread):
-    from kmemscope.errors import TraceFileError
+    from kmemscope.common.errors import TraceFileError
     from kmemscope.parsers import _tracedat
 
     _tracedat._alloc_fault(-1)

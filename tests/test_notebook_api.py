@@ -12,7 +12,7 @@ import pytest
 from kmrun import kmemscope as km_cli
 
 import kmemscope
-from kmemscope.errors import DatasetError, QueryError
+from kmemscope.common.errors import DatasetError, QueryError
 
 
 @pytest.fixture(scope="module")

@@ -160,7 +160,7 @@ def test_empty_or_wrong_text_gives_no_rows(junk):
 
 
 def test_a_corrupt_manifest_is_a_clear_error(tmp_path):
-    from kmemscope.errors import TraceFileError
+    from kmemscope.common.errors import TraceFileError
     (tmp_path / "manifest.json").write_text('{"host": ')
     with pytest.raises(TraceFileError, match="unreadable manifest"):
         read_manifest(tmp_path)

@@ -404,7 +404,7 @@ def test_thp_counts_huge_order_attempts(real):
 
 
 def test_queries_without_their_tables_say_so(real):
-    from kmemscope.errors import DatasetError
+    from kmemscope.common.errors import DatasetError
     _, ds = real
     with pytest.raises(DatasetError, match=r"no procfs tables .*kmemscope record"):
         runner.run_query("vmstat_rates", ds)

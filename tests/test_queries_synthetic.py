@@ -9,7 +9,7 @@ written out by hand from the kernel rules, not computed by the code under test.
 """
 import pytest
 
-from kmemscope.errors import DatasetError, QueryError
+from kmemscope.common.errors import DatasetError, QueryError
 from kmemscope.queries import catalog, eras, runner
 
 import kmdata as K

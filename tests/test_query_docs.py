@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from kmemscope.errors import DatasetError
+from kmemscope.common.errors import DatasetError
 from kmemscope.queries import catalog, runner
 
 from conftest import EXAMPLES, STACKS_RECORD_ARGS
@@ -166,7 +166,7 @@ def _header_file(tmp_path, text):
     ("--   n   count\n", "bad @columns line"),
 ])
 def test_bad_columns_are_refused(tmp_path, bad, error):
-    from kmemscope.errors import QueryError
+    from kmemscope.common.errors import QueryError
 
     path = _header_file(tmp_path, "-- doc_probe: a probe\n-- @columns\n" + bad + "SELECT 1\n")
     with pytest.raises(QueryError, match=re.escape(error)):
@@ -174,7 +174,7 @@ def test_bad_columns_are_refused(tmp_path, bad, error):
 
 
 def test_removed_directives_are_refused(tmp_path):
-    from kmemscope.errors import QueryError
+    from kmemscope.common.errors import QueryError
 
     for old in ("uses", "procfs", "procfs_optional"):
         path = _header_file(tmp_path, f"-- doc_probe: a probe\n-- @{old} vmstat\nSELECT 1\n")

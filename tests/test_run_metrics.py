@@ -212,7 +212,7 @@ def test_a_packed_bundle_keeps_its_metrics_json(tmp_path):
 
 def test_record_metrics_copies_only_a_file_written_during_the_recording(tmp_path):
     from kmemscope.capture import bench_metrics
-    from kmemscope.errors import CaptureError
+    from kmemscope.common.errors import CaptureError
 
     said = []
     bundle = tmp_path / "bundle"

@@ -277,7 +277,7 @@ def test_errors_are_one_line(s3, datasets, verb):
 
 
 def test_url_validation():
-    from kmemscope.errors import DatasetError
+    from kmemscope.common.errors import DatasetError
     from kmemscope.dataset import storage
 
     assert storage.split("s3://my.bucket-1/a/b/ds/") == ("my.bucket-1", "a/b/ds")

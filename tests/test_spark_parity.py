@@ -115,7 +115,7 @@ def test_compare_sides_on_spark_equal_duckdb(dataset, spark):
 
 def test_spark_sql_error_is_one_line(dataset, spark, capfd):
     """A Spark SQL error reaches the user as one line, without pyspark's page of JSON."""
-    from kmemscope.errors import QueryError
+    from kmemscope.common.errors import QueryError
     from kmemscope.queries.runner import backend_errors, open_runs
 
     backend = open_runs(dataset, tables=["runs"], engine=spark)[0]

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.spark
 import pyarrow.parquet as pq  # noqa: E402
 
 import kmemscope  # noqa: E402
-from kmemscope.errors import DatasetError, KmemscopeError, TraceFileError  # noqa: E402
+from kmemscope.common.errors import DatasetError, KmemscopeError, TraceFileError  # noqa: E402
 from kmemscope.parsers import spark_parse  # noqa: E402
 from kmrun import kmemscope as run_cli  # noqa: E402
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from kmemscope.dataset.schema import DERIVED_COLUMNS
-from kmemscope.errors import QueryError
+from kmemscope.common.errors import QueryError
 from kmemscope.queries import catalog, runner, sql_lib
 
 from conftest import EXAMPLES

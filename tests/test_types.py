@@ -18,7 +18,7 @@ import requirements
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("capture", "parsers", "queries", "notebooks", "cli")
 CHECKED = ("kmemscope/api.py", "kmemscope/tables.py", "kmemscope/comparison_text.py",
-           "kmemscope/errors.py", "kmemscope/queries/engines/__init__.py",
+           "common/errors.py", "kmemscope/queries/engines/__init__.py",
            "kmemscope/queries/engines/base.py")
 
 

@@ -42,7 +42,7 @@ def walk_commands(command=None, path=("kmemscope",), parent=None):
     """[(path, click.Command, click.Context)] of the whole tree, the root first, in click's order."""
     import click
 
-    from kmemscope.cli.cli import cli
+    from kmemscope.cli.verbs import cli
 
     command = command or cli
     settings = dict(command.context_settings, terminal_width=WIDTH, max_content_width=WIDTH)

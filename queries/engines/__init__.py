@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Union
 
-from kmemscope.errors import QueryError
+from kmemscope.common.errors import QueryError
 
 from .base import Backend, Engine, PlanRows, plan_of_runs  # noqa: F401 - the interface, named here for readers
 

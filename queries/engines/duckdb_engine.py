@@ -11,7 +11,7 @@ from kmemscope.dataset import derived as derive
 from kmemscope.dataset import reader as ds
 from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
-from kmemscope.errors import QueryError
+from kmemscope.common.errors import QueryError
 
 _ARROW_IN = "_kmemscope_arrow_in"
 

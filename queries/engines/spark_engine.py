@@ -52,7 +52,7 @@ from pathlib import Path
 from kmemscope.dataset import storage
 from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import TABLE_COLUMNS
-from kmemscope.errors import KmemscopeError, QueryError
+from kmemscope.common.errors import KmemscopeError, QueryError
 
 from . import spark_sql
 from .base import PlanRows, plan_of_runs

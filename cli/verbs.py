@@ -10,8 +10,8 @@ import sys
 
 import click
 
-from kmemscope.version import __version__
-from kmemscope.errors import KmemscopeError
+from kmemscope.common.version import __version__
+from kmemscope.common.errors import KmemscopeError
 
 def utf8_path(ctx, param, value):
     """Refuse paths that are not valid UTF-8: Arrow and DuckDB cannot open them."""
@@ -71,7 +71,7 @@ class _engine:
     """The options' EngineSpec; every engine session the verb started is stopped when it ends."""
 
     def __init__(self, engine, master, conf, dataset=None):
-        from kmemscope.errors import QueryError
+        from kmemscope.common.errors import QueryError
         from kmemscope.operations import engine_spec
 
         self.dataset = dataset
@@ -101,7 +101,7 @@ def _shown(text):
     """Text for the terminal: control characters escaped, and no rich markup taken from it."""
     from rich.markup import escape
 
-    from kmemscope.text import printable
+    from kmemscope.common.text import printable
 
     return escape(printable(text))
 
@@ -457,7 +457,7 @@ def _interrupted_notes(dataset):
 
 def _note(note):
     """One note on stderr, control characters escaped (names and labels come from datasets)."""
-    from kmemscope.text import printable
+    from kmemscope.common.text import printable
 
     click.echo(f"kmemscope: note: {printable(note)}", err=True)
 
@@ -525,7 +525,7 @@ def verify(dataset, quiet, deep, memory_limit, timeout):
     kmemscope verify ds
     """
     from kmemscope.operations import verify
-    from kmemscope.text import printable
+    from kmemscope.common.text import printable
 
     with _limits(memory_limit, timeout):
         result = verify(dataset, deep=deep)
@@ -582,7 +582,7 @@ def info(dataset, per_run, fmt, output, memory_limit, timeout):
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def record(args):
     """Record a bundle on this host (`kmemscope record --help`)."""
-    from kmemscope.capture.cli import main as record_main
+    from kmemscope.capture.command import main as record_main
 
     sys.exit(record_main(list(args)))
 
@@ -885,7 +885,7 @@ def report(dataset, output, compare_label, baseline, runs, labels, keep_notebook
     from kmemscope.notebooks.report import build_report
 
     def progress(message):
-        from kmemscope.text import printable
+        from kmemscope.common.text import printable
 
         click.echo(f"kmemscope report: {printable(message)}", err=True)
 
@@ -916,7 +916,7 @@ def export_perfetto(dataset, run, output, quiet):
     pages per order (buddyinfo) and vmstat rates. Open the file with "Open
     trace file" in the UI: it is read in the browser, not uploaded.
     """
-    from kmemscope.operations import export_perfetto as _export
+    from kmemscope.notebooks.perfetto_export import export_run as _export
     from kmemscope.tables import printable
 
     done = _export(dataset, run, output)
@@ -945,7 +945,7 @@ def _report_error(ctx, exc):
 def _error(message):
     """The one error line on stderr, control characters escaped (a folder name or label
     from a dataset must not reach the terminal as an escape sequence)."""
-    from kmemscope.text import printable
+    from kmemscope.common.text import printable
 
     click.echo(f"kmemscope: error: {printable(message)}", err=True)
 
@@ -995,7 +995,7 @@ def main(argv=None):
     # click would swallow: hand them over untouched.
     first = next((i for i, a in enumerate(args) if a != "--debug"), None)
     if first is not None and args[first] == "record":
-        from kmemscope.capture.cli import main as record_main
+        from kmemscope.capture.command import main as record_main
 
         sys.exit(record_main(args[first + 1:]))
     for sig in (signal.SIGTERM, signal.SIGHUP):

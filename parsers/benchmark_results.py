@@ -27,7 +27,7 @@ import stat
 from pathlib import Path
 
 from kmemscope.dataset.run_metrics import read_partition, write_partition
-from kmemscope.errors import KmemscopeError
+from kmemscope.common.errors import KmemscopeError
 
 FILE_MAX_BYTES = 16 << 20
 ROWS_MAX = 200_000

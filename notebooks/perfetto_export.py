@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kmemscope.errors import KmemscopeError, QueryError
+from kmemscope.common.errors import KmemscopeError, QueryError
 
 # One writer, one sequence: Perfetto needs a non-zero id on every packet it did not make itself.
 SEQUENCE_ID = 1
@@ -190,6 +190,11 @@ def export_run(dataset, run: str, output, *, engine=None) -> ExportSummary:
 
     The file is written beside `output` and renamed into place: a reader never
     sees half a trace. Returns what went in."""
+    try:
+        import perfetto.trace_builder.proto_builder  # noqa: F401
+    except ImportError:
+        raise KmemscopeError("kmemscope export perfetto needs the perfetto package",
+                             "install the report extra: pip install 'kmemscope[report]'") from None
     from kmemscope.api import Dataset
 
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)

@@ -13,7 +13,7 @@ import traceback
 from kmemscope.capture import bench_metrics, cleanup, lock, pack, presets
 from kmemscope.capture.flight import FlightOptions, FlightRecorder
 from kmemscope.capture.triggers import parse_trigger
-from kmemscope.errors import CaptureError
+from kmemscope.common.errors import CaptureError
 from kmemscope.capture.recorder import Interrupted, Options, Recorder, check_host
 from kmemscope.capture.units import parse_duration, parse_size
 
