@@ -108,35 +108,63 @@ def check_layout(dataset):
 # ---------------------------------------------------------------- the parse's own folder
 
 class WorkDir:
-    """One parse's private directory in the dataset, locked for its lifetime."""
+    """One parse's private directory in the dataset, locked for its lifetime.
+
+    Everything in it is made relative to folder handles opened once, without following
+    links (`dir`, `stage_dir`): a work folder renamed or swapped for a link while the parse
+    runs takes no write outside the dataset (`path` and `stage` only name them in messages).
+    """
 
     def __init__(self, dataset):
         self.dataset = Path(dataset)
-        self.path = self.dataset / f"{WORK_PREFIX}{uuid.uuid4().hex[:12]}"
-        self.path.mkdir()
-        self._lock = os.open(self.path / "owner.lock",
-                             os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             0o600)
-        fcntl.flock(self._lock, fcntl.LOCK_EX)
-        self.stage = self.path / "stage"
-        self.scratch = self.path
-        self.stage.mkdir()
+        name = f"{WORK_PREFIX}{uuid.uuid4().hex[:12]}"
+        self.path = self.dataset / name
+        self.root = _Dir.root(dataset)
+        self._lock = None
+        try:
+            os.mkdir(name, 0o700, dir_fd=self.root.fd)
+            self.dir = self.root.sub(name, "a work folder")
+            self._lock = os.open("owner.lock", os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC, 0o600, dir_fd=self.dir.fd)
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+            self.stage = self.path / "stage"
+            self.stage_dir = self.dir.sub_or_make("stage", "the stage folder")
+        except BaseException:
+            self.root.close()
+            raise
+        self.scratch, self.scratch_dir = self.path, self.dir
+
+    def adopt_stage(self, staged):
+        """Put the folder at path `staged` (a stage made elsewhere in the dataset) in place
+        of this work folder's empty stage."""
+        self.stage_dir.close()
+        os.rmdir("stage", dir_fd=self.dir.fd)
+        os.rename(staged, "stage", dst_dir_fd=self.dir.fd)
+        self.stage_dir = self.dir.sub("stage", "the stage folder")
 
     def remove(self):
-        shutil.rmtree(self.path, ignore_errors=True)
+        self._close()
+        # By name in the opened dataset folder; rmtree never follows a link.
+        shutil.rmtree(self.path.name, ignore_errors=True, dir_fd=self.root.fd)
         self._release()
 
     def abandon(self):
         """A commit cut short: keep a journaled one for the next parse to roll forward."""
-        if os.path.lexists(self.path / JOURNAL):
+        if self.dir.fd is not None and self.dir.lstat(JOURNAL) is not None:
+            self._close()
             self._release()
         else:
             self.remove()
+
+    def _close(self):
+        self.stage_dir.close()
+        self.dir.close()
 
     def _release(self):
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
+        self.root.close()
 
 
 def _take_lock(path, blocking):
@@ -188,14 +216,10 @@ def dataset_lock(dataset, blocking=True):
 
 
 def _write_journal(work, run_id, tables):
-    tmp = work / (JOURNAL + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"run_id": run_id, "tables": sorted(tables)}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, work / JOURNAL)
-    _fsync_dir(work)
+    """The journal in the work folder `work` (a Dir), written atomically and synced."""
+    work.write_atomic(JOURNAL, lambda f: f.write(
+        json.dumps({"run_id": run_id, "tables": sorted(tables)}).encode()))
+    os.fsync(work.fd)
 
 
 def _fsync_dir(path):
@@ -353,6 +377,7 @@ def commit(workdir, run_id, footers=None):
     """Move the staged run of `workdir` into its dataset; returns True if it replaced one.
 
     footers: digests.staged_footers() of the stage, when the parse has them.
+    Works through the work folder's own handles (WorkDir.dir, stage_dir).
 
     Raises UnsafeEntry, with nothing moved, when a table folder of the dataset
     is a link or special file.
@@ -360,19 +385,20 @@ def commit(workdir, run_id, footers=None):
     from kmemscope.dataset import run_metrics
 
     check_layout(workdir.dataset)       # keep_imported reads the dataset's run_metrics folder
-    run_metrics.keep_imported(workdir.dataset, workdir.stage, run_id)   # imports outlive re-parses
-    tables = [p.name for p in workdir.stage.iterdir() if p.is_dir() and not p.is_symlink()]
-    record_digests(workdir.stage, run_id, tables, footers)
-    _fsync_dir(workdir.stage)
-    _write_journal(workdir.path, run_id, tables)
+    stage, work = workdir.stage_dir, workdir.dir
+    run_metrics.keep_imported(workdir.dataset, stage, run_id)   # imports outlive re-parses
+    tables = [e.name for e in stage.entries() if _entry_kind(e) == "dir"]
+    record_digests(stage, run_id, tables, footers)
+    os.fsync(stage.fd)
+    _write_journal(work, run_id, tables)
     try:
-        return roll_forward(workdir.dataset, workdir.path)
+        with _Dir.root(workdir.dataset) as root:
+            return _roll_forward(root, work)
     except UnsafeEntry:
         # Found while checking, before the first rename: with nothing moved, the
         # journal goes and the parse fails; otherwise the next parse rolls it forward.
-        if not os.path.lexists(workdir.path / "trash") and all(
-                os.path.lexists(workdir.stage / t) for t in tables):
-            os.unlink(workdir.path / JOURNAL)
+        if work.lstat("trash") is None and all(stage.lstat(t) is not None for t in tables):
+            work.unlink(JOURNAL)
         raise
 
 

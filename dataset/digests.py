@@ -77,7 +77,7 @@ def staged_footers(stage):
         return facts
 
     folders, jobs = [], []
-    with Dir.root(stage) as st:
+    with Dir.of(stage) as st:
         try:
             for entry in st.entries():
                 if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
@@ -128,7 +128,7 @@ def record_digests(stage, run_id, tables, footers=None):
     """Write the staged run's digests into its staged runs partition (footers: see
     staged_footers; without them each Parquet footer is read here)."""
     files = {}
-    with Dir.root(stage) as st:
+    with Dir.of(stage) as st:
         for table in sorted(tables):
             with st.sub(table, "a staged table folder") as d:
                 for name, digest in _table_digests(d, footers).items():

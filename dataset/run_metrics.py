@@ -108,7 +108,7 @@ def keep_imported(dataset, stage, run_id):
     imported = [r for r in read_partition(dataset, run_id) if r[4] == "import"]
     if not imported:
         return
-    with Dir.root(stage) as st:
+    with Dir.of(stage) as st:
         staged = []
         if st.lstat(TABLE) is not None:
             with st.sub(TABLE, "a staged table folder") as d:

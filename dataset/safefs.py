@@ -60,6 +60,21 @@ class Dir:
         """The dataset folder itself (the path the user gave, links and all)."""
         return cls(os.open(dataset, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), dataset)
 
+    @classmethod
+    def of(cls, folder):
+        """A Dir of its own for `folder`: a Dir (its descriptor duplicated, so the caller
+        may close it) or a path opened as root() opens one."""
+        if isinstance(folder, Dir):
+            return cls(os.dup(folder.fd), folder.path)
+        return cls.root(folder)
+
+    def anchored(self, *names):
+        """A path that reaches `names` through this folder's descriptor (/proc/self/fd/N/...),
+        for code that opens by path (libtracecmd, pyarrow): a folder renamed or swapped for
+        a link after it was opened does not change what the path reaches. Valid while this
+        Dir is open, in this process and the children it forks."""
+        return Path(f"/proc/self/fd/{self.fd}", *names)
+
     def lstat(self, name):
         try:
             return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
@@ -120,6 +135,13 @@ class Dir:
                               "belongs", HINT)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
+
+    def create(self, name, mode=0o644):
+        """A new binary file `name` in this folder, opened for writing (openat with O_EXCL and
+        O_NOFOLLOW: a file or link already there is an error, never truncated or followed)."""
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     mode, dir_fd=self.fd)
+        return os.fdopen(fd, "wb")
 
     def write_atomic(self, name, write):
         """Replace `name` in this folder by what write(file object) writes: a temp file made

@@ -89,14 +89,15 @@ def run_id_for(sha256):
 # ---------------------------------------------------------------- staging (runs in the child)
 
 class _PartSink:
-    """One worker thread's Parquet writers, one file per table."""
+    """One worker thread's Parquet writers, one file per table, each made in the stage's
+    folder handle (dataset.safefs.Dir.create: O_EXCL, no link followed)."""
 
     def __init__(self, staging, index, rows_by_table, lock):
         import pyarrow.parquet as pq
 
         self.pq = pq
         self.staging, self.index = staging, index
-        self.writers = {}
+        self.writers, self.files = {}, []
         self.rows, self.lock = rows_by_table, lock
         self.canonical = dataset_format.Canonicalizer()
 
@@ -105,10 +106,10 @@ class _PartSink:
         batch = self.canonical(table, batch)
         writer = self.writers.get(table)
         if writer is None:
-            d = self.staging / table
-            d.mkdir(parents=True, exist_ok=True)
+            f = _staged_file(self.staging, table, f"part-{self.index}.parquet")
+            self.files.append(f)
             writer = self.writers[table] = self.pq.ParquetWriter(
-                str(d / f"part-{self.index}.parquet"), batch.schema,
+                f, batch.schema,
                 compression=PARQUET_COMPRESSION, use_dictionary=["comm"],
                 column_encoding=delta_encoded(batch.schema) or None,
                 # Min/max statistics cost a fifth of the write time; only ts's
@@ -122,23 +123,40 @@ class _PartSink:
     def close(self):
         for w in self.writers.values():
             w.close()
+        for f in self.files:
+            f.close()
+
+
+def _staged_file(staging, table, name):
+    """A new file `name` in the stage's table folder (made if missing), opened for writing."""
+    with staging.sub_or_make(table, "a staged table folder") as d:
+        return d.create(name)
 
 
 def _write_table(staging, table, pa_table):
     import pyarrow.parquet as pq
 
-    d = staging / table
-    d.mkdir(parents=True, exist_ok=True)
     pa_table = dataset_format.to_canonical(table, pa_table)
-    pq.write_table(pa_table, str(d / "part-0.parquet"), compression=PARQUET_COMPRESSION,
-                   write_page_checksum=True)
+    with _staged_file(staging, table, "part-0.parquet") as f:
+        pq.write_table(pa_table, f, compression=PARQUET_COMPRESSION, write_page_checksum=True)
+
+
+def _folder(folder):
+    """A dataset.safefs.Dir for a folder given as a Dir or as a path (made if missing)."""
+    from kmemscope.dataset.safefs import Dir
+
+    if not isinstance(folder, Dir):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    return Dir.of(folder)
 
 
 def stage_run(source, staging, labels=None, events=None, threads=None, progress=None,
               scratch=None, whole_bundle=False):
     """Decode `source` into `staging`; returns the RunSummary (run_id set).
 
-    scratch: where a packed bundle is unpacked (default: beside `staging`).
+    staging, scratch: folders as dataset.safefs.Dir handles (or paths, opened here): every
+    file is made relative to them. scratch: where a packed bundle is unpacked (default:
+    `staging`'s parent).
     A run whose known tables do not fit the dataset (dataset/format.py
     unfit_reason) is refused in one line naming the table and field.
     """
@@ -191,14 +209,23 @@ def _known_events_once(trace, event_ids):
 
 
 def _stage_run(source, staging, labels, events, threads, progress, scratch, whole_bundle=False):
+    started = time.monotonic()
+    if scratch is None:
+        if hasattr(staging, "fd"):
+            raise ValueError("a stage given as a folder handle needs its scratch folder too")
+        scratch = Path(staging).parent      # never inside the stage: its folders are tables
+    with _folder(staging) as staging, _folder(scratch) as scratch:
+        return _stage(source, staging, scratch, labels, events, threads, progress, whole_bundle,
+                      started)
+
+
+def _stage(source, staging, scratch, labels, events, threads, progress, whole_bundle, started):
     import threading
 
     from kmemscope.parsers import flight_window
     from kmemscope.parsers.tracedat import TraceFile, helper_thread
 
-    started = time.monotonic()
-    staging = Path(staging)
-    with open_source(source, scratch or staging.parent) as (trace_path, bundle):
+    with open_source(source, scratch) as (trace_path, bundle):
         manifest = read_manifest(bundle)      # a bad manifest fails before decoding
         window = None if whole_bundle else flight_window.window_of(manifest, source)
         bench = benchmark_results.read_bundle_metrics(bundle)     # and so does a bad metrics.json
@@ -463,8 +490,8 @@ def _ingest(source, dataset, labels, events, threads, progress, isolate, whole_b
             summary, child = _stage_in_child(source, work, labels, events, threads, progress,
                                              whole_bundle)
         else:
-            summary = stage_run(source, work.stage, labels, events, threads, progress,
-                                scratch=work.scratch, whole_bundle=whole_bundle)
+            summary = stage_run(source, work.stage_dir, labels, events, threads, progress,
+                                scratch=work.scratch_dir, whole_bundle=whole_bundle)
         summary.recovered = recovered
         with commit_mod.dataset_lock(dataset):
             if commit_mod.committed_since(dataset, summary.run_id, started_ns):
@@ -512,8 +539,9 @@ def _stage_in_child(source, work, labels, events, threads, progress, whole_bundl
     which the caller joins once it has done what does not need the child gone."""
     from kmemscope.parsers.forked import ForkedChild
 
-    proc = ForkedChild(_child_main, (os.getpid(), source, work.stage, work.scratch, labels,
-                                     events, threads, whole_bundle))
+    # The child inherits the work folder's handles: it makes every file relative to them.
+    proc = ForkedChild(_child_main, (os.getpid(), source, work.stage_dir, work.scratch_dir,
+                                     labels, events, threads, whole_bundle))
     result = None
     try:
         while True:
@@ -536,7 +564,7 @@ def _stage_in_child(source, work, labels, events, threads, progress, whole_bundl
     if result is None:
         code = proc.exitcode
         how = f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit status {code}"
-        said = _last_log_line(Path(work.scratch) / DECODER_LOG)
+        said = _last_log_line(work.scratch_dir.anchored(DECODER_LOG))
         raise TraceFileError(f"{source}: the trace decoder died ({how}) on this file; "
                              f"it is corrupt or of a kind kmemscope cannot read{_memory_limit_hint()}"
                              + (f" (libtracecmd said: {said})" if said else ""))
@@ -558,9 +586,15 @@ DECODER_LOG = "decoder.log"
 
 def _last_log_line(path, limit=4096):
     """The last line the decoder child wrote to its log, printable and short."""
+    import stat
+
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - limit))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            f.seek(max(0, st.st_size - limit))
             lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
     except OSError:
         return None
@@ -623,8 +657,8 @@ def _child_main(conn, parent_pid, source, staging, scratch, labels, events, thre
     # line: no Python fault dump on stderr and no core file left behind.
     faulthandler.disable()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    log = os.open(Path(scratch) / DECODER_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                  0o600)
+    log = os.open(DECODER_LOG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                  0o600, dir_fd=scratch.fd)
     os.dup2(log, 2)
     os.close(log)
     # pyarrow imports pandas (a third of a second) the first time it converts a
@@ -652,7 +686,7 @@ def _child_main(conn, parent_pid, source, staging, scratch, labels, events, thre
     # Test hook: the kill tests stop a parse while its decoder threads work.
     pause = os.environ.get("KMEMSCOPE_TEST_PAUSE_DECODER_S")
     try:
-        summary = stage_run(source, Path(staging), labels, events, threads,
+        summary = stage_run(source, staging, labels, events, threads,
                             progress=progress, scratch=scratch, whole_bundle=whole_bundle)
         conn.send(("ok", summary))
     except KmemscopeError as exc:

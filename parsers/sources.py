@@ -30,6 +30,9 @@ ARCHIVE_MAX_MEMBERS = 512
 ARCHIVE_MAX_RATIO = 64
 ARCHIVE_MIN_BUDGET = 256 << 20
 ARCHIVE_MAX_BYTES = 64 << 30
+# What tarfile may read for one member's headers: a pax or GNU long-name header is read
+# whole into memory (a bundle's are under 1 KiB; tarfile reads 10 KiB blocks ahead).
+ARCHIVE_MAX_HEADER_BYTES = 1 << 20
 PACKED_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tar.zstd")
 BUNDLE_HINT = "give a trace.dat, a bundle directory or a .tar.gz/.tar.zst bundle"
 
@@ -138,7 +141,8 @@ def expand_inputs(sources):
 
 @contextmanager
 def open_source(path, scratch):
-    """Yield (trace_path, bundle_dir or None); packed bundles unpack under `scratch`."""
+    """Yield (trace_path, bundle_dir or None); packed bundles unpack into `scratch` (a
+    dataset.safefs.Dir: the folder handle every unpacked file is made relative to)."""
     p = Path(path)
     if p.is_dir():
         trace = p / "trace.dat"
@@ -152,10 +156,11 @@ def open_source(path, scratch):
         return
     regular_file(p, "input")
     if p.name.endswith(PACKED_SUFFIXES):
-        dest = Path(scratch) / "unpacked"
-        dest.mkdir(parents=True, exist_ok=True)
-        root = unpack_bundle(p, dest)
-        yield root / "trace.dat", root
+        with scratch.sub_or_make("unpacked", "the unpacked bundle's folder", 0o700) as dest:
+            unpack_bundle(p, dest)
+            # Read back through the folder's handle too: what is read is what was unpacked.
+            root = dest.anchored()
+            yield root / "trace.dat", root
         return
     yield p, None
 
@@ -187,39 +192,79 @@ def _stream(archive):
     return pa.input_stream(str(archive), compression=codec)
 
 
+class _Counted:
+    """The decompressed stream of an archive, every byte counted against the unpack budget
+    (headers, skipped members and kept ones alike); while `header_limit` is set (tarfile
+    reading the next member's headers), the bytes read since it was set are bounded too:
+    tarfile reads a pax or GNU long-name header whole into memory, whatever size it claims."""
+
+    def __init__(self, raw, budget, archive):
+        self.raw, self.budget, self.archive = raw, budget, archive
+        self.total = 0
+        self.header_limit = None
+
+    def read(self, n=-1):
+        if n is None or n < 0:
+            n = 1 << 20            # tarfile asks for blocks; never read the rest at once
+        data = self.raw.read(n)
+        self.total += len(data)
+        if self.header_limit is not None and self.total > self.header_limit:
+            raise TraceFileError(
+                f"{self.archive}: a member's tar headers (pax or GNU long names) take more than "
+                f"{ARCHIVE_MAX_HEADER_BYTES >> 10} KiB; refusing a likely header bomb",
+                "unpack it yourself if it is genuine and parse the directory")
+        if self.total > self.budget:
+            raise _bomb(self.archive, self.budget)
+        return data
+
+    def headers_next(self, reading):
+        self.header_limit = self.total + ARCHIVE_MAX_HEADER_BYTES if reading else None
+
+
+def _bomb(archive, budget):
+    return TraceFileError(f"{archive}: unpacks to more than {budget >> 20} MiB "
+                          f"({ARCHIVE_MAX_RATIO}x the archive); refusing a likely archive bomb",
+                          "unpack it yourself if it is genuine and parse the directory")
+
+
+def unpack_budget(archive):
+    """Bytes an archive may inflate to, everything in it counted."""
+    return min(ARCHIVE_MAX_BYTES,
+               max(ARCHIVE_MIN_BUDGET, os.path.getsize(archive) * ARCHIVE_MAX_RATIO))
+
+
 def unpack_bundle(archive, dest):
-    """Extract a packed bundle's members into `dest`; returns the bundle directory."""
+    """Extract a packed bundle's members into `dest`, a dataset.safefs.Dir: every folder and
+    file is made relative to it (mkdirat, openat with O_EXCL|O_NOFOLLOW), so a folder
+    swapped for a link on the way takes no write elsewhere. Skipped members are read
+    through and counted, a kept one is written as it is read."""
     import tarfile      # here: a plain trace.dat, the usual input, does not load it
 
-    budget = min(ARCHIVE_MAX_BYTES,
-                 max(ARCHIVE_MIN_BUDGET, os.path.getsize(archive) * ARCHIVE_MAX_RATIO))
-    written, members, found = 0, 0, set()
+    budget = unpack_budget(archive)
+    members, found = 0, set()
     try:
-        with _stream(archive) as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
-            for member in tar:
+        with _stream(archive) as raw:
+            counted = _Counted(raw, budget, archive)
+            counted.headers_next(True)
+            tar = tarfile.open(fileobj=counted, mode="r|")     # reads the first headers
+            while (member := tar.next()) is not None:
+                counted.headers_next(False)
                 members += 1
                 if members > ARCHIVE_MAX_MEMBERS:
                     raise TraceFileError(f"{archive}: more than {ARCHIVE_MAX_MEMBERS} members; "
                                          "not a kmemscope bundle")
-                if member.isdir():
-                    continue
                 target = _bundle_member(member.name)
                 if target is None or not member.isfile():
-                    continue                   # links, devices, unrelated files: skipped
+                    _read_through(tar, member)     # links, devices, unrelated files: skipped
+                    counted.headers_next(True)
+                    continue
                 if target in found:
                     raise TraceFileError(f"{archive}: {target} appears twice in the archive")
-                written += member.size
-                if written > budget:
-                    raise TraceFileError(
-                        f"{archive}: unpacks to more than {budget >> 20} MiB "
-                        f"({ARCHIVE_MAX_RATIO}x the archive); refusing a likely archive bomb",
-                        "unpack it yourself if it is genuine and parse the directory")
-                out = dest / target
-                out.parent.mkdir(parents=True, exist_ok=True)
-                src = tar.extractfile(member)
-                with open(out, "wb") as f:
-                    _copy_exact(src, f, member.size, archive, target)
+                if counted.total + member.size > budget:
+                    raise _bomb(archive, budget)   # before a byte of it is written
+                _unpack_member(tar.extractfile(member), dest, target, member.size, archive)
                 found.add(target)
+                counted.headers_next(True)
     except TraceFileError:
         raise
     except (tarfile.TarError, EOFError, ValueError) as exc:
@@ -231,6 +276,28 @@ def unpack_bundle(archive, dest):
     if "trace.dat" not in found:
         raise TraceFileError(f"{archive}: packed bundle has no trace.dat", BUNDLE_HINT)
     return dest
+
+
+def _read_through(tar, member):
+    """Read a skipped member's data (counted as it goes) so that tarfile's next header read
+    holds headers only."""
+    import tarfile
+
+    if member.isreg() or member.type not in tarfile.SUPPORTED_TYPES:
+        src = tar.extractfile(member)
+        while src.read(4 << 20):
+            pass
+
+
+def _unpack_member(src, dest, target, size, archive):
+    folder, _, name = target.rpartition("/")
+    if folder:
+        with dest.sub_or_make(folder, "a folder of the unpacked bundle", 0o700) as d:
+            with d.create(name, 0o600) as f:
+                _copy_exact(src, f, size, archive, target)
+        return
+    with dest.create(name, 0o600) as f:
+        _copy_exact(src, f, size, archive, target)
 
 
 def _copy_exact(src, dst, size, archive, name):

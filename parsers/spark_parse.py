@@ -192,11 +192,10 @@ class _Driver:
                     dataset_format.ensure_format(self.dataset)
                     work = commit_mod.WorkDir(self.dataset)
                     try:
-                        os.rmdir(work.stage)
-                        os.rename(staged, work.stage)
+                        work.adopt_stage(staged)
                         summary.replaced = commit_mod.commit(work, run_id)
                     except BaseException:
-                        _abandon(work)
+                        work.abandon()     # a journaled commit stays for the next parse
                         raise
                     work.remove()
                     self.committed[run_id] = index
@@ -210,15 +209,6 @@ class _Driver:
         self.entries[index] = summary
         if self.progress:
             self.progress("run", summary.source, summary)
-
-
-def _abandon(work):
-    """A commit cut short: a journaled one stays for recovery to roll forward."""
-    if (work.path / commit_mod.JOURNAL).is_file():
-        os.close(work._lock)          # its owner is gone: the next parse finishes it
-        work._lock = None
-    else:
-        work.remove()
 
 
 def _rebuild_error(res, source):
@@ -312,11 +302,21 @@ def _probe_task(job):
 # ---------------------------------------------------------------- tasks (on executors)
 
 class _TaskWork:
-    """Where one task attempt stages (the shape of commit.WorkDir that staging uses)."""
+    """Where one task attempt stages (the shape of commit.WorkDir that staging uses: the
+    attempt folder and its stage, made here and opened without following links)."""
 
     def __init__(self, path):
+        from kmemscope.dataset.safefs import DIR_FLAGS, Dir
+
         self.path = self.scratch = path
         self.stage = path / "stage"
+        path.mkdir()
+        self.scratch_dir = Dir(os.open(path, DIR_FLAGS), path)
+        self.stage_dir = self.scratch_dir.sub_or_make("stage", "the stage folder")
+
+    def close(self):
+        self.stage_dir.close()
+        self.scratch_dir.close()
 
 
 def _stage_task(item):
@@ -335,10 +335,8 @@ def _stage_task(item):
         return dict(res, kind="unshared",
                     message=f"{source}: executor {host} cannot see the dataset {dataset}")
     attempt = tasks / f"{index}-{attempt_no}-{uuid.uuid4().hex[:8]}"
-    attempt.mkdir()
-    res["attempt"] = str(attempt)
     work = _TaskWork(attempt)
-    work.stage.mkdir()
+    res["attempt"] = str(attempt)
     kill = ctx.getLocalProperty(_KILL_FIRST_ATTEMPT) if ctx else None
     try:
         threads = ctx.cpus() if ctx else None
@@ -357,6 +355,7 @@ def _stage_task(item):
         res.update(kind="error", error_class="KmemscopeError",
                    message=f"{source}: internal error on executor {host}: {exc!r}",
                    trace=traceback.format_exc())
+    work.close()
     # Only the staged tables stay: an unpacked bundle is as big as its trace.
     for name in os.listdir(attempt):
         if name != "stage":

@@ -49,6 +49,36 @@ def write_tar(path, members, compression="gz"):
     return Path(path)
 
 
+def pax_header_bomb(path, size, members, compression="zst"):
+    """A tar archive that opens with a pax extended header of `size` bytes (one valid
+    `comment` record, produced as it is written), then `members` as write_tar writes them."""
+    import gzip
+
+    import pyarrow as pa
+
+    head = tarfile.TarInfo("././@PaxHeader")
+    head.type, head.size = tarfile.XHDTYPE, size
+    prefix = f"{size} comment=".encode()
+    # gzip at level 1: a GiB of one letter in seconds, not the quarter minute of level 9
+    opened = (pa.output_stream(str(path), compression="zstd") if compression == "zst"
+              else gzip.open(path, "wb", compresslevel=1))
+    with opened as raw:
+        raw.write(head.tobuf(format=tarfile.USTAR_FORMAT))
+        raw.write(prefix)
+        left, chunk = size - len(prefix) - 1, b"a" * (4 << 20)
+        while left:
+            n = min(left, len(chunk))
+            raw.write(chunk[:n])
+            left -= n
+        raw.write(b"\n" + b"\0" * (-size % 512))
+        with tarfile.open(fileobj=raw, mode="w|") as tar:
+            for name, content in members.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(content)
+                tar.addfile(info, _Bytes(content))
+    return Path(path)
+
+
 class _Bytes:
     def __init__(self, data):
         self.data, self.pos = data, 0
@@ -223,6 +253,30 @@ class Swapper:
         if self.aside.is_dir() and not os.path.lexists(self.path):
             os.rename(self.aside, self.path)
         return False
+
+
+class WorkFolderSwapper(Swapper):
+    """A Swapper of whichever work folder (DATASET/.parse-<12 hex>) a running parse has made:
+    each round finds the folder anew, moves it aside and puts a link to `target` in its place."""
+
+    def __init__(self, dataset, target):
+        super().__init__(Path(dataset) / ".parse-none", target)
+        self.dataset = Path(dataset)
+
+    def _once(self):
+        import os
+        import re
+
+        try:
+            names = [n for n in os.listdir(self.dataset) if re.fullmatch(r"\.parse-[0-9a-f]{12}", n)]
+        except OSError:
+            names = []
+        if not names:
+            os.sched_yield()
+            return
+        self.path = self.dataset / names[0]
+        self.aside = self.path.with_name(self.path.name + ".real")
+        super()._once()
 
 
 def row_bomb(dataset, table, run, rows):
