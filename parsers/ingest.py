@@ -108,23 +108,38 @@ class _PartSink:
         if writer is None:
             f = _staged_file(self.staging, table, f"part-{self.index}.parquet")
             self.files.append(f)
-            writer = self.writers[table] = self.pq.ParquetWriter(
-                f, batch.schema,
-                compression=PARQUET_COMPRESSION, use_dictionary=["comm"],
-                column_encoding=delta_encoded(batch.schema) or None,
-                # Min/max statistics cost a fifth of the write time; only ts's
-                # help readers skip row groups (time-window queries).
-                write_statistics=["ts"],
-                write_page_checksum=True)     # a flipped byte is an error, not a wrong answer
+            writer = self.writers[table] = self.writer(f, batch.schema)
         writer.write_batch(batch)
         with self.lock:
             self.rows[table] = self.rows.get(table, 0) + batch.num_rows
+
+    def writer(self, f, schema):
+        return self.pq.ParquetWriter(
+            f, schema,
+            compression=PARQUET_COMPRESSION, use_dictionary=["comm"],
+            column_encoding=delta_encoded(schema) or None,
+            # Min/max statistics cost a fifth of the write time; only ts's
+            # help readers skip row groups (time-window queries).
+            write_statistics=["ts"],
+            write_page_checksum=True)     # a flipped byte is an error, not a wrong answer
 
     def close(self):
         for w in self.writers.values():
             w.close()
         for f in self.files:
             f.close()
+
+
+class _TableSink(_PartSink):
+    """A whole table streamed in batches into part-0 (the procfs tables), written as
+    _write_table writes one: every column's dictionary and statistics."""
+
+    def __init__(self, staging, rows_by_table, lock):
+        super().__init__(staging, 0, rows_by_table, lock)
+
+    def writer(self, f, schema):
+        return self.pq.ParquetWriter(f, schema, compression=PARQUET_COMPRESSION,
+                                     write_page_checksum=True)
 
 
 def _staged_file(staging, table, name):
@@ -281,11 +296,7 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
         rows["event_tables"] = et.num_rows
         procfs_notes = []
         if bundle is not None:
-            procfs = _procfs_tables(bundle, procfs_notes)
-            for table, t in procfs.items():
-                _write_table(staging, table, t)
-                rows[table] = t.num_rows
-            procfs_notes += _sample_window_notes(procfs, *ts_range)
+            procfs_notes += _stage_procfs(source, bundle, staging, rows, lock, ts_range)
         if bench:
             _write_table(staging, metrics_store.TABLE, metrics_store.metrics_table(bench, "bundle"))
             rows[metrics_store.TABLE] = len(bench)
@@ -375,16 +386,17 @@ def _event_tables_table(tables, rows):
     })
 
 
-def _procfs_tables(bundle, notes):
+def _stage_procfs(source, bundle, staging, rows, lock, ts_range):
+    """Stream the bundle's procfs samples into the stage; returns the notes on them."""
     from kmemscope.parsers import procfs
 
-    return procfs.read_bundle_procfs(bundle, notes)
-
-
-def _sample_window_notes(tables, first_ts, last_ts):
-    from kmemscope.parsers import procfs
-
-    return procfs.sample_window_notes(tables, first_ts, last_ts)
+    notes = []
+    sink = _TableSink(staging, rows, lock)
+    try:
+        times = procfs.stream_bundle_procfs(bundle, sink, notes, source)
+    finally:
+        sink.close()
+    return notes + procfs.sample_window_notes(times, *ts_range)
 
 
 def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels, manifest,

@@ -18,11 +18,49 @@ kernel's integer in thousandths, formatted "%d.%03d" of (index / 1000,
 index % 1000) with C's truncating division. They are read back to that
 integer exactly: -1000 (printed "-1.000") is the fragmentation index's "an
 allocation of this order would succeed".
+
+A bundle's sample files are read as streams (stream_bundle_procfs): one sample at a
+time, its rows handed on in batches, so that memory follows one batch, not the size
+the file claims. What one file may keep is bounded (the bounds below): past a bound the
+samples before it are kept and a note names the file and the bound; the trace and the
+other files are not affected. A number out of the range of its column is an error
+naming the file and line.
 """
+import array
 import os
 import re
 
+from kmemscope.parsers.sources import clipped
+
 PAGETYPEINFO_CAP = 100000
+
+# Bounds on one sample file (docs/safety.md). A day of 1 s samples of a 4-node machine's
+# pagetypeinfo is about 90 M rows; a real /proc file has a few hundred lines (counters,
+# or zone and migratetype lines) and lines of under 200 bytes.
+MAX_ROWS = 200_000_000           # rows of one table from one file
+MAX_SAMPLE_LINES = 16384         # lines of one sample: counters, zones x migratetypes
+MAX_LINE_BYTES = 4096
+MAX_SAMPLES = 2_000_000          # samples of one file: 23 days of 1 s samples
+BATCH_ROWS = 1 << 17             # rows handed on at a time
+
+
+class OutOfRange(ValueError):
+    """A number that does not fit its column; `index` is its line in the sample's body."""
+
+    def __init__(self, index, token, what):
+        super().__init__(f"{what} {clipped(token)} is out of range")
+        self.index = index
+
+
+_INT32 = (-(1 << 31), (1 << 31) - 1, "an int32")
+_INT64 = (-(1 << 63), (1 << 63) - 1, "a 64-bit count")
+
+
+def _fit(value, index, token, bounds):
+    lo, hi, what = bounds
+    if not lo <= value <= hi:
+        raise OutOfRange(index, token, f"{what}:")
+    return value
 
 _HEADER = re.compile(r"^#kmemscope-sample\s+mono_ns=(\d+)\s+realtime_ns=(\d+)\s*$")
 _FREE_ROW = re.compile(r"^Node\s+(\d+),\s*zone\s+(\S+),\s*type\s+(\S+)\s+(.*)$")
@@ -52,10 +90,10 @@ def split_samples(text):
 def parse_vmstat(body):
     """/proc/vmstat text -> [(name, value)]."""
     rows = []
-    for line in body.splitlines():
+    for i, line in enumerate(body.splitlines()):
         parts = line.split()
         if len(parts) == 2 and _is_int(parts[1]):
-            rows.append((parts[0], int(parts[1])))
+            rows.append((parts[0], _fit(int(parts[1]), i, parts[1], _INT64)))
     return rows
 
 
@@ -82,9 +120,12 @@ def parse_pagetypeinfo(body):
     """
     free, blocks = [], []
     orders, block_types = None, None
-    for line in body.splitlines():
+    for i, line in enumerate(body.splitlines()):
         if line.startswith("Free pages count per migrate type at order"):
-            orders = [int(t) for t in line.split("order", 1)[1].split()]
+            tokens = line.split("order", 1)[1].split()
+            if not all(t.isdigit() for t in tokens):
+                continue
+            orders = [_fit(int(t), i, t, _INT32) for t in tokens]
             continue
         if line.startswith("Number of blocks type"):
             block_types = line[len("Number of blocks type"):].split()
@@ -94,31 +135,35 @@ def parse_pagetypeinfo(body):
             counts = [_count(t) for t in m.group(4).split()]
             if len(counts) != len(orders) or None in counts:
                 continue  # a line cut short at the end of a killed record
+            node = _fit(int(m.group(1)), i, m.group(1), _INT32)
             for order, (count, capped) in zip(orders, counts):
-                free.append((int(m.group(1)), m.group(2), m.group(3), order, count, capped))
+                free.append((node, m.group(2), m.group(3), order, _fit(count, i, count, _INT64),
+                             capped))
             continue
         m = _ZONE_ROW.match(line)
         if m and block_types is not None:
             values = m.group(3).split()
             if len(values) != len(block_types) or not all(v.isdigit() for v in values):
                 continue
+            node = _fit(int(m.group(1)), i, m.group(1), _INT32)
             for name, value in zip(block_types, values):
-                blocks.append((int(m.group(1)), m.group(2), name, int(value)))
+                blocks.append((node, m.group(2), name, _fit(int(value), i, value, _INT64)))
     return free, blocks
 
 
 def parse_buddyinfo(body):
     """/proc/buddyinfo text -> [(node, zone, order, count)]; order is the column index."""
     rows = []
-    for line in body.splitlines():
+    for i, line in enumerate(body.splitlines()):
         m = _ZONE_ROW.match(line)
         if not m:
             continue
         values = m.group(3).split()
         if not all(v.isdigit() for v in values):
             continue
+        node = _fit(int(m.group(1)), i, m.group(1), _INT32)
         for order, value in enumerate(values):
-            rows.append((int(m.group(1)), m.group(2), order, int(value)))
+            rows.append((node, m.group(2), order, _fit(int(value), i, value, _INT64)))
     return rows
 
 
@@ -151,15 +196,17 @@ def parse_extfrag(body):
     is not an index (a line cut short) is skipped whole.
     """
     rows = []
-    for line in body.splitlines():
+    for i, line in enumerate(body.splitlines()):
         m = _ZONE_ROW.match(line)
         if not m:
             continue
-        values = [_thousandths(t) for t in m.group(3).split()]
+        tokens = m.group(3).split()
+        values = [_thousandths(t) for t in tokens]
         if not values or None in values:
             continue
-        for order, value in enumerate(values):
-            rows.append((int(m.group(1)), m.group(2), order, value))
+        node = _fit(int(m.group(1)), i, m.group(1), _INT32)
+        for order, (value, token) in enumerate(zip(values, tokens)):
+            rows.append((node, m.group(2), order, _fit(value, i, token, _INT32)))
     return rows
 
 
@@ -190,13 +237,7 @@ def extfrag_rows(text):
     return [(ts,) + row for ts, _, body in split_samples(text) for row in parse_extfrag(body)]
 
 
-# ---------------------------------------------------------------- bundle -> Arrow
-
-def _read_file(bundle_dir, name):
-    from kmemscope.parsers.sources import read_procfs_text
-
-    return read_procfs_text(os.path.join(bundle_dir, "procfs", name))
-
+# ---------------------------------------------------------------- bundle -> Arrow, streamed
 
 def unheaded(text):
     """True for a sample file with text but no sample header: no sample can be placed in
@@ -208,15 +249,16 @@ def unheaded(text):
 SAMPLE_SLACK_NS = 1_000_000_000
 
 
-def sample_window_notes(tables, first_ts, last_ts):
-    """Notes for procfs samples more than a second outside the trace [first_ts, last_ts] (ns)."""
+def sample_window_notes(sample_times, first_ts, last_ts):
+    """Notes for procfs samples more than a second outside the trace [first_ts, last_ts] (ns).
+
+    sample_times: {table: the ts of its samples} (what stream_bundle_procfs returns)."""
     notes = []
     if first_ts is None or last_ts is None:
         return notes
-    for name, t in sorted(tables.items()):
-        if t.num_rows == 0:
+    for name, times in sorted(sample_times.items()):
+        if not len(times):
             continue
-        times = set(t.column("ts").to_pylist())
         before = [x for x in times if x < first_ts - SAMPLE_SLACK_NS]
         after = [x for x in times if x > last_ts + SAMPLE_SLACK_NS]
         if before or after:
@@ -231,65 +273,185 @@ def sample_window_notes(tables, first_ts, last_ts):
     return notes
 
 
-def read_bundle_procfs(bundle_dir, notes=None):
-    """{table: pyarrow.Table} for the procfs tables a bundle has samples for.
-
-    Tables: vmstat, pagetypeinfo_free, pagetypeinfo_blocks, buddyinfo and,
-    where debugfs was sampled, extfrag_unusable_index and extfrag_index (see
-    docs/dataset-format.md), without run_id: the dataset writer adds the partition.
-    `notes` (a list) hears of sample files that are kept out, e.g. text without sample headers.
-    """
+def table_schemas():
+    """{table: Arrow schema without run_id} of every procfs table (docs/dataset-format.md)."""
     import pyarrow as pa
 
-    def table(rows, schema):
-        columns = list(zip(*rows)) if rows else [[] for _ in schema]
-        return pa.table([pa.array(col, type=field.type) for col, field in zip(columns, schema)],
-                        schema=schema)
+    ts, node, zone, order = (("ts", pa.int64()), ("node", pa.int32()), ("zone", pa.string()),
+                             ("order", pa.int32()))
+    return {
+        "vmstat": pa.schema([ts, ("name", pa.string()), ("value", pa.int64())]),
+        "pagetypeinfo_free": pa.schema([ts, node, zone, ("migratetype", pa.string()), order,
+                                        ("count", pa.int64()), ("capped", pa.bool_())]),
+        "pagetypeinfo_blocks": pa.schema([ts, node, zone, ("migratetype", pa.string()),
+                                          ("blocks", pa.int64())]),
+        "buddyinfo": pa.schema([ts, node, zone, order, ("count", pa.int64())]),
+        "extfrag_unusable_index": pa.schema([ts, node, zone, order,
+                                             ("unusable_index_permille", pa.int32())]),
+        "extfrag_index": pa.schema([ts, node, zone, order,
+                                    ("fragmentation_index_permille", pa.int32())]),
+    }
 
-    ts, node, zone = ("ts", pa.int64()), ("node", pa.int32()), ("zone", pa.string())
-    out = {}
-    notes = [] if notes is None else notes
 
-    def _read(bundle_dir, name):
-        text = _read_file(bundle_dir, name)
-        if text is not None and unheaded(text):
-            notes.append(f"procfs/{name} has no '#kmemscope-sample mono_ns=... realtime_ns=...' "
+def _pagetypeinfo_tables(body):
+    free, blocks = parse_pagetypeinfo(body)
+    return {"pagetypeinfo_free": free, "pagetypeinfo_blocks": blocks}
+
+
+# bundle file (capture/sampler.py) -> its tables' rows of one sample's body, in file order
+SOURCES = (
+    ("vmstat", lambda body: {"vmstat": parse_vmstat(body)}),
+    ("pagetypeinfo", _pagetypeinfo_tables),
+    ("buddyinfo", lambda body: {"buddyinfo": parse_buddyinfo(body)}),
+    ("unusable_index", lambda body: {"extfrag_unusable_index": parse_extfrag(body)}),
+    ("extfrag_index", lambda body: {"extfrag_index": parse_extfrag(body)}),
+)
+
+
+class BoundReached(Exception):
+    """A sample file passed one of the bounds: the samples before it are kept."""
+
+
+class SampleReader:
+    """The samples of a sample file, read a line at a time from the binary file `f`:
+    iterating gives (mono_ns, realtime_ns, body, line number of the body's first line).
+    Text before the first header is skipped (`unheaded_text` tells afterwards whether
+    there was some and no header at all). Raises BoundReached past MAX_LINE_BYTES or
+    MAX_SAMPLE_LINES."""
+
+    def __init__(self, f, shown, max_bytes=None):
+        self.f, self.shown, self.max_bytes = f, shown, max_bytes
+        self.headed = self.text_before = False
+
+    @property
+    def unheaded_text(self):
+        return self.text_before and not self.headed
+
+    def __iter__(self):
+        current, lines, number, start, size = None, [], 0, 0, 0
+        while raw := self.f.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            size += len(raw)
+            if self.max_bytes is not None and size > self.max_bytes:
+                raise BoundReached(f"{self.shown}: grew past {self.max_bytes >> 20} MiB while "
+                                   "it was read")
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise BoundReached(f"{self.shown}: line {number} is longer than {MAX_LINE_BYTES} "
+                                   "bytes (a /proc line is under 200)")
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            m = _HEADER.match(line)
+            if m:
+                if current is not None:
+                    yield current + ("\n".join(lines), start)
+                self.headed = True
+                current, lines, start = (int(m.group(1)), int(m.group(2))), [], number + 1
+            elif current is not None:
+                if len(lines) >= MAX_SAMPLE_LINES:
+                    raise BoundReached(f"{self.shown}: the sample from line {start - 1} has more "
+                                       f"than {MAX_SAMPLE_LINES} lines (a /proc file has a few "
+                                       "hundred counters or zone lines)")
+                lines.append(line)
+            elif line.strip():
+                self.text_before = True
+        if current is not None:
+            yield current + ("\n".join(lines), start)
+
+
+class _Batches:
+    """Rows of one table gathered into Arrow record batches of BATCH_ROWS for `sink`."""
+
+    def __init__(self, table, schema, sink):
+        self.table, self.schema, self.sink = table, schema, sink
+        self.pending, self.rows = [], 0
+
+    def add(self, rows):
+        self.pending += rows
+        self.rows += len(rows)
+        if len(self.pending) >= BATCH_ROWS:
+            self.flush()
+
+    def flush(self, last=False):
+        import pyarrow as pa
+
+        if not self.pending and not (last and self.rows == 0):
+            return
+        columns = list(zip(*self.pending)) if self.pending else [[] for _ in self.schema]
+        self.sink(self.table, pa.record_batch(
+            [pa.array(col, type=field.type) for col, field in zip(columns, self.schema)],
+            schema=self.schema))
+        self.pending = []
+
+
+def stream_sample_file(f, shown, parse, schemas, sink, notes, source=None):
+    """Parse the sample file `f` (binary, read a line at a time) into batches for `sink`;
+    returns {table: [ts of its samples]}. `parse(body)` -> {table: rows}. Errors name the
+    file as `source: shown`."""
+    from kmemscope.common.errors import TraceFileError
+    from kmemscope.parsers.sources import PROCFS_MAX_BYTES
+
+    out = {t: _Batches(t, schemas[t], sink) for t in parse("")}
+    times, samples = array.array("q"), 0
+    reader = SampleReader(f, shown, PROCFS_MAX_BYTES)
+    try:
+        for ts, _realtime, body, start in reader:
+            try:
+                found = parse(body)
+            except OutOfRange as exc:
+                raise TraceFileError(f"{source + ': ' if source else ''}{shown}: line "
+                                     f"{start + exc.index}: {exc}",
+                                     "the file is not a /proc file as the kernel prints it") from None
+            if any(b.rows + len(found[t]) > MAX_ROWS for t, b in out.items()):
+                raise BoundReached(f"{shown}: more than {MAX_ROWS:,} rows")
+            if samples >= MAX_SAMPLES:
+                raise BoundReached(f"{shown}: more than {MAX_SAMPLES:,} samples")
+            for table, rows in found.items():
+                out[table].add([(ts,) + r for r in rows])
+            times.append(ts)
+            samples += 1
+    except BoundReached as exc:
+        notes.append(f"{exc}: the {samples:,} samples before it are kept, the rest of the file "
+                     "is left out")
+    else:
+        if reader.unheaded_text:
+            notes.append(f"{shown} has no '#kmemscope-sample mono_ns=... realtime_ns=...' "
                          "header before its text, so no sample can be placed in time: it is "
                          "left out (kmemscope record writes one before every sample)")
-            return None
-        return text
-
-    text = _read(bundle_dir, "vmstat")
-    if text is not None:
-        out["vmstat"] = table(vmstat_rows(text),
-                              pa.schema([ts, ("name", pa.string()), ("value", pa.int64())]))
-    text = _read(bundle_dir, "pagetypeinfo")
-    if text is not None:
-        free, blocks = pagetypeinfo_rows(text)
-        out["pagetypeinfo_free"] = table(free, pa.schema([
-            ts, node, zone, ("migratetype", pa.string()), ("order", pa.int32()),
-            ("count", pa.int64()), ("capped", pa.bool_())]))
-        out["pagetypeinfo_blocks"] = table(blocks, pa.schema([
-            ts, node, zone, ("migratetype", pa.string()), ("blocks", pa.int64())]))
-    text = _read(bundle_dir, "buddyinfo")
-    if text is not None:
-        out["buddyinfo"] = table(buddyinfo_rows(text), pa.schema([
-            ts, node, zone, ("order", pa.int32()), ("count", pa.int64())]))
-    out.update(_extfrag_tables(bundle_dir, table, [ts, node, zone, ("order", pa.int32())]))
-    return out
+            return {}
+    for b in out.values():
+        b.flush(last=True)
+    return {t: times for t in out}
 
 
-# bundle file (capture/sampler.py EXTFRAG_SOURCES) -> (table, value column), both in thousandths
-EXTFRAG_TABLES = (("unusable_index", "extfrag_unusable_index", "unusable_index_permille"),
-                  ("extfrag_index", "extfrag_index", "fragmentation_index_permille"))
+def stream_bundle_procfs(bundle_dir, sink, notes=None, source=None):
+    """Stream a bundle's procfs samples to `sink(table, record_batch)`; returns {table: the ts
+    of its samples} for the tables it has sample files for (every such table gets at least one
+    batch, maybe of no rows).
+
+    Tables: vmstat, pagetypeinfo_free, pagetypeinfo_blocks, buddyinfo and, where debugfs
+    was sampled, extfrag_unusable_index and extfrag_index (docs/dataset-format.md), without
+    run_id: the dataset writer adds the partition. `notes` (a list) hears of sample files
+    kept out or cut at a bound; `source` (the input's name) opens the errors.
+    """
+    from kmemscope.parsers.sources import open_procfs_file
+
+    schemas = table_schemas()
+    notes = [] if notes is None else notes
+    times = {}
+    for name, parse in SOURCES:
+        f = open_procfs_file(os.path.join(bundle_dir, "procfs", name))
+        if f is None:
+            continue
+        with f:
+            times.update(stream_sample_file(f, f"procfs/{name}", parse, schemas, sink, notes,
+                                            source))
+    return times
 
 
-def _extfrag_tables(bundle_dir, table, key_columns):
+def read_bundle_procfs(bundle_dir, notes=None):
+    """{table: pyarrow.Table} of a bundle's procfs samples (stream_bundle_procfs, gathered)."""
     import pyarrow as pa
 
-    out = {}
-    for source, name, column in EXTFRAG_TABLES:
-        text = _read_file(bundle_dir, source)
-        if text is not None:
-            out[name] = table(extfrag_rows(text), pa.schema(key_columns + [(column, pa.int32())]))
-    return out
+    batches = {}
+    stream_bundle_procfs(bundle_dir, lambda t, b: batches.setdefault(t, []).append(b), notes)
+    schemas = table_schemas()
+    return {t: pa.Table.from_batches(bs, schema=schemas[t]) for t, bs in batches.items()}

@@ -338,6 +338,13 @@ def _bounded_text(path, limit, what, dir_fd=None, name=None):
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
+def clipped(value, limit=24):
+    """A value from untrusted input as an error may echo it: printable, and cut at `limit`
+    characters with its length said (a 400-digit number is not shown whole)."""
+    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _check(manifest, key, types, path, what):
     value = manifest.get(key)
     if value is not None and not isinstance(value, types):
@@ -374,15 +381,17 @@ def read_manifest(bundle):
     _check(manifest, "host", str, path, "a string")
     order = _check(manifest, "pageblock_order", int, path, "an integer")
     if isinstance(order, bool) or (order is not None and not 0 <= order <= 30):
-        raise TraceFileError(f"{path}: manifest pageblock_order {order!r} is out of range 0-30")
+        raise TraceFileError(f"{path}: manifest pageblock_order {clipped(order)} is out of "
+                             "range 0-30")
     mts = _check(manifest, "migratetypes", list, path, "a list of strings")
     if mts is not None and (len(mts) > 64 or not all(isinstance(m, str) for m in mts)):
         raise TraceFileError(f"{path}: manifest migratetypes must be at most 64 strings")
     return manifest
 
 
-def read_procfs_text(path):
-    """One procfs sample file of a bundle (BUNDLE/procfs/NAME), bounded; None when absent.
+def open_procfs_file(path):
+    """One procfs sample file of a bundle (BUNDLE/procfs/NAME) as a binary file object to
+    read as a stream (parsers/procfs.py), at most PROCFS_MAX_BYTES; None when absent.
 
     procfs/ itself is opened without following a link too: a bundle whose
     procfs/ links elsewhere is refused like a linked sample.
@@ -399,8 +408,17 @@ def read_procfs_text(path):
         if exc.errno == errno.ENOTDIR:
             return None            # not a folder of samples: the bundle has none
         raise TraceFileError(f"{path.parent}: {exc.strerror}") from None
+    what = f"procfs sample {path.name}"
     try:
-        return _bounded_text(path, PROCFS_MAX_BYTES, f"procfs sample {path.name}",
-                             dir_fd=folder, name=path.name)
+        fd, st = open_bundle_file(path.name, what, dir_fd=folder, shown=path)
+    except FileNotFoundError:
+        return None
     finally:
         os.close(folder)
+    if st.st_size > PROCFS_MAX_BYTES:
+        os.close(fd)
+        raise TraceFileError(f"{path}: {what} is {st.st_size >> 10} KiB, more than the "
+                             f"{PROCFS_MAX_BYTES >> 10} KiB kmemscope accepts",
+                             "parse the trace.dat alone")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")

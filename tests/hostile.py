@@ -31,7 +31,8 @@ def rename_event(data, old, new):
 
 
 def write_tar(path, members, compression="gz"):
-    """Write a tar archive of {name: bytes or (size, byte) for a run of one byte} members."""
+    """Write a tar archive of {name: bytes, or (size, pattern[, prefix]): `prefix` and then
+    `pattern` (a byte, a line) repeated, `size` bytes in all} members."""
     import pyarrow as pa
 
     codec = "zstd" if compression == "zst" else "gzip"
@@ -40,9 +41,8 @@ def write_tar(path, members, compression="gz"):
         for name, content in members.items():
             info = tarfile.TarInfo(name)
             if isinstance(content, tuple):
-                size, byte = content
-                info.size = size
-                tar.addfile(info, _Repeat(byte, size))
+                info.size = content[0]
+                tar.addfile(info, _Repeat(*content))
             else:
                 info.size = len(content)
                 tar.addfile(info, _Bytes(content))
@@ -91,15 +91,23 @@ class _Bytes:
 
 
 class _Repeat:
-    """A file object of `size` copies of one byte, produced as it is read."""
+    """A file object of `size` bytes: `prefix`, then `pattern` over and over, produced as it
+    is read."""
 
-    def __init__(self, byte, size):
-        self.byte, self.left = byte, size
+    def __init__(self, size, pattern, prefix=b""):
+        self.pattern, self.left, self.pos, self.prefix = pattern, size, 0, prefix
 
     def read(self, n=-1):
         n = self.left if n < 0 else min(n, self.left)
+        out = self.prefix[:n]
+        self.prefix = self.prefix[len(out):]
+        need = n - len(out)
+        if need:
+            reps = (self.pos + need) // len(self.pattern) + 1
+            out += (self.pattern * reps)[self.pos:self.pos + need]
+            self.pos = (self.pos + need) % len(self.pattern)
         self.left -= n
-        return self.byte * n
+        return out
 
 
 # ---------------------------------------------------------------- datasets and bundles
