@@ -187,6 +187,18 @@ def _key_values(values, what):
     return out
 
 
+def _snapshot_times(_ctx, _param, value):
+    """--procfs-times START,END -> (start, end) Unix seconds."""
+    if value is None:
+        return None
+    from kmemscope.operations import snapshot_times
+
+    try:
+        return snapshot_times(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not START,END in Unix seconds") from None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(__version__, prog_name="kmemscope")
 @click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
@@ -218,10 +230,19 @@ def cli(ctx, debug):
 @click.option("--whole-bundle", is_flag=True,
               help="Keep every event of a flight bundle, also those outside its trigger's window "
                    "(by default they are trimmed and counted).")
+@click.option("--procfs-start", type=click.Path(file_okay=False), callback=utf8_path, metavar="DIR",
+              help="A folder of /proc copies (vmstat, pagetypeinfo, buddyinfo) taken just before "
+                   "a bare trace.dat was recorded; with --procfs-end, the run gets them as its "
+                   "samples (vmstat rows: the increases between the two).")
+@click.option("--procfs-end", type=click.Path(file_okay=False), callback=utf8_path, metavar="DIR",
+              help="The same /proc copies taken just after the trace.")
+@click.option("--procfs-times", metavar="START,END", callback=_snapshot_times,
+              help="When the --procfs-start and --procfs-end copies were taken, in Unix seconds "
+                   "(`date +%s.%N`); default: their files' modification times.")
 @engine_options
 @click.pass_context
-def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_bundle, engine,
-          spark_master, spark_conf):
+def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_bundle,
+          procfs_start, procfs_end, procfs_times, engine, spark_master, spark_conf):
     """Parse trace.dat files or bundles into a Parquet dataset.
 
     Each input becomes one run, named by a hash of its trace.dat; parsing the
@@ -233,10 +254,22 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
     With --engine spark each input is decoded in a Spark task and the driver
     commits the runs; the dataset must be on a file system that the driver and
     every executor see at the same path.
+
+    A bare trace.dat with /proc copies taken before and after it (mmtests'
+    monitors, hand captures): --procfs-start DIR --procfs-end DIR.
     """
     from kmemscope.operations import expand_inputs, parse_one
 
     labels = _key_values(labels, "--label")
+    snapshots = {"procfs_start": procfs_start, "procfs_end": procfs_end,
+                 "procfs_times": procfs_times}
+    if (procfs_start is None) != (procfs_end is None):
+        raise click.UsageError("--procfs-start and --procfs-end go together")
+    if procfs_times is not None and procfs_start is None:
+        raise click.UsageError("--procfs-times is for --procfs-start and --procfs-end")
+    if procfs_start is not None and (len(sources) != 1 or engine == "spark"):
+        raise click.UsageError("--procfs-start and --procfs-end go with one trace.dat, parsed "
+                               "locally")
     patterns = [p for item in events for p in item.split(",") if p]
     try:  # a flight directory (record --flight) is one run per bundle
         sources = expand_inputs(sources)
@@ -260,7 +293,8 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
         try:
             with _progress(source, show_progress) as progress:
                 summary = parse_one(source, dataset, labels=labels, events=patterns,
-                                    threads=threads, progress=progress, whole_bundle=whole_bundle)
+                                    threads=threads, progress=progress, whole_bundle=whole_bundle,
+                                    **snapshots)
         except KmemscopeError as exc:
             _report_error(ctx, exc)
             failures += 1

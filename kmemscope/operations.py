@@ -38,15 +38,35 @@ def expand_inputs(sources: Sequence) -> list:
 
 def parse_one(source, dataset, labels: Mapping[str, str] | None = None, *,
               events: Sequence[str] | None = None, threads: int | None = None,
-              progress: Callable | None = None, whole_bundle: bool = False):
+              progress: Callable | None = None, whole_bundle: bool = False,
+              procfs_start=None, procfs_end=None, procfs_times=None):
     """Parse one trace.dat or bundle into `dataset` -> RunSummary.
 
     progress(("total", bytes)) then progress(("advance", bytes)) as the trace is decoded.
-    A flight recorder's bundle keeps only its window's events unless whole_bundle."""
+    A flight recorder's bundle keeps only its window's events unless whole_bundle.
+    procfs_start, procfs_end: folders of /proc copies taken before and after a bare trace,
+    taken at procfs_times (start, end Unix seconds; default their files' mtimes)
+    (parsers/snapshots.py)."""
     from kmemscope.parsers.ingest import ingest
 
+    snapshots = None
+    if procfs_start is not None or procfs_end is not None:
+        from kmemscope.parsers.snapshots import read_snapshots, refuse_a_bundle
+
+        if procfs_start is None or procfs_end is None:
+            raise KmemscopeError("snapshots of /proc need both --procfs-start and --procfs-end")
+        refuse_a_bundle(source)
+        snapshots = read_snapshots(procfs_start, procfs_end, procfs_times)
     return ingest(source, dataset, labels=dict(labels or {}), events=list(events or []),
-                  threads=threads, progress=progress, whole_bundle=whole_bundle)
+                  threads=threads, progress=progress, whole_bundle=whole_bundle,
+                  snapshots=snapshots)
+
+
+def snapshot_times(text: str) -> tuple:
+    """`START,END` Unix seconds (parse --procfs-times) -> (start, end); ValueError otherwise."""
+    from kmemscope.parsers.snapshots import parse_times
+
+    return parse_times(text)
 
 
 def parse_on_spark(sources: Sequence, dataset, *, engine: EngineSpec | str = "spark",

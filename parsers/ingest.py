@@ -166,12 +166,12 @@ def _folder(folder):
 
 
 def stage_run(source, staging, labels=None, events=None, threads=None, progress=None,
-              scratch=None, whole_bundle=False):
+              scratch=None, whole_bundle=False, snapshots=None):
     """Decode `source` into `staging`; returns the RunSummary (run_id set).
 
     staging, scratch: folders as dataset.safefs.Dir handles (or paths, opened here): every
     file is made relative to them. scratch: where a packed bundle is unpacked (default:
-    `staging`'s parent).
+    `staging`'s parent). snapshots: parsers/snapshots.Snapshots taken beside a bare trace.
     A run whose known tables do not fit the dataset (dataset/format.py
     unfit_reason) is refused in one line naming the table and field.
     """
@@ -181,7 +181,7 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
                                  "UTF-8 text", "give labels as text")
     try:
         return _stage_run(source, staging, labels, events, threads, progress, scratch,
-                          whole_bundle)
+                          whole_bundle, snapshots)
     except dataset_format.UnfitTable as exc:
         raise TraceFileError(f"{source}: {exc}") from None
     except RecursionError:
@@ -223,7 +223,8 @@ def _known_events_once(trace, event_ids):
                 "the trace's event formats are altered: the run is refused")
 
 
-def _stage_run(source, staging, labels, events, threads, progress, scratch, whole_bundle=False):
+def _stage_run(source, staging, labels, events, threads, progress, scratch, whole_bundle=False,
+               snapshots=None):
     started = time.monotonic()
     if scratch is None:
         if hasattr(staging, "fd"):
@@ -231,10 +232,11 @@ def _stage_run(source, staging, labels, events, threads, progress, scratch, whol
         scratch = Path(staging).parent      # never inside the stage: its folders are tables
     with _folder(staging) as staging, _folder(scratch) as scratch:
         return _stage(source, staging, scratch, labels, events, threads, progress, whole_bundle,
-                      started)
+                      started, snapshots)
 
 
-def _stage(source, staging, scratch, labels, events, threads, progress, whole_bundle, started):
+def _stage(source, staging, scratch, labels, events, threads, progress, whole_bundle, started,
+           snapshots=None):
     import threading
 
     from kmemscope.parsers import flight_window
@@ -297,6 +299,10 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
         procfs_notes = []
         if bundle is not None:
             procfs_notes += _stage_procfs(source, bundle, staging, rows, lock, ts_range)
+        elif snapshots is not None:
+            snapshots.check_trace(source, trace.metadata()["host"], *ts_range)
+            procfs_notes += _stage_procfs(source, snapshots.sample_files(*ts_range), staging,
+                                          rows, lock, ts_range)
         if bench:
             _write_table(staging, metrics_store.TABLE, metrics_store.metrics_table(bench, "bundle"))
             rows[metrics_store.TABLE] = len(bench)
@@ -387,7 +393,8 @@ def _event_tables_table(tables, rows):
 
 
 def _stage_procfs(source, bundle, staging, rows, lock, ts_range):
-    """Stream the bundle's procfs samples into the stage; returns the notes on them."""
+    """Stream the bundle's procfs samples (or {name: sample file bytes}) into the stage;
+    returns the notes on them."""
     from kmemscope.parsers import procfs
 
     notes = []
@@ -469,23 +476,30 @@ def writable_dataset(dataset):
 
 
 def ingest(source, dataset, labels=None, events=None, threads=None, progress=None, isolate=True,
-           whole_bundle=False):
+           whole_bundle=False, snapshots=None):
     """Parse `source` into `dataset`; returns a RunSummary. Raises KmemscopeError on bad input.
 
+    snapshots: parsers/snapshots.Snapshots of /proc taken before and after a bare trace.
     A parse that fails leaves the dataset as it found it: a path that did not
     exist is gone again, and an existing dataset gets no lock file it lacked.
     """
+    if snapshots is not None:
+        from kmemscope.parsers.snapshots import refuse_a_bundle
+
+        refuse_a_bundle(source)
     dataset = Path(dataset)
     created = writable_dataset(dataset)
     had_lock = os.path.lexists(dataset / commit_mod.LOCK_NAME)
     try:
-        return _ingest(source, dataset, labels, events, threads, progress, isolate, whole_bundle)
+        return _ingest(source, dataset, labels, events, threads, progress, isolate, whole_bundle,
+                       snapshots)
     except BaseException:
         _leave_as_found(dataset, created, had_lock)
         raise
 
 
-def _ingest(source, dataset, labels, events, threads, progress, isolate, whole_bundle=False):
+def _ingest(source, dataset, labels, events, threads, progress, isolate, whole_bundle=False,
+            snapshots=None):
     started_ns = time.time_ns()
     dataset_format.read_format(dataset)     # a newer format is refused before decoding
     try:
@@ -500,10 +514,11 @@ def _ingest(source, dataset, labels, events, threads, progress, isolate, whole_b
     try:
         if isolate:
             summary, child = _stage_in_child(source, work, labels, events, threads, progress,
-                                             whole_bundle)
+                                             whole_bundle, snapshots)
         else:
             summary = stage_run(source, work.stage_dir, labels, events, threads, progress,
-                                scratch=work.scratch_dir, whole_bundle=whole_bundle)
+                                scratch=work.scratch_dir, whole_bundle=whole_bundle,
+                                snapshots=snapshots)
         summary.recovered = recovered
         with commit_mod.dataset_lock(dataset):
             if commit_mod.committed_since(dataset, summary.run_id, started_ns):
@@ -546,14 +561,15 @@ def _disk_hint(exc):
     return "free some disk space or choose another -o" if exc.errno == 28 else "check the dataset"
 
 
-def _stage_in_child(source, work, labels, events, threads, progress, whole_bundle=False):
+def _stage_in_child(source, work, labels, events, threads, progress, whole_bundle=False,
+                    snapshots=None):
     """Stage the run in a forked decoder child; returns (RunSummary, the child process),
     which the caller joins once it has done what does not need the child gone."""
     from kmemscope.parsers.forked import ForkedChild
 
     # The child inherits the work folder's handles: it makes every file relative to them.
     proc = ForkedChild(_child_main, (os.getpid(), source, work.stage_dir, work.scratch_dir,
-                                     labels, events, threads, whole_bundle))
+                                     labels, events, threads, whole_bundle, snapshots))
     result = None
     try:
         while True:
@@ -651,7 +667,7 @@ def _die_with_parent(parent_pid):
 
 
 def _child_main(conn, parent_pid, source, staging, scratch, labels, events, threads,
-                whole_bundle=False):
+                whole_bundle=False, snapshots=None):
     import faulthandler
     import gc
     import resource
@@ -699,7 +715,8 @@ def _child_main(conn, parent_pid, source, staging, scratch, labels, events, thre
     pause = os.environ.get("KMEMSCOPE_TEST_PAUSE_DECODER_S")
     try:
         summary = stage_run(source, staging, labels, events, threads,
-                            progress=progress, scratch=scratch, whole_bundle=whole_bundle)
+                            progress=progress, scratch=scratch, whole_bundle=whole_bundle,
+                            snapshots=snapshots)
         conn.send(("ok", summary))
     except KmemscopeError as exc:
         conn.send(("error", (type(exc), str(exc))))

@@ -423,8 +423,9 @@ def stream_sample_file(f, shown, parse, schemas, sink, notes, source=None):
 
 
 def stream_bundle_procfs(bundle_dir, sink, notes=None, source=None):
-    """Stream a bundle's procfs samples to `sink(table, record_batch)`; returns {table: the ts
-    of its samples} for the tables it has sample files for (every such table gets at least one
+    """Stream a bundle's procfs samples to `sink(table, record_batch)` (`bundle_dir`: the
+    bundle's folder, or {name: sample file bytes}); returns {table: the ts of its samples}
+    for the tables it has sample files for (every such table gets at least one
     batch, maybe of no rows).
 
     Tables: vmstat, pagetypeinfo_free, pagetypeinfo_blocks, buddyinfo and, where debugfs
@@ -432,13 +433,18 @@ def stream_bundle_procfs(bundle_dir, sink, notes=None, source=None):
     run_id: the dataset writer adds the partition. `notes` (a list) hears of sample files
     kept out or cut at a bound; `source` (the input's name) opens the errors.
     """
+    import io
+
     from kmemscope.parsers.sources import open_procfs_file
 
     schemas = table_schemas()
     notes = [] if notes is None else notes
     times = {}
     for name, parse in SOURCES:
-        f = open_procfs_file(os.path.join(bundle_dir, "procfs", name))
+        if isinstance(bundle_dir, dict):        # sample files made in memory (parsers/snapshots.py)
+            f = io.BytesIO(bundle_dir[name]) if name in bundle_dir else None
+        else:
+            f = open_procfs_file(os.path.join(bundle_dir, "procfs", name))
         if f is None:
             continue
         with f:
