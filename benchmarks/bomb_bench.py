@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Peak memory and time of kmemscope's reading commands on hostile datasets ("bombs").
+"""Peak memory and time of kmemscope's commands on hostile datasets and bundles ("bombs").
 
-    bomb_bench.py [--work DIR] [--rows N] [--host-mib M] [--columns C]
+    bomb_bench.py [--work DIR] [--rows N] [--host-mib M] [--columns C] [--only LIST]
 
 Each bomb is built from the thp-faults example bundle under DIR (default
 /var/tmp/kmemscope-bombs, never the repository) with tests/hostile.py's helpers:
@@ -10,6 +10,13 @@ Each bomb is built from the thp-faults example bundle under DIR (default
   wide table   a table of C columns and one row (a footer of tens of MB)
   long host    the runs file's host a string of M MiB
   sparse part  a part file replaced by a 64 GiB sparse file
+and, for `parse`, packed bundles (the example's trace.dat and manifest.json beside them):
+  paxzst       a 3 GiB pax header in a .tar.zst (about 1.4 MB)
+  paxgz        a 1 GiB pax header in a .tar.gz (about 6 MB)
+  skipped      an 8 GiB member that is not part of a bundle, before the bundle's, in .tar.zst
+  vmstat       procfs/vmstat: one sample of 240 MiB of counter lines, in .tar.zst (about 1 MB)
+  samples      procfs/vmstat: 64 MiB of real samples (the example's first, over and over)
+  buddyinfo    procfs/buddyinfo: one sample of 40 MB, a million zone lines
 
 Each command runs under the defaults (memory limit a quarter of the machine's memory,
 timeout 3600 s; sql --read-only 300 s) unless the line says otherwise; printed per
@@ -64,10 +71,10 @@ def main():
     ap.add_argument("--rows", type=int, default=200_000_000)
     ap.add_argument("--host-mib", type=int, default=512)
     ap.add_argument("--columns", type=int, default=100_000)
-    ap.add_argument("--only", help="comma-separated: rows,wide,host,sparse")
+    ap.add_argument("--only", help="comma-separated: " + ",".join(ALL))
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    only = set(args.only.split(",")) if args.only else {"rows", "wide", "host", "sparse"}
+    only = set(args.only.split(",")) if args.only else set(ALL)
     print(f"machine: {os.cpu_count()} CPUs, "
           f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.1f} GiB")
 
@@ -105,6 +112,75 @@ def main():
         part = next((ds / "mm_page_alloc" / f"run_id={run}").glob("*.parquet"))
         hostile.sparse_part(part, 64 << 30)
         show("verify (a 64 GiB sparse part file)", measure("verify", ds))
+
+    for name, what, build in BUNDLE_BOMBS:
+        if name in only:
+            archive = build(args.work / name)
+            print(f"{name}: {what}, {archive.stat().st_size / 1e6:.2f} MB packed")
+            ds = args.work / f"{name}-ds"
+            shutil.rmtree(ds, ignore_errors=True)
+            show(f"parse {archive.name}", measure("parse", archive, "-o", ds))
+
+
+# ---------------------------------------------------------------- bundle bombs (parse)
+
+EXAMPLE = ROOT / "examples" / "thp-faults"
+
+
+def _members():
+    return {"b/trace.dat": (EXAMPLE / "trace.dat").read_bytes(),
+            "b/manifest.json": (EXAMPLE / "manifest.json").read_bytes()}
+
+
+def _packed(stem, extra, compression="zst"):
+    import hostile
+
+    return hostile.write_tar(Path(f"{stem}.tar.{compression}"), {**extra, **_members()}, compression)
+
+
+def _first_sample(name):
+    text = (EXAMPLE / "procfs" / name).read_text()
+    second = text.index("#kmemscope-sample ", 1)
+    head_end = text.index("\n") + 1
+    return text[:head_end], text[head_end:second]
+
+
+def _pax(stem, size, compression):
+    import hostile
+
+    return hostile.pax_header_bomb(Path(f"{stem}.tar.{compression}"), size, _members(),
+                                   compression)
+
+
+def _samples(stem):
+    import re
+
+    head, body = _first_sample("vmstat")
+    mono = int(re.search(r"mono_ns=(\d+)", head).group(1))
+    sample = (head + body).encode()
+    text = b"".join(sample.replace(str(mono).encode(), str(mono + i * 1000).encode(), 1)
+                    for i in range((64 << 20) // len(sample)))
+    return _packed(stem, {"b/procfs/vmstat": text})
+
+
+def _one_sample(stem, name, line, size):
+    head, _body = _first_sample(name)
+    return _packed(stem, {f"b/procfs/{name}": (size, line, head.encode())})
+
+
+BUNDLE_BOMBS = [
+    ("paxzst", "a 3 GiB pax header", lambda s: _pax(s, 3 << 30, "zst")),
+    ("paxgz", "a 1 GiB pax header", lambda s: _pax(s, 1 << 30, "gz")),
+    ("skipped", "an 8 GiB member that is skipped",
+     lambda s: _packed(s, {"b/junk.bin": (8 << 30, b"\0")})),
+    ("vmstat", "one vmstat sample of 240 MiB",
+     lambda s: _one_sample(s, "vmstat", b"pgalloc_normal 123456\n", 240 << 20)),
+    ("samples", "64 MiB of real vmstat samples", _samples),
+    ("buddyinfo", "one buddyinfo sample of a million zones",
+     lambda s: _one_sample(s, "buddyinfo", b"Node 0, zone   Normal   1   2   3   4   5   6   7   8"
+                           b"   9  10  11\n", 40 << 20)),
+]
+ALL = ["rows", "wide", "host", "sparse"] + [name for name, _w, _b in BUNDLE_BOMBS]
 
 
 if __name__ == "__main__":

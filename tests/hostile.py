@@ -347,12 +347,27 @@ def sparse_part(path, size):
     return Path(path)
 
 
+def _tree(pid):
+    """`pid` and its descendants, from /proc/<pid>/task/<tid>/children."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                pass
+    return out
+
+
 def run_measured(argv, timeout=900):
     """Run `argv` -> (returncode, stdout, stderr, peak RSS in MiB, seconds).
 
-    The peak is the process's VmHWM (its address space's high-water mark, which starts
-    afresh at exec), read every 20 ms while it runs: getrusage's maxrss would also count
-    the memory of the process that started it (it survives exec)."""
+    The peak is the largest VmHWM (an address space's high-water mark, which starts afresh
+    at exec) among the command's process and its children (the parse's decoder child, where
+    unpacking and decoding happen), read every 20 ms while it runs: getrusage's maxrss
+    would also count the memory of the process that started it (it survives exec)."""
     import subprocess
     import tempfile
     import time
@@ -361,14 +376,14 @@ def run_measured(argv, timeout=900):
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.monotonic()
         proc = subprocess.Popen(argv, stdout=out, stderr=err)
-        status = Path(f"/proc/{proc.pid}/status")
         while proc.poll() is None:
-            try:
-                for line in status.read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        peak = max(peak, int(line.split()[1]))
-            except (OSError, ValueError):
-                pass
+            for pid in _tree(proc.pid):
+                try:
+                    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                        if line.startswith("VmHWM:"):
+                            peak = max(peak, int(line.split()[1]))
+                except (OSError, ValueError):
+                    pass
             if time.monotonic() - started > timeout:
                 proc.kill()
             time.sleep(0.02)
