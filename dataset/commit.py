@@ -120,7 +120,7 @@ class WorkDir:
         name = f"{WORK_PREFIX}{uuid.uuid4().hex[:12]}"
         self.path = self.dataset / name
         self.root = _Dir.root(dataset)
-        self._lock = None
+        self._lock = self.dir = None
         try:
             os.mkdir(name, 0o700, dir_fd=self.root.fd)
             self.dir = self.root.sub(name, "a work folder")
@@ -130,7 +130,9 @@ class WorkDir:
             self.stage = self.path / "stage"
             self.stage_dir = self.dir.sub_or_make("stage", "the stage folder")
         except BaseException:
-            self.root.close()
+            if self.dir is not None:
+                self.dir.close()
+            self._release()        # the lock, then the dataset's folder
             raise
         self.scratch, self.scratch_dir = self.path, self.dir
 

@@ -171,7 +171,7 @@ def stage_run(source, staging, labels=None, events=None, threads=None, progress=
 
     staging, scratch: folders as dataset.safefs.Dir handles (or paths, opened here): every
     file is made relative to them. scratch: where a packed bundle is unpacked (default:
-    `staging`'s parent). snapshots: parsers/snapshots.Snapshots taken beside a bare trace.
+    `staging`'s parent). snapshots: a Snapshots (parsers/snapshots.py) taken beside a bare trace.
     A run whose known tables do not fit the dataset (dataset/format.py
     unfit_reason) is refused in one line naming the table and field.
     """
@@ -479,7 +479,7 @@ def ingest(source, dataset, labels=None, events=None, threads=None, progress=Non
            whole_bundle=False, snapshots=None):
     """Parse `source` into `dataset`; returns a RunSummary. Raises KmemscopeError on bad input.
 
-    snapshots: parsers/snapshots.Snapshots of /proc taken before and after a bare trace.
+    snapshots: a Snapshots (parsers/snapshots.py) of /proc taken before and after a bare trace.
     A parse that fails leaves the dataset as it found it: a path that did not
     exist is gone again, and an existing dataset gets no lock file it lacked.
     """
@@ -685,8 +685,14 @@ def _child_main(conn, parent_pid, source, staging, scratch, labels, events, thre
     # line: no Python fault dump on stderr and no core file left behind.
     faulthandler.disable()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    log = os.open(DECODER_LOG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                  0o600, dir_fd=scratch.fd)
+    try:      # O_EXCL: a file or link put in its place is an error, never written through
+        log = os.open(DECODER_LOG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                      | os.O_CLOEXEC, 0o600, dir_fd=scratch.fd)
+    except OSError as exc:
+        conn.send(("error", (KmemscopeError, f"{source}: cannot make the decoder's log in "
+                             f"{scratch.path}: {exc.strerror}")))
+        conn.close()
+        return
     os.dup2(log, 2)
     os.close(log)
     # pyarrow imports pandas (a third of a second) the first time it converts a
