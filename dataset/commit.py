@@ -369,12 +369,6 @@ def _roll_forward(root, work):
     return replaced
 
 
-def roll_forward(dataset, work):
-    """Finish the commit journaled in the work folder `work` of `dataset`; True if a run was replaced."""
-    with _Dir.root(dataset) as root, root.sub(Path(work).name, "a work folder") as w:
-        return _roll_forward(root, w)
-
-
 def commit(workdir, run_id, footers=None):
     """Move the staged run of `workdir` into its dataset; returns True if it replaced one.
 
@@ -394,8 +388,7 @@ def commit(workdir, run_id, footers=None):
     os.fsync(stage.fd)
     _write_journal(work, run_id, tables)
     try:
-        with _Dir.root(workdir.dataset) as root:
-            return _roll_forward(root, work)
+        return _roll_forward(workdir.root, work)
     except UnsafeEntry:
         # Found while checking, before the first rename: with nothing moved, the
         # journal goes and the parse fails; otherwise the next parse rolls it forward.

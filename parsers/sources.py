@@ -160,7 +160,11 @@ def open_source(path, scratch):
             unpack_bundle(p, dest)
             # Read back through the folder's handle too: what is read is what was unpacked.
             root = dest.anchored()
-            yield root / "trace.dat", root
+            try:
+                yield root / "trace.dat", root
+            except TraceFileError as exc:     # named inside the archive, not by the handle
+                message = str(exc.args[0]).replace(f"{root}/", f"{path}: ")
+                raise type(exc)(message, exc.hint) from None
         return
     yield p, None
 

@@ -131,3 +131,13 @@ def test_skipped_members_count_against_the_unpack_budget(tmp_path, monkeypatch):
                                 {"b/junk.bin": (64 << 20, b"\0"), **_members()}, "zst")
     with pytest.raises(TraceFileError, match="archive bomb"):
         ingest.ingest(archive, tmp_path / "ds", isolate=False)
+
+
+def test_a_packed_bundle_s_files_are_named_inside_the_archive_in_errors(tmp_path):
+    """The unpacked files are read through their folder's handle (/proc/self/fd/N/...): an
+    error names them by the archive and their place in it instead."""
+    data = (BUNDLE / "trace.dat").read_bytes()
+    archive = hostile.write_tar(tmp_path / "cut.tar.gz", {"b/trace.dat": data[:len(data) // 2]})
+    line = one_error_line(kmemscope("parse", archive, "-o", tmp_path / "ds", check=False))
+    assert line.startswith(f"kmemscope: error: {archive}: trace.dat: "), line
+    assert "/proc/self" not in line
