@@ -239,12 +239,6 @@ def extfrag_rows(text):
 
 # ---------------------------------------------------------------- bundle -> Arrow, streamed
 
-def unheaded(text):
-    """True for a sample file with text but no sample header: no sample can be placed in
-    time, so none is kept (read_bundle_procfs says so in its notes)."""
-    return bool(text.strip()) and not _HEADER.search(text) and not split_samples(text)
-
-
 # The sampler takes its first and last samples just before tracing starts and after it stops.
 SAMPLE_SLACK_NS = 1_000_000_000
 
