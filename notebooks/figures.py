@@ -818,13 +818,13 @@ def hot_pfns(scope, top_n=50):
 def compaction_timeline(scope):
     """Each compaction run's end on a time line: direct or kcompactd, by end status."""
     try:
+        # compaction_runs: one row per mm_compaction_end, its kind told in lib/compaction.sql
         df = scope.sql("""
-            SELECT e.run_id, (e.ts - f.first_ts) / 1e9 AS t_s,
-                   CASE WHEN e.comm LIKE 'kcompactd%' THEN 'kcompactd' ELSE 'direct' END AS kind,
+            SELECT e.run_id, (e.end_ts - f.first_ts) / 1e9 AS t_s, e.kind,
                    coalesce(n.name, CAST(e.status AS VARCHAR)) AS status
-            FROM mm_compaction_end e JOIN run_facts f USING (run_id)
+            FROM compaction_runs e JOIN run_facts f USING (run_id)
             LEFT JOIN compaction_status_names n ON n.run_id = e.run_id AND n.status = e.status
-            ORDER BY 1, 2""", ["mm_compaction_end", "print_flags", "runs"])
+            ORDER BY 1, 2""", ["mm_compaction_begin", "mm_compaction_end", "print_flags", "runs"])
     except Exception as exc:
         raise Missing("No compaction events were recorded in these runs.") from exc
     if df.empty:

@@ -13,9 +13,11 @@ mind. A few lines are read by kmemscope:
                                  one, a note for each run without it
     -- @optional TABLE ...       tables used when present: a note for each run without one
     -- @any_of TABLE ...         at least one must be present; each is otherwise optional
-    -- @derived NAME ...         per-run derived tables (dataset/derived.py), made on first use
+    -- @derived NAME ...         per-run derived tables (queries/derived_tables.py), made on first use
     -- @include MODULE, ...      queries/lib/ modules whose views it reads (sql_lib.py): they,
-                                 and the modules they require, run before it; no other does
+                                 and the modules they include, run before it; no other does
+                                 (a module's header says `-- include:` alike; `requires`
+                                 always names tables)
     -- @section NAME: description
     -- @columns                  the section's result columns, one a line, after run_id
     --   NAME  UNIT  description     and labels (which every result starts with); a line
