@@ -114,7 +114,7 @@ class WorkDir:
         self.dataset = Path(dataset)
         self.path = self.dataset / f"{WORK_PREFIX}{uuid.uuid4().hex[:12]}"
         self.path.mkdir()
-        self._lock = os.open(self.path / "owner.lock",
+        self._lock: int | None = os.open(self.path / "owner.lock",
                              os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC,
                              0o600)
         fcntl.flock(self._lock, fcntl.LOCK_EX)
@@ -507,7 +507,7 @@ def unfinished_commits(dataset):
     A reader never recovers (only parse does): an interrupted commit's run is
     left out, or shown as before it, until the next parse finishes the commit.
     """
-    notes = []
+    notes: list = []
     try:
         root = _Dir.root(dataset)
     except OSError:

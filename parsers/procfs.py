@@ -35,7 +35,8 @@ def split_samples(text):
     A last sample cut short (record killed mid-write) keeps its whole lines;
     the parsers skip a partial one.
     """
-    samples, current, lines = [], None, []
+    samples, current = [], None
+    lines: list = []
     for line in text.splitlines():
         m = _HEADER.match(line)
         if m:
@@ -210,7 +211,7 @@ SAMPLE_SLACK_NS = 1_000_000_000
 
 def sample_window_notes(tables, first_ts, last_ts):
     """Notes for procfs samples more than a second outside the trace [first_ts, last_ts] (ns)."""
-    notes = []
+    notes: list = []
     if first_ts is None or last_ts is None:
         return notes
     for name, t in sorted(tables.items()):
@@ -242,7 +243,7 @@ def read_bundle_procfs(bundle_dir, notes=None):
     import pyarrow as pa
 
     def table(rows, schema):
-        columns = list(zip(*rows)) if rows else [[] for _ in schema]
+        columns: list = list(zip(*rows)) if rows else [[] for _ in schema]
         return pa.table([pa.array(col, type=field.type) for col, field in zip(columns, schema)],
                         schema=schema)
 

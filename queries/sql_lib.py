@@ -96,7 +96,7 @@ def _view_docs(lines, where):
                 if block is not None:
                     raise QueryError(f"{where}: one `-- @columns` block per view: {m.group(1)}")
                 block, reading = ColumnBlock(where), True
-            elif reading and block.feed(text):
+            elif reading and block is not None and block.feed(text):
                 continue
             else:
                 reading = False
@@ -114,7 +114,7 @@ def parse_module(path):
     first = re.match(r"--\s*lib/(\w+):\s*(.*)", lines[0] if lines else "")
     if not first or first.group(1) != Path(path).stem:
         raise QueryError(f"{where}: the first line must be `-- lib/{Path(path).stem}: <description>`")
-    fields = {"include": (), "derived": (), "views": (), "internal": ()}
+    fields: dict[str, tuple] = {"include": (), "derived": (), "views": (), "internal": ()}
     for line in lines[1:]:
         if not line.startswith("--"):
             break
@@ -143,7 +143,8 @@ def parse_module(path):
 def modules():
     """{name: Module} of queries/lib/, in dependency order."""
     found = {p.stem: parse_module(p) for p in sorted(LIB_DIR.glob("*.sql"))}
-    ordered, state = {}, {}
+    ordered: dict = {}
+    state: dict = {}
 
     def visit(name, chain):
         if state.get(name) == "done":
