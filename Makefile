@@ -58,9 +58,9 @@ demo: setup
 	@echo; echo "== runs, and events per type"
 	$(BIN)/kmemscope info $(DEMO_DIR)/dataset
 	@echo; echo "== the 10 most-allocated page frames"
-	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT printf('0x%x', pfn) AS pfn, count(*) AS allocations, count(DISTINCT cpu) AS cpus FROM mm_page_alloc WHERE pfn <> 18446744073709551615 GROUP BY pfn ORDER BY allocations DESC, pfn LIMIT 10"
+	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT printf('0x%x', pfn) AS pfn, count(*) AS allocations, count(DISTINCT cpu) AS cpus FROM page_allocs WHERE NOT failed GROUP BY pfn ORDER BY allocations DESC, pfn LIMIT 10"
 	@echo; echo "== allocations per order"
-	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT \"order\", count(*) AS allocations, count(*) FILTER (WHERE pfn = 18446744073709551615) AS failed FROM mm_page_alloc GROUP BY 1 ORDER BY 1"
+	$(BIN)/kmemscope sql $(DEMO_DIR)/dataset "SELECT \"order\", count(*) AS allocations, count(*) FILTER (WHERE failed) AS failed FROM page_allocs GROUP BY 1 ORDER BY 1"
 	$(BIN)/kmemscope report $(DEMO_DIR)/dataset -o $(DEMO_DIR)/report.html
 
 # Apache Spark for `--engine spark` and its tests: Java 17+ (from Debian, only

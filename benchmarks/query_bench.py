@@ -11,7 +11,7 @@ procfs samples (vmstat, pagetypeinfo) made up for the benchmark, so that the
 procfs analyses are timed too; a bare trace.dat has none. The dataset lives
 under DIR (default /var/tmp/kmemscope-query-bench), never in the repository.
 
-Printed: the one-time cost of the per-run derived tables (dataset/derived.py;
+Printed: the one-time cost of the per-run derived tables (queries/derived_tables.py;
 paid by the first query that needs them, or by parse), then per analysis the
 first run's time, the best of three, the rows returned, and whether it met the
 3 s target. Analyses whose events the trace lacks are listed as skipped with
@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kmemscope.common.errors import KmemscopeError
-from kmemscope.dataset import derived as derive
+from kmemscope.queries import derived_tables as derive
 from kmemscope.queries import catalog, runner
 from kmemscope.dataset import reader as ds
 

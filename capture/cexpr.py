@@ -25,7 +25,8 @@ _TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|\d+)[uUlL]*|([A-Za-z_]\w*)|(<<|>>
 
 def tokenize(text):
     """Split `text` into ('num', int), ('name', str) and ('op', str) tokens."""
-    tokens, pos, end = [], 0, len(text.rstrip())
+    tokens: list = []
+    pos, end = 0, len(text.rstrip())
     while pos < end:
         m = _TOKEN.match(text, pos)
         if not m:

@@ -31,6 +31,7 @@ import shutil
 import signal
 import tempfile
 import time
+from typing import Any
 
 from kmemscope.capture import BUNDLE_FORMAT_VERSION
 from kmemscope.capture import bundle as bundle_mod
@@ -193,28 +194,29 @@ class FlightRecorder(Recorder):
 
     def __init__(self, options, say):
         super().__init__(options, say)
-        self.manual = collections.deque()
-        self.fired = queue.Queue()
+        self.manual: collections.deque = collections.deque()
+        self.fired: queue.Queue = queue.Queue()
         self.bundles = []
-        self.suppressed = collections.Counter()
-        self.suppressed_at_last_bundle = collections.Counter()
-        self.trigger_times = collections.deque()
+        self.suppressed: collections.Counter = collections.Counter()
+        self.suppressed_at_last_bundle: collections.Counter = collections.Counter()
+        self.trigger_times: collections.deque = collections.deque()
         self.last_trigger_ns = None
-        self.pending = None
-        self.tracing_since = None
-        self.buffer_kb = None          # top-level buffer, KiB per CPU, as the kernel reports it
-        self.after_kb = None           # AFTER_INSTANCE's buffer, KiB per CPU
-        self.plan = None               # ringsize.BufferPlan
-        self.rate = None
-        self.vmstat_rows = collections.deque()
+        # set once the recording runs (None before)
+        self.pending: Any = None
+        self.tracing_since: Any = None
+        self.buffer_kb: Any = None     # top-level buffer, KiB per CPU, as the kernel reports it
+        self.after_kb: Any = None      # AFTER_INSTANCE's buffer, KiB per CPU
+        self.plan: Any = None          # ringsize.BufferPlan
+        self.rate: Any = None
+        self.vmstat_rows: collections.deque = collections.deque()
         self.psi_armed_ns = None       # PSI triggers count from then on (one full window measured)
         self.not_armed = 0             # PSI wake-ups before that
         self.unconfirmed = 0           # PSI wake-ups the readings did not confirm
         self.psi_woken = {}            # PsiWatch -> mono_ns of the kernel's last wake-up
-        self.last_rate_check = None    # (mono_ns, top cpu_stats) of the last rate reading
+        self.last_rate_check: Any = None    # (mono_ns, top cpu_stats) of the last rate reading
         self.last_memory_note = None
         self.last_coverage_warning = None
-        self.last_rate_s = None
+        self.last_rate_s: Any = None
         self.current_rate = {"bytes_per_s": 0.0, "events_per_s": 0.0}
         self.resizes = 0               # top-buffer resizes, for the manifest
         self.growth_refused = 0        # growth steps refused because memory was short
@@ -305,7 +307,8 @@ class FlightRecorder(Recorder):
             raise CaptureError(refusal, "free some space, choose another -o, or lower --min-free")
         return out
 
-    def _locked_run(self, tracefs, trace_cmd, state_dir, guard):
+    def _locked_run(self, tracefs, trace_cmd, state_dir, guard):  # type: ignore[override]
+        # (run() above passes the guard: the flight recorder's own entry into the base's run)
         opt = self.opt
         preset = opt.preset if (opt.preset or opt.events) else "default"
         out = self._prepare_directory()

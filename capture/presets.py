@@ -32,7 +32,7 @@ RECLAIM_COUNTS = [
     ("vmscan", "mm_vmscan_lru_shrink_inactive"),
     ("vmscan", "mm_vmscan_memcg_reclaim_begin"), ("vmscan", "mm_vmscan_memcg_reclaim_end"),
 ]
-PRESETS = {
+PRESETS: dict = {
     "default": {
         "purpose": "every page allocation and free, fallbacks, pcp drains, compaction and "
                    "reclaim wake-ups: the full picture for one host",

@@ -109,7 +109,7 @@ class BufferPlan:
         self.keep, self.after, self.ncpu = keep, after, ncpu
         self.top_ceiling_kb, self.after_ceiling_kb = split_ceiling(max_total_kb, ncpu, keep, after)
         self.fixed_top_kb = fixed_top_kb
-        self.history = collections.deque()   # (mono_ns, busiest CPU bytes/s)
+        self.history: collections.deque = collections.deque()   # (mono_ns, busiest CPU bytes/s)
 
     def observe(self, mono_ns, busiest_bytes_per_s):
         self.history.append((mono_ns, busiest_bytes_per_s))

@@ -69,8 +69,8 @@ class ProcfsSampler:
     extfrag_samples = 0         # written with the buddyinfo sample's timestamps
     extfrag_unmatched = 0       # written with their own: buddyinfo changed while they were read
     extfrag_error = None        # a read that failed: extfrag sampling stopped, the capture goes on
-    _extfrag_files = {}         # these two are per instance from open() on
-    _taken = {}                 # source -> (mono_ns, realtime_ns, text) of this pass
+    _extfrag_files: dict = {}         # these two are per instance from open() on
+    _taken: dict = {}                 # source -> (mono_ns, realtime_ns, text) of this pass
 
     def _open_extfrag(self):
         """Open procfs/<name> for each extfrag index debugfs shows (none: debugfs not mounted)."""
@@ -163,7 +163,7 @@ class RollingSampler(ProcfsSampler):
         self.keep_ns = int(keep_s * 1e9)
         # A bound on the count too, so a clock step cannot grow the store.
         self.max_rows = int(keep_s / interval) + 4
-        self.rows = collections.deque()
+        self.rows: collections.deque = collections.deque()
         self.on_sample = on_sample
         self._lock = threading.Lock()
 

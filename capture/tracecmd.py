@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+from typing import Any
 
 from kmemscope.capture import tracefs as tfs
 from kmemscope.common.errors import CaptureError
@@ -88,7 +89,7 @@ class TraceCmd:
 
     def __init__(self, args, output, log_path):
         self.args, self.output, self.log_path = args, output, log_path
-        self.proc = None
+        self.proc: Any = None      # the trace-cmd process once started
         self.start_time = None
 
     def start(self):
@@ -328,7 +329,9 @@ def parse_report_stat(text):
 def parse_report_stat_buffers(text):
     """`trace-cmd report --stat` -> {buffer: {cpu: stats}}; an instance's blocks follow its
     'Buffer: NAME' line, the top level's come first."""
-    found, buffer, stats, cpu, block = {}, "", {}, None, []
+    found, buffer, cpu = {}, "", None
+    stats: dict = {}
+    block: list = []
     for line in text.splitlines() + ["Buffer: "]:
         if line.startswith("CPU: ") or line.startswith("Buffer: ") or (cpu is not None
                                                                        and not line.strip()):

@@ -260,7 +260,7 @@ def probe_restrictions(tracefs):
     --no-filter (do not filter by pid). Probing writes back the value already
     there, or only reads, so it changes nothing.
     """
-    found = {}
+    found: dict = {}
     try:
         with open("/proc/sys/kernel/ftrace_enabled") as f:
             current = f.read().strip()

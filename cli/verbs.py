@@ -7,6 +7,7 @@ duckdb) happen inside the verbs that need them, so `record` and `--help` start f
 """
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -365,7 +366,7 @@ def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng)
 
 
 def _derive(ctx, dataset, run_id, quiet):
-    """Build a run's derived pairing tables (dataset/derived.py) right after parsing it."""
+    """Build a run's derived pairing tables (queries/derived_tables.py) right after parsing it."""
     import time
 
     from kmemscope.operations import derive
@@ -386,7 +387,8 @@ class _progress:
 
     def __init__(self, source, enabled):
         self.source, self.enabled = source, enabled
-        self.bar = self.task = None
+        self.bar: Any = None
+        self.task = None
 
     def __enter__(self):
         if not self.enabled:

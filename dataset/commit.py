@@ -120,20 +120,22 @@ class WorkDir:
         name = f"{WORK_PREFIX}{uuid.uuid4().hex[:12]}"
         self.path = self.dataset / name
         self.root = _Dir.root(dataset)
-        self._lock = self.dir = None
+        self._lock: int | None = None
+        work = None
         try:
             os.mkdir(name, 0o700, dir_fd=self.root.fd)
-            self.dir = self.root.sub(name, "a work folder")
+            work = self.root.sub(name, "a work folder")
             self._lock = os.open("owner.lock", os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW
-                                 | os.O_CLOEXEC, 0o600, dir_fd=self.dir.fd)
+                                 | os.O_CLOEXEC, 0o600, dir_fd=work.fd)
             fcntl.flock(self._lock, fcntl.LOCK_EX)
             self.stage = self.path / "stage"
-            self.stage_dir = self.dir.sub_or_make("stage", "the stage folder")
+            self.stage_dir = work.sub_or_make("stage", "the stage folder")
         except BaseException:
-            if self.dir is not None:
-                self.dir.close()
+            if work is not None:
+                work.close()
             self._release()        # the lock, then the dataset's folder
             raise
+        self.dir = work
         self.scratch, self.scratch_dir = self.path, self.dir
 
     def adopt_stage(self, staged):
@@ -528,7 +530,7 @@ def unfinished_commits(dataset):
     A reader never recovers (only parse does): an interrupted commit's run is
     left out, or shown as before it, until the next parse finishes the commit.
     """
-    notes = []
+    notes: list = []
     try:
         root = _Dir.root(dataset)
     except OSError:

@@ -34,6 +34,7 @@ class DatasetRef:
 
     def __init__(self, where):
         text = str(where)
+        self.location: str | Path      # a URL's text, or a local Path
         if storage.is_url(text):
             self.storage = S3
             self.location = text          # a URL stays text: Path() would fold its double slash

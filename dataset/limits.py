@@ -29,7 +29,7 @@ _MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*"
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
-_live = weakref.WeakSet()       # connections to interrupt when the time is up
+_live: weakref.WeakSet = weakref.WeakSet()       # connections to interrupt when the time is up
 _spill = None
 
 

@@ -114,7 +114,7 @@ def _local_tables(dataset):
 
 
 # Notes of the last listing of each local dataset in this process: the names it left out.
-_NAME_NOTES = {}
+_NAME_NOTES: dict = {}
 
 
 def listing_notes(dataset, remote=None):
@@ -180,7 +180,7 @@ def _visible(out):
 # the one line why it cannot be read}. A run's files are never rewritten in place (a new parse
 # of the same trace commits new files), and any replacement changes the file's identity, so a
 # second query of the same process reads no footer twice.
-_SCHEMAS = {}
+_SCHEMAS: dict = {}
 _SCHEMAS_MAX = 200_000
 
 
@@ -212,7 +212,7 @@ def _file_schema(f, footer=False):
     if not footer and key is not None and key in _FROM_RECORDS:
         return _FROM_RECORDS[key], None
     try:
-        got = (storage.read_schema(str(f)), None)
+        got: tuple = (storage.read_schema(str(f)), None)
     except DatasetError:
         raise
     except Exception as exc:    # pyarrow's ArrowInvalid, OSError: a damaged file
@@ -228,9 +228,9 @@ def _file_schema(f, footer=False):
 # Runs' records read in this process: {identity of a _files.json: its "files" map}, the
 # schemas they state: {base64 text: Arrow schema} (most runs of a dataset share a few), and
 # what they state of each file: {identity of the file: Arrow schema} (footers not yet read).
-_RECORDS = {}
-_RECORDED_SCHEMAS = {}
-_FROM_RECORDS = {}
+_RECORDS: dict = {}
+_RECORDED_SCHEMAS: dict = {}
+_FROM_RECORDS: dict = {}
 _RECORDS_MAX = 100_000
 
 
@@ -345,7 +345,7 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
     out = {}
     # Schemas stated by records are shared objects (one per distinct schema text), alive in
     # `recorded` for this call: each one's shape is worked out once, not once per file.
-    shapes = {}
+    shapes: dict = {}
     for table, runs in sorted(parts.items()):
         if tables is not None and table not in tables:
             continue
@@ -387,7 +387,7 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
     return out
 
 
-_ROWS = {}
+_ROWS: dict = {}
 _ROWS_MAX = 200_000
 # What a runs partition's values may take: its manifest is at most 1 MiB when parsed
 # (parsers/sources.py), the rest a few KiB.

@@ -93,7 +93,8 @@ TABLE_COLUMNS = {
                     "better": "VARCHAR", "source": "VARCHAR"},
 }
 
-# Per-run tables built once from a run's events (dataset/derived.py).
+# Per-run tables built once from a run's events (queries/derived_tables.py, cached by
+# dataset/derived.py).
 DERIVED_COLUMNS = {
     "page_pairs": {"pfn": "UBIGINT", "reuse": "BOOLEAN", "interval_ns": "BIGINT",
                    "same_cpu": "BOOLEAN", "order": "UTINYINT", "cpu": "INTEGER"},

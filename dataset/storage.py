@@ -33,7 +33,7 @@ _UNSAFE = re.compile(r"[*?\[\]{}\\#%\x00-\x1f\x7f]")
 S3_HINT = ("check AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) "
            "and the bucket name")
 _fs_lock = threading.Lock()
-_fs_cache = {}
+_fs_cache: dict = {}
 
 
 def is_url(dataset):
@@ -134,7 +134,7 @@ def list_tables(dataset):
         raise DatasetError(f"dataset {_shown(dataset)} does not exist: no bucket {bucket} "
                            "(or no access to it)", S3_HINT)
     found = _guard(dataset, fs.find, root, detail=True)
-    out = {}
+    out: dict = {}
     for path, info in sorted(found.items()):
         rel = path[len(root):].lstrip("/").split("/")
         if len(rel) != 3 or info.get("type", "file") != "file":
@@ -153,7 +153,7 @@ def list_tables(dataset):
     return out
 
 
-_sizes = {}
+_sizes: dict = {}
 
 
 def size(file):

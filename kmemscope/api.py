@@ -519,7 +519,7 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
             summary = ingest(source, dataset, labels=dict(labels or {}), events=list(events or []),
                              threads=threads)
             if derive:
-                from kmemscope.dataset.derived import derive_runs
+                from kmemscope.queries.derived_tables import derive_runs
 
                 derive_runs(dataset, [summary.run_id])
             out.append(summary)

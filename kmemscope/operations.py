@@ -77,18 +77,20 @@ def parse_on_spark(sources: Sequence, dataset, *, engine: EngineSpec | str = "sp
     Returns one RunSummary or KmemscopeError per input. progress(kind, source, entry)
     hears of each run as it is committed ("run") and derived ("derived")."""
     from kmemscope.parsers.spark_parse import parse_on_spark as _parse
+    from kmemscope.queries.derived_tables import derive_runs
     from kmemscope.queries.engines import EngineSpec, engine_for
 
     spark = getattr(engine_for(EngineSpec.of(engine)), "spark", None)
     if spark is None:
         raise KmemscopeError("parsing on Spark needs the spark engine")
     return _parse(list(sources), dataset, spark=spark, labels=dict(labels or {}),
-                  events=list(events or []), derive=derive, progress=progress)
+                  events=list(events or []), derive=derive_runs if derive else None,
+                  progress=progress)
 
 
 def derive(dataset, run_ids: Sequence[str] | None = None, threads: int | None = None) -> None:
     """Build the runs' derived tables (free/alloc pairing, stacks) now, not on first query."""
-    from kmemscope.dataset.derived import derive_runs
+    from kmemscope.queries.derived_tables import derive_runs
 
     derive_runs(dataset, list(run_ids) if run_ids is not None else None, threads=threads)
 
@@ -201,10 +203,12 @@ def verify(dataset, deep: bool = False):
     import functools
 
     from kmemscope.dataset.verify import verify as _verify
-    from kmemscope.queries import result_cache, runner
+    from kmemscope.queries import derived_tables, result_cache, runner
 
     check = functools.partial(result_cache.same_as_recomputed, rows_of_run=runner.rows_of_run)
-    return _verify(dataset, deep=deep, recompute={result_cache.PREFIX: check})
+    recompute = {result_cache.PREFIX: check,
+                 **dict.fromkeys(derived_tables.DERIVED_TABLES, derived_tables.same_as_rederived)}
+    return _verify(dataset, deep=deep, recompute=recompute)
 
 
 def dataset_info(dataset) -> dict:
@@ -280,6 +284,7 @@ def _arrow_columns(con, columns):
 
     # sql-safe: names are the constants of the callers, quoted; types are DuckDB type names
     select = ", ".join(f"unnest(CAST(? AS {t}[])) AS {_quote(c)}" for c, t, _v in columns)
+    # sql-safe: select is built above from constants and quote_ident(); values are bound
     return query_arrow(con, f"SELECT {select}", [v for _c, _t, v in columns])
 
 

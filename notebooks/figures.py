@@ -69,7 +69,7 @@ class Scope:
         if self._palette is None:
             runs = self.query_runs()
             if self.color_by:
-                groups = {}
+                groups: dict = {}
                 for r in runs.itertuples():
                     value = _label_value(r.labels, self.color_by)
                     groups.setdefault(value if value is not None else "(no label)", []).append(r.run_id)
@@ -125,7 +125,7 @@ class Scope:
         if "event_tables" not in self.open().table_runs():
             return None
         df = self.sql('SELECT DISTINCT run_id, "table" FROM event_tables', ["event_tables", "runs"])
-        out = {}
+        out: dict = {}
         for run, table in zip(df["run_id"], df["table"]):
             out.setdefault(table, set()).add(run)
         return out
@@ -143,8 +143,9 @@ def _label_value(text, key):
 def _labels_text(m):
     if m is None:
         return ""
+    items: list
     if isinstance(m, dict):
-        items = m.items()
+        items = list(m.items())
     else:
         items = [tuple(x) if not isinstance(x, dict) else (x["key"], x["value"]) for x in m]
     return ",".join(f"{k}={v}" for k, v in items)
@@ -630,7 +631,7 @@ def pollution_figure(matrices, titles, empty_text="no mm_page_alloc_extfrag even
     if im is not None:
         fig.colorbar(im, ax=list(axes.flat), label="extfrag events per run" if per_run else "extfrag events",
                      shrink=0.8)
-    drawn = {}
+    drawn: dict = {}
     for ax, group in zip(axes.flat, groups):
         if not ax.images:
             drawn[group] = None
@@ -818,13 +819,13 @@ def hot_pfns(scope, top_n=50):
 def compaction_timeline(scope):
     """Each compaction run's end on a time line: direct or kcompactd, by end status."""
     try:
+        # compaction_runs: one row per mm_compaction_end, its kind told in lib/compaction.sql
         df = scope.sql("""
-            SELECT e.run_id, (e.ts - f.first_ts) / 1e9 AS t_s,
-                   CASE WHEN e.comm LIKE 'kcompactd%' THEN 'kcompactd' ELSE 'direct' END AS kind,
+            SELECT e.run_id, (e.end_ts - f.first_ts) / 1e9 AS t_s, e.kind,
                    coalesce(n.name, CAST(e.status AS VARCHAR)) AS status
-            FROM mm_compaction_end e JOIN run_facts f USING (run_id)
+            FROM compaction_runs e JOIN run_facts f USING (run_id)
             LEFT JOIN compaction_status_names n ON n.run_id = e.run_id AND n.status = e.status
-            ORDER BY 1, 2""", ["mm_compaction_end", "print_flags", "runs"])
+            ORDER BY 1, 2""", ["mm_compaction_begin", "mm_compaction_end", "print_flags", "runs"])
     except Exception as exc:
         raise Missing("No compaction events were recorded in these runs.") from exc
     if df.empty:

@@ -17,7 +17,7 @@ MAX_DEPTH = 14           # levels below the order; deeper frames are cut (the al
 
 def folded_tree(lines):
     """{frame path tuple: samples} of every prefix, from (stack, samples) pairs."""
-    tree = {}
+    tree: dict = {}
     for stack, samples in lines:
         frames = tuple(stack.split(";"))
         for depth in range(1, len(frames) + 1):
@@ -29,7 +29,7 @@ def folded_tree(lines):
 def icicle_boxes(tree, max_depth=MAX_DEPTH + 1, min_fraction=MIN_FRACTION):
     """(depth, x, width, frame, samples) boxes, children laid out left to right by size."""
     total = sum(v for k, v in tree.items() if len(k) == 1)
-    children = {}
+    children: dict = {}
     for key in tree:
         children.setdefault(key[:-1], []).append(key)
     boxes = []
@@ -66,7 +66,7 @@ def nonblocking_icicles(scope):
                       "allocations (`kmemscope query alloc_origins`).")
     shown = runs[:MAX_PANELS]
     fig, axes = _figure(len(shown), 1, height=4.2, width=12)
-    panels = {}
+    panels: dict = {}
     for ax, run in zip(axes[:, 0], shown):
         folded = scope.narrowed([run]).query("alloc_origins.folded", alloc_class="nonblocking",
                                                    root="order")

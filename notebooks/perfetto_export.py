@@ -233,7 +233,7 @@ def _write(ds, run_id, w, summary):
         FROM mm_page_alloc_extfrag ORDER BY ts, pid""")
 
     # a track per task that stalled or faulted: named after its comm at its first event
-    tasks = {}
+    tasks: dict = {}
     for pid, comm in ([(s["pid"], s["comm"]) for s in stalls] + [(t["pid"], t["comm"]) for t in thp]):
         tasks.setdefault(pid, comm)
     track = {pid: w.thread_track(pid, comm) for pid, comm in sorted(tasks.items())}
@@ -272,7 +272,7 @@ def _write(ds, run_id, w, summary):
 def free_pages_per_order(ds, run_id):
     """{order: [(ts, free pages)]}: buddyinfo's free blocks of each order times 2^order,
     every node and zone summed, per sample."""
-    out = {}
+    out: dict = {}
     for r in _rows(ds, run_id, """
             SELECT "order", ts, sum(count * (CAST(1 AS BIGINT) << "order")) AS pages
             FROM buddyinfo GROUP BY 1, 2 ORDER BY 1, 2"""):
@@ -282,7 +282,7 @@ def free_pages_per_order(ds, run_id):
 
 def vmstat_rates(ds, run_id, names=VMSTAT_RATES):
     """{counter: [(ts, per second since the previous sample)]} for the counters that moved."""
-    out = {}
+    out: dict = {}
     rows = _rows(ds, run_id, """
         SELECT name, ts, value - lag(value) OVER w AS delta, (ts - lag(ts) OVER w) / 1e9 AS dt_s
         FROM vmstat WHERE list_contains(?, name)

@@ -286,7 +286,8 @@ def import_metrics(dataset, path, fmt=None, reserved=()):
         except commit_mod.UnsafeEntry as exc:
             raise MetricsError(f"{dataset}: {exc}", "nothing was imported") from None
         runs = _dataset_runs(dataset)
-        by_run, seen = {}, {}
+        by_run: dict = {}
+        seen: dict = {}
         for where, run, metric, value, unit, better in records:
             if metric in reserved:
                 raise MetricsError(f"{where}: metric {metric!r} is the name of one of kmemscope's "

@@ -113,7 +113,7 @@ def lost_in_window(lost, window):
     The earliest marker of each CPU's top-level buffer counts what was overwritten
     before that CPU's data begins, so before the window: it is left out.
     """
-    first = {}
+    first: dict = {}
     for name, cpu, ts, _ in lost:
         if name == "" and ts is not None and ((name, cpu) not in first or ts < first[(name, cpu)]):
             first[(name, cpu)] = ts

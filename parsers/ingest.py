@@ -210,7 +210,7 @@ def _known_events_once(trace, event_ids):
     one table would hide the other's (or the real) events."""
     from kmemscope.dataset.schema import TABLE_COLUMNS
 
-    systems = {}
+    systems: dict = {}
     for t in trace.tables.values():
         if t.event in TABLE_COLUMNS and (event_ids is None or t.event_id in event_ids):
             systems.setdefault(t.event, []).append(t.system)
@@ -246,7 +246,7 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
         manifest = read_manifest(bundle)      # a bad manifest fails before decoding
         window = None if whole_bundle else flight_window.window_of(manifest, source)
         bench = benchmark_results.read_bundle_metrics(bundle)     # and so does a bad metrics.json
-        sha_box = {}
+        sha_box: dict = {}
         hasher = helper_thread(lambda: sha_box.update(sha=file_sha256(trace_path)),
                                "kmemscope-sha256")
         trace = TraceFile(trace_path)
@@ -257,7 +257,8 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
             raise KmemscopeError(f"no event in {source} matches {', '.join(events)}",
                                  "list a trace's events with `trace-cmd report --events`")
         _known_events_once(trace, event_ids)
-        rows, lock = {}, threading.Lock()
+        rows: dict = {}
+        lock = threading.Lock()
         sinks = []
 
         def make_sink(index):
@@ -296,7 +297,7 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
         et = _event_tables_table(trace.tables.values(), rows)
         _write_table(staging, "event_tables", et)
         rows["event_tables"] = et.num_rows
-        procfs_notes = []
+        procfs_notes: list = []
         if bundle is not None:
             procfs_notes += _stage_procfs(source, bundle, staging, rows, lock, ts_range)
         elif snapshots is not None:
@@ -317,7 +318,7 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
         missed = sum(m for _, _, _, m in lost if m > 0)
         if window:   # what the --after buffer dropped, all inside the window
             missed += sum(parse_cpu_stats(t).get("dropped_events", 0) for t in trace.layout.cpustats)
-        if window:   # the run's manifest says what parse kept of the bundle
+        if window and trimming is not None:   # the manifest says what parse kept of the bundle
             manifest = dict(manifest, parse_window={
                 "start_mono_ns": window.start_ns, "end_mono_ns": window.end_ns,
                 "trimmed_before": trimming.trimmed_before, "trimmed_after": trimming.trimmed_after,
@@ -366,7 +367,7 @@ def _lost_events_table(lost, cpustats, overruns=True):
 def _print_flags_table(rows):
     import pyarrow as pa
 
-    cols = list(zip(*rows)) if rows else [[]] * 7
+    cols: list = list(zip(*rows)) if rows else [[]] * 7
     return pa.table({
         "system": pa.array(cols[0], pa.string()),
         "event": pa.array(cols[1], pa.string()),
@@ -397,7 +398,7 @@ def _stage_procfs(source, bundle, staging, rows, lock, ts_range):
     returns the notes on them."""
     from kmemscope.parsers import procfs
 
-    notes = []
+    notes: list[str] = []
     sink = _TableSink(staging, rows, lock)
     try:
         times = procfs.stream_bundle_procfs(bundle, sink, notes, source)

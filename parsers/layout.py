@@ -348,7 +348,7 @@ def _read_v6(r, layout, pos):
         raise TraceFileError(f"{path}: corrupt: the header says {cpus} CPUs")
     pos += 4
     layout.cpu_count = cpus
-    buffer_opts = []
+    buffer_opts: list = []
     label = r.read(pos, 10, "section label")
     if label == b"options  \0":
         pos += 10
@@ -418,7 +418,8 @@ def _read_v7(r, layout, pos, decompress):
     layout.compression, pos = r.cstring(pos, "compression name", 64)
     layout.compression_version, pos = r.cstring(pos, "compression version", 64)
     (next_options,) = r.unpack("Q", pos, "first options offset")
-    buffer_opts, seen = [], set()
+    buffer_opts: list = []
+    seen: set = set()
     while next_options:
         if next_options in seen:
             raise TraceFileError(f"{path}: corrupt: options sections form a loop")

@@ -73,7 +73,8 @@ def split_samples(text):
     A last sample cut short (record killed mid-write) keeps its whole lines;
     the parsers skip a partial one.
     """
-    samples, current, lines = [], None, []
+    samples, current = [], None
+    lines: list = []
     for line in text.splitlines():
         m = _HEADER.match(line)
         if m:
@@ -247,7 +248,7 @@ def sample_window_notes(sample_times, first_ts, last_ts):
     """Notes for procfs samples more than a second outside the trace [first_ts, last_ts] (ns).
 
     sample_times: {table: the ts of its samples} (what stream_bundle_procfs returns)."""
-    notes = []
+    notes: list[str] = []
     if first_ts is None or last_ts is None:
         return notes
     for name, times in sorted(sample_times.items()):
@@ -322,7 +323,8 @@ class SampleReader:
         return self.text_before and not self.headed
 
     def __iter__(self):
-        current, lines, number, start, size = None, [], 0, 0, 0
+        lines: list = []
+        current, number, start, size = None, 0, 0, 0
         while raw := self.f.readline(MAX_LINE_BYTES + 1):
             number += 1
             size += len(raw)
@@ -369,7 +371,7 @@ class _Batches:
 
         if not self.pending and not (last and self.rows == 0):
             return
-        columns = list(zip(*self.pending)) if self.pending else [[] for _ in self.schema]
+        columns: list = list(zip(*self.pending)) if self.pending else [[] for _ in self.schema]
         self.sink(self.table, pa.record_batch(
             [pa.array(col, type=field.type) for col, field in zip(columns, self.schema)],
             schema=self.schema))
@@ -451,7 +453,7 @@ def read_bundle_procfs(bundle_dir, notes=None):
     """{table: pyarrow.Table} of a bundle's procfs samples (stream_bundle_procfs, gathered)."""
     import pyarrow as pa
 
-    batches = {}
+    batches: dict = {}
     stream_bundle_procfs(bundle_dir, lambda t, b: batches.setdefault(t, []).append(b), notes)
     schemas = table_schemas()
     return {t: pa.Table.from_batches(bs, schema=schemas[t]) for t, bs in batches.items()}

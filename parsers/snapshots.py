@@ -42,8 +42,8 @@ class Snapshot:
     folder: str
     texts: dict = field(default_factory=dict)
     taken_ns: dict = field(default_factory=dict)
-    hostname: str = None
-    boot_id: str = None
+    hostname: str | None = None
+    boot_id: str | None = None
 
 
 @dataclass
@@ -195,10 +195,10 @@ def _counters_rise(first, last):
                   if n.startswith(RISING) and after[n] < before[n])
     if fell:
         n = fell[0]
+        others = f" and {len(fell) - 1} more counters" if len(fell) > 1 else ""
         raise TraceFileError(
             f"{last.folder}/vmstat: {n} went backwards ({before[n]} in {first.folder}, "
-            f"{after[n]} after){f' with {len(fell) - 1} more counters' if len(fell) > 1 else ''}: "
-            "the snapshots are swapped or from two boots", HINT)
+            f"{after[n]} after){others}: the snapshots are swapped or from two boots", HINT)
 
 
 def parse_times(text):

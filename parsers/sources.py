@@ -250,7 +250,7 @@ def unpack_bundle(archive, dest):
         with _stream(archive) as raw:
             counted = _Counted(raw, budget, archive)
             counted.headers_next(True)
-            tar = tarfile.open(fileobj=counted, mode="r|")     # reads the first headers
+            tar = tarfile.open(fileobj=counted, mode="r|")  # type: ignore[call-overload]  # reads the first headers
             while (member := tar.next()) is not None:
                 counted.headers_next(False)
                 members += 1

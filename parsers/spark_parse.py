@@ -53,11 +53,11 @@ _KILL_FIRST_ATTEMPT = "kmemscope.test.kill_first_attempt"
 class SparkRunSummary(RunSummary):
     host: str = ""                    # the executor host that decoded it
     attempt: int = 0                  # Spark's attempt number of that task (0: first try)
-    derive_seconds: float = None      # derive=True: time its derived tables took
-    derive_error: KmemscopeError = None
+    derive_seconds: float | None = None      # with derive: time its derived tables took
+    derive_error: KmemscopeError | None = None
 
 
-def parse_on_spark(sources, dataset, *, spark, labels=None, events=None, derive=False,
+def parse_on_spark(sources, dataset, *, spark, labels=None, events=None, derive=None,
                    progress=None):
     """Parse `sources` into `dataset` on Spark; returns one entry per source, in order.
 
@@ -65,9 +65,13 @@ def parse_on_spark(sources, dataset, *, spark, labels=None, events=None, derive=
     the derive outcome) or the KmemscopeError that the input raised: a bad
     input is reported, the others are committed. `progress(kind, source,
     entry)`, if given, is called on the driver as each run is committed or
-    fails (kind "run") and, with derive=True, as its derived tables are built
+    fails (kind "run") and, with derive, as its derived tables are built
     (kind "derived"). Raises KmemscopeError (nothing parsed) when the dataset
     cannot be written or the executors cannot see it or import kmemscope.
+
+    derive: None, or the function that builds a run's derived tables,
+    derive(dataset, [run_id], threads=N) (queries/derived_tables.py derive_runs: what
+    they hold is the query layer's), run in one Spark task per committed run.
     """
     given = [str(s) for s in sources]
     if not given:
@@ -113,7 +117,7 @@ def _parse_on_spark(given, dataset, spark, labels, events, derive, progress):
         for i in driver.pending():       # no result at all: never lose an input silently
             driver.fail(i, KmemscopeError(f"{given[i]}: no result came back from Spark"))
         if derive:
-            _derive_on_spark(sc, dataset, driver)
+            _derive_on_spark(sc, dataset, driver, derive)
         return driver.entries
     finally:
         job.remove()
@@ -141,7 +145,7 @@ class _Driver:
     def __init__(self, dataset, given, started_ns, progress):
         self.dataset, self.given, self.started_ns = dataset, given, started_ns
         self.progress = progress
-        self.entries = [None] * len(given)
+        self.entries: list = [None] * len(given)
         self.committed = {}          # run_id -> index of the input committed under it
 
     def pending(self):
@@ -256,7 +260,7 @@ def _run_job(sc, items, func, tasks, driver, poll=True):
 
 def _landed(tasks):
     """Results that task attempts wrote and the driver has not handled yet."""
-    out = []
+    out: list = []
     try:
         attempts = list(tasks.iterdir())
     except OSError:
@@ -382,15 +386,15 @@ def _killer(suffix, source, attempt_no):
 
 # ---------------------------------------------------------------- derived tables
 
-def _derive_on_spark(sc, dataset, driver):
-    """Build each committed run's derived tables (dataset/derived.py), one Spark task per run."""
-    by_run = {}
+def _derive_on_spark(sc, dataset, driver, derive):
+    """Build each committed run's derived tables with derive(), one Spark task per run."""
+    by_run: dict = {}
     for i, e in enumerate(driver.entries):
         if isinstance(e, SparkRunSummary):
             by_run.setdefault(e.run_id, []).append(i)
     if not by_run:
         return
-    items = [(run_id, str(dataset)) for run_id in sorted(by_run)]
+    items = [(run_id, str(dataset), derive) for run_id in sorted(by_run)]
     box = _run_job(sc, items, _derive_task, None, None, poll=False)
     results = {r["run_id"]: r for r in box.get("results") or []}
     why = _spark_reason(box["error"]) if box.get("error") is not None else "no result"
@@ -412,9 +416,7 @@ def _derive_on_spark(sc, dataset, driver):
 def _derive_task(item):
     from pyspark import TaskContext
 
-    from kmemscope.dataset.derived import derive_runs
-
-    run_id, dataset = item
+    run_id, dataset, derive_runs = item
     ctx = TaskContext.get()
     started = time.monotonic()
     try:

@@ -48,7 +48,7 @@ def name_tables(formats):
     Events are named after themselves; `system__event` only where two systems
     share an event name. Anything unsafe becomes `ev_<squashed>_<id>`.
     """
-    per_name = {}
+    per_name: dict = {}
     for _, _, event in formats:
         per_name[event] = per_name.get(event, 0) + 1
     names, used = {}, set()

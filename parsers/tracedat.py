@@ -154,11 +154,12 @@ class TraceFile:
         """
         segments = self.segments()
         n = max(1, min(threads or os.cpu_count() or 1, len(segments) or 1))
-        work = queue.SimpleQueue()
+        work: queue.SimpleQueue = queue.SimpleQueue()
         for seg in segments:
             work.put(seg)
         stop = threading.Event()
-        errors, stats = [], [None] * n
+        errors: list = []
+        stats: list = [None] * n
         tables = {eid: t.table for eid, t in self.tables.items()}
         buffers = {b.name: b for b in self.layout.buffers}
         compression = "none" if self.layout.version < 7 else self.layout.compression
@@ -182,8 +183,8 @@ class TraceFile:
 
         def worker(index):
             try:
-                sinks = {}
-                decoders = {}
+                sinks: dict = {}
+                decoders: dict = {}
                 while not stop.is_set():
                     try:
                         seg = work.get_nowait()
@@ -200,7 +201,8 @@ class TraceFile:
                     emit(index, sinks, stacks.take(), STACKS_TABLE)
                     if progress:
                         progress(seg.data_bytes)
-                result = {"events": 0, "unknown_events": 0, "lost": [], "min_ts": None, "max_ts": None}
+                result: dict = {"events": 0, "unknown_events": 0, "lost": [], "min_ts": None,
+                                "max_ts": None}
                 for name, dec in decoders.items():
                     emit(index, sinks, dec.finish())
                     s = dec.stats()
@@ -235,8 +237,8 @@ class TraceFile:
             except BaseException as exc:
                 errors.append(exc)
         if errors:
-            exc = errors[0]
-            if isinstance(exc, _tracedat.TraceFileError):
-                raise TraceFileError(f"{self.path}: {exc}") from None
-            raise exc
+            first = errors[0]
+            if isinstance(first, _tracedat.TraceFileError):
+                raise TraceFileError(f"{self.path}: {first}") from None
+            raise first
         return stats

@@ -7,7 +7,7 @@
 -- every allocation is paired with the stack recorded for it, stacks are
 -- interned per run (stack_id), and each stack gets a callsite and a subsystem.
 --
--- Pairing (derived table alloc_stack_ids, dataset/derived.py): the kernel writes
+-- Pairing (derived table alloc_stack_ids, queries/derived_tables.py): the kernel writes
 -- an event's stack after the event, on the same CPU, microseconds later. An
 -- interrupt during that unwind nests its own events and stacks inside, so per
 -- CPU, in time order, events and stacks match like brackets (`A B S(B) S(A)`).
@@ -101,13 +101,9 @@ LEFT JOIN shown AS w ON w.run_id = s.run_id AND w.stack_id = s.stack_id;
 -- duplicates of that key, by their rank within it.
 CREATE TEMP TABLE origin_allocs AS
 WITH classed AS (
-  SELECT c.run_id, c.ts, c.comm, c.pfn, c."order", c.failed,
-         CASE WHEN p.era = 'auto' THEN c.run_era ELSE p.era END AS highatomic_era,
-         CASE p.era WHEN 'A' THEN c.alloc_class_era_a WHEN 'B' THEN c.alloc_class_era_b
-                    ELSE c.alloc_class END AS alloc_class,
+  SELECT c.run_id, c.ts, c.comm, c.pfn, c."order", c.failed, c.highatomic_era, c.alloc_class,
          row_number() OVER (PARTITION BY c.run_id, c.ts, c.pfn, c."order" ORDER BY c.comm) AS k
-  FROM page_alloc_classes AS c
-  CROSS JOIN query_params AS p
+  FROM _alloc_classes_in_era((SELECT era FROM query_params)) AS c
 ),
 ids AS (
   SELECT run_id, ts, pfn, "order", stack_id,

@@ -33,13 +33,8 @@
 -- Each allocation's class (lib/allocs.sql page_alloc_classes) under the run's
 -- era, or under the era the user forced.
 CREATE TEMP VIEW alloc_classes AS
-SELECT
-  c.run_id, c.ts, c.comm, c."order", c.failed,
-  CASE WHEN p.era = 'auto' THEN c.run_era ELSE p.era END AS highatomic_era,
-  CASE p.era WHEN 'A' THEN c.alloc_class_era_a WHEN 'B' THEN c.alloc_class_era_b
-             ELSE c.alloc_class END AS alloc_class
-FROM page_alloc_classes AS c
-CROSS JOIN query_params AS p;
+SELECT c.run_id, c.ts, c.comm, c."order", c.failed, c.highatomic_era, c.alloc_class
+FROM _alloc_classes_in_era((SELECT era FROM query_params)) AS c;
 
 -- @section orders: per run, class and order: allocations, failures, rate
 -- @columns

@@ -13,9 +13,11 @@ mind. A few lines are read by kmemscope:
                                  one, a note for each run without it
     -- @optional TABLE ...       tables used when present: a note for each run without one
     -- @any_of TABLE ...         at least one must be present; each is otherwise optional
-    -- @derived NAME ...         per-run derived tables (dataset/derived.py), made on first use
+    -- @derived NAME ...         per-run derived tables (queries/derived_tables.py), made on first use
     -- @include MODULE, ...      queries/lib/ modules whose views it reads (sql_lib.py): they,
-                                 and the modules they require, run before it; no other does
+                                 and the modules they include, run before it; no other does
+                                 (a module's header says `-- include:` alike; `requires`
+                                 always names tables)
     -- @section NAME: description
     -- @columns                  the section's result columns, one a line, after run_id
     --   NAME  UNIT  description     and labels (which every result starts with); a line
@@ -43,7 +45,7 @@ from .columns import UNITS, Column, ColumnBlock  # noqa: F401  (UNITS: part of t
 
 QUERY_DIR = Path(__file__).resolve().parent
 
-TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": None,
+TYPES: dict = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": None,
          "FILE": str}
 MAX_PARAM_FILE = 1 << 20       # a FILE parameter is a small table (a mapping), not data
 
@@ -60,11 +62,11 @@ class Param:
     default: object
     choices: tuple
     doc: str
-    bounds: tuple = None        # (min, max) of a number, inclusive
+    bounds: tuple | None = None        # (min, max) of a number, inclusive
     default_text: str = "NULL"  # as written in the header
 
     def describe_range(self):
-        lo, hi = self.bounds
+        lo, hi = self.bounds or (None, None)
         return f"from {lo:g} to {hi:g}" if self.type == "DOUBLE" else f"from {lo} to {hi}"
 
 
@@ -78,7 +80,7 @@ class Section:
     any_of: list = field(default_factory=list)
     derived: list = field(default_factory=list)
     include: list = field(default_factory=list)    # queries/lib/ modules, as the header names them
-    columns: list = None             # [Column] from @columns, run_id and labels first; None: none
+    columns: list | None = None             # [Column] from @columns, run_id and labels first; None: none
     notes: list = field(default_factory=list)   # prose lines in the section's comment
 
 
@@ -88,11 +90,14 @@ class Analysis:
     description: str
     path: Path
     params: dict = field(default_factory=dict)
-    common: Section = None           # directives that apply to every section
+    common: Section = field(init=False)     # directives that apply to every section
     prelude: str = ""
     sections: list = field(default_factory=list)
     text: list = field(default_factory=list)      # header prose lines, caveats apart
     caveats: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.common = Section("", self.description)
 
     def needs(self, section):
         """The table requirements of `section`: the file's plus its own."""
@@ -172,7 +177,8 @@ def _parse_param(path, name, line, rest):
     if not pm or pm.group(2).upper() not in TYPES:
         raise QueryError(f"{path}: bad @param line: {line}")
     bracket = pm.group(4)
-    choices, bounds = (), None
+    choices: tuple = ()
+    bounds: tuple | None = None
     if bracket and ".." in bracket:
         conv = TYPES[pm.group(2).upper()]
         lo, _, hi = bracket.partition("..")
@@ -204,7 +210,6 @@ def parse_analysis(path):
     if not m or m.group(1) != name:
         raise QueryError(f"{path}: the first line must be `-- {name}: <description>`")
     a = Analysis(name=name, description=m.group(2).strip(), path=Path(path))
-    a.common = Section("", a.description)
     reader = _AnalysisReader(a, path)
     for line in lines[1:]:
         reader.line(line)
@@ -340,7 +345,9 @@ def _trim(lines):
 
 def _split_caveats(lines):
     """(prose, caveats): the paragraph that starts with `Caveats` apart from the rest."""
-    prose, caveats, inside = [], [], False
+    prose: list = []
+    caveats: list = []
+    inside = False
     for line in lines:
         if line.startswith("Caveats"):
             inside = True

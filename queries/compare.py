@@ -138,15 +138,15 @@ class SideStats:
     side: str
     n: int
     runs_without_value: int
-    min: float = None
-    mean: float = None
-    max: float = None
-    stddev: float = None
-    coeffvar: float = None      # 100 * s / Amean
-    best_mean: float = None     # BAmean-95 / BHmean-95
+    min: float | None = None
+    mean: float | None = None
+    max: float | None = None
+    stddev: float | None = None
+    coeffvar: float | None = None      # 100 * s / Amean
+    best_mean: float | None = None     # BAmean-95 / BHmean-95
     range: str = "n/a"
     values: list = field(default_factory=list)
-    stat: str = None            # the statistic in `mean` and `best_mean`: "Hmean" or "Amean"
+    stat: str | None = None            # the statistic in `mean` and `best_mean`: "Hmean" or "Amean"
 
 
 def describe(metric, values, side="", stat=None):
@@ -275,11 +275,11 @@ class MetricDiff:
     metric: Metric
     base: SideStats
     new: SideStats
-    pct_diff: float = None
-    band_significant: bool = None
-    welch_p: float = None
-    mannwhitney_p: float = None
-    significant: bool = None    # by the chosen test; None when it cannot be run
+    pct_diff: float | None = None
+    band_significant: bool | None = None
+    welch_p: float | None = None
+    mannwhitney_p: float | None = None
+    significant: bool | None = None    # by the chosen test; None when it cannot be run
 
 
 def compare(metric, base, new, test="band", alpha=0.05):

@@ -246,7 +246,8 @@ def _imported_metrics(rows):
     A name of kmemscope's own (a bundle's metrics.json written by hand can hold one; `metrics
     import` refuses them) would make two rows of one name: it is left out, and named in
     _shadowed_notes."""
-    out, units = {}, {}
+    out: dict = {}
+    units: dict = {}
     for r in rows:
         name = r["metric"]
         if name is None or name in SUMMARY:
@@ -456,7 +457,7 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
 
 def _sample_window_notes(rows, trace_spans):
     """Runs whose vmstat samples lie partly or wholly outside their trace."""
-    spans = {}
+    spans: dict = {}
     for r in rows:
         if r.get("first_ts") is not None:
             lo, hi = spans.get(r["run_id"], (r["first_ts"], r["last_ts"]))
@@ -499,7 +500,7 @@ TRACE_SOURCE = "vmstat_from_trace"
 
 def _per_run_deltas(rows):
     """{run_id: ({counter: increase}, [window_s])} of vmstat_rates or vmstat_trace rows."""
-    per_run = {}
+    per_run: dict = {}
     for r in rows:
         deltas, windows = per_run.setdefault(r["run_id"], ({}, []))
         deltas[r["name"]] = r["delta"] if "delta" in r else r["value"]
@@ -554,7 +555,7 @@ def _trace_notes(runs, bare):
             f"vmstat rows marked [trace]: {len(traced)} of {len(runs)} runs have no vmstat samples; "
             "their values are counted from the trace (kmemscope queries vmstat_trace says how; "
             "Compact ... scanned migrate and Pages ... scanned are lower bounds there)")
-    missing = {}
+    missing: dict = {}
     for run_id in bare:
         have = runs[run_id].get(TRACE_SOURCE) or set()
         for counter, events in TRACE_EVENTS.items():
@@ -721,10 +722,10 @@ def minute_series(dataset, sides, names, engine=None):
         raise QueryError("--over minute needs vmstat samples, and no selected run has any",
                          "compare --over run shows one value per run instead")
     notes += more
-    per = {}
+    per: dict = {}
     for r in rows:
         per.setdefault((r["run_id"], r["minute"]), {})[r["name"]] = r["delta"]
-    series = {}
+    series: dict = {}
     for (run_id, minute), deltas in per.items():
         for name in kept:
             _kind, counter, per_min = wanted[name]

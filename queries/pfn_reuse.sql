@@ -10,7 +10,7 @@
 -- the same ns). A reuse pair is a free whose next event on the pfn is an
 -- allocation; an alloc-free pair is an allocation whose next event is a free.
 -- The pairs are computed once per run into the derived table page_pairs
--- (dataset/derived.py documents it); this file only summarises them.
+-- (queries/derived_tables.py documents it); this file only summarises them.
 --
 -- @requires mm_page_alloc mm_page_free
 -- @derived page_pairs

@@ -53,6 +53,7 @@ JOIN run_facts AS f ON f.run_id = c.run_id
 ORDER BY f.run_id, c.source, c."order"
 
 -- @section direct_reclaim: direct reclaim stalls per run and order, with durations
+-- @include pairing
 -- @requires mm_vmscan_direct_reclaim_begin
 -- @optional mm_vmscan_direct_reclaim_end
 -- @columns
@@ -74,20 +75,13 @@ bounds AS (
   SELECT run_id, pid, ts, 0 AS is_begin, NULL, nr_reclaimed
   FROM mm_vmscan_direct_reclaim_end
 ),
-ordered AS (
-  SELECT run_id, pid, ts, is_begin, "order", nr_reclaimed,
-         lead(is_begin) OVER w AS next_is_begin,
-         lead(ts) OVER w AS next_ts,
-         lead(nr_reclaimed) OVER w AS next_nr_reclaimed
-  FROM bounds
-  WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts, is_begin DESC)
-),
+-- every begin, with its end when the task's next event is one (lib/pairing.sql)
 stalls AS (
-  SELECT run_id, "order",
-         CASE WHEN next_is_begin = 0 THEN next_ts - ts END AS duration_ns,
-         CASE WHEN next_is_begin = 0 THEN next_nr_reclaimed END AS nr_reclaimed
-  FROM ordered
-  WHERE is_begin = 1
+  SELECT run_id, begin_row."order" AS "order",
+         end_row.ts - begin_row.ts AS duration_ns,
+         end_row.nr_reclaimed AS nr_reclaimed
+  FROM _begin_end_pairs(bounds)
+  WHERE begin_row IS NOT NULL
 ),
 per_order AS (
   SELECT run_id, "order",

@@ -36,7 +36,7 @@ from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.common.version import __version__
 
-from . import sql_lib
+from . import derived_tables, sql_lib
 from .engines import PlanRows
 
 RESULT_VERSION = "1"
@@ -110,7 +110,7 @@ def fingerprint_of(qname, modules, prelude, section_sql, bound):
         "query": qname, "modules": sql_lib.script(modules),
         "prelude": prelude, "section": section_sql,
         "params": {k: repr(v) for k, v in sorted(bound.items())},
-        "derived": [dv.DERIVE_VERSION, dv.STACK_DERIVE_VERSION],
+        "derived": [family.version for family in derived_tables.FAMILIES],
         "schema": [TABLE_COLUMNS, DERIVED_COLUMNS],
     }, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -333,7 +333,9 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
             for name in derived:
                 if name not in DERIVED_COLUMNS:
                     raise QueryError(f"unknown derived table {name}")
-                backend.derived(name, progress)
+                # derived tables are built where DuckDB runs (DuckDBBackend; a Spark task
+                # runs this same DuckDB path), never by the Spark SQL backend of ad-hoc SQL
+                backend.derived(name, progress)  # type: ignore[attr-defined]
             backend.run_script(script, {})
     except BaseException:
         backend.close()
@@ -381,9 +383,9 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     params = dict(params or {})
     for key in params:
         if key not in a.params:
-            known = ", ".join(a.params) or "none"
+            names = ", ".join(a.params) or "none"
             raise QueryError(f"query {a.name} has no parameter {key!r}",
-                             f"its parameters: {known}; see `kmemscope queries {a.name}`")
+                             f"its parameters: {names}; see `kmemscope queries {a.name}`")
     bound = {p.name: convert_param(p, params[p.name], qname) if p.name in params else p.default
              for p in a.params.values()}
     needs = a.needs(section)
@@ -397,7 +399,7 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     read = tables | {"runs"} | _named_tables(sql_lib.script(modules), known)
     if needs.derived:
         read |= {"mm_page_alloc", "mm_page_free"}      # what the derived tables are built from
-    kept = ()
+    kept: set | tuple = ()
     if chosen and result_cache.enabled_for(a, ref):
         fp = result_cache.fingerprint_of(qname, modules, a.prelude, section.sql, bound)
         kept = {r for r, (_sig, rows) in result_cache.kept_runs(ref, qname, fp, chosen).items()

@@ -15,7 +15,7 @@ def label_filter(labels):
     if isinstance(labels, dict):
         return {str(k): [str(x) for x in (v if isinstance(v, (list, tuple, set)) else [v])]
                 for k, v in labels.items()}
-    wanted = {}
+    wanted: dict = {}
     for item in labels:
         k, sep, v = str(item).partition("=")
         if not sep or not k:

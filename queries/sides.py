@@ -27,7 +27,7 @@ class SideSet:
 
     def values(self, metric):
         """side -> per-run values of `metric` (None where a run lacks it)."""
-        out = {s: [] for s in self.sides}
+        out: dict = {s: [] for s in self.sides}
         for row in self.summary:
             out[row["side"]].append(row.get(metric))
         return out
@@ -97,7 +97,7 @@ def source_notes(rows, sides):
     notes = []
     for metric in SUMMARY:
         col = (metric[:-4] if metric.endswith("_pct") else metric) + "_source"
-        counts = {}
+        counts: dict = {}
         for row in rows:
             src = row.get(col)
             if src:
@@ -122,8 +122,8 @@ class MetricRow:
     metric: object       # queries.metrics.Metric
     stats: dict          # side -> SideStats
     versus: dict         # side (not the baseline) -> compare.MetricDiff against the baseline
-    stat: str = None     # the row's statistic on every side ("Hmean" or "Amean")
-    note: str = None     # why the row's statistic is not the metric's own, if it is not
+    stat: str | None = None     # the row's statistic on every side ("Hmean" or "Amean")
+    note: str | None = None     # why the row's statistic is not the metric's own, if it is not
     from_trace: bool = False   # a vmstat row that some run's trace answered (no samples)
 
 
@@ -190,7 +190,8 @@ def missing_notes(sides, rows):
 def condense_notes(notes):
     """Fold per-run notes that say the same thing ("run X has no ... events") into one line each:
     "run X has no ...", or "2 runs (X, Y) have no ..." (60 hosts, one note)."""
-    groups, out = {}, []
+    groups: dict = {}
+    out: list = []
     for note in notes:
         m = re.match(r"run (\S+?):? (.*)$", note)
         if m:

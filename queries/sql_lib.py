@@ -2,19 +2,23 @@
 
 As in Perfetto's SQL standard library, an analysis names the modules it uses
 (`-- @include allocs, compaction` in its header, queries/catalog.py) and only
-those run before it, each after the modules it requires. Ad-hoc SQL (`kmemscope
+those run before it, each after the modules it includes. Ad-hoc SQL (`kmemscope
 sql`, Dataset.sql) gets every module that builds on no derived table.
 
 Each module is a .sql file whose header declares what it needs and defines:
 
     -- lib/NAME: one-line description.
-    -- requires: OTHER, ...          modules whose views this one reads, or (none)
-    -- derived: TABLE, ...           derived tables (dataset/derived.py) it builds on: the
+    -- include: OTHER, ...           modules whose views this one reads, or (none): the
+                                     word analyses use for modules (`@include`); `requires`
+                                     names tables there, and is refused here
+    -- derived: TABLE, ...           derived tables (queries/derived_tables.py) it builds on: the
                                      runner makes them for the runs before the module runs
     -- views: NAME, ...              views for analyses and ad-hoc SQL (documented in the
                                      dataset format page; a trace's event may not take one's name)
     -- internal: _NAME, ...          helpers of this module and the analyses, `_`-prefixed: no
-                                     table name of a dataset can start with `_`
+                                     table name of a dataset can start with `_`; views, tables
+                                     or macros (a kernel rule that analyses apply to rows of
+                                     their own: CREATE TEMP MACRO, scalar or table)
 
 Each public view says above its CREATE statement what it holds and, in a
 `-- @columns` block (the analyses' format: NAME UNIT description), what each
@@ -41,8 +45,10 @@ from kmemscope.common.errors import QueryError
 from .columns import ColumnBlock
 
 LIB_DIR = Path(__file__).resolve().parent / "lib"
-_HEADER = re.compile(r"--\s*(requires|derived|views|internal):\s*(.*)")
-_CREATED = re.compile(r"(?im)^CREATE\s+(?:OR\s+REPLACE\s+)?TEMP\s+(?:VIEW|TABLE)\s+(\w+)")
+_HEADER = re.compile(r"--\s*(include|derived|views|internal):\s*(.*)")
+# `requires` names tables in an analysis' header (catalog.py): a module says `include`
+_OLD_HEADER = re.compile(r"--\s*requires:")
+_CREATED = re.compile(r"(?im)^CREATE\s+(?:OR\s+REPLACE\s+)?TEMP\s+(?:VIEW|TABLE|MACRO)\s+(\w+)")
 
 
 @dataclass(frozen=True)
@@ -57,8 +63,8 @@ class View:
 class Module:
     name: str
     description: str
-    requires: tuple
-    derived: tuple         # derived tables (dataset/derived.py) it reads
+    includes: tuple        # modules whose views it reads
+    derived: tuple         # derived tables (queries/derived_tables.py) it reads
     views: tuple           # public
     internal: tuple        # `_`-prefixed
     sql: str
@@ -90,7 +96,7 @@ def _view_docs(lines, where):
                 if block is not None:
                     raise QueryError(f"{where}: one `-- @columns` block per view: {m.group(1)}")
                 block, reading = ColumnBlock(where), True
-            elif reading and block.feed(text):
+            elif reading and block is not None and block.feed(text):
                 continue
             else:
                 reading = False
@@ -108,15 +114,18 @@ def parse_module(path):
     first = re.match(r"--\s*lib/(\w+):\s*(.*)", lines[0] if lines else "")
     if not first or first.group(1) != Path(path).stem:
         raise QueryError(f"{where}: the first line must be `-- lib/{Path(path).stem}: <description>`")
-    fields = {"requires": (), "derived": (), "views": (), "internal": ()}
+    fields: dict[str, tuple] = {"include": (), "derived": (), "views": (), "internal": ()}
     for line in lines[1:]:
         if not line.startswith("--"):
             break
+        if _OLD_HEADER.match(line):
+            raise QueryError(f"{where}: a module names the modules it reads with `-- include:` "
+                             "(`requires` names tables, in an analysis' header)")
         m = _HEADER.match(line)
         if m:
             fields[m.group(1)] = _names(m.group(2))
     docs = _view_docs(lines, where)
-    mod = Module(Path(path).stem, first.group(2).strip(), fields["requires"], fields["derived"],
+    mod = Module(Path(path).stem, first.group(2).strip(), fields["include"], fields["derived"],
                  fields["views"], fields["internal"], sql,
                  tuple(docs[v] for v in fields["views"] if v in docs))
     created = _CREATED.findall(sql)
@@ -134,17 +143,18 @@ def parse_module(path):
 def modules():
     """{name: Module} of queries/lib/, in dependency order."""
     found = {p.stem: parse_module(p) for p in sorted(LIB_DIR.glob("*.sql"))}
-    ordered, state = {}, {}
+    ordered: dict = {}
+    state: dict = {}
 
     def visit(name, chain):
         if state.get(name) == "done":
             return
         if state.get(name) == "visiting":
-            raise QueryError(f"queries/lib: modules require each other: {' -> '.join(chain + [name])}")
+            raise QueryError(f"queries/lib: modules include each other: {' -> '.join(chain + [name])}")
         if name not in found:
-            raise QueryError(f"queries/lib/{chain[-1]}.sql requires {name!r}, which is no module")
+            raise QueryError(f"queries/lib/{chain[-1]}.sql includes {name!r}, which is no module")
         state[name] = "visiting"
-        for dep in found[name].requires:
+        for dep in found[name].includes:
             visit(dep, chain + [name])
         state[name] = "done"
         ordered[name] = found[name]
@@ -155,7 +165,7 @@ def modules():
 
 
 def closure(names, who="an analysis"):
-    """The modules `names` with every module they require, in the order they must run."""
+    """The modules `names` with every module they include, in the order they must run."""
     mods = modules()
     unknown = [n for n in names if n not in mods]
     if unknown:
@@ -166,7 +176,7 @@ def closure(names, who="an analysis"):
     def add(name):
         if name not in wanted:
             wanted.add(name)
-            for dep in mods[name].requires:
+            for dep in mods[name].includes:
                 add(dep)
 
     for name in names:
@@ -175,18 +185,18 @@ def closure(names, who="an analysis"):
 
 
 def derived_of(names):
-    """The derived tables the modules `names` (and those they require) build on."""
+    """The derived tables the modules `names` (and those they include) build on."""
     return list(dict.fromkeys(t for m in closure(names) for t in m.derived))
 
 
 def script(names):
-    """The statements of the modules `names` and those they require, each after its needs."""
+    """The statements of the modules `names` and those they include, each after its needs."""
     return "\n".join(m.sql for m in closure(names))
 
 
 def adhoc_modules():
     """The modules ad-hoc SQL gets: every one that builds on no derived table, directly or
-    through a module it requires (ad-hoc SQL builds no derived table)."""
+    through a module it includes (ad-hoc SQL builds no derived table)."""
     return [m.name for m in modules().values() if not derived_of([m.name])]
 
 
@@ -203,3 +213,18 @@ def owners():
 def public_views():
     """The views analyses and ad-hoc SQL may read by name."""
     return {v for m in modules().values() for v in m.views}
+
+
+def definition(name):
+    """The statement of queries/lib/ that creates `name` (a view, table or macro), for SQL
+    that runs outside an analysis and applies the same rule (queries/derived_tables.py
+    defines lib/allocs.sql's _failed_pfn on the connection that pairs page frames)."""
+    mod = modules()[owners()[name]] if name in owners() else None
+    if mod is None:
+        raise QueryError(f"queries/lib defines no {name!r}")
+    lines = mod.sql.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if (m := _CREATED.match(line)) and m.group(1) == name)
+    end = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith(";"))
+    return "\n".join(lines[start:end + 1])
+

@@ -39,7 +39,7 @@
 -- and that allocation share the call chain above __alloc_pages, so the
 -- allocation's stack names their caller (a stack of the try itself would name
 -- try_to_compact_pages). Stacks are paired with allocations once per run
--- (derived tables alloc_stacks and alloc_stack_ids, dataset/derived.py) and
+-- (derived tables alloc_stacks and alloc_stack_ids, queries/derived_tables.py) and
 -- named by alloc_origins' rule (lib/callsites.sql), the first frame outside
 -- tracing, allocator, slab and vmalloc. '(no stack)': that allocation has no stack
 -- or was not recorded (the costly-stalls preset records order > 3 only); NULL
@@ -72,7 +72,7 @@
 -- @optional mm_compaction_begin mm_compaction_try_to_compact_pages mm_vmscan_direct_reclaim_begin
 -- @optional mm_vmscan_kswapd_sleep event_tables
 -- @derived alloc_stacks alloc_stack_ids stack_pairing
--- @include callsites, compaction
+-- @include callsites, compaction, pairing
 --
 -- Sections:
 --   stalls            per run, kind, order, task and callsite (the default section)
@@ -84,7 +84,7 @@
 -- kept as a table: the stalls below read them twice. status: paired, no_begin
 -- (an end whose begin is not in the capture) or no_end (a begin whose end is not).
 CREATE TEMP TABLE _stall_compaction_runs AS
-SELECT run_id, pid, comm, begin_ts, end_ts, pairing AS status
+SELECT run_id, pid, comm, kind, begin_ts, end_ts, pairing AS status
 FROM compaction_run_pairing;
 
 -- Direct compaction: each compaction run of a task other than kcompactd with
@@ -97,12 +97,12 @@ WITH
 tries AS (
   SELECT run_id, pid, ts AS try_ts, "order"
   FROM mm_compaction_try_to_compact_pages
-  WHERE comm NOT LIKE 'kcompactd%'
+  WHERE _compaction_kind(comm) = 'direct'
 ),
 runs_ AS (
   SELECT run_id, pid, comm, begin_ts, end_ts, status, coalesce(begin_ts, end_ts) AS anchor_ts
   FROM _stall_compaction_runs
-  WHERE comm NOT LIKE 'kcompactd%'
+  WHERE kind = 'direct'
 ),
 with_try AS (
   SELECT r.*, t.try_ts, t."order"
@@ -149,7 +149,7 @@ WITH
 tries AS (
   SELECT run_id, pid, comm, ts AS try_ts, "order"
   FROM mm_compaction_try_to_compact_pages
-  WHERE comm NOT LIKE 'kcompactd%'
+  WHERE _compaction_kind(comm) = 'direct'
 ),
 per_try AS (
   SELECT run_id, pid, try_ts,
@@ -186,32 +186,17 @@ reclaim_bounds AS (
   UNION ALL
   SELECT run_id, pid, comm, ts, 0 AS is_begin, CAST(NULL AS INTEGER) FROM mm_vmscan_direct_reclaim_end
 ),
-reclaim_ordered AS (
-  SELECT run_id, pid, comm, ts, is_begin, "order",
-         lead(is_begin) OVER w AS next_is_begin,
-         lead(ts) OVER w AS next_ts,
-         lag(is_begin) OVER w AS prev_is_begin
-  FROM reclaim_bounds
-  WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts, is_begin DESC)
-),
 direct_reclaim AS (
-  SELECT run_id, 'direct_reclaim' AS kind, pid, comm, "order",
-         CASE WHEN next_is_begin = 0 THEN 'paired' ELSE 'no_end' END AS status,
-         ts AS begin_ts,
-         CASE WHEN next_is_begin = 0 THEN next_ts END AS end_ts,
-         CASE WHEN next_is_begin = 0 THEN next_ts - ts END AS duration_ns
-  FROM reclaim_ordered
-  WHERE is_begin = 1
-  UNION ALL
-  SELECT run_id, 'direct_reclaim', pid, comm, CAST(NULL AS INTEGER), 'no_begin',
-         CAST(NULL AS BIGINT), ts, CAST(NULL AS BIGINT)
-  FROM reclaim_ordered
-  WHERE is_begin = 0 AND coalesce(prev_is_begin, 0) = 0
+  SELECT run_id, 'direct_reclaim' AS kind, pid,
+         CASE WHEN begin_row IS NULL THEN end_row.comm ELSE begin_row.comm END AS comm,
+         begin_row."order" AS "order", pairing AS status,
+         begin_row.ts AS begin_ts, end_row.ts AS end_ts, end_row.ts - begin_row.ts AS duration_ns
+  FROM _begin_end_pairs(reclaim_bounds)
 ),
 kcompactd_runs AS (
   SELECT run_id, pid, comm, begin_ts, end_ts, status, coalesce(begin_ts, end_ts) AS anchor_ts
   FROM _stall_compaction_runs
-  WHERE comm LIKE 'kcompactd%'
+  WHERE kind = 'kcompactd'
 ),
 kcompactd_finished AS (
   SELECT r.*, f.ts AS finished_ts, f."order" AS finished_order
@@ -407,7 +392,7 @@ attempts AS (
   FROM direct_compactions AS d
   JOIN event_tables AS e ON e.run_id = d.run_id AND e.event = 'mm_compaction_defer_reset'
   JOIN event_tables AS e2 ON e2.run_id = d.run_id AND e2.event = 'mm_compaction_deferred'
-  WHERE d.comm NOT LIKE 'kcompactd%'
+  WHERE _compaction_kind(d.comm) = 'direct'
   GROUP BY d.run_id
 ),
 -- a run whose attempts all ran no compaction still stalled, untimed

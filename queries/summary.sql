@@ -52,10 +52,8 @@
 WITH
 -- each allocation's class (lib/allocs.sql) under the run's era or the one forced
 classed AS (
-  SELECT c.run_id, c."order", c.failed, c.has_gfp_table,
-         CASE $era WHEN 'A' THEN c.alloc_class_era_a WHEN 'B' THEN c.alloc_class_era_b
-                   ELSE c.alloc_class END AS alloc_class
-  FROM page_alloc_classes AS c
+  SELECT c.run_id, c."order", c.failed, c.has_gfp_table, c.alloc_class
+  FROM _alloc_classes_in_era($era) AS c
 ),
 alloc_counts AS (
   SELECT
@@ -116,7 +114,7 @@ SELECT
   f.run_id,
   f.labels,
   f.kernel_release,
-  coalesce(nullif($era, 'auto'), f.highatomic_era) AS highatomic_era,
+  _applied_era($era, f.highatomic_era) AS highatomic_era,
   f.duration_s,
   a.allocs,
   tt.success_pct AS thp_fault_success_pct,

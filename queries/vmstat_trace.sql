@@ -42,7 +42,7 @@
 -- the multi-gen LRU (CONFIG_LRU_GEN enabled at run time): there the pgscan and
 -- pgsteal rows come out 0 while vmstat counts.
 --
--- @include compaction, thp, vmstat
+-- @include compaction, pairing, thp, vmstat
 -- @any_of mm_compaction_try_to_compact_pages mm_compaction_isolate_migratepages mm_compaction_isolate_freepages mm_vmscan_direct_reclaim_begin mm_vmscan_lru_shrink_inactive mm_page_alloc
 -- @optional mm_compaction_fast_isolate_freepages mm_vmscan_memcg_reclaim_begin mm_vmscan_memcg_reclaim_end
 -- @optional mm_compaction_end mm_compaction_deferred mm_compaction_defer_reset event_tables
@@ -94,18 +94,18 @@ direct_compaction AS (
   WHERE r.has_direct_compaction
 ),
 migrate_scans AS (
-  SELECT e.run_id, e.comm LIKE 'kcompactd%' AS daemon, e.nr_scanned
+  SELECT e.run_id, _compaction_kind(e.comm) = 'kcompactd' AS daemon, e.nr_scanned
   FROM mm_compaction_isolate_migratepages AS e
   JOIN in_window AS w ON w.run_id = e.run_id
   WHERE w.lo IS NULL OR e.ts BETWEEN w.lo AND w.hi
 ),
 free_scans AS (
-  SELECT e.run_id, e.comm LIKE 'kcompactd%' AS daemon, e.nr_scanned
+  SELECT e.run_id, _compaction_kind(e.comm) = 'kcompactd' AS daemon, e.nr_scanned
   FROM mm_compaction_isolate_freepages AS e
   JOIN in_window AS w ON w.run_id = e.run_id
   WHERE w.lo IS NULL OR e.ts BETWEEN w.lo AND w.hi
   UNION ALL
-  SELECT e.run_id, e.comm LIKE 'kcompactd%', e.nr_scanned
+  SELECT e.run_id, _compaction_kind(e.comm) = 'kcompactd', e.nr_scanned
   FROM mm_compaction_fast_isolate_freepages AS e
   JOIN in_window AS w ON w.run_id = e.run_id
   WHERE w.lo IS NULL OR e.ts BETWEEN w.lo AND w.hi
@@ -146,10 +146,9 @@ memcg_bounds AS (
   SELECT run_id, pid, ts, 0 AS is_begin FROM mm_vmscan_memcg_reclaim_end
 ),
 memcg_reclaims AS (
-  SELECT run_id, pid, ts AS begin_ts, next_ts AS end_ts
-  FROM (SELECT *, lead(ts) OVER w AS next_ts, lead(is_begin) OVER w AS next_is_begin
-        FROM memcg_bounds WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts, is_begin DESC))
-  WHERE is_begin = 1 AND next_is_begin = 0
+  SELECT run_id, pid, begin_row.ts AS begin_ts, end_row.ts AS end_ts
+  FROM _begin_end_pairs(memcg_bounds)
+  WHERE pairing = 'paired'
 ),
 shrinks AS (
   SELECT e.run_id, e.comm LIKE 'kswapd%' AS kswapd, e.nr_scanned, e.nr_reclaimed

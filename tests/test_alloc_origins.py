@@ -332,7 +332,7 @@ def test_interned_and_recorded_stacks_answer_alike(tmp_path):
     caller_symbols) and one parsed now (stack_id and a stacks table, numbered otherwise,
     one stack under two ids) give the same rows in every alloc_origins section and the
     same derived tables."""
-    from kmemscope.dataset import derived
+    from kmemscope.queries import derived_tables
 
     made = {shape: make_synthetic(tmp_path / shape, shape) for shape in ("interned", "recorded")}
     assert (made["interned"] / "stacks").is_dir() and not (made["recorded"] / "stacks").exists()
@@ -344,10 +344,10 @@ def test_interned_and_recorded_stacks_answer_alike(tmp_path):
     import pyarrow.parquet as pq
 
     tables = {}
-    for name in derived.STACK_TABLES:
+    for name in derived_tables.STACK_TABLES:
         got = {}
         for shape, ds in made.items():
-            (path,) = derived.derived_files(ds, name, ["r"], read_only=True).values()
+            (path,) = derived_tables.derived_files(ds, name, ["r"], read_only=True).values()
             got[shape] = pq.read_table(path).to_pylist()
         assert got["interned"] == got["recorded"], name
         tables[name] = got["interned"]

@@ -196,11 +196,11 @@ def test_a_link_inside_derived_is_never_written_or_read_through(ds, hot_answer, 
 
 
 def test_a_read_only_reader_builds_derived_tables_outside_the_dataset(ds):
-    from kmemscope.dataset import derived
+    from kmemscope.queries import derived_tables
 
     ds, ids = ds
     before = hostile.tree_state(ds)
-    out = derived.derived_files(ds, "page_pairs", [ids["honest"]], read_only=True)
+    out = derived_tables.derived_files(ds, "page_pairs", [ids["honest"]], read_only=True)
     assert not Path(out[ids["honest"]]).resolve().is_relative_to(ds.resolve())
     assert hostile.tree_state(ds) == before
 
@@ -215,10 +215,11 @@ def test_a_cache_write_that_fails_in_the_dataset_is_built_privately_with_the_sam
     import duckdb
 
     from kmemscope.dataset import derived, safefs
+    from kmemscope.queries import derived_tables
 
     ds, ids = ds
     run = ids["honest"]
-    clean = derived.derived_files(ds, "page_pairs", [run], read_only=True)[run]
+    clean = derived_tables.derived_files(ds, "page_pairs", [run], read_only=True)[run]
     expected = duckdb.sql(f"SELECT * FROM '{clean}' ORDER BY ALL").fetchall()
     shutil.rmtree(ds / "_derived", ignore_errors=True)
     before = hostile.tree_state(ds)
@@ -232,7 +233,7 @@ def test_a_cache_write_that_fails_in_the_dataset_is_built_privately_with_the_sam
 
     monkeypatch.setattr(safefs.Dir, "write_atomic", full_in_the_dataset)
     monkeypatch.setattr(derived, "_BUILT", {})
-    out = derived.derived_files(ds, "page_pairs", [run], progress=notes.append)[run]
+    out = derived_tables.derived_files(ds, "page_pairs", [run], progress=notes.append)[run]
     assert failed, "the dataset's write was never tried"
     assert not Path(out).resolve().is_relative_to(ds.resolve())
     assert any("could not write its cache into the dataset (No space left on device)" in n

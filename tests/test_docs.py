@@ -22,6 +22,7 @@ import click
 import pytest
 
 from conftest import PROJECT_ROOT
+from project import code_folders
 
 sys.path.insert(0, str(PROJECT_ROOT / "tools"))
 import doc_examples  # noqa: E402  (tools/ is development-only: not a package)
@@ -191,8 +192,7 @@ def test_readme_is_short_and_has_the_two_commands():
 
 # The repository's top-level folders: a code span or comment naming a path under one of them
 # points at a file (or folder) that must exist. Globs and placeholders (NAME, <x>) are patterns.
-POINTED_FOLDERS = ("capture", "dataset", "parsers", "queries", "kmemscope", "cli", "notebooks",
-                   "tests", "benchmarks", "tools", "examples", "docs")
+POINTED_FOLDERS = (*code_folders(), "tests", "examples", "docs")
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./*-]*\w)" % "|".join(POINTED_FOLDERS))
 README_SECTION = re.compile(r'README,? "([^"]+)"')
 
@@ -203,7 +203,7 @@ NOT_POINTERS = {"tests/test_docs.py", "tests/test_types.py"}
 
 
 def _sources():
-    for folder in POINTED_FOLDERS[:7] + ("tests", "benchmarks", "tools"):
+    for folder in (*code_folders(), "tests"):
         for path in sorted((PROJECT_ROOT / folder).rglob("*")):
             if (path.suffix in (".py", ".sql", ".c", ".h") and ".venv" not in path.parts
                     and str(path.relative_to(PROJECT_ROOT)) not in NOT_POINTERS):

@@ -15,21 +15,11 @@ added or moved there is walked here without editing this file. No module
 reaches itself again through its imports: no circles, inside a layer either.
 """
 import ast
-import configparser
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def package_folders():
-    """{folder: package} from setup.cfg's package_dir: the one list of the project's folders."""
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg")
-    pairs = [line.split("=", 1) for line in cfg["options"]["package_dir"].strip().splitlines()]
-    return {folder.strip(): package.strip() for package, folder in pairs}
-
+from project import ROOT, package_folders
 
 FOLDERS = package_folders()
 # The package root holds the public API and nothing else.
@@ -86,15 +76,18 @@ def imported(name, path):
                 yield (full if _is_module(full) else base), node.lineno
 
 
+PACKAGES = {package: folder for folder, package in FOLDERS.items()}
+
+
 def _is_module(dotted):
+    """True when `dotted` names a module or package of the project (through package_dir)."""
     parts = dotted.split(".")
-    if parts[0] != "kmemscope":
-        return False
-    if len(parts) >= 2 and parts[1] in LAYERS:
-        folder = ROOT / parts[1] / Path(*parts[2:]) if len(parts) > 2 else ROOT / parts[1]
-    else:
-        folder = ROOT / "kmemscope" / Path(*parts[1:]) if len(parts) > 1 else ROOT / "kmemscope"
-    return folder.with_suffix(".py").is_file() or (folder / "__init__.py").is_file()
+    for n in range(len(parts), 0, -1):          # the longest package that holds it
+        folder = PACKAGES.get(".".join(parts[:n]))
+        if folder is not None:
+            path = ROOT / folder / Path(*parts[n:]) if parts[n:] else ROOT / folder
+            return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    return False
 
 
 ALL = list(modules())

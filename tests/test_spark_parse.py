@@ -5,7 +5,7 @@ dataset. Both must hold the same runs and, run by run, the same rows in every
 table (compared in full, sorted); a bad input fails alike in both and does not
 stop the others; `kmemscope info` prints the same. Then: a second Spark job
 over the same inputs leaves the dataset as it was; a task whose Python worker
-dies mid-staging is retried by Spark and leaves no debris; derive=True builds
+dies mid-staging is retried by Spark and leaves no debris; derive=derive_runs builds
 the same derived tables as dataset/derived.py on the serial dataset.
 
 The pytest run's shared Spark session serves most tests. A second driver, in
@@ -195,6 +195,7 @@ SECOND_DRIVER = """
 import json, sys
 from kmemscope.dataset import commit
 from kmemscope.parsers import spark_parse
+from kmemscope.queries.derived_tables import derive_runs
 from kmemscope.queries.engines import spark_engine
 retry_ds, crash_ds, compaction, thp, pressure = sys.argv[1:]
 spark = spark_engine.session("local[2,2]", json.loads(%r))
@@ -202,7 +203,7 @@ sc = spark.sparkContext
 # 1. The first attempt of the kmem-compaction task dies mid-trace; Spark retries it.
 sc.setLocalProperty(spark_parse._KILL_FIRST_ATTEMPT, "kmem-compaction")
 out = spark_parse.parse_on_spark([compaction, pressure], retry_ds, spark=spark,
-                                 labels={"fleet": "test"}, derive=True)
+                                 labels={"fleet": "test"}, derive=derive_runs)
 sc.setLocalProperty(spark_parse._KILL_FIRST_ATTEMPT, None)
 print(json.dumps([{"type": type(e).__name__, "run_id": getattr(e, "run_id", None),
                    "attempt": getattr(e, "attempt", None),
@@ -244,7 +245,8 @@ def second_driver(_second_driver_started):
 
 def test_lost_task_is_retried_and_derive_matches(second_driver, serial):
     """The first attempt's Python worker dies mid-trace; Spark's retry commits the run."""
-    from kmemscope.dataset.derived import DERIVED_DIR, derive_runs, family_of
+    from kmemscope.dataset.derived import DERIVED_DIR
+    from kmemscope.queries.derived_tables import derive_runs, family_of
 
     proc, ds, _ = second_driver
     assert proc.stdout.strip(), proc.stderr[-3000:]

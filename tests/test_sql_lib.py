@@ -25,13 +25,13 @@ def test_every_module_declares_the_modules_whose_views_it_reads():
     owner = {v: m.name for m in mods.values() for v in m.defines}
     for m in mods.values():
         read = {owner[v] for v in _refs(m.sql, set(owner) - set(m.defines))}
-        assert read == set(m.requires), f"lib/{m.name}.sql reads {sorted(read)}, requires {m.requires}"
+        assert read == set(m.includes), f"lib/{m.name}.sql reads {sorted(read)}, includes {m.includes}"
 
 
-def test_modules_run_after_what_they_require():
+def test_modules_run_after_what_they_include():
     order = list(sql_lib.modules())
     for i, name in enumerate(order):
-        assert set(sql_lib.modules()[name].requires) <= set(order[:i])
+        assert set(sql_lib.modules()[name].includes) <= set(order[:i])
     text = sql_lib.common_sql()
     assert text.index("CREATE TEMP VIEW page_allocs") < text.index("CREATE TEMP VIEW direct_compactions")
 
@@ -49,7 +49,7 @@ def test_analyses_do_not_redefine_a_shared_view():
 
 def test_a_header_that_disagrees_with_its_sql_is_an_error(tmp_path):
     bad = tmp_path / "x.sql"
-    bad.write_text("-- lib/x: a module.\n-- requires: (none)\n-- views: a_view\n\n"
+    bad.write_text("-- lib/x: a module.\n-- include: (none)\n-- views: a_view\n\n"
                    "CREATE TEMP VIEW other_view AS SELECT 1;\n")
     with pytest.raises(QueryError, match="creates"):
         sql_lib.parse_module(bad)
@@ -59,16 +59,30 @@ def test_a_header_that_disagrees_with_its_sql_is_an_error(tmp_path):
         sql_lib.parse_module(bad)
 
 
+def test_a_module_names_modules_with_include_never_requires(tmp_path):
+    """`requires` names tables in an analysis' header: a module that says it is refused, not
+    read as modules (nor ignored)."""
+    for name, body in (("a", "-- include: (none)\n-- views: v_a\n"),
+                       ("b", "-- include: a\n-- views: v_b\n")):
+        (tmp_path / f"{name}.sql").write_text(f"-- lib/{name}: m.\n{body}\n"
+                                              f"CREATE TEMP VIEW v_{name} AS SELECT 1;\n")
+    assert sql_lib.parse_module(tmp_path / "b.sql").includes == ("a",)
+    (tmp_path / "c.sql").write_text("-- lib/c: m.\n-- requires: a\n-- views: v_c\n\n"
+                                    "CREATE TEMP VIEW v_c AS SELECT 1;\n")
+    with pytest.raises(QueryError, match="include"):
+        sql_lib.parse_module(tmp_path / "c.sql")
+
+
 def test_a_cycle_or_an_unknown_module_is_an_error(tmp_path, monkeypatch):
     for name, req in (("a", "b"), ("b", "a")):
-        (tmp_path / f"{name}.sql").write_text(f"-- lib/{name}: m.\n-- requires: {req}\n-- views: v_{name}\n\n"
+        (tmp_path / f"{name}.sql").write_text(f"-- lib/{name}: m.\n-- include: {req}\n-- views: v_{name}\n\n"
                                               f"CREATE TEMP VIEW v_{name} AS SELECT 1;\n")
     monkeypatch.setattr(sql_lib, "LIB_DIR", tmp_path)
     sql_lib.modules.cache_clear()
     try:
-        with pytest.raises(QueryError, match="require each other"):
+        with pytest.raises(QueryError, match="include each other"):
             sql_lib.modules()
-        (tmp_path / "b.sql").write_text("-- lib/b: m.\n-- requires: nowhere\n-- views: v_b\n\n"
+        (tmp_path / "b.sql").write_text("-- lib/b: m.\n-- include: nowhere\n-- views: v_b\n\n"
                                         "CREATE TEMP VIEW v_b AS SELECT 1;\n")
         sql_lib.modules.cache_clear()
         with pytest.raises(QueryError, match="no module"):

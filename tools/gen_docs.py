@@ -233,7 +233,7 @@ def modules_reference():
             users[name].append(a.name)
     out = ["| module | views | runs before (itself or through a module) |", "|---|---|---|"]
     out += [f"| [`{m.name}`](#{module_anchor(m.name)}) | "
-            + ", ".join(f"`{v}`" for v in m.views) + " | "
+            + (", ".join(f"`{v}`" for v in m.views) or "(internal helpers only)") + " | "
             + (", ".join(f"[`{u}`](analyses.md#{u})" for u in users[m.name]) or "(none)") + " |"
             for m in mods]
     out.append("")
@@ -241,12 +241,12 @@ def modules_reference():
         out += [f"### lib/{m.name} {{#{module_anchor(m.name)}}}", "",
                 f"{_cell(m.description[:1].upper() + m.description[1:])} (`queries/lib/{m.name}.sql`)",
                 ""]
-        if m.requires:
-            out.append("- requires: " + ", ".join(f"[`{r}`](#{module_anchor(r)})" for r in m.requires))
+        if m.includes:
+            out.append("- includes: " + ", ".join(f"[`{r}`](#{module_anchor(r)})" for r in m.includes))
         if m.derived:
             out.append("- builds on derived tables: " + ", ".join(f"`{t}`" for t in m.derived)
                        + " (its views exist where an analysis includes it, not in ad-hoc SQL)")
-        if m.requires or m.derived:
+        if m.includes or m.derived:
             out.append("")
         for view in m.docs:
             out += [f"#### {view.name} {{#lib-{view.name.replace('_', '-')}}}", ""]

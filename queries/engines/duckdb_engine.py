@@ -3,15 +3,17 @@
 Every dataset table is a view over the chosen runs' Parquet files
 (dataset/reader.py `connect`), with NULL stand-ins for the columns of
 schema.TABLE_COLUMNS that an older kernel's format lacks. Derived tables are
-Parquet files built once per run by dataset/derived.py and read as views.
+Parquet files built once per run (queries/derived_tables.py, cached by dataset/derived.py)
+and read as views.
 """
 import duckdb
 
-from kmemscope.dataset import derived as derive
 from kmemscope.dataset import reader as ds
 from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.common.errors import QueryError
+
+from .. import derived_tables
 
 _ARROW_IN = "_kmemscope_arrow_in"
 
@@ -71,7 +73,7 @@ class DuckDBBackend:
 
     def derived(self, name, progress=None):
         """A view of derived table `name` over the chosen runs, built where missing."""
-        files = derive.derived_files(self.dataset, name, self.chosen, self.parts, self.threads,
+        files = derived_tables.derived_files(self.dataset, name, self.chosen, self.parts, self.threads,
                                      progress)
         view = ds.quote_ident(name)
         if files:

@@ -6,7 +6,7 @@ disk into about TASKS_PER_CORE tasks per core, never splitting a run
 (group_runs). A task runs runner.run_local, the same DuckDB path as the DuckDB
 engine, once over its group: one connection, one set of views, queries/lib/
 views and run facts for the whole group, building and caching the runs' derived
-tables (pairing, stacks: dataset/derived.py) in the same task; it sends back
+tables (pairing, stacks: queries/derived_tables.py) in the same task; it sends back
 the rows as Arrow. The driver concatenates the groups in run_id order; every
 section's ORDER BY starts with run_id and is total, so each group's rows and
 their concatenation equal DuckDB's in value and order by construction. The
@@ -48,6 +48,7 @@ import tempfile
 import threading
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from kmemscope.dataset import storage
 from kmemscope.dataset.handle import DatasetRef
@@ -351,7 +352,7 @@ class SparkBackend:
         from pyspark.sql import functions as F
 
         # One read per distinct file schema (a kernel era), widened, then one union.
-        groups = {}
+        groups: dict = {}
         for f in files:
             groups.setdefault(str(storage.read_schema(f).remove_metadata()), []).append(f)
         if storage.is_url_file(base):
@@ -359,7 +360,7 @@ class SparkBackend:
         else:
             frames = [self.spark.read.option("basePath", base).parquet(*fs)
                       for fs in groups.values()]
-        types = {}
+        types: dict = {}
         for df in frames:
             for fld in df.schema.fields:
                 types.setdefault(fld.name, set()).add(_spark_type_name(fld.dataType))
@@ -370,7 +371,7 @@ class SparkBackend:
                     raise QueryError(f"{base}: column {col} has types {', '.join(sorted(seen))} "
                                      "in different runs")
                 target[col] = max(seen, key=_WIDER.index)
-        out = None
+        out: Any = None
         for df in frames:
             cols = [F.col(_q(c)).cast(target[c]).alias(c) if c in target else F.col(_q(c))
                     for c in df.columns]

@@ -59,14 +59,14 @@ class FileView:
     view: str
     param: str
     header: bool
-    comment: str
+    comment: str | None      # the comment character, if the parameter names one
     columns: dict            # name -> Spark type
 
 
 @dataclass
 class Statement:
     kind: str                # "view", "table" or "select"
-    name: str                # the view/table name; None for a select
+    name: str | None         # the view/table name; None for a select
     sql: str                 # Spark SQL of the SELECT
     params: tuple = ()       # parameter names it binds
     files: list = field(default_factory=list)   # [FileView]
@@ -556,7 +556,7 @@ def _translate(sql, uint64, pretty):
             kind = "view" if tree.args.get("kind", "").upper() == "VIEW" else "table"
             name = tree.this.name
             tree = tree.expression
-        files = []
+        files: list = []
         if any(j.args.get("method", "").upper() == "ASOF" for j in tree.find_all(exp.Join)):
             counter = [0]
             tree = tree.transform(

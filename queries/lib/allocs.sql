@@ -1,6 +1,7 @@
 -- lib/allocs: allocations: every mm_page_alloc with its outcome and class.
--- requires: (none)
+-- include: (none)
 -- views: gfp_bits, page_allocs, page_alloc_classes
+-- internal: _failed_pfn, _applied_era, _alloc_classes_in_era
 
 -- The gfp bits that decide an allocation's class, per run, read from the run's
 -- own print_flags (the __print_flags table of mm_page_alloc's gfp_flags). Only
@@ -32,8 +33,14 @@ WHERE event = 'mm_page_alloc'
   AND (value & (value - 1)) = 0
 GROUP BY run_id;
 
--- Every mm_page_alloc with its outcome: a failed allocation records pfn = -1UL
--- (section 1), which is 2^64-1, or 2^32-1 on a kernel with 32-bit longs.
+-- A failed allocation records pfn = -1UL (section 1), which is 2^64-1, or 2^32-1 on a
+-- kernel with 32-bit longs (the dataset widens it, value kept): the one place the rule
+-- is written. page_allocs.failed applies it; so do the derived page tables, which pair
+-- page frames (queries/derived_tables.py).
+CREATE TEMP MACRO _failed_pfn(pfn) AS pfn IN (18446744073709551615, 4294967295);
+
+-- Every mm_page_alloc with its outcome: failed where the allocation recorded pfn =
+-- -1UL, 2^64-1 or, on a kernel with 32-bit longs, 2^32-1 (_failed_pfn).
 -- @columns
 --   run_id        text   the run
 --   ts            ns     when the allocation was traced
@@ -48,7 +55,7 @@ GROUP BY run_id;
 CREATE TEMP VIEW page_allocs AS
 SELECT
   run_id, ts, cpu, pid, comm, pfn, "order", gfp_flags, migratetype,
-  pfn IN (18446744073709551615, 4294967295) AS failed
+  _failed_pfn(pfn) AS failed
 FROM mm_page_alloc;
 
 -- Every allocation with both high-atomic eligibility rules (KERNEL-ERAS.md
@@ -125,3 +132,17 @@ SELECT
   *,
   CASE WHEN run_era = 'A' THEN alloc_class_era_a ELSE alloc_class_era_b END AS alloc_class
 FROM classes;
+
+-- The high-atomic era an analysis applies, the one place the choice is written: the
+-- era its `era` parameter forces ('A' or 'B'), else ('auto') the run's own (run_era,
+-- run_facts.highatomic_era).
+CREATE TEMP MACRO _applied_era(forced, run_era) AS coalesce(nullif(forced, 'auto'), run_era);
+
+-- page_alloc_classes under the era `forced` (an analysis' `era` parameter:
+-- _applied_era): each allocation's highatomic_era and its alloc_class under it.
+CREATE TEMP MACRO _alloc_classes_in_era(forced) AS TABLE
+SELECT run_id, ts, comm, pfn, "order", failed, has_gfp_table,
+       _applied_era(forced, run_era) AS highatomic_era,
+       CASE _applied_era(forced, run_era) WHEN 'A' THEN alloc_class_era_a
+            ELSE alloc_class_era_b END AS alloc_class
+FROM page_alloc_classes;

@@ -1,5 +1,5 @@
 -- lib/callsites: the callsite of each allocation stack: the first frame outside tracing, allocator, slab and vmalloc.
--- requires: (none)
+-- include: (none)
 -- derived: alloc_stacks
 -- views: frame_skip, stack_frames, stack_callsites
 

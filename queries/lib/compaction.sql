@@ -1,7 +1,14 @@
 -- lib/compaction: compaction: status names, direct compaction outcomes and their success, compaction runs.
--- requires: allocs, vmstat
+-- include: allocs, pairing, vmstat
 -- views: compaction_status_names, direct_compactions, compaction_success, compaction_run_pairing, compaction_runs
--- internal: _compact_result_enum
+-- internal: _compact_result_enum, _compaction_kind
+
+-- Who compacted, the one place it is told: 'kcompactd' for the kcompactdN threads
+-- (background compaction), 'direct' for every other task (an allocation that
+-- compacts in its own context). compaction_run_pairing's kind; analyses apply it to
+-- the rows of other compaction events by their comm.
+CREATE TEMP MACRO _compaction_kind(comm) AS
+  CASE WHEN comm LIKE 'kcompactd%' THEN 'kcompactd' ELSE 'direct' END;
 
 -- compact_result names (section 7), the fallback when a run's print_flags lack
 -- the mm_compaction_end status table.
@@ -276,17 +283,14 @@ rates AS (
   LEFT JOIN vm AS v ON v.run_id = f.run_id
   LEFT JOIN tr AS t ON t.run_id = f.run_id
 )
-SELECT *,
-       coalesce(vmstat_pct, trace_pct) AS success_pct,
-       CASE WHEN vmstat_pct IS NOT NULL THEN 'vmstat'
-            WHEN trace_pct IS NOT NULL THEN 'trace' END AS source
-FROM rates;
+SELECT * FROM _prefer_vmstat(rates);
 
--- Compaction begin/end pairing (section 1), the one place it is done: a
--- compaction run is one compact_zone() body, an mm_compaction_begin paired
--- with the next mm_compaction_end of the same task. One row per run and per
+-- Compaction runs (section 1): a compaction run is one compact_zone() body, an
+-- mm_compaction_begin paired with the next mm_compaction_end of the same task
+-- (lib/pairing.sql). One row per run and per
 -- half of one whose other half is not in the capture.
--- kind: 'kcompactd' for the kcompactdN threads, 'direct' for every other task.
+-- kind: 'kcompactd' for the kcompactdN threads, 'direct' for every other task
+-- (_compaction_kind).
 -- pairing: 'paired'; 'no_begin', an end whose begin came before the capture;
 -- 'no_end', a begin whose end came after it.
 -- @columns
@@ -306,29 +310,13 @@ bounds AS (
   UNION ALL
   SELECT run_id, pid, comm, ts, 0 AS is_begin, status FROM mm_compaction_end
 ),
-ordered AS (
-  SELECT run_id, pid, comm, ts, is_begin, status,
-         lag(is_begin) OVER w AS prev_is_begin,
-         lag(ts) OVER w AS prev_ts,
-         lead(is_begin) OVER w AS next_is_begin
-  FROM bounds
-  WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts, is_begin DESC)
-),
 halves AS (
-  SELECT run_id, pid, comm,
-         CASE WHEN prev_is_begin = 1 THEN prev_ts END AS begin_ts,
-         ts AS end_ts,
-         status,
-         CASE WHEN prev_is_begin = 1 THEN 'paired' ELSE 'no_begin' END AS pairing
-  FROM ordered
-  WHERE is_begin = 0
-  UNION ALL
-  SELECT run_id, pid, comm, ts AS begin_ts, CAST(NULL AS BIGINT) AS end_ts, status, 'no_end' AS pairing
-  FROM ordered
-  WHERE is_begin = 1 AND coalesce(next_is_begin, 1) = 1
+  SELECT run_id, pid,
+         CASE WHEN end_row IS NULL THEN begin_row.comm ELSE end_row.comm END AS comm,
+         begin_row.ts AS begin_ts, end_row.ts AS end_ts, end_row.status AS status, pairing
+  FROM _begin_end_pairs(bounds)
 )
-SELECT run_id, pid, comm,
-       CASE WHEN comm LIKE 'kcompactd%' THEN 'kcompactd' ELSE 'direct' END AS kind,
+SELECT run_id, pid, comm, _compaction_kind(comm) AS kind,
        begin_ts, end_ts, status, pairing,
        end_ts - begin_ts AS duration_ns
 FROM halves;

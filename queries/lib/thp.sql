@@ -1,5 +1,5 @@
 -- lib/thp: THP faults from the trace and their success.
--- requires: allocs, vmstat
+-- include: allocs, vmstat
 -- views: thp_fault_attempts, thp_fault_success
 -- internal: _thp_gfp, _thp_orders, _thp_order_allocs
 
@@ -159,8 +159,4 @@ rates AS (
   LEFT JOIN vm AS v ON v.run_id = f.run_id
   LEFT JOIN tr AS t ON t.run_id = f.run_id
 )
-SELECT *,
-       coalesce(vmstat_pct, trace_pct) AS success_pct,
-       CASE WHEN vmstat_pct IS NOT NULL THEN 'vmstat'
-            WHEN trace_pct IS NOT NULL THEN 'trace' END AS source
-FROM rates;
+SELECT * FROM _prefer_vmstat(rates);

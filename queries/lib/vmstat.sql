@@ -1,6 +1,7 @@
 -- lib/vmstat: the vmstat counters over the capture, and the window trace-derived rates count in.
--- requires: (none)
+-- include: (none)
 -- views: vmstat_deltas, trace_windows
+-- internal: _prefer_vmstat
 
 -- vmstat counters over each run's capture window: first and last sample.
 -- @columns
@@ -49,3 +50,15 @@ SELECT f.run_id,
        CASE WHEN o.usable THEN o.hi END AS hi
 FROM run_facts AS f
 LEFT JOIN overlap AS o ON o.run_id = f.run_id;
+
+-- A rate from vmstat where the run's samples give it, else from the trace: the one
+-- place the choice is made (compaction_success, thp_fault_success). `rates` names a
+-- table or CTE with vmstat_pct and trace_pct; each row comes back with
+--   success_pct  vmstat_pct when it is not NULL, else trace_pct
+--   source       'vmstat', 'trace' or NULL (neither gives a value)
+CREATE TEMP MACRO _prefer_vmstat(rates) AS TABLE
+SELECT *,
+       coalesce(vmstat_pct, trace_pct) AS success_pct,
+       CASE WHEN vmstat_pct IS NOT NULL THEN 'vmstat'
+            WHEN trace_pct IS NOT NULL THEN 'trace' END AS source
+FROM query_table(rates);
