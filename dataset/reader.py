@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kmemscope.common.errors import DatasetError, QueryError
-from kmemscope.common.text import printable
+from kmemscope.common.text import printable, quote_ident, quote_literal  # noqa: F401  (reader.quote_* for its users)
 from kmemscope.dataset.format import (FILE_COLUMN, FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format,
                                       unfit_reason)
 
@@ -461,14 +461,6 @@ def _url_tables(dataset):
         raise DatasetError(f"dataset {dataset} holds no tables",
                            "copy a dataset that `kmemscope parse -o` wrote under that prefix")
     return tables
-
-
-def quote_ident(name):
-    return '"' + name.replace('"', '""') + '"'
-
-
-def quote_literal(text):
-    return "'" + str(text).replace("'", "''") + "'"
 
 
 # The column DuckDB names each row's file in (a run whose table has a column of that

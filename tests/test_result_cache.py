@@ -184,7 +184,7 @@ def test_verify_deep_runs_a_forged_cache_again_and_reports_it(dataset):
 
     from kmemscope.dataset import safefs
     from kmemscope.dataset.digests import _write_digests, read_digests_in
-    from kmemscope.operations import verify
+    from kmemscope.api import verify
 
     runner.run_query("hot_pfns", dataset)
     assert verify(dataset, deep=True).ok
