@@ -10,8 +10,9 @@ computed once per run and stored beside the dataset:
 
 Tables built together from the same sources are a family (FAMILIES, at the end:
 the page tables, page_pairs and pfn_allocs, below; the stack tables, with the
-stacks section); derived_files(dataset, table, runs) makes any of them current
-by name, for the runs its family applies to.
+stacks section); derived_files(ref, table, runs) makes any of them current
+by name, for the runs its family applies to. Every public function here takes the
+dataset's handle (dataset/handle.py), never a bare location.
 
 Table names starting with "_" are not dataset tables (dataset.table_dirs skips
 them). A cache file is trusted only when it is bound to its run: the run's
@@ -29,7 +30,7 @@ through folders opened without following links from the dataset down
 dataset's lock. An s3 dataset's caches are checked by recorded size and
 signature only (reading them whole to hash them would cost what rebuilding does).
 
-`kmemscope parse` can call `derive_runs(dataset, [run_id])` after writing a run
+`kmemscope parse` can call `derive_runs(ref, [run_id])` after writing a run
 so the first query does not pay for it: every table of every family that applies.
 
 page_pairs columns (one row per consecutive pair of events on one pfn whose
@@ -125,12 +126,13 @@ def _key(name, run):
     return f"{DERIVED_DIR}/{name}/{RUN_PREFIX}{run}/{PART}"
 
 
-def _run_docs(dataset, run_ids):
+def _run_docs(ref, run_ids):
     """{run: the run's recorded digests, or None} (unreadable digests count as none)."""
     from .digests import DIGESTS, DIGESTS_MAX_BYTES, parse_digests, run_digests
 
     out = {}
-    if storage.is_url(dataset):
+    dataset = ref.location
+    if ref.is_s3:
         for run in run_ids:
             try:
                 data = storage.read_small(dataset, f"runs/{RUN_PREFIX}{run}/{DIGESTS}",
@@ -152,7 +154,7 @@ def _run_docs(dataset, run_ids):
     return out
 
 
-def _cached(dataset, name, run, sig, doc):
+def _cached(ref, name, run, sig, doc):
     """The current, checked cache file of `run` for table `name`, or None.
 
     In the dataset: recorded in the run's digests with this signature, size and sha256.
@@ -163,7 +165,8 @@ def _cached(dataset, name, run, sig, doc):
     entry = (doc or {}).get("derived", {}).get(_key(name, run))
     if entry is None or entry["from"] != sig:
         return None
-    if storage.is_url(dataset):
+    dataset = ref.location
+    if ref.is_s3:
         bucket, key = storage.split(dataset)
         path = storage.url(bucket, f"{key}/{_key(name, run)}" if key else _key(name, run))
         try:
@@ -173,7 +176,7 @@ def _cached(dataset, name, run, sig, doc):
     return _checked_local(dataset, name, run, entry)
 
 
-def read_checked(dataset, name, wanted, max_bytes):
+def read_checked(ref, name, wanted, max_bytes):
     """{run: the bytes of its cache file of table `name` in the local dataset, or None} for
     `wanted` ({run: (signature, the run's digests)}): bytes only when the run's digests
     record the file with that signature and the bytes match the recorded size (at most
@@ -192,7 +195,7 @@ def read_checked(dataset, name, wanted, max_bytes):
             entries[run] = entry
     if not entries:
         return out
-    got = _in_table_folder(dataset, name, lambda top: {
+    got = _in_table_folder(ref.location, name, lambda top: {
         run: _read_part(top, run, entry) for run, entry in entries.items()}) or {}
     for run, data in got.items():
         if data is not None and hashlib.sha256(data).hexdigest() == entries[run]["sha256"]:
@@ -200,12 +203,12 @@ def read_checked(dataset, name, wanted, max_bytes):
     return out
 
 
-def read_part(dataset, name, run, max_bytes):
+def read_part(ref, name, run, max_bytes):
     """The bytes of `run`'s cache file of table `name` in the local dataset, read through the
     confined folder walk (no link followed), or None when it is missing, unreadable or
     larger than `max_bytes`. Nothing is checked against the digests: for a caller that has
     (verify)."""
-    return _in_table_folder(dataset, name, lambda top: _read_part(top, run, None, max_bytes))
+    return _in_table_folder(ref.location, name, lambda top: _read_part(top, run, None, max_bytes))
 
 
 def _in_table_folder(dataset, name, read):
@@ -312,11 +315,12 @@ def _private_root():
     return Path(_private_dir)
 
 
-def _target(dataset, runs_with_digests, read_only):
+def _target(ref, runs_with_digests, read_only):
     """Where new caches go: the dataset itself (a Path) when it may be written, else the
     private directory (a Path under /tmp). The dataset's _derived is probed, not trusted."""
-    if read_only or storage.is_url(dataset) or not runs_with_digests:
+    if read_only or ref.is_s3 or not runs_with_digests:
         return _private_root()
+    dataset = ref.location
     try:
         with Dir.root(dataset) as root, root.sub_or_make(DERIVED_DIR, "the derived cache folder") \
                 as top:
@@ -329,7 +333,7 @@ def _target(dataset, runs_with_digests, read_only):
         return _private_root()
 
 
-def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=None,
+def derived_files(ref, name, run_ids, parts=None, threads=None, progress=None,
                   read_only=False):
     """Make sure derived table `name` (of any family in FAMILIES) is current for `run_ids`;
     return {run_id: path}. Runs the table's family does not apply to are left out.
@@ -338,24 +342,25 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=Non
     read_only: tables that are not current go to a private directory, never the dataset.
     """
     family = family_of(name)
-    parts = parts or ds.table_runs(dataset)
+    parts = parts or ref.listing
+    dataset = ref.location
     if "runs" not in parts:
         raise DatasetError(f"dataset {dataset} has no runs table")
     shas = _run_shas(dataset, parts, run_ids)
-    docs = _run_docs(dataset, run_ids)
+    docs = _run_docs(ref, run_ids)
     out, todo = {}, []
     for run in run_ids:
         if not family.applies(parts, run):
             continue
         sig = _signature(parts, run, shas.get(run), docs.get(run), family.sources(parts, run),
                          family.version)
-        found = _cached(dataset, name, run, sig, docs.get(run))
+        found = _cached(ref, name, run, sig, docs.get(run))
         if found:
             out[run] = found
         else:
             todo.append((run, sig))
     if todo:
-        root = _target(dataset, [r for r, _ in todo if docs.get(r)], read_only)
+        root = _target(ref, [r for r, _ in todo if docs.get(r)], read_only)
         for run, sig in todo:
             where = root if _may_cache_in_dataset(dataset, docs.get(run), name, run, sig) \
                 else _private_root()
@@ -505,7 +510,7 @@ def _write(target, name, run, sig, batches):
     return Path(dataset) / _key(name, run)
 
 
-def same_as_rederived(dataset, name, run, cached):
+def same_as_rederived(ref, name, run, cached):
     """True when the cache file `cached` of table `name` holds the rows that deriving run
     `run` again gives (`kmemscope verify --deep`); the new table is built in a private
     folder removed after, and rows are compared in DuckDB (within its memory limit)."""
@@ -515,9 +520,10 @@ def same_as_rederived(dataset, name, run, cached):
 
     if name not in DERIVED_TABLES:
         raise DatasetError(f"{name} is not a table kmemscope's dataset layer derives")
-    parts = ds.table_runs(dataset)
+    parts = ref.listing
+    dataset = ref.location
     shas = _run_shas(dataset, parts, [run])
-    doc = _run_docs(dataset, [run]).get(run)
+    doc = _run_docs(ref, [run]).get(run)
     family = family_of(name)
     scratch = Path(tempfile.mkdtemp(prefix="kmemscope-verify-"))
     try:
@@ -540,12 +546,12 @@ def same_as_rederived(dataset, name, run, cached):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def derive_runs(dataset, run_ids=None, threads=None):
+def derive_runs(ref, run_ids=None, threads=None):
     """Compute every derived table of every family for `run_ids` (default: all runs), each
     for the runs its family applies to. For `parse`."""
-    parts = ds.table_runs(dataset)
+    parts = ref.listing
     runs = list(run_ids) if run_ids is not None else sorted(parts.get("runs", {}))
-    return {name: derived_files(dataset, name, runs, parts, threads) for name in DERIVED_TABLES}
+    return {name: derived_files(ref, name, runs, parts, threads) for name in DERIVED_TABLES}
 
 
 # ---------------------------------------------------------------- allocation stacks

@@ -235,7 +235,7 @@ class Dataset:
         # listing taken to check it serves the first call, and later calls list again, so a
         # Dataset kept open in a notebook sees the runs parsed since.
         self._pinned = ref if isinstance(path, DatasetRef) else None
-        self._fresh = ref
+        self._ref = self._fresh = ref
         if "runs" not in tables:
             from kmemscope.common.errors import DatasetError
 
@@ -247,10 +247,9 @@ class Dataset:
         """The dataset's handle for one call (its listing is that call's snapshot)."""
         if self._pinned is not None:
             return self._pinned
-        from kmemscope.dataset.handle import DatasetRef
-
         ref, self._fresh = self._fresh, None
-        return ref if ref is not None else DatasetRef(self.path)
+        # a new listing, where the dataset lives and local or s3 as decided at the open
+        return ref if ref is not None else self._ref.renewed()
 
     def __repr__(self):
         extra = f", engine={str(self.spec)!r}" if self.spec.is_spark else ""
@@ -355,7 +354,7 @@ class Dataset:
         runs = [run] if isinstance(run, str) else run
         labels = [label] if isinstance(label, str) else label
         ref = self._handle()
-        return select_runs(ref.location, ref.listing, runs or None, labels or None)
+        return select_runs(ref, ref.listing, runs or None, labels or None)
 
     def table_runs(self) -> dict[str, set[str]]:
         """{table: the ids of the runs that have it}."""
@@ -369,10 +368,11 @@ class Dataset:
         from kmemscope.parsers.benchmark_results import import_metrics
         from kmemscope.queries.metrics import SUMMARY
 
-        if not isinstance(self.path, Path):
+        ref = self._handle()
+        if ref.is_s3:
             raise KmemscopeError("metrics are imported into a local dataset, not an s3:// one")
         # the comparison's own metric names are refused: one name, two different rows
-        return import_metrics(self.path, path, fmt, reserved=frozenset(SUMMARY))
+        return import_metrics(ref, path, fmt, reserved=frozenset(SUMMARY))
 
 
 def _run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | None = None,
@@ -440,7 +440,7 @@ def _run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | N
             raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}") from None
         with reader.sql_session(backend.con, limits.memory_limit()) as con:
             if read_only:
-                reader.confine(con, ref.location, "\n;\n".join(statements), ref.is_s3)
+                reader.confine(con, ref, "\n;\n".join(statements))
             elif caller_frames:
                 con.execute("SET python_scan_all_frames = true")
             with reader.guarded(con, timeout):
@@ -540,20 +540,22 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
     in the returned list in its place); "raise" stops at the first. progress(("total",
     bytes)) then progress(("advance", bytes)) as each trace is decoded.
     """
+    from kmemscope.dataset.handle import DatasetRef
     from kmemscope.parsers.ingest import ingest
 
     if on_error not in ("raise", "skip"):
         raise ValueError("on_error must be 'raise' or 'skip'")
+    ref = DatasetRef.of(dataset)            # local or s3, decided once for every input
     out: list = []
     for source in _expand_inputs([inputs] if isinstance(inputs, (str, Path)) else inputs):
         try:
-            summary = ingest(source, dataset, labels=dict(labels or {}),
+            summary = ingest(source, ref.location, labels=dict(labels or {}),
                              events=list(events or []), threads=threads, progress=progress,
                              whole_bundle=whole_bundle)
             if derive:
                 from kmemscope.dataset.derived import derive_runs
 
-                derive_runs(dataset, [summary.run_id])
+                derive_runs(ref.renewed(), [summary.run_id])    # the listing with the new run
             out.append(summary)
         except KmemscopeError as exc:
             if on_error == "raise":
@@ -582,8 +584,10 @@ def parse_on_spark(inputs: Sequence, dataset, *, engine: EngineSpec | str = "spa
 def derive(dataset, run_ids: Sequence[str] | None = None, threads: int | None = None) -> None:
     """Build the runs' derived tables (free/alloc pairing, stacks) now, not on first query."""
     from kmemscope.dataset.derived import derive_runs
+    from kmemscope.dataset.handle import DatasetRef
 
-    derive_runs(dataset, list(run_ids) if run_ids is not None else None, threads=threads)
+    derive_runs(DatasetRef.of(dataset), list(run_ids) if run_ids is not None else None,
+                threads=threads)
 
 
 def verify(dataset, deep: bool = False):
@@ -641,7 +645,7 @@ def info(dataset) -> dict:
     order = sorted(totals, key=lambda n: (-totals[n][0], n))
     runs_table = None
     listed = [r for r in parts.get("runs", {}) if r not in unfit]
-    con = (connect(ref.location, tables=["runs"], parts=parts, run_ids=listed, remote=ref.is_s3)
+    con = (connect(ref, tables=["runs"], parts=parts, run_ids=listed)
            if listed
            else duckdb.connect())
     try:

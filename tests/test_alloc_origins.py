@@ -24,6 +24,7 @@ from kmemscope.queries import runner
 
 import kmdata as K
 from kmrun import kmemscope
+from kmemscope.dataset.handle import DatasetRef
 
 SEC = 1_000_000_000
 
@@ -347,7 +348,7 @@ def test_interned_and_recorded_stacks_answer_alike(tmp_path):
     for name in derived.STACK_TABLES:
         got = {}
         for shape, ds in made.items():
-            (path,) = derived.derived_files(ds, name, ["r"], read_only=True).values()
+            (path,) = derived.derived_files(DatasetRef.of(ds), name, ["r"], read_only=True).values()
             got[shape] = pq.read_table(path).to_pylist()
         assert got["interned"] == got["recorded"], name
         tables[name] = got["interned"]

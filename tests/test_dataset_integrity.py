@@ -16,6 +16,7 @@ import pytest
 import hostile
 from conftest import EXAMPLES
 from kmrun import KMEMSCOPE, kmemscope
+from kmemscope.dataset.handle import DatasetRef
 
 HONEST = EXAMPLES / "kmem-compaction"
 OTHER = EXAMPLES / "thp-faults"
@@ -200,7 +201,7 @@ def test_a_read_only_reader_builds_derived_tables_outside_the_dataset(ds):
 
     ds, ids = ds
     before = hostile.tree_state(ds)
-    out = derived.derived_files(ds, "page_pairs", [ids["honest"]], read_only=True)
+    out = derived.derived_files(DatasetRef.of(ds), "page_pairs", [ids["honest"]], read_only=True)
     assert not Path(out[ids["honest"]]).resolve().is_relative_to(ds.resolve())
     assert hostile.tree_state(ds) == before
 
@@ -218,7 +219,7 @@ def test_a_cache_write_that_fails_in_the_dataset_is_built_privately_with_the_sam
 
     ds, ids = ds
     run = ids["honest"]
-    clean = derived.derived_files(ds, "page_pairs", [run], read_only=True)[run]
+    clean = derived.derived_files(DatasetRef.of(ds), "page_pairs", [run], read_only=True)[run]
     expected = duckdb.sql(f"SELECT * FROM '{clean}' ORDER BY ALL").fetchall()
     shutil.rmtree(ds / "_derived", ignore_errors=True)
     before = hostile.tree_state(ds)
@@ -232,7 +233,7 @@ def test_a_cache_write_that_fails_in_the_dataset_is_built_privately_with_the_sam
 
     monkeypatch.setattr(safefs.Dir, "write_atomic", full_in_the_dataset)
     monkeypatch.setattr(derived, "_BUILT", {})
-    out = derived.derived_files(ds, "page_pairs", [run], progress=notes.append)[run]
+    out = derived.derived_files(DatasetRef.of(ds), "page_pairs", [run], progress=notes.append)[run]
     assert failed, "the dataset's write was never tried"
     assert not Path(out).resolve().is_relative_to(ds.resolve())
     assert any("could not write its cache into the dataset (No space left on device)" in n
