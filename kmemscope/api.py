@@ -402,8 +402,8 @@ def _run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | N
     from kmemscope.queries.engines import EngineSpec
 
     ref = DatasetRef.of(dataset)
-    if not statements:
-        raise QueryError("the SQL holds no statement (it is empty or only comments)")
+    if not statements:       # the text was cut by _sql_statements, which refuses none
+        raise ValueError("_run_sql runs one statement or more")
     last = len(statements) - 1
     spec = EngineSpec.of(engine)
     if spec.is_spark:
