@@ -1,4 +1,4 @@
-"""Build the native trace.dat decoder against the system's libtracecmd.
+"""Build the native trace.dat decoder against the system's libtraceevent.
 
 Everything declarative lives in setup.cfg; this file exists only because the
 C extension's compile and link flags come from pkg-config at build time.
@@ -9,7 +9,12 @@ import sys
 
 from setuptools import Extension, setup
 
-NATIVE_LIBS = ["libtracecmd", "libtraceevent", "libzstd", "zlib"]
+# libtracecmd is not used: parsers/layout.py reads the file format, and the decoder hands
+# the metadata to libtraceevent's public parsers (tep_parse_event, tep_parse_header_page,
+# tep_parse_printk_formats, tep_parse_saved_cmdlines, tep_parse_kallsyms), all in
+# libtraceevent since 1.2.
+NATIVE_LIBS = ["libtraceevent", "libzstd", "zlib"]
+LIBTRACEEVENT_SUPPORTED = "1.2"       # and later (tested with 1.7.1)
 NATIVE_SOURCES = ["parsers/_tracedat.c", "parsers/native/alloc.c", "parsers/native/arrow_c.c",
                   "parsers/native/plan.c", "parsers/native/decoder.c", "parsers/native/kallsyms.c",
                   "parsers/native/chunks.c"]
@@ -17,8 +22,8 @@ NATIVE_HEADERS = ["parsers/native/alloc.h", "parsers/native/arrow_c.h", "parsers
                   "parsers/native/plan.h", "parsers/native/decoder.h", "parsers/native/kallsyms.h",
                   "parsers/native/chunks.h", "parsers/native/fileio.h"]
 # Hidden visibility: the module exports PyInit__tracedat (PyMODINIT_FUNC marks it
-# visible) and tep_parse_kallsyms (native/kallsyms.h: libtracecmd's call to it must
-# land in the module) and nothing else, so its helpers cannot clash with others'.
+# visible) and nothing else, so its helpers cannot clash with others' and it overrides
+# no library's function.
 NATIVE_CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wshadow"]
 
 
@@ -28,10 +33,25 @@ def pkg_config(*args):
                              capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         sys.exit(f"kmemscope: error: pkg-config cannot find {' '.join(NATIVE_LIBS)} "
-                 f"({exc}; run `make setup` to install libtracecmd-dev and libtraceevent-dev)")
+                 f"({exc}; run `make setup` to install libtraceevent-dev, libzstd-dev and zlib1g-dev)")
     return shlex.split(out)
 
 
+def check_libtraceevent():
+    """One line and no build when libtraceevent is older than the decoder's public API."""
+    try:
+        found = subprocess.run(["pkg-config", "--modversion", "libtraceevent"],
+                               capture_output=True, text=True).stdout.strip()
+        ok = subprocess.run(["pkg-config", "--atleast-version", LIBTRACEEVENT_SUPPORTED,
+                             "libtraceevent"]).returncode == 0
+    except OSError:
+        return          # no pkg-config: pkg_config() below says so
+    if not ok:
+        sys.exit(f"kmemscope: error: libtraceevent {found or '(not found)'}: the decoder supports "
+                 f"libtraceevent {LIBTRACEEVENT_SUPPORTED} and later (run `make setup`)")
+
+
+check_libtraceevent()
 setup(
     ext_modules=[
         Extension(

@@ -451,8 +451,8 @@ def main():
             fleet_dataset.parse_sources(source)
         src_runs = {}
         import pyarrow.parquet as pq
-        from kmemscope.dataset import reader as ds
-        for run, files in ds.table_runs(source)["runs"].items():
+        from kmemscope.dataset.handle import DatasetRef
+        for run, files in DatasetRef.of(source).listing["runs"].items():
             row = pq.read_table(files[0]).to_pylist()[0]
             src_runs[run] = (Path(row["source_file"]).parent.name, row["events"])
         ordered = sorted(src_runs)

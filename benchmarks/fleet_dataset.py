@@ -39,14 +39,14 @@ def kmemscope_command():
 
 def parse_sources(out, bundles=EXAMPLES):
     """Parse each bundle into dataset `out`; return the run ids in bundle order."""
-    from kmemscope.dataset import reader as ds
+    from kmemscope.dataset.handle import DatasetRef
     ids = []
     for bundle in bundles:
-        before = set(ds.table_runs(out).get("runs", {})) if Path(out).is_dir() and any(
+        before = set(DatasetRef.of(out).listing.get("runs", {})) if Path(out).is_dir() and any(
             Path(out).iterdir()) else set()
         subprocess.run([*kmemscope_command(), "parse", str(bundle), "-o", str(out)], check=True,
                        stdout=subprocess.DEVNULL)
-        after = set(ds.table_runs(out)["runs"])
+        after = set(DatasetRef.of(out).listing["runs"])
         new = after - before
         # parsing the same trace again keeps its id: find it by its source then
         ids.append(new.pop() if new else _run_of(out, bundle))
@@ -54,8 +54,8 @@ def parse_sources(out, bundles=EXAMPLES):
 
 
 def _run_of(dataset, bundle):
-    from kmemscope.dataset import reader as ds
-    for run, files in ds.table_runs(dataset)["runs"].items():
+    from kmemscope.dataset.handle import DatasetRef
+    for run, files in DatasetRef.of(dataset).listing["runs"].items():
         row = pq.read_table(files[0]).to_pylist()[0]
         if Path(row["source_file"]).resolve().parent == Path(bundle).resolve():
             return run
@@ -116,8 +116,8 @@ def build(source, dest, n, source_runs=None):
 
     Returns [(new run id, source run id)]. `dest` must not exist yet.
     """
-    from kmemscope.dataset import reader as ds
-    parts = ds.table_runs(source)
+    from kmemscope.dataset.handle import DatasetRef
+    parts = DatasetRef.of(source).listing
     source_runs = list(source_runs or sorted(parts["runs"]))
     dest = Path(dest)
     dest.mkdir(parents=True)

@@ -6,8 +6,9 @@
 For each trace.dat, in this process (file in the page cache after a first read):
 
   read            read the whole file (the disk's part of the floor)
-  open            open it with libtracecmd (event formats, printk formats, cmdlines; the
-                  kallsyms text is kept for the first stack) and read its layout: paid
+  open            read its layout and metadata and hand the event formats, printk formats
+                  and cmdlines to libtraceevent (the kallsyms text is kept for the first
+                  stack): paid
                   once per parse, whatever its size
   walk            the native decoder with no event wanted: read, decompress and
                   walk every page, build nothing (the floor of any decoder)

@@ -36,6 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kmemscope.dataset.handle import DatasetRef
 from kmemscope.common.errors import KmemscopeError
 from kmemscope.queries import derived_tables as derive
 from kmemscope.queries import catalog, runner
@@ -97,7 +98,7 @@ def build(trace, work, rows_wanted):
     subprocess.run([str(kmemscope), "parse", str(trace), "-o", str(src)], check=True,
                    stdout=subprocess.DEVNULL)
     parse_s = time.perf_counter() - t0
-    parts = ds.table_runs(src)
+    parts = DatasetRef.of(src).listing
     (run,) = parts["runs"]
     per_run = sum(pq.ParquetFile(f).metadata.num_rows
                   for t in ("mm_page_alloc", "mm_page_free") for f in parts.get(t, {}).get(run, []))
@@ -188,7 +189,7 @@ def main():
         dataset, parse_s, per_run, copies = args.work / "dataset", None, None, None
     else:
         dataset, parse_s, per_run, copies = build(args.trace, args.work, args.rows)
-    parts = ds.table_runs(dataset)
+    parts = DatasetRef.of(dataset).listing
     total = sum(pq.ParquetFile(f).metadata.num_rows
                 for t in ("mm_page_alloc", "mm_page_free")
                 for fs in parts.get(t, {}).values() for f in fs)
@@ -199,7 +200,7 @@ def main():
     print(f"cpus: {os.cpu_count()}")
 
     t0 = time.perf_counter()
-    derive.derive_runs(dataset)
+    derive.derive_runs(DatasetRef.of(dataset))
     derive_s = time.perf_counter() - t0
     print(f"derived tables (once per run; at parse or first query): {derive_s:.2f} s "
           f"= {derive_s / len(parts['runs']):.3f} s per run")

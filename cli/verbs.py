@@ -50,7 +50,7 @@ def limit_options(f):
 
 
 def _limits(memory_limit, timeout):
-    from kmemscope.operations import bounded
+    from kmemscope.api import bounded
 
     return bounded(memory_limit, timeout)
 
@@ -73,29 +73,29 @@ class _engine:
 
     def __init__(self, engine, master, conf, dataset=None):
         from kmemscope.common.errors import QueryError
-        from kmemscope.operations import engine_spec
+        from kmemscope.api import _engine_spec
 
         self.dataset = dataset
         try:
-            self.spec = engine_spec(engine, master, conf)
+            self.spec = _engine_spec(engine, master, conf)
         except QueryError as exc:
             raise click.BadParameter(str(exc), param_hint="--engine") from None
 
     def __enter__(self):
-        from kmemscope.operations import is_remote, start_engine
+        from kmemscope.api import _dataset_ref, _start_engine
 
-        if self.spec.is_spark and not (self.dataset and is_remote(self.dataset)):
+        if self.spec.is_spark and not (self.dataset and _dataset_ref(self.dataset).is_s3):
             where = self.spec.master or "local[*]"
             with _status(f"starting Spark ({where})") as status:
-                start_engine(self.spec)
+                _start_engine(self.spec)
                 status.done(f"Spark started ({where})")
         return self.spec
 
     def __exit__(self, *exc):
         if self.spec.is_spark:
-            from kmemscope.operations import stop_engines
+            from kmemscope.api import _stop_engines
 
-            stop_engines()
+            _stop_engines()
 
 
 def _shown(text):
@@ -192,7 +192,7 @@ def _snapshot_times(_ctx, _param, value):
     """--procfs-times START,END -> (start, end) Unix seconds."""
     if value is None:
         return None
-    from kmemscope.operations import snapshot_times
+    from kmemscope.api import _snapshot_times as snapshot_times
 
     try:
         return snapshot_times(value)
@@ -259,7 +259,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
     A bare trace.dat with /proc copies taken before and after it (mmtests'
     monitors, hand captures): --procfs-start DIR --procfs-end DIR.
     """
-    from kmemscope.operations import expand_inputs, parse_one
+    from kmemscope.api import _expand_inputs, parse as parse_inputs
 
     labels = _key_values(labels, "--label")
     snapshots = {"procfs_start": procfs_start, "procfs_end": procfs_end,
@@ -273,7 +273,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
                                "locally")
     patterns = [p for item in events for p in item.split(",") if p]
     try:  # a flight directory (record --flight) is one run per bundle
-        sources = expand_inputs(sources)
+        sources = _expand_inputs(sources)
     except KmemscopeError as exc:
         _report_error(ctx, exc)
         sys.exit(1)
@@ -293,9 +293,9 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
     for source in sources:
         try:
             with _progress(source, show_progress) as progress:
-                summary = parse_one(source, dataset, labels=labels, events=patterns,
-                                    threads=threads, progress=progress, whole_bundle=whole_bundle,
-                                    **snapshots)
+                [summary] = parse_inputs(source, dataset, labels=labels, events=patterns,
+                                         threads=threads, progress=progress,
+                                         whole_bundle=whole_bundle, **snapshots)
         except KmemscopeError as exc:
             _report_error(ctx, exc)
             failures += 1
@@ -334,7 +334,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
 
 def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng):
     """`parse --engine spark`: one Spark task per input; a line per run as the driver commits it."""
-    from kmemscope.operations import parse_on_spark
+    from kmemscope.api import parse_on_spark
 
     def progress(kind, source, entry):
         if isinstance(entry, KmemscopeError):
@@ -369,7 +369,7 @@ def _derive(ctx, dataset, run_id, quiet):
     """Build a run's derived pairing tables (queries/derived_tables.py) right after parsing it."""
     import time
 
-    from kmemscope.operations import derive
+    from kmemscope.api import derive
 
     started = time.monotonic()
     try:
@@ -452,11 +452,11 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
     With --engine spark the same DuckDB SQL is translated to Spark SQL (the
     analyses' rules); what has no exact translation is refused.
     """
-    from kmemscope.operations import dataset_ref, run_sql, sql_statements
+    from kmemscope.api import _dataset_ref, _run_sql, _sql_statements
     from kmemscope.cli.output import resolve_format, write_result
 
-    dataset = dataset_ref(dataset)       # one handle, listed once, for the whole command
-    statements = sql_statements(_sql_text(query, sql_file))
+    dataset = _dataset_ref(dataset)       # one handle, listed once, for the whole command
+    statements = _sql_statements(_sql_text(query, sql_file))
     fmt = resolve_format(fmt, output)
     if engine == "spark" and read_only:
         raise click.BadParameter("--read-only is for the DuckDB engine: Spark SQL can "
@@ -467,10 +467,11 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
     with _engine(engine, spark_master, spark_conf, dataset) as spec, \
             _limits(None if spark else memory_limit, None if spark else timeout):
         # a text table of plain columns is printed from Python rows: no pyarrow to import
-        tables, notes = run_sql(dataset, statements, engine=spec, read_only=read_only,
-                                timeout=None if spark else timeout,
-                                memory_limit=None if spark else memory_limit,
-                                plain_rows=fmt == "table")
+        notes = []
+        tables = _run_sql(dataset, statements, engine=spec, read_only=read_only,
+                          timeout=None if spark else timeout,
+                          memory_limit=None if spark else memory_limit, notes=notes,
+                          plain_rows=fmt == "table")
         for note in notes:
             _note(note)
         _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
@@ -485,9 +486,9 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
 
 def _interrupted_notes(dataset):
     """Commits that killed parses left: readers leave them to the next parse, and say so."""
-    from kmemscope.operations import interrupted_commits
+    from kmemscope.api import _reader_notes
 
-    for note in interrupted_commits(dataset):
+    for note in _reader_notes(dataset):
         _note(note)
 
 
@@ -503,9 +504,9 @@ def _sql_text(query, sql_file):
     if sql_file and query is not None:
         raise click.UsageError("give the SQL either as QUERY or with -f FILE, not both")
     if sql_file:
-        from kmemscope.operations import read_sql_file
+        from kmemscope.api import _read_sql_file
 
-        return read_sql_file(sql_file)          # regular, bounded, no link followed
+        return _read_sql_file(sql_file)          # regular, bounded, no link followed
     if query is None:
         raise click.UsageError("no SQL: give QUERY, `-` to read stdin, or -f FILE")
     if query == "-":
@@ -560,7 +561,7 @@ def verify(dataset, quiet, deep, memory_limit, timeout):
     \b
     kmemscope verify ds
     """
-    from kmemscope.operations import verify
+    from kmemscope.api import verify
     from kmemscope.common.text import printable
 
     with _limits(memory_limit, timeout):
@@ -588,14 +589,14 @@ def info(dataset, per_run, fmt, output, memory_limit, timeout):
     json writes one object {runs, tables, rows_per_run}; csv, jsonl and
     parquet write the rows of every table in every run (run_id, table, rows).
     """
-    from kmemscope.operations import dataset_info, dataset_ref
+    from kmemscope import api
     from kmemscope.cli.output import resolve_format, write_document, write_result
 
-    dataset = dataset_ref(dataset)       # one handle, listed once, for the whole command
+    dataset = api._dataset_ref(dataset)       # one handle, listed once, for the whole command
 
     fmt = resolve_format(fmt, output)
     with _limits(memory_limit, timeout):
-        facts = dataset_info(dataset)
+        facts = api.info(dataset)
         for note in facts["notes"]:
             _note(note)
         _interrupted_notes(dataset)
@@ -676,9 +677,9 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, memory_limit,
     """
     import kmemscope
     from kmemscope.cli.output import FOLDED, FORMATS, resolve_format, write_result
-    from kmemscope.operations import dataset_ref
+    from kmemscope.api import _dataset_ref
 
-    dataset = dataset_ref(dataset)       # one handle, listed once, for the whole command
+    dataset = _dataset_ref(dataset)       # one handle, listed once, for the whole command
 
     fmt = resolve_format(fmt, output, allowed=FORMATS + (FOLDED,))
     with _engine(engine, spark_master, spark_conf, dataset) as spec, _Steps(quiet) as steps, \
@@ -765,9 +766,9 @@ def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt
     import kmemscope
     from kmemscope import comparison_text as co
     from kmemscope.cli.output import write_records
-    from kmemscope.operations import dataset_ref
+    from kmemscope.api import _dataset_ref
 
-    dataset = dataset_ref(dataset)       # one handle, listed once, for the whole command
+    dataset = _dataset_ref(dataset)       # one handle, listed once, for the whole command
 
     fmt = _compare_format(fmt, output)
     names = _metric_names(metrics)
@@ -871,10 +872,10 @@ def metrics_import(dataset, file, fmt, quiet, memory_limit, timeout):
     host-a1,pgbench_tps,1234.5,tps,higher
     4f1c0e9a,pgbench_tps,1198.0,tps,higher
     """
-    from kmemscope.operations import import_metrics
+    import kmemscope
 
     with _limits(memory_limit, timeout):
-        written = import_metrics(dataset, file, fmt)
+        written = kmemscope.open(dataset).import_metrics(file, fmt)
     if not quiet:
         values = sum(len(v) for v in written.values())
         names = sorted({m for v in written.values() for m in v})

@@ -5,6 +5,9 @@ A label, host, folder name or comm may hold a newline or a terminal escape
 printed raw, it would forge lines or act on the user's terminal. Everything
 kmemscope prints as text (table cells, notes, errors, headers) passes through
 printable(); JSON output keeps the data as it is, escaped by JSON itself.
+
+Names and text that go into SQL are quoted here too (quote_ident, quote_literal): a
+table name comes from a trace, a label from a bundle, and neither is ever pasted raw.
 """
 
 # C0 and C1 control characters and DEL, shown as \xNN (newline, CR and tab as \n \r \t).
@@ -21,3 +24,13 @@ def printable_lines(text):
     """`text` of several lines with control characters escaped inside each line (the line
     breaks kmemscope itself wrote stay; a stray CR or escape does not)."""
     return "\n".join(printable(line) for line in str(text).split("\n"))
+
+
+def quote_ident(name):
+    """`name` as a quoted SQL identifier (table names come from traces: never paste them)."""
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def quote_literal(text):
+    """`text` as a quoted SQL string literal."""
+    return "'" + str(text).replace("'", "''") + "'"

@@ -8,8 +8,9 @@ table computed from them is computed once per run and stored beside the dataset:
 Tables built together from the same sources are a family (Family, at the end). What
 a family holds and how it is built is not this layer's business: the query layer
 defines the families (queries/derived_tables.py, where their kernel rules are) and
-hands one to derived_files(dataset, family, table, runs), which makes the table
-current for the runs the family applies to.
+hands one to derived_files(ref, family, table, runs), which makes the table
+current for the runs the family applies to. Every public function here takes the
+dataset's handle (dataset/handle.py), never a bare location.
 
 Table names starting with "_" are not dataset tables (dataset.table_dirs skips
 them). A cache file is trusted only when it is bound to its run: the run's
@@ -74,12 +75,13 @@ def _key(name, run):
     return f"{DERIVED_DIR}/{name}/{RUN_PREFIX}{run}/{PART}"
 
 
-def _run_docs(dataset, run_ids):
+def _run_docs(ref, run_ids):
     """{run: the run's recorded digests, or None} (unreadable digests count as none)."""
     from .digests import DIGESTS, DIGESTS_MAX_BYTES, parse_digests, run_digests
 
     out = {}
-    if storage.is_url(dataset):
+    dataset = ref.location
+    if ref.is_s3:
         for run in run_ids:
             try:
                 data = storage.read_small(dataset, f"runs/{RUN_PREFIX}{run}/{DIGESTS}",
@@ -101,7 +103,7 @@ def _run_docs(dataset, run_ids):
     return out
 
 
-def _cached(dataset, name, run, sig, doc):
+def _cached(ref, name, run, sig, doc):
     """The current, checked cache file of `run` for table `name`, or None.
 
     In the dataset: recorded in the run's digests with this signature, size and sha256.
@@ -112,7 +114,8 @@ def _cached(dataset, name, run, sig, doc):
     entry = (doc or {}).get("derived", {}).get(_key(name, run))
     if entry is None or entry["from"] != sig:
         return None
-    if storage.is_url(dataset):
+    dataset = ref.location
+    if ref.is_s3:
         bucket, key = storage.split(dataset)
         path = storage.url(bucket, f"{key}/{_key(name, run)}" if key else _key(name, run))
         try:
@@ -122,7 +125,7 @@ def _cached(dataset, name, run, sig, doc):
     return _checked_local(dataset, name, run, entry)
 
 
-def read_checked(dataset, name, wanted, max_bytes):
+def read_checked(ref, name, wanted, max_bytes):
     """{run: the bytes of its cache file of table `name` in the local dataset, or None} for
     `wanted` ({run: (signature, the run's digests)}): bytes only when the run's digests
     record the file with that signature and the bytes match the recorded size (at most
@@ -141,7 +144,7 @@ def read_checked(dataset, name, wanted, max_bytes):
             entries[run] = entry
     if not entries:
         return out
-    got = _in_table_folder(dataset, name, lambda top: {
+    got = _in_table_folder(ref.location, name, lambda top: {
         run: _read_part(top, run, entry) for run, entry in entries.items()}) or {}
     for run, data in got.items():
         if data is not None and hashlib.sha256(data).hexdigest() == entries[run]["sha256"]:
@@ -149,12 +152,12 @@ def read_checked(dataset, name, wanted, max_bytes):
     return out
 
 
-def read_part(dataset, name, run, max_bytes):
+def read_part(ref, name, run, max_bytes):
     """The bytes of `run`'s cache file of table `name` in the local dataset, read through the
     confined folder walk (no link followed), or None when it is missing, unreadable or
     larger than `max_bytes`. Nothing is checked against the digests: for a caller that has
     (verify)."""
-    return _in_table_folder(dataset, name, lambda top: _read_part(top, run, None, max_bytes))
+    return _in_table_folder(ref.location, name, lambda top: _read_part(top, run, None, max_bytes))
 
 
 def _in_table_folder(dataset, name, read):
@@ -261,11 +264,12 @@ def _private_root():
     return Path(_private_dir)
 
 
-def _target(dataset, runs_with_digests, read_only):
+def _target(ref, runs_with_digests, read_only):
     """Where new caches go: the dataset itself (a Path) when it may be written, else the
     private directory (a Path under /tmp). The dataset's _derived is probed, not trusted."""
-    if read_only or storage.is_url(dataset) or not runs_with_digests:
+    if read_only or ref.is_s3 or not runs_with_digests:
         return _private_root()
+    dataset = ref.location
     try:
         with Dir.root(dataset) as root, root.sub_or_make(DERIVED_DIR, "the derived cache folder") \
                 as top:
@@ -278,7 +282,7 @@ def _target(dataset, runs_with_digests, read_only):
         return _private_root()
 
 
-def derived_files(dataset, family, name, run_ids, parts=None, threads=None, progress=None,
+def derived_files(ref, family, name, run_ids, parts=None, threads=None, progress=None,
                   read_only=False):
     """Make sure derived table `name` of `family` is current for `run_ids`; return
     {run_id: path}. Runs the family does not apply to are left out.
@@ -286,24 +290,25 @@ def derived_files(dataset, family, name, run_ids, parts=None, threads=None, prog
     progress(message) is called before a run's tables are built (not when cached).
     read_only: tables that are not current go to a private directory, never the dataset.
     """
-    parts = parts or ds.table_runs(dataset)
+    parts = parts or ref.listing
+    dataset = ref.location
     if "runs" not in parts:
         raise DatasetError(f"dataset {dataset} has no runs table")
     shas = _run_shas(dataset, parts, run_ids)
-    docs = _run_docs(dataset, run_ids)
+    docs = _run_docs(ref, run_ids)
     out, todo = {}, []
     for run in run_ids:
         if not family.applies(parts, run):
             continue
         sig = _signature(parts, run, shas.get(run), docs.get(run), family.sources(parts, run),
                          family.version)
-        found = _cached(dataset, name, run, sig, docs.get(run))
+        found = _cached(ref, name, run, sig, docs.get(run))
         if found:
             out[run] = found
         else:
             todo.append((run, sig))
     if todo:
-        root = _target(dataset, [r for r, _ in todo if docs.get(r)], read_only)
+        root = _target(ref, [r for r, _ in todo if docs.get(r)], read_only)
         for run, sig in todo:
             where = root if _may_cache_in_dataset(dataset, docs.get(run), name, run, sig) \
                 else _private_root()
@@ -415,7 +420,7 @@ def _write(target, name, run, sig, batches):
     return Path(dataset) / _key(name, run)
 
 
-def same_as_rederived(dataset, family, name, run, cached):
+def same_as_rederived(ref, family, name, run, cached):
     """True when the cache file `cached` of table `name` of `family` holds the rows that
     deriving run `run` again gives (`kmemscope verify --deep`); the new table is built in a
     private folder removed after, and rows are compared in DuckDB (within its memory limit)."""
@@ -423,9 +428,10 @@ def same_as_rederived(dataset, family, name, run, cached):
 
     import duckdb
 
-    parts = ds.table_runs(dataset)
+    parts = ref.listing
+    dataset = ref.location
     shas = _run_shas(dataset, parts, [run])
-    doc = _run_docs(dataset, [run]).get(run)
+    doc = _run_docs(ref, [run]).get(run)
     scratch = Path(tempfile.mkdtemp(prefix="kmemscope-verify-"))
     try:
         sig = _signature(parts, run, shas.get(run), doc, family.sources(parts, run), family.version)
@@ -447,12 +453,12 @@ def same_as_rederived(dataset, family, name, run, cached):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def derive_runs(dataset, families, run_ids=None, threads=None):
+def derive_runs(ref, families, run_ids=None, threads=None):
     """Compute every table of each of `families` for `run_ids` (default: all runs), each
     for the runs its family applies to. For `parse`."""
-    parts = ds.table_runs(dataset)
+    parts = ref.listing
     runs = list(run_ids) if run_ids is not None else sorted(parts.get("runs", {}))
-    return {name: derived_files(dataset, family, name, runs, parts, threads)
+    return {name: derived_files(ref, family, name, runs, parts, threads)
             for family in families for name in family.tables}
 
 

@@ -3,16 +3,18 @@
     ref = DatasetRef.of("ds")             # or "s3://bucket/prefix/ds"; nothing read yet
     ref.listing                           # {table: {run_id: [files]}}, listed on first use
     ref.listing                           # the same snapshot: never listed twice
-    reader.connect(ref.location, parts=ref.listing)
+    reader.connect(ref)                   # readers and the derived cache take the handle
 
 A command (`kmemscope query`, `sql`, `compare`, `info`) makes one handle and
 hands it down, so every layer under it asks the handle instead of the file
 system or the object store: the dataset is listed once per command, and every
 analysis of a comparison reads the same snapshot of its runs. Making a handle
 reads nothing; whether the dataset is local or in an object store is decided
-here, once, by storage.is_url. A plain path or URL given to a public function
-becomes a handle at that function (`DatasetRef.of`), and a handle given where a
-handle is taken is passed on as it is.
+here, once, by storage.is_url, and nowhere else: the readers (reader.py) and the
+derived cache (derived.py) take the handle and ask it. A plain path or URL given
+to a public function of the API becomes a handle there (`DatasetRef.of`), and a
+handle given where a handle is taken is passed on as it is. A handle is not a
+path (it has no __fspath__): code that wants the local folder says ref.location.
 
 The snapshot is what readers may trust about the layout: the committed runs'
 files (reader.table_runs), what their runs' own records state about those
@@ -34,23 +36,31 @@ class DatasetRef:
 
     def __init__(self, where):
         text = str(where)
-        self.location: str | Path      # a URL's text, or a local Path
-        if storage.is_url(text):
-            self.storage = S3
-            self.location = text          # a URL stays text: Path() would fold its double slash
+        if storage.is_url(text):           # the one place that asks: local or s3
+            # a URL stays text: Path() would fold its double slash
+            self.__init_state(S3, text)
         else:
-            self.storage = LOCAL
-            self.location = where if isinstance(where, Path) else Path(where)
-        self._listing = None
-        self._footers = None
-        self._notes = None
-        self._docs = {}
-        self._memos = {}
+            self.__init_state(LOCAL, where if isinstance(where, Path) else Path(where))
 
     @classmethod
     def of(cls, dataset):
         """`dataset` as a handle: a handle unchanged, a path or URL as a new one (nothing read)."""
         return dataset if isinstance(dataset, cls) else cls(dataset)
+
+    def renewed(self):
+        """A handle of the same dataset with no listing yet, for after a write (a parse's new
+        run): where it lives and local or s3 stay as decided."""
+        new = object.__new__(DatasetRef)
+        new.__init_state(self.storage, self.location)
+        return new
+
+    def __init_state(self, kind, location):
+        self.storage, self.location = kind, location
+        self._listing = None
+        self._footers = None
+        self._notes = None
+        self._docs = {}
+        self._memos = {}
 
     @property
     def is_s3(self):
@@ -63,7 +73,7 @@ class DatasetRef:
         if self._listing is None:
             from .reader import table_runs
 
-            self._listing = table_runs(self.location, self.is_s3)
+            self._listing = table_runs(self)
         return self._listing
 
     def footers(self):
@@ -83,7 +93,7 @@ class DatasetRef:
         if todo:
             from .derived import _run_docs
 
-            self._docs.update(_run_docs(self.location, todo))
+            self._docs.update(_run_docs(self, todo))
         return {r: self._docs[r] for r in runs}
 
     def memo(self, name):
@@ -96,7 +106,7 @@ class DatasetRef:
             from .reader import reader_notes
 
             self.listing              # the listing first: it is what names odd folders
-            self._notes = reader_notes(self.location, self.is_s3)
+            self._notes = reader_notes(self)
         return list(self._notes)
 
     def __str__(self):
@@ -104,11 +114,6 @@ class DatasetRef:
 
     def __repr__(self):
         return f"DatasetRef({str(self.location)!r}, {self.storage})"
-
-    def __fspath__(self):
-        if self.is_s3:
-            raise TypeError(f"{self.location} is in an object store, not a local path")
-        return str(self.location)
 
     def __eq__(self, other):
         if isinstance(other, DatasetRef):

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kmemscope.common.errors import DatasetError, QueryError
-from kmemscope.common.text import printable
+from kmemscope.common.text import printable, quote_ident, quote_literal  # noqa: F401  (reader.quote_* for its users)
 from kmemscope.dataset.format import (FILE_COLUMN, FORMAT_FILE, MAX_FILE_BYTES, parse_format, read_format,
                                       unfit_reason)
 
@@ -36,34 +36,45 @@ from . import limits, storage
 from .safefs import RUN_FOLDER, RUN_PREFIX, SAFE_TABLE, shown_name
 
 
-def table_dirs(dataset):
+def _ref(dataset):
+    """The dataset handle every reader takes (a handle.DatasetRef, which imports this module):
+    local or s3 was decided once, where the command made it. A path here is the caller's
+    mistake (a handle is no os.PathLike)."""
+    if isinstance(dataset, (str, bytes, os.PathLike)):
+        raise TypeError(f"readers take the dataset's handle (DatasetRef.of(path)), not "
+                        f"{type(dataset).__name__}")
+    return dataset
+
+
+def table_dirs(ref):
     """Map table name -> directory (an s3:// URL for an s3 dataset) for every table with a run."""
-    if storage.is_url(dataset):
-        _read_url_format(dataset)
-        bucket, key = storage.split(dataset)
+    where = _ref(ref).location
+    if ref.is_s3:
+        _read_url_format(where)
+        bucket, key = storage.split(where)
         return {name: storage.url(bucket, f"{key}/{name}" if key else name)
-                for name in _url_tables(dataset)}
-    root = Path(dataset)
-    return {name: root / name for name in _local_tables(dataset)}
+                for name in _url_tables(where)}
+    return {name: where / name for name in _local_tables(where)}
 
 
-def table_runs(dataset, remote=None):
-    """Map table name -> {run_id: [parquet files]} for every table of `dataset`.
+def table_runs(ref):
+    """Map table name -> {run_id: [parquet files]} for every table of the dataset of `ref`
+    (a listing: DatasetRef.listing takes it once and keeps it).
 
     A run counts once its `runs` partition is in place (the commit puts it
     there last): partitions of a run being committed or replaced are left out.
-    Files of an s3 dataset are s3:// URLs (dataset/storage.py). remote: whether
-    `dataset` is an s3 URL, when the caller has decided it (a DatasetRef has).
+    Files of an s3 dataset are s3:// URLs (dataset/storage.py).
     """
-    if storage.is_url(dataset) if remote is None else remote:
-        _read_url_format(dataset)
-        return _visible(_url_tables(dataset))
-    out = _local_tables(dataset)
+    where = _ref(ref).location
+    if ref.is_s3:
+        _read_url_format(where)
+        return _visible(_url_tables(where))
+    out = _local_tables(where)
     if "runs" not in out:
         # Every run hidden: say why when a parse was interrupted while committing one.
-        pending = finish_interrupted_commits(dataset)
+        pending = finish_interrupted_commits(ref)
         if pending:
-            raise DatasetError(f"dataset {dataset} holds no finished run: {pending[0]}")
+            raise DatasetError(f"dataset {where} holds no finished run: {pending[0]}")
     return _visible(out)
 
 
@@ -117,23 +128,22 @@ def _local_tables(dataset):
 _NAME_NOTES: dict = {}
 
 
-def listing_notes(dataset, remote=None):
-    """Notes on the folders of `dataset` that readers leave out (odd names), one per folder."""
-    if storage.is_url(dataset) if remote is None else remote:
+def listing_notes(ref):
+    """Notes on the folders of the dataset that readers leave out (odd names), one per folder."""
+    if _ref(ref).is_s3:
         return []
-    key = os.path.abspath(dataset)
+    key = os.path.abspath(ref.location)
     if key not in _NAME_NOTES:
         try:
-            _local_tables(dataset)
+            _local_tables(ref.location)
         except DatasetError:
             return []
     return list(_NAME_NOTES.get(key, []))
 
 
-def reader_notes(dataset, remote=None):
+def reader_notes(ref):
     """Everything a reader leaves out and says so: interrupted commits, odd folder names."""
-    remote = storage.is_url(dataset) if remote is None else remote
-    return finish_interrupted_commits(dataset, remote) + listing_notes(dataset, remote)
+    return finish_interrupted_commits(ref) + listing_notes(ref)
 
 
 def _entries(path):
@@ -463,14 +473,6 @@ def _url_tables(dataset):
     return tables
 
 
-def quote_ident(name):
-    return '"' + name.replace('"', '""') + '"'
-
-
-def quote_literal(text):
-    return "'" + str(text).replace("'", "''") + "'"
-
-
 # The column DuckDB names each row's file in (a run whose table has a column of that
 # name does not fit: format.unfit_reason).
 # A part file's run, from the listing's own names: .../run_id=<id>/<file>.parquet.
@@ -505,7 +507,7 @@ def sql_error_text(exc):
     return " ".join([lines[0], *hints])
 
 
-def finish_interrupted_commits(dataset, remote=None):
+def finish_interrupted_commits(ref):
     """Notes on commits that killed parses left unfinished; checks only, writes nothing.
 
     Readers never recover: the next `kmemscope parse` into the dataset does
@@ -515,9 +517,9 @@ def finish_interrupted_commits(dataset, remote=None):
     """
     from kmemscope.dataset import commit
 
-    if storage.is_url(dataset) if remote is None else remote:
+    if _ref(ref).is_s3:
         return []                  # read only: nothing is committed to an object store
-    root = Path(dataset)
+    root = Path(ref.location)
     if not root.is_dir():
         return []
     return commit.unfinished_commits(root)
@@ -611,8 +613,8 @@ def guarded(con, timeout=None):
         raise failure
 
 
-def confine(con, dataset, sql, remote=None):
-    """Restrict `con` to SELECTs that read files of `dataset` only (`sql --read-only`)."""
+def confine(con, ref, sql):
+    """Restrict `con` to SELECTs that read files of the dataset only (`sql --read-only`)."""
     import duckdb
 
     try:
@@ -621,10 +623,10 @@ def confine(con, dataset, sql, remote=None):
         raise QueryError(f"SQL failed: {sql_error_text(exc)}") from None
     if kinds - {"SELECT"}:
         raise QueryError(f"--read-only allows SELECT statements only, not {', '.join(sorted(kinds - {'SELECT'}))}")
-    if storage.is_url(dataset) if remote is None else remote:
-        root = storage.url(*storage.split(dataset)) + "/"
+    if _ref(ref).is_s3:
+        root = storage.url(*storage.split(ref.location)) + "/"
     else:
-        root = os.path.realpath(dataset) + os.sep
+        root = os.path.realpath(ref.location) + os.sep
     con.execute(f"SET allowed_directories = [{quote_literal(root)}]")
     for setting in ("autoinstall_known_extensions", "autoload_known_extensions",
                     "enable_external_access"):
@@ -632,28 +634,23 @@ def confine(con, dataset, sql, remote=None):
     con.execute("SET lock_configuration = true")
 
 
-def connect(dataset, threads=None, run_ids=None, columns=None, tables=None, parts=None,
-            remote=None):
-    """Return a DuckDB connection where each table of `dataset` is a view.
+def connect(ref, threads=None, run_ids=None, columns=None, tables=None, parts=None):
+    """Return a DuckDB connection where each table of the dataset of `ref` is a view.
 
     run_ids: restrict every view to these runs (ids as found on disk).
     columns: {table: {column: sql_type}} that must exist. A view whose runs lack
       such a column (an older kernel's format) gets it as NULL; a table that none
       of the runs has becomes an empty view with run_id and these columns.
     tables: create views for these tables only (default: all).
-    parts: table_runs(dataset) when the caller has just listed it (a listing
-      of hundreds of runs takes seconds; a query needs one).
-    remote: whether `dataset` is an s3 URL, when the caller has decided it.
+    parts: the listing to use (default: the handle's, ref.listing).
     """
     import duckdb
 
-    remote = storage.is_url(dataset) if remote is None else remote
     if parts is None:
-        finish_interrupted_commits(dataset, remote)
-        parts = table_runs(dataset, remote)
+        parts = _ref(ref).listing
     con = limits.connect(database=":memory:")
-    if remote:
-        storage.register_duckdb(con, [storage.url(*storage.split(dataset))])
+    if _ref(ref).is_s3:
+        storage.register_duckdb(con, [storage.url(*storage.split(ref.location))])
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     add_views(con, parts, run_ids, columns, tables)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from kmemscope.common.errors import DatasetError
 
-from . import digests, safefs, storage
+from . import digests, safefs
 
 DERIVED_DIR = "_derived"
 
@@ -110,9 +110,14 @@ def verify(dataset, deep=False, recompute=None):
     recompute: {folder prefix: check(dataset, name, run, path) -> bool} for the derived caches,
     which layers above this one make (the derived tables of queries/derived_tables.py, the
     analyses' kept rows): deep checks each with the first whose prefix its folder starts
-    with, and reports a cache no check is given for as one it cannot derive again."""
-    if storage.is_url(dataset):
+    with, and reports a cache no check is given for as one it cannot derive again.
+    dataset: a path or the command's handle (dataset/handle.py)."""
+    from .handle import DatasetRef
+
+    ref = DatasetRef.of(dataset)
+    if ref.is_s3:
         raise DatasetError("verify reads local datasets", "copy the dataset here first")
+    dataset = ref.location
     root_path = Path(dataset)
     if not root_path.is_dir():
         raise DatasetError(f"dataset {dataset} does not exist or is not a directory")
@@ -146,7 +151,7 @@ def verify(dataset, deep=False, recompute=None):
             _check_run(result, root, run, tables, doc["files"])
         _check_derived(result, root, recorded_derived)
     if deep:
-        _rederive(result, dataset, recorded_derived, recompute or {})
+        _rederive(result, ref, recorded_derived, recompute or {})
     return result
 
 
@@ -222,7 +227,7 @@ def _walk_derived(result, folder, rel, recorded, seen, depth):
         _check_file(result, folder, entry.name, mode, recorded[key][1], path)
 
 
-def _rederive(result, dataset, recorded, recompute):
+def _rederive(result, ref, recorded, recompute):
     """Derive every recorded cache again, privately, and compare the rows (deep)."""
     for key, (run, _entry) in sorted(recorded.items()):
         if any(kind != "extra" and path.split(" ")[0] == key for kind, path in result.problems):
@@ -231,7 +236,7 @@ def _rederive(result, dataset, recorded, recompute):
         check = next((f for prefix, f in recompute.items() if name.startswith(prefix)),
                      _no_check)
         try:
-            same = check(dataset, name, run, root_path_of(dataset) / key)
+            same = check(ref, name, run, root_path_of(ref.location) / key)
         except DatasetError as exc:
             result.problems.append(("changed", f"{key} (cannot derive it again: {exc.args[0]})"))
             continue

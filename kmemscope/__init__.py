@@ -13,8 +13,9 @@ from kmemscope.common.errors import (  # noqa: F401  (leaves: nothing circles ba
     CaptureError, DatasetError, KmemscopeError, QueryError, TraceFileError)
 from kmemscope.common.version import __version__  # noqa: F401
 
-_API = ("open", "parse", "analyses", "describe", "Dataset", "Result", "Comparison", "Labels",
-        "EngineSpec")
+# the public API (kmemscope.api), one name a verb: open, parse, derive, verify, info...
+_API = ("open", "parse", "parse_on_spark", "derive", "verify", "info", "bounded", "analyses",
+        "describe", "Dataset", "Result", "Comparison", "Labels", "EngineSpec")
 
 
 def __getattr__(name):

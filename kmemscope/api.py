@@ -7,9 +7,14 @@
     ds.query("hot_pfns", top_n=10).df()            # a named analysis, parameters bound
     ds.sql("SELECT count(*) FROM mm_page_alloc").arrow()
     ds.compare(by="kernel", baseline="vanilla").text()
+    kmemscope.verify("ds").ok                      # the files as they were committed
 
-Every call returns data; nothing prints. Errors are kmemscope.KmemscopeError
-subclasses with a one-line message, as on the command line.
+This module is the one public API: the command line (kmemscope.cli) is a client of
+it, and also uses the few private helpers at its end (engines, limits, SQL text of
+several statements printed as rows). Every call returns data; nothing prints.
+Errors are kmemscope.KmemscopeError subclasses with a one-line message, as on the
+command line. Importing it loads neither pyarrow nor duckdb nor the engines: a parse
+needs none of them.
 """
 from __future__ import annotations
 
@@ -18,13 +23,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from kmemscope.common.errors import KmemscopeError
-from kmemscope.queries.engines import EngineSpec
 
 if TYPE_CHECKING:
+    from kmemscope.queries.engines import ConfArg, EngineSpec
     from kmemscope.queries.sides import MetricRow, SideSet
 
 LabelsArg = Mapping[str, "str | Sequence[str]"] | Sequence[str] | str | None
 Progress = Callable[[str], None] | None
+
+
+def __getattr__(name):
+    # kmemscope.api.EngineSpec, loaded on first use: a parse needs no engine
+    if name == "EngineSpec":
+        from kmemscope.queries.engines import EngineSpec
+
+        return EngineSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Labels(dict):
@@ -212,6 +226,7 @@ class Dataset:
     def __init__(self, path, engine: str | EngineSpec = "duckdb", spark_master=None,
                  spark_conf=None):
         from kmemscope.dataset.handle import DatasetRef
+        from kmemscope.queries.engines import EngineSpec
 
         ref = DatasetRef.of(path)
         self.path = ref.location           # a local Path, or an s3:// URL as text
@@ -220,7 +235,7 @@ class Dataset:
         # listing taken to check it serves the first call, and later calls list again, so a
         # Dataset kept open in a notebook sees the runs parsed since.
         self._pinned = ref if isinstance(path, DatasetRef) else None
-        self._fresh = ref
+        self._ref = self._fresh = ref
         if "runs" not in tables:
             from kmemscope.common.errors import DatasetError
 
@@ -232,10 +247,9 @@ class Dataset:
         """The dataset's handle for one call (its listing is that call's snapshot)."""
         if self._pinned is not None:
             return self._pinned
-        from kmemscope.dataset.handle import DatasetRef
-
         ref, self._fresh = self._fresh, None
-        return ref if ref is not None else DatasetRef(self.path)
+        # a new listing, where the dataset lives and local or s3 as decided at the open
+        return ref if ref is not None else self._ref.renewed()
 
     def __repr__(self):
         extra = f", engine={str(self.spec)!r}" if self.spec.is_spark else ""
@@ -274,34 +288,19 @@ class Dataset:
 
         The shared helper views of the analyses (flag names, allocation classes,
         migratetype names...) are there too. run/label restrict every view to
-        those runs. read_only=True allows SELECTs that read the dataset only, for
-        SQL from elsewhere. timeout (seconds) and memory_limit ("2GB") bound the
-        work, opening the dataset included (as `kmemscope sql`).
+        those runs. Several statements run one after the other (params bound to the
+        last); the result is the last one's. read_only=True allows SELECTs that
+        read the dataset only, for SQL from elsewhere. timeout (seconds) and
+        memory_limit ("2GB") bound the work, opening the dataset included (as
+        `kmemscope sql`). On Spark the same DuckDB SQL is translated (spark_sql.py);
+        what has no exact form is refused.
         """
-        from kmemscope.common.errors import QueryError
-        from kmemscope.queries.runner import backend_errors, open_runs
-
-        runs = [run] if isinstance(run, str) else run
-        if self.spec.is_spark:
-            # Spark: the same DuckDB SQL, translated (spark_sql.py); what has no exact form is refused
-            if read_only or timeout or memory_limit:
-                raise QueryError("read_only, timeout and memory_limit are for the DuckDB engine")
-            if params is not None and not isinstance(params, Mapping):
-                raise QueryError("on Spark, parameters are named: pass a mapping for $name")
-            backend = open_runs(self._handle(), runs, label, engine=self.spec)[0]
-            try:
-                with backend_errors(backend, "SQL"):
-                    return Result(backend.query_arrow(query, dict(params or {})))
-            finally:
-                backend.close()
-        import duckdb
-
-        if not isinstance(query, str) or not [s for s in duckdb.extract_statements(query)]:
-            raise QueryError("the SQL holds no statement (it is empty or only comments)")
         notes: list[str] = []
-        table = _run_sql(self._handle(), [query], runs=runs, label=label, params=params,
-                         read_only=read_only, timeout=timeout, memory_limit=memory_limit,
-                         notes=notes, caller_frames=not read_only)[0]
+        runs = [run] if isinstance(run, str) else run
+        table = _run_sql(self._handle(), _sql_statements(query), engine=self.spec, runs=runs,
+                         label=label, params=params, read_only=read_only, timeout=timeout,
+                         memory_limit=memory_limit, notes=notes,
+                         caller_frames=not read_only)[-1]
         if table is None:
             import pyarrow as pa
 
@@ -355,7 +354,7 @@ class Dataset:
         runs = [run] if isinstance(run, str) else run
         labels = [label] if isinstance(label, str) else label
         ref = self._handle()
-        return select_runs(ref.location, ref.listing, runs or None, labels or None)
+        return select_runs(ref, ref.listing, runs or None, labels or None)
 
     def table_runs(self) -> dict[str, set[str]]:
         """{table: the ids of the runs that have it}."""
@@ -367,19 +366,27 @@ class Dataset:
         Returns {run_id: [metric names written]}; a bad row imports nothing.
         """
         from kmemscope.parsers.benchmark_results import import_metrics
+        from kmemscope.queries.metrics import SUMMARY
 
-        if not isinstance(self.path, Path):
+        ref = self._handle()
+        if ref.is_s3:
             raise KmemscopeError("metrics are imported into a local dataset, not an s3:// one")
-        return import_metrics(self.path, path, fmt)
+        # the comparison's own metric names are refused: one name, two different rows
+        return import_metrics(ref, path, fmt, reserved=frozenset(SUMMARY))
 
 
-def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg = None,
-             params=None, read_only: bool = False, timeout: float | None = None,
-             memory_limit: str | None = None, notes: list | None = None,
-             caller_frames: bool = False, plain_rows: bool = False) -> list:
-    """THE way kmemscope runs SQL text over a dataset on DuckDB (Dataset.sql and
-    operations.run_sql) -> one pyarrow.Table or None per statement (plain_rows: a result of
-    plain scalar columns as tables.Rows instead, for a text table printed without pyarrow).
+def _run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | None = None,
+             runs=None, label: LabelsArg = None, params=None, read_only: bool = False,
+             timeout: float | None = None, memory_limit: str | None = None,
+             notes: list | None = None, caller_frames: bool = False,
+             plain_rows: bool = False) -> list:
+    """THE way kmemscope runs SQL statements over a dataset (Dataset.sql and `kmemscope
+    sql`) -> one pyarrow.Table or None per statement (plain_rows: a result of plain scalar
+    columns as tables.Rows instead, for a text table printed without pyarrow). params are
+    bound to the last statement, as DuckDB binds them in a text of several.
+
+    On Spark (engine) the SQL is translated, statement by statement; read_only, timeout
+    and memory_limit are DuckDB's and refused there, and parameters are named.
 
     Opening the dataset (listing, footers, views) and every statement run under one
     memory limit and one time limit (dataset/limits.py): read_only SQL gets 300 s and a
@@ -390,14 +397,35 @@ def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg 
     Only the views the SQL names are made at first (runner.adhoc_scope: `SELECT 1` opens
     no table); a statement that names one that is not there gets them all and runs again.
     """
+    from kmemscope.common.errors import QueryError
+    from kmemscope.dataset.handle import DatasetRef
+    from kmemscope.queries.engines import EngineSpec
+
+    ref = DatasetRef.of(dataset)
+    if not statements:       # the text was cut by _sql_statements, which refuses none
+        raise ValueError("_run_sql runs one statement or more")
+    last = len(statements) - 1
+    spec = EngineSpec.of(engine)
+    if spec.is_spark:
+        from kmemscope.queries.runner import backend_errors, open_runs
+
+        if read_only or timeout or memory_limit:
+            raise QueryError("read-only, timeout and memory limit are for the DuckDB engine: "
+                             "Spark SQL can read any path the cluster can")
+        if params is not None and not isinstance(params, Mapping):
+            raise QueryError("on Spark, parameters are named: pass a mapping for $name")
+        backend = open_runs(ref, runs, label, engine=spec)[0]
+        try:
+            with backend_errors(backend, "SQL"):
+                return [backend.query_arrow(q, dict(params or {}) if i == last else None)
+                        for i, q in enumerate(statements)]
+        finally:
+            backend.close()
     import duckdb
 
     from kmemscope.dataset import limits, reader
-    from kmemscope.dataset.handle import DatasetRef
-    from kmemscope.common.errors import QueryError
     from kmemscope.queries.runner import adhoc_scope, open_runs, widen
 
-    ref = DatasetRef.of(dataset)
     if timeout is None and read_only:
         timeout = 300.0
     if memory_limit is None and read_only:
@@ -412,22 +440,23 @@ def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg 
             raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}") from None
         with reader.sql_session(backend.con, limits.memory_limit()) as con:
             if read_only:
-                reader.confine(con, ref.location, "\n;\n".join(statements), ref.is_s3)
+                reader.confine(con, ref, "\n;\n".join(statements))
             elif caller_frames:
                 con.execute("SET python_scan_all_frames = true")
             with reader.guarded(con, timeout):
                 fetch = reader.query_rows if plain_rows else reader.query_arrow
-                for q in statements:
+                for i, q in enumerate(statements):
+                    bound = params if i == last else None
                     try:
                         try:
-                            tables.append(fetch(con, q, params))
+                            tables.append(fetch(con, q, bound))
                         except duckdb.CatalogException:
                             if scope is None:
                                 raise
                             # a name the scan of the text missed, or none at all: DuckDB
                             # answers (or suggests a name) from every view, as it always did
                             scope = widen(backend, chosen, parts, scope)
-                            tables.append(fetch(con, q, params))
+                            tables.append(fetch(con, q, bound))
                     except duckdb.Error as exc:
                         raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}",
                                          "`kmemscope info DATASET` lists the tables; "
@@ -501,30 +530,285 @@ def analyses() -> Result:
 
 def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
           events: Sequence[str] | None = None, threads: int | None = None,
-          derive: bool = False, on_error: str = "raise") -> list:
-    """Parse trace.dat files or bundles into `dataset`; returns one RunSummary per input.
+          derive: bool = False, on_error: str = "raise", progress: Callable | None = None,
+          whole_bundle: bool = False, procfs_start=None, procfs_end=None,
+          procfs_times: tuple | None = None) -> list:
+    """Parse trace.dat files or bundles into `dataset`; returns one RunSummary per run.
 
-    on_error="skip" goes on past a bad input (its exception is in the returned
-    list in its place); "raise" stops at the first.
+    A flight directory (record --flight) is one run per bundle, each keeping only its
+    window's events unless whole_bundle. derive=True builds each run's derived tables
+    now, not on first query. on_error="skip" goes on past a bad input (its exception is
+    in the returned list in its place); "raise" stops at the first. progress(("total",
+    bytes)) then progress(("advance", bytes)) as each trace is decoded.
+    procfs_start, procfs_end: folders of /proc copies taken before and after a bare
+    trace.dat, taken at procfs_times ((start, end) Unix seconds; default their files'
+    mtimes): they become the run's samples (parsers/snapshots.py).
     """
+    from kmemscope.dataset.handle import DatasetRef
     from kmemscope.parsers.ingest import ingest
 
     if on_error not in ("raise", "skip"):
         raise ValueError("on_error must be 'raise' or 'skip'")
-    if isinstance(inputs, (str, Path)):
-        inputs = [inputs]
-    out = []
-    for source in inputs:
+    sources = _expand_inputs([inputs] if isinstance(inputs, (str, Path)) else inputs)
+    snapshots = None
+    if procfs_start is not None or procfs_end is not None:
+        from kmemscope.parsers.snapshots import read_snapshots, refuse_a_bundle
+
+        if procfs_start is None or procfs_end is None:
+            raise KmemscopeError("snapshots of /proc need both --procfs-start and --procfs-end")
+        if len(sources) != 1:
+            raise KmemscopeError("snapshots of /proc belong to one trace.dat",
+                                 "parse the other inputs in a command of their own")
+        refuse_a_bundle(sources[0])
+        snapshots = read_snapshots(procfs_start, procfs_end, procfs_times)
+    ref = DatasetRef.of(dataset)            # local or s3, decided once for every input
+    out: list = []
+    for source in sources:
         try:
-            summary = ingest(source, dataset, labels=dict(labels or {}), events=list(events or []),
-                             threads=threads)
+            summary = ingest(source, ref.location, labels=dict(labels or {}),
+                             events=list(events or []), threads=threads, progress=progress,
+                             whole_bundle=whole_bundle, snapshots=snapshots)
             if derive:
                 from kmemscope.queries.derived_tables import derive_runs
 
-                derive_runs(dataset, [summary.run_id])
+                derive_runs(ref.renewed(), [summary.run_id])    # the listing with the new run
             out.append(summary)
         except KmemscopeError as exc:
             if on_error == "raise":
                 raise
             out.append(exc)
     return out
+
+
+def parse_on_spark(inputs: Sequence, dataset, *, engine: EngineSpec | str = "spark",
+                   labels: Mapping[str, str] | None = None, events: Sequence[str] | None = None,
+                   derive: bool = False, progress: Callable | None = None) -> list:
+    """Parse inputs in Spark tasks, one per input; the driver commits each run.
+
+    Returns one RunSummary or KmemscopeError per input. progress(kind, source, entry)
+    hears of each run as it is committed ("run") and derived ("derived")."""
+    from kmemscope.parsers.spark_parse import parse_on_spark as _parse
+    from kmemscope.queries.derived_tables import derive_runs
+    from kmemscope.queries.engines import EngineSpec, engine_for
+
+    spark = getattr(engine_for(EngineSpec.of(engine)), "spark", None)
+    if spark is None:
+        raise KmemscopeError("parsing on Spark needs the spark engine")
+    return _parse(list(inputs), dataset, spark=spark, labels=dict(labels or {}),
+                  events=list(events or []), derive=derive_runs if derive else None,
+                  progress=progress)
+
+
+def derive(dataset, run_ids: Sequence[str] | None = None, threads: int | None = None) -> None:
+    """Build the runs' derived tables (free/alloc pairing, stacks) now, not on first query."""
+    from kmemscope.dataset.handle import DatasetRef
+    from kmemscope.queries.derived_tables import derive_runs
+
+    derive_runs(DatasetRef.of(dataset), list(run_ids) if run_ids is not None else None,
+                threads=threads)
+
+
+def verify(dataset, deep: bool = False):
+    """Check every file of a local dataset (derived caches too) against the sha256 recorded
+    when its run was committed -> kmemscope.dataset.verify.Verification (.ok, .runs, .files,
+    .problems: [(kind, path)] with kind missing, changed, extra or unrecorded). deep: also
+    derive every recorded derived cache again and compare its rows (an analysis' kept rows:
+    run the analysis on the run again)."""
+    import functools
+
+    from kmemscope.dataset.verify import verify as _verify
+    from kmemscope.queries import derived_tables, result_cache, runner
+
+    check = functools.partial(result_cache.same_as_recomputed, rows_of_run=runner.rows_of_run)
+    recompute = {result_cache.PREFIX: check,
+                 **dict.fromkeys(derived_tables.DERIVED_TABLES, derived_tables.same_as_rederived)}
+    return _verify(dataset, deep=deep, recompute=recompute)
+
+
+def info(dataset) -> dict:
+    """{"runs": Result or None, "tables": Result, "rows_per_run": Result, "notes": [...]}
+    of a dataset (notes: runs whose runs file cannot be listed with the others).
+
+    Row counts come from the runs' own records where they state them, else from the
+    Parquet footers (local or s3): no table is scanned."""
+    import duckdb
+
+    from kmemscope.common.errors import DatasetError, QueryError
+    from kmemscope.dataset.handle import DatasetRef
+    from kmemscope.dataset.reader import connect, query_arrow, sql_error_text, unfit_runs
+    from kmemscope.dataset.storage import parquet_rows
+
+    def rows(f):
+        if f in recorded:
+            return recorded[f][1]
+        try:
+            return parquet_rows(f)
+        except KmemscopeError:
+            raise
+        except Exception as exc:      # a truncated or foreign file: name it
+            raise DatasetError(f"cannot read the footer of {f}: {str(exc).splitlines()[0]}",
+                               "kmemscope verify DATASET lists what changed") from None
+
+    ref = DatasetRef.of(dataset)
+    parts = ref.listing
+    recorded = ref.footers()
+    # A run whose runs file cannot be read with the others (or declares a 512 MiB host) is
+    # counted but its row is left out of `runs`, with a note.
+    unfit = unfit_runs(parts, {"runs"})
+    notes = [f"run {r} is left out of the runs listed: {why}" for r, why in sorted(unfit.items())]
+    per_run = [(run, name, sum(rows(f) for f in files))
+               for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]
+    totals: dict = {}
+    for _run, name, count in per_run:
+        total, runs = totals.get(name, (0, 0))
+        totals[name] = (total + count, runs + 1)
+    order = sorted(totals, key=lambda n: (-totals[n][0], n))
+    runs_table = None
+    listed = [r for r in parts.get("runs", {}) if r not in unfit]
+    con = (connect(ref, tables=["runs"], parts=parts, run_ids=listed)
+           if listed
+           else duckdb.connect())
+    try:
+        long = _arrow_columns(con, (("run_id", "VARCHAR", [r[0] for r in per_run]),
+                                    ("table", "VARCHAR", [r[1] for r in per_run]),
+                                    ("rows", "BIGINT", [r[2] for r in per_run])))
+        tables = _arrow_columns(con, (("table", "VARCHAR", order),
+                                      ("rows", "BIGINT", [totals[n][0] for n in order]),
+                                      ("runs", "BIGINT", [totals[n][1] for n in order])))
+        if listed:
+            runs_table = query_arrow(con, """
+                SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
+                       round((last_ts - first_ts) / 1e9, 3) AS seconds,
+                       file_version, compression, labels, source
+                FROM runs ORDER BY source""")
+    except duckdb.Error as exc:
+        raise QueryError(f"cannot read the runs table: {sql_error_text(exc)}") from None
+    finally:
+        con.close()
+    return {"runs": Result(runs_table, notes) if runs_table is not None else None,
+            "tables": Result(tables), "rows_per_run": Result(long), "notes": notes}
+
+
+def _arrow_columns(con, columns):
+    """A pyarrow.Table of ((name, DuckDB type, values), ...), made by DuckDB connection `con`
+    from bound lists: pyarrow builds Arrow from Python values only after importing pandas
+    (to ask whether it was given a DataFrame), half a second of a command."""
+    from kmemscope.common.text import quote_ident
+    from kmemscope.dataset.reader import query_arrow
+
+    # sql-safe: names are the constants of the callers, quoted; types are DuckDB type names
+    select = ", ".join(f"unnest(CAST(? AS {t}[])) AS {quote_ident(c)}" for c, t, _v in columns)
+    return query_arrow(con, f"SELECT {select}", [v for _c, _t, v in columns])
+
+
+DEFAULT_TIMEOUT = 3600.0      # seconds a reading command may take unless told (limits.py)
+
+
+def bounded(memory_limit: str | int | None = None, timeout: float | None = DEFAULT_TIMEOUT):
+    """A context in which calls run within `memory_limit` (DuckDB's limit of every
+    connection, e.g. "4GB"; default a quarter of this machine's memory) and `timeout`
+    seconds (opening the dataset included): past it, one QueryError."""
+    from kmemscope.dataset.limits import bounded as _bounded
+
+    return _bounded(memory_limit, timeout)
+
+
+# ---------------------------------------------------------------- the command line's helpers
+# Private: what kmemscope.cli needs beside the calls above (the cli layer imports only this
+# module), kept out of docs/python.md.
+
+def _dataset_ref(dataset):
+    """The handle of `dataset` (a path, an s3:// URL, or a handle, returned as it is) that a
+    command makes once and passes to every call: where it lives, local or s3, and one
+    listing of its runs, taken on first use (kmemscope.dataset.handle.DatasetRef)."""
+    from kmemscope.dataset.handle import DatasetRef
+
+    return DatasetRef.of(dataset)
+
+
+def _expand_inputs(sources: Iterable) -> list:
+    """The inputs to parse: a flight directory (record --flight) becomes its bundles."""
+    from kmemscope.parsers.sources import expand_inputs
+
+    return expand_inputs(list(sources))
+
+
+def _sql_statements(text: str) -> list[str]:
+    """The statements of SQL `text`, cut at DuckDB's own `;` tokens (the one splitter of
+    Dataset.sql and `kmemscope sql`); none (empty, comments only) is an error.
+
+    duckdb.tokenize() needs no database: duckdb.extract_statements() would start
+    DuckDB's default in-memory database for this alone (60-150 ms of `kmemscope sql`).
+    A statement that does not parse is reported when it runs, in DuckDB's words.
+    """
+    import duckdb
+
+    from kmemscope.common.errors import QueryError
+    from kmemscope.dataset.reader import sql_error_text
+
+    if not isinstance(text, str):
+        raise QueryError(f"SQL is text, not {type(text).__name__}")
+    try:
+        tokens = duckdb.tokenize(text)
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL failed: {sql_error_text(exc)}") from None
+    statements, start, words = [], 0, False
+    for pos, kind in tokens:
+        if kind == duckdb.token_type.operator and text.startswith(";", pos):
+            if words:
+                statements.append(text[start:pos])
+            start, words = pos + 1, False
+        elif kind != duckdb.token_type.comment:
+            words = True
+    if words:
+        statements.append(text[start:])
+    if not statements:
+        raise QueryError("the SQL holds no statement (it is empty or only comments)",
+                         "give a query such as \"SELECT count(*) FROM runs\"")
+    return statements
+
+
+def _read_sql_file(path) -> str:
+    """A file of SQL: a regular file of bounded size, read without following a link."""
+    from kmemscope.parsers.benchmark_results import read_text_file
+
+    return read_text_file(path, "SQL file")
+
+
+def _reader_notes(dataset) -> list[str]:
+    """Notes on what readers leave out: commits that killed parses left unfinished (the next
+    parse finishes them) and folders of names kmemscope does not write."""
+    return _dataset_ref(dataset).reader_notes()
+
+
+def _engine_spec(engine: EngineSpec | str | None, master: str | None = None,
+                 conf: ConfArg = None) -> EngineSpec:
+    """EngineSpec.of(engine, master, conf). QueryError names a bad engine, master or setting."""
+    from kmemscope.queries.engines import EngineSpec
+
+    return EngineSpec.of(engine, master, conf)
+
+
+def _start_engine(spec: EngineSpec | str) -> None:
+    """Start `spec`'s engine session now (a Spark JVM takes seconds to a minute), not on first use.
+
+    Not for an s3:// dataset: its Spark session needs the storage settings (hadoop-aws)
+    when the JVM starts, and the first query over it starts the session with them."""
+    from kmemscope.queries.engines import EngineSpec, engine_for
+
+    engine = engine_for(EngineSpec.of(spec))
+    getattr(engine, "spark", None)          # SparkEngine starts its session on first access
+
+
+def _stop_engines() -> None:
+    """Stop every Spark session this process started (the command line does, as a verb ends)."""
+    from kmemscope.queries import engines
+
+    engines.shutdown()
+
+
+def _snapshot_times(text: str) -> tuple:
+    """`START,END` Unix seconds (parse --procfs-times) -> (start, end); ValueError otherwise."""
+    from kmemscope.parsers.snapshots import parse_times
+
+    return parse_times(text)

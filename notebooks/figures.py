@@ -325,7 +325,7 @@ def event_counts_per_second(scope):
     """
     import numpy as np
     import pandas as pd
-    from kmemscope.operations import quote_ident
+    from kmemscope.common.text import quote_ident
 
     parts = scope.open().table_runs()
     chosen = set(scope.selected())

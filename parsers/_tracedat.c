@@ -2,12 +2,14 @@
 /*
  * _tracedat: kmemscope's native trace.dat decoder.
  *
- * libtracecmd opens the file and parses its metadata (event formats, cmdlines;
- * the kallsyms text is kept and indexed only if a kernel stack needs it).
- * Pages are read (and, for v7 files, decompressed) and walked here rather than
- * through libtracecmd, so that several threads can decode segments of one file
- * at once without sharing any libtracecmd state: libtracecmd decodes on one
- * thread only.
+ * parsers/layout.py reads the file's table of contents and metadata (page
+ * header, event formats, printk formats, cmdlines, kallsyms) from the file
+ * format itself; the Trace type hands them to libtraceevent's public parsers
+ * (the kallsyms text is kept, and indexed only if a kernel stack needs it).
+ * libtracecmd is not used: its public API opens a file only whole, every
+ * kallsyms symbol parsed, and keeps where the CPU data lies to itself. Pages are
+ * read (and, for v7 files, decompressed) and walked here, so that several
+ * threads can decode segments of one file at once without sharing any state.
  *
  * Decoded events land in per-event column builders and leave as Arrow record
  * batches through the Arrow C data interface (PyCapsules), so pyarrow takes
@@ -40,23 +42,17 @@
 
 #include <event-parse.h>
 #include <kbuffer.h>
-#include <trace-cmd.h>
 
 #include "chunks.h"
 #include "decoder.h"
-
-/* Exported by libtracecmd 1.x but declared only in its private header. */
-const char *tracecmd_get_uname(struct tracecmd_input *handle);
-const char *tracecmd_get_trace_clock(struct tracecmd_input *handle);
-int tracecmd_blk_hack(struct tracecmd_input *handle);
 
 /* ---------------------------------------------------------------- Trace object */
 
 typedef struct {
 	PyObject_HEAD
-	struct tracecmd_input *handle;
 	struct trace_meta meta;
-	bool ready;		/* __init__ succeeded: the methods may use handle and meta */
+	bool initialised;	/* __init__ ran (once only) */
+	bool ready;		/* __init__ succeeded: the methods may use meta */
 	bool reference_symbols;	/* _resolve gave tep the kallsyms text (tests only) */
 } TraceObject;
 
@@ -89,58 +85,207 @@ static void Trace_dealloc(TraceObject *self)
 			plan_free(self->meta.plans[i]);
 		free(self->meta.plans);
 	}
-	if (self->handle)
-		tracecmd_close(self->handle);
+	if (self->meta.tep)
+		tep_free(self->meta.tep);
 	ksyms_release(&self->meta.ksyms);
-	pthread_mutex_destroy(&self->meta.lookup_lock);
+	if (self->initialised)
+		pthread_mutex_destroy(&self->meta.lookup_lock);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* A bytes attribute of the metadata object: its data and size (data NULL: missing). */
+static int meta_bytes(PyObject *meta, const char *name, const char **data, Py_ssize_t *size)
+{
+	PyObject *v = PyObject_GetAttrString(meta, name);
+	if (!v)
+		return -1;
+	int r = PyBytes_AsStringAndSize(v, (char **)data, size);
+	Py_DECREF(v);	/* the metadata object, which the caller holds, keeps it alive */
+	return r;
+}
+
+/* libtraceevent's parsers take NUL-terminated text: a copy that is. */
+static char *text_copy(const char *data, Py_ssize_t size)
+{
+	char *s = km_malloc((size_t)size + 1);
+	if (s) {
+		memcpy(s, data, (size_t)size);
+		s[size] = 0;
+	}
+	return s;
+}
+
+/* The event format of ftrace's blktrace, which the kernel never exports (blk events
+ * are written straight into the ring buffer). trace-cmd report guesses its id from
+ * the ftrace formats that once came just before it and lists it; so does the
+ * decoder, for the same rows. Its layout follows struct blk_io_trace after the
+ * common fields. */
+static void add_guessed_blktrace(struct tep_handle *tep)
+{
+	static const char *const before[] = { "power", "kmem_free", "user_stack" };
+	struct tep_event *prev = NULL;
+	for (size_t i = 0; !prev && i < sizeof(before) / sizeof(before[0]); i++)
+		prev = tep_find_event_by_name(tep, "ftrace", before[i]);
+	if (!prev)
+		return;
+	static const struct { const char *name; int offset, size; } common[] = {
+		{ "common_type", 0, 2 }, { "common_flags", 2, 1 },
+		{ "common_preempt_count", 3, 1 }, { "common_pid", 4, 4 },
+	};
+	for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++) {
+		struct tep_format_field *f = tep_find_common_field(prev, common[i].name);
+		if (!f || f->offset != common[i].offset || f->size != common[i].size)
+			return;
+	}
+	struct tep_format_field *depth = tep_find_common_field(prev, "common_lock_depth");
+	if (depth && (depth->offset != 8 || depth->size != 4))
+		return;
+	char format[2048];
+	int n = snprintf(format, sizeof(format),
+		"name: blktrace\nID: %d\nformat:\n"
+		"\tfield:unsigned short common_type;\toffset:0;\tsize:2;\n"
+		"\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\n"
+		"\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\n"
+		"\tfield:int common_pid;\toffset:4;\tsize:4;\n"
+		"%s\n"
+		"\tfield:u64 sector;\toffset:16;\tsize:8;\n"
+		"\tfield:int bytes;\toffset:24;\tsize:4;\n"
+		"\tfield:int action;\toffset:28;\tsize:4;\n"
+		"\tfield:int pid;\toffset:32;\tsize:4;\n"
+		"\tfield:int device;\toffset:36;\tsize:4;\n"
+		"\tfield:int cpu;\toffset:40;\tsize:4;\n"
+		"\tfield:short error;\toffset:44;\tsize:2;\n"
+		"\tfield:short pdu_len;\toffset:46;\tsize:2;\n"
+		"\tfield:void data;\toffset:48;\tsize:0;\n"
+		"\nprint fmt: \"%%d\", REC->pid\n",
+		prev->id + 1, depth ? "\tfield:int common_lock_depth;\toffset:8;\tsize:4;\n" : "");
+	if (n > 0 && (size_t)n < sizeof(format))
+		tep_parse_event(tep, format, (unsigned long)n, "ftrace");
+}
+
+struct format_text {
+	const char *system;
+	const char *data;
+	Py_ssize_t size;
+};
+
+/* Parse the metadata into a new tep (no Python object touched: the GIL is released).
+ * Returns the tep, or NULL when memory ran out. */
+static struct tep_handle *parse_metadata(const char *header, Py_ssize_t header_size,
+					 const struct format_text *formats, Py_ssize_t nformats,
+					 const char *printk, Py_ssize_t printk_size,
+					 const char *cmdlines, Py_ssize_t cmdlines_size,
+					 int cpus, int long_size, int big_endian)
+{
+	struct tep_handle *tep = km_fault() ? NULL : tep_alloc();
+	if (!tep)
+		return NULL;
+	tep_set_file_bigendian(tep, big_endian ? TEP_BIG_ENDIAN : TEP_LITTLE_ENDIAN);
+	tep_set_local_bigendian(tep, tep_is_bigendian() ? TEP_BIG_ENDIAN : TEP_LITTLE_ENDIAN);
+	tep_set_long_size(tep, long_size);
+	tep_set_cpus(tep, cpus);
+	char *text = text_copy(header, header_size);
+	if (!text)
+		goto no_memory;
+	/* A page header it cannot read leaves libtraceevent's defaults, as under trace-cmd. */
+	tep_parse_header_page(tep, text, (unsigned long)header_size, long_size);
+	free(text);
+	/* A format libtraceevent cannot parse is left out, as trace-cmd report leaves it. */
+	for (Py_ssize_t i = 0; i < nformats; i++)
+		tep_parse_event(tep, formats[i].data, (unsigned long)formats[i].size, formats[i].system);
+	add_guessed_blktrace(tep);
+	if (printk_size > 0) {
+		if (!(text = text_copy(printk, printk_size)))
+			goto no_memory;
+		tep_parse_printk_formats(tep, text);
+		free(text);
+	}
+	if (cmdlines_size > 0) {
+		if (!(text = text_copy(cmdlines, cmdlines_size)))
+			goto no_memory;
+		tep_parse_saved_cmdlines(tep, text);
+		free(text);
+	}
+	return tep;
+no_memory:
+	tep_free(tep);
+	return NULL;
+}
+
+/* Build self->meta.tep from layout.read_metadata()'s object; 0, or -1 with an exception.
+ * libtraceevent parses without the GIL: pyarrow loads meanwhile (tracedat.py). */
+static int load_metadata(TraceObject *self, const char *path, PyObject *meta, int cpus,
+			 int long_size, int big_endian)
+{
+	const char *kallsyms, *header, *printk, *cmdlines;
+	Py_ssize_t kallsyms_size, header_size, printk_size, cmdlines_size;
+	if (meta_bytes(meta, "kallsyms", &kallsyms, &kallsyms_size) ||
+	    meta_bytes(meta, "header_page", &header, &header_size) ||
+	    meta_bytes(meta, "printk", &printk, &printk_size) ||
+	    meta_bytes(meta, "cmdlines", &cmdlines, &cmdlines_size))
+		return -1;
+	PyObject *list = PyObject_GetAttrString(meta, "formats");
+	PyObject *seq = list ? PySequence_Fast(list, "formats must be a sequence") : NULL;
+	Py_XDECREF(list);
+	if (!seq)
+		return -1;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	/* The kallsyms text is kept for the first stack (the open's first counted allocation). */
+	if (kallsyms_size > 0 && !(self->meta.ksyms.text = text_copy(kallsyms, kallsyms_size)))
+		goto no_memory;
+	struct format_text *formats = km_calloc(n ? (size_t)n : 1, sizeof(*formats));
+	if (!formats)
+		goto no_memory;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "sy#", &formats[i].system,
+				      &formats[i].data, &formats[i].size)) {
+			free(formats);
+			Py_DECREF(seq);
+			return -1;
+		}
+	}
+	struct tep_handle *tep;
+	Py_BEGIN_ALLOW_THREADS
+	tep = parse_metadata(header, header_size, formats, n, printk, printk_size, cmdlines,
+			     cmdlines_size, cpus, long_size, big_endian);
+	Py_END_ALLOW_THREADS
+	free(formats);
+	Py_DECREF(seq);
+	if (!tep) {
+		PyErr_Format(DecoderMemoryError, "%s: out of memory reading the file's metadata", path);
+		return -1;
+	}
+	self->meta.tep = tep;
+	return 0;
+no_memory:
+	Py_DECREF(seq);
+	PyErr_Format(DecoderMemoryError, "%s: out of memory reading the file's metadata", path);
+	return -1;
+}
+
+/* Trace(path, metadata, cpus, long_size, big_endian): metadata is layout.read_metadata()'s. */
 static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 {
 	const char *path;
-	static char *kwlist[] = { "path", NULL };
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "s", kwlist, &path))
+	PyObject *meta;
+	int cpus, long_size, big_endian;
+	static char *kwlist[] = { "path", "metadata", "cpus", "long_size", "big_endian", NULL };
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOiip", kwlist, &path, &meta, &cpus,
+					 &long_size, &big_endian))
 		return -1;
-	if (self->handle) {
+	if (self->initialised) {
 		PyErr_SetString(PyExc_RuntimeError, "Trace is already initialised");
 		return -1;
 	}
+	self->initialised = true;
 	pthread_mutex_init(&self->meta.lookup_lock, NULL);
-
-	tracecmd_set_loglevel(TEP_LOG_NONE);
 	tep_set_loglevel(TEP_LOG_NONE);
-	int err, kept;
-	Py_BEGIN_ALLOW_THREADS
-	errno = 0;
-	kallsyms_keep_begin(&self->meta.ksyms);	/* indexed when a stack needs it */
-	/* The headers only: the decoder reads the CPU data itself (decoder.c), so
-	 * libtracecmd's own set-up of it (a read and an lseek per compressed chunk,
-	 * tens of thousands on a large trace, the first chunk inflated, the first
-	 * pages mapped) is skipped, and none of its crashes on corrupt CPU tables can
-	 * happen. layout.py reads what the set-up would add (a v6 file's trace clock);
-	 * libtracecmd's guessed ftrace:blktrace format is added here, as trace-cmd
-	 * report lists it. */
-	self->handle = tracecmd_open_head(path, TRACECMD_FL_LOAD_NO_PLUGINS);
-	if (self->handle)
-		tracecmd_blk_hack(self->handle);
-	err = errno;
-	kept = kallsyms_keep_end();
-	Py_END_ALLOW_THREADS
-	if (!self->handle || kept < 0) {
-		if (err == ENOMEM || kept < 0)
-			PyErr_Format(DecoderMemoryError, "%s: out of memory reading the file's metadata",
-				     path);
-		else
-			PyErr_Format(TraceFileError, "%s: libtracecmd cannot read the file's metadata "
-				     "(truncated or corrupt)", path);
+	if (long_size != 4 && long_size != 8) {
+		PyErr_Format(PyExc_ValueError, "long_size is 4 or 8, not %d", long_size);
 		return -1;
 	}
-	self->meta.tep = tracecmd_get_tep(self->handle);
-	if (!self->meta.tep) {
-		PyErr_Format(TraceFileError, "%s: no event formats in the file", path);
+	if (load_metadata(self, path, meta, cpus, long_size, big_endian))
 		return -1;
-	}
 
 	int n = tep_get_events_count(self->meta.tep);
 	/* NULL only when libtraceevent cannot allocate its sorted list. */
@@ -209,48 +354,6 @@ static int Trace_init(TraceObject *self, PyObject *args, PyObject *kwds)
 	tep_data_comm_from_pid(self->meta.tep, 0);
 	self->ready = true;
 	return 0;
-}
-
-static PyObject *maybe_str(const char *s)
-{
-	if (!s)
-		Py_RETURN_NONE;
-	return PyUnicode_DecodeUTF8(s, strlen(s), "replace");
-}
-
-/* Trace.info(): what the file says about where and how it was recorded. */
-static PyObject *Trace_info(TraceObject *self, PyObject *Py_UNUSED(noargs))
-{
-	if (!trace_ready(self))
-		return NULL;
-	int ninst = tracecmd_buffer_instances(self->handle);
-	PyObject *inst = PyList_New(0);
-	if (!inst)
-		return NULL;
-	for (int i = 0; i < ninst; i++) {
-		PyObject *s = maybe_str(tracecmd_buffer_instance_name(self->handle, i));
-		if (!s || PyList_Append(inst, s)) {
-			Py_XDECREF(s);
-			Py_DECREF(inst);
-			return NULL;
-		}
-		Py_DECREF(s);
-	}
-	PyObject *uname = maybe_str(tracecmd_get_uname(self->handle));
-	PyObject *clock = uname ? maybe_str(tracecmd_get_trace_clock(self->handle)) : NULL;
-	PyObject *out = NULL;
-	if (clock)
-		out = Py_BuildValue("{s:O,s:O,s:i,s:i,s:i,s:O,s:O}",
-				    "uname", uname, "trace_clock", clock,
-				    "cpus", tep_get_cpus(self->meta.tep),
-				    "long_size", tep_get_long_size(self->meta.tep),
-				    "page_size", tep_get_page_size(self->meta.tep),
-				    "big_endian", tep_is_file_bigendian(self->meta.tep) ? Py_True : Py_False,
-				    "instances", inst);
-	Py_XDECREF(uname);
-	Py_XDECREF(clock);
-	Py_DECREF(inst);
-	return out;
 }
 
 /* Trace.events(): (id, system, name, [(column, arrow format)]) per event format. */
@@ -904,7 +1007,7 @@ static PyObject *Trace_resolve(TraceObject *self, PyObject *args, PyObject *kwds
 	struct trace_meta *m = &self->meta;
 	pthread_mutex_lock(&m->lookup_lock);
 	if (out && reference && m->ksyms.text && !self->reference_symbols) {
-		kallsyms_libtraceevent_parse(m->tep, m->ksyms.text);
+		tep_parse_kallsyms(m->tep, m->ksyms.text);
 		self->reference_symbols = true;
 	}
 	for (Py_ssize_t i = 0; out && i < n; i++) {
@@ -934,7 +1037,6 @@ static PyObject *Trace_resolve(TraceObject *self, PyObject *args, PyObject *kwds
 }
 
 static PyMethodDef Trace_methods[] = {
-	{ "info", (PyCFunction)Trace_info, METH_NOARGS, "What the file says about its recording." },
 	{ "events", (PyCFunction)Trace_events, METH_NOARGS, "Event formats and their columns." },
 	{ "print_flags", (PyCFunction)Trace_print_flags, METH_NOARGS,
 	  "Rows of every __print_flags/__print_symbolic table in the formats." },
@@ -972,7 +1074,8 @@ static PyTypeObject TraceType = {
 	.tp_name = "kmemscope.parsers._tracedat.Trace",
 	.tp_basicsize = sizeof(TraceObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "A trace.dat's metadata, opened with libtracecmd.",
+	.tp_doc = "A trace.dat's event formats and symbols, given to libtraceevent: "
+		  "Trace(path, metadata, cpus, long_size, big_endian).",
 	.tp_new = PyType_GenericNew,
 	.tp_init = (initproc)Trace_init,
 	.tp_dealloc = (destructor)Trace_dealloc,

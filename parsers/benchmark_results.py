@@ -214,17 +214,16 @@ RUNS_FILE_MAX_BYTES = 8 << 20
 HOST_MAX = 256
 
 
-def _dataset_runs(dataset, notes=None):
-    """{run_id: host} of the committed runs (those with a `runs` partition).
+def _dataset_runs(ref, notes=None):
+    """{run_id: host} of the committed runs (those with a `runs` partition) of the dataset of
+    handle `ref`.
 
     Only the runs the readers list (reader.table_runs: kmemscope's own names, no links); a
     host longer than HOST_MAX, or a runs file larger than RUNS_FILE_MAX_BYTES, is not read
     (the run is then named by its id only)."""
     import pyarrow.parquet as pq
 
-    from kmemscope.dataset.reader import table_runs
-
-    parts = table_runs(dataset).get("runs", {})     # a link or FIFO in the layout: one line
+    parts = ref.listing.get("runs", {})     # a link or FIFO in the layout: one line
     out = {}
     for run, files in sorted(parts.items()):
         host = None
@@ -275,9 +274,11 @@ def import_metrics(dataset, path, fmt=None, reserved=()):
     like the reserved prefixes: one name, two different rows, is what they would give.
     """
     from kmemscope.dataset import commit as commit_mod
+    from kmemscope.dataset.handle import DatasetRef
 
     records = read_metrics_file(path, fmt)
-    dataset = Path(dataset)
+    ref = DatasetRef.of(dataset)          # a path, or the handle of Dataset.import_metrics
+    dataset = Path(ref.location)
     if not dataset.is_dir():
         raise MetricsError(f"dataset {dataset} does not exist or is not a directory")
     with commit_mod.dataset_lock(dataset):
@@ -285,7 +286,7 @@ def import_metrics(dataset, path, fmt=None, reserved=()):
             commit_mod.check_layout(dataset)     # no table folder that links out of the dataset
         except commit_mod.UnsafeEntry as exc:
             raise MetricsError(f"{dataset}: {exc}", "nothing was imported") from None
-        runs = _dataset_runs(dataset)
+        runs = _dataset_runs(ref.renewed())      # listed under the lock
         by_run: dict = {}
         seen: dict = {}
         for where, run, metric, value, unit, better in records:

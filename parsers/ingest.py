@@ -6,7 +6,7 @@ every table is complete (dataset/commit.py: a journaled, crash-safe commit with
 `runs` last): readers never see a half-written run, and an interrupted or failed
 parse leaves the dataset as it was. Inputs are untrusted (parsers/sources.py).
 
-Decoding runs in a forked child process. libtracecmd parses the file's metadata
+Decoding runs in a forked child process. libtraceevent parses the file's formats
 with C code that trusts the file more than kmemscope's own page decoder does;
 should it ever crash on a corrupt file, the child dies, not the command, and the
 parent reports the failure as an error about that file. The child dies with its
@@ -596,7 +596,7 @@ def _stage_in_child(source, work, labels, events, threads, progress, whole_bundl
         said = _last_log_line(work.scratch_dir.anchored(DECODER_LOG))
         raise TraceFileError(f"{source}: the trace decoder died ({how}) on this file; "
                              f"it is corrupt or of a kind kmemscope cannot read{_memory_limit_hint()}"
-                             + (f" (libtracecmd said: {said})" if said else ""))
+                             + (f" (the decoder said: {said})" if said else ""))
     kind, payload = result
     if kind == "ok":
         # Its files are closed: the child's exit (unmapping a few hundred MB)
@@ -608,7 +608,7 @@ def _stage_in_child(source, work, labels, events, threads, progress, whole_bundl
     raise KmemscopeError(payload)
 
 
-# libtracecmd reports some failures with perror() on stderr, past its log level:
+# libtraceevent may report failures on stderr, past its log level:
 # the decoder child's stderr goes here, so the command still says one line.
 DECODER_LOG = "decoder.log"
 

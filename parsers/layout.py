@@ -1,12 +1,14 @@
-"""Where a trace.dat keeps its ring-buffer pages: the file's table of contents.
+"""Where a trace.dat keeps its ring-buffer pages and its metadata: the file's table of contents.
 
-libtracecmd reads a file's metadata (event formats, cmdlines, kallsyms) for us,
-but it keeps the location of each CPU's data private and decodes the data on one
-thread. kmemscope decodes pages itself, in parallel, so it needs that location:
-this module reads the header and options of format versions 6 and 7 as
-`man 5 trace-cmd.dat.v6` and `trace-cmd.dat.v7` describe them, and splits each
-CPU's data into independent segments (runs of whole pages, or of whole
-compressed chunks) that worker threads can decode in any order.
+kmemscope reads trace.dat itself, as `man 5 trace-cmd.dat.v6` and `trace-cmd.dat.v7`
+describe it: this module reads the header and options of format versions 6 and 7,
+splits each CPU's data into independent segments (runs of whole pages, or of whole
+compressed chunks) that worker threads can decode in any order, and reads the
+metadata (read_metadata: the ring buffer's page header, event formats, printk
+formats, cmdlines and the kallsyms text) that the native decoder hands to
+libtraceevent's public parsers. libtracecmd is not used: its public API opens a file
+only whole (every kallsyms symbol parsed, 60-70 ms, though only stacks need them) and
+keeps the CPU data's location private.
 
 Every read is checked against the file's size; a file that lies about its own
 layout raises TraceFileError with what was wrong and where.
@@ -24,6 +26,13 @@ MAGIC = b"\x17\x08\x44tracing"
 # Option ids shared by v6 and v7 (trace-cmd.dat.v7(5)).
 OPT_DONE, OPT_DATE, OPT_CPUSTAT, OPT_BUFFER, OPT_TRACECLOCK, OPT_UNAME = 0, 1, 2, 3, 4, 5
 OPT_OFFSET, OPT_CPUCOUNT, OPT_VERSION, OPT_TRACEID, OPT_TSC2NSEC = 7, 8, 9, 11, 14
+# v7: the metadata sections, each an option holding its section's offset. A v6 file keeps
+# the same parts, in this order, between its header and its CPU count.
+OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS, OPT_KALLSYMS, OPT_PRINTK, OPT_CMDLINES = \
+    range(16, 22)
+METADATA_PARTS = {OPT_HEADER_INFO: "header info", OPT_FTRACE_EVENTS: "ftrace formats",
+                  OPT_EVENT_FORMATS: "event formats", OPT_KALLSYMS: "kallsyms",
+                  OPT_PRINTK: "printk formats", OPT_CMDLINES: "cmdlines"}
 
 SECTION_OPTIONS = 0
 SECTION_FLYRECORD = 3
@@ -84,6 +93,8 @@ class Layout:
     cpustats: list = field(default_factory=list)
     ts_offset: int = 0
     buffers: list = field(default_factory=list)
+    # option id (OPT_HEADER_INFO...) -> (offset, size, compressed) of that part's bytes
+    parts: dict = field(default_factory=dict)
 
     @property
     def data_bytes(self):
@@ -206,9 +217,8 @@ def read_layout(path, decompress=None):
 def _check_cpu_data(r, layout, buf, cpu, offset, nbytes, decompress=None):
     """Check what is read first of a CPU's data (the chunk table, the first chunk, the
     first page's header), so that a corrupt value is this module's one-line error before
-    any decoding starts. (libtracecmd reads none of it: the decoder opens files for their
-    headers only. Its full open, in 3.1, crashed in its own clean-up when a first chunk
-    did not decompress.)"""
+    any decoding starts. (libtracecmd's full open, in 3.1, crashed in its own clean-up when
+    a first chunk did not decompress; kmemscope no longer uses libtracecmd.)"""
     where = f"CPU {cpu} of buffer {buf.name or 'top'}"
     if layout.compressed:
         (count,) = r.unpack("I", offset, f"{where} chunk count")
@@ -320,17 +330,20 @@ def _apply_option(layout, r, opt_id, data, buffer_opts):
 
 def _read_v6(r, layout, pos):
     path = layout.path
+    start = pos
     for label in (b"header_page\0", b"header_event\0"):
         if r.read(pos, len(label), "header label") != label:
             raise TraceFileError(f"{path}: corrupt: expected {label[:-1].decode()} at offset {pos}")
         pos += len(label)
         (n,) = r.unpack("Q", pos, label[:-1].decode())
         pos += 8 + n
+    layout.parts[OPT_HEADER_INFO], start = (start, pos - start, False), pos
     (count,) = r.unpack("I", pos, "ftrace format count")
     pos += 4
     for _ in range(count):
         (n,) = r.unpack("Q", pos, "ftrace format")
         pos += 8 + n
+    layout.parts[OPT_FTRACE_EVENTS], start = (start, pos - start, False), pos
     (systems,) = r.unpack("I", pos, "event system count")
     pos += 4
     for _ in range(systems):
@@ -340,9 +353,14 @@ def _read_v6(r, layout, pos):
         for _ in range(count):
             (n,) = r.unpack("Q", pos, "event format")
             pos += 8 + n
-    for what, fmt in (("kallsyms", "I"), ("printk formats", "I"), ("cmdlines", "Q")):
+    layout.parts[OPT_EVENT_FORMATS], start = (start, pos - start, False), pos
+    for part, what, fmt in ((OPT_KALLSYMS, "kallsyms", "I"), (OPT_PRINTK, "printk formats", "I"),
+                            (OPT_CMDLINES, "cmdlines", "Q")):
         (n,) = r.unpack(fmt, pos, what)
         pos += struct.calcsize(fmt) + n
+        layout.parts[part], start = (start, pos - start, False), pos
+    if pos > r.size:
+        raise TraceFileError(f"{path}: truncated: the metadata runs past the end of the file")
     (cpus,) = r.unpack("I", pos, "CPU count")
     if cpus > MAX_CPUS:
         raise TraceFileError(f"{path}: corrupt: the header says {cpus} CPUs")
@@ -453,11 +471,33 @@ def _read_v7(r, layout, pos, decompress):
                 if n >= 8:
                     (next_options,) = struct.unpack(r.endian + "Q", data[:8])
                 break
-            _apply_option(layout, r, opt_id, data, buffer_opts)
+            if opt_id in METADATA_PARTS:
+                _v7_part(r, layout, opt_id, data)
+            else:
+                _apply_option(layout, r, opt_id, data, buffer_opts)
     for data in buffer_opts:
         buf, section = _v7_buffer(r, data, path)
         _check_flyrecord_section(r, layout, buf, section)
         layout.buffers.append(buf)
+    if not layout.trace_clock:
+        # no TRACECLOCK option: the top buffer's clock, as libtracecmd and trace-cmd report take it
+        layout.trace_clock = next((b.clock for b in layout.buffers if not b.name), "")
+
+
+def _v7_part(r, layout, opt_id, data):
+    """A metadata option: the offset of its section, whose header must name the same part."""
+    what = METADATA_PARTS[opt_id]
+    if len(data) < 8:
+        raise TraceFileError(f"{layout.path}: corrupt: the {what} option holds no offset")
+    (at,) = struct.unpack(r.endian + "Q", data[:8])
+    sec_id, flags, _sid, size = r.unpack("HHIQ", at, f"{what} section header")
+    if sec_id != opt_id:
+        raise TraceFileError(f"{layout.path}: corrupt: the {what} section at {at} has id {sec_id}")
+    r.read(at + 16, 0, f"{what} section")
+    if at + 16 + size > r.size:
+        raise TraceFileError(f"{layout.path}: truncated or corrupt: the {what} section at {at} "
+                             f"({size} bytes) lies beyond the end of the file ({r.size} bytes)")
+    layout.parts[opt_id] = (at + 16, size, bool(flags & SECTION_FLAG_COMPRESSED))
 
 
 def _check_flyrecord_section(r, layout, buf, at):
@@ -523,3 +563,114 @@ def segments(layout, segment_bytes=SEGMENT_BYTES):
     # Largest first, so the last segments to finish are small ones.
     out.sort(key=lambda s: -s.data_bytes)
     return out
+
+
+@dataclass
+class Metadata:
+    """What libtraceevent parses of a trace.dat, as its parsers take it (read_metadata)."""
+    header_page: bytes = b""
+    formats: list = field(default_factory=list)    # (system, format text): ftrace's first
+    kallsyms: bytes = b""
+    printk: bytes = b""
+    cmdlines: bytes = b""
+
+
+def read_metadata(layout, decompress=None):
+    """The metadata parts of the file of `layout` (its `parts`), every size checked
+    against the part that holds it; a v7 section compressed as a block is inflated with
+    `decompress(proto, data, out_size)`."""
+    path = layout.path
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise TraceFileError(f"{path}: cannot open: {exc.strerror}") from None
+    with f:
+        r = _Reader(path, f, layout.file_size, layout.big_endian)
+        meta = Metadata()
+        for part, what in METADATA_PARTS.items():
+            if part not in layout.parts:
+                if part in (OPT_HEADER_INFO, OPT_EVENT_FORMATS):
+                    raise TraceFileError(f"{path}: corrupt: the file has no {what}")
+                continue
+            offset, size, compressed = layout.parts[part]
+            body = _Part(path, what, r.endian, r.read(offset, size, what))
+            if compressed:
+                body = _Part(path, what, r.endian, _inflate(body, layout, decompress))
+            _read_part(meta, part, body)
+    return meta
+
+
+# The metadata's largest part, kallsyms, is some 10 MiB; a size far beyond is corrupt.
+MAX_PART_BYTES = 1 << 30
+
+
+def _inflate(body, layout, decompress):
+    csize, usize = body.unpack("II", "compressed block sizes")
+    if decompress is None or usize > MAX_PART_BYTES:
+        raise TraceFileError(f"{layout.path}: corrupt: the {body.what} section claims "
+                             f"{usize} bytes uncompressed")
+    data = body.take(csize, "compressed block")
+    try:
+        return decompress(layout.compression, data, usize)
+    except MemoryError:
+        raise TraceFileError(f"{layout.path}: out of memory reading the file's metadata") from None
+    except Exception as exc:  # the decompressor's own error type, or a bad name
+        raise TraceFileError(f"{layout.path}: corrupt: the {body.what} section does not "
+                             f"decompress: {exc}") from None
+
+
+class _Part:
+    """Sequential, bounds-checked reads of one metadata part held in memory."""
+
+    def __init__(self, path, what, endian, data):
+        self.path, self.what, self.endian, self.data, self.at = path, what, endian, data, 0
+
+    def take(self, n, what):
+        if n < 0 or self.at + n > len(self.data):
+            raise TraceFileError(f"{self.path}: corrupt: {what} ({n} bytes) runs past the end "
+                                 f"of the {self.what} ({len(self.data)} bytes)")
+        out = self.data[self.at:self.at + n]
+        self.at += n
+        return out
+
+    def unpack(self, fmt, what):
+        st = struct.Struct(self.endian + fmt)
+        return st.unpack(self.take(st.size, what))
+
+    def sized(self, fmt, what):
+        (n,) = self.unpack(fmt, f"{what} size")
+        return self.take(n, what)
+
+    def cstring(self, what):
+        end = self.data.find(b"\0", self.at)
+        if end < 0:
+            raise TraceFileError(f"{self.path}: corrupt: unterminated {what} in the {self.what}")
+        text = self.data[self.at:end].decode("utf-8", "replace")
+        self.at = end + 1
+        return text
+
+
+def _read_part(meta, part, body):
+    """One part's contents, laid out alike in v6 and v7 (trace-cmd.dat.v6(5))."""
+    if part == OPT_HEADER_INFO:
+        for label in (b"header_page\0", b"header_event\0"):
+            if body.take(len(label), "header label") != label:
+                raise TraceFileError(f"{body.path}: corrupt: expected {label[:-1].decode()}")
+            blob = body.sized("Q", label[:-1].decode())
+            if label == b"header_page\0":
+                meta.header_page = blob
+    elif part == OPT_FTRACE_EVENTS:
+        (count,) = body.unpack("I", "ftrace format count")
+        meta.formats += [("ftrace", body.sized("Q", "ftrace format")) for _ in range(count)]
+    elif part == OPT_EVENT_FORMATS:
+        (systems,) = body.unpack("I", "event system count")
+        for _ in range(systems):
+            system = body.cstring("event system name")
+            (count,) = body.unpack("I", "event format count")
+            meta.formats += [(system, body.sized("Q", "event format")) for _ in range(count)]
+    elif part == OPT_KALLSYMS:
+        meta.kallsyms = body.sized("I", "kallsyms")
+    elif part == OPT_PRINTK:
+        meta.printk = body.sized("I", "printk formats")
+    elif part == OPT_CMDLINES:
+        meta.cmdlines = body.sized("Q", "cmdlines")

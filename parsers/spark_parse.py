@@ -13,7 +13,7 @@ as the runs finish.
 The dataset must therefore be on a file system that the driver and every
 executor see at the same path (NFS, CephFS, Lustre, a local disk for local[N]),
 with flock() working across hosts. Executors need kmemscope installed (its
-native decoder and libtracecmd) and must be able to read every input path.
+native decoder and libtraceevent) and must be able to read every input path.
 
 Crash safety is that of `kmemscope parse`: the job works in one directory,
 DATASET/.parse-<id>/, whose owner lock the driver holds; each task attempt
@@ -416,11 +416,13 @@ def _derive_on_spark(sc, dataset, driver, derive):
 def _derive_task(item):
     from pyspark import TaskContext
 
+    from kmemscope.dataset.handle import DatasetRef
+
     run_id, dataset, derive_runs = item
     ctx = TaskContext.get()
     started = time.monotonic()
     try:
-        derive_runs(dataset, [run_id], threads=ctx.cpus() if ctx else None)
+        derive_runs(DatasetRef.of(dataset), [run_id], threads=ctx.cpus() if ctx else None)
     except KmemscopeError as exc:
         return {"run_id": run_id, "kind": "error", "error_class": type(exc).__name__,
                 "message": _first_line(exc), "hint": None}

@@ -1,8 +1,8 @@
 """Decode a trace.dat into Arrow record batches, one stream per event table.
 
-`TraceFile` joins the two halves of the native decoder: libtracecmd's view of
-the file's metadata (`_tracedat.Trace`) and kmemscope's own view of where the
-pages are (`layout`). `TraceFile.decode` runs one worker thread per core; each
+`TraceFile` joins the two halves of the native decoder: the file's table of
+contents and metadata as `layout` reads them from the file format, and
+libtraceevent's view of the event formats and symbols (`_tracedat.Trace`). `TraceFile.decode` runs one worker thread per core; each
 pulls segments off a shared queue, decodes them with the GIL released, and
 hands finished batches to a sink owned by that thread, so Parquet encoding of
 one thread's batches overlaps with decoding on the other.
@@ -64,16 +64,27 @@ def helper_thread(target, name):
     return thread
 
 
+def open_native(layout):
+    """The native decoder's Trace of the file of `layout`: its metadata, as layout reads it,
+    given to libtraceevent."""
+    metadata = layout_mod.read_metadata(layout, _tracedat.decompress)
+    try:
+        return _tracedat.Trace(layout.path, metadata, layout.cpu_count, layout.long_size,
+                               layout.big_endian)
+    except _tracedat.TraceFileError as exc:
+        raise TraceFileError(str(exc)) from None
+
+
 class TraceFile:
     """A trace.dat opened for decoding."""
 
     def __init__(self, path):
         self.path = str(path)
         self._segments = None
-        # kmemscope's own checks first: libtracecmd never opens a file they reject.
+        # kmemscope's own checks first: libtraceevent never sees a file they reject.
         self.layout = layout_mod.read_layout(self.path, _tracedat.decompress)
         # pyarrow, which decoding needs, loads under the GIL (a few hundredths of a
-        # second) while libtracecmd reads the file's metadata without it, and on
+        # second) while libtraceevent parses the file's metadata without it, and on
         # while the decoder threads start (they need it only to hand over their
         # first batches): decode() joins it then. An open that fails joins it at
         # once, so that no thread of it outlives the error.
@@ -85,10 +96,9 @@ class TraceFile:
             raise
 
     def _open_native(self):
-        """libtracecmd's view of the file, and what it says of the recorded events."""
+        """libtraceevent's view of the file, and what it says of the recorded events."""
+        self.native = open_native(self.layout)
         try:
-            self.native = _tracedat.Trace(self.path)
-            self.info = self.native.info()
             self.tables = self._name_tables()
             self.print_flags = self.native.print_flags()
         except _tracedat.TraceFileError as exc:
@@ -117,10 +127,10 @@ class TraceFile:
 
     def metadata(self):
         lay = self.layout
-        meta = _parse_uname(lay.uname or self.info.get("uname"))
+        meta = _parse_uname(lay.uname)
         meta.update(
-            cpus=lay.cpu_count or self.info.get("cpus"),
-            trace_clock=lay.trace_clock or self.info.get("trace_clock") or "local",
+            cpus=lay.cpu_count,
+            trace_clock=lay.trace_clock or "local",
             file_version=lay.version,
             compression="none" if lay.version < 7 else lay.compression,
             compression_version=lay.compression_version or None,
@@ -128,7 +138,7 @@ class TraceFile:
             page_size=lay.page_size,
             big_endian=lay.big_endian,
             tracecmd_version=lay.tracecmd_version or None,
-            uname=lay.uname or self.info.get("uname") or None,
+            uname=lay.uname or None,
             instances=[b.name for b in lay.buffers if b.name],
         )
         return meta

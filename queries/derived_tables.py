@@ -41,6 +41,7 @@ pfn_allocs columns (one row per pfn with a successful allocation):
 """
 from kmemscope.common.errors import DatasetError
 from kmemscope.dataset import derived
+from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset import reader as ds
 
 from . import sql_lib
@@ -369,14 +370,14 @@ def derived_files(dataset, name, run_ids, parts=None, threads=None, progress=Non
                   read_only=False):
     """Make derived table `name` current for `run_ids` -> {run_id: path}
     (dataset/derived.py derived_files, for the family that builds it)."""
-    return derived.derived_files(dataset, family_of(name), name, run_ids, parts, threads,
-                                 progress, read_only)
+    return derived.derived_files(DatasetRef.of(dataset), family_of(name), name, run_ids, parts,
+                                 threads, progress, read_only)
 
 
 def derive_runs(dataset, run_ids=None, threads=None):
     """Compute every derived table of every family for `run_ids` (default: all runs), each
     for the runs its family applies to. For `parse`."""
-    return derived.derive_runs(dataset, FAMILIES, run_ids, threads)
+    return derived.derive_runs(DatasetRef.of(dataset), FAMILIES, run_ids, threads)
 
 
 def same_as_rederived(dataset, name, run, cached):
@@ -384,4 +385,4 @@ def same_as_rederived(dataset, name, run, cached):
     `run` again gives (`kmemscope verify --deep`)."""
     if name not in DERIVED_TABLES:
         raise DatasetError(f"{name} is not a table kmemscope derives")
-    return derived.same_as_rederived(dataset, family_of(name), name, run, cached)
+    return derived.same_as_rederived(DatasetRef.of(dataset), family_of(name), name, run, cached)

@@ -75,10 +75,9 @@ def kept_runs(ref, qname, fp, runs):
     name = cache_name(qname)
     todo = [r for r in runs if (name, fp, r) not in memo]
     if todo:
-        where = ref.location
         docs = ref.run_docs(todo)
         wanted = {r: (signature(fp, docs[r]), docs[r]) for r in todo if docs.get(r)}
-        found = dv.read_checked(where, name, wanted, KEPT_MAX_BYTES)
+        found = dv.read_checked(ref, name, wanted, KEPT_MAX_BYTES)
         for run in todo:
             memo[(name, fp, run)] = ((wanted[run][0], _parse(found[run])) if run in wanted
                                      else None)
@@ -149,7 +148,7 @@ def run_cached(plan, dataset, threads, progress, compute, narrow):
     docs = ref.run_docs(missing)
     keep = [r for r in missing if r in sigs and dv._may_cache_in_dataset(
         where, docs[r], name, r, sigs[r])]
-    if keep and dv._target(where, keep, read_only=False) == Path(where):
+    if keep and dv._target(ref, keep, read_only=False) == Path(where):
         asked = json.dumps({"query": plan.qname, "params": plan.bound}, default=str).encode()
         memo = ref.memo("result_cache")
         for run in keep:
@@ -246,7 +245,7 @@ def same_as_recomputed(dataset, name, run, _path, rows_of_run):
 
     from . import catalog
 
-    data = dv.read_part(dataset, name, run, KEPT_MAX_BYTES)
+    data = dv.read_part(DatasetRef.of(dataset), name, run, KEPT_MAX_BYTES)
     try:
         meta = pq.read_schema(pa.BufferReader(data)).metadata or {}
         asked = json.loads(meta[ASKED_KEY])

@@ -303,7 +303,7 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
     ref = DatasetRef.of(dataset)
     checked = parts is not None
     parts = ref.listing if parts is None else parts
-    chosen = select_runs(ref.location, parts, run_ids, labels)
+    chosen = select_runs(ref, parts, run_ids, labels)
     if scope is not None:
         tables, modules = scope.tables, scope.modules
     script = sql_lib.script(sql_lib.adhoc_modules() if modules is None else modules)
@@ -391,7 +391,7 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     needs = a.needs(section)
     ref = DatasetRef.of(dataset)
     parts = ref.listing
-    chosen = select_runs(ref.location, parts, run_ids, labels)
+    chosen = select_runs(ref, parts, run_ids, labels)
     tables = _named_tables(a.prelude + "\n" + section.sql, set(TABLE_COLUMNS) | set(parts))
     tables |= set(needs.requires + needs.any_of + needs.optional)
     known = set(TABLE_COLUMNS) | set(parts)

@@ -37,13 +37,14 @@ def labels_dict(m):
     return dict(m)
 
 
-def select_runs(dataset, parts, run_ids=None, labels=None):
-    """The run ids of `dataset` chosen by ids (or unique prefixes) and label filters.
+def select_runs(ref, parts, run_ids=None, labels=None):
+    """The run ids of the dataset of handle `ref` chosen by ids (or unique prefixes) and
+    label filters.
 
-    parts: kmemscope.dataset.reader.table_runs(dataset). No ids and no labels: every run.
+    parts: the listing (ref.listing). No ids and no labels: every run.
     """
     if "runs" not in parts:
-        raise DatasetError(f"dataset {dataset} has no runs table",
+        raise DatasetError(f"dataset {ref} has no runs table",
                            "it was not written by `kmemscope parse`")
     all_runs = sorted(parts["runs"])
     chosen = list(all_runs)
@@ -59,7 +60,7 @@ def select_runs(dataset, parts, run_ids=None, labels=None):
                 chosen.append(hits[0])
     if labels:
         wanted = label_filter(labels)
-        con = ds.connect(dataset, run_ids=chosen, tables=["runs"], parts=parts)
+        con = ds.connect(ref, run_ids=chosen, tables=["runs"], parts=parts)
         rows = con.sql("SELECT run_id, labels FROM runs").fetchall()
         con.close()
         kept = []

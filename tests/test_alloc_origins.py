@@ -24,6 +24,7 @@ from kmemscope.queries import runner
 
 import kmdata as K
 from kmrun import kmemscope
+from kmemscope.dataset.handle import DatasetRef
 
 SEC = 1_000_000_000
 

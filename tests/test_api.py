@@ -110,3 +110,54 @@ def test_the_package_root_stays_import_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert {r["name"] for r in kmemscope.analyses().rows()} >= {"hot_pfns", "summary"}
+
+
+# ---------------------------------------------------------------- one API, the command line its client
+
+def test_parse_takes_a_flight_directory_as_the_command_line_does(tmp_path):
+    """kmemscope.parse is what `kmemscope parse` calls: a flight directory is one run per
+    bundle. The oracle: each bundle parsed alone (a bundle is a plain input)."""
+    from test_flight_parse import flight_dir
+
+    flight = flight_dir(tmp_path)
+    got = kmemscope.parse(flight, tmp_path / "ds")
+    bundles = sorted(p for p in flight.iterdir() if p.is_dir() and not p.is_symlink()
+                     and not p.name.startswith("."))
+    alone = [kmemscope.parse(b, tmp_path / f"alone-{b.name}")[0] for b in bundles]
+    assert sorted((s.run_id, s.events) for s in got) == sorted((s.run_id, s.events)
+                                                              for s in alone)
+
+
+def test_dataset_import_metrics_refuses_the_comparisons_own_names(ds, tmp_path):
+    """Dataset.import_metrics is what `kmemscope metrics import` calls: a metric named like
+    one of compare's own (queries/metrics.py SUMMARY) is refused and nothing imported."""
+    from kmemscope.queries.metrics import SUMMARY
+
+    name = sorted(SUMMARY)[0]
+    run = kmemscope.open(ds).run_ids()[0]
+    rows = tmp_path / "m.csv"
+    rows.write_text(f"run,metric,value,unit,better\n{run},{name},1.5,x,higher\n")
+    with pytest.raises(kmemscope.KmemscopeError, match="kmemscope's own metrics"):
+        kmemscope.open(ds).import_metrics(rows)
+    assert "run_metrics" not in kmemscope.open(ds).tables
+    proc = cli("metrics", "import", ds, rows, check=False)
+    assert proc.returncode == 1 and "kmemscope's own metrics" in proc.stderr
+
+
+@pytest.mark.parametrize("text", ["", "  -- a comment only\n", "/* ; */ ;;"])
+def test_sql_without_a_statement_is_one_error_both_ways(ds, text):
+    with pytest.raises(QueryError, match="holds no statement"):
+        kmemscope.open(ds).sql(text)
+    proc = cli("sql", ds, text, check=False)
+    assert proc.returncode != 0 and "holds no statement" in proc.stderr
+
+
+def test_sql_of_several_statements_answers_with_the_last_params_bound_to_it(ds):
+    """The oracle: DuckDB itself, the statements run one by one on a plain connection."""
+    import duckdb
+
+    text = "CREATE TEMP MACRO plus(a, b) AS a + b; SELECT plus(40, ?) AS answer"
+    got = kmemscope.open(ds).sql(text, [2]).rows()
+    con = duckdb.connect()
+    con.execute("CREATE TEMP MACRO plus(a, b) AS a + b")
+    assert got == [{"answer": con.execute("SELECT plus(40, ?) AS answer", [2]).fetchone()[0]}]

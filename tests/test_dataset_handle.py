@@ -107,3 +107,58 @@ def test_a_command_s_handle_is_the_snapshot_of_every_call(examples_dataset, list
     assert listings["n"] == 1
     doc = json.loads(kmemscope_cli("info", examples_dataset, "--format", "json").stdout)
     assert {t["table"] for t in doc["tables"]} == set(opened.tables)
+
+
+@pytest.fixture
+def questions(monkeypatch):
+    """The times "is this dataset local or in s3?" has been asked (storage.is_url, which
+    DatasetRef asks once when it is made) since the test started."""
+    count = {"n": 0}
+    asked = storage.is_url
+
+    def counted(where):
+        count["n"] += 1
+        return asked(where)
+
+    monkeypatch.setattr(storage, "is_url", counted)
+    return count
+
+
+@pytest.mark.parametrize("args", [
+    ["query", "summary", "{ds}", "--format", "json"],
+    ["query", "hot_pfns", "{ds}", "--format", "csv"],
+    ["sql", "{ds}", "SELECT run_id FROM runs ORDER BY 1; SELECT count(*) AS n FROM mm_page_alloc",
+     "--format", "jsonl"],
+    ["sql", "{ds}", "--read-only", "SELECT count(*) AS n FROM runs", "--format", "csv"],
+    ["info", "{ds}", "--format", "json"],
+    ["compare", "{ds}", "--by", "kernel", "--format", "json"],
+    ["verify", "{ds}", "--deep"],
+    ["metrics", "list", "{ds}", "--format", "csv"],
+], ids=lambda a: " ".join(a[:2]))
+def test_each_command_decides_local_or_s3_once(examples_dataset, tmp_path, questions, args):
+    """The readers, the derived cache and the result cache take the command's handle and
+    ask it, never the location again. The oracle for the output: the same verb as its own
+    process."""
+    import shutil
+
+    ds = tmp_path / "ds"          # a copy: hot_pfns and verify --deep write caches into it
+    shutil.copytree(examples_dataset, ds)
+    args = [str(ds) if a == "{ds}" else a for a in args]
+    want = kmemscope_cli(*args).stdout
+    questions["n"] = 0
+    got = _in_process(args)
+    assert got == want
+    assert questions["n"] == 1
+
+
+def test_a_handle_is_not_a_path(examples_dataset):
+    """No __fspath__: a handle given where a path is expected fails at once, not silently
+    as the folder (and an s3 handle as a TypeError deep inside)."""
+    import os
+
+    ref = DatasetRef.of(examples_dataset)
+    with pytest.raises(TypeError):
+        os.fspath(ref)
+    with pytest.raises(TypeError):
+        reader.table_runs(examples_dataset)       # readers take the handle, not a path
+    assert reader.table_runs(ref) == ref.listing

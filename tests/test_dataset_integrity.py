@@ -16,6 +16,7 @@ import pytest
 import hostile
 from conftest import EXAMPLES
 from kmrun import KMEMSCOPE, kmemscope
+from kmemscope.dataset.handle import DatasetRef
 
 HONEST = EXAMPLES / "kmem-compaction"
 OTHER = EXAMPLES / "thp-faults"

@@ -20,6 +20,7 @@ import pytest
 import hostile
 from conftest import EXAMPLES
 from kmrun import default_signals, KMEMSCOPE, kmemscope
+from kmemscope.dataset.handle import DatasetRef
 
 SMALL = EXAMPLES / "memory-pressure"      # the run every dataset here holds
 OTHER = EXAMPLES / "thp-faults"           # a second bundle: its run has mm_page_alloc
@@ -305,7 +306,7 @@ def test_readers_leave_an_interrupted_commit_to_the_next_parse(ds):
     for args in readers(ds):
         run(*args)
         assert hostile.tree_state(ds) == before, f"`kmemscope {args[0]}` wrote to the dataset"
-    notes = finish_interrupted_commits(ds)
+    notes = finish_interrupted_commits(DatasetRef.of(ds))
     assert len(notes) == 1 and run_id in notes[0] and "kmemscope parse" in notes[0], notes
     assert hostile.tree_state(ds) == before
 
@@ -315,7 +316,7 @@ def test_readers_leave_an_interrupted_commit_to_the_next_parse(ds):
                                  f"WHERE run_id = '{run_id}'", "--format", "json").stdout)
     assert sides == [{"side": "new"}]
     assert part_rows(ds, run_id) == rows
-    assert finish_interrupted_commits(ds) == []
+    assert finish_interrupted_commits(DatasetRef.of(ds)) == []
 
 
 # ---------------------------------------------------------------- 7. bounded SQL

@@ -23,8 +23,8 @@ from project import ROOT, package_folders
 
 FOLDERS = package_folders()
 # The package root holds the public API and nothing else.
-API_MODULES = {"kmemscope", "kmemscope.__main__", "kmemscope.api", "kmemscope.operations",
-               "kmemscope.tables", "kmemscope.comparison_text"}
+API_MODULES = {"kmemscope", "kmemscope.__main__", "kmemscope.api", "kmemscope.tables",
+               "kmemscope.comparison_text"}
 LAYERS = ("common", "capture", "dataset", "parsers", "queries", "notebooks", "cli")
 ALLOWED = {
     "common": set(),

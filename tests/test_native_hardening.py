@@ -56,7 +56,7 @@ def test_every_allocation_of_a_decode_fails_cleanly(persistent):
 
 @pytest.mark.slow   # an allocation-failure sweep: a decode per failing allocation
 def test_allocations_while_opening_a_trace_fail_cleanly():
-    # Opening parses the formats with libtracecmd first (most of a second), so this sweep
+    # Opening parses the formats with libtraceevent first (most of a second), so this sweep
     # fails the first allocations (every kind of site: the plan table, the first events'
     # plans, columns and names) and then a spread over the rest, not every one.
     _check_sweep(_child("sweep-open", EXAMPLE, 40, 12))
@@ -197,7 +197,8 @@ def test_a_full_stack_memo_still_gives_every_record_its_own_stack(tmp_path):
 # ---------------------------------------------------------------- build checks
 
 def _setup_list(name):
-    """A list literal assigned at the top of setup.py (so the checks follow the real build)."""
+    """A literal (a list, a version) assigned at the top of setup.py (so the checks follow
+    the real build)."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
@@ -205,7 +206,7 @@ def _setup_list(name):
     raise AssertionError(f"setup.py has no {name}")
 
 
-def test_extension_exports_only_its_init_function_and_the_kallsyms_hook():
+def test_extension_exports_only_its_init_function():
     if not shutil.which("nm"):
         requirements.skip("setup", "nm (binutils) is not installed")
     from kmemscope.parsers import _tracedat
@@ -213,8 +214,50 @@ def test_extension_exports_only_its_init_function_and_the_kallsyms_hook():
     out = subprocess.run(["nm", "-D", "--defined-only", _tracedat.__file__], capture_output=True,
                          text=True, check=True).stdout
     symbols = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
-    # tep_parse_kallsyms: libtracecmd's call during an open lands in the module (kallsyms.h).
-    assert symbols == ["PyInit__tracedat", "tep_parse_kallsyms"], symbols
+    # no library function is overridden (libtraceevent's tep_parse_kallsyms once was)
+    assert symbols == ["PyInit__tracedat"], symbols
+
+
+def test_the_decoder_uses_only_libtraceevents_public_api():
+    """No libtracecmd (whose public API cannot open a file without parsing every kallsyms
+    symbol): the module does not link it, and every libtraceevent function it calls is
+    declared in libtraceevent's installed public headers, so no private symbol is declared
+    by hand. The oracle: the linker's view of the built module (readelf, nm)."""
+    import re
+
+    if not shutil.which("nm") or not shutil.which("readelf") or not shutil.which("pkg-config"):
+        requirements.skip("setup", "nm, readelf (binutils) or pkg-config is not installed")
+    from kmemscope.parsers import _tracedat
+
+    so = _tracedat.__file__
+    needed = subprocess.run(["readelf", "-d", so], capture_output=True, text=True,
+                            check=True).stdout
+    assert "libtracecmd" not in needed, needed
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", so], capture_output=True,
+                               text=True, check=True).stdout.split()
+    calls = sorted({s.split("@")[0] for s in undefined if re.match(r"(tep|kbuffer|tracecmd)_", s)})
+    assert calls, "the module calls no libtraceevent function?"
+    flags = subprocess.run(["pkg-config", "--cflags-only-I", "libtraceevent"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    folders = [Path(f[2:]) for f in flags] + [Path("/usr/include/traceevent")]
+    public = "".join(h.read_text() for d in folders if d.is_dir() for h in d.glob("*.h"))
+    private = [c for c in calls if not re.search(rf"\b{c}\s*\(", public)]
+    assert not private, f"called but not in libtraceevent's public headers: {private}"
+
+
+def test_the_build_names_the_libtraceevent_versions_it_supports(tmp_path):
+    """An older libtraceevent than setup.py's LIBTRACEEVENT_SUPPORTED: one line, no build."""
+    fake = tmp_path / "pkg-config"
+    fake.write_text("#!/bin/sh\ncase \"$1\" in --modversion) echo 1.1.0;; *) exit 1;; esac\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    proc = subprocess.run([sys.executable, "setup.py", "--name"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    supported = _setup_list("LIBTRACEEVENT_SUPPORTED")
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == [
+        f"kmemscope: error: libtraceevent 1.1.0: the decoder supports libtraceevent "
+        f"{supported} and later (run `make setup`)"], proc.stderr
 
 
 def test_sources_compile_without_warnings():
@@ -398,25 +441,36 @@ def main_misuse(path):
     """Objects used before or twice initialised, and segments outside the file."""
     from kmemscope.parsers import _tracedat as t
 
+    from kmemscope.parsers import layout
+
     p = str(path)
-    page = _open(path).layout.buffers[0].page_size
+    lay = layout.read_layout(p, t.decompress)
+    page = lay.buffers[0].page_size
+    args = (p, layout.read_metadata(lay, t.decompress), lay.cpu_count, lay.long_size,
+            lay.big_endian)
+
+    def trace():
+        return t.Trace(*args)
+
     blank_trace, blank_decoder = t.Trace.__new__(t.Trace), t.Decoder.__new__(t.Decoder)
     blank_stacks = t.Stacks.__new__(t.Stacks)
     cases = [
         (RuntimeError, blank_stacks.take), (RuntimeError, blank_stacks.finish),
         (RuntimeError, blank_stacks.count), (RuntimeError, lambda: t.Stacks().__init__()),
-        (TypeError, lambda: t.Decoder(t.Trace(p), p, page, "zstd", stacks="not a Stacks")),
-        (TypeError, lambda: t.Decoder(t.Trace(p), p, page, "zstd", stacks=blank_stacks)),
-        (RuntimeError, blank_trace.info), (RuntimeError, blank_trace.events),
+        (TypeError, lambda: t.Decoder(trace(), p, page, "zstd", stacks="not a Stacks")),
+        (TypeError, lambda: t.Decoder(trace(), p, page, "zstd", stacks=blank_stacks)),
+        (RuntimeError, blank_trace.events),
         (RuntimeError, blank_trace.print_flags),
         (RuntimeError, lambda: blank_decoder.decode(0, 0, 0, 0)),
         (RuntimeError, blank_decoder.finish), (RuntimeError, blank_decoder.stats),
         (RuntimeError, lambda: t.Decoder(blank_trace, p, page, "zstd")),
-        (RuntimeError, lambda: t.Trace(p).__init__(p)),
-        (t.TraceFileError, lambda: t.Decoder(t.Trace(p), p, page, "zstd").decode(0, 1 << 40, 100, 1)),
-        (t.TraceFileError, lambda: t.Decoder(t.Trace(p), p, page, "zstd").decode(0, 0, 1 << 62, 1)),
-        (TypeError, lambda: t.Decoder(t.Trace(p), p, page, "zstd", event_ids=["x"])),
-        (ValueError, lambda: t.Decoder(t.Trace(p), p, page, "zstd", batch_rows=0)),
+        (RuntimeError, lambda: trace().__init__(*args)),
+        (ValueError, lambda: t.Trace(p, args[1], 4, 3, False)),
+        (AttributeError, lambda: t.Trace(p, "not metadata", 4, 8, False)),
+        (t.TraceFileError, lambda: t.Decoder(trace(), p, page, "zstd").decode(0, 1 << 40, 100, 1)),
+        (t.TraceFileError, lambda: t.Decoder(trace(), p, page, "zstd").decode(0, 0, 1 << 62, 1)),
+        (TypeError, lambda: t.Decoder(trace(), p, page, "zstd", event_ids=["x"])),
+        (ValueError, lambda: t.Decoder(trace(), p, page, "zstd", batch_rows=0)),
     ]
     for i, (expected, call) in enumerate(cases):
         try:

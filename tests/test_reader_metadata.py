@@ -19,6 +19,7 @@ import pytest
 
 from conftest import EXAMPLES
 from kmrun import kmemscope
+from kmemscope.dataset.handle import DatasetRef
 
 SMALL = EXAMPLES / "memory-pressure"
 OTHER = EXAMPLES / "thp-faults"
@@ -41,7 +42,7 @@ def ds(two_runs, tmp_path):
 def _runs(ds):
     from kmemscope.dataset import reader
 
-    return sorted(reader.table_runs(ds)["runs"])
+    return sorted(reader.table_runs(DatasetRef.of(ds))["runs"])
 
 
 def test_a_part_file_replaced_after_a_query_is_judged_again(ds):
@@ -73,8 +74,8 @@ def test_views_equal_duckdbs_union_by_name_with_one_schema_or_several(ds):
     part.unlink()
     pq.write_table(table.append_column("extra_note", pa.array(["x"] * table.num_rows)), part)
 
-    parts = reader.table_runs(ds)
-    con = reader.connect(ds, parts=parts)
+    parts = reader.table_runs(DatasetRef.of(ds))
+    con = reader.connect(DatasetRef.of(ds), parts=parts)
     oracle = duckdb.connect()
     for name, runs in parts.items():
         files = ", ".join("'" + str(f) + "'" for fs in runs.values() for f in fs)
@@ -143,10 +144,12 @@ def test_a_sql_naming_no_table_imports_no_pyarrow(two_runs):
     assert imported
 
 
-@pytest.mark.parametrize("module", ["pyarrow", "duckdb", "kmemscope.api"])
+@pytest.mark.parametrize("module", ["pyarrow", "duckdb", "kmemscope.queries.runner"])
 def test_parse_leaves_the_query_side_unloaded_in_its_parent(tmp_path, module):
     """The parse's parent lists, locks and commits; the decoder child loads pyarrow. Neither
-    needs DuckDB or the analyst's API, which would only lengthen every parse's start."""
+    needs DuckDB nor the query side (the runner and what it loads), which would only
+    lengthen every parse's start: kmemscope.api, which the parse goes through, loads them
+    where used."""
     ds = tmp_path / "ds"
     _out, imported = _cli_imports(["parse", "-q", EXAMPLES / "kmem-compaction", "-o", ds],
                                   module)

@@ -21,6 +21,7 @@ import pytest
 from conftest import EXAMPLES
 
 from kmemscope.dataset import reader
+from kmemscope.dataset.handle import DatasetRef
 
 KMEMSCOPE = [sys.executable, "-m", "kmemscope"]
 
@@ -50,7 +51,7 @@ def _records(ds):
 
 
 def test_every_parquet_file_has_its_footer_recorded(parsed):
-    parts = reader.table_runs(parsed)
+    parts = reader.table_runs(DatasetRef.of(parsed))
     files = [f for runs in parts.values() for fs in runs.values() for f in fs]
     recorded = reader.recorded_footers(parts)
     assert sorted(map(str, recorded)) == sorted(map(str, files))
@@ -110,7 +111,7 @@ def _unfit_pfn(ds):
 def test_a_file_rewritten_after_its_record_is_judged_by_its_footer(parsed, tmp_path):
     ds = _copy(parsed, tmp_path / "ds")
     run = _unfit_pfn(ds)
-    bad = reader.unfit_runs(reader.table_runs(ds))
+    bad = reader.unfit_runs(reader.table_runs(DatasetRef.of(ds)))
     assert list(bad) == [run] and "pfn" in bad[run]
 
 
@@ -126,7 +127,7 @@ def test_a_damaged_record_counts_for_nothing(parsed, tmp_path):
                                   name.split("/", 1)[1]).stat().st_size
             entry["schema"] = base64.b64encode(b"not a schema").decode()
     path.write_text(json.dumps(doc))
-    parts = reader.table_runs(ds)
+    parts = reader.table_runs(DatasetRef.of(ds))
     assert not [f for f in reader.recorded_footers(parts)
                 if Path(f).parent == Path(ds, "mm_page_alloc", f"run_id={run}")]
     bad = reader.unfit_runs(parts)
@@ -141,7 +142,7 @@ def test_records_without_footers_read_as_before(parsed, tmp_path):
             entry.pop("rows", None)
             entry.pop("schema", None)
         Path(ds, "runs", run_id, "_files.json").write_text(json.dumps(doc))
-    parts = reader.table_runs(ds)
+    parts = reader.table_runs(DatasetRef.of(ds))
     assert reader.recorded_footers(parts) == {}
     bad = reader.unfit_runs(parts)
     assert list(bad) == [run]
@@ -167,7 +168,7 @@ def _lie_about_vmstat(ds):
 def test_a_record_that_lies_about_its_file_does_not_let_its_rows_in(parsed, tmp_path):
     ds = _copy(parsed, tmp_path / "ds")
     run = _lie_about_vmstat(ds)
-    parts = reader.table_runs(ds)
+    parts = reader.table_runs(DatasetRef.of(ds))
     assert [f for f in reader.recorded_footers(parts)
             if Path(f).parent == Path(ds, "vmstat", f"run_id={run}")]   # believed, to plan
     # the oracle: pyarrow's count of the other runs' vmstat rows
@@ -211,7 +212,7 @@ def test_a_lying_record_found_after_the_first_views_stops_the_sql(parsed, tmp_pa
 def test_statements_are_cut_where_duckdb_cuts_them(text):
     import duckdb
 
-    from kmemscope.operations import sql_statements
+    from kmemscope.api import _sql_statements
 
     theirs = [str(s.query).strip().rstrip(";").strip() for s in duckdb.extract_statements(text)]
-    assert [s.strip() for s in sql_statements(text)] == theirs
+    assert [s.strip() for s in _sql_statements(text)] == theirs

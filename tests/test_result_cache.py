@@ -15,6 +15,7 @@ import pytest
 
 from kmemscope.queries import result_cache, runner
 from parity_data import every_section
+from kmemscope.dataset.handle import DatasetRef
 
 SECTIONS = every_section()
 
@@ -113,7 +114,7 @@ def test_every_section_reads_back_the_rows_it_computed(dataset, monkeypatch):
 def test_only_runs_without_kept_rows_are_computed(dataset, monkeypatch):
     from kmemscope.dataset import reader
 
-    runs = sorted(reader.table_runs(dataset)["runs"])
+    runs = sorted(reader.table_runs(DatasetRef.of(dataset))["runs"])
     assert len(runs) == 2
     runner.run_query("summary", dataset, run_ids=[runs[0]])     # keeps the first run's rows
     counting = Counting(monkeypatch)
@@ -184,7 +185,7 @@ def test_verify_deep_runs_a_forged_cache_again_and_reports_it(dataset):
 
     from kmemscope.dataset import safefs
     from kmemscope.dataset.digests import _write_digests, read_digests_in
-    from kmemscope.operations import verify
+    from kmemscope.api import verify
 
     runner.run_query("hot_pfns", dataset)
     assert verify(dataset, deep=True).ok

@@ -27,6 +27,7 @@ except ImportError as exc:
                       allow_module_level=True)
 
 import kmemscope  # noqa: E402
+from kmemscope.dataset.handle import DatasetRef
 
 _SCRIPT = Path(sys.executable).parent / "kmemscope"
 KMEMSCOPE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kmemscope.cli"]
@@ -234,7 +235,7 @@ def test_a_listing_over_many_pages_finds_every_file(s3, datasets):
     events.register("after-call.s3.ListObjectsV2", count_page)
     try:
         listed = storage.list_tables(url)
-        runs = reader.table_runs(url)
+        runs = reader.table_runs(DatasetRef.of(url))
     finally:
         events.unregister("before-parameter-build.s3.ListObjectsV2", small_pages)
         events.unregister("after-call.s3.ListObjectsV2", count_page)

@@ -30,6 +30,7 @@ import kmemscope  # noqa: E402
 from kmemscope.common.errors import DatasetError, KmemscopeError, TraceFileError  # noqa: E402
 from kmemscope.parsers import spark_parse  # noqa: E402
 from kmrun import kmemscope as run_cli  # noqa: E402
+from kmemscope.dataset.handle import DatasetRef
 
 GOOD = [EXAMPLES / "kmem-compaction", EXAMPLES / "thp-faults", EXAMPLES / "memory-pressure"]
 
@@ -258,7 +259,7 @@ def test_lost_task_is_retried_and_derive_matches(second_driver, serial):
     ser_ds = serial[0]
     runs = [out[0]["run_id"], out[1]["run_id"]]
     _assert_same_dataset(ds, ser_ds, runs)
-    derive_runs(ser_ds, runs[:1])
+    derive_runs(DatasetRef.of(ser_ds), runs[:1])
     for name in family_of("page_pairs").tables:     # the example bundles have no stacks
         part = f"{DERIVED_DIR}/{name}/run_id={runs[0]}"
         assert _sorted_rows(ds / part)[1] == _sorted_rows(ser_ds / part)[1], part

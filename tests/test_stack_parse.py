@@ -121,8 +121,8 @@ def _decoded_stacks(t, event_ids=None):
 
 
 def test_kallsyms_is_parsed_only_when_a_stack_needs_a_symbol(stack_heavy):
-    """libtracecmd hands the open's kallsyms text to the module, which parses it at the
-    first stack's first symbol (parsers/native/kallsyms.h): a decode with no stack never
+    """The open keeps the file's kallsyms text (layout.read_metadata reads it), which the
+    module parses at the first stack's first symbol (parsers/native/kallsyms.h): a decode with no stack never
     pays for it; frames against `trace-cmd report` are checked above."""
     from kmemscope.parsers import _tracedat, layout
     from kmemscope.parsers.tracedat import TraceFile, TraceFileError

@@ -1,65 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /* A trace's kallsyms, indexed when a kernel stack needs a symbol (kallsyms.h). */
-#define _GNU_SOURCE
-#include <dlfcn.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "kallsyms.h"
-
-typedef int (*parse_kallsyms_fn)(struct tep_handle *tep, const char *text);
-
-static parse_kallsyms_fn libtraceevent_parse;
-static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
-
-/* Where the open running on this thread keeps its text; NULL: no such open. */
-static __thread struct ksyms *keep_in;
-static __thread bool keep_failed;	/* the text could not be copied */
-
-static void resolve(void)
-{
-	/* The next definition after this library's own: libtraceevent's. */
-	libtraceevent_parse = (parse_kallsyms_fn)dlsym(RTLD_NEXT, "tep_parse_kallsyms");
-}
-
-/* libtracecmd's call while it opens a file (see kallsyms.h). */
-__attribute__((visibility("default")))
-int tep_parse_kallsyms(struct tep_handle *tep, const char *text)
-{
-	if (!keep_in)
-		return kallsyms_libtraceevent_parse(tep, text);
-	/* libtracecmd frees its buffer on return: keep a copy (a second text in one
-	 * file, which libtracecmd never reads, would replace the first). */
-	char *copy = km_strdup(text);
-	if (!copy) {
-		keep_failed = true;
-		return -1;
-	}
-	free(keep_in->text);
-	keep_in->text = copy;
-	return 0;
-}
-
-int kallsyms_libtraceevent_parse(struct tep_handle *tep, const char *text)
-{
-	pthread_once(&resolve_once, resolve);
-	return libtraceevent_parse ? libtraceevent_parse(tep, text) : -1;
-}
-
-void kallsyms_keep_begin(struct ksyms *k)
-{
-	keep_in = k;
-	keep_failed = false;
-}
-
-int kallsyms_keep_end(void)
-{
-	keep_in = NULL;
-	return keep_failed ? -1 : 0;
-}
 
 static bool is_space(char c)
 {

@@ -45,8 +45,8 @@ class DuckDBBackend:
         self.dataset = self.ref.location
         self.chosen, self.parts, self.threads = chosen, parts, threads
         columns = {t: TABLE_COLUMNS[t] for t in tables if t in TABLE_COLUMNS}
-        self.con = ds.connect(self.dataset, threads=threads, run_ids=chosen, columns=columns,
-                              tables=tables, parts=parts, remote=self.ref.is_s3)
+        self.con = ds.connect(self.ref, threads=threads, run_ids=chosen, columns=columns,
+                              tables=tables, parts=parts)
 
     def register_arrow(self, name, table):
         """A temp table `name` holding the Arrow `table`."""
@@ -73,7 +73,7 @@ class DuckDBBackend:
 
     def derived(self, name, progress=None):
         """A view of derived table `name` over the chosen runs, built where missing."""
-        files = derived_tables.derived_files(self.dataset, name, self.chosen, self.parts, self.threads,
+        files = derived_tables.derived_files(self.ref, name, self.chosen, self.parts, self.threads,
                                      progress)
         view = ds.quote_ident(name)
         if files:
