@@ -322,7 +322,7 @@ def _schema_of_record(data):
         raise ValueError(str(exc)) from None
 
 
-def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
+def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None, fields=None):
     """{run_id: why} for the runs whose files of `tables` a query cannot read with the others.
 
     A dataset someone else wrote may hold a run whose table has a known column of
@@ -338,6 +338,8 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
     recorded: what the runs' records state of their files (recorded_footers), when the caller
     has read them for this listing already (DatasetRef.footers): a file judged by its record
     is then judged from it as it is (no second stat of every file for every analysis).
+    fields: {table: names} of the fields the caller's query reads: a run whose file of that
+    table lacks one (its trace's format of the event did not declare it) is unfit for it.
     """
     if recorded is None:
         recorded = recorded_footers(parts, run_ids)
@@ -368,7 +370,8 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
                     shapes[id(schema)] = shape
                 shape = shape[1]
                 if shape not in verdicts:
-                    verdicts[shape] = unfit_reason(table, schema.names, schema.types)
+                    verdicts[shape] = (unfit_reason(table, schema.names, schema.types)
+                                       or _missing_fields(schema.names, (fields or {}).get(table)))
                 why = verdicts[shape]
                 if why:
                     out[run] = f"its table {table} does not fit the dataset ({f}): {why}"
@@ -385,6 +388,16 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
                                 f"than the {RUNS_MAX_BYTES} a run's host, labels and manifest "
                                 "may take")
     return out
+
+
+def _missing_fields(names, needed):
+    """Why a table of columns `names` cannot answer a query reading fields `needed`, or None."""
+    missing = sorted(set(needed or ()) - set(names))
+    if not missing:
+        return None
+    listed = ", ".join(shown_name(m) for m in missing[:5])
+    return (f"it has no field {listed}, which the query reads (the trace's format of the "
+            "event does not declare it)")
 
 
 _ROWS = {}

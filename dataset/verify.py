@@ -29,7 +29,7 @@ from pathlib import Path
 
 from kmemscope.common.errors import DatasetError
 
-from . import digests, safefs, storage
+from . import cache_write, digests, safefs, storage
 
 DERIVED_DIR = "_derived"
 
@@ -92,22 +92,26 @@ def _crc_ok(folder, name):
 
 
 def _check_file(result, folder, name, mode, recorded, rel):
-    """Compare one file with its recorded {sha256, bytes}; a problem is appended."""
+    """Compare one file with its recorded {sha256, bytes}; a problem is appended.
+    True when it matches."""
     result.files += 1
     if not stat.S_ISREG(mode):
         result.problems.append(("changed", f"{rel} ({safefs.kind_of(mode)})"))
-        return
+        return False
     sha, size = digests.file_digest(folder.fd, name, recorded["bytes"])
     if (sha, size) != (recorded["sha256"], recorded["bytes"]):
         result.problems.append(("changed", rel if sha is not None else
                                 f"{rel} ({size} bytes, {recorded['bytes']} recorded)"))
+        return False
+    return True
 
 
 def verify(dataset, deep=False, recompute=None):
     """Compare every file of `dataset` with what its commits recorded -> Verification.
 
-    recompute: {folder prefix: check(dataset, name, run, path) -> bool} for the derived caches
-    that layers above this one make (the analyses' kept rows): deep checks them with it."""
+    recompute: {folder prefix: check(dataset, name, run, path, entry) -> bool} for the derived
+    caches that layers above this one make (the analyses' kept rows): deep checks them with
+    it (entry: the file's record in the run's digests, which says what it answers)."""
     if storage.is_url(dataset):
         raise DatasetError("verify reads local datasets", "copy the dataset here first")
     root_path = Path(dataset)
@@ -202,7 +206,13 @@ def _check_derived(result, root, recorded):
 
 
 def _walk_derived(result, folder, rel, recorded, seen, depth):
+    stale = set(cache_write.stale_temps(folder))
     for entry in folder.entries():
+        if entry.name in stale:
+            result.problems.append(("extra", f"{rel}/{safefs.shown_name(entry.name)} (left by a "
+                                    "cache write that did not finish: the next write of this "
+                                    "cache removes it)"))
+            continue
         if entry.name.startswith("."):
             continue
         path = f"{rel}/{safefs.shown_name(entry.name)}"
@@ -216,21 +226,34 @@ def _walk_derived(result, folder, rel, recorded, seen, depth):
             result.problems.append(("extra", path))
             continue
         seen.add(key)
-        _check_file(result, folder, entry.name, mode, recorded[key][1], path)
+        if _check_file(result, folder, entry.name, mode, recorded[key][1], path):
+            _check_signed(result, folder, entry.name, recorded[key][1], path)
+
+
+def _check_signed(result, folder, name, recorded, rel):
+    """The cache file says it was derived from what its record says (a record given the
+    signature of another question, the file left as it was, is told here)."""
+    from .derived import SIG_KEY
+
+    with folder.open_file(name, "a derived cache file") as f:
+        said = cache_write.embedded(f, SIG_KEY)
+    if said != recorded["from"].encode():
+        result.problems.append(("changed", f"{rel} (it was derived from other sources or "
+                                "another question than its record says)"))
 
 
 def _rederive(result, dataset, recorded, recompute):
     """Derive every recorded cache again, privately, and compare the rows (deep)."""
     from . import derived
 
-    for key, (run, _entry) in sorted(recorded.items()):
+    for key, (run, entry) in sorted(recorded.items()):
         if any(kind != "extra" and path.split(" ")[0] == key for kind, path in result.problems):
             continue            # already reported
         name = key.split("/")[1]
         check = next((f for prefix, f in recompute.items() if name.startswith(prefix)),
                      derived.same_as_rederived)
         try:
-            same = check(dataset, name, run, root_path_of(dataset) / key)
+            same = check(dataset, name, run, root_path_of(dataset) / key, entry)
         except DatasetError as exc:
             result.problems.append(("changed", f"{key} (cannot derive it again: {exc.args[0]})"))
             continue
