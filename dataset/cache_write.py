@@ -16,9 +16,10 @@ record, or a state the next writer finishes:
      put back; when recording fails the temp file goes. Either way the old file and
      its record stay.
 
-Killed between the two renames of step 3 (the record new, the file old), the temp
-file holds exactly what the record says: the next writer of that folder finishes the
-rename. A temp file whose writer is gone is stale: its flock() can be taken. A writer
+Killed between the two renames of step 3, the record is new and the file old: `verify`
+reports the file changed and the temp file stale, and the next query that needs the cache
+writes it again (a cache that does not match its record is otherwise left for `verify` to
+report: derived.py). A temp file whose writer is gone is stale: its flock() can be taken. A writer
 creates and locks its temp file while it holds the dataset lock, so a writer holding
 that lock sees every live writer's temp file locked, and removes only the dead ones'
 (`kmemscope verify` reports them; it takes no lock and may see one a writer created a
@@ -32,7 +33,9 @@ import re
 import stat
 import uuid
 
-from .digests import DIGESTS, _write_digests as write_digests, file_digest, read_digests_in
+from kmemscope.common.errors import DatasetError
+
+from .digests import DIGESTS, _write_digests as write_digests, read_digests_in
 from .safefs import FILE_FLAGS, RUN_PREFIX, RUNS_TABLE, Dir
 
 # The temp files a cache write names (safefs.Dir.write_atomic made the same before).
@@ -67,28 +70,28 @@ def stale_temps(folder):
             if TEMP_NAME.fullmatch(e.name) and _writer_gone(folder, e.name)]
 
 
-def _clean(folder, part_name, entry):
-    """Remove the stale temp files of `folder`; one holding exactly what the record `entry`
-    says while the cache file does not (a writer killed between its two renames) is renamed
-    over the cache file instead. Call with the dataset lock held."""
+def _clean(folder):
+    """Remove the stale temp files of `folder` (a Dir). Call with the dataset lock held."""
     for name in stale_temps(folder):
-        if entry is not None and _holds(folder, name, entry) and not _holds(folder, part_name,
-                                                                             entry):
-            os.rename(name, part_name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
-            continue
         try:
             folder.unlink(name)
         except FileNotFoundError:
             pass
 
 
-def _holds(folder, name, entry):
-    """True when the regular file `name` in `folder` has the recorded size and sha256."""
+def interrupted(dataset, folders):
+    """True when the cache folder at `folders` under `dataset` holds a stale temp file: a
+    write there was cut short (perhaps between recording the new file and renaming it into
+    place), so a cache that does not match its record may be written again."""
     try:
-        sha, size = file_digest(folder.fd, name, entry["bytes"])
-    except OSError:
+        with Dir.root(dataset) as root:
+            folder = root.walk(folders, "a derived cache folder")
+            if folder is None:
+                return False
+            with folder:
+                return bool(stale_temps(folder))
+    except (DatasetError, OSError):
         return False
-    return (sha, size) == (entry["sha256"], entry["bytes"])
 
 
 class _Hashing:
@@ -140,7 +143,7 @@ def write_recorded(dataset, folders, part_name, run, key, write, extra):
                 return False
             part = root.walk(folders, "a derived cache folder", make=True)
             try:
-                _clean(part, part_name, doc.get("derived", {}).get(key))
+                _clean(part)
                 tmp = _temp_name(part_name)
                 fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                              | os.O_CLOEXEC, 0o644, dir_fd=part.fd)

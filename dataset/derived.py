@@ -296,11 +296,13 @@ def _run_shas(dataset, parts, run_ids):
 def _may_cache_in_dataset(dataset, doc, name, run, sig):
     """True when a new cache of `run` may go into the dataset: the run has digests, and no
     cache of these very sources is recorded already (one that is, yet did not check out, was
-    changed after it was written: it stays as it is for `kmemscope verify` to report)."""
+    changed after it was written: it stays as it is for `kmemscope verify` to report), unless
+    a write of it was cut short there (cache_write.interrupted)."""
     if doc is None:
         return False
     entry = doc.get("derived", {}).get(_key(name, run))
-    return entry is None or entry["from"] != sig or not _present(dataset, name, run)
+    return (entry is None or entry["from"] != sig or not _present(dataset, name, run)
+            or cache_write.interrupted(dataset, [DERIVED_DIR, name, RUN_PREFIX + run]))
 
 
 def _present(dataset, name, run):

@@ -147,6 +147,34 @@ def test_a_run_that_does_not_fit_is_left_out_and_the_others_answer(ds, kind):
     assert f"run {hostile_run} is left out" in proc.stderr
 
 
+def test_a_run_whose_format_lacks_a_field_an_analysis_reads_is_left_out_of_it(ds, v6_trace):
+    """A trace whose mm_page_alloc field `order` is renamed parses; the analyses that read
+    that field leave its run out with a note naming it, and answer for the other runs what
+    they answered before the run came; SQL that reads no such field still sees the run."""
+    ds, ids = ds
+    before = {name: run("query", name, ds, "--format", "json") for name in ANALYSES}
+    bad = ds.parent / "noorder.dat"
+    bad.write_bytes(hostile.alter_field(v6_trace, "mm_page_alloc", "unsigned int order;",
+                                        "unsigned int ordex;"))
+    kmemscope("parse", "-q", bad, "-o", ds, "--label", "side=renamed")
+    renamed = run_ids(ds)["renamed"]
+    assert renamed not in ids.values()
+    for name in ANALYSES:
+        proc = run("query", name, ds, "--format", "json")
+        assert proc.returncode == 0, f"{name}: {proc.stderr}"
+        note = [line for line in proc.stderr.splitlines() if f"run {renamed} is left out" in line]
+        assert note and "no field order" in note[0], proc.stderr
+        assert json.loads(proc.stdout) == json.loads(before[name].stdout), name
+    proc = run("compare", ds, "--by", "side", "--metrics", "allocs")
+    assert proc.returncode == 0, proc.stderr
+    assert f"run {renamed} is left out" in proc.stderr
+    counts = next(line.split() for line in proc.stdout.splitlines() if line.startswith("N "))
+    assert counts == ["N", "allocs", "1", "1", "0"], proc.stdout      # honest, hostile, renamed
+    proc = run("sql", ds, "SELECT run_id FROM runs ORDER BY 1", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert {r["run_id"] for r in json.loads(proc.stdout)} == {*ids.values(), renamed}
+
+
 def test_when_every_chosen_run_does_not_fit_the_error_names_why(ds):
     ds, ids = ds
     _plant(ds, ids["hostile"], "char order")
