@@ -58,13 +58,32 @@ def table_runs(dataset, remote=None):
     if storage.is_url(dataset) if remote is None else remote:
         _read_url_format(dataset)
         return _visible(_url_tables(dataset))
-    out = _local_tables(dataset)
+    out = _with_replaced_runs(dataset, _local_tables(dataset))
     if "runs" not in out:
         # Every run hidden: say why when a parse was interrupted while committing one.
         pending = finish_interrupted_commits(dataset)
         if pending:
             raise DatasetError(f"dataset {dataset} holds no finished run: {pending[0]}")
     return _visible(out)
+
+
+def _with_replaced_runs(dataset, tables):
+    """`tables` ({table: {run: files}}) with each run whose replacement a killed parse left
+    half done read as it was before: its old partitions from the parse's trash, none of the
+    new ones moved in already (dataset/commit.py replaced_runs). The next parse finishes the
+    replacement; until then readers keep the old run, as docs/safety.md promises."""
+    from kmemscope.dataset import commit
+
+    for run, (old, moved) in commit.replaced_runs(dataset).items():
+        for table in set(tables) | set(old):
+            runs = tables.setdefault(table, {})
+            if old.get(table):
+                runs[run] = old[table]
+            elif table in old or table in moved:
+                runs.pop(run, None)
+            if not runs:
+                del tables[table]
+    return tables
 
 
 def _local_tables(dataset):
