@@ -175,6 +175,30 @@ def test_a_run_whose_format_lacks_a_field_an_analysis_reads_is_left_out_of_it(ds
     assert {r["run_id"] for r in json.loads(proc.stdout)} == {*ids.values(), renamed}
 
 
+def test_info_notes_a_run_with_an_unreadable_footer_and_shows_the_rest(ds):
+    ds, ids = ds
+    _plant(ds, ids["hostile"], "truncated")
+    proc = run("info", ds, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    said = proc.stdout + proc.stderr
+    assert f"run {ids['hostile']} is left out of the row counts: cannot read the footer" in said
+    doc = json.loads(proc.stdout)
+    tables = {t["table"]: t for t in doc["tables"]}
+    assert tables["mm_page_alloc"]["rows"] == alloc_rows(ds, ids["honest"])
+
+
+def test_a_format_file_that_is_a_link_is_refused_in_one_line(ds):
+    ds, ids = ds
+    outside = ds.parent / "elsewhere.json"
+    outside.write_text((ds / "_kmemscope.json").read_text())
+    (ds / "_kmemscope.json").unlink()
+    (ds / "_kmemscope.json").symlink_to(outside)
+    for args in (("info", ds), ("query", "summary", ds), ("parse", "-q", HONEST, "-o", ds)):
+        line = one_error_line(run(*args))
+        assert "_kmemscope.json is a symbolic link" in line, line
+
+
 def test_when_every_chosen_run_does_not_fit_the_error_names_why(ds):
     ds, ids = ds
     _plant(ds, ids["hostile"], "char order")
