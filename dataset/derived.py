@@ -515,7 +515,10 @@ def same_as_rederived(dataset, name, run, cached, _entry=None):
     scratch = Path(tempfile.mkdtemp(prefix="kmemscope-verify-"))
     try:
         sig = _signature(parts, run, shas.get(run), doc, family.sources(parts, run), family.version)
-        fresh = family.build(parts, (dataset, scratch), run, sig, None)[name]
+        try:
+            fresh = family.build(parts, (dataset, scratch), run, sig, None)[name]
+        except duckdb.Error as exc:     # e.g. a footer claiming 10^12 rows: "Out of buffer"
+            raise DatasetError(ds.sql_error_text(exc)) from None
         con = limits.connect()
         try:
             a, b = ds.quote_literal(cached), ds.quote_literal(fresh)

@@ -199,6 +199,56 @@ def test_a_format_file_that_is_a_link_is_refused_in_one_line(ds):
         assert "_kmemscope.json is a symbolic link" in line, line
 
 
+def _claim_rows(path, claim):
+    """Rewrite the Parquet footer of `path` so that the file and each row group claim `claim`
+    rows: their num_rows (thrift compact field 3, i64: header byte 0x16, then a zigzag
+    varint) replaced, the footer's length rewritten. The data pages stay as they were."""
+    import pyarrow.parquet as pq
+
+    def varint(n):
+        out = bytearray()
+        while n >= 0x80:
+            out.append(n & 0x7F | 0x80)
+            n >>= 7
+        return bytes(out + bytes([n]))
+
+    meta = pq.ParquetFile(path).metadata
+    counts = {meta.num_rows} | {meta.row_group(i).num_rows for i in range(meta.num_row_groups)}
+    data = path.read_bytes()
+    size = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - size:-8]
+    for n in counts:
+        footer = footer.replace(b"\x16" + varint(n << 1), b"\x16" + varint(claim << 1))
+    path.write_bytes(data[:-8 - size] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    assert pq.ParquetFile(path).metadata.num_rows == claim
+
+
+def _record_as_it_is(ds, run):
+    """The run's digests rewritten to match its files as they are now (a forger's work)."""
+    import hashlib
+
+    record = Path(ds) / "runs" / f"run_id={run}" / "_files.json"
+    doc = json.loads(record.read_text())
+    for key, entry in doc["files"].items():
+        table, name = key.split("/", 1)
+        data = (Path(ds) / table / f"run_id={run}" / name).read_bytes()
+        entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    record.write_text(json.dumps(doc))
+
+
+def test_verify_deep_of_a_footer_claiming_a_trillion_rows_is_one_line(ds):
+    ds, ids = ds
+    run_id = ids["honest"]
+    assert run("query", "hot_pfns", ds).returncode == 0         # its derived caches exist
+    part = sorted((Path(ds) / "mm_page_alloc" / f"run_id={run_id}").glob("*.parquet"))[0]
+    _claim_rows(part, 10 ** 12)
+    _record_as_it_is(ds, run_id)
+    proc = run("verify", ds, "--deep")
+    line = one_error_line(proc)
+    assert "not as it was committed" in line, line
+    assert "cannot derive it again" in proc.stdout, proc.stdout
+
+
 def test_when_every_chosen_run_does_not_fit_the_error_names_why(ds):
     ds, ids = ds
     _plant(ds, ids["hostile"], "char order")
