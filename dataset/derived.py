@@ -25,8 +25,10 @@ never read: the table is rebuilt in a private temporary directory for the life
 of the process. So is every cache of a run without recorded digests, of a
 dataset that cannot be written, and of a read-only reader. Caches are written
 through folders opened without following links from the dataset down
-(safefs.Dir), as a temp file renamed inside its folder, and recorded under the
-dataset's lock. An s3 dataset's caches are checked by recorded size and
+(safefs.Dir), as a temp file renamed inside its folder, in an order that leaves the old
+file and its record, or neither, whatever step fails (cache_write.py). The file states
+inside it the signature it was written with (SIG_KEY): a record that says otherwise is
+not taken. An s3 dataset's caches are checked by recorded size and
 signature only (reading them whole to hash them would cost what rebuilding does).
 
 `kmemscope parse` can call `derive_runs(dataset, [run_id])` after writing a run

@@ -10,14 +10,16 @@ dataset without following links and reports, per file, what no longer matches:
   missing     recorded, not there now
   changed     there, with other contents (or a link, FIFO or folder in its place)
   extra       in a run's partition, a partition of no committed run, or the derived
-              cache, never recorded
+              cache, never recorded; a cache write's temp file whose writer is gone
   unrecorded  a run committed by a kmemscope that recorded no digests (parse it again)
 
 A file's size is compared before it is hashed (a huge file in a part file's place
 is told at once), and files are hashed a MiB at a time. Parquet pages also carry CRC
 checksums: a file of a run without digests is read through with pyarrow's page
-checksum verification, one batch at a time. With deep=True every recorded derived
-cache is also derived again from the run's files (privately) and compared row for row.
+checksum verification, one batch at a time. A recorded derived cache must also state
+inside it the signature its record gives. With deep=True every recorded derived cache is
+also derived again from the run's files (privately), an analysis' kept rows by asking the
+question its record names, and compared row for row.
 
 What this proves, and what not: see docs/safety.md (the digests are kmemscope's own
 record, not a signature: whoever can rewrite the files can rewrite the record).

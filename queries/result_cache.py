@@ -13,7 +13,9 @@ it answered before and computes only the runs it has not:
 A file holds the run's rows and, in its schema metadata, the run's era facts and
 migratetype names (the notes need them). Like every derived cache it is recorded in the
 run's digests (sha256, size, and what it was computed from) and trusted only when it
-matches them. What it was computed from: the whole SQL the section runs (its queries/lib/
+matches them, and when the file states the signature its record gives. The record also
+names the question in clear (`asked`: the section and its parameters), which `verify --deep`
+asks again. What it was computed from: the whole SQL the section runs (its queries/lib/
 modules, prelude and section), the bound parameters, the dataset schema, kmemscope's
 version, the Python that decides the run facts, and the recorded sha256 of every file
 of the run. A new kmemscope, other parameters, a `metrics import` or a relabelled run
