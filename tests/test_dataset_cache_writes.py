@@ -266,3 +266,27 @@ def test_writers_killed_at_random_points_leave_what_verify_reports_and_the_next_
         _agree(dataset)
         assert verify(dataset).ok, verify(dataset).problems
     assert kills, "no run was killed"
+
+
+def test_export_perfetto_with_a_lock_that_is_a_fifo_leaves_the_dataset_verified(dataset,
+                                                                                 tmp_path):
+    """`export perfetto` reads stalls.each through the kept rows: with the lock a FIFO it
+    exported and exited 0 leaving an unrecorded cache file, and `verify` failed from then
+    on. Now it exports and the dataset's caches and records are as they were."""
+    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+                        reason="the perfetto package is not installed")
+    before = _caches(dataset)
+    (dataset / ".kmemscope.lock").unlink(missing_ok=True)
+    os.mkfifo(dataset / ".kmemscope.lock")
+    run = next(r for r in _runs(dataset) if (dataset / "mm_page_alloc" / f"run_id={r}").exists())
+    env = dict(os.environ, **{result_cache.ENV_SWITCH: "1"})
+    done = subprocess.run([*KMEMSCOPE, "export", "perfetto", str(dataset), "--run", run,
+                           "-o", str(tmp_path / "t.pftrace")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "t.pftrace").stat().st_size > 0
+    (dataset / ".kmemscope.lock").unlink()
+    assert _caches(dataset)[1] == before[1]
+    assert not [p for p in (dataset / "_derived").rglob("*") if p.is_file()] \
+        if (dataset / "_derived").exists() else True
+    assert verify(dataset).ok, verify(dataset).problems
