@@ -19,11 +19,13 @@ record, or a state the next writer finishes:
 Killed between the two renames of step 3, the record is new and the file old: `verify`
 reports the file changed and the temp file stale, and the next query that needs the cache
 writes it again (a cache that does not match its record is otherwise left for `verify` to
-report: derived.py). A temp file whose writer is gone is stale: its flock() can be taken. A writer
-creates and locks its temp file while it holds the dataset lock, so a writer holding
-that lock sees every live writer's temp file locked, and removes only the dead ones'
-(`kmemscope verify` reports them; it takes no lock and may see one a writer created a
-microsecond before locking it).
+report: derived.py).
+
+A temp file whose writer is gone is stale: its flock() can be taken. A writer creates and
+locks its temp file while it holds the dataset lock, so a writer holding that lock sees
+every live writer's temp file locked, and removes only the dead ones' (`kmemscope verify`
+reports them; it takes no lock and may see one a writer created a microsecond before
+locking it).
 """
 import errno
 import fcntl
