@@ -229,28 +229,49 @@ def test_a_killed_writers_temp_file_is_reported_then_removed_and_a_live_ones_kep
     assert verify(dataset).ok, verify(dataset).problems
 
 
+def _writing(ds, proc, deadline):
+    """Poll until a file appears under ds/_derived (the command writes its caches): True;
+    False when the command ended first."""
+    derived = ds / "_derived"
+    while not (derived.exists() and any(p.is_file() for p in derived.rglob("*"))):
+        if proc.poll() is not None:
+            return False
+        assert time.monotonic() < deadline, "the command wrote no cache in time"
+        time.sleep(0.002)
+    return True
+
+
 def test_writers_killed_at_random_points_leave_what_verify_reports_and_the_next_removes(
         dataset):
-    """SIGKILL of `kmemscope query` at random points of building its caches: afterwards every
-    recorded cache matches its record or verify says which does not, every leftover is a
-    temp file verify reports, and the next query leaves the dataset verified clean."""
+    """SIGKILL of `kmemscope query` at random points while it writes its caches (between its
+    first cache file and its end, as one uncut run times them): afterwards every leftover is
+    a temp file verify reports, or a cache whose record went first (changed or missing), and
+    the next query leaves no temp file and the dataset verified clean."""
     rng = random.Random(os.environ.get("PYTEST_SEED", "39"))
     env = dict(os.environ, **{result_cache.ENV_SWITCH: "1"})
     argv = [*KMEMSCOPE, "query", "hot_pfns", str(dataset), "--param", "top_n=4"]
-    start = time.monotonic()
-    subprocess.run(argv, env=env, capture_output=True, check=True, timeout=600)
-    whole = time.monotonic() - start
-    kills = 0
-    for _ in range(6):
+
+    def fresh_start():
         shutil.rmtree(dataset / "_derived", ignore_errors=True)
         _forget_derived(dataset)
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        at = time.monotonic() + rng.uniform(0.2, 1.0) * whole
-        while time.monotonic() < at and proc.poll() is None:
-            time.sleep(0.005)       # polling the random point, not waiting for an effect
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
+        return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    proc = fresh_start()
+    assert _writing(dataset, proc, time.monotonic() + DEADLINE_S)
+    first = time.monotonic()
+    assert proc.wait(timeout=DEADLINE_S) == 0
+    span = time.monotonic() - first          # how long an uncut run writes caches
+    kills = 0
+    for _ in range(6):
+        proc = fresh_start()
+        if _writing(dataset, proc, time.monotonic() + DEADLINE_S):
+            at = time.monotonic() + rng.uniform(0, span)
+            while time.monotonic() < at and proc.poll() is None:
+                time.sleep(0.001)       # polling the random point, not waiting for an effect
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
         proc.wait(timeout=DEADLINE_S)
         result = verify(dataset)
         for kind, path in result.problems:
@@ -265,7 +286,7 @@ def test_writers_killed_at_random_points_leave_what_verify_reports_and_the_next_
         assert not _temps(dataset)
         _agree(dataset)
         assert verify(dataset).ok, verify(dataset).problems
-    assert kills, "no run was killed"
+    assert kills, "no run was killed while it wrote its caches"
 
 
 def test_export_perfetto_with_a_lock_that_is_a_fifo_leaves_the_dataset_verified(dataset,
