@@ -511,22 +511,29 @@ def replaced_runs(dataset):
     run from these (dataset/reader.py) until the next parse finishes the commit; writes
     nothing. Only work folders kmemscope made, whose owner is gone, are looked at."""
     out = {}
+    for root, name in _each_work_folder(dataset):
+        if not WORK_NAME.fullmatch(name):
+            continue
+        try:
+            with root.sub(name, "a work folder") as work:
+                found = _replaced_run(root, work)
+        except (UnsafeEntry, OSError):
+            continue
+        if found:
+            out[found[0]] = found[1:]
+    return out
+
+
+def _each_work_folder(dataset):
+    """(the dataset folder as a Dir, name) of each of its work folders; none when the
+    dataset folder cannot be opened."""
     try:
         root = _Dir.root(dataset)
     except OSError:
-        return out
+        return
     with root:
         for name in _work_folders(root):
-            if not WORK_NAME.fullmatch(name):
-                continue
-            try:
-                with root.sub(name, "a work folder") as work:
-                    found = _replaced_run(root, work)
-            except (UnsafeEntry, OSError):
-                continue
-            if found:
-                out[found[0]] = found[1:]
-    return out
+            yield root, name
 
 
 def _replaced_run(root, work):
@@ -565,20 +572,15 @@ def unfinished_commits(dataset):
     left out, or shown as before it, until the next parse finishes the commit.
     """
     notes = []
-    try:
-        root = _Dir.root(dataset)
-    except OSError:
-        return notes
-    with root:
-        for name in _work_folders(root):
-            try:
-                note = _pending_note(root, name)
-            except UnsafeEntry as exc:
-                note = (f"{exc.args[0]}: ignored; recovery leaves it alone (remove it)")
-            except OSError:
-                note = None
-            if note:
-                notes.append(note)
+    for root, name in _each_work_folder(dataset):
+        try:
+            note = _pending_note(root, name)
+        except UnsafeEntry as exc:
+            note = (f"{exc.args[0]}: ignored; recovery leaves it alone (remove it)")
+        except OSError:
+            note = None
+        if note:
+            notes.append(note)
     return notes
 
 
