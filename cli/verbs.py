@@ -467,7 +467,7 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
     with _engine(engine, spark_master, spark_conf, dataset) as spec, \
             _limits(None if spark else memory_limit, None if spark else timeout):
         # a text table of plain columns is printed from Python rows: no pyarrow to import
-        notes = []
+        notes: list[str] = []
         tables = _run_sql(dataset, statements, engine=spec, read_only=read_only,
                           timeout=None if spark else timeout,
                           memory_limit=None if spark else memory_limit, notes=notes,

@@ -331,14 +331,17 @@ def _roll_forward(root, work):
         trash = [stack.enter_context(work.sub("trash", "the trash folder"))] if trash_st else []
 
         def retire(folder, table):
-            """Move an old partition into the trash (under a fresh name if one is there)."""
+            """Move an old partition into the trash as trash/<table>/run_id=<id> (<table>.<hex>
+            if one is there): readers find the old run there until the commit is finished."""
             if not trash:
                 os.mkdir("trash", 0o700, dir_fd=work.fd)
                 trash.append(stack.enter_context(work.sub("trash", "the trash folder")))
             dest = table
             if trash[0].lstat(dest) is not None:
                 dest = f"{table}.{uuid.uuid4().hex[:6]}"
-            os.rename(part, dest, src_dir_fd=folder.fd, dst_dir_fd=trash[0].fd)
+            os.mkdir(dest, 0o700, dir_fd=trash[0].fd)
+            with trash[0].sub(dest, "a trash folder") as into:
+                os.rename(part, part, src_dir_fd=folder.fd, dst_dir_fd=into.fd)
             counter.renamed()
 
         counter = _Counter()
@@ -524,27 +527,83 @@ def _restore_legacy_trash(root, trash):
 
 # ---------------------------------------------------------------- what readers are told
 
+def replaced_runs(dataset):
+    """{run_id: (old, moved)} for each replacement of a run that a dead parse left half
+    done: old, {table: [files]} of the old run's partitions in the work folder's trash;
+    moved, the tables whose new partition is in the dataset already. Readers read the old
+    run from these (dataset/reader.py) until the next parse finishes the commit; writes
+    nothing. Only work folders kmemscope made, whose owner is gone, are looked at."""
+    out = {}
+    for root, name in _each_work_folder(dataset):
+        if not WORK_NAME.fullmatch(name):
+            continue
+        try:
+            with root.sub(name, "a work folder") as work:
+                found = _replaced_run(root, work)
+        except (UnsafeEntry, OSError):
+            continue
+        if found:
+            out[found[0]] = found[1:]
+    return out
+
+
+def _each_work_folder(dataset):
+    """(the dataset folder as a Dir, name) of each of its work folders; none when the
+    dataset folder cannot be opened."""
+    try:
+        root = _Dir.root(dataset)
+    except OSError:
+        return
+    with root:
+        for name in _work_folders(root):
+            yield root, name
+
+
+def _replaced_run(root, work):
+    if not _owner_gone(work) or work.lstat(JOURNAL) is None or work.lstat("trash") is None:
+        return None
+    run_id, tables = _read_journal(work)
+    part = RUN_PREFIX + run_id
+    if root.lstat(RUNS_TABLE) is not None:
+        with root.sub(RUNS_TABLE, "a table folder") as runs:
+            if runs.lstat(part) is not None:
+                return None             # the new run is shown: every table is in place
+    with work.sub("stage", "the stage folder") as stage, work.sub("trash", "the trash folder") \
+            as trash:
+        staged = _check_stage(stage, tables)
+        old = {}
+        for entry in trash.entries():
+            table = entry.name.split(".", 1)[0]
+            if not SAFE_TABLE.fullmatch(table) or _entry_kind(entry) != "dir":
+                continue
+            with trash.sub(entry.name, "a trash folder") as held:
+                if held.lstat(part) is None:
+                    continue            # a trash of an earlier kmemscope's layout
+                with held.sub(part, "a trashed partition") as d:
+                    old[table] = [work.path / "trash" / entry.name / part / e.name
+                                  for e in d.entries()
+                                  if e.name.endswith(".parquet") and _entry_kind(e) == "file"]
+    if RUNS_TABLE not in old:
+        return None
+    return run_id, old, set(tables) - staged
+
+
 def unfinished_commits(dataset):
     """Notes on what dead parses left in `dataset` that readers leave out; writes nothing.
 
     A reader never recovers (only parse does): an interrupted commit's run is
     left out, or shown as before it, until the next parse finishes the commit.
     """
-    notes: list = []
-    try:
-        root = _Dir.root(dataset)
-    except OSError:
-        return notes
-    with root:
-        for name in _work_folders(root):
-            try:
-                note = _pending_note(root, name)
-            except UnsafeEntry as exc:
-                note = (f"{exc.args[0]}: ignored; recovery leaves it alone (remove it)")
-            except OSError:
-                note = None
-            if note:
-                notes.append(note)
+    notes: list[str] = []
+    for root, name in _each_work_folder(dataset):
+        try:
+            note = _pending_note(root, name)
+        except UnsafeEntry as exc:
+            note = (f"{exc.args[0]}: ignored; recovery leaves it alone (remove it)")
+        except OSError:
+            note = None
+        if note:
+            notes.append(note)
     return notes
 
 
@@ -561,5 +620,18 @@ def _pending_note(root, name):
         with work.sub("stage", "the stage folder") as stage:
             if not _check_stage(stage, tables):
                 return None        # every partition is in place: only the clean-up is left
+    if work_has_old_run(root, name, run_id):
+        return (f"run {run_id}: its replacement was interrupted ({name}); queries read the run "
+                "as it was before until the next `kmemscope parse` into this dataset completes it")
     return (f"run {run_id}: its commit was interrupted ({name}); queries leave out what it had "
             "not finished until the next `kmemscope parse` into this dataset completes it")
+
+
+def work_has_old_run(root, name, run_id):
+    """True when the work folder `name` holds run `run_id`'s old runs partition in its trash."""
+    with root.sub(name, "a work folder") as work:
+        held = work.walk(["trash", RUNS_TABLE, RUN_PREFIX + run_id], "a trashed partition")
+        if held is None:
+            return False
+        held.close()
+        return True

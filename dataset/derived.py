@@ -24,8 +24,10 @@ never read: the table is rebuilt in a private temporary directory for the life
 of the process. So is every cache of a run without recorded digests, of a
 dataset that cannot be written, and of a read-only reader. Caches are written
 through folders opened without following links from the dataset down
-(safefs.Dir), as a temp file renamed inside its folder, and recorded under the
-dataset's lock. An s3 dataset's caches are checked by recorded size and
+(safefs.Dir), as a temp file renamed inside its folder, in an order that leaves the old
+file and its record, or neither, whatever step fails (cache_write.py). The file states
+inside it the signature it was written with (SIG_KEY): a record that says otherwise is
+not taken. An s3 dataset's caches are checked by recorded size and
 signature only (reading them whole to hash them would cost what rebuilding does).
 
 """
@@ -40,7 +42,7 @@ from typing import Callable
 from kmemscope.common.errors import DatasetError
 
 from . import reader as ds
-from . import limits, storage
+from . import cache_write, limits, storage
 from .safefs import RUN_PREFIX, Dir
 
 DERIVED_DIR = "_derived"
@@ -147,9 +149,16 @@ def read_checked(ref, name, wanted, max_bytes):
     got = _in_table_folder(ref.location, name, lambda top: {
         run: _read_part(top, run, entry) for run, entry in entries.items()}) or {}
     for run, data in got.items():
-        if data is not None and hashlib.sha256(data).hexdigest() == entries[run]["sha256"]:
+        if data is not None and hashlib.sha256(data).hexdigest() == entries[run]["sha256"] \
+                and _signed(data, entries[run]):
             out[run] = data
     return out
+
+
+def _signed(data, entry):
+    """True when the cache file (its bytes, or an open file) says it was derived from what
+    its record says: a record given another question's signature is not taken."""
+    return cache_write.embedded(data, SIG_KEY) == entry["from"].encode()
 
 
 def read_part(ref, name, run, max_bytes):
@@ -211,6 +220,9 @@ def _checked_local(dataset, name, run, entry):
                     sha, _size = file_digest(part.fd, PART, entry["bytes"])
                     if sha != entry["sha256"]:
                         return None
+                    with part.open_file(PART, "a derived cache file") as f:
+                        if not _signed(f, entry):
+                            return None
                     _CHECKED[ident] = sha
                 return path
     except (DatasetError, OSError):
@@ -235,11 +247,13 @@ def _run_shas(dataset, parts, run_ids):
 def _may_cache_in_dataset(dataset, doc, name, run, sig):
     """True when a new cache of `run` may go into the dataset: the run has digests, and no
     cache of these very sources is recorded already (one that is, yet did not check out, was
-    changed after it was written: it stays as it is for `kmemscope verify` to report)."""
+    changed after it was written: it stays as it is for `kmemscope verify` to report), unless
+    a write of it was cut short there (cache_write.interrupted)."""
     if doc is None:
         return False
     entry = doc.get("derived", {}).get(_key(name, run))
-    return entry is None or entry["from"] != sig or not _present(dataset, name, run)
+    return (entry is None or entry["from"] != sig or not _present(dataset, name, run)
+            or cache_write.interrupted(dataset, [DERIVED_DIR, name, RUN_PREFIX + run]))
 
 
 def _present(dataset, name, run):
@@ -344,86 +358,64 @@ def _batches(con, sql):
     return con.execute(sql).fetch_record_batch(1 << 16)
 
 
-class _Hashing:
-    """A binary file that hashes what is written through it (the digest of what was
-    written, not of what a file at that name holds later)."""
-
-    def __init__(self, f):
-        import hashlib
-
-        self.f, self.h, self.n, self.closed = f, hashlib.sha256(), 0, False
-
-    def write(self, data):
-        self.h.update(data)
-        self.n += len(data)
-        return self.f.write(data)
-
-    def tell(self):
-        return self.n
-
-    def flush(self):
-        self.f.flush()
-
-    def writable(self):
-        return True
-
-    def close(self):
-        self.closed = True
-
-
-def _write(target, name, run, sig, batches):
+def _write(target, name, run, sig, batches, asked=None):
     """Write derived table `name` of `run` from `batches` (an Arrow RecordBatchReader) into
     the target -> its path. target: (dataset, where), where is the dataset (a Path: the
-    file goes to its _derived and is recorded in the run's digests) or the private folder.
+    file goes to its _derived and is recorded in the run's digests, cache_write.py) or the
+    private folder. asked: what question the file answers, recorded beside it (the
+    analyses' kept rows: {"query", "params"}).
 
-    A link or non-folder on the way in the dataset: the file goes to the private folder."""
+    When nothing could be written into the dataset (a link or non-folder on the way, its
+    lock not a lock file, the run without digests) the file goes to the private folder;
+    a failure after the rows were written raises OSError, the dataset's old file and its
+    record left as they were."""
     import pyarrow.parquet as pq
-
-    from kmemscope.dataset.commit import dataset_lock
-
-    from .digests import record_derived
 
     dataset, where = target
     private = Path(where) != Path(dataset)
-    folders = [name, RUN_PREFIX + run] if private else [DERIVED_DIR, name, RUN_PREFIX + run]
     schema = batches.schema.with_metadata({**(batches.schema.metadata or {}), SIG_KEY: sig.encode()})
-    written: dict = {}
+    started: list = []
 
     def write(f):
-        out = _Hashing(f)
-        with pq.ParquetWriter(out, schema, write_page_checksum=True) as w:
+        started.append(True)
+        with pq.ParquetWriter(f, schema, write_page_checksum=True) as w:
             for batch in batches:
                 w.write_batch(batch, row_group_size=1 << 16)
-        written.update(sha256=out.h.hexdigest(), bytes=out.n)
 
-    try:
+    if private:
         base = Dir.root(where)
         try:
-            part = base.walk(folders, "a derived cache folder", make=True)
+            part = base.walk([name, RUN_PREFIX + run], "a derived cache folder", make=True)
         finally:
             base.close()
-    except (DatasetError, OSError):
-        if private:
-            raise
-        # A link (or a file) where kmemscope's folder belongs: nothing is written through it.
-        return _write((dataset, _private_root()), name, run, sig, batches)
-    with part:
-        part.write_atomic(PART, write)
-    if private:
+        with part:
+            part.write_atomic(PART, write)
         path = Path(where) / name / f"{RUN_PREFIX}{run}" / PART
         if _is_private(where):
             _BUILT[(name, run, sig)] = path
         return path
-    entry = {"sha256": written["sha256"], "bytes": written["bytes"], "from": sig}
-    with Dir.root(dataset) as root, dataset_lock(dataset):
-        record_derived(root, run, _key(name, run), entry)
+    extra = {"from": sig, **({"asked": asked} if asked is not None else {})}
+    try:
+        kept = cache_write.write_recorded(dataset, [DERIVED_DIR, name, RUN_PREFIX + run], PART,
+                                          run, _key(name, run), write, extra)
+    except OSError:
+        if started:
+            raise
+        kept = False
+    except DatasetError as exc:     # the lock file or a folder is not what kmemscope made
+        if started:
+            raise OSError(str(exc)) from exc
+        kept = False
+    if not kept:
+        return _write((dataset, _private_root()), name, run, sig, batches)
     return Path(dataset) / _key(name, run)
 
 
 def same_as_rederived(ref, family, name, run, cached):
     """True when the cache file `cached` of table `name` of `family` holds the rows that
     deriving run `run` again gives (`kmemscope verify --deep`); the new table is built in a
-    private folder removed after, and rows are compared in DuckDB (within its memory limit)."""
+    private folder removed after, and rows are compared in DuckDB (within its memory limit).
+    What a derived table answers is its name and run: its record adds nothing to ask."""
     import shutil
 
     import duckdb
@@ -435,7 +427,10 @@ def same_as_rederived(ref, family, name, run, cached):
     scratch = Path(tempfile.mkdtemp(prefix="kmemscope-verify-"))
     try:
         sig = _signature(parts, run, shas.get(run), doc, family.sources(parts, run), family.version)
-        fresh = family.build(parts, (dataset, scratch), run, sig, None)[name]
+        try:
+            fresh = family.build(parts, (dataset, scratch), run, sig, None)[name]
+        except duckdb.Error as exc:     # e.g. a footer claiming 10^12 rows: "Out of buffer"
+            raise DatasetError(ds.sql_error_text(exc)) from None
         con = limits.connect()
         try:
             a, b = ds.quote_literal(cached), ds.quote_literal(fresh)

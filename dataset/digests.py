@@ -216,19 +216,3 @@ def update_digests(root, table, run_id, part):
             files[f"{table}/{name}"] = digest
         doc["files"] = files
         _write_digests(runs, doc)
-
-
-def record_derived(root, run_id, key, entry):
-    """Record a derived cache file's digest (`entry`: sha256, bytes, from) under `key` in run
-    `run_id`'s digests: the cache is then bound to the run as its own files are. Returns
-    False when the run has no digests (its caches are never trusted from the dataset)."""
-    runs = root.walk([RUNS_TABLE, RUN_PREFIX + run_id], "a runs folder")
-    if runs is None:
-        return False
-    with runs:
-        doc = read_digests_in(runs)
-        if doc is None:
-            return False
-        doc.setdefault("derived", {})[key] = entry
-        _write_digests(runs, doc)
-    return True

@@ -17,6 +17,7 @@ rewritten; its new runs are canonical all the same).
 The file is untrusted input: it is read only when it is a regular file of at
 most MAX_FILE_BYTES, and only the fields below, with these types, are accepted.
 """
+import errno
 import json
 import os
 import stat
@@ -24,8 +25,9 @@ import uuid
 from pathlib import Path
 
 from kmemscope.common.errors import DatasetError
+from kmemscope.common.text import printable
 
-from .safefs import RUN_PREFIX
+from .safefs import HINT_LINK, RUN_PREFIX
 
 FORMAT_FILE = "_kmemscope.json"
 FORMAT = 2             # the format this kmemscope writes and the newest it reads
@@ -57,11 +59,15 @@ def _bad(path, what):
 def _read_bytes(path):
     """The file's bytes, or None when it does not exist; only a small regular file is read."""
     try:
-        # O_NONBLOCK: a FIFO put in its place must not hang the reader.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO put in its place must not hang the reader; O_NOFOLLOW: a link
+        # is not followed out of the dataset.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DatasetError(f"{printable(path)} is a symbolic link where the dataset's "
+                               "format file belongs", HINT_LINK) from None
         raise DatasetError(f"{path}: cannot read: {exc.strerror or exc}",
                            "check the dataset's permissions") from None
     try:

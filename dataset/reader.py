@@ -69,13 +69,32 @@ def table_runs(ref):
     if ref.is_s3:
         _read_url_format(where)
         return _visible(_url_tables(where))
-    out = _local_tables(where)
+    out = _with_replaced_runs(where, _local_tables(where))
     if "runs" not in out:
         # Every run hidden: say why when a parse was interrupted while committing one.
         pending = finish_interrupted_commits(ref)
         if pending:
             raise DatasetError(f"dataset {where} holds no finished run: {pending[0]}")
     return _visible(out)
+
+
+def _with_replaced_runs(dataset, tables):
+    """`tables` ({table: {run: files}}) with each run whose replacement a killed parse left
+    half done read as it was before: its old partitions from the parse's trash, none of the
+    new ones moved in already (dataset/commit.py replaced_runs). The next parse finishes the
+    replacement; until then readers keep the old run, as docs/safety.md promises."""
+    from kmemscope.dataset import commit
+
+    for run, (old, moved) in commit.replaced_runs(dataset).items():
+        for table in set(tables) | set(old):
+            runs = tables.setdefault(table, {})
+            if old.get(table):
+                runs[run] = old[table]
+            elif table in old or table in moved:
+                runs.pop(run, None)
+            if not runs:
+                del tables[table]
+    return tables
 
 
 def _local_tables(dataset):
@@ -332,7 +351,7 @@ def _schema_of_record(data):
         raise ValueError(str(exc)) from None
 
 
-def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
+def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None, fields=None):
     """{run_id: why} for the runs whose files of `tables` a query cannot read with the others.
 
     A dataset someone else wrote may hold a run whose table has a known column of
@@ -348,6 +367,8 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
     recorded: what the runs' records state of their files (recorded_footers), when the caller
     has read them for this listing already (DatasetRef.footers): a file judged by its record
     is then judged from it as it is (no second stat of every file for every analysis).
+    fields: {table: names} of the fields the caller's query reads: a run whose file of that
+    table lacks one (its trace's format of the event did not declare it) is unfit for it.
     """
     if recorded is None:
         recorded = recorded_footers(parts, run_ids)
@@ -378,7 +399,8 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
                     shapes[id(schema)] = shape
                 shape = shape[1]
                 if shape not in verdicts:
-                    verdicts[shape] = unfit_reason(table, schema.names, schema.types)
+                    verdicts[shape] = (unfit_reason(table, schema.names, schema.types)
+                                       or _missing_fields(schema.names, (fields or {}).get(table)))
                 why = verdicts[shape]
                 if why:
                     out[run] = f"its table {table} does not fit the dataset ({f}): {why}"
@@ -395,6 +417,16 @@ def unfit_runs(parts, tables=None, run_ids=None, read=None, recorded=None):
                                 f"than the {RUNS_MAX_BYTES} a run's host, labels and manifest "
                                 "may take")
     return out
+
+
+def _missing_fields(names, needed):
+    """Why a table of columns `names` cannot answer a query reading fields `needed`, or None."""
+    missing = sorted(set(needed or ()) - set(names))
+    if not missing:
+        return None
+    listed = ", ".join(shown_name(m) for m in missing[:5])
+    return (f"it has no field {listed}, which the query reads (the trace's format of the "
+            "event does not declare it)")
 
 
 _ROWS: dict = {}

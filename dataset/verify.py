@@ -10,14 +10,16 @@ dataset without following links and reports, per file, what no longer matches:
   missing     recorded, not there now
   changed     there, with other contents (or a link, FIFO or folder in its place)
   extra       in a run's partition, a partition of no committed run, or the derived
-              cache, never recorded
+              cache, never recorded; a cache write's temp file whose writer is gone
   unrecorded  a run committed by a kmemscope that recorded no digests (parse it again)
 
 A file's size is compared before it is hashed (a huge file in a part file's place
 is told at once), and files are hashed a MiB at a time. Parquet pages also carry CRC
 checksums: a file of a run without digests is read through with pyarrow's page
-checksum verification, one batch at a time. With deep=True every recorded derived
-cache is also derived again from the run's files (privately) and compared row for row.
+checksum verification, one batch at a time. A recorded derived cache must also state
+inside it the signature its record gives. With deep=True every recorded derived cache is
+also derived again from the run's files (privately), an analysis' kept rows by asking the
+question its record names, and compared row for row.
 
 What this proves, and what not: see docs/safety.md (the digests are kmemscope's own
 record, not a signature: whoever can rewrite the files can rewrite the record).
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from kmemscope.common.errors import DatasetError
 
-from . import digests, safefs
+from . import cache_write, digests, safefs
 
 DERIVED_DIR = "_derived"
 
@@ -93,25 +95,29 @@ def _crc_ok(folder, name):
 
 
 def _check_file(result, folder, name, mode, recorded, rel):
-    """Compare one file with its recorded {sha256, bytes}; a problem is appended."""
+    """Compare one file with its recorded {sha256, bytes}; a problem is appended.
+    True when it matches."""
     result.files += 1
     if not stat.S_ISREG(mode):
         result.problems.append(("changed", f"{rel} ({safefs.kind_of(mode)})"))
-        return
+        return False
     sha, size = digests.file_digest(folder.fd, name, recorded["bytes"])
     if (sha, size) != (recorded["sha256"], recorded["bytes"]):
         result.problems.append(("changed", rel if sha is not None else
                                 f"{rel} ({size} bytes, {recorded['bytes']} recorded)"))
+        return False
+    return True
 
 
 def verify(dataset, deep=False, recompute=None):
     """Compare every file of `dataset` with what its commits recorded -> Verification.
 
-    recompute: {folder prefix: check(dataset, name, run, path) -> bool} for the derived caches,
-    which layers above this one make (the derived tables of queries/derived_tables.py, the
-    analyses' kept rows): deep checks each with the first whose prefix its folder starts
-    with, and reports a cache no check is given for as one it cannot derive again.
-    dataset: a path or the command's handle (dataset/handle.py)."""
+    recompute: {folder prefix: check(dataset, name, run, path, entry) -> bool} for the
+    derived caches, which layers above this one make (the derived tables of
+    queries/derived_tables.py, the analyses' kept rows): deep checks each with the first
+    whose prefix its folder starts with (entry: the file's record in the run's digests,
+    which says what it answers), and reports a cache no check is given for as one it
+    cannot derive again. dataset: a path or the command's handle (dataset/handle.py)."""
     from .handle import DatasetRef
 
     ref = DatasetRef.of(dataset)
@@ -210,7 +216,13 @@ def _check_derived(result, root, recorded):
 
 
 def _walk_derived(result, folder, rel, recorded, seen, depth):
+    stale = set(cache_write.stale_temps(folder))
     for entry in folder.entries():
+        if entry.name in stale:
+            result.problems.append(("extra", f"{rel}/{safefs.shown_name(entry.name)} (left by a "
+                                    "cache write that did not finish: the next write of this "
+                                    "cache removes it)"))
+            continue
         if entry.name.startswith("."):
             continue
         path = f"{rel}/{safefs.shown_name(entry.name)}"
@@ -224,19 +236,32 @@ def _walk_derived(result, folder, rel, recorded, seen, depth):
             result.problems.append(("extra", path))
             continue
         seen.add(key)
-        _check_file(result, folder, entry.name, mode, recorded[key][1], path)
+        if _check_file(result, folder, entry.name, mode, recorded[key][1], path):
+            _check_signed(result, folder, entry.name, recorded[key][1], path)
+
+
+def _check_signed(result, folder, name, recorded, rel):
+    """The cache file says it was derived from what its record says (a record given the
+    signature of another question, the file left as it was, is told here)."""
+    from .derived import SIG_KEY
+
+    with folder.open_file(name, "a derived cache file") as f:
+        said = cache_write.embedded(f, SIG_KEY)
+    if said != recorded["from"].encode():
+        result.problems.append(("changed", f"{rel} (it was derived from other sources or "
+                                "another question than its record says)"))
 
 
 def _rederive(result, ref, recorded, recompute):
     """Derive every recorded cache again, privately, and compare the rows (deep)."""
-    for key, (run, _entry) in sorted(recorded.items()):
+    for key, (run, entry) in sorted(recorded.items()):
         if any(kind != "extra" and path.split(" ")[0] == key for kind, path in result.problems):
             continue            # already reported
         name = key.split("/")[1]
         check = next((f for prefix, f in recompute.items() if name.startswith(prefix)),
                      _no_check)
         try:
-            same = check(ref, name, run, root_path_of(ref.location) / key)
+            same = check(ref, name, run, root_path_of(ref.location) / key, entry)
         except DatasetError as exc:
             result.problems.append(("changed", f"{key} (cannot derive it again: {exc.args[0]})"))
             continue
@@ -244,7 +269,7 @@ def _rederive(result, ref, recorded, recompute):
             result.problems.append(("changed", f"{key} (its rows differ from the run's)"))
 
 
-def _no_check(dataset, name, run, path):
+def _no_check(dataset, name, run, path, entry=None):
     raise DatasetError(f"{name} is not a table kmemscope derives")
 
 

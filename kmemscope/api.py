@@ -633,21 +633,22 @@ def info(dataset) -> dict:
     Parquet footers (local or s3): no table is scanned."""
     import duckdb
 
-    from kmemscope.common.errors import DatasetError, QueryError
+    from kmemscope.common.errors import QueryError
     from kmemscope.dataset.handle import DatasetRef
     from kmemscope.dataset.reader import connect, query_arrow, sql_error_text, unfit_runs
     from kmemscope.dataset.storage import parquet_rows
 
-    def rows(f):
+    unreadable: dict = {}     # run -> why its rows are not counted
+
+    def rows(run, f):
         if f in recorded:
             return recorded[f][1]
         try:
             return parquet_rows(f)
-        except KmemscopeError:
-            raise
-        except Exception as exc:      # a truncated or foreign file: name it
-            raise DatasetError(f"cannot read the footer of {f}: {str(exc).splitlines()[0]}",
-                               "kmemscope verify DATASET lists what changed") from None
+        except Exception as exc:      # a truncated or foreign file: that run is noted
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            unreadable.setdefault(run, f"cannot read the footer of {f}: {text}")
+            return 0
 
     ref = DatasetRef.of(dataset)
     parts = ref.listing
@@ -656,8 +657,11 @@ def info(dataset) -> dict:
     # counted but its row is left out of `runs`, with a note.
     unfit = unfit_runs(parts, {"runs"})
     notes = [f"run {r} is left out of the runs listed: {why}" for r, why in sorted(unfit.items())]
-    per_run = [(run, name, sum(rows(f) for f in files))
+    per_run = [(run, name, sum(rows(run, f) for f in files))
                for name, runs in sorted(parts.items()) for run, files in sorted(runs.items())]
+    per_run = [p for p in per_run if p[0] not in unreadable]
+    notes += [f"run {r} is left out of the row counts: {why} (`kmemscope verify DATASET` "
+              "lists what changed)" for r, why in sorted(unreadable.items())]
     totals: dict = {}
     for _run, name, count in per_run:
         total, runs = totals.get(name, (0, 0))

@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
@@ -174,6 +175,25 @@ def _printable(text):
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
+@contextmanager
+def _temp_files_in(folder):
+    """Every temp file and folder made while the notebooks run goes into `folder`, inside the
+    report's own temp folder, which is removed however the report ends: the kernels' (they
+    inherit TMPDIR; a kernel its client kills on SIGTERM runs no clean-up of its own, and
+    left its DuckDB spill folder in /tmp) and the kernel client's here (tempfile.tempdir)."""
+    os.makedirs(folder, exist_ok=True)
+    saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = str(folder), str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved_dir
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
+
+
 def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(), keep_dir=None,
                  progress=None, engine=None, cell_bar=False):
     """Execute overview.ipynb (and compare.ipynb with `compare`) and write `output` (HTML).
@@ -198,7 +218,8 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
     params = {"dataset": dataset, "runs": list(runs), "labels": list(labels), **engine.params()}
     if progress:
         progress(f"{_runs(len(chosen))} of {dataset}")
-    with tempfile.TemporaryDirectory(prefix="kmemscope-report-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kmemscope-report-") as tmp, \
+            _temp_files_in(Path(tmp) / "tmp"):
         workdir = keep_dir or tmp
         os.makedirs(workdir, exist_ok=True)
         executed = []

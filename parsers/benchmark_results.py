@@ -242,7 +242,7 @@ def _dataset_runs(ref, notes=None):
                 host = None
         out[run] = host
     if not out:
-        raise MetricsError(f"{dataset} holds no runs", "parse bundles into it first")
+        raise MetricsError(f"{ref.location} holds no runs", "parse bundles into it first")
     return out
 
 

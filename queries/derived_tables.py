@@ -48,6 +48,9 @@ from . import sql_lib
 
 DERIVE_VERSION = "2"
 SOURCES = ("mm_page_alloc", "mm_page_free")
+# The fields of their own formats the derived tables read (a run without one is left out of
+# the analyses built on them: queries/runner.py).
+SOURCE_FIELDS = {"mm_page_alloc": ("pfn", "order"), "mm_page_free": ("pfn", "order")}
 
 _PAIRS_SQL = """
 SELECT
@@ -380,7 +383,7 @@ def derive_runs(dataset, run_ids=None, threads=None):
     return derived.derive_runs(DatasetRef.of(dataset), FAMILIES, run_ids, threads)
 
 
-def same_as_rederived(dataset, name, run, cached):
+def same_as_rederived(dataset, name, run, cached, _entry=None):
     """True when the cache file `cached` of table `name` holds the rows that deriving run
     `run` again gives (`kmemscope verify --deep`)."""
     if name not in DERIVED_TABLES:

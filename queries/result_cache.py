@@ -13,7 +13,9 @@ it answered before and computes only the runs it has not:
 A file holds the run's rows and, in its schema metadata, the run's era facts and
 migratetype names (the notes need them). Like every derived cache it is recorded in the
 run's digests (sha256, size, and what it was computed from) and trusted only when it
-matches them. What it was computed from: the whole SQL the section runs (its queries/lib/
+matches them, and when the file states the signature its record gives. The record also
+names the question in clear (`asked`: the section and its parameters), which `verify --deep`
+asks again. What it was computed from: the whole SQL the section runs (its queries/lib/
 modules, prelude and section), the bound parameters, the dataset schema, kmemscope's
 version, the Python that decides the run facts, and the recorded sha256 of every file
 of the run. A new kmemscope, other parameters, a `metrics import` or a relabelled run
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from kmemscope.dataset import derived as dv
 from kmemscope.dataset.handle import DatasetRef
+from kmemscope.dataset.safefs import shown_name
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.common.version import __version__
 
@@ -149,10 +152,15 @@ def run_cached(plan, dataset, threads, progress, compute, narrow):
     keep = [r for r in missing if r in sigs and dv._may_cache_in_dataset(
         where, docs[r], name, r, sigs[r])]
     if keep and dv._target(ref, keep, read_only=False) == Path(where):
-        asked = json.dumps({"query": plan.qname, "params": plan.bound}, default=str).encode()
+        asked = question(plan.qname, plan.bound)
         memo = ref.memo("result_cache")
         for run in keep:
-            _write(where, name, run, sigs[run], fresh[run], asked)
+            try:
+                _write(where, name, run, sigs[run], fresh[run], asked)
+            except OSError as exc:     # the rows answer all the same; the dataset keeps none
+                if progress:
+                    progress(f"{plan.qname}: run {run}'s rows not kept ({exc.strerror or exc})")
+                continue
             memo[(name, fp, run)] = (sigs[run], fresh[run])
     if not found:
         return rows
@@ -179,17 +187,28 @@ def _split(rows, runs):
     return out
 
 
+def question(qname, bound):
+    """What was asked, as the cache's record and file state it: the section and its bound
+    parameters (as JSON gives them back)."""
+    return json.loads(json.dumps({"query": qname, "params": bound}, default=str))
+
+
 def _write(dataset, name, run, sig, got, asked):
+    """Keep `got` (rows, facts, migratetype names) as run `run`'s file of cache `name`,
+    recorded with `asked` (question()); OSError when it could not be kept."""
     import pyarrow as pa
 
     table, facts, mts = got
     meta = dict(table.schema.metadata or {})
-    meta[ASKED_KEY] = asked
+    meta[ASKED_KEY] = json.dumps(asked).encode()
     meta[FACTS_KEY] = json.dumps(facts, default=str).encode()
     meta[MTS_KEY] = json.dumps(mts, default=str).encode()
     table = table.replace_schema_metadata(meta)
     reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
-    return dv._write((dataset, Path(dataset)), name, run, sig, reader)
+    path = dv._write((dataset, Path(dataset)), name, run, sig, reader, asked=asked)
+    if dv._is_private(path.parents[2]):
+        raise OSError(f"{dv.DERIVED_DIR} could not be written")
+    return path
 
 
 def _parse(data):
@@ -231,10 +250,12 @@ def _joined(runs, found, fresh, plan_rows):
     return plan_rows(table, facts, mts)
 
 
-def same_as_recomputed(dataset, name, run, _path, rows_of_run):
-    """True when the kept rows of `run` in cache folder `name` (at `_path`, read through the
-    confined walk) are the rows the analysis they name gives when run on the run again
-    (`kmemscope verify --deep`).
+def same_as_recomputed(dataset, name, run, _path, entry, rows_of_run):
+    """True when the kept rows of `run` in cache folder `name` (read through the confined
+    walk) are the rows the question its record names gives when asked of the run again
+    (`kmemscope verify --deep`). The question is the record's (`entry["asked"]`), never the
+    one the file states; a record of an older kmemscope, without one, is answered by the
+    file's, which `verify` found signed with the record's signature.
 
     rows_of_run(qname, dataset, run, params) -> the section's rows of that run, computed
     (runner.rows_of_run)."""
@@ -247,15 +268,18 @@ def same_as_recomputed(dataset, name, run, _path, rows_of_run):
 
     data = dv.read_part(DatasetRef.of(dataset), name, run, KEPT_MAX_BYTES)
     try:
-        meta = pq.read_schema(pa.BufferReader(data)).metadata or {}
-        asked = json.loads(meta[ASKED_KEY])
-        qname, params = str(asked["query"]), dict(asked["params"])
+        asked = entry["asked"] if "asked" in entry else json.loads(
+            (pq.read_schema(pa.BufferReader(data)).metadata or {})[ASKED_KEY])
+        qname, params = asked["query"], asked["params"]
+        if not isinstance(qname, str) or not isinstance(params, dict):
+            raise ValueError(qname)
     except (OSError, KeyError, ValueError, TypeError, pa.ArrowException):
-        raise DatasetError("it does not say which analysis it holds") from None
+        raise DatasetError("its record does not say which analysis it holds") from None
     try:
         analysis, section = catalog.find_analysis(qname)
     except KmemscopeError:
-        raise DatasetError(f"it names no analysis of this kmemscope ({qname!r})") from None
+        raise DatasetError("it names no analysis of this kmemscope "
+                           f"({shown_name(qname)})") from None
     if cache_name(analysis.query_name(section)) != name:
         raise DatasetError(f"it names analysis {qname}, not the one of its folder")
     kept = _parse(data)

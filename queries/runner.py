@@ -38,6 +38,7 @@ from kmemscope.dataset import reader as ds
 from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import DERIVED_COLUMNS, TABLE_COLUMNS
 from kmemscope.common.errors import DatasetError, KmemscopeError, QueryError
+from kmemscope.queries.derived_tables import SOURCE_FIELDS
 
 from . import engines, eras, result_cache, sql_lib
 from .catalog import convert_param, find_analysis
@@ -52,6 +53,31 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def _named_tables(sql, known):
     """The tables of `known` that `sql` names (comments aside): they get a view."""
     return set(_WORD.findall(re.sub(r"--[^\n]*", "", sql))) & set(known)
+
+
+# Fields of a known event that a kernel of some era does not declare (KERNEL-ERAS.md): a run
+# without one reads it as NULL. Every other field of a known event every era declares.
+ERA_FIELDS = {"mm_page_alloc_zone_locked": {"percpu_refill"},          # 5.19+
+              "mm_compaction_kcompactd_wake": {"highest_zoneidx"},     # classzone_idx < 5.8
+              "mm_compaction_wakeup_kcompactd": {"highest_zoneidx"}}
+# Columns every event table has from the record itself or the common fields (not the event's
+# own format), and kernel_stack, whose shape the stack family judges (dataset/derived.py).
+_NOT_FORMAT_FIELDS = {"ts", "cpu", "pid", "comm"}
+
+
+def _named_fields(sql, tables):
+    """{table: the fields of known event `table` (of `tables`) that `sql` names (comments
+    aside)} that every kernel era declares: the fields a run must have to answer it."""
+    words = set(_WORD.findall(re.sub(r"--[^\n]*", "", sql)))
+    out = {}
+    for table in tables:
+        known = TABLE_COLUMNS.get(table, {})
+        if "ts" not in known or table == "kernel_stack":
+            continue        # not an event's table
+        named = (words & set(known)) - _NOT_FORMAT_FIELDS - ERA_FIELDS.get(table, set())
+        if named:
+            out[table] = named
+    return out
 
 
 def _check_tables(needs, parts, chosen):
@@ -198,7 +224,7 @@ def _assumption_notes(facts, mts, needs):
     return notes
 
 
-def _drop_unfit(parts, chosen, tables, read=None, kept=(), recorded=None):
+def _drop_unfit(parts, chosen, tables, read=None, kept=(), recorded=None, fields=None):
     """(chosen runs whose `tables` a query can read, notes on those left out).
 
     A run whose schema does not fit (a dataset someone else wrote:
@@ -207,14 +233,14 @@ def _drop_unfit(parts, chosen, tables, read=None, kept=(), recorded=None):
     their files' footers; the rest by what the runs' records state. kept: runs whose
     rows of the query are kept (result_cache): none of their files is read, so what
     their records state judges them all. recorded: the runs' records (DatasetRef.footers),
-    read already for this listing.
+    read already for this listing. fields: {table: fields} the query reads (_named_fields).
     """
     compute = set(chosen) - set(kept)
     bad = ds.unfit_runs(parts, set(tables), compute, None if read is None else set(read),
-                        recorded) if compute else {}
+                        recorded, fields) if compute else {}
     if set(chosen) & set(kept):
         bad.update(ds.unfit_runs(parts, set(tables), set(chosen) & set(kept), set(),
-                                 recorded))
+                                 recorded, fields))
     if not bad:
         return chosen, []
     kept = [r for r in chosen if r not in bad]
@@ -397,15 +423,19 @@ def prepare(name, dataset, run_ids=None, labels=None, params=None):
     known = set(TABLE_COLUMNS) | set(parts)
     modules = a.modules(section)
     read = tables | {"runs"} | _named_tables(sql_lib.script(modules), known)
+    fields = _named_fields("\n".join((a.prelude, section.sql, sql_lib.script(modules))), read)
     if needs.derived:
         read |= {"mm_page_alloc", "mm_page_free"}      # what the derived tables are built from
+        for source, wanted in SOURCE_FIELDS.items():
+            fields[source] = fields.get(source, set()) | set(wanted)
     kept: set | tuple = ()
     if chosen and result_cache.enabled_for(a, ref):
         fp = result_cache.fingerprint_of(qname, modules, a.prelude, section.sql, bound)
         kept = {r for r, (_sig, rows) in result_cache.kept_runs(ref, qname, fp, chosen).items()
                 if rows is not None}
     # the runs' records, read once per command
-    chosen, dropped = _drop_unfit(parts, chosen, read, kept=kept, recorded=ref.footers())
+    chosen, dropped = _drop_unfit(parts, chosen, read, kept=kept, recorded=ref.footers(),
+                                  fields=fields)
     notes = (ref.reader_notes() + dropped
              + _check_tables(needs, parts, chosen))
     return Plan(a, section, qname, bound, needs, chosen, parts, tables, notes, modules)

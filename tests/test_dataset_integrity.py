@@ -148,6 +148,108 @@ def test_a_run_that_does_not_fit_is_left_out_and_the_others_answer(ds, kind):
     assert f"run {hostile_run} is left out" in proc.stderr
 
 
+def test_a_run_whose_format_lacks_a_field_an_analysis_reads_is_left_out_of_it(ds, v6_trace):
+    """A trace whose mm_page_alloc field `order` is renamed parses; the analyses that read
+    that field leave its run out with a note naming it, and answer for the other runs what
+    they answered before the run came; SQL that reads no such field still sees the run."""
+    ds, ids = ds
+    before = {name: run("query", name, ds, "--format", "json") for name in ANALYSES}
+    bad = ds.parent / "noorder.dat"
+    bad.write_bytes(hostile.alter_field(v6_trace, "mm_page_alloc", "unsigned int order;",
+                                        "unsigned int ordex;"))
+    kmemscope("parse", "-q", bad, "-o", ds, "--label", "side=renamed")
+    renamed = run_ids(ds)["renamed"]
+    assert renamed not in ids.values()
+    for name in ANALYSES:
+        proc = run("query", name, ds, "--format", "json")
+        assert proc.returncode == 0, f"{name}: {proc.stderr}"
+        note = [line for line in proc.stderr.splitlines() if f"run {renamed} is left out" in line]
+        assert note and "no field order" in note[0], proc.stderr
+        assert json.loads(proc.stdout) == json.loads(before[name].stdout), name
+    proc = run("compare", ds, "--by", "side", "--metrics", "allocs")
+    assert proc.returncode == 0, proc.stderr
+    assert f"run {renamed} is left out" in proc.stdout + proc.stderr
+    counts = next(line.split() for line in proc.stdout.splitlines() if line.startswith("N "))
+    assert counts == ["N", "allocs", "1", "1", "0"], proc.stdout      # honest, hostile, renamed
+    proc = run("sql", ds, "SELECT run_id FROM runs ORDER BY 1", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert {r["run_id"] for r in json.loads(proc.stdout)} == {*ids.values(), renamed}
+
+
+def test_info_notes_a_run_with_an_unreadable_footer_and_shows_the_rest(ds):
+    ds, ids = ds
+    _plant(ds, ids["hostile"], "truncated")
+    proc = run("info", ds, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    said = proc.stdout + proc.stderr
+    assert f"run {ids['hostile']} is left out of the row counts: cannot read the footer" in said
+    doc = json.loads(proc.stdout)
+    tables = {t["table"]: t for t in doc["tables"]}
+    assert tables["mm_page_alloc"]["rows"] == alloc_rows(ds, ids["honest"])
+
+
+def test_a_format_file_that_is_a_link_is_refused_in_one_line(ds):
+    ds, ids = ds
+    outside = ds.parent / "elsewhere.json"
+    outside.write_text((ds / "_kmemscope.json").read_text())
+    (ds / "_kmemscope.json").unlink()
+    (ds / "_kmemscope.json").symlink_to(outside)
+    for args in (("info", ds), ("query", "summary", ds), ("parse", "-q", HONEST, "-o", ds)):
+        line = one_error_line(run(*args))
+        assert "_kmemscope.json is a symbolic link" in line, line
+
+
+def _claim_rows(path, claim):
+    """Rewrite the Parquet footer of `path` so that the file and each row group claim `claim`
+    rows: their num_rows (thrift compact field 3, i64: header byte 0x16, then a zigzag
+    varint) replaced, the footer's length rewritten. The data pages stay as they were."""
+    import pyarrow.parquet as pq
+
+    def varint(n):
+        out = bytearray()
+        while n >= 0x80:
+            out.append(n & 0x7F | 0x80)
+            n >>= 7
+        return bytes(out + bytes([n]))
+
+    meta = pq.ParquetFile(path).metadata
+    counts = {meta.num_rows} | {meta.row_group(i).num_rows for i in range(meta.num_row_groups)}
+    data = path.read_bytes()
+    size = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - size:-8]
+    for n in counts:
+        footer = footer.replace(b"\x16" + varint(n << 1), b"\x16" + varint(claim << 1))
+    path.write_bytes(data[:-8 - size] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    assert pq.ParquetFile(path).metadata.num_rows == claim
+
+
+def _record_as_it_is(ds, run):
+    """The run's digests rewritten to match its files as they are now (a forger's work)."""
+    import hashlib
+
+    record = Path(ds) / "runs" / f"run_id={run}" / "_files.json"
+    doc = json.loads(record.read_text())
+    for key, entry in doc["files"].items():
+        table, name = key.split("/", 1)
+        data = (Path(ds) / table / f"run_id={run}" / name).read_bytes()
+        entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    record.write_text(json.dumps(doc))
+
+
+def test_verify_deep_of_a_footer_claiming_a_trillion_rows_is_one_line(ds):
+    ds, ids = ds
+    run_id = ids["honest"]
+    assert run("query", "hot_pfns", ds).returncode == 0         # its derived caches exist
+    part = sorted((Path(ds) / "mm_page_alloc" / f"run_id={run_id}").glob("*.parquet"))[0]
+    _claim_rows(part, 10 ** 12)
+    _record_as_it_is(ds, run_id)
+    proc = run("verify", ds, "--deep")
+    line = one_error_line(proc)
+    assert "not as it was committed" in line, line
+    assert "cannot derive it again" in proc.stdout, proc.stdout
+
+
 def test_when_every_chosen_run_does_not_fit_the_error_names_why(ds):
     ds, ids = ds
     _plant(ds, ids["hostile"], "char order")

@@ -324,6 +324,46 @@ def test_readers_leave_an_interrupted_commit_to_the_next_parse(ds):
 SLOW_SQL = "SELECT sum(hash(a.range * b.range)) AS h FROM range(400000) a, range(400000) b"
 
 
+def test_a_replacement_killed_at_any_rename_leaves_readers_the_old_run_whole(ds):
+    """docs/safety.md: killed while it replaces a run, a parse leaves the old run to readers
+    until the next parse. The commit is cut at renames from the first to the one before the
+    new run shows: readers list every table of the run with the old rows (recounted with
+    pyarrow from the listed files), SQL reads its old labels, and nothing is written."""
+    import random
+
+    import pyarrow.parquet as pq
+
+    from kmemscope.dataset import reader
+
+    src, run_id, rows, _outside = ds
+    renames = 2 * len(rows)               # every old partition out, every new one in
+    rng = random.Random(os.environ.get("PYTEST_SEED", "39"))
+    cuts = sorted({1, renames - 1, *rng.sample(range(2, renames - 1), 2)})
+    for n in cuts:
+        copy = src.parent / f"cut{n}"
+        shutil.copytree(src, copy, symlinks=True)
+        proc = subprocess.run([*KMEMSCOPE, "parse", "-q", str(SMALL), "-o", str(copy),
+                               "--label", "side=new"], capture_output=True, text=True,
+                              env={**os.environ, "KMEMSCOPE_TEST_CRASH_AFTER_RENAMES": str(n)})
+        assert proc.returncode == 99, f"the commit was not interrupted at rename {n}"
+        before = hostile.tree_state(copy)
+        listed = reader.table_runs(DatasetRef.of(copy))
+        seen = {t: sum(pq.ParquetFile(f).metadata.num_rows for f in runs[run_id])
+                for t, runs in listed.items() if run_id in runs}
+        assert seen == rows, f"cut at rename {n}"
+        proc = run("sql", "--read-only", copy, "SELECT run_id, labels['side'] AS side FROM runs",
+                   "--format", "json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == [{"run_id": run_id, "side": "base"}], n
+        assert "replacement was interrupted" in proc.stderr, proc.stderr
+        assert hostile.tree_state(copy) == before
+        kmemscope("parse", "-q", OTHER, "-o", copy)      # the next parse finishes it
+        sides = json.loads(kmemscope("sql", copy, "SELECT labels['side'] AS side FROM runs "
+                                     f"WHERE run_id = '{run_id}'", "--format", "json").stdout)
+        assert sides == [{"side": "new"}]
+        assert part_rows(copy, run_id) == rows
+
+
 def test_sql_read_only_stops_a_query_at_its_timeout(ds):
     ds, _run_id, _rows, _outside = ds
     line = one_error_line(run("sql", "--read-only", "--timeout", "1", ds, SLOW_SQL, timeout=60))

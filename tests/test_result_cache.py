@@ -235,3 +235,85 @@ def test_the_command_line_prints_the_same_from_kept_rows(dataset):
         assert run("1", *args) == computed          # computes and keeps
         assert run("1", *args) == computed          # reads what it kept
     assert (dataset / "_derived" / "result_summary").is_dir()
+
+
+def _derived_record(ds, run, name):
+    doc = json.loads((ds / "runs" / f"run_id={run}" / "_files.json").read_text())
+    return doc["derived"][f"_derived/{name}/run_id={run}/part-0.parquet"]
+
+
+def _set_record(ds, run, name, **fields):
+    from kmemscope.dataset import safefs
+    from kmemscope.dataset.digests import _write_digests, read_digests_in
+
+    with safefs.Dir.root(ds) as root, root.walk(["runs", f"run_id={run}"], "runs") as runs:
+        doc = read_digests_in(runs)
+        doc["derived"][f"_derived/{name}/run_id={run}/part-0.parquet"].update(fields)
+        _write_digests(runs, doc)
+
+
+def _runs_with_rows(ds, name):
+    import pyarrow.parquet as pq
+
+    return [p.parent.name.split("=", 1)[1]
+            for p in sorted((ds / "_derived" / name).glob("run_id=*/part-0.parquet"))
+            if pq.read_metadata(p).num_rows > 0]
+
+
+def test_a_record_given_another_questions_signature_is_caught_by_the_query_and_verify(
+        dataset, monkeypatch):
+    """The hot_pfns top_n=5 cache left as it is, only its record given top_n=3's signature:
+    asked for top_n=3, the query computes it again (3 rows a run, as with the cache off), and
+    `verify` reports the file."""
+    from kmemscope.api import verify
+
+    runner.run_query("hot_pfns", dataset, params={"top_n": 3})
+    runs = _runs_with_rows(dataset, "result_hot_pfns")
+    said_three = {r: dict(_derived_record(dataset, r, "result_hot_pfns")) for r in runs}
+    runner.run_query("hot_pfns", dataset, params={"top_n": 5})
+    for run in runs:
+        _set_record(dataset, run, "result_hot_pfns",
+                    **{k: v for k, v in said_three[run].items() if k not in ("sha256", "bytes")})
+    counting = Counting(monkeypatch)
+    got = runner.run_query("hot_pfns", dataset, params={"top_n": 3})
+    assert counting.calls, "the forged record's file was read"
+    _same(got, _fresh("hot_pfns", dataset, params={"top_n": 3}))
+    per_run = {}
+    for row in got.to_pylist():
+        per_run[row["run_id"]] = per_run.get(row["run_id"], 0) + 1
+    assert per_run and max(per_run.values()) <= 3, per_run
+    problems = verify(dataset).problems
+    assert {p.split(" ")[0] for _k, p in problems} == {
+        f"_derived/result_hot_pfns/run_id={r}/part-0.parquet" for r in runs}, problems
+
+
+def test_verify_deep_asks_the_records_question_not_the_files(dataset):
+    """A forger rewrites the top_n=5 file to carry top_n=3's signature (the question stated
+    inside it left at top_n=5) and records it as top_n=3's: `verify` finds file and record
+    agreeing; `verify --deep` asks the record's question (top_n=3) and finds other rows."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    from kmemscope.dataset.derived import SIG_KEY
+    from kmemscope.api import verify
+
+    runner.run_query("hot_pfns", dataset, params={"top_n": 3})
+    runs = [r for r in _runs_with_rows(dataset, "result_hot_pfns")]
+    said_three = {r: dict(_derived_record(dataset, r, "result_hot_pfns")) for r in runs}
+    runner.run_query("hot_pfns", dataset, params={"top_n": 5})
+    assert verify(dataset, deep=True).ok
+    for run in runs:
+        part = dataset / "_derived" / "result_hot_pfns" / f"run_id={run}" / "part-0.parquet"
+        table = pq.read_table(part)
+        meta = dict(table.schema.metadata)
+        meta[SIG_KEY] = said_three[run]["from"].encode()
+        pq.write_table(table.replace_schema_metadata(meta), part)
+        data = part.read_bytes()
+        _set_record(dataset, run, "result_hot_pfns", sha256=hashlib.sha256(data).hexdigest(),
+                    bytes=len(data), **{k: v for k, v in said_three[run].items()
+                                        if k not in ("sha256", "bytes")})
+    assert verify(dataset).ok, verify(dataset).problems
+    deep = verify(dataset, deep=True)
+    assert {p.split(" ")[0] for _k, p in deep.problems if "rows differ" in p} == {
+        f"_derived/result_hot_pfns/run_id={r}/part-0.parquet" for r in runs}, deep.problems
