@@ -376,10 +376,17 @@ class Dataset:
 def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg = None,
              params=None, read_only: bool = False, timeout: float | None = None,
              memory_limit: str | None = None, notes: list | None = None,
-             caller_frames: bool = False, plain_rows: bool = False) -> list:
+             caller_frames: bool = False, plain_rows: bool = False,
+             max_rows: int | None = None, on_result=None) -> list:
     """THE way kmemscope runs SQL text over a dataset on DuckDB (Dataset.sql and
     operations.run_sql) -> one pyarrow.Table or None per statement (plain_rows: a result of
-    plain scalar columns as tables.Rows instead, for a text table printed without pyarrow).
+    plain scalar columns as tables.Rows instead, for a text table printed without pyarrow;
+    with it, max_rows: no more rows of each result than that are fetched).
+
+    on_result(batches): each statement's result streamed instead of kept, while the query
+    runs under its limits: a pyarrow.RecordBatchReader that fetches from DuckDB as it is
+    read (None for a statement without rows); the list holds what on_result returns. Only
+    a batch at a time is held in Python, so memory_limit bounds a result of any size.
 
     Opening the dataset (listing, footers, views) and every statement run under one
     memory limit and one time limit (dataset/limits.py): read_only SQL gets 300 s and a
@@ -416,23 +423,40 @@ def _run_sql(dataset, statements: Sequence[str], *, runs=None, label: LabelsArg 
             elif caller_frames:
                 con.execute("SET python_scan_all_frames = true")
             with reader.guarded(con, timeout):
-                fetch = reader.query_rows if plain_rows else reader.query_arrow
+                def fetch(con, q, p):
+                    if on_result is not None:
+                        return on_result(reader.query_batches(con, q, p))
+                    if plain_rows:
+                        return reader.query_rows(con, q, p, max_rows=max_rows)
+                    return reader.query_arrow(con, q, p)
+
                 for q in statements:
                     try:
                         try:
-                            tables.append(fetch(con, q, params))
+                            tables.append(fetch(con, q, _params_of(q, statements, params)))
                         except duckdb.CatalogException:
                             if scope is None:
                                 raise
                             # a name the scan of the text missed, or none at all: DuckDB
                             # answers (or suggests a name) from every view, as it always did
                             scope = widen(backend, chosen, parts, scope)
-                            tables.append(fetch(con, q, params))
+                            tables.append(fetch(con, q, _params_of(q, statements, params)))
                     except duckdb.Error as exc:
                         raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}",
                                          "`kmemscope info DATASET` lists the tables; "
                                          "quote \"order\"") from None
     return tables
+
+
+def _params_of(statement, statements, params):
+    """The named parameters one of several statements refers to ($name): DuckDB refuses a
+    statement given one it does not use. One statement gets them all (an unused one is an
+    error, as in Dataset.sql)."""
+    if len(statements) < 2 or not isinstance(params, Mapping):
+        return params
+    from kmemscope.queries.runner import _used
+
+    return _used(statement, params) or None
 
 
 def open(path, engine: str = "duckdb", spark_master: str | None = None,  # noqa: A001

@@ -121,11 +121,15 @@ def read_sql_file(path) -> str:
 
 
 def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | None = None,
+            runs: Sequence[str] | None = None, label=None, params=None,
             read_only: bool = False, timeout: float | None = None,
-            memory_limit: str | None = None, plain_rows: bool = False) -> tuple[list, list[str]]:
+            memory_limit: str | None = None, plain_rows: bool = False,
+            max_rows: int | None = None, on_result=None) -> tuple[list, list[str]]:
     """Run SQL statements one after the other over a dataset -> (one pyarrow.Table or None
-    per statement, notes). plain_rows (DuckDB): results of plain scalar columns as
-    tables.Rows, which format_table prints without importing pyarrow.
+    per statement, notes). runs, label and params as Dataset.sql takes them. plain_rows
+    (DuckDB): results of plain scalar columns as tables.Rows, which format_table prints
+    without importing pyarrow, and no more than max_rows of them. on_result(batches): each
+    result streamed as a pyarrow.RecordBatchReader instead of kept (api._run_sql).
 
     Every table is a view of its own name, beside the analyses' shared views. On DuckDB:
     read_only allows SELECTs that read the dataset only; timeout (seconds) and memory_limit
@@ -143,15 +147,20 @@ def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | No
         if read_only or timeout or memory_limit:
             raise QueryError("read-only, timeout and memory limit are for the DuckDB engine: "
                              "Spark SQL can read any path the cluster can")
-        backend = open_runs(dataset, engine=spec)[0]
+        backend = open_runs(dataset, runs, label, engine=spec)[0]
         try:
             with backend_errors(backend, "SQL"):
-                return [backend.query_arrow(q, None) for q in statements], notes
+                tables = [backend.query_arrow(q, params) for q in statements]
         finally:
             backend.close()
+        if on_result is not None:     # Spark hands results over whole: stream them from here
+            tables = [on_result(None if t is None else t.to_reader()) for t in tables]
+        return tables, notes
     # runs whose schema does not fit are left out, with a note
-    return _run_sql(dataset, statements, read_only=read_only, timeout=timeout,
-                    memory_limit=memory_limit, notes=notes, plain_rows=plain_rows), notes
+    return _run_sql(dataset, statements, runs=runs, label=label, params=params,
+                    read_only=read_only, timeout=timeout, memory_limit=memory_limit,
+                    notes=notes, plain_rows=plain_rows, max_rows=max_rows,
+                    on_result=on_result), notes
 
 
 DEFAULT_TIMEOUT = 3600.0      # seconds a reading command may take unless told (limits.py)
