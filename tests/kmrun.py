@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import PROJECT_ROOT
 
 _SCRIPT = Path(sys.executable).parent / "kmemscope"
-KMEMSCOPE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kmemscope.cli"]
+KMEMSCOPE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kmemscope"]
 
 
 def _argv(args):
