@@ -263,8 +263,9 @@ class ResultWriter:
     def stream(self, batches):
         """Write one statement's result (a RecordBatchReader; None: the statement had none)."""
         if batches is not None:
-            _write(batches, self.fmt, self._next())
-            self._out.flush()
+            out = self._next()
+            _write(batches, self.fmt, out)
+            out.flush()
 
     def table(self, rows):
         """Print one statement's result as a text table: its first TABLE_MAX_ROWS rows, and a
