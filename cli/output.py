@@ -39,13 +39,24 @@ def resolve_format(fmt, output, allowed=FORMATS, default="table"):
     return fmt
 
 
+# Rows the sql verb prints as a text table at most: a table is for reading, and it is
+# aligned over all its rows at once, so its memory grows with them (10 million rows of
+# `SELECT * FROM range(1e7)` took 2.96 GB). csv, json, jsonl and parquet stream every row.
+TABLE_MAX_ROWS = 10_000
+
+
+def _batches(data, rows=8192):
+    """Record batches of an Arrow table, or of a RecordBatchReader as it reads them."""
+    return data.to_batches(max_chunksize=rows) if hasattr(data, "to_batches") else data
+
+
 # ---------------------------------------------------------------- JSON
 
-def _json_rows(table):
+def _json_rows(data):
     """Rows one record batch at a time: a large result is never one Python list."""
     import pyarrow as pa
 
-    for batch in table.to_batches(max_chunksize=8192):
+    for batch in _batches(data):
         # an empty MAP comes back from Arrow as [], a full one as pairs: both are objects
         maps = {f.name for f in batch.schema if pa.types.is_map(f.type)}
         for row in batch.to_pylist():
@@ -53,36 +64,96 @@ def _json_rows(table):
                               for k, v in row.items()}, default=str, ensure_ascii=False)
 
 
-def _write_json(table, out, lines):
+def _write_json(data, out, lines):
+    """JSON (one array) or JSON lines to the binary stream `out`, a row at a time."""
     if lines:
-        for row in _json_rows(table):
-            out.write(row + "\n")
+        for row in _json_rows(data):
+            out.write((row + "\n").encode())
         return
     first = True
-    out.write("[")
-    for row in _json_rows(table):
-        out.write(("\n  " if first else ",\n  ") + row)
+    out.write(b"[")
+    for row in _json_rows(data):
+        out.write((("\n  " if first else ",\n  ") + row).encode())
         first = False
-    out.write("\n]\n" if not first else "]\n")
+    out.write(b"\n]\n" if not first else b"]\n")
 
 
-# ---------------------------------------------------------------- writers
+# ---------------------------------------------------------------- CSV
 
-def _csv_ready(table):
-    """CSV cannot hold lists, maps or bytes: write them as JSON or base64 text."""
+# A cell that starts with one of these is a formula to a spreadsheet (`=cmd|' /c calc'!A1`
+# runs a program in some): OWASP's advice on CSV injection is to prefix it with a quote,
+# which makes it text. Tab and CR, the rest of OWASP's list, are escaped with the other
+# control characters (\t, \r), so no cell starts with them.
+FORMULA_STARTS = ("=", "+", "-", "@")
+# RE2 (pyarrow.compute): a cell that csv_cell() changes; the others are left as they are.
+_CSV_UNSAFE = r"^[=+\-@]|[\x{00}-\x{1f}\x{7f}-\x{9f}]"
+
+
+def csv_cell(text):
+    """Text as a CSV cell that neither a terminal nor a spreadsheet acts on: control
+    characters escaped as in tables (ESC as \\x1b, a newline as \\n), and a leading
+    = + - @ behind a quote."""
+    text = printable(text)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def _csv_text(col):
+    """A string column with every unsafe cell made safe (csv_cell); safe columns as they are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pc.any(pc.match_substring_regex(col, _CSV_UNSAFE)).as_py():
+        return col
+    return pa.array([None if v is None else csv_cell(v) for v in col.to_pylist()], pa.string())
+
+
+def _csv_batch(batch):
+    """CSV holds text and numbers: lists, maps and structs as JSON, bytes as base64, and
+    every text cell made safe (csv_cell), its column name too."""
     import pyarrow as pa
 
     cols = []
-    for col in table.columns:
+    for col in batch.columns:
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
         if pa.types.is_nested(col.type):
             col = pa.array([json.dumps(jsonable(v), default=str) if v is not None else None
                             for v in col.to_pylist()], pa.string())
         elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
             col = pa.array([jsonable(v) for v in col.to_pylist()], pa.string())
-        elif pa.types.is_dictionary(col.type):
-            col = col.cast(col.type.value_type)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            col = _csv_text(col)
         cols.append(col)
-    return pa.table(cols, names=table.column_names)
+    return pa.RecordBatch.from_arrays(cols, names=[csv_cell(n) for n in batch.schema.names])
+
+
+def _write_csv(data, out):
+    """CSV to the binary stream `out`, a record batch at a time (the header even with no rows)."""
+    import pyarrow.csv as pacsv
+
+    schema = data.schema
+    writer = None
+    for batch in _batches(data):
+        batch = _csv_batch(batch)
+        if writer is None:
+            writer = pacsv.CSVWriter(out, batch.schema)
+        writer.write_batch(batch)
+    if writer is None:          # no rows: the header alone
+        import pyarrow as pa
+
+        writer = pacsv.CSVWriter(out, _csv_batch(pa.RecordBatch.from_pylist([], schema)).schema)
+    writer.close()
+
+
+# ---------------------------------------------------------------- writers
+
+def _write_parquet(data, out):
+    """Parquet to `out` (a path or a binary stream), a record batch at a time."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(out, data.schema) as writer:
+        for batch in _batches(data, rows=1 << 20):
+            writer.write_batch(batch)
 
 
 def _write_folded(table, out):
@@ -96,7 +167,7 @@ def _write_folded(table, out):
             continue
         # A space inside a frame would move the count; a newline would forge a line.
         stack = printable(str(stack)).replace(" ", "_")
-        out.write(f"{stack} {samples}\n")
+        out.write(f"{stack} {samples}\n".encode())
 
 
 def terminal_width():
@@ -108,42 +179,107 @@ def terminal_width():
     return shutil.get_terminal_size((100, 24)).columns
 
 
+def _write(data, fmt, out, max_cell=MAX_CELL, width=None):
+    """`data` (an Arrow table, a RecordBatchReader, or Rows for a table) to the binary `out`."""
+    if fmt == FOLDED:
+        _write_folded(data, out)
+    elif fmt == "parquet":
+        _write_parquet(data, out)
+    elif fmt == "csv":
+        _write_csv(data, out)
+    elif fmt in ("json", "jsonl"):
+        _write_json(data, out, lines=fmt == "jsonl")
+    elif fmt == "table":
+        out.write(format_table(data, max_cell, width=width).encode())
+    else:
+        raise OutputError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
+
+
+def _stdout_binary(fmt):
+    """stdout as a binary stream, after what was written to it as text."""
+    if fmt == "parquet" and sys.stdout.isatty():
+        raise OutputError("parquet output is binary: give -o FILE")
+    sys.stdout.flush()
+    return sys.stdout.buffer
+
+
 def write_result(table, fmt="table", output=None, max_cell=MAX_CELL):
     """Write an Arrow table to `output` (a path) or stdout in `fmt`."""
-    if fmt == FOLDED:
-        out = open(output, "w", encoding="utf-8") if output else sys.stdout
-        try:
-            _write_folded(table, out)
-        finally:
-            if output:
-                out.close()
-        return
-    if fmt not in FORMATS:
+    if fmt not in FORMATS + (FOLDED,):
         raise OutputError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        if not output:
-            if sys.stdout.isatty():
-                raise OutputError("parquet output is binary: give -o FILE")
-            pq.write_table(table, sys.stdout.buffer)
-        else:
-            pq.write_table(table, output)
+    if output:
+        with open(output, "wb") as out:
+            _write(table, fmt, out, max_cell)
         return
-    if fmt == "csv":
-        import pyarrow.csv as pacsv
+    out = _stdout_binary(fmt)
+    _write(table, fmt, out, max_cell, width=terminal_width())
+    out.flush()
 
-        pacsv.write_csv(_csv_ready(table), output or sys.stdout.buffer)
-        return
-    out = open(output, "w", encoding="utf-8") if output else sys.stdout
-    try:
-        if fmt in ("json", "jsonl"):
-            _write_json(table, out, lines=fmt == "jsonl")
-        else:
-            out.write(format_table(table, max_cell, width=None if output else terminal_width()))
-    finally:
-        if output:
-            out.close()
+
+class ResultWriter:
+    """The `sql` verb's results, each written as it arrives, one after another, to stdout or
+    to the -o file (opened with the first result).
+
+    stream(batches) writes a result as DuckDB hands it over, a batch at a time, so that a
+    result of any size takes a batch's memory (csv, json, jsonl, parquet). table(rows)
+    prints a text table of at most TABLE_MAX_ROWS rows, and says so under it when it cut the
+    result. csv and table results are separated by an empty line; json and parquet hold one
+    result.
+    """
+
+    def __init__(self, fmt, output=None):
+        self.fmt, self.output = fmt, output
+        self.results = 0
+        self._out = None
+        if not output and fmt == "parquet" and sys.stdout.isatty():
+            raise OutputError("parquet output is binary: give -o FILE")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._out is not None:
+            if self.output:
+                self._out.close()
+            else:
+                self._out.flush()
+        return False
+
+    def _next(self):
+        """The stream for the next result (an empty line after a previous csv or table)."""
+        if self.results and self.fmt in ("json", "parquet"):
+            from kmemscope.common.errors import KmemscopeError
+
+            raise KmemscopeError(f"--format {self.fmt} holds one result and the SQL has more "
+                                 "than one statement that returns rows",
+                                 "run them one at a time, or use --format table, csv or jsonl")
+        if self._out is None:
+            self._out = open(self.output, "wb") if self.output else _stdout_binary(self.fmt)
+        elif self.fmt in ("table", "csv"):
+            self._out.write(b"\n")
+        self.results += 1
+        return self._out
+
+    def stream(self, batches):
+        """Write one statement's result (a RecordBatchReader; None: the statement had none)."""
+        if batches is not None:
+            out = self._next()
+            _write(batches, self.fmt, out)
+            out.flush()
+
+    def table(self, rows):
+        """Print one statement's result as a text table: its first TABLE_MAX_ROWS rows, and a
+        last line saying so when there are more (as a table says which columns it hid)."""
+        if rows is None:
+            return
+        out = self._next()
+        text = format_table(rows.slice(0, TABLE_MAX_ROWS), MAX_CELL,
+                            width=None if self.output else terminal_width())
+        if rows.num_rows > TABLE_MAX_ROWS:
+            text += (f"(the first {TABLE_MAX_ROWS:,} rows of a longer result; "
+                     "--format csv, jsonl or parquet writes every row)\n")
+        out.write(text.encode())
+        out.flush()
 
 
 def write_document(parts, fmt, output=None):
@@ -201,12 +337,10 @@ def write_records(table_rows, notes, fmt, output, meta=None):
         elif fmt == "csv":
             import io
 
-            import pyarrow.csv as pacsv
-
             for note in notes:
                 out.write("# note: " + printable(" ".join(str(note).split())) + "\n")
             buf = io.BytesIO()
-            pacsv.write_csv(table, buf)
+            _write_csv(table, buf)
             out.write(buf.getvalue().decode("utf-8"))
         else:
             raise ValueError(f"unknown format {fmt}")

@@ -200,7 +200,21 @@ def _snapshot_times(_ctx, _param, value):
         raise click.BadParameter(f"{value!r} is not START,END in Unix seconds") from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+class _PipeClosed(Exception):
+    """stdout's reader went away (`kmemscope sql ... | head`): not an OSError, so that
+    neither click's own EPIPE exit (status 1) nor the one-line error catches it."""
+
+
+class _Verbs(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _PipeClosed() from exc
+
+
+@click.group(cls=_Verbs, context_settings={"help_option_names": ["-h", "--help"]},
+             invoke_without_command=True)
 @click.version_option(__version__, prog_name="kmemscope")
 @click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
 @click.pass_context
@@ -433,11 +447,15 @@ class _progress:
 @click.option("--memory-limit", metavar="SIZE",
               help="DuckDB's memory limit, e.g. 2GB (default: a quarter of this machine's "
                    "memory).")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="A value for $KEY in the SQL, bound (never pasted). Repeatable.")
+@click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
 @FORMAT_OPTION
 @OUTPUT_OPTION
 @engine_options
-def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output, engine,
-        spark_master, spark_conf):
+def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs, labels, fmt,
+        output, engine, spark_master, spark_conf):
     """Run SQL over DATASET; every table is a view of its own name.
 
     This is DuckDB's full SQL, which can read and write any file the user
@@ -451,37 +469,42 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, fmt, output,
 
     With --engine spark the same DuckDB SQL is translated to Spark SQL (the
     analyses' rules); what has no exact translation is refused.
+
+    csv, json, jsonl and parquet stream the rows as DuckDB makes them, so
+    --memory-limit bounds a result of any size; a table shows its first
+    10,000 rows.
     """
     from kmemscope.api import _dataset_ref, _run_sql, _sql_statements
-    from kmemscope.cli.output import resolve_format, write_result
+    from kmemscope.cli.output import TABLE_MAX_ROWS, ResultWriter, resolve_format
 
     dataset = _dataset_ref(dataset)       # one handle, listed once, for the whole command
     statements = _sql_statements(_sql_text(query, sql_file))
     fmt = resolve_format(fmt, output)
+    bound = _key_values(params, "--param")
     if engine == "spark" and read_only:
         raise click.BadParameter("--read-only is for the DuckDB engine: Spark SQL can "
                                  "read any path the cluster can", param_hint="--read-only")
     spark = engine == "spark"
     if timeout is None and not spark:
         timeout = 300.0 if read_only else 3600.0
-    with _engine(engine, spark_master, spark_conf, dataset) as spec, \
-            _limits(None if spark else memory_limit, None if spark else timeout):
-        # a text table of plain columns is printed from Python rows: no pyarrow to import
-        notes: list[str] = []
-        tables = _run_sql(dataset, statements, engine=spec, read_only=read_only,
-                          timeout=None if spark else timeout,
-                          memory_limit=None if spark else memory_limit, notes=notes,
-                          plain_rows=fmt == "table")
-        for note in notes:
-            _note(note)
-        _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
-    shown = [t for t in tables if t is not None]
-    if len(shown) > 1 and fmt in ("json", "parquet"):
-        raise KmemscopeError(f"--format {fmt} holds one result and the SQL has {len(shown)} "
-                             "statements that return rows",
-                             "run them one at a time, or use --format table, csv or jsonl")
-    if shown:
-        _write_results(shown, fmt, output, write_result)
+    table = fmt == "table"
+    with ResultWriter(fmt, output) as writer:
+        with _engine(engine, spark_master, spark_conf, dataset) as spec, \
+                _limits(None if spark else memory_limit, None if spark else timeout):
+            # a text table is made of its first rows only, printed from Python rows when its
+            # columns are plain (no pyarrow to import); other formats stream every row
+            notes: list[str] = []
+            tables = _run_sql(dataset, statements, engine=spec, runs=list(runs) or None,
+                              label=list(labels) or None, params=bound or None,
+                              read_only=read_only, timeout=None if spark else timeout,
+                              memory_limit=None if spark else memory_limit, notes=notes,
+                              plain_rows=table, max_rows=TABLE_MAX_ROWS + 1,
+                              on_result=None if table else writer.stream)
+            for note in notes:
+                _note(note)
+            _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
+        for result in tables if table else ():
+            writer.table(result)
 
 
 def _interrupted_notes(dataset):
@@ -514,34 +537,6 @@ def _sql_text(query, sql_file):
             raise click.UsageError("`-` reads the SQL from stdin, which is a terminal")
         return sys.stdin.read()
     return query
-
-
-def _write_results(tables, fmt, output, write_result):
-    """Each statement's result in turn: tables one after another (csv and jsonl concatenate)."""
-    if len(tables) == 1:
-        write_result(tables[0], fmt, output)
-        return
-    out = open(output, "w", encoding="utf-8") if output else None
-    try:
-        for i, table in enumerate(tables):
-            if i and fmt in ("table", "csv"):
-                (out or sys.stdout).write("\n")
-            if out is None:
-                write_result(table, fmt, None)
-                sys.stdout.flush()
-            else:
-                import io
-
-                buf = io.StringIO()
-                real, sys.stdout = sys.stdout, buf
-                try:
-                    write_result(table, fmt, None)
-                finally:
-                    sys.stdout = real
-                out.write(buf.getvalue())
-    finally:
-        if out is not None:
-            out.close()
 
 
 @cli.command()
@@ -1043,6 +1038,12 @@ def main(argv=None):
         args = _sql_comment_first(args)
     try:
         cli.main(args=args, prog_name="kmemscope", standalone_mode=False)
+        sys.stdout.flush()      # a closed pipe shows here, not as Python's complaint at exit
+    except (_PipeClosed, BrokenPipeError):
+        # `kmemscope sql ... | head`: the reader has what it wanted; quiet, and no
+        # second error when Python flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except click.exceptions.Abort as exc:
         # click turns KeyboardInterrupt (and so Terminated) into Abort.
         cause = exc.__cause__ or exc.__context__
@@ -1076,13 +1077,14 @@ def main(argv=None):
     except KeyboardInterrupt:
         click.echo("kmemscope: error: interrupted", err=True)
         sys.exit(130)
-    except BrokenPipeError:
-        # `kmemscope sql ... | head`: the reader has what it wanted; quiet, and no
-        # second error when Python flushes stdout at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
     except SystemExit:
         raise
+    except MemoryError:
+        if debug:
+            raise
+        _error("out of memory (narrow the question; `kmemscope sql` with --format csv, "
+               "jsonl or parquet streams a result of any size)")
+        sys.exit(1)
     except Exception as exc:  # a bug in kmemscope: one line, the traceback on --debug
         if _stopped_by is not None:       # a stop signal that a library's error wrapped
             click.echo("kmemscope: error: interrupted" if _stopped_by == signal.SIGINT else

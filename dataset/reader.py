@@ -740,9 +740,10 @@ _PLAIN_KINDS = {**dict.fromkeys(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UT
                 "FLOAT": "float", "DOUBLE": "float", "VARCHAR": "text", "BOOLEAN": "bool"}
 
 
-def query_rows(con, sql, params=None):
+def query_rows(con, sql, params=None, max_rows=None):
     """Like query_arrow, but a result of plain scalar columns comes back as tables.Rows
-    (no pyarrow imported for it); others as an Arrow table. The statement runs once."""
+    (no pyarrow imported for it); others as an Arrow table. The statement runs once.
+    max_rows: fetch no more than this many rows (the rest are never made)."""
     from .rows import Rows
 
     if not hasattr(con, "sql"):
@@ -752,8 +753,48 @@ def query_rows(con, sql, params=None):
         return None
     kinds = [_PLAIN_KINDS.get(str(t)) for t in rel.types]
     if None in kinds or not hasattr(rel, "fetchall"):
-        return _relation_arrow(rel)
+        if max_rows is None:
+            return _relation_arrow(rel)
+        return _first_rows(_relation_batches(rel), max_rows)
+    if max_rows is not None:
+        rel = rel.limit(max_rows)       # the rest of the result is never made
     return Rows(rel.columns, kinds, rel.fetchall())
+
+
+# Rows per Arrow batch of a streamed result: a few MB for a typical row, big enough that
+# the per-batch cost of the writers (a CSV or Parquet write call) does not show.
+BATCH_ROWS = 65536
+
+
+def query_batches(con, sql, params=None, batch_rows=BATCH_ROWS):
+    """Run `sql` with bound `params` -> a pyarrow.RecordBatchReader that fetches the result
+    from DuckDB a batch at a time as it is read (None for a statement without a result).
+
+    Only the batch in hand is in Python's memory, whatever the size of the result; DuckDB's
+    own memory stays under its memory_limit. Read it before `con` closes."""
+    rel = con.sql(sql, params=params) if params else con.sql(sql)
+    if rel is None:
+        return None
+    return _relation_batches(rel, batch_rows)
+
+
+def _relation_batches(rel, batch_rows=BATCH_ROWS):
+    if hasattr(rel, "to_arrow_reader"):             # DuckDB 2
+        return rel.to_arrow_reader(batch_rows)
+    return rel.fetch_record_batch(batch_rows)       # DuckDB 1
+
+
+def _first_rows(batches, max_rows):
+    """The first `max_rows` rows of a RecordBatchReader as an Arrow table; the rest unread."""
+    import pyarrow as pa
+
+    kept, count = [], 0
+    for batch in batches:
+        if count >= max_rows:
+            break
+        kept.append(batch.slice(0, max_rows - count))
+        count += kept[-1].num_rows
+    return pa.Table.from_batches(kept, schema=batches.schema)
 
 
 def _relation_arrow(rel):

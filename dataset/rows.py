@@ -18,3 +18,7 @@ class Rows:
 
     def columns_as_lists(self):
         return [[r[j] for r in self.rows] for j in range(len(self.column_names))]
+
+    def slice(self, offset, length):
+        """Rows offset .. offset+length, as pyarrow.Table.slice gives them."""
+        return Rows(self.column_names, self.kinds, self.rows[offset:offset + length])

@@ -379,11 +379,17 @@ def _run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | N
              runs=None, label: LabelsArg = None, params=None, read_only: bool = False,
              timeout: float | None = None, memory_limit: str | None = None,
              notes: list | None = None, caller_frames: bool = False,
-             plain_rows: bool = False) -> list:
+             plain_rows: bool = False, max_rows: int | None = None, on_result=None) -> list:
     """THE way kmemscope runs SQL statements over a dataset (Dataset.sql and `kmemscope
     sql`) -> one pyarrow.Table or None per statement (plain_rows: a result of plain scalar
-    columns as tables.Rows instead, for a text table printed without pyarrow). params are
-    bound to the last statement, as DuckDB binds them in a text of several.
+    columns as tables.Rows instead, for a text table printed without pyarrow; with it,
+    max_rows: no more rows of each result than that are fetched). Each statement is bound
+    only the parameters it names (DuckDB refuses one it does not use).
+
+    on_result(batches): each statement's result streamed instead of kept, while the query
+    runs under its limits: a pyarrow.RecordBatchReader that fetches from DuckDB as it is
+    read (None for a statement without rows); the list holds what on_result returns. Only
+    a batch at a time is held in Python, so memory_limit bounds a result of any size.
 
     On Spark (engine) the SQL is translated, statement by statement; read_only, timeout
     and memory_limit are DuckDB's and refused there, and parameters are named.
@@ -404,7 +410,6 @@ def _run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | N
     ref = DatasetRef.of(dataset)
     if not statements:       # the text was cut by _sql_statements, which refuses none
         raise ValueError("_run_sql runs one statement or more")
-    last = len(statements) - 1
     spec = EngineSpec.of(engine)
     if spec.is_spark:
         from kmemscope.queries.runner import backend_errors, open_runs
@@ -417,10 +422,13 @@ def _run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | N
         backend = open_runs(ref, runs, label, engine=spec)[0]
         try:
             with backend_errors(backend, "SQL"):
-                return [backend.query_arrow(q, dict(params or {}) if i == last else None)
-                        for i, q in enumerate(statements)]
+                tables = [backend.query_arrow(q, dict(_params_of(q, statements, params) or {}))
+                          for q in statements]
         finally:
             backend.close()
+        if on_result is not None:     # Spark hands results over whole: stream them from here
+            tables = [on_result(None if t is None else t.to_reader()) for t in tables]
+        return tables
     import duckdb
 
     from kmemscope.dataset import limits, reader
@@ -444,24 +452,43 @@ def _run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | N
             elif caller_frames:
                 con.execute("SET python_scan_all_frames = true")
             with reader.guarded(con, timeout):
-                fetch = reader.query_rows if plain_rows else reader.query_arrow
-                for i, q in enumerate(statements):
-                    bound = params if i == last else None
+                def fetch(con, q, p):
+                    if on_result is not None:
+                        return on_result(reader.query_batches(con, q, p))
+                    if plain_rows:
+                        return reader.query_rows(con, q, p, max_rows=max_rows)
+                    return reader.query_arrow(con, q, p)
+
+                for q in statements:
                     try:
                         try:
-                            tables.append(fetch(con, q, bound))
+                            tables.append(fetch(con, q, _params_of(q, statements, params)))
                         except duckdb.CatalogException:
                             if scope is None:
                                 raise
                             # a name the scan of the text missed, or none at all: DuckDB
                             # answers (or suggests a name) from every view, as it always did
                             scope = widen(backend, chosen, parts, scope)
-                            tables.append(fetch(con, q, bound))
+                            tables.append(fetch(con, q, _params_of(q, statements, params)))
                     except duckdb.Error as exc:
                         raise QueryError(f"SQL failed: {reader.sql_error_text(exc)}",
                                          "`kmemscope info DATASET` lists the tables; "
                                          "quote \"order\"") from None
     return tables
+
+
+def _params_of(statement, statements, params):
+    """The parameters one of several statements gets: named ones ($name), those it refers
+    to (DuckDB refuses a statement given one it does not use); positional ones (?), the
+    last statement only, whose result is the answer. One statement gets them all (an
+    unused one is an error, as in Dataset.sql)."""
+    if len(statements) < 2 or params is None:
+        return params
+    if not isinstance(params, Mapping):
+        return params if statement is statements[-1] else None
+    from kmemscope.queries.runner import _used
+
+    return _used(statement, params) or None
 
 
 def open(path, engine: str = "duckdb", spark_master: str | None = None,  # noqa: A001

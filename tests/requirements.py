@@ -17,13 +17,17 @@ SWITCHES = {
     "spark": ("KMEMSCOPE_REQUIRE_SPARK", "Java 17+ and the [spark] extra (make setup-spark)"),
     "tracefs": ("KMEMSCOPE_REQUIRE_TRACEFS",
                 "root, tracefs, trace-cmd and a kernel with the kmem/compaction/vmscan "
-                "tracepoints of the Linux release the tests were written against"),
+                "tracepoints of the Linux release the tests were written against, "
+                "/proc/pressure (CONFIG_PSI) and debugfs's extfrag files"),
+    "quiet": ("KMEMSCOPE_REQUIRE_QUIET",
+              "a machine that nothing else squeezes for memory or traces on while the live "
+              "tests run (a dedicated CI runner)"),
     "fixtures": ("KMEMSCOPE_REQUIRE_FIXTURES",
                  "the public trace.dat fixtures at ../shared/fixtures/public beside the clone"),
     "python38": ("KMEMSCOPE_REQUIRE_PYTHON38", "a Python 3.8 interpreter for the record .pyz"),
     "setup": ("KMEMSCOPE_REQUIRE_SETUP",
               "what `make setup` installs (trace-cmd, zstd, gcc, pkg-config, binutils, the "
-              "[test] extra) and the committed examples/"),
+              "[report] and [test] extras) and the committed examples/"),
 }
 
 # Requirements that were demanded but missing, where failing on the spot was not possible

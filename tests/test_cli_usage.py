@@ -4,16 +4,20 @@ Each test runs the real `kmemscope` in its own process, as a shell would, and
 checks stdout, stderr and the exit status; the oracle for SQL results is
 DuckDB's own answer to the same statements over the same Parquet files.
 """
+import csv
+import io
 import json
 import os
 import pty
+import shlex
 import shutil
 import subprocess
 import sys
 
 import pytest
 from conftest import EXAMPLES
-from kmrun import KMEMSCOPE
+from kmdata import run_rows
+from kmrun import KMEMSCOPE, kmemscope, one_error_line
 
 
 @pytest.fixture(scope="module")
@@ -23,15 +27,7 @@ def ds(examples_dataset):
 
 
 def run(*args, stdin=None):
-    return subprocess.run([*KMEMSCOPE, *map(str, args)], capture_output=True, text=True,
-                          input=stdin, timeout=300)
-
-
-def one_error_line(proc, code=1):
-    assert proc.returncode == code, (proc.returncode, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), proc.stderr
-    return lines[0]
+    return kmemscope(*args, check=False, input=stdin, timeout=300)
 
 
 @pytest.mark.parametrize("sql", ["", ";", "  \n", "-- only a comment", "/* c */ ;"])
@@ -85,18 +81,86 @@ def test_bare_kmemscope_prints_help_on_stdout_and_exits_0():
     ["no-such-verb"],
 ])
 def test_usage_errors_exit_2_everywhere(args, tmp_path):
-    proc = subprocess.run([*KMEMSCOPE, *args], capture_output=True, text=True, timeout=60,
-                          cwd=tmp_path)
-    one_error_line(proc, code=2)
+    one_error_line(kmemscope(*args, check=False, timeout=60, cwd=tmp_path), code=2)
 
 
-def test_a_closed_pipe_exits_0_quietly(ds):
-    # `kmemscope sql ... | head -1`: head leaves after one line
-    sh = (f"{' '.join(KMEMSCOPE)} sql {ds} \"SELECT * FROM range(200000)\" | head -1; "
+@pytest.mark.parametrize("fmt", ["table", "csv", "json", "jsonl", "parquet"])
+def test_a_closed_pipe_exits_0_quietly_in_every_format(ds, fmt):
+    # `kmemscope sql ... | head -1`: head leaves after one line (parquet: after one byte)
+    cut = "head -c 1" if fmt == "parquet" else "head -1"
+    sh = (f"{' '.join(KMEMSCOPE)} sql {shlex.quote(str(ds))} "
+          f"'SELECT range FROM range(300000)' --format {fmt} | {cut} >/dev/null; "
           "echo status=${PIPESTATUS[0]}")
     proc = subprocess.run(["bash", "-c", sh], capture_output=True, text=True, timeout=300)
-    assert proc.stdout.splitlines()[-1] == "status=0", proc.stdout[-200:]
+    assert proc.stdout.splitlines()[-1] == "status=0", proc.stdout[-200:] + proc.stderr
     assert proc.stderr == ""
+
+
+def test_sql_takes_runs_labels_and_bound_parameters_as_the_api_does(ds):
+    """--run, --label and --param as Dataset.sql's run=, label= and params=; the oracle is a
+    recount of the runs' Parquet files in plain Python."""
+    runs = {run: dict(r["labels"]) for run in sorted(p.name[len("run_id="):]
+                                                    for p in (ds / "runs").glob("run_id=*"))
+            for r in run_rows(ds, "runs", run, ["labels"])}
+    (run_a,) = [r for r, labels in runs.items() if labels.get("kernel") == "a"]
+    orders = [r["order"] for r in run_rows(ds, "mm_page_alloc", run_a, ["order"])]
+    count = "SELECT count(*) AS n FROM mm_page_alloc"
+
+    def n(*args):
+        proc = run("sql", ds, *args, "--format", "json")
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)[0]["n"]
+
+    assert n(count, "--run", run_a) == len(orders)
+    assert n(count, "--label", "kernel=a") == len(orders)
+    assert n("SELECT count(*) AS n FROM runs", "--label", "kernel=b") == 1
+    assert n(count + ' WHERE "order" = $o', "--param", "o=9") == orders.count(9)
+    # a value is bound, never pasted into the SQL
+    hostile = "1; DROP VIEW runs; --"
+    assert n("SELECT $v AS n", "--param", f"v={hostile}") == hostile
+    assert "KEY=VALUE" in one_error_line(run("sql", ds, count, "--param", "o"), code=2)
+
+
+def test_csv_cells_cannot_act_on_a_terminal_or_a_spreadsheet(ds):
+    """Control characters are escaped as in tables, and a cell that a spreadsheet would run
+    as a formula (OWASP's CSV injection: = + - @, tab, CR) starts with a quote."""
+    cells = ["=cmd|' /c calc'!A1", "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx",
+             "\x1b]0;pwned\x07", "a\nb", "plain", "-"]
+    sql = " UNION ALL ".join(f"SELECT {i} AS i, {sql_text(c)} AS cell" for i, c in enumerate(cells))
+    proc = run("sql", ds, sql + " ORDER BY i", "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    got = [row["cell"] for row in csv.DictReader(io.StringIO(proc.stdout))]
+    want = []
+    for c in cells:                 # the oracle: OWASP's rule and the escapes, spelled out here
+        c = (c.replace("\t", "\\t").replace("\r", "\\r").replace("\n", "\\n")
+             .replace("\x1b", "\\x1b").replace("\x07", "\\x07"))
+        want.append("'" + c if c[:1] in ("=", "+", "-", "@") else c)
+    assert got == want
+    assert not any(ord(ch) < 0x20 for ch in proc.stdout.replace("\n", "").replace("\r", ""))
+    # json keeps the data as it is: the way to the raw values
+    as_json = json.loads(run("sql", ds, sql + " ORDER BY i", "--format", "json").stdout)
+    assert [r["cell"] for r in as_json] == cells
+
+
+def test_running_out_of_memory_is_one_error_line(ds, tmp_path):
+    """Python's MemoryError (an address-space limit, a result held whole) is the one line of
+    every error, not an internal error: planted where the verb fetches its rows."""
+    code = ("import kmemscope.api as api\n"
+            "def run_sql(*args, **kwargs):\n"
+            "    raise MemoryError()\n"
+            "api._run_sql = run_sql\n"
+            "from kmemscope.cli.verbs import main\n"
+            f"main(['sql', {str(ds)!r}, 'SELECT 1'])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)       # the installed kmemscope, not ./
+    assert "out of memory" in one_error_line(proc)
+
+
+def sql_text(value):
+    """A SQL string literal of `value`, control characters by chr() (the test's own quoting)."""
+    parts = [f"chr({ord(ch)})" if ord(ch) < 0x20 else "'" + ch.replace("'", "''") + "'"
+             for ch in value]
+    return "(" + " || ".join(parts) + ")"
 
 
 def test_tables_fit_the_terminal_and_pfns_print_in_hex(ds):

@@ -12,12 +12,11 @@ import csv
 import json
 import re
 import statistics
-import subprocess
 import sys
 
 import pytest
 from conftest import EXAMPLES, PROJECT_ROOT
-from kmrun import KMEMSCOPE, kmemscope
+from kmrun import kmemscope
 
 sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
 import fleet_dataset  # noqa: E402
@@ -213,9 +212,8 @@ def test_over_minute_sums_to_the_counters_increase(fleet):
 
 def test_one_sided_comparison_is_one_error_line(fleet):
     run = fleet["copies"]["thp-faults"][0]
-    proc = subprocess.run([*KMEMSCOPE, "compare", str(fleet["ds"]), "--by", "copy_of",
-                           "--label", f"copy_of={fleet['source_runs'][1]}"],
-                          capture_output=True, text=True, timeout=300)
+    proc = kmemscope("compare", fleet["ds"], "--by", "copy_of",
+                     "--label", f"copy_of={fleet['source_runs'][1]}", check=False, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
@@ -230,8 +228,8 @@ def test_one_sided_comparison_is_one_error_line(fleet):
     ("stalls.nope.p99_ms", "bad stall metric"),
 ])
 def test_unknown_metrics_are_one_error_line(fleet, metric, says):
-    proc = subprocess.run([*KMEMSCOPE, "compare", str(fleet["ds"]), "--by", "copy_of",
-                           "--metrics", metric], capture_output=True, text=True, timeout=300)
+    proc = kmemscope("compare", fleet["ds"], "--by", "copy_of", "--metrics", metric,
+                     check=False, timeout=300)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], proc.stderr

@@ -10,7 +10,6 @@ reports for the command's process (os.wait4), and the bytes written to the termi
 import json
 import os
 import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 
 import hostile
 from conftest import EXAMPLES
-from kmrun import KMEMSCOPE, kmemscope
+from kmrun import kmemscope, KMEMSCOPE, one_error_line
 
 ALLOCS = EXAMPLES / "thp-faults"          # its run has mm_page_alloc events
 OTHER = EXAMPLES / "memory-pressure"
@@ -26,16 +25,7 @@ ESC_TITLE = "\x1b]0;pwned\x07"            # sets the terminal's title when print
 
 
 def run(*args, timeout=300):
-    return subprocess.run([*KMEMSCOPE, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def one_error_line(proc):
-    assert proc.returncode == 1, f"exit status {proc.returncode}: {proc.stderr}"
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), proc.stderr
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
-    return lines[0]
+    return kmemscope(*args, check=False, timeout=timeout)
 
 
 def measured(*args, timeout=900):

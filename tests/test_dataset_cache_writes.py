@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+import requirements
+
 from kmemscope.dataset import cache_write
 from kmemscope.api import verify
 from kmemscope.queries import result_cache, runner
@@ -294,8 +296,11 @@ def test_export_perfetto_with_a_lock_that_is_a_fifo_leaves_the_dataset_verified(
     """`export perfetto` reads stalls.each through the kept rows: with the lock a FIFO it
     exported and exited 0 leaving an unrecorded cache file, and `verify` failed from then
     on. Now it exports and the dataset's caches and records are as they were."""
-    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
-                        reason="the perfetto package is not installed")
+    import importlib.util
+
+    if importlib.util.find_spec("perfetto") is None:
+        requirements.skip("setup", "the perfetto package ([report] extra) is not installed "
+                          "(pip install 'kmemscope[report]')")
     before = _caches(dataset)
     (dataset / ".kmemscope.lock").unlink(missing_ok=True)
     os.mkfifo(dataset / ".kmemscope.lock")

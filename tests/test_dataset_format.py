@@ -28,19 +28,11 @@ import requirements
 
 import kmdata as K
 from conftest import EXAMPLES
-from kmrun import kmemscope
+from kmrun import kmemscope, one_error_line
 from kmemscope.dataset import format as F
 
 SMALL = EXAMPLES / "memory-pressure"
 ALLOCS = EXAMPLES / "thp-faults"     # 30,026 mm_page_alloc events
-
-
-def one_error_line(proc):
-    assert proc.returncode != 0, proc.stdout
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

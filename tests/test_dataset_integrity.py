@@ -8,15 +8,13 @@ the honest run's own rows, read with plain pyarrow, and the file system.
 """
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 import hostile
 from conftest import EXAMPLES
-from kmrun import KMEMSCOPE, kmemscope
-from kmemscope.dataset.handle import DatasetRef
+from kmrun import kmemscope, one_error_line
 
 HONEST = EXAMPLES / "kmem-compaction"
 OTHER = EXAMPLES / "thp-faults"
@@ -24,16 +22,7 @@ ANALYSES = ["summary", "hot_pfns", "atomic_orders"]
 
 
 def run(*args, timeout=300):
-    return subprocess.run([*KMEMSCOPE, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def one_error_line(proc, code=1):
-    assert proc.returncode == code, f"exit status {proc.returncode}: {proc.stderr}"
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), proc.stderr
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
-    return lines[0]
+    return kmemscope(*args, check=False, timeout=timeout)
 
 
 def run_ids(ds):

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 import hostile
+import requirements
 from conftest import EXAMPLES
-from kmrun import default_signals, KMEMSCOPE, kmemscope
+from kmrun import default_signals, KMEMSCOPE, kmemscope, one_error_line, popen
 from kmemscope.dataset.handle import DatasetRef
 
 SMALL = EXAMPLES / "memory-pressure"      # the run every dataset here holds
@@ -29,20 +30,11 @@ READERS = [("info", "{ds}"), ("query", "compaction", "{ds}"),
 
 
 def run(*args, timeout=120):
-    return subprocess.run([*KMEMSCOPE, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    return kmemscope(*args, check=False, timeout=timeout)
 
 
 def readers(ds):
     return [[str(a).format(ds=ds) for a in args] for args in READERS]
-
-
-def one_error_line(proc):
-    assert proc.returncode == 1, f"exit status {proc.returncode}: {proc.stderr}"
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kmemscope: error: "), proc.stderr
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
-    return lines[0]
 
 
 def part_rows(ds, run_id="*"):
@@ -220,7 +212,7 @@ def test_a_fifo_or_device_in_a_dataset_is_an_error_not_a_hang(ds, where):
         try:
             os.mknod(bad, stat.S_IFCHR | 0o600, os.makedev(1, 5))     # what /dev/zero is
         except PermissionError:
-            pytest.skip("making a device node needs root")
+            requirements.skip("tracefs", "making a device node needs root")
     before = hostile.tree_state(ds)
     for args in readers(ds):
         try:
@@ -297,9 +289,8 @@ def test_readers_leave_an_interrupted_commit_to_the_next_parse(ds):
     from kmemscope.dataset.reader import finish_interrupted_commits
 
     ds, run_id, rows, _outside = ds
-    proc = subprocess.run([*KMEMSCOPE, "parse", "-q", str(SMALL), "-o", str(ds),
-                           "--label", "side=new"], capture_output=True, text=True,
-                          env={**os.environ, "KMEMSCOPE_TEST_CRASH_AFTER_RENAMES": "3"})
+    proc = kmemscope("parse", "-q", SMALL, "-o", ds, "--label", "side=new", check=False,
+                     env={**os.environ, "KMEMSCOPE_TEST_CRASH_AFTER_RENAMES": "3"})
     assert proc.returncode == 99, "the commit was not interrupted"
     (ds / ".kmemscope.lock").unlink()
     before = hostile.tree_state(ds)
@@ -376,10 +367,8 @@ def test_a_signal_ends_sql_at_once_in_one_line(ds, tmp_path, sig, mode):
     ds, _run_id, _rows, _outside = ds
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.Popen([*KMEMSCOPE, "sql", *mode, str(ds), SLOW_SQL],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp)},
-                            preexec_fn=default_signals)
+    proc = popen("sql", *mode, ds, SLOW_SQL, env={**os.environ, "TMPDIR": str(tmp)},
+                 preexec_fn=default_signals)
     # Ready when its SQL session's private spill folder exists: the dataset is open and the
     # statement starts (a generous bound for a loaded machine, not a timing assertion).
     waited = 0
@@ -405,10 +394,10 @@ def test_sql_spills_into_a_private_directory_it_removes(ds, tmp_path):
     ds, _run_id, _rows, _outside = ds
     work = tmp_path / "cwd"
     work.mkdir()
-    proc = subprocess.run([*KMEMSCOPE, "sql", "--read-only", "--memory-limit", "64MB", str(ds),
-                           "SELECT current_setting('temp_directory') AS t, "
-                           "current_setting('memory_limit') AS m", "--format", "json"],
-                          capture_output=True, text=True, cwd=work, timeout=120)
+    proc = kmemscope("sql", "--read-only", "--memory-limit", "64MB", ds,
+                     "SELECT current_setting('temp_directory') AS t, "
+                     "current_setting('memory_limit') AS m", "--format", "json",
+                     check=False, cwd=work, timeout=120)
     assert proc.returncode == 0, proc.stderr
     row = json.loads(proc.stdout)[0]
     assert Path(row["t"]).is_absolute() and not Path(row["t"]).is_relative_to(work), row
@@ -437,9 +426,8 @@ def test_a_lone_surrogate_in_a_label_is_one_line(tmp_path):
     manifest["labels"] = {"side": "\ud800"}
     (bundle / "manifest.json").write_text(json.dumps(manifest))      # "\ud800" escaped
     one_error_line(run("parse", "-q", bundle, "-o", tmp_path / "ds"))
-    proc = subprocess.run([*KMEMSCOPE, "parse", "-q", str(SMALL), "-o", str(tmp_path / "ds"),
-                           b"--label", b"side=\xed\xa0\x80"], capture_output=True, text=True,
-                          timeout=120)
+    proc = kmemscope("parse", "-q", SMALL, "-o", tmp_path / "ds", b"--label",
+                     b"side=\xed\xa0\x80", check=False, timeout=120)
     assert "not valid UTF-8" in one_error_line(proc)
     assert not (tmp_path / "ds").exists()
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import requirements
 from capture_helpers import (PINNED_WORKLOAD, SQUEEZE, TRACEFS, Flight, children, manifest,
                              run_record, sample_headers, stop_all_flights, trace_cmd_processes_under,
                              trace_cmd_report, tracing_state, vmstat_now, vmstat_samples, wait_for)
@@ -181,8 +182,8 @@ def skip_if_tracing_was_turned_off(stderr):
     """Something else (another pytest session restoring its tracefs settings at its end, without
     the lock) turned tracing off meanwhile: the recorder says so, and the window has a gap."""
     if "turned off by something else" in stderr:
-        pytest.skip("not tested: something else turned tracing_on off during the test, so the "
-                    "window holds a gap (the recorder said so and turned it on again)")
+        requirements.skip("quiet", "something else turned tracing_on off during the test, so the "
+                          "window holds a gap (the recorder said so and turned it on again)")
 
 
 def last_error_line(stderr):
@@ -363,8 +364,9 @@ def test_compaction_stall_trigger_fires_under_a_squeeze_and_not_without(tmp_path
     stalls = vmstat_now("compact_stall")["compact_stall"] - quiet_before["compact_stall"]
     assert rc == 0, stderr
     if stalls >= 10 * 2:
-        pytest.skip("not tested: compaction stalled %d times in the 10 s without a squeeze (someone "
-                    "else squeezes memory), so a bundle there would be right" % stalls)
+        requirements.skip("quiet", "compaction stalled %d times in the 10 s without a squeeze "
+                          "(someone else squeezes memory), so a bundle there would be right"
+                          % stalls)
     assert bundles(tmp_path / "quiet") == [] and "0 bundle(s)" in stderr
 
     # With it: one bundle, whose trigger value the bundle's own samples reproduce.
@@ -442,9 +444,9 @@ def test_sigkill_of_recorder_and_guard_leaves_no_trace_cmd_and_cleanup_restores(
     os.kill(guard, signal.SIGKILL)
     flight.proc.kill()
     flight.finish()
-    time.sleep(1)
     # The kernel still traces into its bounded buffer, but no trace-cmd runs unbounded.
-    assert trace_cmd_processes_under(tmp_path) == []
+    assert wait_for(lambda: trace_cmd_processes_under(tmp_path) == [], 30), \
+        trace_cmd_processes_under(tmp_path)
     assert recorder_settings() != before and STATE_FILE.exists()
     result = run_record("--cleanup")
     assert result.returncode == 0, result.stderr
@@ -600,7 +602,7 @@ def test_psi_trigger_does_not_fire_at_start_on_a_quiet_host(tmp_path, before):
     """The kernel's trigger may wake a fresh poll() at once, and the host has stalled since boot:
     neither is a condition of the last window. Started four times, each runs past one window."""
     if not Path("/proc/pressure/memory").exists():
-        pytest.skip("not tested: this kernel has no /proc/pressure/memory (CONFIG_PSI)")
+        requirements.skip("tracefs", "this kernel has no /proc/pressure/memory (CONFIG_PSI)")
     for n in range(4):
         stalled_before = psi_some_total_us()
         flight = Flight("-o", tmp_path / ("quiet%d" % n), *QUICK, "--trigger", PSI_CONDITION,
@@ -610,15 +612,16 @@ def test_psi_trigger_does_not_fire_at_start_on_a_quiet_host(tmp_path, before):
         assert rc == 0, stderr
         assert PSI_CONDITION in stderr
         if stalled_us >= 0.02 * 2e6:
-            pytest.skip("not tested: the host stalled on memory %d ms during a quiet run (someone "
-                        "else squeezes memory), so a bundle would be right" % (stalled_us // 1000))
+            requirements.skip("quiet", "the host stalled on memory %d ms during a quiet run "
+                              "(someone else squeezes memory), so a bundle would be right"
+                              % (stalled_us // 1000))
         assert bundles(tmp_path / ("quiet%d" % n)) == [] and "0 bundle(s)" in stderr, stderr
 
 
 def test_psi_trigger_fires_under_a_squeeze_with_the_value_it_measured(tmp_path, before,
                                                                         nr_hugepages):
     if not Path("/proc/pressure/memory").exists():
-        pytest.skip("not tested: this kernel has no /proc/pressure/memory (CONFIG_PSI)")
+        requirements.skip("tracefs", "this kernel has no /proc/pressure/memory (CONFIG_PSI)")
     squeeze = tmp_path / "squeeze.py"
     squeeze.write_text(SQUEEZE)
     flight = Flight("-o", tmp_path / "flight", *QUICK, "--trigger", PSI_CONDITION,
@@ -660,8 +663,8 @@ def test_pyz_has_the_flight_mode(tmp_path, before, which):
         from test_capture_record import _python38
         python = _python38()
         if python is None:
-            pytest.skip("not tested on Python 3.8: no python3.8 on this machine, and Debian has "
-                        "no package for it (apt-cache policy python3.8: no candidate)")
+            requirements.skip("python38", "no python3.8 on this machine, and Debian has "
+                              "no package for it (apt-cache policy python3.8: no candidate)")
     else:
         python = sys.executable
     pyz = tmp_path / "kmemscope-record.pyz"

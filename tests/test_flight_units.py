@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import requirements
 from kmemscope.capture import flight, triggers
 from kmemscope.capture.sampler import RollingSampler
 from kmemscope.common.errors import CaptureError
@@ -377,7 +378,7 @@ def test_bad_flight_numbers_are_one_clear_line(tmp_path, args, words):
     import subprocess
     import sys
     if os.geteuid() != 0:
-        pytest.skip("not tested: record checks these after the root check, and this is not root")
+        requirements.skip("tracefs", "record checks these after the root check, and this is not root")
     result = subprocess.run([sys.executable, "-m", "kmemscope.capture", "--flight", "-o",
                              str(tmp_path / "f"), *args], capture_output=True, text=True, timeout=60)
     lines = [l for l in result.stderr.splitlines() if l.strip()]

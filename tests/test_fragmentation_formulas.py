@@ -19,6 +19,7 @@ from kmemscope.parsers import procfs
 from kmemscope.queries import runner
 
 import kmdata as K
+from kmrun import kmemscope, one_error_line
 
 LIVE = Path(__file__).parent / "data" / "procfs" / "linux-6.18"
 RUN = "00000000000f4a90"
@@ -211,14 +212,11 @@ def sides(tmp_path_factory):
 def test_frag_metrics_compare_as_the_recount_per_run(sides):
     import json
     import statistics
-    import subprocess
-    import sys
 
     root, runs = sides
-    proc = subprocess.run([sys.executable, "-m", "kmemscope", "compare", str(root), "--by", "kernel",
-                           "--metrics", "frag.unusable_index_order9_max,frag.order9_fail_pct",
-                           "--format", "json"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    proc = kmemscope("compare", root, "--by", "kernel", "--metrics",
+                     "frag.unusable_index_order9_max,frag.order9_fail_pct", "--format", "json",
+                     timeout=300)
     doc = json.loads(proc.stdout)
     by = {(r["metric"], r["side"]): r for r in doc["rows"]}
     for side in ("a", "b"):
@@ -251,26 +249,16 @@ def test_frag_group_and_mmtests_block(sides):
 
 @pytest.mark.parametrize("metric", ["frag.nope", "frag."])
 def test_a_bad_frag_metric_is_one_error_line(sides, metric):
-    import subprocess
-    import sys
-
     root, _runs = sides
-    proc = subprocess.run([sys.executable, "-m", "kmemscope", "compare", str(root), "--by", "kernel",
-                           "--metrics", metric], capture_output=True, text=True, timeout=300)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
-    assert lines[0].startswith("kmemscope: error: bad fragmentation metric"), lines
+    proc = kmemscope("compare", root, "--by", "kernel", "--metrics", metric, check=False,
+                     timeout=300)
+    assert one_error_line(proc).startswith("kmemscope: error: bad fragmentation metric")
 
 
 def test_frag_metrics_of_runs_without_buddyinfo_are_one_error_line(tmp_path):
     """Synthetic: two runs as a bare trace.dat gives them, with no procfs tables."""
-    import subprocess
-    import sys
-
     for i, side in enumerate("ab"):
         K.write_run(tmp_path, "%016x" % (0xf4b0 + i), labels={"kernel": side})
-    proc = subprocess.run([sys.executable, "-m", "kmemscope", "compare", str(tmp_path), "--by", "kernel",
-                           "--metrics", "frag.order9_fail_pct"], capture_output=True, text=True, timeout=300)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
-    assert "no selected run has buddyinfo samples" in lines[0], lines
+    proc = kmemscope("compare", tmp_path, "--by", "kernel", "--metrics", "frag.order9_fail_pct",
+                     check=False, timeout=300)
+    assert "no selected run has buddyinfo samples" in one_error_line(proc)

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+import requirements
 from capture_helpers import SQUEEZE, manifest, run_record
+from kmrun import kmemscope
 
 DEBUGFS = Path("/sys/kernel/debug")
 EXTFRAG = DEBUGFS / "extfrag"
@@ -37,7 +39,8 @@ def debugfs():
     if not (EXTFRAG / "unusable_index").is_file():
         if mounted_here:
             subprocess.run(["umount", str(DEBUGFS)], capture_output=True)
-        pytest.skip("no debugfs extfrag files (a kernel without CONFIG_DEBUG_FS or CONFIG_COMPACTION)")
+        requirements.skip("tracefs", "no debugfs extfrag files (a kernel without CONFIG_DEBUG_FS "
+                          "or CONFIG_COMPACTION)")
     yield EXTFRAG
     if mounted_here:
         subprocess.run(["umount", str(DEBUGFS)], capture_output=True)
@@ -59,9 +62,7 @@ def recording(live_tracefs, tracing_lock_module, debugfs, tmp_path_factory):
             HUGEPAGES.write_text(old)
     assert done.returncode == 0, done.stderr
     assert HUGEPAGES.read_text().strip() == old
-    parsed = subprocess.run([sys.executable, "-m", "kmemscope", "parse", "-q", str(tmp / "bundle"),
-                             "-o", str(tmp / "ds")], capture_output=True, text=True, timeout=600)
-    assert parsed.returncode == 0, parsed.stderr
+    kmemscope("parse", "-q", tmp / "bundle", "-o", tmp / "ds", timeout=600)
     return tmp / "bundle", tmp / "ds"
 
 

@@ -7,19 +7,21 @@ back as Perfetto's Trace message and checked against recounts made here from
 the Parquet files with pyarrow and plain Python, and against the `stalls`
 analysis whose slices it draws.
 """
+import importlib.util
 import json
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 
+import kmrun
+import requirements
 from kmdata import run_rows as rows
 
-
-perfetto_pb2 = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
-                                   reason="the perfetto package is not installed (make setup)")
+if importlib.util.find_spec("perfetto") is None:
+    requirements.skip("setup", "the perfetto package ([report] extra) is not installed "
+                      "(make setup)", allow_module_level=True)
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as perfetto_pb2  # noqa: E402
 TrackEvent = perfetto_pb2.TrackEvent
 # The examples exported, by their folder under examples/ (runs of the shared A/B dataset).
 BUNDLES = {"pressure": "memory-pressure", "thp": "thp-faults"}
@@ -28,8 +30,8 @@ KIND_OF_SLICE = {"direct compaction": "direct_compaction", "direct reclaim": "di
 
 
 def kmemscope(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "kmemscope", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+    """The real command line (tests/kmrun.py); its exit status is the caller's to check."""
+    return kmrun.kmemscope(*args, check=False, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

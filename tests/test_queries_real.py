@@ -35,9 +35,9 @@ from kmemscope.queries import runner
 
 from capture_helpers import wait_for
 from conftest import EXAMPLES, TRACEFS, record_lock, tracefs_available
+from kmrun import kmemscope
 
 FAILED = {2 ** 64 - 1, 2 ** 32 - 1}
-KMEMSCOPE = Path(sys.executable).with_name("kmemscope")
 
 WORKLOAD = r"""
 import mmap, os, shutil, sys, time
@@ -106,11 +106,7 @@ def real(tmp_path_factory):
         trace = tmp / "trace.dat"
         _record(trace, Path("/dev/shm") / f"kmemscope-test-{os.getpid()}")
     ds = tmp / "ds"
-    if not KMEMSCOPE.exists():
-        requirements.skip("setup", "kmemscope is not installed in this environment (make setup)")
-    done = subprocess.run([str(KMEMSCOPE), "parse", str(trace), "-o", str(ds)],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    kmemscope("parse", trace, "-o", ds)
     return trace, ds
 
 

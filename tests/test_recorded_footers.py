@@ -10,8 +10,6 @@ fit is still left out with a note.
 """
 import base64
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,19 +17,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import EXAMPLES
+from kmrun import kmemscope, one_error_line
 
 from kmemscope.dataset import reader
 from kmemscope.dataset.handle import DatasetRef
 
-KMEMSCOPE = [sys.executable, "-m", "kmemscope"]
-
-
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory):
     ds = tmp_path_factory.mktemp("recorded") / "ds"
-    subprocess.run(KMEMSCOPE + ["parse", str(EXAMPLES / "kmem-compaction"),
-                                str(EXAMPLES / "memory-pressure"), "-o", str(ds), "-q"],
-                   check=True, capture_output=True)
+    kmemscope("parse", EXAMPLES / "kmem-compaction", EXAMPLES / "memory-pressure", "-o", ds, "-q")
     return ds
 
 
@@ -78,8 +72,7 @@ def test_every_recorded_digest_is_the_committed_files_own(parsed):
 
 
 def test_info_counts_the_rows_the_footers_hold(parsed):
-    out = subprocess.run(KMEMSCOPE + ["info", str(parsed), "--format", "json"],
-                         check=True, capture_output=True, text=True).stdout
+    out = kmemscope("info", parsed, "--format", "json").stdout
     doc = json.loads(out)
     tables = doc["tables"] if isinstance(doc, dict) else doc
     want = {}
@@ -146,9 +139,7 @@ def test_records_without_footers_read_as_before(parsed, tmp_path):
     assert reader.recorded_footers(parts) == {}
     bad = reader.unfit_runs(parts)
     assert list(bad) == [run]
-    out = subprocess.run(KMEMSCOPE + ["sql", str(ds), "SELECT count(*) AS n FROM runs",
-                                      "--format", "csv"], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    out = kmemscope("sql", ds, "SELECT count(*) AS n FROM runs", "--format", "csv")
     assert out.stdout.splitlines()[1] == "1"
     assert f"run {run} is left out" in out.stderr
 
@@ -181,13 +172,10 @@ def test_a_record_that_lies_about_its_file_does_not_let_its_rows_in(parsed, tmp_
                   "--format", "jsonl"],
                  ["sql", str(ds), "--read-only", "SELECT count(*) AS n FROM vmstat",
                   "--format", "jsonl"]):
-        out = subprocess.run(KMEMSCOPE + args, capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
+        out = kmemscope(*args)
         assert json.loads(out.stdout.splitlines()[-1]) == {"n": others}, args
         assert f"run {run} is left out" in out.stderr and "value" in out.stderr
-    out = subprocess.run(KMEMSCOPE + ["query", "vmstat_rates", str(ds), "--format", "csv"],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    out = kmemscope("query", "vmstat_rates", ds, "--format", "csv")
     assert f"run {run} is left out" in out.stderr
     assert run not in out.stdout
 
@@ -196,12 +184,10 @@ def test_a_lying_record_found_after_the_first_views_stops_the_sql(parsed, tmp_pa
     ds = _copy(parsed, tmp_path / "ds")
     run = _lie_about_vmstat(ds)
     # runs is opened from the text, vmstat with the rest once DuckDB misses a name
-    out = subprocess.run(KMEMSCOPE + ["sql", str(ds), "SELECT count(*) FROM runs; "
-                                      "SELECT * FROM vmstat_typo"],
-                         capture_output=True, text=True)
-    assert out.returncode != 0 and out.stdout == ""
-    assert out.stderr.startswith(f"kmemscope: error: run {run} cannot be read")
-    assert len(out.stderr.splitlines()) == 1
+    out = kmemscope("sql", ds, "SELECT count(*) FROM runs; SELECT * FROM vmstat_typo",
+                    check=False)
+    assert one_error_line(out).startswith(f"kmemscope: error: run {run} cannot be read")
+    assert out.stdout == ""
 
 
 @pytest.mark.parametrize("text", [

@@ -12,13 +12,13 @@ Parquet files of each side's runs, with pyarrow and collections.Counter only.
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter, defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+import kmrun
 import requirements
 from kmdata import run_rows as rows
 
@@ -34,8 +34,8 @@ FAILED_PFN = 2 ** 64 - 1
 
 
 def kmemscope(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "kmemscope", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+    """The real command line (tests/kmrun.py); its exit status is the caller's to check."""
+    return kmrun.kmemscope(*args, check=False, timeout=timeout)
 
 
 # ---------------------------------------------------------------- the dataset and its recounts

@@ -114,3 +114,51 @@ def test_every_switch_is_documented_for_contributors():
     page = (TESTS.parent / "docs" / "contributing.md").read_text()
     for what, (switch, _demands) in requirements.SWITCHES.items():
         assert f"| `{what}` | `{switch}` |" in page, f"{what} ({switch}) is not in docs/contributing.md"
+
+
+# ---------------------------------------------------------------- the skip policy
+
+# Helpers of the suite that may call pytest's skip machinery themselves: the one helper.
+SKIP_HELPERS = {"requirements.py"}
+BARE_SKIPS = {"skip", "importorskip", "skipif", "xfail", "SkipTest"}
+
+
+def bare_skips(source, name="<planted>"):
+    """'file:line what' for each way `source` skips other than through requirements.py:
+    pytest.skip/importorskip/xfail, @pytest.mark.skip/skipif/xfail, unittest's SkipTest,
+    or those names imported from pytest or unittest."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, ast.ImportFrom) and node.module in ("pytest", "unittest"):
+            found += [f"{name}:{node.lineno} from {node.module} import {a.name}"
+                      for a in node.names if a.name in BARE_SKIPS]
+        elif isinstance(node, ast.Attribute) and node.attr in BARE_SKIPS:
+            base = node.value
+            while isinstance(base, ast.Attribute):     # pytest.mark.skipif, unittest.case.SkipTest
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in ("pytest", "unittest"):
+                found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_no_test_skips_but_through_a_requirement():
+    """Every skip names a requirement whose switch can demand it (tests/requirements.py)."""
+    found = [hit for path in sorted(TESTS.glob("*.py")) if path.name not in SKIP_HELPERS
+             for hit in bare_skips(path.read_text(), path.name)]
+    assert not found, "skips outside requirements.skip():\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("planted", [
+    "import pytest\ndef test_x():\n    pytest.skip('no trace-cmd')\n",
+    "import pytest\nperfetto = pytest.importorskip('perfetto')\n",
+    "import pytest\n@pytest.mark.skipif(True, reason='no PSI')\ndef test_x():\n    pass\n",
+    "import pytest\n@pytest.mark.skip\ndef test_x():\n    pass\n",
+    "import pytest\ndef test_x():\n    pytest.xfail('flaky')\n",
+    "from pytest import skip\ndef test_x():\n    skip('no debugfs')\n",
+    "import unittest\ndef test_x():\n    raise unittest.SkipTest('no root')\n",
+], ids=["skip", "importorskip", "skipif", "mark.skip", "xfail", "from-import", "SkipTest"])
+def test_the_skip_policy_finds_every_bare_skip(planted):
+    assert bare_skips(planted), planted
+    assert not bare_skips("import requirements\nrequirements.skip('setup', 'no trace-cmd')\n")

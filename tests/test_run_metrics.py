@@ -8,13 +8,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import time
 
 import pyarrow.parquet as pq
 import pytest
 from conftest import EXAMPLES
-from kmrun import KMEMSCOPE, kmemscope
+from kmrun import kmemscope
 
 
 def snapshot(root):
@@ -56,7 +55,7 @@ def partition(ds, run):
 
 
 def run_cli(*args):
-    return subprocess.run([*KMEMSCOPE, *map(str, args)], capture_output=True, text=True, timeout=300)
+    return kmemscope(*args, check=False, timeout=300)
 
 
 def test_csv_and_json_import_and_reimport_replaces_that_metric(ds, tmp_path):

@@ -10,14 +10,13 @@ a bad URL) must be one line and exit 1.
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import requirements
-from conftest import EXAMPLES, PROJECT_ROOT, SPARK_TEST_CONF, skip_spark_test, skip_without_spark
+import kmrun
+from conftest import EXAMPLES, SPARK_TEST_CONF, skip_spark_test, skip_without_spark
 
 try:
     import s3fs  # noqa: F401
@@ -29,8 +28,6 @@ except ImportError as exc:
 import kmemscope  # noqa: E402
 from kmemscope.dataset.handle import DatasetRef
 
-_SCRIPT = Path(sys.executable).parent / "kmemscope"
-KMEMSCOPE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kmemscope.cli"]
 BUCKET = "kmemscope-test"
 # hadoop-aws and its dependencies, fetched from Maven Central by the first Spark run on this
 # machine and resolved from here by every later one (not a temporary directory).
@@ -60,12 +57,7 @@ def _env(**over):
 
 
 def cli(env, *args, check=True):
-    proc = subprocess.run([*KMEMSCOPE, *map(str, args)], capture_output=True, text=True,
-                          cwd=PROJECT_ROOT, env=env, timeout=600)
-    if check and proc.returncode:
-        raise AssertionError(f"kmemscope {' '.join(map(str, args))} failed "
-                             f"({proc.returncode}): {proc.stderr}")
-    return proc
+    return kmrun.kmemscope(*args, check=check, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+import requirements
 from conftest import PROJECT_ROOT, TRACEFS, _hold_tracing_lock
 from kmrun import kmemscope
 
@@ -40,7 +41,7 @@ DEFAULT_COLUMNS = ["run_id", "labels", "kind", "order", "comm", "callsite"] + ST
 
 def needs_trace_cmd():
     if shutil.which("trace-cmd") is None:
-        pytest.skip("trace-cmd is not installed (run `make setup`): it is the oracle")
+        requirements.skip("setup", "trace-cmd is not installed (run `make setup`): it is the oracle")
 
 
 # ------------------------------------------------------------------ the oracle
