@@ -34,7 +34,7 @@ COUNTER_KINDS = ("vmstat", "stalls")
 @dataclass(frozen=True)
 class Metric:
     name: str
-    better: str          # "higher" or "lower"
+    better: str          # "higher", "lower" or "none" (no better or worse: it depends on the patch)
     unit: str            # "%", "count", "/min", "ms", an imported unit, ...
     title: str           # what a table calls the row (mmtests' name for the vmstat rows)
     kind: str            # "summary", "vmstat", "stalls", "frag" or "imported"
@@ -48,8 +48,9 @@ class Metric:
     @property
     def mean_kind(self):
         """mmtests: the harmonic mean where higher is better, the arithmetic mean otherwise;
-        the kernel's counters: always the arithmetic mean of the runs (as postings print them)."""
-        if self.convention == "counter":
+        the kernel's counters and metrics with no direction: always the arithmetic mean of the
+        runs (as postings print them)."""
+        if self.convention == "counter" or self.better == "none":
             return "Amean"
         return "Hmean" if self.better == "higher" else "Amean"
 
@@ -70,10 +71,13 @@ SUMMARY = {m.name: m for m in [
     _summary("highatomic_pageblocks_max", "lower", "count", "HighAtomic pageblocks (max)"),
     _summary("eligible_allocs_order_1_3", "lower", "count", "High-atomic-eligible allocs, order 1-3"),
     _summary("eligible_allocs_order_4_plus", "lower", "count", "High-atomic-eligible allocs, order 4+"),
-    _summary("pollution_per_1000_allocs", "lower", "/1000", "Fallbacks per 1000 allocs"),
-    # More allocations of the hottest frames = faster reuse of cache-hot pages (the per-CPU list study).
-    _summary("top5_pfn_allocs_sum", "higher", "count", "Allocs of the 5 hottest pfns"),
-    _summary("cross_cpu_free_pct", "lower", "%", "Pages freed on another CPU %"),
+    _summary("pollution_per_1000_allocs", "lower", "/1000",
+             "Fragmenting fallbacks per 1000 allocs"),
+    # No direction: faster reuse of cache-hot frames, or frees spread over CPUs, is what one
+    # patch wants and another gives up (the per-CPU list postings argue both ways); the user
+    # states one with --direction NAME=higher|lower.
+    _summary("top5_pfn_allocs_sum", "none", "count", "Allocs of the 5 hottest pfns"),
+    _summary("cross_cpu_free_pct", "none", "%", "Pages freed on another CPU %"),
     _summary("lost_events", "lower", "count", "Lost trace events"),
     # With `record -- COMMAND` the capture lasts as long as the command: shorter is faster.
     _summary("duration_s", "lower", "s", "Capture duration"),
@@ -360,6 +364,8 @@ class _Gathering:
             traced = _per_run_deltas(rows)
             for run_id, (deltas, _windows) in traced.items():
                 self.runs[run_id][TRACE_SOURCE] = set(deltas)
+                self.runs[run_id][TRACE_INEXACT] = {r["name"] for r in rows
+                                                    if r["run_id"] == run_id and not r["exact"]}
             per_run.update(traced)
             self.counters |= {r["name"] for r in rows}
         for run_id, (deltas, windows) in per_run.items():
@@ -493,8 +499,49 @@ _EMPTY_GROUP_HINT = {
     "benchmark": "no benchmark result was imported: kmemscope metrics import DATASET FILE",
 }
 
-# A run's key naming the vmstat counters that its values came from the trace for.
+# A run's key naming the vmstat counters that its values came from the trace for, and the
+# key naming those of them the trace counts only in part (vmstat_trace.counters' exact).
 TRACE_SOURCE = "vmstat_from_trace"
+TRACE_INEXACT = "vmstat_trace_lower_bounds"
+
+# kmemscope's own vmstat rows: the counters each is made of (for its source and exactness).
+DERIVED_FROM = {
+    "compact_direct_migrate_scanned": ("compact_migrate_scanned", "compact_daemon_migrate_scanned"),
+    "compact_direct_free_scanned": ("compact_free_scanned", "compact_daemon_free_scanned"),
+    "pgscan_total": ("pgscan_kswapd", "pgscan_direct"),
+    "pgsteal_total": ("pgsteal_kswapd", "pgsteal_direct"),
+    "compact_success_pct": ("compact_success", "compact_stall"),
+}
+
+# Where a metric's per-run value comes from: the sources a comparison names.
+SOURCES = ("vmstat", "procfs sample", "trace", "imported")
+# Summary columns read from /proc samples rather than the trace.
+SUMMARY_FROM_PROCFS = {"pgscan_kswapd_per_min": "vmstat",
+                       "highatomic_pageblocks_max": "procfs sample"}
+
+
+def value_source(metric, run):
+    """(source, exact) of one run's value of `metric`: source one of SOURCES; exact False where
+    the value is a lower bound (a vmstat counter the trace counts only in part)."""
+    if metric.kind == "imported":
+        return "imported", True
+    if metric.kind == "frag":
+        return "procfs sample", True
+    if metric.kind == "stalls":
+        return "trace", True
+    if metric.kind == "summary":
+        name = metric.name
+        recorded = run.get((name[:-4] if name.endswith("_pct") else name) + "_source")
+        return recorded or SUMMARY_FROM_PROCFS.get(name, "trace"), True
+    counter = parse_name(metric.name)[1]
+    traced = run.get(TRACE_SOURCE)
+    if not traced:
+        return "vmstat", True
+    parts = DERIVED_FROM.get(counter, (counter,))
+    if counter == "compact_success_pct":        # a ratio of two exact counts is exact
+        return "trace", True
+    inexact = run.get(TRACE_INEXACT) or set()
+    return "trace", not any(p in inexact for p in parts)
 
 
 def _per_run_deltas(rows):
