@@ -167,8 +167,25 @@ STALL_KINDS = ("direct_compaction", "direct_reclaim", "kcompactd", "kswapd")
 STALL_STATS = {"stalls": "count", "timed": "count", "compaction_runs": "count", "total_ms": "ms",
                "mean_ms": "ms", "p50_ms": "ms", "p90_ms": "ms", "p99_ms": "ms", "max_ms": "ms"}
 STALL_HEADLINE = ("stalls", "compaction_runs", "total_ms", "p99_ms")
+# kcompactd and kswapd do not stall anyone: their count is of the threads' runs (from wake to
+# sleep, or one compaction pass), named `runs` (stalls.kcompactd.runs), never "stalls", which
+# means one thing everywhere: what vmstat's compact_stall (and allocstall) count.
+THREAD_KINDS = ("kcompactd", "kswapd")
+
+
+def stall_stat_name(kind, stat):
+    """The name of stalls.per_run's column `stat` for `kind` in a metric name."""
+    return "runs" if stat == "stalls" and kind in THREAD_KINDS else stat
+
+
+def stall_column(kind, name):
+    """stalls.per_run's column of a metric name's statistic (the inverse of stall_stat_name)."""
+    return "stalls" if name == "runs" and kind in THREAD_KINDS else name
+
+
 # What a table calls a stall statistic, after the kind's name.
-STALL_TITLES = {"stalls": "stalls", "timed": "stalls timed", "compaction_runs": "runs (compact_zone)",
+STALL_TITLES = {"stalls": "stalls", "runs": "runs", "timed": "stalls timed",
+                "compaction_runs": "runs (compact_zone)",
                 "total_ms": "total ms", "mean_ms": "mean ms", "p50_ms": "p50 ms",
                 "p90_ms": "p90 ms", "p99_ms": "p99 ms", "max_ms": "max ms"}
 
@@ -187,8 +204,11 @@ def vmstat_metric(counter, per_min=False):
 
 
 def stall_metric(kind, stat):
-    title = f"{kind.replace('_', ' ')} {STALL_TITLES[stat]}"
-    return Metric(f"stalls.{kind}.{stat}", "lower", STALL_STATS[stat], title, "stalls")
+    """The Metric of stalls.per_run's column `stat` of `kind`, under its metric name."""
+    name = stall_stat_name(kind, stat)
+    what = "runs timed" if stat == "timed" and kind in THREAD_KINDS else STALL_TITLES[name]
+    title = f"{kind.replace('_', ' ')} {what}"
+    return Metric(f"stalls.{kind}.{name}", "lower", STALL_STATS[stat], title, "stalls")
 
 
 def parse_name(name):
@@ -204,11 +224,17 @@ def parse_name(name):
         return ("vmstat", m.group(1), bool(m.group(2)))
     if name.startswith("stalls."):
         m = _STALL_NAME.fullmatch(name)
-        if not m or m.group(1) not in STALL_KINDS or m.group(2) not in STALL_STATS:
+        column = m and stall_column(m.group(1), m.group(2))
+        if (not m or m.group(1) not in STALL_KINDS or column not in STALL_STATS
+                or stall_stat_name(m.group(1), column) != m.group(2)):
+            threads = m and m.group(1) in THREAD_KINDS and m.group(2) == "stalls"
             raise QueryError(f"bad stall metric {name!r}",
+                             f"{m.group(1)} does not stall a task: its count is "
+                             f"stalls.{m.group(1)}.runs" if threads else
                              f"write stalls.KIND.STAT, KIND one of {', '.join(STALL_KINDS)}, "
-                             f"STAT one of {', '.join(STALL_STATS)}")
-        return ("stalls", m.group(1), m.group(2))
+                             f"STAT one of {', '.join(STALL_STATS)} (runs instead of stalls for "
+                             "kcompactd and kswapd)")
+        return ("stalls", m.group(1), column)
     if name.startswith("frag."):
         return _parse_frag_name(name)
     return ("imported", name)
@@ -384,7 +410,7 @@ class _Gathering:
             target = self.runs.get(r["run_id"])
             if target is not None:
                 for stat in STALL_STATS:
-                    target[f"stalls.{r['kind']}.{stat}"] = r.get(stat)
+                    target[f"stalls.{r['kind']}.{stall_stat_name(r['kind'], stat)}"] = r.get(stat)
         if rows:
             _zero_stalls(self.dataset, self.runs)
 
@@ -717,10 +743,11 @@ def _zero_stalls(dataset, runs):
     tables = DatasetRef.of(dataset).listing
     for run_id, target in runs.items():
         for kind, events in STALL_EVENTS.items():
-            if f"stalls.{kind}.stalls" in target:
+            count = f"stalls.{kind}.{stall_stat_name(kind, 'stalls')}"
+            if count in target:
                 continue
             if all(run_id in tables.get(e, {}) for e in events):
-                target[f"stalls.{kind}.stalls"] = 0
+                target[count] = 0
                 target[f"stalls.{kind}.timed"] = 0
                 target[f"stalls.{kind}.total_ms"] = 0.0
                 if kind == "direct_compaction":

@@ -357,3 +357,37 @@ def test_runs_needed_matches_cohens_tables():
     sd = statistics.stdev(base)
     for d, want in ((0.5, 64), (0.8, 26)):
         assert st.runs_needed(base, base, 100 * d * sd / 100.0, 0.05) == want
+
+
+# ---------------------------------------------------------------- names that say what they count
+
+def test_pollution_counts_fragmenting_fallbacks_only(ds):
+    """Whole-pageblock claims (fallback_order >= the pageblock order, 9 here) do not pollute:
+    recounted from the Parquet files, 1000 * fragmenting fallbacks / pages handed out."""
+    import duckdb
+
+    def count(table, where):
+        return dict(duckdb.sql(
+            f"SELECT run_id, count(*) FROM read_parquet('{ds}/{table}/**/*.parquet', "
+            f"hive_partitioning=true) WHERE {where} GROUP BY run_id").fetchall())
+
+    fragmenting = count("mm_page_alloc_extfrag", "fallback_order < 9")
+    claims = count("mm_page_alloc_extfrag", "fallback_order >= 9")
+    ok = count("mm_page_alloc", "pfn NOT IN (18446744073709551615, 4294967295)")
+    assert sum(claims.values()) > 0          # the examples have claims to leave out
+    rows = json.loads(kmemscope("query", "summary", ds, "--format", "json").stdout)
+    for r in rows:
+        want = 1000.0 * fragmenting.get(r["run_id"], 0) / ok[r["run_id"]]
+        assert r["pollution_per_1000_allocs"] == pytest.approx(want), r["run_id"]
+
+
+def test_thread_runs_are_not_called_stalls(ds):
+    rows = compare_json(ds, "--metrics", "stalls")["rows"]
+    names = {r["metric"] for r in rows}
+    assert {"stalls.kcompactd.runs", "stalls.kswapd.runs"} <= names
+    assert not {"stalls.kcompactd.stalls", "stalls.kswapd.stalls"} & names
+    bad = kmemscope("compare", ds, "--by", "kernel", "--metrics", "stalls.kswapd.stalls", check=False)
+    assert bad.returncode != 0 and "stalls.kswapd.runs" in bad.stderr
+    # the default section of `query stalls` counts timed stalls, which is not vmstat's count
+    cols = json.loads(kmemscope("query", "stalls", ds, "--format", "json").stdout)[0]
+    assert "timed" in cols and "stalls" not in cols
