@@ -92,12 +92,20 @@ VMSTAT_HIGHER = {"thp_fault_alloc", "thp_collapse_alloc", "thp_file_alloc", "com
 
 # kmemscope's own vmstat rows: name -> (formula over counters' increases, unit).
 # Each formula gets {counter: increase} and returns a number or None.
+def _made_of(*parts):
+    """Mark a formula with the counters it is made of (value_source reads them)."""
+    def mark(formula):
+        formula.parts = parts
+        return formula
+    return mark
+
+
 def _diff(a, b):
-    return lambda d: None if a not in d or b not in d else d[a] - d[b]
+    return _made_of(a, b)(lambda d: None if a not in d or b not in d else d[a] - d[b])
 
 
 def _sum(*names):
-    return lambda d: None if any(n not in d for n in names) else sum(d[n] for n in names)
+    return _made_of(*names)(lambda d: None if any(n not in d for n in names) else sum(d[n] for n in names))
 
 
 def _allocstall(d):
@@ -113,6 +121,7 @@ def _refault_file(d):
     return d.get("workingset_refault_file", d.get("workingset_refault"))
 
 
+@_made_of("compact_success", "compact_stall")
 def _success_pct(d):
     if "compact_stall" not in d or "compact_success" not in d or d["compact_stall"] == 0:
         return None
@@ -530,15 +539,6 @@ _EMPTY_GROUP_HINT = {
 TRACE_SOURCE = "vmstat_from_trace"
 TRACE_INEXACT = "vmstat_trace_lower_bounds"
 
-# kmemscope's own vmstat rows: the counters each is made of (for its source and exactness).
-DERIVED_FROM = {
-    "compact_direct_migrate_scanned": ("compact_migrate_scanned", "compact_daemon_migrate_scanned"),
-    "compact_direct_free_scanned": ("compact_free_scanned", "compact_daemon_free_scanned"),
-    "pgscan_total": ("pgscan_kswapd", "pgscan_direct"),
-    "pgsteal_total": ("pgsteal_kswapd", "pgsteal_direct"),
-    "compact_success_pct": ("compact_success", "compact_stall"),
-}
-
 # Where a metric's per-run value comes from: the sources a comparison names.
 SOURCES = ("vmstat", "procfs sample", "trace", "imported")
 # Summary columns read from /proc samples rather than the trace.
@@ -563,9 +563,7 @@ def value_source(metric, run):
     traced = run.get(TRACE_SOURCE)
     if not traced:
         return "vmstat", True
-    parts = DERIVED_FROM.get(counter, (counter,))
-    if counter == "compact_success_pct":        # a ratio of two exact counts is exact
-        return "trace", True
+    parts = getattr(VMSTAT_DERIVED.get(counter, (None,))[0], "parts", (counter,))
     inexact = run.get(TRACE_INEXACT) or set()
     return "trace", not any(p in inexact for p in parts)
 
