@@ -191,11 +191,12 @@ def format_text(sides, table, notes=()):
                    + "".join(f"{r.records[s].n:>12}" + " " * (w - 12) for s in sides.sides).rstrip())
         out.append("")
     p_head = "band test" if table.test == "band" else "p       adj. p"
+    vw = max([len(verdict_text(r.records[s])) for r in rows for s in sides.sides[1:]] + [7])
     for s in sides.sides[1:]:
         out.append(f"{printable(s)} vs {printable(sides.baseline)}: change with its 95% "
                    "bootstrap interval, in each row's convention")
         out.append(f"{'metric':<{width}}  {'better':<6}  {'change [95% interval]':<32}  "
-                   f"{p_head:<16}  {'verdict':<34}  source")
+                   f"{p_head:<16}  {'verdict':<{vw}}  source")
         for r in rows:
             rec = r.records[s]
             if table.test == "band":
@@ -204,7 +205,7 @@ def format_text(sides, table, notes=()):
                 ps = f"{_p(rec.p):<7} {_p(rec.p_adjusted)}"
             change = f"{pct_text(rec.change)}% {_interval(rec.change_low, rec.change_high, '%')}"
             out.append(f"{r.metric.name:<{width}}  {rec.direction:<6}  {change:<32}  {ps:<16}  "
-                       f"{verdict_text(rec):<34}  {rec.source}"
+                       f"{verdict_text(rec):<{vw}}  {rec.source}"
                        + ("" if rec.exact else " (lower bound)"))
         out.append("")
     out += _detect_lines(sides, table)

@@ -210,9 +210,17 @@ def _row_parts(sides, metric, stat):
     tests = {}
     for s in sides.sides[1:]:
         new = stats[s]
-        welch, mw = st.welch_p(base.values, new.values), st.mannwhitney_p(base.values, new.values)
+        # An Hmean is the reciprocal of the mean of 1/x: Welch's test of the Hmeans compares
+        # the means of 1/x (the rank test is the same either way round).
+        a, b = (_reciprocals(base.values), _reciprocals(new.values)) if row_stat == "Hmean" else (
+            base.values, new.values)
+        welch, mw = st.welch_p(a, b), st.mannwhitney_p(a, b)
         tests[s] = {"welch": welch, "mannwhitney": mw, "band": st.band_test(base, new)}
     return {"metric": metric, "stat": row_stat, "note": note, "stats": stats, "tests": tests}
+
+
+def _reciprocals(xs):
+    return [1.0 / x for x in xs]
 
 
 def _seed(name, side):
