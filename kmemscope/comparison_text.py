@@ -276,6 +276,8 @@ def format_markdown(sides, table, notes=()):
     """A markdown table: one line per metric and side, each cell a field of its record."""
     head = ["metric", "source", "better", "side", "n", "statistic", "value [95% interval]",
             "change [95% interval]", "p", "adj. p", "verdict"]
+    if table.detect_pct:
+        head.append(f"{sides.unit or 'run'}s for {table.detect_pct:g}%")
     lines = [f"{markdown_text(_intro(sides, table))}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table.rows:
@@ -290,6 +292,8 @@ def format_markdown(sides, table, notes=()):
                      "" if rec.is_baseline else _p(rec.p),
                      "" if rec.is_baseline else _p(rec.p_adjusted),
                      markdown_text(verdict_text(rec))]
+            if table.detect_pct:
+                cells.append("" if rec.detect_n is None else f"{rec.detect_n:,}")
             lines.append("| " + " | ".join(cells) + " |")
     if notes:
         lines += ["", "Notes:", ""] + [f"- {markdown_text(n)}" for n in notes]
