@@ -28,7 +28,7 @@ import dataclasses
 import math
 
 from kmemscope.common.text import printable
-from kmemscope.queries.comparison_model import BLOCKS, verdict_text
+from kmemscope.queries.comparison_model import BLOCKS, verdict_color, verdict_text  # noqa: F401 (the report colours by it)
 
 # (the statistic row's key: the record's field with its value, its change, its name's field)
 STAT_ROWS = (("min", "min_change", None), ("value", "change", "statistic"),

@@ -19,7 +19,7 @@ import pandas as pd
 from IPython.display import HTML
 
 from kmemscope.common.errors import KmemscopeError
-from kmemscope.queries.comparison_model import verdict_color, verdict_text
+from kmemscope.comparison_text import source_mark, verdict_color, verdict_text
 
 from . import figures as F
 from .figures import Drawn, Missing, _figure, fig_text, hex_pfn, md_text, plural
@@ -337,8 +337,6 @@ def _direction_text(rec):
 
 def _source_mark(row):
     """' [trace]', ' [trace, lower bound]': where a row's values came from, if not its block's usual."""
-    from kmemscope.comparison_text import source_mark
-
     marks = {source_mark(rec) for rec in row.records.values() if rec.n}
     return max(marks, key=len) if marks else ""
 
