@@ -99,7 +99,7 @@ def parsed(path):
 
 
 def stat_of(row):
-    return row.get("stat") or row["mean_kind"]
+    return row["statistic"]
 
 
 @pytest.mark.slow   # an A/B report is a notebook run (~25 s of CPU)
@@ -122,12 +122,12 @@ def test_every_place_of_a_metric_shows_the_comparisons_statistic_and_names_it(re
         stats = {s for s, _ in found}
         values = {v for _, v in found}
         assert stats == {stat_of(want)}, (metric, side, found, stat_of(want))
-        assert len(values) == 1 and values.pop() == pytest.approx(want["mean"], rel=1e-12), (metric, side, found)
+        assert len(values) == 1 and values.pop() == pytest.approx(want["value"], rel=1e-12), (metric, side, found)
         vmstat_rows += metric.startswith("vmstat.")
         headline_rows += want["kind"] == "summary"
     assert vmstat_rows and headline_rows
     # every mean the comparison has appears in the report
-    missing = [k for k, r in compared.items() if r["mean"] is not None and k not in seen]
+    missing = [k for k, r in compared.items() if r["value"] is not None and k not in seen]
     assert not missing, missing
 
 
@@ -137,8 +137,8 @@ def test_the_verdicts_at_the_top_are_the_comparisons(report, compared):
     summary = re.search(r"""<ul class=["']kmemscope-summary["']>(.*?)</ul>""", html, re.S).group(1)
     for metric, side in compared:
         r = compared[(metric, side)]
-        if r["kind"] == "summary" and not r["baseline"] and r["pct_diff"] is not None:
-            assert f"{r['pct_diff']:+.2f}%" in summary, (metric, summary)
+        if r["kind"] == "summary" and not r["is_baseline"] and r["change"] is not None:
+            assert f"{r['change']:+.2f}%" in summary, (metric, summary)
     # the summary comes before the comparison table, the contents before both
     places = [re.search(pattern, html).start() for pattern in (
         r'<nav class="kmemscope-toc"', r"""<ul class=["']kmemscope-summary""", r"""<table class=["']kmemscope-compare""")]
