@@ -241,12 +241,13 @@ def test_per_side_orders_are_per_run_with_failures_beside_attempts(report, ab):
 
 
 def test_distribution_panels_are_honest(ab):
-    from kmemscope.notebooks.compare_figures import ComparisonFigures
-    from kmemscope.notebooks.figures import Scope
+    import kmemscope as km
+    from kmemscope import plots
 
     ds, _ = ab
-    cf = ComparisonFigures(Scope(str(ds)), "kernel")
-    fig, drawn, note = cf.distributions()
+    cf = km.open(ds).compare("kernel")
+    fig = plots.comparison(cf)
+    drawn, note = fig.drawn, " ".join(fig.notes)
     zero = [r.metric.name for r in cf.rows if r.metric.kind != "vmstat"
             and any(x.n for x in r.stats.values()) and not any(v for x in r.stats.values() for v in x.values)]
     assert zero, "the examples have metrics that are zero on every run (lost_events)"

@@ -1,4 +1,4 @@
-"""Figures and tables for the compare notebook: sides of a label, per-run points, study tables.
+"""Figures and tables of a Comparison: sides of a label, per-run points, study tables.
 
 The statistics come from the API's Comparison; this module only lays them
 out. A metric's value on a side is the comparison row's `.mean` everywhere
@@ -14,20 +14,44 @@ table, with percent difference and significance).
 """
 import html
 
-import numpy as np
 import pandas as pd
-from IPython.display import HTML
 
-from kmemscope.common.errors import KmemscopeError
-
-from . import figures as F
-from .figures import Drawn, Missing, _figure, fig_text, hex_pfn, md_text, plural
+from .figure import (MAX_LINES, Drawn, Html, Missing, fig_text, finish, hex_pfn, new_figure,
+                     plural)
+from .scope import Scope
 from .style import Palette
+
+HTML = Html    # the tables below are HTML a notebook displays
 
 def stat_name(row, side=None):
     """The name of the statistic in a row's `.mean` ('Hmean' or 'Amean'), as the comparison says."""
     stats = row.stats.get(side) if side is not None else next(iter(row.stats.values()), None)
     return getattr(stats, "stat", None) or row.metric.mean_kind
+
+
+# What a metric can take, by unit: the interval drawn is cut to it (a count is never negative).
+BOUNDS = {"%": (0.0, 100.0), "count": (0.0, None), "/min": (0.0, None), "ms": (0.0, None),
+          "s": (0.0, None), "/s": (0.0, None), "pages": (0.0, None)}
+
+
+def bounds(metric):
+    """(low, high) that a metric's values can take (None: unbounded on that side). Per mille:
+    a rate per 1,000 allocations is >= 0, the kernel's indices lie in -1000..1000."""
+    if metric.unit == "/1000":
+        return (0.0, None) if metric.name.startswith("pollution") else (-1000.0, 1000.0)
+    return BOUNDS.get(metric.unit, (None, None))
+
+
+def clipped(interval, limits):
+    """An interval cut to (low, high) limits; None stays None."""
+    if interval is None:
+        return None
+    lo, hi = interval
+    if limits[0] is not None:
+        lo, hi = max(lo, limits[0]), max(hi, limits[0])
+    if limits[1] is not None:
+        lo, hi = min(lo, limits[1]), min(hi, limits[1])
+    return lo, hi
 
 
 def mean_ci(stats, level=0.95):
@@ -51,15 +75,16 @@ COPY_SCRIPT = ("var t=document.getElementById('{id}').innerText;"
 
 
 class ComparisonFigures:
-    """The sides of `label` in a dataset and every metric compared; built once per notebook."""
+    """The figures and tables of one Comparison, coloured by its sides in its order."""
 
-    def __init__(self, scope, label, baseline=None, test="band"):
-        self.scope, self.test = scope, test
-        self.comparison = scope.open().compare(label, baseline or None, test=test,
-                                               run=scope.runs or None, label=scope.labels or None)
-        self.sides, self.rows = self.comparison.sides, self.comparison.rows
+    def __init__(self, comparison):
+        self.comparison, self.test = comparison, comparison.test
+        self.sides, self.rows = comparison.sides, comparison.rows
         self.palette = Palette(self.groups)
-        scope.use_palette(self.palette)       # the scope's figures colour by side too
+        ds = comparison.open()
+        runs = [r for side in self.sides.sides for r in self.sides.runs[side]]
+        self.scope = Scope(ds, runs, [], self.sides.label, self.sides.baseline, list(self.sides.sides))
+        self.scope.use_palette(self.palette)       # the scope's figures colour by side too
 
     @property
     def groups(self):
@@ -71,7 +96,7 @@ class ComparisonFigures:
 
     def side_counts(self):
         """'a: 1 run on 1 host; b: 2 runs on 1 host' from the runs table (a bare trace.dat may lack its host)."""
-        return "; ".join(f"{md_text(side)}: {_runs_on_hosts(ids, self._hosts())}"
+        return "; ".join(f"{side}: {_runs_on_hosts(ids, self._hosts())}"
                          for side, ids in self.groups.items())
 
     def _hosts(self):
@@ -79,8 +104,9 @@ class ComparisonFigures:
         return {r: (None if pd.isna(h) or h == "" else h) for r, h in zip(runs.run_id, runs.host)}
 
     def intro(self):
-        return (f"Sides of `{md_text(self.sides.label)}` (baseline {md_text(self.sides.baseline)}): "
-                f"{self.side_counts()}.")
+        esc = html.escape
+        return (f"<p>Sides of <code>{esc(self.sides.label)}</code> (baseline {esc(self.sides.baseline)}): "
+                f"{esc(self.side_counts())}.</p>")
 
     def summary(self):
         """The headline verdicts: each summary metric that both sides measured, its statistic per
@@ -115,28 +141,42 @@ class ComparisonFigures:
         """The comparison: a table that marks better and worse, the mmtests layout, the notes."""
         notes = self.comparison.notes
         text = self.comparison.mmtests()
-        note_md = "\n".join(f"- {md_text(n)}" for n in notes)
+        note_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
         shown = [r for r in self.rows if r.metric.kind != "vmstat"]
         block = ("<div class='kmemscope-mmtests'><p><b>mmtests compare-kernels layout</b> (every metric, "
                  "ready to paste into a posting) <button type='button' onclick=\""
                  + html.escape(COPY_SCRIPT.format(id="kmemscope-mmtests"), quote=True)
                  + "\">copy</button></p><pre id='kmemscope-mmtests'>" + html.escape(text)
                  + "</pre></div>")
-        return (self.intro(), HTML(comparison_html(self.sides, shown)), HTML(block),
-                ("**Notes**\n\n" + note_md) if notes else None)
+        return HTML(self.intro() + comparison_html(self.sides, shown) + block
+                    + (f"<p><b>Notes</b></p><ul>{note_html}</ul>" if notes else ""), self.comparison.text())
 
-    def distributions(self):
+    def distributions(self, metrics=None):
         """One panel per metric: every run a point (a marker per run, the side's colour), the side's
-        statistic (the comparison's Hmean or Amean) a bar with its 95% confidence interval."""
-        mine = [r for r in self.rows if r.metric.kind != "vmstat"]
+        statistic (the comparison's Hmean or Amean) a bar with its 95% confidence interval, cut to
+        what the quantity can take. metrics: names of the comparison's rows (None: every row but
+        the vmstat ones, which have their own table)."""
+        if metrics is None:
+            mine = [r for r in self.rows if r.metric.kind != "vmstat"]
+        else:
+            known = {r.metric.name: r for r in self.rows}
+            unknown = [m for m in metrics if m not in known]
+            if unknown:
+                from kmemscope.common.errors import QueryError
+
+                raise QueryError(f"the comparison has no metric {', '.join(unknown)}",
+                                 f"its metrics: {', '.join(known)}")
+            mine = [known[m] for m in metrics]
         measured = [r for r in mine if any(x.n for x in r.stats.values())]
         rows = [r for r in measured if any(v for x in r.stats.values() for v in x.values)]
         empty = [r.metric.name for r in mine if r not in measured]
         zero = [r.metric.name for r in measured if r not in rows]
         if not rows:
-            raise Missing("No metric has a non-zero value on any side: no distributions.")
-        cols = 3
-        fig, axes = _figure((len(rows) + cols - 1) // cols, cols, height=2.9)
+            raise Missing(f"{'No metric has' if len(mine) > 1 else ', '.join(zero + empty) + ' has'} "
+                          "a non-zero value on no side: nothing to draw.")
+        cols = min(3, len(rows))
+        fig, axes = new_figure("distributions", (len(rows) + cols - 1) // cols, cols, height=2.9,
+                               width=11 if cols > 1 else 6)
         sides = self.sides.sides
         panels = {}
         for ax, r in zip(axes.flat, rows):
@@ -156,13 +196,13 @@ class ComparisonFigures:
                     continue
                 ax.hlines(x.mean, i - 0.3, i + 0.3, color=self.palette.color(side), lw=2.2,
                           gid=f"side={side}")
-                ci = mean_ci(x)
+                ci = clipped(mean_ci(x), bounds(r.metric))
                 if ci is None:
                     ax.text(i + 0.32, x.mean, f"{x.n} run:\nno spread", fontsize=7, color="0.3",
                             va="center")
                 else:
-                    lo, hi = (max(ci[0], 0), min(ci[1], 100)) if r.metric.unit == "%" else ci
-                    ax.vlines(i, lo, hi, color=self.palette.color(side), lw=1.2)
+                    lo, hi = ci
+                    ax.vlines(i, lo, hi, color=self.palette.color(side), lw=1.2, gid=f"ci={side}")
                     ax.hlines([lo, hi], i - 0.08, i + 0.08, color=self.palette.color(side), lw=1.2)
                 drawn[side] = {stat: x.mean, "ci_low": ci[0] if ci else float("nan"),
                                "ci_high": ci[1] if ci else float("nan"), "runs": x.n}
@@ -185,10 +225,10 @@ class ComparisonFigures:
         handles = [Line2D([], [], linestyle="none", markeredgecolor="black", markeredgewidth=0.4,
                           markersize=6, **{k: v for k, v in self.palette.run_marker(run).items() if k != "gid"},
                           label=f"{fig_text(side)}: {run[:8]}")
-                   for side in sides for run in self.sides.runs[side]][:F.MAX_LINES]
+                   for side in sides for run in self.sides.runs[side]][:MAX_LINES]
         handles.append(Line2D([], [], color="0.3", lw=2.2, label="the side's statistic (Hmean/Amean)"))
         handles.append(Line2D([], [], color="0.3", lw=1.2, marker="_", markersize=8,
-                              label="95% CI of the side's mean\n(cut at the panel's edge)"))
+                              label="95% CI of the side's statistic\n(cut to the values it can take)"))
         fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
         fig._kmemscope_alt = ("Per-metric panels: one point per run, the side's statistic as a bar "
                               "with its 95% confidence interval")
@@ -197,25 +237,8 @@ class ComparisonFigures:
             notes.append(f"No run could give {', '.join(empty)}: left out.")
         if zero:
             notes.append(f"Zero on every run of every side, so no panel: {', '.join(zero)}.")
-        return fig, Drawn("distributions", panels, "Numbers drawn (statistic and 95% CI per side)"), \
-            ("*" + " ".join(notes) + "*" if notes else None)
-
-    def pollution(self):
-        """The fallback pollution matrix of each side, side by side on one colour scale."""
-        fig, drawn, frag = F.pollution_by(self.scope, self.groups, what="side")
-        frag = frag.rename(columns={"side": self.sides.label})
-        return fig, drawn, frag
-
-    def atomic_orders(self):
-        """Non-blocking allocations per order, a bar per side: the side's runs summed and divided by
-        their number (sides may differ in run count)."""
-        fig, drawn, note = F.atomic_orders_by(self.scope, self.groups, group_title="side", per_run=True)
-        return fig, drawn, note
-
-    def orders(self):
-        """Allocation attempts and failures per order, a bar per side, per run (log scale)."""
-        return F.order_histogram(self.scope, self.groups, per_run=True,
-                                 title="allocations per order, per run of each side (attempts, failed hatched)")
+        return finish(fig, Drawn("distributions", panels, "Numbers drawn (statistic and 95% CI per side)"),
+                      [" ".join(notes)])
 
     def highatomic_study(self):
         """The high-atomic reserve per side: per-run ranges and the comparison's statistic; a total
@@ -241,9 +264,8 @@ class ComparisonFigures:
             ("THP success rate per run (statistic; range)", stat("thp_fault_success_pct", "%")),
             ("Compaction success rate per run (statistic; range)", stat("compaction_success_pct", "%")),
             ("pgscan_kswapd per minute, per run (statistic; range)", stat("pgscan_kswapd_per_min")),
-            ("pgscan_kswapd per minute, total across the side's hosts",
-             lambda s: (f"{_si(sum(values['pgscan_kswapd_per_min'][s]))} over {plural(hosts[s], 'host')}"
-                        if values["pgscan_kswapd_per_min"][s] else "n/a")),
+            ("pgscan_kswapd per minute, total across the side's hosts (each host's mean over its runs)",
+             lambda s: self._host_total("pgscan_kswapd_per_min", s, host)),
             ("Atomic order-4+ allocations per run (statistic; range)", stat("eligible_allocs_order_4_plus")),
             ("Atomic order 1-3 allocations per run (statistic; range)", stat("eligible_allocs_order_1_3")),
         ]
@@ -256,16 +278,29 @@ class ComparisonFigures:
                          "not the totals.")
         return sentence, table
 
+    def _host_total(self, metric, side, host):
+        """A fleet's total of a per-run rate: each host's mean over its runs, summed over the hosts
+        (four runs on one host are one host's rate, not four hosts'); a run without a host name
+        counts as a host of its own."""
+        per_host = {}
+        for row in self.sides.summary:
+            v = row.get(metric)
+            if row["side"] == side and v is not None and v == v:
+                per_host.setdefault(host.get(row["run_id"]) or row["run_id"], []).append(v)
+        if not per_host:
+            return "n/a"
+        total = sum(sum(vs) / len(vs) for vs in per_host.values())
+        return f"{_si(total)} over {plural(len(per_host), 'host')}"
+
     def pcp_study(self, runs_per_side=3):
         """The per-CPU list study: the 5 most-allocated page frames of each run (up to a few runs per side)."""
         lines = []
         for side in self.sides.sides:
             for run in self.sides.runs[side][:runs_per_side]:
-                try:
-                    hot = self.scope.narrowed([run]).query("hot_pfns", top_n=5)
-                except KmemscopeError:
+                if not self.scope.narrowed([run]).runs_with("mm_page_alloc"):
                     lines.append(f"{side} ({run[:8]}): no mm_page_alloc events")
                     continue
+                hot = self.scope.narrowed([run]).query("hot_pfns", top_n=5)
                 lines.append(f"{side} ({run[:8]})")
                 lines += [f"{int(r.allocs):>8} pfn={hex_pfn(r.pfn)}" for r in hot.itertuples()]
             more = len(self.sides.runs[side]) - runs_per_side
@@ -301,22 +336,6 @@ class ComparisonFigures:
             out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         out.append("</tbody></table>")
         return HTML("".join(out))
-
-    def time_series(self):
-        """Per side over time: compaction, THP faults and stall time per second; free pages per order."""
-        from . import timeseries as T
-
-        return T.over_time(self.scope, self.groups, self.palette)
-
-    def free_pages(self):
-        from . import timeseries as T
-
-        return T.free_pages_heatmap(self.scope, self.groups, self.palette)
-
-    def stall_cdfs(self):
-        from . import timeseries as T
-
-        return T.stall_cdfs(self.scope, self.groups, self.palette)
 
 
 def _unit_label(unit):
