@@ -9,7 +9,8 @@ of those three real runs, not N distinct captures: run i copies source run
 i mod 3 (every table's `run_id=<id>` partition, hard-linked where the file
 system allows, else copied) under a new 16-hex-digit run id, and its `runs` row
 gets host hNNN and the labels kernel=a|b (alternating), host=hNNN and
-copy_of=<source run id>. Run 0's id is all digits (0123456789012345), so a
+copy_of=<source run id> (with --keep-labels: the source run's own labels, host=hNNN and
+copy_of, so an A/B dataset's sides stay its sides, docs/compare.md's 60-host example). Run 0's id is all digits (0123456789012345), so a
 reader that guesses partition types would turn it into a number and lose it.
 Derived tables (DATASET/_derived) are not copied: the first query builds them;
 the format file (_kmemscope.json) and each run's record of its files
@@ -69,8 +70,15 @@ def fleet_run_id(i):
     return hashlib.sha256(f"kmemscope-fleet-{i}".encode()).hexdigest()[:16]
 
 
-def fleet_labels(i, source_run):
-    return {"kernel": "a" if i % 2 == 0 else "b", "host": f"h{i:03d}", "copy_of": source_run}
+def fleet_labels(i, source_run, own=None):
+    """Run i's labels: kernel a|b alternating, or the source run's own labels (`own`)."""
+    first = dict(own) if own is not None else {"kernel": "a" if i % 2 == 0 else "b"}
+    return {**first, "host": f"h{i:03d}", "copy_of": source_run}
+
+
+def _labels_of(files):
+    """The labels of a source run, from its runs table."""
+    return dict(pq.read_table(files[0], columns=["labels"]).to_pylist()[0]["labels"] or [])
 
 
 def _link_or_copy(src, dst):
@@ -111,7 +119,7 @@ def _copy_record(src_part, dest_part, new):
         digests.update_digests(root, dest_part.parent.name, new, part)
 
 
-def build(source, dest, n, source_runs=None):
+def build(source, dest, n, source_runs=None, keep_labels=False):
     """Write N re-labelled copies of the runs of dataset `source` into `dest`.
 
     Returns [(new run id, source run id)]. `dest` must not exist yet.
@@ -139,7 +147,8 @@ def build(source, dest, n, source_runs=None):
         # the runs partition last: readers see a run once it is in place
         d = dest / "runs" / f"run_id={new}"
         d.mkdir(parents=True)
-        pq.write_table(_relabelled_runs(parts["runs"][src], f"h{i:03d}", fleet_labels(i, src)),
+        own = _labels_of(parts["runs"][src]) if keep_labels else None
+        pq.write_table(_relabelled_runs(parts["runs"][src], f"h{i:03d}", fleet_labels(i, src, own)),
                        d / "part-0.parquet")
         _copy_record(Path(parts["runs"][src][0]).parent, d, new)
         made.append((new, src))
@@ -150,6 +159,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, required=True, metavar="N")
     ap.add_argument("-o", "--output", type=Path, required=True, help="new dataset directory")
+    ap.add_argument("--keep-labels", action="store_true",
+                    help="keep each source run's labels (an A/B dataset keeps its sides)")
     ap.add_argument("--source", type=Path,
                     help="dataset of the parsed examples (default: parsed into OUTPUT.source)")
     args = ap.parse_args()
@@ -162,7 +173,7 @@ def main():
     if source is None:
         source = args.output.with_name(args.output.name + ".source")
         runs = parse_sources(source)
-    made = build(source, args.output, args.runs, runs)
+    made = build(source, args.output, args.runs, runs, args.keep_labels)
     print(f"{args.output}: {len(made)} runs, re-labelled copies of the {len(set(s for _, s in made))} "
           f"real runs in {source}")
 

@@ -696,10 +696,28 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
               help="Label whose values are the sides, e.g. --by kernel.")
 @click.option("--baseline", metavar="VALUE", help="The side to compare against (default: the first value).")
 @click.option("--metrics", metavar="M1,M2", help=METRICS_HELP)
-@click.option("--test", type=click.Choice(["band", "welch", "mannwhitney"]), default="band",
-              show_default=True, help="The test whose verdict marks a difference *x%*.")
+@click.option("--test", type=click.Choice(["welch", "mannwhitney", "band"]), default=None,
+              help="The test whose verdict marks a change *x%* (default: welch; band, mmtests' "
+                   "test, with --format mmtests).")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
-              show_default=True, help="p-value threshold of --test welch/mannwhitney.")
+              show_default=True, help="Level of the verdict: adjusted p < alpha.")
+@click.option("--correction", type=click.Choice(["bh", "holm", "none"]), default="bh",
+              show_default=True,
+              help="Across the table's tests: bh (Benjamini-Hochberg, false discovery rate), "
+                   "holm (family-wise error rate) or none.")
+@click.option("--sides", "side_order", metavar="BASE,V1,V2",
+              help="Only these sides, in this order, the first the baseline.")
+@click.option("--unit", metavar="LABEL",
+              help="Summarise each side's runs per value of LABEL first (e.g. host: one value "
+                   "per host, the mean of its runs), so n counts hosts, not runs.")
+@click.option("--detect", metavar="PCT%", callback=lambda _c, _p, v: _percent(v),
+              help="For rows without a significant change: the runs (or --unit values) per side "
+                   "that would detect a change of PCT% of the baseline at 80% power.")
+@click.option("--stat", type=click.Choice(["hmean", "amean", "median"]), default=None,
+              help="The centre of higher-is-better rows (default: hmean, as mmtests).")
+@click.option("--direction", "directions", multiple=True, metavar="METRIC=higher|lower",
+              help="State which way is better for a metric without a direction "
+                   "(top5_pfn_allocs_sum, cross_cpu_free_pct). Repeatable.")
 @click.option("--over", type=click.Choice(["run", "minute"]),
               help="Show each metric over the side's runs in recording order, or over the "
                    "minutes of the capture (vmstat metrics), instead of the statistics.")
@@ -712,18 +730,22 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
 @OUTPUT_OPTION
 @limit_options
 @engine_options
-def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt, quiet, output,
-            memory_limit, timeout, engine, spark_master, spark_conf):
+def compare(dataset, by, baseline, metrics, test, alpha, correction, side_order, unit, detect, stat,
+            directions, over, runs, labels, fmt, quiet, output, memory_limit, timeout, engine,
+            spark_master, spark_conf):
     """Compare the metrics of the sides of label LABEL (mmtests style).
 
-    Every run is one value per metric; each side is summarised per run (Min,
-    Hmean or Amean, Stddev, CoeffVar, Max) and compared with the baseline:
-    the percent difference is positive when better, *x%* when significant.
-    Three or more sides are each compared with the baseline.
+    Every run is one value per metric; each side is summarised (Min, Hmean or
+    Amean, Stddev, CoeffVar, Max, BHmean-95) and compared with the baseline:
+    the change with its 95% bootstrap interval, Welch's p-value adjusted
+    across the table (Benjamini-Hochberg), and the verdict, better or worse
+    only where significant. Three or more sides are each compared with the
+    baseline.
 
     \b
     kmemscope compare ds --by kernel --baseline vanilla --format mmtests
-    kmemscope compare ds --by kernel --metrics vmstat.compact_stall,tps
+    kmemscope compare ds --by kernel --unit host --detect 5%
+    kmemscope compare ds --by kernel --sides vanilla,v1,v2 --metrics vmstat.compact_stall,tps
     kmemscope compare ds --by kernel --metrics vmstat.thp_fault_alloc --over run
     """
     import kmemscope
@@ -735,11 +757,14 @@ def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt
 
     fmt = _compare_format(fmt, output)
     names = _metric_names(metrics)
+    test = test or ("band" if fmt == "mmtests" else "welch")
+    order = _side_names(side_order)
     with _engine(engine, spark_master, spark_conf, dataset) as spec, \
             _limits(memory_limit, timeout):
-        c = kmemscope.open(dataset, spec).compare(by, baseline, metrics=names, test=test,
-                                                  alpha=alpha, run=list(runs) or None,
-                                                  label=list(labels) or None)
+        c = kmemscope.open(dataset, spec).compare(
+            by, baseline, metrics=names, test=test, alpha=alpha, run=list(runs) or None,
+            label=list(labels) or None, correction=correction, sides=order, unit=unit,
+            stat=stat, detect=detect, directions=_directions(directions))
         if over:
             _compare_over(c, names, over, fmt, output, quiet)
             return
@@ -748,9 +773,11 @@ def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt
         for note in notes:
             _note(note)
     if fmt in ("csv", "json", "jsonl", "parquet"):
-        write_records(co.records(c.sides, c.rows), notes, fmt, output,
+        write_records(co.records(c.sides, c.table), notes, fmt, output,
                       meta={"label": c.sides.label, "baseline": c.sides.baseline,
-                            "sides": c.sides.sides, "test": test, "alpha": alpha})
+                            "sides": c.sides.sides, "test": test, "alpha": alpha,
+                            "correction": c.table.correction_text(), "tested": c.table.tested,
+                            "unit": unit})
         return
     if fmt == "text":
         text = c.text()
@@ -759,6 +786,42 @@ def compare(dataset, by, baseline, metrics, test, alpha, over, runs, labels, fmt
     else:
         text = c.markdown()
     _write_text(text, output)
+
+
+def _percent(value):
+    """--detect 5% (or 5) as 5.0; None when not given; anything else is a usage error."""
+    if value is None:
+        return None
+    text = value.strip().rstrip("%")
+    try:
+        pct = float(text)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a percentage (write e.g. 5%)") from None
+    if not (0 < pct < 1000):
+        raise click.BadParameter(f"{value!r}: give a change between 0% and 1000%")
+    return pct
+
+
+def _side_names(text):
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",")]
+    if len(names) < 2 or not all(names):
+        raise click.BadParameter(f"{text!r}: name two or more sides, baseline first, "
+                                 "separated by commas", param_hint="--sides")
+    return names
+
+
+def _directions(items):
+    """--direction METRIC=higher|lower as {metric: direction}."""
+    out = {}
+    for item in items:
+        name, _, way = item.partition("=")
+        if not name or way not in ("higher", "lower"):
+            raise click.BadParameter(f"{item!r}: write METRIC=higher or METRIC=lower",
+                                     param_hint="--direction")
+        out[name] = way
+    return out or None
 
 
 def _metric_names(metrics):

@@ -21,7 +21,8 @@ from kmemscope.common.errors import KmemscopeError
 from kmemscope.queries.engines import EngineSpec
 
 if TYPE_CHECKING:
-    from kmemscope.queries.sides import MetricRow, SideSet
+    from kmemscope.queries.comparison_model import ComparisonRecord, ComparisonTable, MetricRow
+    from kmemscope.queries.sides import SideSet
 
 LabelsArg = Mapping[str, "str | Sequence[str]"] | Sequence[str] | str | None
 Progress = Callable[[str], None] | None
@@ -155,14 +156,32 @@ class Result:
 
 @dataclass
 class Comparison:
-    """The sides of a label compared metric by metric (what `kmemscope compare` prints)."""
+    """The sides of a label compared metric by metric (what `kmemscope compare` prints).
+
+    `records`: one ComparisonRecord per metric and side (queries/comparison_model.py), the
+    model every output renders; `df()` the same as a DataFrame. `rows`: one MetricRow per
+    metric (its Metric, the per-side values, `records[side]`)."""
 
     sides: SideSet
-    rows: list[MetricRow]
-    test: str
-    alpha: float
+    table: ComparisonTable
     dataset: object = None          # where the sides came from: trends read it again
     engine: EngineSpec | None = None
+
+    @property
+    def rows(self) -> list[MetricRow]:
+        return self.table.rows
+
+    @property
+    def records(self) -> list[ComparisonRecord]:
+        return self.table.records
+
+    @property
+    def test(self) -> str:
+        return self.table.test
+
+    @property
+    def alpha(self) -> float:
+        return self.table.alpha
 
     @property
     def notes(self) -> list[str]:
@@ -171,32 +190,32 @@ class Comparison:
         return condense_notes(self.sides.notes) + missing_notes(self.sides, self.rows)
 
     def result(self) -> Result:
-        """One row per metric and side (the csv/json rows of compare)."""
+        """One row per metric and side: every field of the records (the csv/json rows of compare)."""
         import pyarrow as pa
 
         from kmemscope.comparison_text import records
 
-        return Result(pa.Table.from_pylist(records(self.sides, self.rows)), self.notes)
+        return Result(pa.Table.from_pylist(records(self.sides, self.table)), self.notes)
 
     def df(self):
         return self.result().df()
 
     def text(self) -> str:
-        """The per-metric table with its p-values and notes."""
+        """The per-metric table, the verdicts with their intervals and p-values, the notes."""
         from kmemscope.comparison_text import format_text
 
-        return format_text(self.sides, self.rows, self.test, self.alpha, self.notes)
+        return format_text(self.sides, self.table, self.notes)
 
     def mmtests(self) -> str:
         """mmtests compare-kernels' layout, ready to paste into a patch."""
         from kmemscope.comparison_text import format_mmtests
 
-        return format_mmtests(self.sides, self.rows, self.test, self.alpha, self.notes)
+        return format_mmtests(self.sides, self.table, self.notes)
 
     def markdown(self) -> str:
         from kmemscope.comparison_text import format_markdown
 
-        return format_markdown(self.sides, self.rows, self.notes)
+        return format_markdown(self.sides, self.table, self.notes)
 
     def trend(self, over: str, metrics: Sequence[str] | None = None) -> "Trend":
         """Each metric's values over the sides' runs in recording order (over="run") or over
@@ -385,23 +404,34 @@ class Dataset:
         return result
 
     def compare(self, by: str, baseline: str | None = None, *, metrics: Iterable[str] | None = None,
-                test: str = "band", alpha: float = 0.05, run=None, label: LabelsArg = None
-                ) -> Comparison:
-        """Compare the sides of label `by`, mmtests style.
+                test: str = "welch", alpha: float = 0.05, run=None, label: LabelsArg = None,
+                correction: str = "bh", sides: Sequence[str] | None = None,
+                unit: str | None = None, stat: str | None = None, detect: float | None = None,
+                directions: dict | None = None) -> Comparison:
+        """Compare the sides of label `by`: per metric and side a ComparisonRecord.
 
         metrics: summary columns, "vmstat.NAME" (a counter's increase over the
         capture), "vmstat.NAME/min", "stalls.KIND.STAT" or imported metric
         names; None for the default set (see `kmemscope compare --help`).
+        test: welch (default), mannwhitney or band (mmtests'); correction: bh
+        (Benjamini-Hochberg), holm or none, across the table's tests; sides: the
+        sides in order, baseline first; unit: a label (e.g. "host") whose runs are
+        summarised into one value each, so n counts units; stat: amean, hmean or
+        median for higher-is-better rows; detect: a change in % for which rows
+        without a significant one get the runs per side needed at 80% power;
+        directions: {metric: "higher"|"lower"} for metrics without a direction.
         """
-        from kmemscope.queries.sides import compare_sides, load_sides
+        from kmemscope.queries.comparison_model import compare_table
+        from kmemscope.queries.sides import load_sides
 
         names = [metrics] if isinstance(metrics, str) else (list(metrics) if metrics else None)
         ref = self._handle()
-        sides = load_sides(ref, by, baseline, run_ids=[run] if isinstance(run, str) else run,
-                           labels=label, engine=self.spec, metrics=names)
+        found = load_sides(ref, by, baseline, run_ids=[run] if isinstance(run, str) else run,
+                           labels=label, engine=self.spec, metrics=names,
+                           order=list(sides) if sides else None, unit=unit)
+        table = compare_table(found, names, test, alpha, correction, stat, detect, directions)
         # the comparison keeps its snapshot: a trend over it reads the same runs
-        return Comparison(sides, compare_sides(sides, names, test, alpha), test, alpha,
-                          ref, self.spec)
+        return Comparison(found, table, ref, self.spec)
 
     def describe(self, name: str) -> AnalysisDoc:
         """The documentation of analysis `name` (see kmemscope.describe)."""

@@ -1,42 +1,54 @@
-"""A comparison (queries/sides.py) as mmtests text, markdown, or rows for csv/json/parquet.
+"""A comparison (queries/comparison_model.py) as mmtests text, markdown, or rows for csv/json/parquet.
+
+Every number and word here is a field of the comparison model's records: the
+layouts below choose which fields to print and how wide, and compute nothing
+(no mean, no change, no verdict, no colour from a sign).
 
 Layouts:
-- text: one block of rows per metric (Min, Amean/Hmean, Stddev, CoeffVar, Max,
-  BAmean-95/BHmean-95, Range, N), one column per side, then the p-values.
+- text: one block of rows per metric (Min, Hmean/Amean/Median, Stddev or
+  HStddev, CoeffVar or HCoeffVar, Max, BHmean-95/BAmean-95, Range, N), one
+  column per side; then per side against the baseline the change with its 95%
+  interval, the test's p-value and the adjusted one, the verdict and the source.
 - mmtests: mmtests compare-kernels' layout, ready to paste into a patch: a
   block of headline metrics and one of imported benchmark results, each
   grouped by statistic; a block of the vmstat rows a kernel A/B table shows,
-  under their mmtests names, one row per counter; a block of stall latencies.
-- markdown: one line per metric, "mean [range]" per side, the p-values.
-Every cell is `%12.2f (%7.2f%%)` (wider when a value needs it): the value and
-its percent difference against the baseline; significant ones `*x%*`; n/a where
-there is no number (a side without values, a zero baseline). The percent
-difference follows the metric's convention (queries/compare.py): positive =
-better for headline and benchmark metrics (mmtests), the raw relative change
-new/baseline - 1 for the kernel's counters (vmstat, stalls); each block's
-header line says which, and which mean. Notes are part of every output: a block
-of lines at the end, a comment block at the top of CSV, a `notes` field of JSON,
-the `kmemscope.notes` metadata of Parquet.
+  under their mmtests names, one row per counter; a block of stall counts and
+  latencies.
+- markdown: one line per metric and side, the value with its interval, the
+  change with its interval, p, adjusted p, the verdict.
+Every cell of the two mmtests-like layouts is `%12.2f (%7.2f%%)` (wider when a
+value needs it): the value and its change against the baseline in the block's
+convention; `*x%*` where the verdict is significant; n/a where there is no number.
+A row whose values did not come from the block's usual source is marked
+(`[trace]`, `[vmstat]`; `[trace, lower bound]` where the trace counts only part).
+Notes are part of every output: a block of lines at the end, a comment block at
+the top of CSV, a `notes` field of JSON, the `kmemscope.notes` metadata of Parquet.
 """
+import dataclasses
 import math
 
 from kmemscope.common.text import printable
+from kmemscope.queries.comparison_model import BLOCKS, verdict_color, verdict_text  # noqa: F401 (the report colours by it)
 
-STAT_ROWS = ("min", "mean", "stddev", "coeffvar", "max", "best_mean")
+# (the statistic row's key: the record's field with its value, its change, its name's field)
+STAT_ROWS = (("min", "min_change", None), ("value", "change", "statistic"),
+             ("stddev", "stddev_change", "stddev_name"),
+             ("coeffvar", "coeffvar_change", "coeffvar_name"), ("max", "max_change", None),
+             ("best_mean", "best_change", "best_name"))
+STAT_TITLES = {"min": "Min", "max": "Max"}
 VALUE_WIDTH, PCT_WIDTH = 12, 7
 CELL_WIDTH = VALUE_WIDTH + PCT_WIDTH + 4          # "%12.2f (%7.2f%)"
 TEST_TEXT = {
     "band": "the mmtests band test (mean +/- 1.96*s bands do not overlap)",
-    "welch": "Welch's t-test, p < {alpha}",
-    "mannwhitney": "the Mann-Whitney U test, p < {alpha}",
+    "welch": "Welch's t-test",
+    "mannwhitney": "the Mann-Whitney U test",
 }
-# mmtests blocks: which metric kinds go in which, and how each is laid out.
-BLOCKS = (("headline", ("summary",), "stats"),
-          ("vmstat", ("vmstat",), "means"),
-          ("stalls", ("stalls",), "means"),
-          ("benchmark", ("imported",), "stats"),
-          ("fragmentation", ("frag",), "stats"))
-# What each convention's block header says of its numbers (queries/compare.py).
+# How each block's rows are laid out in --format mmtests, and the source its rows usually have.
+LAYOUT = {"headline": "stats", "vmstat": "means", "stalls": "means", "benchmark": "stats",
+          "fragmentation": "stats"}
+USUAL_SOURCE = {"headline": "trace", "vmstat": "vmstat", "stalls": "trace", "benchmark": "imported",
+                "fragmentation": "procfs sample"}
+# What each convention's block header says of its numbers.
 CONVENTION_TEXT = {
     "mmtests": "Hmean where higher is better, else Amean; percent difference: positive = better",
     "counter": "Amean: the arithmetic mean of the runs' values; percent difference: the raw "
@@ -44,15 +56,21 @@ CONVENTION_TEXT = {
 }
 
 
-def _stat_name(row, key):
-    kind = row.stat or row.metric.mean_kind
-    return {"min": "Min", "mean": kind, "stddev": "Stddev", "coeffvar": "CoeffVar",
-            "max": "Max", "best_mean": f"B{kind}-95"}[key]
+def source_mark(record):
+    """' [trace]', ' [trace, lower bound]', '' for a row from its block's usual source."""
+    usual = record.source == USUAL_SOURCE.get(record.block)
+    if usual and record.exact:
+        return ""
+    return f" [{record.source}{'' if record.exact else ', lower bound'}]"
 
 
 def _block_header(title, rows):
     conventions = sorted({r.metric.convention for r in rows})
-    return f"{title} ({'; '.join(CONVENTION_TEXT[c] for c in conventions)})"
+    stats = sorted({r.stat for r in rows if r.stat not in ("Hmean", "Amean")})
+    extra = f"; {', '.join(stats)} where --stat asks for it" if stats else ""
+    source = USUAL_SOURCE.get(title)
+    return (f"{title} ({'; '.join(CONVENTION_TEXT[c] for c in conventions)}{extra}; "
+            f"source: {source} unless marked)")
 
 
 def pct_text(pct):
@@ -71,37 +89,37 @@ def _cell(value, pct, significant):
     return f"{v} *{pct:{PCT_WIDTH}.2f}%*" if significant else f"{v} ({pct:{PCT_WIDTH}.2f}%)"
 
 
-def _row_pct(metric, key, base, new):
-    from kmemscope.queries.compare import change
-
-    # Spread is better when smaller, whatever the metric's direction (mmtests does the same).
-    better = "lower" if key in ("stddev", "coeffvar") else metric.better
-    return change(metric, getattr(base, key), getattr(new, key), better)
+def _stat_name(row, key):
+    rec = next(iter(row.records.values()))
+    value_key, _change, name_field = next(k for k in STAT_ROWS if k[0] == key)
+    return getattr(rec, name_field) if name_field else STAT_TITLES[value_key]
 
 
 def _cells(sides, r, key):
-    base = r.stats[sides.baseline]
+    _v, change_key, _n = next(k for k in STAT_ROWS if k[0] == key)
     cells = []
     for s in sides.sides:
-        x = r.stats[s]
-        value = getattr(x, key)
-        if s == sides.baseline:
-            cells.append(_cell(value, 0.0 if value is not None else None, False))
-        else:
-            sig = key == "mean" and bool(r.versus[s].significant)
-            cells.append(_cell(value, _row_pct(r.metric, key, base, x), sig))
+        rec = r.records[s]
+        sig = key == "value" and bool(rec.significant)
+        cells.append(_cell(getattr(rec, key), getattr(rec, change_key), sig))
     return cells
 
 
 def _width(sides, rows=()):
     """A side's column: the widest of a cell, its name and every cell of `rows` (plus a gap)."""
-    cells = [len(c) + 1 for r in rows for key in STAT_ROWS for c in _cells(sides, r, key)]
+    cells = [len(c) + 1 for r in rows for key, _c, _n in STAT_ROWS for c in _cells(sides, r, key)]
     return max([CELL_WIDTH] + [len(printable(s)) + 2 for s in sides.sides] + cells)
+
+
+def _count_text(sides, s):
+    n = sides.unit_count(s)
+    what = sides.unit if sides.unit else "run"
+    return f"({n} {what}{'' if n == 1 else 's'})"
 
 
 def _header(sides, lead, w=None):
     w = w or _width(sides)
-    counts = [f"({len(sides.runs[s])} run{'' if len(sides.runs[s]) == 1 else 's'})" for s in sides.sides]
+    counts = [_count_text(sides, s) for s in sides.sides]
     return [" " * lead + "".join(f"{printable(s):>{w}}" for s in sides.sides),
             " " * lead + "".join(f"{c:>{w}}" for c in counts)]
 
@@ -111,19 +129,26 @@ def _join(cells, sides, w=None):
     return "".join(c.rjust(w) if len(c) < w else c for c in cells).rstrip()
 
 
-def _intro(sides, test, alpha):
-    return (f"{printable(sides.label)}: baseline {printable(sides.baseline)}; "
-            f"*x%*: significant by {TEST_TEXT[test].format(alpha=alpha)}")
+def _intro(sides, table):
+    """Who is the baseline, what marks a change and what the correction covered."""
+    if table.test == "band":
+        how = f"*x%*: significant by {TEST_TEXT['band']}"
+    else:
+        how = (f"*x%*: significant by {TEST_TEXT[table.test]}, adjusted p < {table.alpha}; "
+               f"correction: {table.correction_text()}")
+    per = f"; n counts {sides.unit}s (each the mean of its runs)" if sides.unit else ""
+    return f"{printable(sides.label)}: baseline {printable(sides.baseline)}{per}; {how}"
 
 
 def _one_run_line(sides):
     """The stated line when a side has a single run: nothing was tested there."""
-    single = [s for s in sides.sides if len(sides.runs[s]) < 2]
+    single = [s for s in sides.sides if sides.unit_count(s) < 2]
     if not single:
         return []
+    what = sides.unit or "run"
     return [f"n/a: {', '.join(printable(s) for s in single)} "
-            f"{'has' if len(single) == 1 else 'have'} one run: no stddev, and no test of "
-            "significance was run against a side of one run (no *x%* marks there)."]
+            f"{'has' if len(single) == 1 else 'have'} one {what}: no stddev, and no test of "
+            f"significance was run against a side of one {what} (no *x%* marks there)."]
 
 
 def _finish(out, notes):
@@ -134,72 +159,10 @@ def _finish(out, notes):
     return text + "\n"
 
 
-def format_text(sides, rows, test="band", alpha=0.05, notes=()):
-    """The per-metric table with p-values, as one string."""
-    width = max([len(r.metric.name) for r in rows] + [10])
-    lead = 10 + width + 1
-    w = _width(sides, rows)
-    out = [_intro(sides, test, alpha)]
-    out += [f"{c} metrics: {CONVENTION_TEXT[c]}"
-            for c in sorted({r.metric.convention for r in rows})]
-    out += [""] + _header(sides, lead, w)
-    for r in rows:
-        for key in STAT_ROWS:
-            out.append(f"{_stat_name(r, key):<9} {r.metric.name:<{width}} "
-                       + _join(_cells(sides, r, key), sides, w))
-        out.append(f"{'Range':<9} {r.metric.name:<{width}} "
-                   + "".join(f"{r.stats[s].range:>12}" + " " * (w - 12) for s in sides.sides).rstrip())
-        out.append(f"{'N':<9} {r.metric.name:<{width}} "
-                   + "".join(f"{r.stats[s].n:>12}" + " " * (w - 12) for s in sides.sides).rstrip())
-        out.append("")
-    for s in sides.sides[1:]:
-        out.append(f"Significance of {printable(s)} vs {printable(sides.baseline)} "
-                   "(better: the direction each metric prefers)")
-        out.append(f"{'metric':<{width}}  better  {'Welch p':>9}  {'Mann-Whitney p':>14}  {'band test':>9}")
-        for r in rows:
-            c = r.versus[s]
-            band = "n/a" if c.band_significant is None else ("apart" if c.band_significant else "overlap")
-            out.append(f"{r.metric.name:<{width}}  {r.metric.better:<6}  {_p(c.welch_p):>9}  "
-                       f"{_p(c.mannwhitney_p):>14}  {band:>9}")
-        out.append("")
-    out += _one_run_line(sides)
-    return _finish(out, notes)
-
-
-def format_mmtests(sides, rows, test="band", alpha=0.05, notes=()):
-    """mmtests compare-kernels' layout: a block per kind of metric, ready to paste into a patch."""
-    out = [_intro(sides, test, alpha)]
-    for title, kinds, layout in BLOCKS:
-        block = [r for r in rows if r.metric.kind in kinds]
-        if not block:
-            continue
-        out.append("")
-        w = _width(sides, block)
-        if layout == "stats":
-            width = max(len(r.metric.name) for r in block)
-            lead = 10 + width + 1
-            out += [_block_header(title, block)] + _header(sides, lead, w)
-            for key in STAT_ROWS:
-                for r in block:
-                    out.append(f"{_stat_name(r, key):<9} {r.metric.name:<{width}} "
-                               + _join(_cells(sides, r, key), sides, w))
-        else:
-            width = max(len(_title(r)) for r in block)
-            lead = width + 1
-            out += [_block_header(title, block)] + _header(sides, lead, w)
-            for r in block:
-                out.append(f"{_title(r):<{width}} " + _join(_cells(sides, r, "mean"), sides, w))
-    out += [""] + _one_run_line(sides) if _one_run_line(sides) else []
-    return _finish(out, notes)
-
-
-def _title(row):
-    """A means-block row's name: the metric's title, marked where the trace answered it."""
-    return row.metric.title + (TRACE_MARK if getattr(row, "from_trace", False) else "")
-
-
-# Marks a vmstat row that some run took from the trace (no procfs samples); a note says which.
-TRACE_MARK = " [trace]"
+def _interval(low, high, unit=""):
+    if low is None or high is None:
+        return "n/a"
+    return f"[{low:.2f}, {high:.2f}]{unit}"
 
 
 def _p(p):
@@ -208,30 +171,133 @@ def _p(p):
     return f"{p:.4f}" if p >= 0.0001 else f"{p:.1e}"
 
 
-def records(sides, rows):
-    """One dict per metric and side: the rows of --format csv/json/jsonl/parquet."""
-    out = []
+def format_text(sides, table, notes=()):
+    """The per-metric table, then each side's verdicts against the baseline, as one string."""
+    rows = table.rows
+    width = max([len(r.metric.name) for r in rows] + [10])
+    lead = 10 + width + 1
+    w = _width(sides, rows)
+    out = [_intro(sides, table)]
+    out += [f"{c} metrics: {CONVENTION_TEXT[c]}"
+            for c in sorted({r.metric.convention for r in rows})]
+    out += [""] + _header(sides, lead, w)
     for r in rows:
+        for key, _c, _n in STAT_ROWS:
+            out.append(f"{_stat_name(r, key):<9} {r.metric.name:<{width}} "
+                       + _join(_cells(sides, r, key), sides, w))
+        out.append(f"{'Range':<9} {r.metric.name:<{width}} "
+                   + "".join(f"{r.records[s].range:>12}" + " " * (w - 12) for s in sides.sides).rstrip())
+        out.append(f"{'N':<9} {r.metric.name:<{width}} "
+                   + "".join(f"{r.records[s].n:>12}" + " " * (w - 12) for s in sides.sides).rstrip())
+        out.append("")
+    p_head = "band test" if table.test == "band" else "p       adj. p"
+    vw = max([len(verdict_text(r.records[s])) for r in rows for s in sides.sides[1:]] + [7])
+    for s in sides.sides[1:]:
+        out.append(f"{printable(s)} vs {printable(sides.baseline)}: change with its 95% "
+                   "bootstrap interval, in each row's convention")
+        out.append(f"{'metric':<{width}}  {'better':<6}  {'change [95% interval]':<32}  "
+                   f"{p_head:<16}  {'verdict':<{vw}}  source")
+        for r in rows:
+            rec = r.records[s]
+            if table.test == "band":
+                ps = "n/a" if rec.band_apart is None else ("apart" if rec.band_apart else "overlap")
+            else:
+                ps = f"{_p(rec.p):<7} {_p(rec.p_adjusted)}"
+            change = f"{pct_text(rec.change)}% {_interval(rec.change_low, rec.change_high, '%')}"
+            out.append(f"{r.metric.name:<{width}}  {rec.direction:<6}  {change:<32}  {ps:<16}  "
+                       f"{verdict_text(rec):<{vw}}  {rec.source}"
+                       + ("" if rec.exact else " (lower bound)"))
+        out.append("")
+    out += _detect_lines(sides, table)
+    out += _one_run_line(sides)
+    return _finish(out, notes)
+
+
+def _detect_lines(sides, table):
+    """--detect: per side, the rows without a significant change and the runs each would need."""
+    if not table.detect_pct:
+        return []
+    what = f"{sides.unit}s" if sides.unit else "runs"
+    out = [f"--detect {table.detect_pct:g}%: {what} per side for 80% power to detect a "
+           f"{table.detect_pct:g}% change of the baseline's mean, by a t-test at "
+           f"{table.alpha}/{max(table.tested, 1)} (what the correction asks of one change)"]
+    for r in table.rows:
+        for s in sides.sides[1:]:
+            rec = r.records[s]
+            if rec.significant or rec.verdict in ("n/a", "baseline"):
+                continue
+            need = "n/a (no spread to go by)" if rec.detect_n is None else f"{rec.detect_n:,}"
+            out.append(f"  {r.metric.name} ({printable(s)}): {need}")
+    return out + [""]
+
+
+def format_mmtests(sides, table, notes=()):
+    """mmtests compare-kernels' layout: a block per kind of metric, ready to paste into a patch."""
+    out = [_intro(sides, table)]
+    for title, _kinds in BLOCKS:
+        block = [r for r in table.rows if r.block == title]
+        if not block:
+            continue
+        out.append("")
+        w = _width(sides, block)
+        if LAYOUT[title] == "stats":
+            names = {id(r): r.metric.name + source_mark(r.records[sides.baseline]) for r in block}
+            width = max(len(n) for n in names.values())
+            lead = 10 + width + 1
+            out += [_block_header(title, block)] + _header(sides, lead, w)
+            for key, _c, _n in STAT_ROWS:
+                for r in block:
+                    out.append(f"{_stat_name(r, key):<9} {names[id(r)]:<{width}} "
+                               + _join(_cells(sides, r, key), sides, w))
+        else:
+            width = max(len(_title(r, sides)) for r in block)
+            lead = width + 1
+            out += [_block_header(title, block)] + _header(sides, lead, w)
+            for r in block:
+                out.append(f"{_title(r, sides):<{width}} " + _join(_cells(sides, r, "value"), sides, w))
+    out += [""] + _one_run_line(sides) if _one_run_line(sides) else []
+    return _finish(out, notes)
+
+
+def _title(row, sides):
+    """A means-block row's name: the metric's title, with its source's mark (from any side)."""
+    marks = {source_mark(row.records[s]) for s in sides.sides if row.records[s].n}
+    mark = max(marks, key=len) if marks else ""
+    return row.metric.title + mark
+
+
+def records(sides, table):
+    """One dict per metric and side, every field of the model's record: the rows of
+    --format csv/json/jsonl/parquet."""
+    return [{"label": sides.label, **dataclasses.asdict(rec)} for rec in table.records]
+
+
+def format_markdown(sides, table, notes=()):
+    """A markdown table: one line per metric and side, each cell a field of its record."""
+    head = ["metric", "source", "better", "side", "n", "statistic", "value [95% interval]",
+            "change [95% interval]", "p", "adj. p", "verdict"]
+    if table.detect_pct:
+        head.append(f"{sides.unit or 'run'}s for {table.detect_pct:g}%")
+    lines = [f"{markdown_text(_intro(sides, table))}", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table.rows:
         for s in sides.sides:
-            x = r.stats[s]
-            c = r.versus.get(s)
-            pct = 0.0 if c is None and x.mean is not None else (c.pct_diff if c else None)
-            out.append({
-                "label": sides.label, "side": s, "baseline": s == sides.baseline,
-                "metric": r.metric.name, "title": r.metric.title, "kind": r.metric.kind,
-                "unit": r.metric.unit, "better": r.metric.better,
-                "mean_kind": r.stat or r.metric.mean_kind, "convention": r.metric.convention,
-                "runs": len(sides.runs[s]), "n": x.n, "runs_without_value": x.runs_without_value,
-                "min": x.min, "mean": x.mean, "max": x.max, "stddev": x.stddev,
-                "coeffvar": x.coeffvar, "best_mean_95": x.best_mean, "range": x.range,
-                "pct_diff": pct,
-                "pct_diff_text": pct_text(pct),
-                "band_significant": c.band_significant if c else None,
-                "welch_p": c.welch_p if c else None,
-                "mannwhitney_p": c.mannwhitney_p if c else None,
-                "significant": c.significant if c else None,
-            })
-    return out
+            rec = r.records[s]
+            value = "n/a" if rec.value is None else (
+                f"{rec.value:.2f} {markdown_text(_interval(rec.value_low, rec.value_high))}")
+            change = "" if rec.is_baseline else (
+                f"{pct_text(rec.change)}% {markdown_text(_interval(rec.change_low, rec.change_high))}")
+            cells = [f"`{r.metric.name}`", markdown_text(rec.source + ("" if rec.exact else ", lower bound")),
+                     rec.direction, markdown_text(s), f"{rec.n}", rec.statistic, value, change,
+                     "" if rec.is_baseline else _p(rec.p),
+                     "" if rec.is_baseline else _p(rec.p_adjusted),
+                     markdown_text(verdict_text(rec))]
+            if table.detect_pct:
+                cells.append("" if rec.detect_n is None else f"{rec.detect_n:,}")
+            lines.append("| " + " | ".join(cells) + " |")
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {markdown_text(n)}" for n in notes]
+    return "\n".join(lines) + "\n"
 
 
 def markdown_text(text):
@@ -240,37 +306,6 @@ def markdown_text(text):
     for ch in "\\`*_{}[]()#+-.!|<>~":
         text = text.replace(ch, "\\" + ch)
     return text
-
-
-def format_markdown(sides, rows, notes=()):
-    """A compact markdown table: one line per metric, "mean [range]" per side, p-values."""
-    head = ["metric", "better", "mean"]
-    base = markdown_text(sides.baseline)
-    for s in sides.sides:
-        head.append(f"{markdown_text(s)} (n={len(sides.runs[s])})")
-        if s != sides.baseline:
-            head += [f"{markdown_text(s)} vs {base}", "Welch p", "Mann-Whitney p", "bands"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [f"`{r.metric.name}`", r.metric.better, r.stat or r.metric.mean_kind]
-        for s in sides.sides:
-            x = r.stats[s]
-            if x.n == 0:
-                cells.append("n/a")
-            else:
-                cells.append(f"{x.mean:.2f} [{markdown_text(x.range)}]"
-                             + (f" n={x.n}" if x.n != len(sides.runs[s]) else ""))
-            if s != sides.baseline:
-                c = r.versus[s]
-                pct = pct_text(c.pct_diff)
-                pct = "n/a" if pct == "n/a" else pct + "%"
-                cells.append(f"\\*{pct}\\*" if c.significant else pct)
-                band = "n/a" if c.band_significant is None else ("apart" if c.band_significant else "overlap")
-                cells += [_p(c.welch_p), _p(c.mannwhitney_p), band]
-        lines.append("| " + " | ".join(cells) + " |")
-    if notes:
-        lines += ["", "Notes:", ""] + [f"- {markdown_text(n)}" for n in notes]
-    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- trends

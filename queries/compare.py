@@ -58,42 +58,94 @@ def stddev(xs):
 
 
 def mean_of(stat, xs):
-    """The statistic named `stat` ("Hmean" or "Amean") of xs."""
-    return hmean(xs) if stat == "Hmean" else amean(xs)
+    """The statistic named `stat` ("Hmean", "Amean" or "Median") of xs."""
+    return STATISTICS[stat](xs)
 
 
-def row_statistic(metric, sides_values):
+def median(xs):
+    """The middle value (the mean of the two middle ones for an even count); None when empty."""
+    if not xs:
+        return None
+    ordered = sorted(xs)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+STATISTICS = {"Hmean": hmean, "Amean": amean, "Median": median}
+# --stat's names for the centre of higher-is-better rows.
+STAT_CHOICES = {"hmean": "Hmean", "amean": "Amean", "median": "Median"}
+
+
+def row_statistic(metric, sides_values, stat=None):
     """(statistic, note or None) of one metric's row over every side's per-run values.
 
-    The metric's own (Metric.mean_kind), unless it is an Hmean and some run's value
-    is <= 0, where no harmonic mean exists: then the Amean on every side, so that the
-    sides stay comparable, and a note that says why.
+    The metric's own (Metric.mean_kind), or `stat` ("Hmean", "Amean" or "Median", from
+    --stat) on a higher-is-better row of the mmtests convention. An Hmean where some
+    run's value is <= 0, where no harmonic mean exists, is the Amean on every side, so
+    that the sides stay comparable, and a note says why.
     """
-    stat = metric.mean_kind
-    if stat != "Hmean":
-        return stat, None
+    chosen = metric.mean_kind
+    if stat and metric.convention == "mmtests" and metric.better == "higher":
+        chosen = stat
+    if chosen != "Hmean":
+        return chosen, None
     bad = [x for xs in sides_values for x in clean(xs) if x <= 0]
     if not bad:
-        return stat, None
+        return chosen, None
     return "Amean", (f"{metric.name}: Amean instead of Hmean on every side: "
                      f"{len(bad)} run{'s have' if len(bad) > 1 else ' has'} a value <= 0 "
                      f"(min {min(bad):g}), where no harmonic mean exists")
 
 
+def best_count(n, pct=BEST_PCT):
+    """How many of n runs mmtests' BHmean-pct / BAmean-pct keep: int(n * pct / 100), at least 1
+    (so 3 of 4 runs for -95, and 19 of 20)."""
+    return max(1, int(n * pct / 100))
+
+
 def best_mean(metric, xs, pct=BEST_PCT, stat=None):
-    """Mean of the best pct% of the values (at least one), best by the metric's direction."""
+    """mmtests' BHmean-pct / BAmean-pct: the statistic over the best_count(n) best values,
+    best by the metric's direction (the highest first where higher is better)."""
     if not xs:
         return None
-    keep = max(1, math.ceil(len(xs) * pct / 100.0))
     ordered = sorted(xs, reverse=(metric.better == "higher"))
-    return mean_of(stat or metric.mean_kind, ordered[:keep])
+    return mean_of(stat or metric.mean_kind, ordered[:best_count(len(xs), pct)])
+
+
+def spread(stat, xs):
+    """(stddev, coefficient of variation %) about the row's statistic, as mmtests computes them.
+
+    About an Hmean H (mmtests' HStddev and HCoeffVar): sqrt(H^4 * sum((1/x - 1/H)^2) / n),
+    the delta-method spread of a harmonic mean; otherwise the sample standard deviation.
+    The coefficient of variation divides by the row's own statistic. None below two values.
+    """
+    if len(xs) < 2:
+        return None, None
+    centre = mean_of(stat, xs)
+    if stat == "Hmean":
+        sd = math.sqrt(centre ** 4 * math.fsum((1 / x - 1 / centre) ** 2 for x in xs) / len(xs))
+    else:
+        sd = stddev(xs)
+    return sd, (100.0 * sd / abs(centre) if centre else None)
+
+
+def spread_names(stat):
+    """What mmtests calls the spread rows about `stat`: (Stddev, CoeffVar) or (HStddev, HCoeffVar)."""
+    return ("HStddev", "HCoeffVar") if stat == "Hmean" else ("Stddev", "CoeffVar")
+
+
+def best_name(stat, pct=BEST_PCT):
+    """'BHmean-95', 'BAmean-95' (a median row's best runs are averaged: BAmean)."""
+    return f"B{'H' if stat == 'Hmean' else 'A'}mean-{pct}"
 
 
 def change(metric, base, new, better=None):
-    """The percent difference of a row by the metric's convention (see the module doc)."""
-    if metric.convention == "counter":
+    """The percent difference of a row by the metric's convention (see the module doc); the raw
+    change for a metric with no stated direction (better "none")."""
+    better = better or metric.better
+    if metric.convention == "counter" or better == "none":
         return percent_change(base, new)
-    return pct_diff(base, new, better or metric.better)
+    return pct_diff(base, new, better)
 
 
 def pct_diff(base, new, better):
@@ -141,12 +193,12 @@ class SideStats:
     min: float = None
     mean: float = None
     max: float = None
-    stddev: float = None
-    coeffvar: float = None      # 100 * s / Amean
+    stddev: float = None        # about `mean`: mmtests' HStddev on an Hmean row (spread())
+    coeffvar: float = None      # 100 * stddev / mean
     best_mean: float = None     # BAmean-95 / BHmean-95
     range: str = "n/a"
     values: list = field(default_factory=list)
-    stat: str = None            # the statistic in `mean` and `best_mean`: "Hmean" or "Amean"
+    stat: str = None            # the statistic in `mean` and `best_mean`: "Hmean", "Amean", "Median"
 
 
 def describe(metric, values, side="", stat=None):
@@ -163,17 +215,15 @@ def describe(metric, values, side="", stat=None):
         return st
     st.min, st.max = min(xs), max(xs)
     st.mean = mean_of(stat, xs)
-    st.stddev = stddev(xs)
-    am = amean(xs)
-    if st.stddev is not None and am:
-        st.coeffvar = 100.0 * st.stddev / abs(am)
+    st.stddev, st.coeffvar = spread(stat, xs)
     st.best_mean = best_mean(metric, xs, stat=stat)
     st.range = value_range(xs, metric.range_unit)
     return st
 
 
 def band_test(base, new):
-    """mmtests: significant when mean +/- 1.96*s bands do not overlap; None below 2 runs a side."""
+    """mmtests: significant when the bands mean +/- 1.96*s do not overlap, s the row's own spread
+    (HStddev about an Hmean, as mmtests' meanci over stddev-hmean); None below 2 runs a side."""
     if base.n < 2 or new.n < 2:
         return None
     b_lo, b_hi = base.mean - BAND_Z * base.stddev, base.mean + BAND_Z * base.stddev
@@ -266,37 +316,7 @@ def _exact_u_sf(u, n1, n2):
     return sum(counts[u:]) / math.comb(n1 + n2, m)
 
 
-TESTS = ("band", "welch", "mannwhitney")
-
-
-@dataclass
-class MetricDiff:
-    """One metric, one side against the baseline."""
-    metric: Metric
-    base: SideStats
-    new: SideStats
-    pct_diff: float = None
-    band_significant: bool = None
-    welch_p: float = None
-    mannwhitney_p: float = None
-    significant: bool = None    # by the chosen test; None when it cannot be run
-
-
-def compare(metric, base, new, test="band", alpha=0.05):
-    """Compare two SideStats of `metric`; `test` decides `significant` (the *x%* marks)."""
-    if test not in TESTS:
-        raise ValueError(f"unknown test {test!r} (one of {', '.join(TESTS)})")
-    c = MetricDiff(metric, base, new)
-    c.pct_diff = change(metric, base.mean, new.mean)
-    c.band_significant = band_test(base, new)
-    c.welch_p = welch_p(base.values, new.values)
-    c.mannwhitney_p = mannwhitney_p(base.values, new.values)
-    if test == "band":
-        c.significant = c.band_significant
-    else:
-        p = c.welch_p if test == "welch" else c.mannwhitney_p
-        c.significant = None if p is None else p < alpha
-    return c
+TESTS = ("welch", "mannwhitney", "band")
 
 
 def percent_change(base, new):
@@ -306,3 +326,158 @@ def percent_change(base, new):
     if base == 0:
         return 0.0 if new == 0 else None
     return (new / base - 1.0) * 100.0
+
+
+# ---------------------------------------------------------------- across the rows of a table
+
+CORRECTIONS = {"bh": "Benjamini-Hochberg (false discovery rate)",
+               "holm": "Holm (family-wise error rate)",
+               "none": "none"}
+
+
+def adjust(pvalues, method="bh"):
+    """The p-values adjusted across one table's tests (None stays None and is not counted).
+
+    bh: Benjamini-Hochberg, p_(i) * m / i made monotone from the largest down, which keeps
+    the expected share of false discoveries at most alpha; holm: (m - i + 1) * p_(i) made
+    monotone from the smallest up, which keeps the chance of any false one at most alpha.
+    Both as scipy.stats.false_discovery_control and statsmodels' multipletests give them
+    (tests/test_compare_stats.py holds them equal).
+    """
+    import numpy as np
+
+    if method not in CORRECTIONS:
+        raise ValueError(f"unknown correction {method!r} (one of {', '.join(CORRECTIONS)})")
+    tested = [i for i, p in enumerate(pvalues) if p is not None]
+    out = list(pvalues)
+    if not tested or method == "none":
+        return out
+    p = np.array([pvalues[i] for i in tested], dtype=float)
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    ranked = p[order]
+    if method == "bh":
+        scaled = ranked * m / np.arange(1, m + 1)
+        adjusted = np.minimum.accumulate(scaled[::-1])[::-1]
+    else:
+        scaled = ranked * (m - np.arange(m))
+        adjusted = np.maximum.accumulate(scaled)
+    back = np.empty(m)
+    back[order] = np.minimum(adjusted, 1.0)
+    for i, value in zip(tested, back):
+        out[i] = float(value)
+    return out
+
+
+# ---------------------------------------------------------------- intervals: the bootstrap
+
+BOOTSTRAP_RESAMPLES = 2000
+CI_LEVEL = 0.95
+
+
+def _stat_rows(stat, samples):
+    """The statistic of each row of a 2-D array of resampled values."""
+    import numpy as np
+
+    if stat == "Hmean":
+        return samples.shape[1] / np.sum(1.0 / samples, axis=1)
+    if stat == "Median":
+        return np.median(samples, axis=1)
+    return samples.mean(axis=1)
+
+
+def _resample(rng, xs, resamples):
+    import numpy as np
+
+    data = np.asarray(xs, dtype=float)
+    return data[rng.integers(0, len(data), size=(resamples, len(data)))]
+
+
+def bootstrap_intervals(stat, base, new, convention, better, seed=0,
+                        resamples=BOOTSTRAP_RESAMPLES, level=CI_LEVEL):
+    """Percentile-bootstrap intervals: ((low, high) of the new side's statistic, (low, high) of
+    the change against the baseline in the row's convention).
+
+    Each side is resampled on its own (its runs, or hosts, with replacement) and the row's
+    statistic taken of every resample, so an interval never leaves what the values can
+    take: a count's mean stays >= 0, a percentage's within 0-100, a change >= -100%.
+    None where a side has fewer than two values or the baseline's resamples reach 0 (no
+    percentage there). The seed makes every output of one comparison print the same numbers.
+    """
+    import numpy as np
+
+    side = None
+    if len(new) >= 2:
+        rng = np.random.default_rng(seed)
+        stats_new = _stat_rows(stat, _resample(rng, new, resamples))
+        side = _quantiles(stats_new, level)
+    if len(base) < 2 or len(new) < 2:
+        return side, None
+    rng = np.random.default_rng(seed + 1)
+    stats_base = _stat_rows(stat, _resample(rng, base, resamples))
+    if np.any(stats_base == 0):
+        return side, None
+    ratio = stats_new / stats_base
+    if convention == "mmtests" and better == "lower":
+        changes = 100.0 - ratio * 100.0
+    else:
+        changes = ratio * 100.0 - 100.0
+    return side, _quantiles(changes, level)
+
+
+def side_interval(stat, xs, seed=0, resamples=BOOTSTRAP_RESAMPLES, level=CI_LEVEL):
+    """(low, high) percentile-bootstrap interval of one side's statistic; None below 2 values."""
+    import numpy as np
+
+    if len(xs) < 2:
+        return None
+    return _quantiles(_stat_rows(stat, _resample(np.random.default_rng(seed), xs, resamples)),
+                      level)
+
+
+def _quantiles(values, level):
+    import numpy as np
+
+    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+# ---------------------------------------------------------------- how many runs would tell
+
+POWER = 0.8
+# Above this many a side the t distribution is the normal one to four digits: the normal
+# approximation's n is the answer.
+EXACT_UP_TO = 20_000
+
+
+def runs_needed(base, new, detect_pct, alpha, power=POWER):
+    """Runs (or hosts) per side for a two-sided t-test at level `alpha` to detect, with
+    probability `power`, a change of detect_pct % of the baseline's mean, given the spread
+    the two sides show (the root mean of their variances). None when there is no spread
+    to go by (fewer than 2 values a side) or no baseline mean to take a percentage of.
+
+    Power from the noncentral t distribution with 2n - 2 degrees of freedom (scipy.stats),
+    the n of equal sides, as statistical power tables compute it.
+    """
+    import numpy as np
+    from scipy import stats as sps
+
+    if len(base) < 2 or len(new) < 2:
+        return None
+    sd = math.sqrt((_sample_variance(base) + _sample_variance(new)) / 2)
+    delta = abs(amean(base)) * detect_pct / 100.0
+    if not delta:
+        return None
+    if sd == 0:
+        return 2
+    # the normal approximation: n = 2 ((z_(1-alpha/2) + z_power) sd / delta)^2
+    z = (sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)) * sd / delta
+    guess = max(2, math.ceil(2 * z * z))
+    if guess > EXACT_UP_TO:
+        return guess
+    n = np.arange(2, 2 * guess + 20)
+    df = 2 * n - 2
+    ncp = delta / (sd * np.sqrt(2.0 / n))
+    crit = sps.t.ppf(1 - alpha / 2, df)
+    got = sps.nct.sf(crit, df, ncp) + sps.nct.cdf(-crit, df, ncp)
+    return int(n[np.argmax(got >= power)]) if np.any(got >= power) else guess

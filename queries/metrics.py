@@ -34,7 +34,7 @@ COUNTER_KINDS = ("vmstat", "stalls")
 @dataclass(frozen=True)
 class Metric:
     name: str
-    better: str          # "higher" or "lower"
+    better: str          # "higher", "lower" or "none" (no better or worse: it depends on the patch)
     unit: str            # "%", "count", "/min", "ms", an imported unit, ...
     title: str           # what a table calls the row (mmtests' name for the vmstat rows)
     kind: str            # "summary", "vmstat", "stalls", "frag" or "imported"
@@ -48,8 +48,9 @@ class Metric:
     @property
     def mean_kind(self):
         """mmtests: the harmonic mean where higher is better, the arithmetic mean otherwise;
-        the kernel's counters: always the arithmetic mean of the runs (as postings print them)."""
-        if self.convention == "counter":
+        the kernel's counters and metrics with no direction: always the arithmetic mean of the
+        runs (as postings print them)."""
+        if self.convention == "counter" or self.better == "none":
             return "Amean"
         return "Hmean" if self.better == "higher" else "Amean"
 
@@ -70,10 +71,13 @@ SUMMARY = {m.name: m for m in [
     _summary("highatomic_pageblocks_max", "lower", "count", "HighAtomic pageblocks (max)"),
     _summary("eligible_allocs_order_1_3", "lower", "count", "High-atomic-eligible allocs, order 1-3"),
     _summary("eligible_allocs_order_4_plus", "lower", "count", "High-atomic-eligible allocs, order 4+"),
-    _summary("pollution_per_1000_allocs", "lower", "/1000", "Fallbacks per 1000 allocs"),
-    # More allocations of the hottest frames = faster reuse of cache-hot pages (the per-CPU list study).
-    _summary("top5_pfn_allocs_sum", "higher", "count", "Allocs of the 5 hottest pfns"),
-    _summary("cross_cpu_free_pct", "lower", "%", "Pages freed on another CPU %"),
+    _summary("pollution_per_1000_allocs", "lower", "/1000",
+             "Fragmenting fallbacks per 1000 allocs"),
+    # No direction: faster reuse of cache-hot frames, or frees spread over CPUs, is what one
+    # patch wants and another gives up (the per-CPU list postings argue both ways); the user
+    # states one with --direction NAME=higher|lower.
+    _summary("top5_pfn_allocs_sum", "none", "count", "Allocs of the 5 hottest pfns"),
+    _summary("cross_cpu_free_pct", "none", "%", "Pages freed on another CPU %"),
     _summary("lost_events", "lower", "count", "Lost trace events"),
     # With `record -- COMMAND` the capture lasts as long as the command: shorter is faster.
     _summary("duration_s", "lower", "s", "Capture duration"),
@@ -88,12 +92,20 @@ VMSTAT_HIGHER = {"thp_fault_alloc", "thp_collapse_alloc", "thp_file_alloc", "com
 
 # kmemscope's own vmstat rows: name -> (formula over counters' increases, unit).
 # Each formula gets {counter: increase} and returns a number or None.
+def _made_of(*parts):
+    """Mark a formula with the counters it is made of (value_source reads them)."""
+    def mark(formula):
+        formula.parts = parts
+        return formula
+    return mark
+
+
 def _diff(a, b):
-    return lambda d: None if a not in d or b not in d else d[a] - d[b]
+    return _made_of(a, b)(lambda d: None if a not in d or b not in d else d[a] - d[b])
 
 
 def _sum(*names):
-    return lambda d: None if any(n not in d for n in names) else sum(d[n] for n in names)
+    return _made_of(*names)(lambda d: None if any(n not in d for n in names) else sum(d[n] for n in names))
 
 
 def _allocstall(d):
@@ -109,6 +121,7 @@ def _refault_file(d):
     return d.get("workingset_refault_file", d.get("workingset_refault"))
 
 
+@_made_of("compact_success", "compact_stall")
 def _success_pct(d):
     if "compact_stall" not in d or "compact_success" not in d or d["compact_stall"] == 0:
         return None
@@ -163,8 +176,25 @@ STALL_KINDS = ("direct_compaction", "direct_reclaim", "kcompactd", "kswapd")
 STALL_STATS = {"stalls": "count", "timed": "count", "compaction_runs": "count", "total_ms": "ms",
                "mean_ms": "ms", "p50_ms": "ms", "p90_ms": "ms", "p99_ms": "ms", "max_ms": "ms"}
 STALL_HEADLINE = ("stalls", "compaction_runs", "total_ms", "p99_ms")
+# kcompactd and kswapd do not stall anyone: their count is of the threads' runs (from wake to
+# sleep, or one compaction pass), named `runs` (stalls.kcompactd.runs), never "stalls", which
+# means one thing everywhere: what vmstat's compact_stall (and allocstall) count.
+THREAD_KINDS = ("kcompactd", "kswapd")
+
+
+def stall_stat_name(kind, stat):
+    """The name of stalls.per_run's column `stat` for `kind` in a metric name."""
+    return "runs" if stat == "stalls" and kind in THREAD_KINDS else stat
+
+
+def stall_column(kind, name):
+    """stalls.per_run's column of a metric name's statistic (the inverse of stall_stat_name)."""
+    return "stalls" if name == "runs" and kind in THREAD_KINDS else name
+
+
 # What a table calls a stall statistic, after the kind's name.
-STALL_TITLES = {"stalls": "stalls", "timed": "stalls timed", "compaction_runs": "runs (compact_zone)",
+STALL_TITLES = {"stalls": "stalls", "runs": "runs", "timed": "stalls timed",
+                "compaction_runs": "runs (compact_zone)",
                 "total_ms": "total ms", "mean_ms": "mean ms", "p50_ms": "p50 ms",
                 "p90_ms": "p90 ms", "p99_ms": "p99 ms", "max_ms": "max ms"}
 
@@ -183,8 +213,11 @@ def vmstat_metric(counter, per_min=False):
 
 
 def stall_metric(kind, stat):
-    title = f"{kind.replace('_', ' ')} {STALL_TITLES[stat]}"
-    return Metric(f"stalls.{kind}.{stat}", "lower", STALL_STATS[stat], title, "stalls")
+    """The Metric of stalls.per_run's column `stat` of `kind`, under its metric name."""
+    name = stall_stat_name(kind, stat)
+    what = "runs timed" if stat == "timed" and kind in THREAD_KINDS else STALL_TITLES[name]
+    title = f"{kind.replace('_', ' ')} {what}"
+    return Metric(f"stalls.{kind}.{name}", "lower", STALL_STATS[stat], title, "stalls")
 
 
 def parse_name(name):
@@ -200,11 +233,17 @@ def parse_name(name):
         return ("vmstat", m.group(1), bool(m.group(2)))
     if name.startswith("stalls."):
         m = _STALL_NAME.fullmatch(name)
-        if not m or m.group(1) not in STALL_KINDS or m.group(2) not in STALL_STATS:
+        column = m and stall_column(m.group(1), m.group(2))
+        if (not m or m.group(1) not in STALL_KINDS or column not in STALL_STATS
+                or stall_stat_name(m.group(1), column) != m.group(2)):
+            threads = m and m.group(1) in THREAD_KINDS and m.group(2) == "stalls"
             raise QueryError(f"bad stall metric {name!r}",
+                             f"{m.group(1)} does not stall a task: its count is "
+                             f"stalls.{m.group(1)}.runs" if threads else
                              f"write stalls.KIND.STAT, KIND one of {', '.join(STALL_KINDS)}, "
-                             f"STAT one of {', '.join(STALL_STATS)}")
-        return ("stalls", m.group(1), m.group(2))
+                             f"STAT one of {', '.join(STALL_STATS)} (runs instead of stalls for "
+                             "kcompactd and kswapd)")
+        return ("stalls", m.group(1), column)
     if name.startswith("frag."):
         return _parse_frag_name(name)
     return ("imported", name)
@@ -360,6 +399,8 @@ class _Gathering:
             traced = _per_run_deltas(rows)
             for run_id, (deltas, _windows) in traced.items():
                 self.runs[run_id][TRACE_SOURCE] = set(deltas)
+                self.runs[run_id][TRACE_INEXACT] = {r["name"] for r in rows
+                                                    if r["run_id"] == run_id and not r["exact"]}
             per_run.update(traced)
             self.counters |= {r["name"] for r in rows}
         for run_id, (deltas, windows) in per_run.items():
@@ -378,7 +419,7 @@ class _Gathering:
             target = self.runs.get(r["run_id"])
             if target is not None:
                 for stat in STALL_STATS:
-                    target[f"stalls.{r['kind']}.{stat}"] = r.get(stat)
+                    target[f"stalls.{r['kind']}.{stall_stat_name(r['kind'], stat)}"] = r.get(stat)
         if rows:
             _zero_stalls(self.dataset, self.runs)
 
@@ -493,8 +534,38 @@ _EMPTY_GROUP_HINT = {
     "benchmark": "no benchmark result was imported: kmemscope metrics import DATASET FILE",
 }
 
-# A run's key naming the vmstat counters that its values came from the trace for.
+# A run's key naming the vmstat counters that its values came from the trace for, and the
+# key naming those of them the trace counts only in part (vmstat_trace.counters' exact).
 TRACE_SOURCE = "vmstat_from_trace"
+TRACE_INEXACT = "vmstat_trace_lower_bounds"
+
+# Where a metric's per-run value comes from: the sources a comparison names.
+SOURCES = ("vmstat", "procfs sample", "trace", "imported")
+# Summary columns read from /proc samples rather than the trace.
+SUMMARY_FROM_PROCFS = {"pgscan_kswapd_per_min": "vmstat",
+                       "highatomic_pageblocks_max": "procfs sample"}
+
+
+def value_source(metric, run):
+    """(source, exact) of one run's value of `metric`: source one of SOURCES; exact False where
+    the value is a lower bound (a vmstat counter the trace counts only in part)."""
+    if metric.kind == "imported":
+        return "imported", True
+    if metric.kind == "frag":
+        return "procfs sample", True
+    if metric.kind == "stalls":
+        return "trace", True
+    if metric.kind == "summary":
+        name = metric.name
+        recorded = run.get((name[:-4] if name.endswith("_pct") else name) + "_source")
+        return recorded or SUMMARY_FROM_PROCFS.get(name, "trace"), True
+    counter = parse_name(metric.name)[1]
+    traced = run.get(TRACE_SOURCE)
+    if not traced:
+        return "vmstat", True
+    parts = getattr(VMSTAT_DERIVED.get(counter, (None,))[0], "parts", (counter,))
+    inexact = run.get(TRACE_INEXACT) or set()
+    return "trace", not any(p in inexact for p in parts)
 
 
 def _per_run_deltas(rows):
@@ -670,10 +741,11 @@ def _zero_stalls(dataset, runs):
     tables = DatasetRef.of(dataset).listing
     for run_id, target in runs.items():
         for kind, events in STALL_EVENTS.items():
-            if f"stalls.{kind}.stalls" in target:
+            count = f"stalls.{kind}.{stall_stat_name(kind, 'stalls')}"
+            if count in target:
                 continue
             if all(run_id in tables.get(e, {}) for e in events):
-                target[f"stalls.{kind}.stalls"] = 0
+                target[count] = 0
                 target[f"stalls.{kind}.timed"] = 0
                 target[f"stalls.{kind}.total_ms"] = 0.0
                 if kind == "direct_compaction":

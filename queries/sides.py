@@ -4,6 +4,7 @@ A side is the set of runs sharing one value of a label (kernel=vanilla); the
 first side is the baseline the others are compared against. The per-run
 values come from queries/metrics.py, the statistics from compare.py.
 """
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ class SideSet:
     summary: list                    # one dict per run on a side: run_id, side, metric values
     notes: list = field(default_factory=list)
     metrics: dict = field(default_factory=dict)   # name -> Metric, in the order to show
+    unit: str = None                 # --unit: the label whose values are a side's units (hosts)
 
     @property
     def baseline(self):
@@ -32,6 +34,38 @@ class SideSet:
             out[row["side"]].append(row.get(metric))
         return out
 
+    def unit_values(self, metric):
+        """side -> one value per unit (host) of `metric`: the arithmetic mean of the unit's runs
+        that have it (None for a unit with none), so that n counts units, not runs. Without
+        --unit, the per-run values."""
+        if self.unit is None:
+            return self.values(metric)
+        out = {s: {} for s in self.sides}
+        for row in self.summary:
+            out[row["side"]].setdefault(row["unit"], []).append(row.get(metric))
+        return {s: [st.amean(st.clean(vs)) for vs in units.values()] for s, units in out.items()}
+
+    def unit_count(self, side):
+        """How many runs, or units when --unit is given, the side has."""
+        if self.unit is None:
+            return len(self.runs[side])
+        return len({r["unit"] for r in self.summary if r["side"] == side})
+
+    def host_total(self, metric, side):
+        """(total, hosts) of `metric` across the side's hosts: each host's value is the mean of its
+        runs' (a host recorded four times counts once), summed over the hosts; a run without a
+        recorded host counts as a host of its own. (None, 0) when no run has a value."""
+        per_host = {}
+        for row in self.runs_of(metric, side):
+            per_host.setdefault(row.get("host") or ("run", row["run_id"]), []).append(row[metric])
+        if not per_host:
+            return None, 0
+        return math.fsum(math.fsum(vs) / len(vs) for vs in per_host.values()), len(per_host)
+
+    def runs_of(self, metric, side):
+        """The side's run rows that have a value of `metric`."""
+        return [r for r in self.summary if r["side"] == side and r.get(metric) is not None]
+
     def ordered_runs(self, side):
         """The side's runs in the order they were recorded (wall-clock start, else run id)."""
         rows = [r for r in self.summary if r["side"] == side]
@@ -40,12 +74,15 @@ class SideSet:
 
 
 def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=None, engine=None,
-               metrics=None):
+               metrics=None, order=None, unit=None):
     """Per-run metric values of the selected runs, split by the value of label `by`.
 
     metrics: names (queries/metrics.py); None for the default set. engine: as
-    for runner.run_query ("duckdb", "spark" or a spark_engine()). Fewer than
-    two sides is an error: there is nothing to compare.
+    for runner.run_query ("duckdb", "spark" or a spark_engine()). order: the sides
+    to compare, in this order, baseline first (--sides); others are left out with a
+    note. unit: a label (or "host", the run's recorded host) whose values are the
+    units a side's runs are summarised per (--unit). Fewer than two sides is an
+    error: there is nothing to compare.
     """
     from .metrics import gather
 
@@ -69,7 +106,13 @@ def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=Non
     if not values:
         raise QueryError(f"no run has a label {by!r}",
                          "label runs at parse time: kmemscope parse ... --label KEY=VALUE")
-    if baseline is not None:
+    if order:
+        rows, values, more = _ordered_sides(rows, values, by, order, baseline)
+        notes += more
+    if unit is not None:
+        rows, more = _with_units(rows, unit)
+        notes += more
+    if baseline is not None and not order:
         if baseline not in values:
             raise QueryError(f"no run has {by}={baseline}",
                              f"values of {by}: {', '.join(values)}")
@@ -82,7 +125,52 @@ def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=Non
                          "label the other side's runs at parse time (--label)")
     runs = {v: [r["run_id"] for r in rows if r["side"] == v] for v in values}
     notes += source_notes(rows, values)
-    return SideSet(by, values, runs, rows, notes, found.metrics)
+    return SideSet(by, values, runs, rows, notes, found.metrics, unit)
+
+
+def _ordered_sides(rows, present, by, order, baseline):
+    """(rows, sides, notes) of --sides: the sides named, in that order, the first the baseline."""
+    order = list(order)
+    unknown = [s for s in order if s not in present]
+    if unknown:
+        raise QueryError(f"no run has {by}={unknown[0]}", f"values of {by}: {', '.join(present)}")
+    if len(set(order)) != len(order):
+        raise QueryError("--sides names a side twice", "name each side once, baseline first")
+    if baseline is not None and baseline != order[0]:
+        raise QueryError(f"--baseline {baseline} is not the first of --sides ({order[0]})",
+                         "the first side of --sides is the baseline")
+    left = [s for s in present if s not in order]
+    notes = [f"sides left out (not in --sides): {', '.join(left)}"] if left else []
+    return [r for r in rows if r["side"] in order], order, notes
+
+
+def _with_units(rows, unit):
+    """(rows with their "unit" key, notes): a run's unit is its label `unit`, or for "host"
+    without such a label the host it was recorded on; runs without one are left out."""
+    kept, missing = [], []
+    for row in rows:
+        key = row["labels"].get(unit)
+        if key is None and unit == "host":
+            key = row.get("host")
+        if key is None:
+            missing.append(row["run_id"])
+            continue
+        row["unit"] = key
+        kept.append(row)
+    notes = []
+    if missing:
+        notes.append(f"{len(missing)} run{'s have' if len(missing) > 1 else ' has'} no {unit} and "
+                     f"{'are' if len(missing) > 1 else 'is'} left out of the per-{unit} comparison: "
+                     + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""))
+    if not kept:
+        raise QueryError(f"no run has a {unit!r} to summarise by",
+                         f"label runs --label {unit}=VALUE, or leave --unit out")
+    repeated = len(kept) - len({(r["side"], r["unit"]) for r in kept})
+    if repeated:
+        notes.append(f"--unit {unit}: {len(kept)} runs summarised as "
+                     f"{len({(r['side'], r['unit']) for r in kept})} {unit}s (each {unit}'s value is "
+                     "the arithmetic mean of its runs); n counts " + unit + "s")
+    return kept, notes
 
 
 def source_notes(rows, sides):
@@ -115,58 +203,6 @@ def source_notes(rows, sides):
             notes.append(f"{metric}: from the trace, no vmstat samples ({parts}); "
                          "the trace model and its agreement with vmstat: kmemscope queries thp")
     return notes
-
-
-@dataclass
-class MetricRow:
-    metric: object       # queries.metrics.Metric
-    stats: dict          # side -> SideStats
-    versus: dict         # side (not the baseline) -> compare.MetricDiff against the baseline
-    stat: str = None     # the row's statistic on every side ("Hmean" or "Amean")
-    note: str = None     # why the row's statistic is not the metric's own, if it is not
-    from_trace: bool = False   # a vmstat row that some run's trace answered (no samples)
-
-
-def compare_sides(sides, metrics=None, test="band", alpha=0.05):
-    """[MetricRow] for every metric: each side described, each non-baseline side compared.
-
-    metrics: names among sides.metrics (default: all of them, in order).
-    """
-    from .metrics import GROUPS, SUMMARY
-
-    names = []
-    for name in metrics or list(sides.metrics):
-        if name in GROUPS:          # a group: its metrics that the sides have
-            names += [n for n, m in sides.metrics.items() if m.kind == GROUPS[name]]
-        else:
-            names.append(name)
-    out = []
-    for name in names:
-        metric = sides.metrics.get(name) or SUMMARY.get(name)
-        if metric is None:
-            raise QueryError(f"unknown metric {name!r}", "metrics: " + ", ".join(sides.metrics))
-        values = sides.values(metric.name)
-        stat, note = st.row_statistic(metric, values.values())
-        stats = {s: st.describe(metric, values[s], s, stat) for s in sides.sides}
-        base = stats[sides.baseline]
-        versus = {s: st.compare(metric, base, stats[s], test, alpha) for s in sides.sides[1:]}
-        out.append(MetricRow(metric, stats, versus, stat, note, _from_trace(sides, metric)))
-    return out
-
-
-def _from_trace(sides, metric):
-    """Whether some run's value of a vmstat metric was counted from its trace."""
-    from .metrics import TRACE_SOURCE, VMSTAT_DERIVED, parse_name
-
-    if metric.kind != "vmstat":
-        return False
-    counter = parse_name(metric.name)[1]
-    for row in sides.summary:
-        traced = row.get(TRACE_SOURCE)
-        if traced and row.get(metric.name) is not None and (
-                counter in traced or counter in VMSTAT_DERIVED):
-            return True
-    return False
 
 
 def missing_notes(sides, rows):

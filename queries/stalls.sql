@@ -312,10 +312,11 @@ LEFT JOIN stack_callsites AS c ON c.run_id = w.run_id AND c.stack_id = i.stack_i
 --   comm        text   the task's command name (kcompactdN, kswapdN for their kinds)
 --   callsite    text   the caller of the allocation that stalled (direct kinds; '(no stack)':
 --                      its allocation has none); NULL: kcompactd, kswapd, or no stacks in the run
---   stalls      count  timed stalls (begin and end both in the capture; direct compaction:
---                      attempts that ran compaction; per_run counts all of vmstat's)
+--   timed       count  stalls timed here, begin and end both in the capture (direct
+--                      compaction: the attempts that ran compaction; per_run's `stalls` are
+--                      all of vmstat's compact_stall); kcompactd, kswapd: the threads' runs
 --   total_ms    ms      time stalled, summed, in milliseconds
---   mean_ms     ms      total_ms / stalls, in milliseconds
+--   mean_ms     ms      total_ms / timed, in milliseconds
 --   p50_ms      ms      median stall (percentile_cont), in milliseconds
 --   p90_ms      ms      90th percentile, in milliseconds
 --   p99_ms      ms      99th percentile, in milliseconds
@@ -346,7 +347,7 @@ SELECT
   k."order",
   k.comm,
   k.callsite,
-  k.stalls,
+  k.stalls AS timed,
   k.total_ns / 1e6 AS total_ms,
   k.total_ns / 1e6 / k.stalls AS mean_ms,
   k.p50_ns / 1e6 AS p50_ms,
@@ -439,7 +440,8 @@ ORDER BY f.run_id, x.kind
 -- @section pairing: per run and kind: stalls, and the begins and ends that were left out
 -- @columns
 --   kind                 text   direct_compaction, direct_reclaim, kcompactd or kswapd
---   stalls               count  stalls counted in the other sections
+--   timed                count  stalls (runs, for kcompactd and kswapd) timed in the other
+--                               sections
 --   ends_without_begin   count  ends whose begin came before the capture (left out)
 --   begins_without_end   count  begins whose end came after the capture (left out)
 --   tries_without_runs   count  direct_compaction: tries that compacted no zone (no stall);
@@ -462,7 +464,7 @@ SELECT
   f.run_id,
   f.labels,
   c.kind,
-  c.stalls,
+  c.stalls AS timed,
   c.ends_without_begin,
   c.begins_without_end,
   c.tries_without_runs,

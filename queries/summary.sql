@@ -32,8 +32,11 @@
 --                                         in one sample
 --   eligible_allocs_order_1_3      count  high-atomic-eligible allocations at orders 1-3
 --   eligible_allocs_order_4_plus   count  eligible allocations at orders 4 and above
---   pollution_per_1000_allocs      /1000  mm_page_alloc_extfrag events per 1,000 successful
---                                         allocations
+--   pollution_per_1000_allocs      /1000  fragmenting fallbacks (mm_page_alloc_extfrag with
+--                                         fallback_order < pageblock order: the page split a
+--                                         foreign pageblock) per 1,000 successful allocations;
+--                                         whole-pageblock claims do not pollute and are not
+--                                         counted
 --   top5_pfn_allocs                list   allocation counts of the 5 most-allocated pfns,
 --                                         descending
 --   cross_cpu_free_pct             %      of alloc-free pairs freed on another CPU than allocated
@@ -91,7 +94,11 @@ highatomic AS (
   GROUP BY run_id
 ),
 pollution AS (
-  SELECT run_id, count(*) AS events FROM mm_page_alloc_extfrag GROUP BY run_id
+  SELECT e.run_id, count(*) AS events
+  FROM mm_page_alloc_extfrag AS e
+  JOIN run_facts AS rf ON rf.run_id = e.run_id
+  WHERE e.fallback_order < rf.pageblock_order
+  GROUP BY e.run_id
 ),
 top5 AS (
   SELECT run_id, list(allocs ORDER BY rank) AS top5_pfn_allocs

@@ -197,7 +197,7 @@ def test_samples_outside_the_trace_get_a_note_and_do_not_empty_the_trace_counts(
     assert any("wholly outside their trace" in n for n in doc["notes"])
     moved = {r["metric"]: r for r in doc["rows"] if r["side"] == "moved"}
     # the samples' own window still gives vmstat's delta; the trace still counts its stalls
-    assert moved["vmstat.compact_stall"]["mean"] == vmstat_deltas(RUNS["defrag0"][0])["compact_stall"]
+    assert moved["vmstat.compact_stall"]["value"] == vmstat_deltas(RUNS["defrag0"][0])["compact_stall"]
     rows = json.loads(kmemscope("query", "vmstat_trace.counters", tmp_path / "ds", "--format",
                                 "json").stdout)
     stalls = [r for r in rows if r["labels"]["kernel"] == "moved" and r["name"] == "compact_stall"]
@@ -266,7 +266,13 @@ def test_a_bare_traces_vmstat_block_equals_the_samples_it_was_recorded_with(data
     traced, text = compare_mmtests(datasets["bare"], "--metrics", "vmstat")
     vm, tr = sampled["vmstat"], traced["vmstat"]
     for name in EXACT + tuple(LOWER_BY) + tuple(NEAR):
-        mine = tr[name + " [trace]"]
+        marked = [k for k in tr if k.startswith(name + " [trace")]
+        assert len(marked) == 1, (name, list(tr))
+        mine = tr[marked[0]]
+        # a row the trace counts only in part is named a lower bound (a mark on its title);
+        # vmstat_trace also calls pgscan one (a scan it cannot see), though equal here
+        if name in LOWER_BY:
+            assert marked[0].endswith("[trace, lower bound]"), marked[0]
         for (want, _), (got, _) in zip(vm[name], mine):
             want, got = float(want), float(got)
             if name in EXACT:

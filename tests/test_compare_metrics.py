@@ -83,21 +83,25 @@ def test_imported_metrics_compare_across_three_sides_against_one_baseline(fleet)
     base_tps = statistics.harmonic_mean(TPS["kmem-compaction"])
     for name, values in TPS.items():
         r = by[("tps", name)]
-        assert r["mean_kind"] == "Hmean" and r["unit"] == "tps" and r["n"] == 3
-        assert r["mean"] == pytest.approx(statistics.harmonic_mean(values))
-        assert r["stddev"] == pytest.approx(statistics.stdev(values))
-        assert r["coeffvar"] == pytest.approx(100 * statistics.stdev(values) / statistics.fmean(values))
+        assert r["statistic"] == "Hmean" and r["unit"] == "tps" and r["n"] == 3
+        h = statistics.harmonic_mean(values)
+        assert r["value"] == pytest.approx(h)
+        # mmtests' HStddev about the Hmean: sqrt(H^4 * sum((1/x - 1/H)^2) / n)
+        hsd = (h ** 4 * sum((1 / x - 1 / h) ** 2 for x in values) / len(values)) ** 0.5
+        assert r["stddev_name"] == "HStddev" and r["stddev"] == pytest.approx(hsd)
+        assert r["coeffvar"] == pytest.approx(100 * hsd / h)
         assert r["min"] == min(values) and r["max"] == max(values)
-        assert r["pct_diff"] == pytest.approx(statistics.harmonic_mean(values) * 100 / base_tps - 100)
+        assert r["change"] == pytest.approx(h * 100 / base_tps - 100)
+        assert r["source"] == "imported" and r["exact"] is True
     base_lat = statistics.fmean(LATENCY["kmem-compaction"])
     for name, values in LATENCY.items():
         r = by[("latency_ms", name)]
-        assert r["mean_kind"] == "Amean"
-        assert r["pct_diff"] == pytest.approx(100 - statistics.fmean(values) * 100 / base_lat)
+        assert r["statistic"] == "Amean"
+        assert r["change"] == pytest.approx(100 - statistics.fmean(values) * 100 / base_lat)
     # bands: thp-faults' tps 129-131 lies far above 96-104; memory-pressure's overlaps
-    assert by[("tps", "thp-faults")]["band_significant"] is True
-    assert by[("tps", "memory-pressure")]["band_significant"] is False
-    assert by[("tps", "kmem-compaction")]["baseline"] is True
+    assert by[("tps", "thp-faults")]["band_apart"] is True
+    assert by[("tps", "memory-pressure")]["band_apart"] is False
+    assert by[("tps", "kmem-compaction")]["is_baseline"] is True
 
 
 def test_vmstat_metrics_equal_the_bundles_own_samples(fleet):
@@ -106,12 +110,12 @@ def test_vmstat_metrics_equal_the_bundles_own_samples(fleet):
     by = {(r["metric"], fleet["side_of"][r["side"]]): r for r in doc["rows"]}
     for name in TPS:
         d = vmstat_deltas(EXAMPLES / name)
-        assert by[("vmstat.compact_stall", name)]["mean"] == d["compact_stall"]
-        assert by[("vmstat.pgscan_total", name)]["mean"] == d["pgscan_kswapd"] + d["pgscan_direct"]
-        assert by[("vmstat.compact_direct_migrate_scanned", name)]["mean"] == (
+        assert by[("vmstat.compact_stall", name)]["value"] == d["compact_stall"]
+        assert by[("vmstat.pgscan_total", name)]["value"] == d["pgscan_kswapd"] + d["pgscan_direct"]
+        assert by[("vmstat.compact_direct_migrate_scanned", name)]["value"] == (
             d["compact_migrate_scanned"] - d["compact_daemon_migrate_scanned"])
         rate = by[("vmstat.compact_stall/min", name)]
-        assert rate["unit"] == "/min" and rate["better"] == "lower"
+        assert rate["unit"] == "/min" and rate["direction"] == "lower"
     assert by[("vmstat.pgscan_total", "thp-faults")]["title"] == "Pages total scanned"
 
 
@@ -175,16 +179,17 @@ def test_every_compare_format_reads_back_the_same_rows(fleet, tmp_path):
     kmemscope(*args, "-o", out)
     body = [x for x in out.read_text().splitlines(True) if not x.startswith("# ")]
     rows = list(csv.DictReader(body))
-    assert [(r["side"], r["metric"], float(r["mean"])) for r in rows] == \
-        [(r["side"], r["metric"], r["mean"]) for r in ref]
+    assert [(r["side"], r["metric"], float(r["value"]), r["source"]) for r in rows] == \
+        [(r["side"], r["metric"], r["value"], r["source"]) for r in ref]
     import pyarrow.parquet as pq
 
     kmemscope(*args, "-o", tmp_path / "c.parquet")
     t = pq.read_table(tmp_path / "c.parquet").to_pylist()
-    assert [(r["side"], r["metric"], r["mean"]) for r in t] == \
-        [(r["side"], r["metric"], r["mean"]) for r in ref]
+    assert [(r["side"], r["metric"], r["value"], r["source"]) for r in t] == \
+        [(r["side"], r["metric"], r["value"], r["source"]) for r in ref]
     md = kmemscope(*args, "--format", "markdown").stdout
-    assert md.count("\n| `tps` |") == 1 and md.count("| `vmstat.compact\\_stall` |") == 0
+    sides = len({r["side"] for r in ref})          # one markdown line per metric and side
+    assert md.count("\n| `tps` |") == sides and md.count("| `vmstat.compact\\_stall` |") == 0
     assert "`vmstat.compact_stall`" in md
 
 
@@ -263,7 +268,7 @@ def test_group_names_pick_a_block_of_metrics(fleet):
 def test_a_run_that_recorded_a_stall_kind_and_never_stalled_counts_zero(fleet):
     from kmemscope.queries.metrics import STALL_EVENTS, gather
 
-    found = gather(fleet["ds"], ["stalls.direct_reclaim.stalls", "stalls.kswapd.stalls"])
+    found = gather(fleet["ds"], ["stalls.direct_reclaim.stalls", "stalls.kswapd.runs"])
     per_run = {r["run_id"]: r for r in found.runs}
     rows = json.loads(kmemscope("query", "stalls.per_run", fleet["ds"], "--format", "json").stdout)
     has_row = {(r["run_id"], r["kind"]): r["stalls"] for r in rows}
@@ -271,4 +276,5 @@ def test_a_run_that_recorded_a_stall_kind_and_never_stalled_counts_zero(fleet):
         for kind in ("direct_reclaim", "kswapd"):
             recorded = all((fleet["ds"] / e / f"run_id={run_id}").is_dir() for e in STALL_EVENTS[kind])
             want = has_row.get((run_id, kind), 0 if recorded else None)
-            assert values.get(f"stalls.{kind}.stalls") == want, (run_id, kind)
+            count = "runs" if kind == "kswapd" else "stalls"      # kswapd's are its runs
+            assert values.get(f"stalls.{kind}.{count}") == want, (run_id, kind)

@@ -14,7 +14,8 @@ from scipy import stats as sps
 
 from kmemscope import comparison_text as co
 from kmemscope.queries import compare as st
-from kmemscope.queries.sides import SideSet, compare_sides, missing_notes
+from kmemscope.queries.comparison_model import compare_table
+from kmemscope.queries.sides import SideSet, missing_notes
 
 HIGHER_RATE = st.METRICS["thp_fault_success_pct"]     # Hmean, higher is better
 LOWER = st.METRICS["highatomic_pageblocks_max"]       # Amean, lower is better
@@ -27,8 +28,10 @@ def test_hmean_amean_stddev_match_the_statistics_module():
     assert st.stddev(xs) == pytest.approx(statistics.stdev(xs))
     d = st.describe(HIGHER_RATE, xs)
     assert d.mean == pytest.approx(4 / sum(1 / x for x in xs))       # n / sum(1/x)
-    assert d.coeffvar == pytest.approx(100 * statistics.stdev(xs) / statistics.fmean(xs))
     assert (d.min, d.max, d.n) == (44.0, 78.0, 4)
+    a = st.describe(LOWER, xs)           # an Amean row: the sample stddev, CoeffVar over the Amean
+    assert a.stddev == pytest.approx(statistics.stdev(xs))
+    assert a.coeffvar == pytest.approx(100 * statistics.stdev(xs) / statistics.fmean(xs))
 
 
 def test_hmean_is_never_taken_over_a_value_at_or_below_zero():
@@ -151,10 +154,12 @@ def test_one_run_side_has_no_stddev_and_no_tests():
     one = st.describe(HIGHER_RATE, [40.0])
     many = st.describe(HIGHER_RATE, [1.0, 6.0, 3.0])
     assert one.n == 1 and one.stddev is None and one.coeffvar is None
-    c = st.compare(HIGHER_RATE, many, one)
-    assert c.welch_p is None and c.mannwhitney_p is None and c.band_significant is None
-    assert c.significant is None
-    assert c.pct_diff == pytest.approx(40.0 * 100 / statistics.harmonic_mean([1.0, 6.0, 3.0]) - 100)
+    assert st.welch_p(many.values, one.values) is None and st.mannwhitney_p(many.values, one.values) is None
+    assert st.band_test(many, one) is None
+    sides = _sides({"many": [1.0, 6.0, 3.0], "one": [40.0]}, HIGHER_RATE.name)
+    rec = compare_table(sides, [HIGHER_RATE.name]).rows[0].records["one"]
+    assert rec.significant is None and rec.verdict == "not tested" and rec.p is None
+    assert rec.change == pytest.approx(40.0 * 100 / statistics.harmonic_mean([1.0, 6.0, 3.0]) - 100)
 
 
 def test_null_values_are_left_out_and_counted():
@@ -192,7 +197,7 @@ def _sides(values_by_side, metric):
 def test_text_table_marks_significant_cells_and_one_run_sides():
     sides = _sides({"vanilla": [310.0, 311.0, 309.0, 312.0], "patched": [1.0, 1.0, 2.0, 1.0],
                     "single": [5.0]}, LOWER.name)
-    rows = compare_sides(sides, [LOWER.name])
+    rows = compare_table(sides, [LOWER.name], test="band")
     text = co.format_text(sides, rows)
     amean = next(line for line in text.splitlines() if line.startswith("Amean"))
     pct = 100 - statistics.fmean([1.0, 1.0, 2.0, 1.0]) * 100 / 310.5
@@ -201,20 +206,22 @@ def test_text_table_marks_significant_cells_and_one_run_sides():
     assert re.search(r"^Range\s+highatomic_pageblocks_max\s+309-312\s+1-2\s+5$", text, re.M)
     assert "n/a: single has one run: no stddev, and no test of significance" in text
     recs = {r["side"]: r for r in co.records(sides, rows)}
-    assert recs["patched"]["band_significant"] is True
+    assert recs["patched"]["band_apart"] is True and recs["patched"]["verdict"] == "better"
     assert recs["single"]["welch_p"] is None and recs["single"]["stddev"] is None
 
 
 def test_zero_baseline_is_n_a_with_a_note_never_inf():
     sides = _sides({"vanilla": [0.0, 0.0, 0.0], "patched": [2.0, 3.0, 1.0]}, LOWER.name)
-    rows = compare_sides(sides, [LOWER.name])
-    rec = [r for r in co.records(sides, rows) if r["side"] == "patched"][0]
-    assert rec["pct_diff"] is None and rec["pct_diff_text"] == "n/a"
+    table = compare_table(sides, [LOWER.name])
+    rows = table.rows
+    rec = [r for r in co.records(sides, table) if r["side"] == "patched"][0]
+    assert rec["change"] is None and rec["change_low"] is None
     assert rec["welch_p"] == pytest.approx(_welch_by_hand([0.0, 0.0, 0.0], [2.0, 3.0, 1.0]))
+    assert rec["leaning"] == "worse"          # from 0 to 2: a rise, where lower is better
     notes = missing_notes(sides, rows)
     assert any("baseline's mean is 0" in n and LOWER.name in n for n in notes)
-    for text in (co.format_text(sides, rows, notes=notes), co.format_markdown(sides, rows, notes),
-                 co.format_mmtests(sides, rows, notes=notes)):
+    for text in (co.format_text(sides, table, notes=notes), co.format_markdown(sides, table, notes),
+                 co.format_mmtests(sides, table, notes=notes)):
         assert "inf" not in text
         assert "n/a" in text and "baseline's mean is 0" in text
 

@@ -381,13 +381,16 @@ def test_summary_matches_python_over_parquet(real):
     _, a = one_run(ds, "mm_page_alloc")
     counts = Counter(p for p in a["pfn"] if p not in FAILED)
     _, lifetime = run_pairs(ds)
-    _, e = one_run(ds, "mm_page_alloc_extfrag") if rows(ds, "mm_page_alloc_extfrag") else (None, {"ts": []})
+    _, e = (one_run(ds, "mm_page_alloc_extfrag") if rows(ds, "mm_page_alloc_extfrag")
+            else (None, {"ts": [], "fallback_order": []}))
+    # only fragmenting fallbacks pollute: the page split a foreign pageblock (order < 9 here)
+    fragmenting = sum(1 for o in e["fallback_order"] if o < 9)
     (got,) = result("summary", ds)
     assert got["allocs"] == len(a["ts"])
     assert got["top5_pfn_allocs"] == sorted(counts.values(), reverse=True)[:5]
     assert got["cross_cpu_free_pct"] == pytest.approx(
         100.0 * sum(not r[2] for r in lifetime) / len(lifetime))
-    assert got["pollution_per_1000_allocs"] == pytest.approx(1000.0 * len(e["ts"]) / sum(counts.values()))
+    assert got["pollution_per_1000_allocs"] == pytest.approx(1000.0 * fragmenting / sum(counts.values()))
     assert got["thp_fault_success_pct"] is None      # bare trace.dat: no vmstat
     assert got["lost_events"] == 0
 

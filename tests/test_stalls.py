@@ -35,7 +35,8 @@ STATS = ["stalls", "total_ms", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms"
 # The columns `kmemscope compare` reads (queries/metrics.py) and the default section's.
 # per_run: stalls as the kernel counts them, then the timed ones the latencies are over.
 PER_RUN_COLUMNS = ["run_id", "labels", "kind", "stalls", "timed", "compaction_runs"] + STATS[1:]
-DEFAULT_COLUMNS = ["run_id", "labels", "kind", "order", "comm", "callsite"] + STATS
+# the default section's count is of the stalls it times ("stalls" means vmstat's count only)
+DEFAULT_COLUMNS = ["run_id", "labels", "kind", "order", "comm", "callsite", "timed"] + STATS[1:]
 
 
 def needs_trace_cmd():
@@ -383,7 +384,7 @@ def test_rows_by_kind_order_task_and_callsite_match_the_recount(case):
     got = {(r["kind"], r["order"], r["comm"], r["callsite"]): r for r in rows}
     assert set(got) == set(want)
     for key, ns in want.items():
-        assert got[key]["stalls"] == len(ns), key
+        assert got[key]["timed"] == len(ns), key
         assert got[key]["total_ms"] == pytest.approx(sum(ns) / 1e6, rel=1e-12), key
         assert got[key]["p50_ms"] == pytest.approx(percentile_cont(ns, 0.5) / 1e6, rel=1e-12), key
     # a total order: within a run and kind, the longest total first, keys break ties
@@ -406,7 +407,7 @@ def test_pairing_counts_what_was_left_out(case):
     assert set(got) == kinds
     for kind in kinds:
         r = got[kind]
-        assert r["stalls"] == stalls[kind]
+        assert r["timed"] == stalls[kind]
         assert r["ends_without_begin"] == case["left"][kind, "no_begin"], kind
         assert r["begins_without_end"] == case["left"][kind, "no_end"], kind
         assert r["tries_without_runs"] == case["left"][kind, "no_run"], kind

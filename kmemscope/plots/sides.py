@@ -16,6 +16,8 @@ import html
 
 import pandas as pd
 
+from kmemscope.comparison_text import source_mark, verdict_color, verdict_text
+
 from .figure import (MAX_LINES, Drawn, Html, Missing, fig_text, finish, hex_pfn, new_figure,
                      plural)
 from .scope import Scope
@@ -29,40 +31,14 @@ def stat_name(row, side=None):
     return getattr(stats, "stat", None) or row.metric.mean_kind
 
 
-# What a metric can take, by unit: the interval drawn is cut to it (a count is never negative).
-BOUNDS = {"%": (0.0, 100.0), "count": (0.0, None), "/min": (0.0, None), "ms": (0.0, None),
-          "s": (0.0, None), "/s": (0.0, None), "pages": (0.0, None)}
-
-
-def bounds(metric):
-    """(low, high) that a metric's values can take (None: unbounded on that side). Per mille:
-    a rate per 1,000 allocations is >= 0, the kernel's indices lie in -1000..1000."""
-    if metric.unit == "/1000":
-        return (0.0, None) if metric.name.startswith("pollution") else (-1000.0, 1000.0)
-    return BOUNDS.get(metric.unit, (None, None))
-
-
-def clipped(interval, limits):
-    """An interval cut to (low, high) limits; None stays None."""
-    if interval is None:
+def side_interval(row, side):
+    """(low, high) of the side's statistic: the comparison model's 95% bootstrap interval, within
+    what the values can take (never below 0 for a count, past 100 for a percentage, or outside
+    the runs' own range); None below two runs."""
+    rec = row.records[side]
+    if rec.value_low is None or rec.value_high is None:
         return None
-    lo, hi = interval
-    if limits[0] is not None:
-        lo, hi = max(lo, limits[0]), max(hi, limits[0])
-    if limits[1] is not None:
-        lo, hi = min(lo, limits[1]), min(hi, limits[1])
-    return lo, hi
-
-
-def mean_ci(stats, level=0.95):
-    """(low, high) of a 95% confidence interval of the side's mean: `.mean` +/- t * s / sqrt(n),
-    Student's t with n - 1 degrees of freedom; None below two runs."""
-    if stats.n < 2 or stats.stddev is None or stats.mean is None:
-        return None
-    from scipy.stats import t
-
-    half = t.ppf(0.5 + level / 2, stats.n - 1) * stats.stddev / stats.n ** 0.5
-    return stats.mean - half, stats.mean + half
+    return rec.value_low, rec.value_high
 
 
 COPY_SCRIPT = ("var t=document.getElementById('{id}').innerText;"
@@ -118,21 +94,19 @@ class ComparisonFigures:
             if r.metric.kind != "summary":
                 continue
             for side in self.sides.sides[1:]:
-                c = r.versus[side]
-                if c.pct_diff is None:
+                rec = r.records[side]
+                if rec.change is None:
                     continue
-                stat = stat_name(r, side)
-                color = _color(c.pct_diff)
                 items.append(
                     f"<li><b>{esc(r.metric.title)}</b>: {_value_html(r, base)} on {esc(base)}, "
-                    f"{_value_html(r, side)} on {esc(side)}: <span style='color:{color}'>"
-                    f"{esc(_verdict(c.pct_diff, c.significant))}</span> ({stat}, "
-                    f"{'higher' if r.metric.better == 'higher' else 'lower'} is better)</li>")
+                    f"{_value_html(r, side)} on {esc(side)}: {_verdict_html(rec)} "
+                    f"({esc(rec.statistic)}, {esc(_direction_text(rec))})</li>")
         swatches = " ".join(f"<span style='display:inline-block;width:0.9em;height:0.9em;"
                             f"background:{self.palette.color(s)}'></span> {esc(s)}"
                             for s in self.sides.sides)
-        lead = (f"<p>Colours in every figure: {swatches}. Significance marked <code>*</code> by the "
-                f"{esc(self.test)} test.</p>")
+        lead = (f"<p>Colours in every figure: {swatches}. A change is called better or worse "
+                f"only where significant (<code>*</code>): {esc(_test_text(self.comparison))}."
+                "</p>")
         if not items:
             return HTML(lead + "<p><i>No headline metric was measured on both sides.</i></p>")
         return HTML(lead + "<ul class='kmemscope-summary'>" + "".join(items) + "</ul>")
@@ -196,7 +170,7 @@ class ComparisonFigures:
                     continue
                 ax.hlines(x.mean, i - 0.3, i + 0.3, color=self.palette.color(side), lw=2.2,
                           gid=f"side={side}")
-                ci = clipped(mean_ci(x), bounds(r.metric))
+                ci = side_interval(r, side)
                 if ci is None:
                     ax.text(i + 0.32, x.mean, f"{x.n} run:\nno spread", fontsize=7, color="0.3",
                             va="center")
@@ -208,7 +182,8 @@ class ComparisonFigures:
                                "ci_high": ci[1] if ci else float("nan"), "runs": x.n}
             ax.set_xticks(range(len(sides)), [fig_text(s) for s in sides], fontsize=8)
             ax.set_xlim(-0.6, len(sides) - 0.4)
-            ax.set_title(f"{fig_text(r.metric.title)}\n{stat} per side; {r.metric.better} is better",
+            ax.set_title(f"{fig_text(r.metric.title)}\n{stat} per side; "
+                         f"{_direction_text(r.records[self.sides.baseline])}",
                          fontsize=9)
             ax.set_ylabel(_unit_label(r.metric.unit), fontsize=8)
             ax.tick_params(labelsize=8)
@@ -228,7 +203,7 @@ class ComparisonFigures:
                    for side in sides for run in self.sides.runs[side]][:MAX_LINES]
         handles.append(Line2D([], [], color="0.3", lw=2.2, label="the side's statistic (Hmean/Amean)"))
         handles.append(Line2D([], [], color="0.3", lw=1.2, marker="_", markersize=8,
-                              label="95% CI of the side's statistic\n(cut to the values it can take)"))
+                              label="95% bootstrap interval of\nthe side's statistic"))
         fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
         fig._kmemscope_alt = ("Per-metric panels: one point per run, the side's statistic as a bar "
                               "with its 95% confidence interval")
@@ -264,8 +239,8 @@ class ComparisonFigures:
             ("THP success rate per run (statistic; range)", stat("thp_fault_success_pct", "%")),
             ("Compaction success rate per run (statistic; range)", stat("compaction_success_pct", "%")),
             ("pgscan_kswapd per minute, per run (statistic; range)", stat("pgscan_kswapd_per_min")),
-            ("pgscan_kswapd per minute, total across the side's hosts (each host's mean over its runs)",
-             lambda s: self._host_total("pgscan_kswapd_per_min", s, host)),
+            ("pgscan_kswapd per minute, total across the side's hosts (each host the mean of its runs)",
+             lambda s: _host_total(*self.sides.host_total("pgscan_kswapd_per_min", s))),
             ("Atomic order-4+ allocations per run (statistic; range)", stat("eligible_allocs_order_4_plus")),
             ("Atomic order 1-3 allocations per run (statistic; range)", stat("eligible_allocs_order_1_3")),
         ]
@@ -277,20 +252,6 @@ class ComparisonFigures:
             sentence += (" The sides have different numbers of hosts: compare the per-run rows, "
                          "not the totals.")
         return sentence, table
-
-    def _host_total(self, metric, side, host):
-        """A fleet's total of a per-run rate: each host's mean over its runs, summed over the hosts
-        (four runs on one host are one host's rate, not four hosts'); a run without a host name
-        counts as a host of its own."""
-        per_host = {}
-        for row in self.sides.summary:
-            v = row.get(metric)
-            if row["side"] == side and v is not None and v == v:
-                per_host.setdefault(host.get(row["run_id"]) or row["run_id"], []).append(v)
-        if not per_host:
-            return "n/a"
-        total = sum(sum(vs) / len(vs) for vs in per_host.values())
-        return f"{_si(total)} over {plural(len(per_host), 'host')}"
 
     def pcp_study(self, runs_per_side=3):
         """The per-CPU list study: the 5 most-allocated page frames of each run (up to a few runs per side)."""
@@ -323,16 +284,15 @@ class ComparisonFigures:
         out = ["<table class='dataframe kmemscope-vmstat'><thead><tr>"
                + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
         for r in rows:
-            cells = [esc(r.metric.title), esc(r.metric.better)]
+            cells = [esc(r.metric.title + _source_mark(r)), esc(r.metric.better)]
             for side in self.sides.sides:
                 x = r.stats[side]
                 sd = "" if x.stddev is None else f" ± {x.stddev:.2f}"
                 cells.append("n/a" if x.mean is None else f"{_value_html(r, side)}{sd}")
             for side in self.sides.sides[1:]:
-                c = r.versus[side]
-                cells.append(f"<span style='color:{_color(c.pct_diff)}'>"
-                             f"{esc(_verdict(c.pct_diff, c.significant))}</span>")
-                cells.append("n/a" if c.welch_p is None else f"{c.welch_p:.3g}")
+                rec = r.records[side]
+                cells.append(_verdict_html(rec))
+                cells.append("n/a" if rec.welch_p is None else f"{rec.welch_p:.3g}")
             out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         out.append("</tbody></table>")
         return HTML("".join(out))
@@ -343,10 +303,32 @@ def _unit_label(unit):
             "/1000": "per 1,000 allocations"}.get(unit, unit or "value")
 
 
-def _color(pct):
-    if pct is None or pct == 0:
-        return "inherit"
-    return "#1a7f37" if pct > 0 else "#cf222e"
+def _verdict_html(rec):
+    """The record's change and verdict, coloured by its verdict (never by a sign)."""
+    text = html.escape(verdict_text(rec))
+    if rec.significant:
+        text = f"<b>{text}</b>"
+    return (f"<span class='kmemscope-verdict' data-metric=\"{html.escape(rec.metric, quote=True)}\" "
+            f"data-side=\"{html.escape(rec.side, quote=True)}\" data-verdict='{html.escape(rec.verdict)}' "
+            f"style='color:{verdict_color(rec)}'>{text}</span>")
+
+
+def _direction_text(rec):
+    return "no stated direction" if rec.direction == "none" else f"{rec.direction} is better"
+
+
+def _source_mark(row):
+    """' [trace]', ' [trace, lower bound]': where a row's values came from, if not its block's usual."""
+    marks = {source_mark(rec) for rec in row.records.values() if rec.n}
+    return max(marks, key=len) if marks else ""
+
+
+def _test_text(comparison):
+    table = comparison.table
+    if table.test == "band":
+        return "the mmtests band test (no correction)"
+    name = {"welch": "Welch's t-test", "mannwhitney": "the Mann-Whitney U test"}[table.test]
+    return f"{name}, adjusted p < {table.alpha}; correction: {table.correction_text()}"
 
 
 def _value_html(row, side):
@@ -375,51 +357,44 @@ def _range(values, unit=""):
     return f"{fmt(lo)}{unit}" if lo == hi else f"{fmt(lo)}{unit} to {fmt(hi)}{unit}"
 
 
-def _verdict(pct, significant):
-    """'+22.10% better', '-5.00% worse *' (significant), 'n/a'."""
-    if pct is None:
-        return "n/a"
-    word = "better" if pct > 0 else ("worse" if pct < 0 else "same")
-    return f"{pct:+.2f}% {word}" + (" *" if significant else "")
-
-
 def comparison_html(sides, rows):
-    """The comparison as an HTML table: per side its statistic, named (Hmean or Amean, the one
-    `compare` uses), and the range of the per-run values; against the baseline the percent
-    difference coloured by direction (green better, red worse; bold when significant)."""
+    """The comparison as an HTML table: per side its statistic, named, with its 95% interval and the
+    range of the per-run values; against the baseline the change with its interval, the verdict
+    (green better, red worse, only where significant), the p-value and the adjusted one, the source."""
     esc = html.escape
-    head = ["metric", "unit", "better"] + [f"{esc(s)} (n={len(sides.runs[s])})" for s in sides.sides]
+    head = ["metric", "unit", "better", "source"] + [f"{esc(s)} (n={sides.unit_count(s)})"
+                                                      for s in sides.sides]
     for s in sides.sides[1:]:
-        head += [f"{esc(s)} vs {esc(sides.baseline)}", "Welch p", "Mann-Whitney p", "bands"]
+        head += [f"{esc(s)} vs {esc(sides.baseline)} [95% interval]", "p", "adjusted p"]
     out = ["<table class='kmemscope-compare'><thead><tr>"
            + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
     for r in rows:
-        cells = [f"<code>{esc(r.metric.name)}</code>", esc(r.metric.unit), esc(r.metric.better)]
+        base_rec = r.records[sides.baseline]
+        cells = [f"<code>{esc(r.metric.name)}</code>", esc(r.metric.unit), esc(base_rec.direction),
+                 esc(_source_text(r))]
         for s in sides.sides:
-            x = r.stats[s]
-            cells.append("n/a" if x.n == 0 else _value_html(r, s)
-                         + f"<br><small>range {esc(_range(x.values, r.metric.range_unit))}"
-                         + (f", {x.n} of {len(sides.runs[s])} runs" if x.n != len(sides.runs[s]) else "")
+            rec = r.records[s]
+            cells.append("n/a" if rec.n == 0 else _value_html(r, s)
+                         + (f" [{rec.value_low:,.2f}, {rec.value_high:,.2f}]"
+                            if rec.value_low is not None else "")
+                         + f"<br><small>range {esc(_range(r.stats[s].values, r.metric.range_unit))}"
+                         + (f", {rec.n} of {rec.runs} runs" if rec.n != rec.runs and not sides.unit else "")
                          + "</small>")
         for s in sides.sides[1:]:
-            c = r.versus[s]
-            pct = c.pct_diff
-            if pct is None:
-                cell = "<td>n/a</td>"
-            else:
-                color = "#1a7f37" if pct > 0 else ("#cf222e" if pct < 0 else "inherit")
-                text = _verdict(pct, False)
-                text = f"<b>*{text}*</b>" if c.significant else text
-                cell = f"<td style='color:{color}'>{text}</td>"
-            band = "n/a" if c.band_significant is None else ("apart" if c.band_significant else "overlap")
-            cells_s = [cell, f"<td>{_p(c.welch_p)}</td>", f"<td>{_p(c.mannwhitney_p)}</td>",
-                       f"<td>{band}</td>"]
-            cells += [None] + cells_s
-        row = "".join(c if c and c.startswith("<td") else ("" if c is None else f"<td>{c}</td>")
-                      for c in cells)
-        out.append(f"<tr>{row}</tr>")
+            rec = r.records[s]
+            interval = ("" if rec.change_low is None
+                        else f"<br><small>[{rec.change_low:+.2f}%, {rec.change_high:+.2f}%]</small>")
+            cells += [_verdict_html(rec) + interval, _p(rec.p), _p(rec.p_adjusted)]
+        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def _source_text(row):
+    """The sources of a row's values over its sides, lower bounds named."""
+    found = {rec.source + ("" if rec.exact else ", lower bound")
+             for rec in row.records.values() if rec.n}
+    return "; ".join(sorted(found)) or "n/a"
 
 
 def _p(p):
@@ -443,6 +418,10 @@ def _hosts_cell(ids, host):
     named = {host.get(r) for r in ids} - {None}
     unnamed = sum(1 for r in ids if host.get(r) is None)
     return f"{len(named)}" + (f" (+{unnamed} unnamed)" if unnamed else "")
+
+
+def _host_total(total, hosts):
+    return "n/a" if total is None else f"{_si(total)} over {plural(hosts, 'host')}"
 
 
 def _si(x):

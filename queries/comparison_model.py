@@ -1,0 +1,354 @@
+"""The comparison model: per metric and side, the one record every output renders.
+
+`compare_table()` is the only place that decides, for one row of a comparison and
+one side, how many runs (or hosts) it has, which statistic summarises them, where
+the values came from and whether they are exact, which way is better, the change
+against the baseline and its interval, the test, its p-value before and after the
+correction across the table, and the verdict word. Text, mmtests, markdown,
+csv/json/parquet, the HTML report and the notebook display print these records
+(kmemscope/comparison_text.py, kmemscope/plots/sides.py) and compute nothing
+of their own: no renderer reads a sign to choose a colour or a word.
+
+Record fields are public (`Comparison.records`, `Comparison.df()`): FIELDS lists
+them in a stable order; add new ones at the end.
+"""
+import dataclasses
+import zlib
+from dataclasses import dataclass, field
+
+from kmemscope.common.errors import QueryError
+
+from . import compare as st
+
+DEFAULT_TEST = "welch"
+DEFAULT_CORRECTION = "bh"
+
+# The verdict words, and the colour every HTML renderer gives each (one table, here).
+VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "higher": "#0550ae",
+                  "lower": "#0550ae"}
+# What a verdict that is not significant says, whichever way it leans.
+NOT_SIGNIFICANT = "no significant change"
+
+# Blocks of a table: which metric kinds go in which (--format mmtests prints them in order).
+BLOCKS = (("headline", ("summary",)), ("vmstat", ("vmstat",)), ("stalls", ("stalls",)),
+          ("benchmark", ("imported",)), ("fragmentation", ("frag",)))
+BLOCK_OF = {kind: block for block, kinds in BLOCKS for kind in kinds}
+
+
+@dataclass(frozen=True)
+class ComparisonRecord:
+    """One metric on one side, as every output shows it. A field is None where it has no value
+    (a side without values, a side of one run, the baseline's own change)."""
+    metric: str             # the metric's name (vmstat.compact_stall, tps, ...)
+    title: str              # what a table calls the row
+    block: str              # headline, vmstat, stalls, benchmark, fragmentation
+    kind: str               # summary, vmstat, stalls, imported, frag
+    unit: str               # %, count, /min, ms, ...
+    side: str
+    baseline: str
+    is_baseline: bool
+    n: int                  # values summarised: runs, or units (hosts) with --unit
+    n_of: str               # "runs", or the unit label's plural ("hosts")
+    runs: int               # the side's runs, with or without a value
+    missing: int            # runs (units) without a value, left out of n
+    statistic: str          # Hmean, Amean or Median: the centre in `value`
+    value: float            # the side's statistic
+    value_low: float        # 95% bootstrap interval of `value`, within what the values can take
+    value_high: float
+    min: float
+    max: float
+    stddev_name: str        # Stddev, or HStddev about an Hmean (mmtests)
+    stddev: float
+    coeffvar_name: str      # CoeffVar or HCoeffVar
+    coeffvar: float
+    best_name: str          # BHmean-95 or BAmean-95
+    best_mean: float
+    range: str              # min-max as text ("36-92%")
+    source: str             # vmstat, procfs sample, trace, imported; "trace+vmstat" when mixed
+    exact: bool             # False: a lower bound (the trace counts only part of it)
+    direction: str          # higher, lower (is better) or none
+    convention: str         # mmtests: change positive = better; counter: raw new/base - 1
+    change: float           # percent, in the convention; 0 on the baseline
+    change_low: float       # 95% bootstrap interval of the change
+    change_high: float
+    test: str               # welch, mannwhitney or band
+    p: float                # the test's two-sided p-value (None for the band test)
+    p_adjusted: float       # after the correction across the table's tests
+    correction: str         # bh, holm or none
+    tested: int             # how many tests the correction covered
+    significant: bool       # the verdict's test after the correction; None: not tested
+    leaning: str            # which way the value moved: better/worse, higher/lower (direction
+                            # none), same; None without two values to compare
+    verdict: str            # better, worse, higher, lower (significant), "no significant
+                            # change", "not tested", "n/a", "baseline"
+    detect_pct: float       # --detect: the change asked about, in %
+    detect_n: int           # runs (units) per side for 80% power to detect it; None: n/a
+    # per statistic row of the mmtests layout: its change against the baseline's, in the
+    # convention (spread rows: smaller is better, as mmtests compares them)
+    min_change: float = None
+    max_change: float = None
+    stddev_change: float = None
+    coeffvar_change: float = None
+    best_change: float = None
+    welch_p: float = None   # both tests' raw p-values, whichever decides
+    mannwhitney_p: float = None
+    band_apart: bool = None  # the mmtests band test: the bands do not overlap
+
+    @property
+    def lower_bound(self):
+        return not self.exact
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(ComparisonRecord))
+
+
+@dataclass
+class MetricRow:
+    """One metric of a comparison: the per-side values and the record of each side."""
+    metric: object           # queries.metrics.Metric
+    stats: dict              # side -> compare.SideStats (the values, per run or per unit)
+    records: dict            # side -> ComparisonRecord
+    stat: str = None         # the row's statistic on every side
+    note: str = None         # why the row's statistic is not the metric's own, if it is not
+
+    @property
+    def block(self):
+        return BLOCK_OF.get(self.metric.kind, "headline")
+
+    def record(self, side):
+        return self.records[side]
+
+
+@dataclass
+class ComparisonTable:
+    """A whole comparison: its rows and what was tested how."""
+    rows: list                    # [MetricRow]
+    test: str
+    alpha: float
+    correction: str
+    tested: int                   # tests the correction covered (rows x non-baseline sides)
+    unit: str = None
+    detect_pct: float = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def records(self):
+        return [r.records[s] for r in self.rows for s in r.records]
+
+    def correction_text(self):
+        """'Benjamini-Hochberg (false discovery rate) over 42 tests', or why there is none."""
+        if self.test == "band":
+            return "none: the band test gives no p-value to correct"
+        if self.correction == "none":
+            return f"none over {self.tested} tests (each at p < {self.alpha})"
+        return f"{st.CORRECTIONS[self.correction]} over {self.tested} tests"
+
+
+def resolve_metrics(sides, metrics, directions=None):
+    """The Metric of each name asked for (groups expanded), with --direction applied."""
+    from .metrics import GROUPS, SUMMARY
+
+    names = []
+    for name in metrics or list(sides.metrics):
+        if name in GROUPS:          # a group: its metrics that the sides have
+            names += [n for n, m in sides.metrics.items() if m.kind == GROUPS[name]]
+        else:
+            names.append(name)
+    out = []
+    for name in names:
+        metric = sides.metrics.get(name) or SUMMARY.get(name)
+        if metric is None:
+            raise QueryError(f"unknown metric {name!r}", "metrics: " + ", ".join(sides.metrics))
+        if directions and name in directions:
+            metric = dataclasses.replace(metric, better=directions[name])
+        out.append(metric)
+    for name in directions or {}:
+        if name not in names:
+            raise QueryError(f"--direction names {name!r}, which is not compared",
+                             "metrics compared: " + ", ".join(names))
+    return out
+
+
+def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction=DEFAULT_CORRECTION,
+                  stat=None, detect=None, directions=None):
+    """The comparison of every metric's sides: a ComparisonTable of MetricRows and their records.
+
+    test: the test whose verdict marks a change (welch, mannwhitney or band);
+    correction: bh, holm or none, across every test of the table; stat: "Hmean",
+    "Amean" or "Median" for higher-is-better rows of the mmtests convention; detect:
+    a change in % for which non-significant rows get the runs per side that would
+    detect it; directions: {metric: "higher"|"lower"} for metrics without one.
+    """
+    if test not in st.TESTS:
+        raise ValueError(f"unknown test {test!r} (one of {', '.join(st.TESTS)})")
+    if correction not in st.CORRECTIONS:
+        raise ValueError(f"unknown correction {correction!r} (one of {', '.join(st.CORRECTIONS)})")
+    partial = [_row_parts(sides, metric, stat) for metric in resolve_metrics(sides, metrics, directions)]
+    # the correction runs across every (row, side) the test could run on
+    keys = [(i, s) for i, part in enumerate(partial) for s in part["tests"]]
+    raw = [partial[i]["tests"][s].get(test) for i, s in keys]
+    if test == "band":
+        adjusted, tested = [None] * len(raw), sum(1 for i, s in keys
+                                                  if partial[i]["tests"][s]["band"] is not None)
+    else:
+        adjusted, tested = st.adjust(raw, correction), sum(p is not None for p in raw)
+    for (i, s), p_adj in zip(keys, adjusted):
+        partial[i]["tests"][s]["p_adjusted"] = p_adj
+    table = ComparisonTable([], test, alpha, correction, tested, sides.unit, detect)
+    detect_alpha = alpha / max(tested, 1) if correction != "none" else alpha
+    for part in partial:
+        table.rows.append(_finish_row(sides, part, table, detect_alpha))
+    return table
+
+
+def _row_parts(sides, metric, stat):
+    """A row's per-side statistics and raw test results, before the table's correction."""
+    values = sides.unit_values(metric.name)
+    row_stat, note = st.row_statistic(metric, values.values(), st.STAT_CHOICES.get(stat, stat))
+    stats = {s: st.describe(metric, values[s], s, row_stat) for s in sides.sides}
+    base = stats[sides.baseline]
+    tests = {}
+    for s in sides.sides[1:]:
+        new = stats[s]
+        # An Hmean is the reciprocal of the mean of 1/x: Welch's test of the Hmeans compares
+        # the means of 1/x (the rank test is the same either way round).
+        a, b = (_reciprocals(base.values), _reciprocals(new.values)) if row_stat == "Hmean" else (
+            base.values, new.values)
+        welch, mw = st.welch_p(a, b), st.mannwhitney_p(a, b)
+        tests[s] = {"welch": welch, "mannwhitney": mw, "band": st.band_test(base, new)}
+    return {"metric": metric, "stat": row_stat, "note": note, "stats": stats, "tests": tests}
+
+
+def _reciprocals(xs):
+    return [1.0 / x for x in xs]
+
+
+def _seed(name, side):
+    """A bootstrap seed of its own per row and side, the same on every call: every output of
+    one comparison prints the same interval."""
+    return zlib.crc32(f"{name}\0{side}".encode())
+
+
+def _finish_row(sides, part, table, detect_alpha):
+    metric, stats, row_stat = part["metric"], part["stats"], part["stat"]
+    base = stats[sides.baseline]
+    records = {}
+    for s in sides.sides:
+        x = stats[s]
+        seed = _seed(metric.name, s)
+        if s == sides.baseline:
+            side_ci, change_ci = st.side_interval(row_stat, x.values, seed), None
+            test_result = {}
+        else:
+            side_ci, change_ci = st.bootstrap_intervals(row_stat, base.values, x.values,
+                                                        metric.convention, metric.better, seed)
+            test_result = part["tests"][s]
+        records[s] = _record(sides, metric, row_stat, base, x, s, side_ci, change_ci, test_result,
+                             table, detect_alpha)
+    return MetricRow(metric, stats, records, row_stat, part["note"])
+
+
+def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, table, detect_alpha):
+    is_base = side == sides.baseline
+    source, exact = _side_source(sides, metric, side)
+    stddev_name, coeffvar_name = st.spread_names(row_stat)
+    p = tests.get(table.test) if table.test != "band" else None
+    p_adj = tests.get("p_adjusted")
+    if is_base:
+        significant = None
+    elif table.test == "band":
+        significant = tests.get("band")
+    else:
+        significant = None if p_adj is None else p_adj < table.alpha
+    leaning = None if is_base else _leaning(metric.better, base.mean, x.mean)
+    verdict = _verdict(is_base, base, x, significant, leaning)
+    detect_n = None
+    if table.detect_pct and not is_base and not significant and base.n and x.n:
+        detect_n = st.runs_needed(base.values, x.values, table.detect_pct, detect_alpha)
+
+    def diff(key, better=None):
+        if is_base:
+            return 0.0 if getattr(x, key) is not None else None
+        return st.change(metric, getattr(base, key), getattr(x, key), better)
+
+    change = diff("mean")
+    return ComparisonRecord(
+        metric=metric.name, title=metric.title, block=BLOCK_OF.get(metric.kind, "headline"),
+        kind=metric.kind, unit=metric.unit, side=side, baseline=sides.baseline,
+        is_baseline=is_base, n=x.n, n_of=(sides.unit + "s") if sides.unit else "runs",
+        runs=len(sides.runs[side]), missing=x.runs_without_value, statistic=row_stat,
+        value=x.mean, value_low=side_ci[0] if side_ci else None,
+        value_high=side_ci[1] if side_ci else None, min=x.min, max=x.max,
+        stddev_name=stddev_name, stddev=x.stddev, coeffvar_name=coeffvar_name, coeffvar=x.coeffvar,
+        best_name=st.best_name(row_stat), best_mean=x.best_mean, range=x.range,
+        source=source, exact=exact, direction=metric.better, convention=metric.convention,
+        change=change, change_low=change_ci[0] if change_ci else None,
+        change_high=change_ci[1] if change_ci else None,
+        test=table.test, p=p, p_adjusted=p_adj if table.test != "band" else None,
+        correction=table.correction if table.test != "band" else "none", tested=table.tested,
+        significant=significant, leaning=leaning, verdict=verdict,
+        detect_pct=table.detect_pct, detect_n=detect_n,
+        min_change=diff("min"), max_change=diff("max"),
+        # Spread is better when smaller, whatever the metric's direction (as mmtests compares it).
+        stddev_change=diff("stddev", "lower"), coeffvar_change=diff("coeffvar", "lower"),
+        best_change=diff("best_mean"),
+        welch_p=tests.get("welch"), mannwhitney_p=tests.get("mannwhitney"),
+        band_apart=tests.get("band"))
+
+
+def _leaning(direction, base, new):
+    """Which way the side's statistic moved from the baseline's, read against the direction."""
+    if base is None or new is None:
+        return None
+    if new == base:
+        return "same"
+    up = new > base
+    if direction == "higher":
+        return "better" if up else "worse"
+    if direction == "lower":
+        return "worse" if up else "better"
+    return "higher" if up else "lower"
+
+
+def _verdict(is_base, base, new, significant, leaning):
+    if is_base:
+        return "baseline"
+    if base.mean is None or new.mean is None:
+        return "n/a"
+    if significant is None:
+        return "not tested"
+    if significant and leaning not in (None, "same"):
+        return leaning
+    return NOT_SIGNIFICANT
+
+
+def _side_source(sides, metric, side):
+    """(source, exact) of a side: its runs' sources joined ("trace+vmstat" when they differ);
+    exact only when every run's value is."""
+    from .metrics import value_source
+
+    found = [value_source(metric, run) for run in sides.runs_of(metric.name, side)]
+    if not found:
+        return value_source(metric, {})[0], True
+    return "+".join(sorted({s for s, _ in found})), all(e for _, e in found)
+
+
+def verdict_color(record):
+    """The colour of a record's verdict in HTML: green better, red worse, blue a significant
+    change of a metric without a direction; none otherwise (not significant, not tested)."""
+    return VERDICT_COLORS.get(record.verdict, "inherit")
+
+
+def verdict_text(record):
+    """'+688.80% worse *', '-4.09% (leans worse, not significant)', 'n/a': the words every
+    human output prints beside a change."""
+    if record.is_baseline:
+        return "baseline"
+    if record.change is None:
+        return "n/a" if record.leaning is None else f"n/a ({record.leaning})"
+    pct = f"{record.change:+.2f}%"
+    if record.verdict in VERDICT_COLORS:
+        return f"{pct} {record.verdict} *"
+    if record.verdict == NOT_SIGNIFICANT and record.leaning not in (None, "same"):
+        return f"{pct} (leans {record.leaning}, not significant)"
+    return f"{pct} ({record.verdict})"
