@@ -306,22 +306,23 @@ def test_fleet_notebook_has_a_point_per_host(ab_dataset):
     values, space = run_notebook("fleet.ipynb", {"dataset": str(ab_dataset), "hosts": 24,
                                                  "benchmarks": str(PROJECT_ROOT / "benchmarks")})
     cmp = space["cmp"]
-    assert cmp.sides.sides == ["a", "b"] and {s: len(r) for s, r in cmp.sides.runs.items()} == {"a": 12, "b": 12}
+    assert cmp.sides.sides == ["defrag0", "defrag1"]
+    assert {s: len(r) for s, r in cmp.sides.runs.items()} == {"defrag0": 12, "defrag1": 12}
     drawn = figures(values)
     assert [f.name for _, f in drawn] == ["distributions", "distributions", "stall_cdfs"]
     for _, fig in drawn:
         assert not fig.empty
-        assert_side_colours(fig, ["a", "b"])
+        assert_side_colours(fig, ["defrag0", "defrag1"])
     for _, fig in drawn[:2]:
         check_comparison_panels(fig, cmp)
-    check_stall_cdf(drawn[2][1], space["ds"], "kernel", ["a", "b"])
-    # the copies say what they are: kernel a copies the defrag0 runs
-    ds = space["ds"]
-    copies = {dict(r["labels"])["copy_of"]: dict(r["labels"])["kernel"] for r in ds.runs.rows()}
+    check_stall_cdf(drawn[2][1], space["ds"], "kernel", ["defrag0", "defrag1"])
+    # the copies say what they are: each keeps the setting of the run it copies, on its own host
     import kmemscope
 
+    rows = space["ds"].runs.rows()
     setting = {r["run_id"]: dict(r["labels"])["kernel"] for r in kmemscope.open(ab_dataset).runs.rows()}
-    assert {setting[src] + ">" + k for src, k in copies.items()} == {"defrag0>a", "defrag1>b"}
+    assert all(setting[dict(r["labels"])["copy_of"]] == dict(r["labels"])["kernel"] for r in rows)
+    assert len({r["host"] for r in rows}) == len(rows) == 24
 
 
 def test_one_run_notebook_follows_the_run(one_run):

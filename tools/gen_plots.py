@@ -5,8 +5,8 @@
                                   (signature, what it draws, its picture); tools/gen_docs.py
                                   writes and checks the region, this tool the pictures
     docs/img/plots/NAME.png       each figure drawn over the eight A/B bundles of
-                                  examples/ab-defrag-mode (by="kernel"), or over
-                                  examples/kmem-compaction for the one-run figures
+                                  examples/ab-defrag-mode (by="kernel"), or over one of
+                                  them (run4-defrag0) for the one-run figures
     docs/examples/NAME.md         each notebook of notebooks/examples/ executed (papermill) and
                                   converted to Markdown (nbconvert), its pictures beside it
 
@@ -62,13 +62,19 @@ def run(*args):
 
 
 def datasets(work):
-    """(the A/B dataset of the eight defrag_mode bundles, a dataset of kmem-compaction)."""
+    """(the A/B dataset of the eight defrag_mode bundles, a dataset of one of them)."""
     ab, one = work / "ab", work / "one"
-    if not ab.is_dir():
-        for bundle in sorted(p for p in (EXAMPLES / "ab-defrag-mode").iterdir() if p.is_dir()):
-            run(sys.executable, "-m", "kmemscope", "parse", "-q", bundle, "-o", ab)
-    if not one.is_dir():
-        run(sys.executable, "-m", "kmemscope", "parse", "-q", EXAMPLES / "kmem-compaction", "-o", one)
+    sources = {ab: sorted(p for p in (EXAMPLES / "ab-defrag-mode").iterdir() if p.is_dir()),
+               one: [EXAMPLES / "ab-defrag-mode" / "run4-defrag0"]}
+    for ds, bundles in sources.items():
+        if ds.is_dir():
+            continue
+        # parsed aside and moved in whole: an interrupted run leaves no half dataset to reuse
+        part = ds.with_name(ds.name + ".partial")
+        shutil.rmtree(part, ignore_errors=True)
+        for bundle in bundles:
+            run(sys.executable, "-m", "kmemscope", "parse", "-q", bundle, "-o", part)
+        part.rename(ds)
     return ab, one
 
 
