@@ -61,9 +61,10 @@ def nonblocking_icicles(scope):
     names = scope.run_names()
     runs = sorted(scope.runs_with("kernel_stack") & set(names))
     if not runs:
-        raise Missing("No kernel stacks in these runs: record with `kmemscope record --preset "
-                      "atomic-origins` to see which code makes the non-blocking high-order "
-                      "allocations (`kmemscope query alloc_origins`).")
+        # plain text: notes are shown as text, never rendered as Markdown
+        raise Missing("No kernel stacks in these runs: record with \"kmemscope record --preset "
+                      "atomic-origins\" to see which code makes the non-blocking high-order "
+                      "allocations (kmemscope query alloc_origins).")
     shown = runs[:MAX_PANELS]
     fig, axes = new_figure("nonblocking_icicles", len(shown), 1, height=4.2, width=12)
     panels = {}

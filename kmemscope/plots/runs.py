@@ -287,6 +287,8 @@ def atomic_orders(scope, each_run=False):
                            values="allocs", aggfunc="sum", fill_value=0).reset_index()
     table.columns.name = None
     fig.tables.append(table)
+    if not by_side:      # the numbers of a bar per run, apart from a side's (per run of the side)
+        fig.drawn.figure = "atomic_orders_per_run"
     if len(groups) > len(shown):
         fig.notes.append(scope.shown_note(len(shown), len(groups), "side" if by_side else "run"))
     return fig
@@ -576,7 +578,7 @@ def hot_pfns(scope, top_n=50):
 def compaction_timeline(scope):
     """Each compaction run's end on a time line: direct or kcompactd, by end status."""
     if not scope.runs_with("mm_compaction_end"):
-        raise Missing("No mm_compaction_end in the selected runs: no compaction timeline.")
+        raise Missing("No mm_compaction_end events in these runs: no compaction timeline.")
     # compaction_runs: the helper view of every compaction run that ended in the capture
     df = scope.sql("""
         SELECT c.run_id, (c.end_ts - f.first_ts) / 1e9 AS t_s, c.kind,

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from .figure import Missing, plural
 
 NO_LABEL = "(no label)"
+# What a missing table means to a reader: procfs tables come only with `kmemscope record`.
+SAMPLES = {"vmstat": "vmstat samples", "buddyinfo": "buddyinfo samples", "zoneinfo": "zoneinfo samples",
+           "pagetypeinfo_blocks": "pagetypeinfo samples", "pagetypeinfo_free": "pagetypeinfo samples"}
 
 
 @dataclass
@@ -88,7 +91,10 @@ class Scope:
             if section["any_of"] and not any(self.runs_with(t) for t in section["any_of"]):
                 lacking.append(" or ".join(section["any_of"]))
             if lacking:
-                raise Missing(f"No {', '.join(lacking)} in the selected runs: no {what}.")
+                named = list(dict.fromkeys(SAMPLES.get(t, f"{t} events") for t in lacking))
+                bare = (" (a bare trace.dat has none: capture with kmemscope record)"
+                        if any(t in SAMPLES for t in lacking) else "")
+                raise Missing(f"No {' or '.join(named)} in these runs{bare}: no {what}.")
         df = self.query(name, **params)
         if df.empty:
             raise Missing(f"`{name}` returned no rows for the selected runs: no {what}.")
