@@ -16,7 +16,7 @@ local[*] with one SparkSession for all queries, its start time reported
 apart). For each N the first call of each analysis is timed on its own (the
 first that needs the per-run derived tables builds them: page pairing, top
 pfns) and then the best of --repeat warm calls; `compare --by kernel` is
-sides.load_sides + sides.compare_sides. Peak memory per measurement is VmHWM
+sides.load_sides + comparison_model.compare_table. Peak memory per measurement is VmHWM
 after resetting it (/proc/PID/clear_refs 5): of the DuckDB worker process, and
 of the Spark driver JVM (the java child of the Spark worker).
 
@@ -54,7 +54,7 @@ import fleet_dataset  # noqa: E402
 
 DEFAULT_ANALYSES = ["summary", "hot_pfns", "pfn_reuse", "atomic_orders", "fallback_pollution",
                     "compaction", "vmstat_rates", "compare"]
-COMPARE = "compare --by kernel"     # "compare" in --analyses: sides.load_sides + compare_sides
+COMPARE = "compare --by kernel"     # "compare" in --analyses: sides.load_sides + compare_table
 
 
 def log(msg):
@@ -125,8 +125,9 @@ def _compare(dataset, eng):
             s = sides.load_sides(dataset, "kernel")
         finally:
             sides.run_query = saved
-    rows = sides.compare_sides(s)
-    return len(rows)
+    from kmemscope.queries.comparison_model import compare_table
+
+    return len(compare_table(s).rows)
 
 
 def worker(spec):

@@ -206,11 +206,14 @@ class Comparison:
 
         return format_text(self.sides, self.table, self.notes)
 
-    def mmtests(self) -> str:
-        """mmtests compare-kernels' layout, ready to paste into a patch."""
+    def mmtests(self, test: str | None = None) -> str:
+        """mmtests compare-kernels' layout, ready to paste into a patch; `test`: the one whose
+        verdicts mark *x%* (default: this comparison's; "band" prints what `compare --format
+        mmtests` prints)."""
         from kmemscope.comparison_text import format_mmtests
 
-        return format_mmtests(self.sides, self.table, self.notes)
+        return format_mmtests(self.sides, self.table.retested(self.sides, test or self.test),
+                              self.notes)
 
     def markdown(self) -> str:
         from kmemscope.comparison_text import format_markdown

@@ -130,6 +130,14 @@ class ComparisonTable:
     unit: str = None
     detect_pct: float = None
     notes: list = field(default_factory=list)
+    options: dict = field(default_factory=dict)   # compare_table's other arguments, to test again
+
+    def retested(self, sides, test):
+        """The same comparison decided by another test (the mmtests layout's band test)."""
+        if test == self.test:
+            return self
+        return compare_table(sides, test=test, alpha=self.alpha, correction=self.correction,
+                             detect=self.detect_pct, **self.options)
 
     @property
     def records(self):
@@ -139,6 +147,8 @@ class ComparisonTable:
         """'Benjamini-Hochberg (false discovery rate) over 42 tests', or why there is none."""
         if self.test == "band":
             return "none: the band test gives no p-value to correct"
+        if not self.tested:
+            return "none: no test could run (a side has fewer than two values)"
         if self.correction == "none":
             return f"none over {self.tested} tests (each at p < {self.alpha})"
         return f"{st.CORRECTIONS[self.correction]} over {self.tested} tests"
@@ -194,7 +204,8 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
         adjusted, tested = st.adjust(raw, correction), sum(p is not None for p in raw)
     for (i, s), p_adj in zip(keys, adjusted):
         partial[i]["tests"][s]["p_adjusted"] = p_adj
-    table = ComparisonTable([], test, alpha, correction, tested, sides.unit, detect)
+    table = ComparisonTable([], test, alpha, correction, tested, sides.unit, detect,
+                            options={"metrics": metrics, "stat": stat, "directions": directions})
     detect_alpha = alpha / max(tested, 1) if correction != "none" else alpha
     for part in partial:
         table.rows.append(_finish_row(sides, part, table, detect_alpha))

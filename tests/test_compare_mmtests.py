@@ -14,7 +14,6 @@ import math
 import pytest
 
 from kmemscope.queries import compare as st
-from kmemscope.queries.comparison_model import compare_table
 from kmemscope.queries.metrics import SUMMARY
 from kmemscope.queries.sides import SideSet
 
@@ -76,6 +75,8 @@ def test_band_test_uses_the_rows_own_spread():
 
 
 def test_the_table_names_the_statistics_mmtests_names():
+    from kmemscope.queries.comparison_model import compare_table
+
     rows = [{"run_id": f"{s}{i}", "side": s, SUCCESS.name: v}
             for s, vs in (("a", DEFRAG0), ("b", [20.86, 3.10, 4.58, 8.77])) for i, v in enumerate(vs)]
     sides = SideSet("kernel", ["a", "b"], {"a": ["a0", "a1", "a2", "a3"],

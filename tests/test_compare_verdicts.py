@@ -101,7 +101,7 @@ class Rows(HTMLParser):
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.rows, self._row, self._kind, self._depth = [], None, None, 0
+        self.rows, self._row, self._kind, self._in_cell = [], None, None, False
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -115,8 +115,9 @@ class Rows(HTMLParser):
             self.rows.append(self._row)
         if self._row is None:
             return
-        if tag in ("td", "b") and (tag == "td" or self._kind == "summary"):
+        if tag == "td" or (tag == "b" and self._kind == "summary" and not self._row["cells"]):
             self._row["cells"].append("")
+            self._in_cell = True
         m = re.search(r"color:\s*([^;'\"]+)", a.get("style") or "")
         if m and m.group(1).strip() != "inherit":
             self._row["colors"].append(m.group(1).strip())
@@ -124,6 +125,8 @@ class Rows(HTMLParser):
             self._row["verdicts"].append(a)
 
     def handle_endtag(self, tag):
+        if tag in ("td", "b"):
+            self._in_cell = False
         if tag in ("tr", "li"):
             self._row = None
         if tag in ("table", "ul"):
@@ -131,8 +134,8 @@ class Rows(HTMLParser):
 
     def handle_data(self, data):
         if self._row is not None:
-            self._row["text"] += data
-            if self._row["cells"]:
+            self._row["text"] += " " + data          # cells apart: "better" "0.04" are two words
+            if self._row["cells"] and self._in_cell:
                 self._row["cells"][-1] += data
 
 

@@ -227,14 +227,14 @@ def test_frag_metrics_compare_as_the_recount_per_run(sides):
         fail = [100.0 * sum(kernel_indices(c, 9)[1] != -1000 for c in samples) / len(samples)
                 for s, samples in runs.values() if s == side]
         r = by[("frag.unusable_index_order9_max", side)]
-        assert r["kind"] == "frag" and r["better"] == "lower" and r["unit"] == "/1000"
-        assert r["mean_kind"] == "Amean" and r["n"] == 2
-        assert r["mean"] == pytest.approx(statistics.fmean(per_run))
+        assert r["kind"] == "frag" and r["direction"] == "lower" and r["unit"] == "/1000"
+        assert r["statistic"] == "Amean" and r["n"] == 2
+        assert r["value"] == pytest.approx(statistics.fmean(per_run))
         assert r["min"] == min(per_run) and r["max"] == max(per_run)
-        assert by[("frag.order9_fail_pct", side)]["mean"] == pytest.approx(statistics.fmean(fail))
+        assert by[("frag.order9_fail_pct", side)]["value"] == pytest.approx(statistics.fmean(fail))
     # side b has fewer order-9 blocks: more of its free memory is unusable at order 9
-    assert by[("frag.unusable_index_order9_max", "b")]["mean"] > \
-        by[("frag.unusable_index_order9_max", "a")]["mean"]
+    assert by[("frag.unusable_index_order9_max", "b")]["value"] > \
+        by[("frag.unusable_index_order9_max", "a")]["value"]
 
 
 def test_frag_group_and_mmtests_block(sides):

@@ -159,9 +159,11 @@ try:
         with pa.OSFile(str(out / f"{qname}.arrow"), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
             w.write_table(t)
     s = sd.load_sides(mixed, by="kernel", engine=spec)
-    rows = sd.compare_sides(s)
+    from kmemscope.queries.comparison_model import compare_table
+
+    records = compare_table(s).records
     (out / "compare.pickle").write_bytes(pickle.dumps(
-        (s.sides, s.runs, s.summary, s.notes, [dataclasses.asdict(r) for r in rows])))
+        (s.sides, s.runs, s.summary, s.notes, [dataclasses.asdict(r) for r in records])))
     # the block managers of the executors that joined (the driver has one too)
     (out / "executors.json").write_text(json.dumps(
         eng.spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1))
@@ -226,7 +228,9 @@ def test_compare_on_the_cluster_equals_duckdb(cluster_results, mixed_dataset):
     out, _parsed, _workers = cluster_results
     c_sides, c_runs, c_summary, c_notes, c_rows = pickle.loads((out / "compare.pickle").read_bytes())
     s = sd.load_sides(mixed_dataset, by="kernel")
-    rows = [dataclasses.asdict(r) for r in sd.compare_sides(s)]
+    from kmemscope.queries.comparison_model import compare_table
+
+    rows = [dataclasses.asdict(r) for r in compare_table(s).records]
     assert (c_sides, c_runs, c_notes) == (s.sides, s.runs, s.notes)
     assert _same(_norm(c_summary), _norm(s.summary))
     assert rows, "compare gave no rows"

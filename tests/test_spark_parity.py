@@ -95,9 +95,10 @@ def test_the_engine_leaves_the_callers_environment_as_it_was(dataset, spark):
 
 
 def test_compare_sides_on_spark_equal_duckdb(dataset, spark):
-    """load_sides + compare_sides (what `kmemscope compare --by kernel` prints) on both engines."""
+    """load_sides + compare_table (what `kmemscope compare --by kernel` prints) on both engines."""
     from kmemscope import comparison_text as co
     from kmemscope.queries import sides as sd
+    from kmemscope.queries.comparison_model import compare_table
 
     duck = sd.load_sides(dataset, by="kernel")
     on_spark = sd.load_sides(dataset, by="kernel", engine=spark)
@@ -107,10 +108,10 @@ def test_compare_sides_on_spark_equal_duckdb(dataset, spark):
     norm = [[{k: _norm(v) for k, v in r.items()} for r in x.summary] for x in (duck, on_spark)]
     ok, msg = _rows_match(*norm)
     assert ok, f"summary rows of the sides: {msg}"
-    records = [co.records(x, sd.compare_sides(x)) for x in (duck, on_spark)]
+    records = [co.records(x, compare_table(x)) for x in (duck, on_spark)]
     assert records[0], "compare gave no rows"
     ok, msg = _rows_match(*records)
-    assert ok, f"compare_sides: {msg}"
+    assert ok, f"compare_table: {msg}"
 
 
 def test_spark_sql_error_is_one_line(dataset, spark, capfd):

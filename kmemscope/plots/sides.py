@@ -114,7 +114,7 @@ class ComparisonFigures:
     def table(self):
         """The comparison: a table that marks better and worse, the mmtests layout, the notes."""
         notes = self.comparison.notes
-        text = self.comparison.mmtests()
+        text = self.comparison.mmtests(test="band")     # as `compare --format mmtests` prints it
         note_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
         shown = [r for r in self.rows if r.metric.kind != "vmstat"]
         block = ("<div class='kmemscope-mmtests'><p><b>mmtests compare-kernels layout</b> (every metric, "
