@@ -115,13 +115,15 @@ test: setup dist setup-spark browser
 	$(REQUIRE_ALL) KMEMSCOPE_REQUIRE_PYTHON38=$$py38 $(BIN)/python -m pytest -q -rs --durations=25 tests
 
 # The documentation site (mkdocs.yml, docs/) into out/site. The generated parts of
-# docs/cli.md, docs/analyses.md and docs/eras.md are rewritten from the code first
-# (tools/gen_docs.py); --strict turns every warning (a broken link or anchor) into a failure.
+# docs/cli.md, docs/analyses.md, docs/eras.md and docs/plots.md are rewritten from the code
+# first (tools/gen_docs.py), after the figures' pictures are drawn from the examples and the
+# example notebooks executed into docs/examples/ (tools/gen_plots.py); --strict turns every
+# warning (a broken link or anchor) into a failure.
 MKDOCS_PIN  := mkdocs==1.6.1
 
 docs: setup
 	@$(BIN)/python -c "import mkdocs" 2>/dev/null || { echo "installing $(MKDOCS_PIN) into $(VENV)"; $(BIN)/pip install -q $(MKDOCS_PIN); }
-	$(BIN)/python tools/gen_docs.py
+	$(BIN)/python tools/gen_plots.py --work out/plots
 	$(BIN)/mkdocs build --strict --site-dir out/site
 
 # Full-page screenshots of both kinds of report (a one-run overview, an A/B comparison) from

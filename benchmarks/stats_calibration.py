@@ -48,6 +48,11 @@ TESTS = ("welch", "mannwhitney", "band")
 CORRECTIONS = ("none", "bh", "holm")
 
 
+def print_load():
+    """The 1-minute load average beside the figures (a loaded machine's are noise)."""
+    print("(1-minute load average", round(load1(), 2), ")")
+
+
 def load1():
     return os.getloadavg()[0]
 
@@ -171,7 +176,7 @@ def main(argv=None):
                     table, row = null_rates(flags(test, corr, a, b))
                     cells.append(f"{table:>10.3f} / {row:<9.4f}")
             print(f"{kind:<10} {n:>4}  " + "  ".join(f"{c:>22}" for c in cells))
-    print(f"(load {load1():.2f})")
+    print_load()
     print()
     print("shifted tables (19 null rows, one moved): power of the moved row / false discovery rate")
     print(head.replace("data      ", "shift (sd)"))
@@ -184,7 +189,7 @@ def main(argv=None):
                     marked = flags(test, corr, a, b)
                     cells.append(f"{marked[:, -1].mean():>10.3f} / {fdr(marked):<9.4f}")
             print(f"{shift:<10} {n:>4}  " + "  ".join(f"{c:>22}" for c in cells))
-    print(f"(load {load1():.2f})")
+    print_load()
     print()
     coverage, width = interval_coverage(rng, max(50, args.trials // 5))
     print(f"95% bootstrap interval of a 0.5 sd change (+5%) at 60 v 60: holds the true change in "

@@ -73,6 +73,31 @@ class Result:
     def __init__(self, table, notes: Sequence[str] = ()):
         self._table = table
         self.notes = list(notes)
+        self._asked = None      # (dataset, analysis, run, label, params) of Dataset.query: for .plot
+
+    def plot(self, *, by: str | None = None, baseline: str | None = None):
+        """The figure of the analysis this result came from, over the same runs and parameters
+        (`ds.query("stalls.each").plot(by="kernel")` is `kmemscope.plots.stall_cdf(ds,
+        by="kernel")`); kmemscope.plots.ANALYSES lists which analyses have one."""
+        from kmemscope.common.errors import QueryError
+
+        if self._asked is None:
+            raise QueryError("only the result of Dataset.query has a figure",
+                             "draw SQL results with matplotlib from .df()")
+        from kmemscope import plots
+
+        import inspect
+
+        ds, name, run, label, params = self._asked
+        draw = plots.ANALYSES.get(name)
+        if draw is None:
+            raise QueryError(f"no figure draws {name}",
+                             f"figures draw: {', '.join(sorted(plots.ANALYSES))}")
+        takes = set(inspect.signature(draw).parameters)
+        if set(params) - takes:
+            raise QueryError(f"the figure of {name} draws the analysis with its default parameters",
+                             f"query it without {', '.join(sorted(set(params) - takes))} to plot it")
+        return draw(ds, by=by, baseline=baseline, run=run, label=label, **params)
 
     def arrow(self):
         """The rows as a pyarrow.Table (labels stay an Arrow MAP)."""
@@ -87,11 +112,12 @@ class Result:
         return frame
 
     def pl(self):
-        """The rows as a polars DataFrame (polars must be installed)."""
+        """The rows as a polars DataFrame (the polars extra: pip install 'kmemscope[polars]')."""
         try:
             import polars
         except ImportError:
-            raise KmemscopeError("Result.pl() needs polars", "pip install polars") from None
+            raise KmemscopeError("Result.pl() needs polars",
+                                 "install the polars extra: pip install 'kmemscope[polars]'") from None
         return polars.from_arrow(self._table)
 
     def rows(self) -> list[dict]:
@@ -105,22 +131,41 @@ class Result:
     def __len__(self):
         return self._table.num_rows
 
+    SHOWN = 50     # rows a result shows in text and in HTML; .df() and .arrow() have them all
+
+    def _shown(self) -> str:
+        """The sentence under a result shown in part, the same in text and HTML ('' if whole)."""
+        n = self._table.num_rows
+        if n <= self.SHOWN:
+            return ""
+        return (f"showing {self.SHOWN:,} of {n:,} rows: .df() or .arrow() has all, "
+                f"result.page(N) shows page N")
+
+    def page(self, number: int = 0) -> "Result":
+        """Rows [number * 50, number * 50 + 50) as a Result (the notes with them), to look further
+        into a large result in a notebook."""
+        if number < 0 or (number * self.SHOWN >= self._table.num_rows and number):
+            raise ValueError(f"page {number} is out of range: {self._table.num_rows:,} rows make "
+                             f"{-(-self._table.num_rows // self.SHOWN)} pages")
+        return Result(self._table.slice(number * self.SHOWN, self.SHOWN), self.notes)
+
     def __repr__(self):
         from kmemscope.tables import format_table
 
         notes = "".join(f"note: {n}\n" for n in self.notes)
-        return notes + format_table(self._table.slice(0, 50)) + (
-            f"... {self._table.num_rows - 50} more rows\n" if self._table.num_rows > 50 else "")
+        shown = self._shown()
+        return notes + format_table(self._table.slice(0, self.SHOWN)) + (f"{shown}\n" if shown else "")
 
     def _repr_html_(self):
         import html
 
-        n = self._table.num_rows
-        shown = min(n, 50)
-        head = f"<p>showing {shown:,} of {n:,} row{'s' if n != 1 else ''}</p>" if n > shown else ""
+        from kmemscope.tables import format_html
+
+        shown = self._shown()
+        head = f"<p>{html.escape(shown)}</p>" if shown else ""
         notes = "".join(f"<li>{html.escape(x)}</li>" for x in self.notes)
         notes = f"<p>Notes:</p><ul>{notes}</ul>" if notes else ""
-        return head + self.df().head(50).to_html(index=False) + notes
+        return head + format_html(self._table.slice(0, self.SHOWN)) + notes
 
 
 @dataclass
@@ -207,6 +252,18 @@ class Comparison:
         titles = {n: m.title for n, m in self.sides.metrics.items()}
         return Trend(self.sides, names, over, over_rows(self.sides, names, over, series),
                      titles, notes)
+
+    def open(self) -> "Dataset":
+        """The dataset the sides were read from, as the comparison saw it (its figures read it)."""
+        return Dataset(self.dataset, self.engine or "duckdb")
+
+    def plot(self, metric: str):
+        """One metric's figure: a point per run in its side's colour, each side's statistic as a
+        bar with its 95% interval (cut to what the quantity can take), sides in this comparison's
+        order. Returns a kmemscope.plots.Figure (kmemscope.plots.comparison draws several)."""
+        from kmemscope import plots
+
+        return plots.comparison(self, [metric])
 
     def __repr__(self):
         return self.text()
@@ -344,7 +401,9 @@ class Dataset:
         from kmemscope.queries.sides import condense_notes
 
         # one line per caveat, not per run: 60 hosts without procfs samples are one note
-        return Result(table, condense_notes(notes_of(table)))
+        result = Result(table, condense_notes(notes_of(table)))
+        result._asked = (self, name, run, label, params)
+        return result
 
     def compare(self, by: str, baseline: str | None = None, *, metrics: Iterable[str] | None = None,
                 test: str = "welch", alpha: float = 0.05, run=None, label: LabelsArg = None,
@@ -762,6 +821,7 @@ def _arrow_columns(con, columns):
 
     # sql-safe: names are the constants of the callers, quoted; types are DuckDB type names
     select = ", ".join(f"unnest(CAST(? AS {t}[])) AS {quote_ident(c)}" for c, t, _v in columns)
+    # sql-safe: select is built above from quoted names and type names
     return query_arrow(con, f"SELECT {select}", [v for _c, _t, v in columns])
 
 

@@ -96,12 +96,10 @@ def _kind_of_arrow(t):
     return "decimal" if pa.types.is_decimal(t) else "other"
 
 
-def format_table(table, max_cell=MAX_CELL, width=None):
-    """An aligned text table; numbers right-aligned, text left-aligned, long cells cut.
-
-    `table`: an Arrow table, or Rows. pfn columns print in hex. width: the terminal's
-    columns; wider tables cut their widest columns (with …) until each line fits.
-    """
+def _cells(table, max_cell=MAX_CELL):
+    """(column names, rows of cell texts, which columns are numeric) of an Arrow table or Rows:
+    the one rendering of values that text and HTML tables share (pfns in hex, labels as k=v,
+    NULL, about six significant digits, control characters escaped)."""
     if isinstance(table, Rows):
         kinds, columns = table.kinds, table.columns_as_lists()
     else:
@@ -116,6 +114,30 @@ def format_table(table, max_cell=MAX_CELL, width=None):
     cells = [[_cell(col[i], max_cell, decimals[j]) for j, col in enumerate(columns)]
              for i in range(table.num_rows)]
     numeric = [kind in ("int", "float", "decimal") for kind in kinds]
+    return names, cells, numeric
+
+
+def format_html(table, max_cell=MAX_CELL):
+    """The table as an HTML <table> with the cells of format_table (every cell escaped; numbers
+    right-aligned)."""
+    import html
+
+    names, cells, numeric = _cells(table, max_cell)
+    align = ['' if not num else ' style="text-align: right"' for num in numeric]
+    head = "".join(f"<th{a}>{html.escape(n)}</th>" for n, a in zip(names, align))
+    body = "".join("<tr>" + "".join(f"<td{a}>{html.escape(c)}</td>" for c, a in zip(row, align))
+                   + "</tr>" for row in cells)
+    return (f'<table class="dataframe kmemscope-result"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
+def format_table(table, max_cell=MAX_CELL, width=None):
+    """An aligned text table; numbers right-aligned, text left-aligned, long cells cut.
+
+    `table`: an Arrow table, or Rows. pfn columns print in hex. width: the terminal's
+    columns; wider tables cut their widest columns (with …) until each line fits.
+    """
+    names, cells, numeric = _cells(table, max_cell)
     widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
     hidden: list[str] = []
     if width:

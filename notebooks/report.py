@@ -1,8 +1,12 @@
 """`kmemscope report`: execute the report notebooks headless and write one self-contained HTML file.
 
-papermill runs each notebook with its parameters in a fresh kernel; nbconvert
-turns the executed cells into HTML with the code inputs left out and figures
-inline as data: URIs. The template drops the <script> tags that would fetch
+The notebooks (overview.ipynb, compare.ipynb) call only the public API
+(`kmemscope.open`, `Dataset.compare`, `kmemscope.plots`): a reader can copy any
+cell into a notebook of their own. papermill runs each notebook with its
+parameters in a fresh kernel; nbconvert turns the executed cells into HTML with
+the code inputs left out and figures inline as data: URIs. No output is
+Markdown: text from traces and manifests (labels, hosts, comms) reaches the
+page only as escaped HTML or inside a PNG, so it can add no link or image. The template drops the <script> tags that would fetch
 require.js and MathJax from a CDN: the report must open on a machine with no
 network, and nothing in it needs them.
 """
@@ -39,11 +43,14 @@ _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
   nav.kmemscope-toc ol { margin: 2px 0; padding-left: 18px; }
   .kmemscope-mmtests pre { max-height: 36em; }
   ul.kmemscope-summary { font-size: 14px; }
+  p.kmemscope-note, p.kmemscope-nodata { color: #57606a; font-size: 13px; }
 </style>
 {%- endblock extra_css -%}
 """
 PARAM_TAGS = {"parameters", "injected-parameters"}
-# Overview sections drawn per side in the comparison: left out of a comparison report.
+# Overview sections the comparison draws per side: left out of a comparison report.
+PER_RUN_ONLY = "overview-only"
+# Overview sections the comparison draws per side: left out of a comparison report.
 PER_RUN_ONLY = "overview-only"
 
 

@@ -174,12 +174,12 @@ def test_rollups_and_folded_add_up(recorded):
 
 def test_the_report_icicle_draws_the_nonblocking_high_order_allocations(recorded):
     """The overview's icicle: its top row equals the allocations of the report-text pairing."""
-    from kmemscope.notebooks.figures import Scope
-    from kmemscope.notebooks.origins import nonblocking_icicles
+    import kmemscope as km
+    from kmemscope import plots
 
     trace_dat, ds = recorded
     allocs, _ = report_pairs(trace_dat)
-    _fig, drawn, _note = nonblocking_icicles(Scope(str(ds)))
+    drawn = plots.alloc_origins(km.open(ds)).drawn
     (top,) = [frame for name, frame in drawn.panels.items() if "widest" not in name]
     drawn_orders = {name: int(n) for name, n in top["allocations"].items()}
     # The preset's kernel filter keeps only non-blocking allocations of order > 0, so every

@@ -38,6 +38,24 @@ def test_generated_pages_are_current():
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_figures_page_shows_every_figure_and_its_picture():
+    """docs/plots.md lists each figure of kmemscope.plots once, and every picture it shows and
+    every example notebook's page is there (tools/gen_plots.py draws and renders them)."""
+    from kmemscope import plots
+
+    text = (DOCS / "plots.md").read_text()
+    listed = re.findall(r"^### (\w+) \{#", text, re.M)
+    assert listed == list(plots.FIGURES)
+    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "tools" / "gen_plots.py"), "--check"],
+                          capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    pages = sorted(p.stem for p in (DOCS / "examples").glob("*.md"))
+    notebooks = sorted(p.stem for p in (PROJECT_ROOT / "notebooks" / "examples").glob("*.ipynb"))
+    assert pages == notebooks
+    nav = (PROJECT_ROOT / "mkdocs.yml").read_text()
+    assert all(f"examples/{p}.md" in nav for p in pages)
+
+
 # ---------------------------------------------------------------- the command line
 
 def _section(text, anchor):

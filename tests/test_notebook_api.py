@@ -83,3 +83,98 @@ def test_the_package_is_typed():
     from pathlib import Path
 
     assert (Path(kmemscope.__file__).parent / "py.typed").is_file()
+
+
+def test_result_html_renders_pfns_and_labels_as_its_text_does(ds_path):
+    """pfns in hex and labels as k=v in HTML as in text (the HTML showed 2487480 and dict reprs)."""
+    import re
+
+    ds = kmemscope.open(ds_path)
+    res = ds.sql("SELECT a.pfn, r.labels FROM page_allocs a JOIN runs r USING (run_id) "
+                 "WHERE NOT a.failed ORDER BY a.ts LIMIT 5")
+    html, text = res._repr_html_(), repr(res)
+    pfns = [r["pfn"] for r in res.rows()]
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", html)
+    for pfn in pfns:
+        assert hex(pfn) in cells and hex(pfn) in text
+        assert str(pfn) not in cells
+    labels = [",".join(f"{k}={v}" for k, v in sorted(r["labels"].items())) for r in res.rows()]
+    assert all(lab in cells for lab in labels)
+    assert "{'kernel'" not in html and "{&#x27;kernel" not in html
+
+
+def test_large_results_page_alike_in_text_and_html(ds_path):
+    ds = kmemscope.open(ds_path)
+    res = ds.sql("SELECT pfn, \"order\" FROM mm_page_alloc ORDER BY ts, pfn")
+    n = len(res)
+    assert n > 120
+    sentence = f"showing 50 of {n:,} rows"
+    assert sentence in repr(res) and sentence in res._repr_html_()
+    assert repr(res).count("\n") < 60
+    second = res.page(1)
+    assert second.arrow().equals(res.arrow().slice(50, 50))
+    assert f"showing 50 of" not in second._repr_html_()
+    with pytest.raises(ValueError, match="out of range"):
+        res.page(n // 50 + 1)
+
+
+def test_polars_is_a_declared_extra():
+    import configparser
+    from pathlib import Path
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(kmemscope.__file__).parent.parent / "setup.cfg")
+    assert "polars" in cfg["options.extras_require"]["polars"]
+    docs = (Path(kmemscope.__file__).parent.parent / "docs" / "python.md").read_text()
+    assert "kmemscope[polars]" in docs
+
+
+def test_pl_names_the_extra_when_polars_is_absent(ds_path, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_polars(name, *a, **kw):
+        if name == "polars":
+            raise ImportError(name)
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_polars)
+    with pytest.raises(kmemscope.KmemscopeError, match=r"kmemscope\[polars\]"):
+        kmemscope.open(ds_path).runs.pl()
+
+
+def test_a_query_result_plots_its_analysis(ds_path):
+    """ds.query(NAME).plot() is the figure kmemscope.plots draws for that analysis, same runs."""
+    from kmemscope import plots
+
+    ds = kmemscope.open(ds_path)
+    a = ds.run_ids(label="kernel=a")
+    via_result = ds.query("atomic_orders.orders", run=a).plot(by="kernel")
+    direct = plots.order_histogram(ds, run=a, by="kernel")
+    assert via_result.name == direct.name == "orders"
+    for name, frame in direct.drawn.panels.items():
+        assert via_result.drawn.panels[name].equals(frame)
+    with pytest.raises(QueryError, match="only the result of Dataset.query"):
+        ds.sql("SELECT 1").plot()
+    with pytest.raises(QueryError, match="no figure draws"):
+        ds.query("pfn_reuse.summary").plot()
+
+
+def test_comparison_plot_names_an_unknown_metric(ds_path):
+    cmp = kmemscope.open(ds_path).compare("kernel")
+    with pytest.raises(QueryError, match="no metric nope"):
+        cmp.plot("nope")
+    fig = cmp.plot(cmp.rows[0].metric.name)
+    assert fig.name == "distributions"
+
+
+def test_a_figure_without_rows_says_so_and_an_error_is_raised(ds_path):
+    """No rows: an empty figure with the sentence; a bad run: the error, not "no data"."""
+    from kmemscope import plots
+
+    ds = kmemscope.open(ds_path)
+    fig = plots.alloc_origins(ds)            # the examples have no kernel stacks
+    assert fig.empty and "kernel stacks" in fig.notes[0] and "<img" not in fig._repr_html_()
+    with pytest.raises(kmemscope.KmemscopeError):
+        plots.stall_cdf(ds, run="ffffffffffffffff")

@@ -7,7 +7,7 @@ from kmrun import kmemscope
 
 
 def test_folded_tree_counts_every_prefix():
-    from kmemscope.notebooks.origins import folded_tree
+    from kmemscope.plots.origins import folded_tree
 
     tree = folded_tree([("order-3;a;b;c", 5), ("order-3;a;d", 2), ("order-1;a;b", 1)])
     assert tree[("order-3",)] == 7 and tree[("order-3", "a")] == 7
@@ -16,7 +16,7 @@ def test_folded_tree_counts_every_prefix():
 
 
 def test_icicle_boxes_nest_and_fill_their_parents():
-    from kmemscope.notebooks.origins import folded_tree, icicle_boxes
+    from kmemscope.plots.origins import folded_tree, icicle_boxes
 
     lines = [("order-3;a;b", 6), ("order-3;a;c", 2), ("order-2;x", 2)]
     boxes, total = icicle_boxes(folded_tree(lines), min_fraction=0)
@@ -31,10 +31,10 @@ def test_icicle_boxes_nest_and_fill_their_parents():
 
 
 def test_runs_without_stacks_get_a_sentence(tmp_path):
-    from kmemscope.notebooks.figures import Missing, Scope
-    from kmemscope.notebooks.origins import nonblocking_icicles
+    import kmemscope as km
+    from kmemscope import plots
 
     ds = tmp_path / "ds"
     kmemscope("parse", "-q", EXAMPLES / "memory-pressure", "-o", ds)
-    with pytest.raises(Missing, match="preset atomic-origins"):
-        nonblocking_icicles(Scope(str(ds)))
+    fig = plots.alloc_origins(km.open(ds))
+    assert fig.empty and "preset atomic-origins" in fig.notes[0] and not fig.axes

@@ -158,7 +158,7 @@ def test_each_side_has_one_colour_in_every_figure(report, ab):
                 side = gid.split("=", 1)[1].split("/", 1)[0]
                 colours[side].add(colour)
     # the comparison's figures and the overview's (runs coloured by their side)
-    assert {"distributions", "orders", "atomic_orders", "time_series", "stall_cdfs",
+    assert {"distributions", "orders", "atomic_orders", "over_time", "stall_cdfs",
             "event_rates", "hot_pfns", "compaction_timeline", "vmstat_rates"} <= figures, figures
     assert set(colours) == set(sides)
     assert all(len(c) == 1 for c in colours.values()), dict(colours)
@@ -241,12 +241,13 @@ def test_per_side_orders_are_per_run_with_failures_beside_attempts(report, ab):
 
 
 def test_distribution_panels_are_honest(ab):
-    from kmemscope.notebooks.compare_figures import ComparisonFigures
-    from kmemscope.notebooks.figures import Scope
+    import kmemscope as km
+    from kmemscope import plots
 
     ds, _ = ab
-    cf = ComparisonFigures(Scope(str(ds)), "kernel")
-    fig, drawn, note = cf.distributions()
+    cf = km.open(ds).compare("kernel")
+    fig = plots.comparison(cf)
+    drawn, note = fig.drawn, " ".join(fig.notes)
     zero = [r.metric.name for r in cf.rows if r.metric.kind != "vmstat"
             and any(x.n for x in r.stats.values()) and not any(v for x in r.stats.values() for v in x.values)]
     assert zero, "the examples have metrics that are zero on every run (lost_events)"

@@ -200,11 +200,12 @@ def test_report_pollution_matrix_shows_each_sides_own_numbers(ab, report):
 
 
 def test_pollution_figure_returns_per_side_matrices_on_one_scale(ab):
-    from kmemscope.notebooks.compare_figures import ComparisonFigures
-    from kmemscope.notebooks.figures import Scope
+    import kmemscope as km
+    from kmemscope import plots
 
     ds, sides = ab
-    fig, drawn_, frag = ComparisonFigures(Scope(str(ds)), "kernel").pollution()
+    fig = plots.pollution(km.open(ds), by="kernel")
+    drawn_, (frag,) = fig.drawn, fig.tables
     images = [ax.images[0] for ax in fig.axes if ax.images]
     assert len(images) == 2
     assert len({im.get_clim() for im in images}) == 1, "the sides' heatmaps use different colour scales"
@@ -240,12 +241,15 @@ def test_report_atomic_orders_are_per_side_recounts(ab, report):
 
 
 def test_event_rates_are_zero_filled(ab):
-    import kmemscope.notebooks.figures as F
+    import kmemscope as km
+    from kmemscope import plots
+    from kmemscope.plots.runs import event_counts_per_second
+    from kmemscope.plots.scope import Scope
 
     ds, sides = ab
     facts = run_facts(ds)
     (run,) = sides["a"]
-    df = F.event_counts_per_second(F.Scope(str(ds), [run]))
+    df = event_counts_per_second(Scope.of(km.open(ds), [run]))
     first, span_s = facts[run]["first_ts"], (facts[run]["last_ts"] - facts[run]["first_ts"]) / 1e9
     zero_inside = 0
     events = [p.name for p in Path(ds).iterdir() if p.is_dir() and p.name not in NOT_EVENTS
@@ -260,7 +264,7 @@ def test_event_rates_are_zero_filled(ab):
         zero_inside += sum(1 for s in range(1, last) if per_s.get(s, 0) == 0)
     assert zero_inside > 0, "the test needs a second without events inside a run"
     # the figure draws the zero-filled series: no gaps in any line
-    fig = F.event_rates(F.Scope(str(ds), [run]))
+    fig = plots.event_rates(km.open(ds), run=[run])
     for ax in fig.axes:
         if not ax.get_visible():
             continue
@@ -320,11 +324,12 @@ def test_report_tables_have_no_stray_index(report):
 
 
 def test_all_zero_axes_do_not_go_negative(ab):
-    from kmemscope.notebooks.compare_figures import ComparisonFigures
-    import kmemscope.notebooks.figures as F
+    import kmemscope as km
+    from kmemscope import plots
 
     ds, sides = ab
-    fig, _, note = ComparisonFigures(F.Scope(str(ds)), "kernel").distributions()
+    fig = plots.comparison(km.open(ds).compare("kernel"))
+    note = " ".join(fig.notes)
     checked = 0
     for ax in fig.axes:
         points = [c for c in ax.collections if type(c).__name__ == "PathCollection"]
@@ -336,13 +341,13 @@ def test_all_zero_axes_do_not_go_negative(ab):
     assert checked
     # a metric that is zero on every run gets a sentence, not a panel of zeros
     assert "lost_events" in note and not any("Lost trace events" in ax.get_title() for ax in fig.axes)
-    fig = F.highatomic_over_time(F.Scope(str(ds), sides["b"]))   # the pressure run: no HighAtomic blocks
+    fig = plots.highatomic(km.open(ds), run=sides["b"])   # the pressure run: no HighAtomic blocks
     assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)
 
 
 def test_plural_and_hex_helpers():
     import pandas as pd
-    from kmemscope.notebooks.figures import hex_pfn, plural, tidy_table
+    from kmemscope.plots.figure import hex_pfn, plural, tidy_table
 
     assert [plural(n, "run") for n in (0, 1, 2, 1234)] == ["0 runs", "1 run", "2 runs", "1,234 runs"]
     assert plural(1, "more run") == "1 more run"
@@ -355,7 +360,9 @@ def test_plural_and_hex_helpers():
 def test_an_event_table_named_like_sql_is_left_out_not_executed(ab, tmp_path):
     """A table folder whose name is SQL text is not a name kmemscope gives a table: the
     listing leaves it out (never read, never executed) and the real tables still count."""
-    import kmemscope.notebooks.figures as F
+    import kmemscope as km
+    from kmemscope.plots.runs import event_counts_per_second
+    from kmemscope.plots.scope import Scope
 
     ds, sides = ab
     copy = tmp_path / "ds"
@@ -364,7 +371,7 @@ def test_an_event_table_named_like_sql_is_left_out_not_executed(ab, tmp_path):
     hostile = "x\" FROM runs; DROP VIEW runs; SELECT 1 AS \"y', '1"
     shutil.copytree(copy / "mm_page_pcpu_drain", copy / hostile)
     shutil.rmtree(copy / "event_tables")      # as a dataset parsed before tables were listed per run
-    df = F.event_counts_per_second(F.Scope(str(copy), [run]))
+    df = event_counts_per_second(Scope.of(km.open(copy), [run]))
     assert hostile not in set(df.event) and "mm_page_pcpu_drain" in set(df.event)
     assert (copy / "runs").is_dir() and (copy / hostile).is_dir()     # nothing dropped or moved
 

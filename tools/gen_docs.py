@@ -7,6 +7,8 @@
     docs/eras.md       queries/KERNEL-ERAS.md, with an anchor per section
     docs/dataset-format.md   the SQL modules of queries/lib/: each one's views and their columns
                        with units, from the comments above their CREATE statements (sql_lib.py)
+    docs/plots.md      every figure of kmemscope.plots: signature, docstring, its picture
+                       (tools/gen_plots.py draws the pictures from the examples)
 
 Each page is written by hand around one generated region:
 
@@ -274,11 +276,18 @@ def eras_reference():
 
 # ---------------------------------------------------------------- pages
 
+def figures_reference():
+    import gen_plots      # tools/gen_plots.py, beside this file: it also draws the pictures
+
+    return gen_plots.reference()
+
+
 PAGES = {
     "docs/cli.md": ("cli", cli_reference),
     "docs/analyses.md": ("analyses", analyses_reference),
     "docs/eras.md": ("eras", eras_reference),
     "docs/dataset-format.md": ("sql-modules", modules_reference),
+    "docs/plots.md": ("figures", figures_reference),
 }
 
 

@@ -142,3 +142,18 @@ def alt_text(fig):
     kind = getattr(fig, "_kmemscope_alt", None)
     text = "; ".join(dict.fromkeys(p.replace("\n", " ") for p in parts))
     return (kind + ". " if kind else "Figure. ") + text
+
+
+def figure_html(fig, name):
+    """A figure as an inline PNG with alt text from its own titles and labels, and the record
+    of the colours it gave each side and run."""
+    import base64
+    import html
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    alt = html.escape(alt_text(fig), quote=True)
+    return (f'<img class="kmemscope-figure" data-figure="{html.escape(name, quote=True)}" '
+            f'alt="{alt}" src="data:image/png;base64,{data}">' + record_html(name, fig))

@@ -1,14 +1,15 @@
-"""Figures over time per side, and stall latency distributions, for the report notebooks.
+"""Figures over time per side, and stall latency distributions.
 
-Each function takes the Scope, the groups to draw ({side: [run ids]}, or a run
-per group in the overview) and the report's Palette, so a side keeps its
+Each function takes the Scope; the groups drawn are its sides ({side: [run
+ids]}, or a run per group without `by`) in its Palette, so a side keeps its
 colour and a run its marker. Times are seconds since each run's first event,
 the same axis as the event-rate and compaction timelines.
 
   over_time           per interval of the procfs samples: compaction successes and
                       failures per second, THP fault success % (vmstat); stall time
                       per second of direct compaction and direct reclaim (stalls.each)
-  free_pages_heatmap  buddyinfo: free pages per order over time, a heatmap per run
+  free_pages_heatmap  buddyinfo (fragmentation.orders): free pages per order over time, a
+                      heatmap per run
   stall_cdfs          cumulative distribution of stall latency, a panel per kind and
                       order, a line per side (its runs' stalls together)
 """
@@ -16,9 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from kmemscope.common.errors import KmemscopeError
-
-from .figures import Drawn, Missing, _figure, fig_text, no_negative_axes, plural
+from .figure import Drawn, Missing, fig_text, finish, new_figure, no_negative_axes, plural
 from .style import legend_outside
 
 MAX_HEATMAPS_PER_SIDE = 2
@@ -27,35 +26,35 @@ STALL_KINDS = {"direct_compaction": "direct compaction", "direct_reclaim": "dire
                "kcompactd": "kcompactd run", "kswapd": "kswapd awake"}
 
 
+STALL_COLUMNS = ["run_id", "kind", "order", "t_s", "duration_ms"]
+
+
 def _stalls(scope):
+    """stalls.each, or no rows when the selected runs recorded none of the stall events."""
     try:
-        return scope.query("stalls.each")
-    except KmemscopeError:        # none of the stall events recorded in these runs
-        return pd.DataFrame(columns=["run_id", "kind", "order", "t_s", "duration_ms"])
+        return scope.analysis("stalls.each", "stalls")
+    except Missing:
+        return pd.DataFrame(columns=STALL_COLUMNS)
 
 
 def _vmstat_intervals(scope, names):
-    """Per run, counter and sample: the increase since the previous sample and its length."""
-    try:
-        return scope.sql("""
-            SELECT v.run_id, v.name, (v.ts - f.first_ts) / 1e9 AS t_s,
-                   v.value - lag(v.value) OVER w AS delta, (v.ts - lag(v.ts) OVER w) / 1e9 AS dt_s
-            FROM vmstat v JOIN run_facts f USING (run_id)
-            WHERE list_contains(?, v.name)
-            WINDOW w AS (PARTITION BY v.run_id, v.name ORDER BY v.ts)""", ["vmstat", "runs"],
-            params=[list(names)]).dropna(subset=["delta"])
-    except KmemscopeError:
+    """Per run, counter and sample: the increase since the previous sample and its length (the
+    vmstat samples of the procfs tables; none when the runs have no samples)."""
+    if not scope.runs_with("vmstat"):
         return pd.DataFrame(columns=["run_id", "name", "t_s", "delta", "dt_s"])
+    return scope.sql("""
+        SELECT v.run_id, v.name, (v.ts - f.first_ts) / 1e9 AS t_s,
+               v.value - lag(v.value) OVER w AS delta, (v.ts - lag(v.ts) OVER w) / 1e9 AS dt_s
+        FROM vmstat v JOIN run_facts f USING (run_id)
+        WHERE list_contains(?, v.name)
+        WINDOW w AS (PARTITION BY v.run_id, v.name ORDER BY v.ts)""",
+        params=[list(names)]).dropna(subset=["delta"])
 
 
-def _spans(scope):
-    df = scope.sql("SELECT run_id, (last_ts - first_ts) / 1e9 AS span_s FROM run_facts", ["runs"])
-    return dict(zip(df.run_id, df.span_s))
-
-
-def over_time(scope, groups, pal):
+def over_time(scope):
     """Compaction success and failure, THP fault success and stall time per interval, a line per run
     in its side's colour; a panel that is zero on every run is left out and named."""
+    groups, pal = scope.groups(), scope.palette()
     runs = [r for rs in groups.values() for r in rs]
     names = scope.run_names()
     vm = _vmstat_intervals(scope, ["compact_success", "compact_fail", "thp_fault_alloc", "thp_fault_fallback"])
@@ -77,7 +76,7 @@ def over_time(scope, groups, pal):
             run: (g.t_s.to_numpy(), g.pct.to_numpy()) for run, g in thp.groupby("run_id")}
     stalls = _stalls(scope)
     stalls = stalls[stalls.run_id.isin(runs)]
-    span = _spans(scope)
+    span = scope.spans()
     for kind in ("direct_compaction", "direct_reclaim"):
         sub = stalls[stalls.kind == kind]
         if sub.empty:
@@ -96,7 +95,7 @@ def over_time(scope, groups, pal):
     if not drawn:
         raise Missing("No compaction, THP fault or stall activity over time in these runs "
                       "(no vmstat samples, or the counters stood still, and no stalls).")
-    fig, axes = _figure((len(drawn) + 1) // 2, 2, height=2.6)
+    fig, axes = new_figure("over_time", (len(drawn) + 1) // 2, 2, height=2.6)
     for ax, (title, per) in zip(axes.flat, drawn.items()):
         for run, (t, y) in sorted(per.items()):
             ax.plot(t, y, markersize=3, **pal.run(run), label=fig_text(names.get(run, run)))
@@ -111,31 +110,30 @@ def over_time(scope, groups, pal):
     if len(runs) <= 12:
         legend_outside(fig)
     fig._kmemscope_alt = "Line charts over time per run, coloured by side: " + ", ".join(drawn)
-    note = (f"*Zero on every run, so not drawn: {', '.join(quiet)}.*" if quiet else None)
-    return fig, note
+    note = (f"Zero on every run, so not drawn: {', '.join(quiet)}." if quiet else None)
+    return finish(fig, notes=[note])
 
 
-def free_pages_heatmap(scope, groups, pal):
+def free_pages_heatmap(scope):
     """Free pages per order over time (buddyinfo, every zone summed): a heatmap per run, up to two
     runs per side, on one logarithmic colour scale."""
     from matplotlib.colors import LogNorm
 
-    try:
-        df = scope.sql("""
-            SELECT b.run_id, (b.ts - f.first_ts) / 1e9 AS t_s, b."order",
-                   sum(b.count * (CAST(1 AS BIGINT) << b."order")) AS pages
-            FROM buddyinfo b JOIN run_facts f USING (run_id) GROUP BY 1, 2, 3""", ["buddyinfo", "runs"])
-    except KmemscopeError:
-        df = pd.DataFrame()
-    if df.empty:
-        raise Missing("No buddyinfo samples in these runs (bare trace.dat): no free pages per order over time.")
+    groups, pal = scope.groups(), scope.palette()
+    orders = scope.analysis("fragmentation.orders", "free pages per order over time")
+    # free_blocks of an order hold 2^order pages each; the time axis is the run's trace clock
+    first = scope.sql("SELECT run_id, first_ts FROM run_facts")
+    orders = orders.merge(first, on="run_id")
+    orders["t_s"] = (orders["ts"] - orders["first_ts"]) / 1e9
+    orders["pages"] = orders["free_blocks"] * (2 ** orders["order"].astype("int64"))
+    df = orders.groupby(["run_id", "t_s", "order"], as_index=False)["pages"].sum()
     shown, left = [], 0
     for side, runs in groups.items():
         have = [r for r in runs if r in set(df.run_id)]
         shown += [(side, r) for r in have[:MAX_HEATMAPS_PER_SIDE]]
         left += max(0, len(have) - MAX_HEATMAPS_PER_SIDE)
     vmax = max(1, df.pages.max())
-    fig, axes = _figure(len(shown), 1, height=2.2)
+    fig, axes = new_figure("free_pages", len(shown), 1, height=2.2)
     names = scope.run_names()
     mesh = None
     for ax, (side, run) in zip(axes[:, 0], shown):
@@ -159,15 +157,16 @@ def free_pages_heatmap(scope, groups, pal):
         fig.colorbar(mesh, ax=list(axes[:, 0]), label="free pages (log; blank: none)", shrink=0.9)
     fig._kmemscope_alt = ("Heatmaps of free pages per order over time from buddyinfo, one per run, "
                           "titled and coloured by side")
-    note = (f"*{plural(left, 'more run')} not drawn (up to {MAX_HEATMAPS_PER_SIDE} per side); "
-            "pick runs with `--run`.*" if left else None)
-    return fig, note
+    note = (f"{plural(left, 'more run')} not drawn (up to {MAX_HEATMAPS_PER_SIDE} per side); "
+            "pick runs with run=[...]." if left else None)
+    return finish(fig, notes=[note])
 
 
-def stall_cdfs(scope, groups, pal):
+def stall_cdfs(scope):
     """Cumulative distribution of stall latencies, a panel per kind and order, a line per side (all
     its runs' stalls), log time axis. Counts per side in the legend of each panel."""
-    df = _stalls(scope)
+    groups, pal = scope.groups(), scope.palette()
+    df = scope.analysis("stalls.each", "stall latencies")
     side_of = {r: s for s, rs in groups.items() for r in rs}
     df = df[df.run_id.isin(side_of)].assign(side=lambda d: d.run_id.map(side_of))
     df = df[df.duration_ms > 0]
@@ -179,7 +178,7 @@ def stall_cdfs(scope, groups, pal):
             .sort_values(["kind", "n"], ascending=[True, False]))
     keys = keys.sort_values(["kind", "order"]).head(MAX_CDF_PANELS)
     cols = 3
-    fig, axes = _figure((len(keys) + cols - 1) // cols, cols, height=2.6)
+    fig, axes = new_figure("stall_cdfs", (len(keys) + cols - 1) // cols, cols, height=2.6)
     panels = {}
     for ax, k in zip(axes.flat, keys.itertuples()):
         sub = df[(df.kind == k.kind) & (df.order == k.order)]
@@ -208,5 +207,6 @@ def stall_cdfs(scope, groups, pal):
     legend_outside(fig, title="side")
     fig._kmemscope_alt = "Cumulative distributions of stall latency per kind and order, a line per side"
     more = df.groupby(["kind", "order"]).ngroups - len(keys)
-    note = f"*{plural(more, 'more kind and order')} not drawn.*" if more > 0 else None
-    return fig, Drawn("stall_cdfs", panels, "Numbers drawn (stalls and percentiles per side)"), note
+    note = f"{plural(more, 'more kind and order')} not drawn." if more > 0 else None
+    return finish(fig, Drawn("stall_cdfs", panels, "Numbers drawn (stalls and percentiles per side)"),
+                  [note])

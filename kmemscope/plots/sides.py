@@ -1,4 +1,4 @@
-"""Figures and tables for the compare notebook: sides of a label, per-run points, study tables.
+"""Figures and tables of a Comparison: sides of a label, per-run points, study tables.
 
 The statistics come from the API's Comparison; this module only lays them
 out. A metric's value on a side is the comparison row's `.mean` everywhere
@@ -14,16 +14,16 @@ table, with percent difference and significance).
 """
 import html
 
-import numpy as np
 import pandas as pd
-from IPython.display import HTML
 
-from kmemscope.common.errors import KmemscopeError
 from kmemscope.comparison_text import source_mark, verdict_color, verdict_text
 
-from . import figures as F
-from .figures import Drawn, Missing, _figure, fig_text, hex_pfn, md_text, plural
+from .figure import (MAX_LINES, Drawn, Html, Missing, fig_text, finish, hex_pfn, new_figure,
+                     plural)
+from .scope import Scope
 from .style import Palette
+
+HTML = Html    # the tables below are HTML a notebook displays
 
 def stat_name(row, side=None):
     """The name of the statistic in a row's `.mean` ('Hmean' or 'Amean'), as the comparison says."""
@@ -51,15 +51,16 @@ COPY_SCRIPT = ("var t=document.getElementById('{id}').innerText;"
 
 
 class ComparisonFigures:
-    """The sides of `label` in a dataset and every metric compared; built once per notebook."""
+    """The figures and tables of one Comparison, coloured by its sides in its order."""
 
-    def __init__(self, scope, label, baseline=None, test="welch"):
-        self.scope, self.test = scope, test
-        self.comparison = scope.open().compare(label, baseline or None, test=test,
-                                               run=scope.runs or None, label=scope.labels or None)
-        self.sides, self.rows = self.comparison.sides, self.comparison.rows
+    def __init__(self, comparison):
+        self.comparison, self.test = comparison, comparison.test
+        self.sides, self.rows = comparison.sides, comparison.rows
         self.palette = Palette(self.groups)
-        scope.use_palette(self.palette)       # the scope's figures colour by side too
+        ds = comparison.open()
+        runs = [r for side in self.sides.sides for r in self.sides.runs[side]]
+        self.scope = Scope(ds, runs, [], self.sides.label, self.sides.baseline, list(self.sides.sides))
+        self.scope.use_palette(self.palette)       # the scope's figures colour by side too
 
     @property
     def groups(self):
@@ -71,7 +72,7 @@ class ComparisonFigures:
 
     def side_counts(self):
         """'a: 1 run on 1 host; b: 2 runs on 1 host' from the runs table (a bare trace.dat may lack its host)."""
-        return "; ".join(f"{md_text(side)}: {_runs_on_hosts(ids, self._hosts())}"
+        return "; ".join(f"{side}: {_runs_on_hosts(ids, self._hosts())}"
                          for side, ids in self.groups.items())
 
     def _hosts(self):
@@ -79,8 +80,9 @@ class ComparisonFigures:
         return {r: (None if pd.isna(h) or h == "" else h) for r, h in zip(runs.run_id, runs.host)}
 
     def intro(self):
-        return (f"Sides of `{md_text(self.sides.label)}` (baseline {md_text(self.sides.baseline)}): "
-                f"{self.side_counts()}.")
+        esc = html.escape
+        return (f"<p>Sides of <code>{esc(self.sides.label)}</code> (baseline {esc(self.sides.baseline)}): "
+                f"{esc(self.side_counts())}.</p>")
 
     def summary(self):
         """The headline verdicts: each summary metric that both sides measured, its statistic per
@@ -113,28 +115,42 @@ class ComparisonFigures:
         """The comparison: a table that marks better and worse, the mmtests layout, the notes."""
         notes = self.comparison.notes
         text = self.comparison.mmtests(test="band")     # as `compare --format mmtests` prints it
-        note_md = "\n".join(f"- {md_text(n)}" for n in notes)
+        note_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
         shown = [r for r in self.rows if r.metric.kind != "vmstat"]
         block = ("<div class='kmemscope-mmtests'><p><b>mmtests compare-kernels layout</b> (every metric, "
                  "ready to paste into a posting) <button type='button' onclick=\""
                  + html.escape(COPY_SCRIPT.format(id="kmemscope-mmtests"), quote=True)
                  + "\">copy</button></p><pre id='kmemscope-mmtests'>" + html.escape(text)
                  + "</pre></div>")
-        return (self.intro(), HTML(comparison_html(self.sides, shown)), HTML(block),
-                ("**Notes**\n\n" + note_md) if notes else None)
+        return HTML(self.intro() + comparison_html(self.sides, shown) + block
+                    + (f"<p><b>Notes</b></p><ul>{note_html}</ul>" if notes else ""), self.comparison.text())
 
-    def distributions(self):
+    def distributions(self, metrics=None):
         """One panel per metric: every run a point (a marker per run, the side's colour), the side's
-        statistic (the comparison's Hmean or Amean) a bar with its 95% confidence interval."""
-        mine = [r for r in self.rows if r.metric.kind != "vmstat"]
+        statistic (the comparison's Hmean or Amean) a bar with its 95% confidence interval, cut to
+        what the quantity can take. metrics: names of the comparison's rows (None: every row but
+        the vmstat ones, which have their own table)."""
+        if metrics is None:
+            mine = [r for r in self.rows if r.metric.kind != "vmstat"]
+        else:
+            known = {r.metric.name: r for r in self.rows}
+            unknown = [m for m in metrics if m not in known]
+            if unknown:
+                from kmemscope.common.errors import QueryError
+
+                raise QueryError(f"the comparison has no metric {', '.join(unknown)}",
+                                 f"its metrics: {', '.join(known)}")
+            mine = [known[m] for m in metrics]
         measured = [r for r in mine if any(x.n for x in r.stats.values())]
         rows = [r for r in measured if any(v for x in r.stats.values() for v in x.values)]
         empty = [r.metric.name for r in mine if r not in measured]
         zero = [r.metric.name for r in measured if r not in rows]
         if not rows:
-            raise Missing("No metric has a non-zero value on any side: no distributions.")
-        cols = 3
-        fig, axes = _figure((len(rows) + cols - 1) // cols, cols, height=2.9)
+            raise Missing(f"{'No metric has' if len(mine) > 1 else ', '.join(zero + empty) + ' has'} "
+                          "a non-zero value on no side: nothing to draw.")
+        cols = min(3, len(rows))
+        fig, axes = new_figure("distributions", (len(rows) + cols - 1) // cols, cols, height=2.9,
+                               width=11 if cols > 1 else 6)
         sides = self.sides.sides
         panels = {}
         for ax, r in zip(axes.flat, rows):
@@ -160,7 +176,7 @@ class ComparisonFigures:
                             va="center")
                 else:
                     lo, hi = ci
-                    ax.vlines(i, lo, hi, color=self.palette.color(side), lw=1.2)
+                    ax.vlines(i, lo, hi, color=self.palette.color(side), lw=1.2, gid=f"ci={side}")
                     ax.hlines([lo, hi], i - 0.08, i + 0.08, color=self.palette.color(side), lw=1.2)
                 drawn[side] = {stat: x.mean, "ci_low": ci[0] if ci else float("nan"),
                                "ci_high": ci[1] if ci else float("nan"), "runs": x.n}
@@ -184,7 +200,7 @@ class ComparisonFigures:
         handles = [Line2D([], [], linestyle="none", markeredgecolor="black", markeredgewidth=0.4,
                           markersize=6, **{k: v for k, v in self.palette.run_marker(run).items() if k != "gid"},
                           label=f"{fig_text(side)}: {run[:8]}")
-                   for side in sides for run in self.sides.runs[side]][:F.MAX_LINES]
+                   for side in sides for run in self.sides.runs[side]][:MAX_LINES]
         handles.append(Line2D([], [], color="0.3", lw=2.2, label="the side's statistic (Hmean/Amean)"))
         handles.append(Line2D([], [], color="0.3", lw=1.2, marker="_", markersize=8,
                               label="95% bootstrap interval of\nthe side's statistic"))
@@ -196,25 +212,8 @@ class ComparisonFigures:
             notes.append(f"No run could give {', '.join(empty)}: left out.")
         if zero:
             notes.append(f"Zero on every run of every side, so no panel: {', '.join(zero)}.")
-        return fig, Drawn("distributions", panels, "Numbers drawn (statistic and 95% CI per side)"), \
-            ("*" + " ".join(notes) + "*" if notes else None)
-
-    def pollution(self):
-        """The fallback pollution matrix of each side, side by side on one colour scale."""
-        fig, drawn, frag = F.pollution_by(self.scope, self.groups, what="side")
-        frag = frag.rename(columns={"side": self.sides.label})
-        return fig, drawn, frag
-
-    def atomic_orders(self):
-        """Non-blocking allocations per order, a bar per side: the side's runs summed and divided by
-        their number (sides may differ in run count)."""
-        fig, drawn, note = F.atomic_orders_by(self.scope, self.groups, group_title="side", per_run=True)
-        return fig, drawn, note
-
-    def orders(self):
-        """Allocation attempts and failures per order, a bar per side, per run (log scale)."""
-        return F.order_histogram(self.scope, self.groups, per_run=True,
-                                 title="allocations per order, per run of each side (attempts, failed hatched)")
+        return finish(fig, Drawn("distributions", panels, "Numbers drawn (statistic and 95% CI per side)"),
+                      [" ".join(notes)])
 
     def highatomic_study(self):
         """The high-atomic reserve per side: per-run ranges and the comparison's statistic; a total
@@ -259,11 +258,10 @@ class ComparisonFigures:
         lines = []
         for side in self.sides.sides:
             for run in self.sides.runs[side][:runs_per_side]:
-                try:
-                    hot = self.scope.narrowed([run]).query("hot_pfns", top_n=5)
-                except KmemscopeError:
+                if not self.scope.narrowed([run]).runs_with("mm_page_alloc"):
                     lines.append(f"{side} ({run[:8]}): no mm_page_alloc events")
                     continue
+                hot = self.scope.narrowed([run]).query("hot_pfns", top_n=5)
                 lines.append(f"{side} ({run[:8]})")
                 lines += [f"{int(r.allocs):>8} pfn={hex_pfn(r.pfn)}" for r in hot.itertuples()]
             more = len(self.sides.runs[side]) - runs_per_side
@@ -298,22 +296,6 @@ class ComparisonFigures:
             out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         out.append("</tbody></table>")
         return HTML("".join(out))
-
-    def time_series(self):
-        """Per side over time: compaction, THP faults and stall time per second; free pages per order."""
-        from . import timeseries as T
-
-        return T.over_time(self.scope, self.groups, self.palette)
-
-    def free_pages(self):
-        from . import timeseries as T
-
-        return T.free_pages_heatmap(self.scope, self.groups, self.palette)
-
-    def stall_cdfs(self):
-        from . import timeseries as T
-
-        return T.stall_cdfs(self.scope, self.groups, self.palette)
 
 
 def _unit_label(unit):

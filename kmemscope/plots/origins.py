@@ -8,8 +8,8 @@ the numbers drawn are listed under the figure like every other figure's.
 """
 import zlib
 
-from kmemscope.notebooks.figures import (MAX_PANELS, Drawn, Missing, _figure, fig_text,
-                                         plural)
+from .figure import Drawn, Missing, fig_text, finish, new_figure
+from .runs import MAX_PANELS
 
 MIN_FRACTION = 0.004     # frames narrower than this share of a panel are not drawn
 MAX_DEPTH = 14           # levels below the order; deeper frames are cut (the allocator's own)
@@ -61,12 +61,13 @@ def nonblocking_icicles(scope):
     names = scope.run_names()
     runs = sorted(scope.runs_with("kernel_stack") & set(names))
     if not runs:
-        raise Missing("No kernel stacks in these runs: record with `kmemscope record --preset "
-                      "atomic-origins` to see which code makes the non-blocking high-order "
-                      "allocations (`kmemscope query alloc_origins`).")
+        # plain text: notes are shown as text, never rendered as Markdown
+        raise Missing("No kernel stacks in these runs: record with \"kmemscope record --preset "
+                      "atomic-origins\" to see which code makes the non-blocking high-order "
+                      "allocations (kmemscope query alloc_origins).")
     shown = runs[:MAX_PANELS]
-    fig, axes = _figure(len(shown), 1, height=4.2, width=12)
-    panels: dict = {}
+    fig, axes = new_figure("nonblocking_icicles", len(shown), 1, height=4.2, width=12)
+    panels = {}
     for ax, run in zip(axes[:, 0], shown):
         folded = scope.narrowed([run]).query("alloc_origins.folded", alloc_class="nonblocking",
                                                    root="order")
@@ -99,7 +100,6 @@ def nonblocking_icicles(scope):
             {"allocations": [v for _, v in top]}, index=[k[0] for k, _ in top])
         panels[f"{names[run]}: widest frames below the order"] = pd.DataFrame(
             {"allocations": [v for _, v in callers[:10]]}, index=[k for k, _ in callers[:10]])
-    note = None
-    if len(runs) > len(shown):
-        note = f"*Showing {len(shown)} of {plural(len(runs), 'run')} with stacks; pick runs with `--run`.*"
-    return fig, Drawn("nonblocking_icicles", panels), note
+    fig._kmemscope_alt = "Icicle graphs of the kernel stacks of non-blocking allocations, one per run"
+    return finish(fig, Drawn("nonblocking_icicles", panels),
+                  [scope.shown_note(len(shown), len(runs), "run with stacks")])

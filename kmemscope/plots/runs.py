@@ -1,318 +1,27 @@
-"""Figures and tables for the report notebooks, one function per section.
+"""Figures of runs, and of sides drawn per run: allocation orders, atomic orders, migratetype
+pollution, the HighAtomic reserve, free pageblocks per migratetype, hot pfns, the compaction
+timeline, vmstat rates, event rates.
 
-Each function takes a Scope (dataset + run selection) and returns a matplotlib
-Figure, a pandas DataFrame, or a tuple of them. When the runs lack what a
-section needs (no procfs samples, no extfrag events) it raises Missing with a
-sentence the notebook prints instead of the figure. Figures are plain
-matplotlib Figure objects (not pyplot), rendered to PNG by `show`, so nothing
-depends on the notebook's backend and nothing loads JavaScript.
+Each function takes a Scope and returns a Figure (figure.py), or raises Missing
+with the sentence to show when the selected runs have no rows for it. No figure
+adds runs (or sides) together: a matrix or a bar chart is drawn once per group
+of runs (a run, or a side whose bars are per run), on one shared scale, and
+`Drawn` carries the numbers each panel shows, read back from the artists.
 
-No figure adds runs (or sides) together: a matrix or a bar chart is drawn once
-per group of runs (a run in the overview, a side in the comparison), on one
-shared scale, and `Drawn` puts the numbers each panel shows under the figure
-as a table that tests (and readers) can check.
-
-SQL here is built only from constants and quote_ident() of table names found
-on disk; values go in as bound parameters. Names read from a trace (event
-tables, labels) never reach SQL text unquoted.
+The data comes from named analyses and the helper views through the public
+API (scope.py). The one figure over raw event tables, event_rates, builds its
+SQL only from quote_ident() of table names found on disk; values are bound.
 """
-import html
-import io
-from dataclasses import dataclass, field
 
-import kmemscope
-from kmemscope.common.errors import KmemscopeError
-from kmemscope.api import EngineSpec
-
+from .figure import (MAX_LINES, Drawn, Missing, fig_text, finish, hex_pfn, new_figure,
+                     no_negative_axes, plural)
 from .style import legend_outside
 
-MAX_LINES = 12           # legend entries before a figure drops its legend
 MAX_PANELS = 4           # per-run panels before the rest are left out (with a sentence)
 NOT_EVENTS = {"runs", "print_flags", "lost_events", "vmstat", "pagetypeinfo_free",
               "pagetypeinfo_blocks", "buddyinfo", "zoneinfo", "event_tables"}
 # The migratetypes that fallbacks move between on every kernel: always rows/columns of the matrix.
 FALLBACK_TYPES = (0, 1, 2)
-
-
-class Missing(Exception):
-    """The selected runs lack the data of a section; str() is the sentence to print."""
-
-
-@dataclass
-class Scope:
-    dataset: str
-    runs: list = field(default_factory=list)      # run ids or prefixes; empty: all runs
-    labels: list = field(default_factory=list)    # "k=v" filters
-    engine: EngineSpec = field(default_factory=EngineSpec)   # which engine runs the SQL
-    color_by: str = ""        # a label whose values are the sides: a colour per side, else per run
-    baseline: str = ""        # the side coloured first (as `compare` orders them)
-    _opened: object = field(default=None, init=False, repr=False, compare=False)
-    _palette: object = field(default=None, init=False, repr=False, compare=False)
-
-    def open(self):
-        """The dataset, opened once per scope."""
-        if self._opened is None:
-            self._opened = kmemscope.open(self.dataset, self.engine)
-        return self._opened
-
-    def narrowed(self, runs):
-        """The same dataset, engine and colours over other runs."""
-        out = Scope(self.dataset, list(runs), [], self.engine, self.color_by, self.baseline)
-        out._palette = self._palette
-        return out
-
-    def palette(self):
-        """The report's colours: a colour per value of `color_by` (baseline first, then sorted,
-        as compare orders sides), a marker per run; without color_by, a colour per run."""
-        from .style import Palette
-
-        if self._palette is None:
-            runs = self.query_runs()
-            if self.color_by:
-                groups: dict = {}
-                for r in runs.itertuples():
-                    value = _label_value(r.labels, self.color_by)
-                    groups.setdefault(value if value is not None else "(no label)", []).append(r.run_id)
-                order = sorted(groups, key=lambda v: (v != self.baseline, v == "(no label)", v))
-                self._palette = Palette({v: groups[v] for v in order})
-            else:
-                names = self.run_names()
-                self._palette = Palette({names[r]: [r] for r in sorted(names)})
-        return self._palette
-
-    def use_palette(self, palette):
-        self._palette = palette
-        return self
-
-    def query(self, name, **params):
-        """A named analysis as a DataFrame (labels flattened to "k=v,...")."""
-        df = self.open().query(name, run=self.runs or None,
-                               label=self.labels or None, **params).df()
-        if "labels" in df:
-            df["labels"] = df["labels"].map(_labels_text)
-        return df
-
-    def sql(self, text, tables=None, params=None):
-        """Ad-hoc SQL over the selected runs, with run_facts; values bound from `params`."""
-        return self.open().sql(text, params, run=self.runs or None,
-                                                label=self.labels or None).df()
-
-    def run_names(self):
-        """run_id -> short legend name: id prefix and labels."""
-        df = self.query_runs()
-        return {r.run_id: f"{r.run_id[:8]} {r.labels}".strip() for r in df.itertuples()}
-
-    def query_runs(self):
-        return self.sql("SELECT r.run_id, r.labels, r.host, r.kernel_release, "
-                        "round(f.duration_s, 2) AS seconds, r.events, r.lost_events "
-                        "FROM runs r JOIN run_facts f USING (run_id) ORDER BY r.run_id",
-                        ["runs"]).assign(labels=lambda d: d["labels"].map(_labels_text))
-
-    def selected(self):
-        """The run ids this scope selects (all runs when it names none)."""
-        return self.open().run_ids(self.runs or None, self.labels or None)
-
-    def runs_with(self, table):
-        """The selected runs that have rows in `table` (its partitions on disk)."""
-        return self.open().table_runs().get(table, set()) & set(self.selected())
-
-    def recorded(self):
-        """table -> the selected runs whose trace carries that event's format (recorded, maybe 0 events).
-
-        None for a dataset parsed before runs listed their event tables: then
-        "no events" cannot be told from "not recorded".
-        """
-        if "event_tables" not in self.open().table_runs():
-            return None
-        df = self.sql('SELECT DISTINCT run_id, "table" FROM event_tables', ["event_tables", "runs"])
-        out: dict = {}
-        for run, table in zip(df["run_id"], df["table"]):
-            out.setdefault(table, set()).add(run)
-        return out
-
-
-def _label_value(text, key):
-    """The value of `key` in a "k=v,k2=v2" labels text (None: not there)."""
-    for item in (text or "").split(","):
-        k, sep, v = item.partition("=")
-        if sep and k == key:
-            return v
-    return None
-
-
-def _labels_text(m):
-    if m is None:
-        return ""
-    items: list
-    if isinstance(m, dict):
-        items = list(m.items())
-    else:
-        items = [tuple(x) if not isinstance(x, dict) else (x["key"], x["value"]) for x in m]
-    return ",".join(f"{k}={v}" for k, v in items)
-
-
-# ---------------------------------------------------------------- wording and tables
-
-def plural(n, word, many=None):
-    """'1 run', '2 runs', '1,234 events'."""
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
-
-
-def md_text(text):
-    """Text from a trace or a label, safe inside Markdown/HTML (no tags, no emphasis)."""
-    return html.escape(str(text)).replace("*", "&#42;").replace("_", "&#95;").replace("`", "&#96;")
-
-
-def fig_text(text):
-    """Text from a trace or a label, safe in a matplotlib label ('$' would start mathtext)."""
-    return str(text).replace("$", r"\$")
-
-
-def hex_pfn(p):
-    """A page frame number as trace-cmd and perf print it."""
-    if p is None or p != p:       # None or NaN
-        return ""
-    return f"0x{int(p):x}"
-
-
-def _is_pfn_column(name):
-    return isinstance(name, str) and (name == "pfn" or name.endswith("_pfn"))
-
-
-def tidy_table(df):
-    """A frame as shown: index folded into columns, no axis names, pfns in hex."""
-    if any(n is not None for n in df.index.names):
-        df = df.reset_index()     # a named index is a real column; a row counter says nothing
-    else:
-        df = df.reset_index(drop=True)
-    df.columns = [str(c) if not isinstance(c, str) else c for c in df.columns]
-    df.columns.name = None
-    for col in df.columns:
-        if _is_pfn_column(col) and df[col].dtype.kind in "iuf":
-            df[col] = df[col].map(hex_pfn)
-    return df
-
-
-@dataclass
-class Drawn:
-    """The numbers a figure drew, panel by panel, read back from its artists.
-
-    Shown under the figure as a folded table; every cell carries its value in a
-    data-value attribute and every table names its figure and panel, so a test
-    can compare the report's figure with a recount of the data.
-    """
-    figure: str
-    panels: dict                       # panel name -> DataFrame (rows x columns), or None: nothing drawn
-    caption: str = "Numbers drawn"
-
-    def html(self):
-        parts = [f"<details><summary>{html.escape(self.caption)}</summary>"]
-        for name, frame in self.panels.items():
-            attrs = (f'class="kmemscope-drawn" data-figure="{html.escape(self.figure, quote=True)}" '
-                     f'data-panel="{html.escape(str(name), quote=True)}"')
-            if frame is None:
-                parts.append(f"<p {attrs} data-empty=\"1\"><b>{html.escape(str(name))}</b>: nothing drawn</p>")
-                continue
-            head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-            rows = []
-            for idx, row in frame.iterrows():
-                cells = "".join(f'<td data-column="{html.escape(str(c), quote=True)}" '
-                                f'data-value="{_num(v)}">{_cell(v)}</td>' for c, v in row.items())
-                rows.append(f'<tr data-row="{html.escape(str(idx), quote=True)}">'
-                            f"<th>{html.escape(str(idx))}</th>{cells}</tr>")
-            parts.append(f"<p><b>{html.escape(str(name))}</b></p><table {attrs}>"
-                         f"<thead><tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
-        parts.append("</details>")
-        return "".join(parts)
-
-
-def _num(v):
-    f = float(v)
-    return str(int(f)) if f.is_integer() else repr(f)
-
-
-def _cell(v):
-    f = float(v)
-    return f"{int(f):,}" if f.is_integer() else f"{f:,.3g}"
-
-
-def show(make, *args, **kwargs):
-    """Display what `make` returns (figures as PNG, frames as tables), or the sentence of Missing."""
-    from IPython.display import HTML, Image, Markdown, display
-
-    try:
-        result = make(*args, **kwargs)
-    except Missing as exc:
-        display(Markdown(f"*{exc}*"))
-        return
-    except KmemscopeError as exc:   # a table the analysis requires is absent from these runs
-        display(Markdown(f"*Not available for these runs: {md_text(exc)}*"))
-        return
-    for item in result if isinstance(result, tuple) else (result,):
-        if item is None:
-            continue
-        if isinstance(item, str):
-            display(Markdown(item))
-        elif isinstance(item, Drawn):
-            display(HTML(item.html()))
-        elif hasattr(item, "to_html") and hasattr(item, "columns"):
-            display(HTML(tidy_table(item).to_html(index=False)))
-        elif hasattr(item, "savefig"):
-            display(HTML(figure_html(item, getattr(make, "__name__", "figure"))))
-        else:
-            display(item)
-
-
-def figure_html(fig, name):
-    """A figure as an inline PNG with alt text from its own titles and labels, and the record
-    of the colours it gave each side and run (style.record_html)."""
-    import base64
-
-    from .style import alt_text, record_html
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    data = base64.b64encode(buf.getvalue()).decode("ascii")
-    alt = html.escape(alt_text(fig), quote=True)
-    return (f'<img class="kmemscope-figure" data-figure="{html.escape(name, quote=True)}" '
-            f'alt="{alt}" src="data:image/png;base64,{data}">' + record_html(name, fig))
-
-
-def _figure(nrows=1, ncols=1, height=3.2, width=11):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    return fig, axes
-
-
-def _legend(ax, n):
-    if 0 < n <= MAX_LINES:
-        ax.legend(fontsize=7, loc="best")
-
-
-def no_negative_axes(fig, x=False):
-    """Counts never go below 0: where every plotted value is >= 0, the value axis starts at 0.
-
-    Matplotlib pads an all-zero series to [-0.05, 0.05]; that reads as negative
-    counts. Image axes (heatmaps) are left alone.
-    """
-    for ax in fig.axes:
-        if ax.images or not (ax.lines or ax.collections or ax.patches):
-            continue
-        lim = ax.dataLim
-        lo, hi = (lim.x0, lim.x1) if x else (lim.y0, lim.y1)
-        get, put = (ax.get_xlim, ax.set_xlim) if x else (ax.get_ylim, ax.set_ylim)
-        if lo >= 0 and get()[0] < 0:
-            top = get()[1]
-            put(0, top if hi > 0 else 1)
-    return fig
-
-
-# ---------------------------------------------------------------- overview sections
-
-def runs_table(scope):
-    return scope.query_runs()
 
 
 def event_counts_per_second(scope):
@@ -325,9 +34,9 @@ def event_counts_per_second(scope):
     """
     import numpy as np
     import pandas as pd
-    from kmemscope.common.text import quote_ident
+    from kmemscope.dataset.reader import quote_ident
 
-    parts = scope.open().table_runs()
+    parts = scope.ds.table_runs()
     chosen = set(scope.selected())
     recorded = scope.recorded()
     # only tables with rows in the selected runs: the others would be column-less stand-ins
@@ -342,11 +51,10 @@ def event_counts_per_second(scope):
     counts = scope.sql(
         "SELECT e.run_id, e.event, CAST(floor((e.ts - f.first_ts) / 1e9) AS BIGINT) AS second, "
         "count(*) AS n FROM (" + union + ") e JOIN run_facts f USING (run_id) "
-        "GROUP BY 1, 2, 3", events + ["runs"], params=list(events))
+        "GROUP BY 1, 2, 3", params=list(events))
     if counts.empty:
         raise Missing("No events in the selected runs.")
-    spans = scope.sql("SELECT run_id, (last_ts - first_ts) / 1e9 AS span_s FROM run_facts", ["runs"])
-    span = dict(zip(spans.run_id, spans.span_s))
+    span = scope.spans()
     # a run whose trace recorded the event but holds none of it: a line of zeros, not no line
     pairs = {(r, e) for r, e in zip(counts.run_id, counts.event)}
     if recorded is not None:
@@ -379,7 +87,7 @@ def event_rates(scope):
 
     names = scope.run_names()
     pal = scope.palette()
-    fig, axes = _figure((len(top) + 1) // 2, 2, height=2.6)
+    fig, axes = new_figure("event_rates", (len(top) + 1) // 2, 2, height=2.6)
     for ax, event in zip(axes.flat, top):
         sub = df[df.event == event]
         for run, g in sub.groupby("run_id"):
@@ -393,6 +101,7 @@ def event_rates(scope):
         ax.set_visible(False)
     if df.run_id.nunique() <= MAX_LINES:
         legend_outside(fig)
+    fig._kmemscope_alt = "Line charts of events per second of the busiest event types, a line per run"
     return no_negative_axes(fig)
 
 
@@ -409,6 +118,15 @@ def _bars(ax, per, colors=None, gids=None, hatches=None):
             for patch in bars.patches:
                 patch.set_gid(gids[i])
     ax.set_xticks(list(xs), [fig_text(x) for x in per.index])
+
+
+def run_points(ax, xs, values, pal):
+    """Each run's value over its side's bar: values {run: [y at each of xs]}, a marker per run in
+    its side's colour (a side's bar is the mean of these points: the points show how many runs
+    make it and how far apart they lie)."""
+    for run, ys in values.items():
+        st = pal.run_marker(run)
+        ax.scatter(xs, ys, s=14, zorder=3, edgecolor="black", linewidth=0.4, **st)
 
 
 def _read_bars(ax):
@@ -433,16 +151,18 @@ def _with_data(scope, groups, table):
     if not lacking:
         return shown, None
     why = "not recorded" if rec is not None else "no events (not recorded, or none happened)"
-    return shown, f"*{table} in {', '.join(md_text(g) for g in lacking)}: {why}; no bars.*"
+    return shown, f"{table} in {', '.join(str(g) for g in lacking)}: {why}; no bars."
 
 
 def order_counts(scope, groups, per_run=False):
-    """(attempts, failures) per order of each group of runs: frames (order x group); groups without
-    mm_page_alloc left out. per_run: each group's sums divided by its number of runs."""
+    """(attempts, failures, a sentence on groups left out, the rows per run and order): frames
+    (order x group); groups without mm_page_alloc left out. per_run: each group's sums divided
+    by its number of runs."""
     import pandas as pd
 
-    df = scope.sql('SELECT run_id, "order", count(*) AS attempts, count(*) FILTER (WHERE failed) '
-                   "AS failures FROM page_allocs GROUP BY 1, 2", ["mm_page_alloc", "runs"])
+    df = scope.analysis("atomic_orders.orders", "allocation orders")
+    df = (df.groupby(["run_id", "order"], as_index=False)[["allocs", "failed"]].sum()
+          .rename(columns={"allocs": "attempts", "failed": "failures"}))
     shown, note = _with_data(scope, groups, "mm_page_alloc")
     orders = sorted(df["order"].unique())
     out = []
@@ -451,23 +171,23 @@ def order_counts(scope, groups, per_run=False):
                             .reindex(orders, fill_value=0) / (len(runs) if per_run else 1)
                             for g, runs in shown.items()}).fillna(0).sort_index()
         out.append(per if per_run else per.astype("int64"))
-    return out[0], out[1], note
+    return out[0], out[1], note, df
 
 
-def order_histogram(scope, groups=None, title=None, per_run=False):
+def order_histogram(scope):
     """Allocation attempts per order (every mm_page_alloc) and, hatched beside them, the failed ones;
-    a bar per group of runs (default: per run), log scale. per_run: a side's bars are per run."""
-    names = scope.run_names()
+    a bar per run, or per side (its runs' sums divided by their number), log scale."""
     pal = scope.palette()
-    if groups is None:
-        groups = {names.get(r, r): [r] for r in sorted(names)}
-        styles = {g: pal.run(runs[0]) for g, runs in groups.items()}
-    else:
+    groups = scope.groups()
+    per_run = bool(scope.by)
+    if per_run:
         styles = {g: pal.side(g) for g in groups}
-    attempts, failures, note = order_counts(scope, groups, per_run)
-    if attempts.empty:
-        raise Missing("No mm_page_alloc events in these runs: no allocation orders.")
-    fig, axes = _figure(height=3.4)
+        title = "allocations per order, per run of each side (attempts, failed hatched)"
+    else:
+        styles = {g: pal.run(runs[0]) for g, runs in groups.items()}
+        title = None
+    attempts, failures, note, df = order_counts(scope, groups, per_run)
+    fig, axes = new_figure("orders", height=3.4)
     ax = axes[0, 0]
     n = attempts.shape[1]
     width = 0.8 / max(2 * n, 1)
@@ -477,7 +197,13 @@ def order_histogram(scope, groups=None, title=None, per_run=False):
         left = [x - 0.4 + (2 * i) * width + width / 2 for x in xs]
         ax.bar(left, attempts[g], width, color=st["color"], gid=st["gid"], label=f"{fig_text(g)}: attempts")
         ax.bar([x + width for x in left], failures[g], width, color="white", edgecolor=st["color"],
-               hatch="////", label=f"{fig_text(g)}: failed")
+               hatch="////", label=f"{fig_text(g)}: failed", gid=f"failed {st['gid']}")
+        if per_run:
+            per = df.pivot_table(index="order", columns="run_id", values="attempts", aggfunc="sum")
+            per = per.reindex(index=attempts.index, fill_value=0).fillna(0)
+            # a log axis: a run with none at an order has no point there (its bar says 0)
+            run_points(ax, left, {r: [v if v > 0 else float("nan") for v in per[r]] if r in per
+                                  else [float("nan")] * len(left) for r in groups[g]}, pal)
     ax.set_xticks(xs, [fig_text(x) for x in attempts.index])
     ax.set_yscale("log")
     ax.set_xlabel("allocation order (2^order pages)")
@@ -490,7 +216,7 @@ def order_histogram(scope, groups=None, title=None, per_run=False):
     fig._kmemscope_alt = "Bar chart of allocation attempts and failures per order, log scale"
     drawn = {"allocations": attempts.round(3) if per_run else attempts,
              "failed": failures.round(3) if per_run else failures}
-    return fig, Drawn("orders", drawn), note
+    return finish(fig, Drawn("orders", drawn), [note])
 
 
 NONBLOCKING_CLASSES = ("highatomic_eligible", "other_nonblocking")
@@ -501,13 +227,11 @@ def atomic_orders_by(scope, groups, group_title="run", per_run=False):
     across groups). per_run: a group's bars are its sum divided by its number of runs."""
     import pandas as pd
 
-    df = scope.query("atomic_orders")
+    df = scope.analysis("atomic_orders", "atomic allocations")
     shown, note = _with_data(scope, groups, "mm_page_alloc")
-    if not shown:
-        raise Missing("No mm_page_alloc events in these runs: no atomic allocations.")
     nb = df[df.alloc_class.isin(NONBLOCKING_CLASSES)]
     orders = sorted(nb["order"].unique()) or [0]
-    fig, axes = _figure(1, len(NONBLOCKING_CLASSES), height=3.0)
+    fig, axes = new_figure("atomic_orders", 1, len(NONBLOCKING_CLASSES), height=3.0)
     panels = {}
     pal = scope.palette()
     styles = {g: (pal.side(g) if group_title == "side" else pal.run(runs[0])) for g, runs in shown.items()}
@@ -522,6 +246,15 @@ def atomic_orders_by(scope, groups, group_title="run", per_run=False):
                             for g, runs in shown.items()}).fillna(0)
         per = per.round(3) if per_run else per.astype("int64")
         _bars(ax, per, cols, gids, hatches)
+        if per_run:
+            width = 0.8 / max(per.shape[1], 1)
+            for i, (g, runs) in enumerate(shown.items()):
+                xs = [x + i * width - 0.4 + width / 2 for x in range(len(per.index))]
+                mine = (nb[nb.alloc_class == cls].pivot_table(index="order", columns="run_id",
+                                                              values="allocs", aggfunc="sum")
+                        .reindex(index=per.index).fillna(0))
+                run_points(ax, xs, {r: list(mine[r]) if r in mine else [0] * len(xs) for r in runs},
+                           pal)
         if not per.values.any():
             ax.text(0.5, 0.5, "none on any " + group_title, ha="center", va="center", fontsize=9,
                     color="0.4", transform=ax.transAxes)
@@ -533,28 +266,37 @@ def atomic_orders_by(scope, groups, group_title="run", per_run=False):
     if len(shown) <= MAX_LINES:
         legend_outside(fig, axes[0, 0])
     no_negative_axes(fig)
-    return fig, Drawn("atomic_orders", panels), note
+    fig._kmemscope_alt = "Bar charts of non-blocking allocations per order, by reserve eligibility"
+    return finish(fig, Drawn("atomic_orders", panels), [note])
 
 
-def atomic_orders(scope):
-    """Non-blocking allocations by order band and reserve eligibility: a table and a bar chart per run."""
+def atomic_orders(scope, each_run=False):
+    """Non-blocking allocations by order and reserve eligibility: a bar per run, or per side (its
+    runs' sum divided by their number) unless each_run; under it, the allocations per run by
+    order band."""
+    by_side = bool(scope.by) and not each_run
+    if by_side:
+        groups = scope.groups()
+    else:
+        names = scope.run_names()
+        groups = {names[r]: [r] for r in sorted(names)}
+    shown = dict(list(groups.items())[:MAX_LINES])
+    fig = atomic_orders_by(scope, shown, group_title="side" if by_side else "run", per_run=by_side)
     df = scope.query("atomic_orders.costly")
     table = df.pivot_table(index=["run_id", "labels", "alloc_class"], columns="order_band",
                            values="allocs", aggfunc="sum", fill_value=0).reset_index()
     table.columns.name = None
-    nb = df[df.alloc_class != "blocking"]
-    if nb.empty:
-        return table, "*No non-blocking allocations in these runs.*"
-    names = scope.run_names()
-    groups = {names.get(r, r): [r] for r in sorted(df.run_id.unique())[:MAX_LINES]}
-    fig, drawn, note = atomic_orders_by(scope, groups)
-    return table, fig, note
+    fig.tables.append(table)
+    if not by_side:      # the numbers of a bar per run, apart from a side's (per run of the side)
+        fig.drawn.figure = "atomic_orders_per_run"
+    if len(groups) > len(shown):
+        fig.notes.append(scope.shown_note(len(shown), len(groups), "side" if by_side else "run"))
+    return fig
 
 
 def _migratetype_order(scope):
     """Migratetype name -> its smallest number in the selected runs (for a stable axis order)."""
-    mts = scope.sql("SELECT name, min(migratetype) AS migratetype FROM migratetype_names GROUP BY name",
-                    ["runs"])
+    mts = scope.sql("SELECT name, min(migratetype) AS migratetype FROM migratetype_names GROUP BY name")
     return dict(zip(mts["name"], mts["migratetype"]))
 
 
@@ -567,13 +309,8 @@ def pollution_matrices(scope, groups):
     across kernels.
     """
     import pandas as pd
-    from kmemscope.common.errors import DatasetError
 
-    try:
-        df = scope.query("fallback_pollution")
-    except DatasetError as exc:
-        raise Missing("No migratetype fallbacks (mm_page_alloc_extfrag) in these runs, "
-                      f"or the event was not recorded: no pollution matrix ({md_text(exc)}).") from None
+    df = scope.analysis("fallback_pollution", "pollution matrix")
     recorded = scope.recorded()
     rec = None if recorded is None else recorded.get("mm_page_alloc_extfrag", set())
     order = _migratetype_order(scope)
@@ -608,7 +345,7 @@ def pollution_figure(matrices, titles, empty_text="no mm_page_alloc_extfrag even
     vmax = max([float(m.values.max()) for m in matrices.values() if m is not None] + [1])
     some = next(m for m in matrices.values() if m is not None)
     side = max(3.2, 0.75 * len(some) + 1.6)
-    fig, axes = _figure(1, n, height=side, width=min(5.2 * n + 1.2, 16))
+    fig, axes = new_figure("pollution", 1, n, height=side, width=min(5.2 * n + 1.2, 16))
     im = None
     for ax, group in zip(axes.flat, groups):
         m = matrices[group]
@@ -640,8 +377,9 @@ def pollution_figure(matrices, titles, empty_text="no mm_page_alloc_extfrag even
         drawn[group] = pd.DataFrame(arr.astype("float64").round(3) if per_run else arr.astype("int64"),
                                     index=[t.get_text() for t in ax.get_yticklabels()],
                                     columns=[t.get_text() for t in ax.get_xticklabels()])
-    return fig, Drawn("pollution", drawn, "Numbers drawn (extfrag events" + (" per run" if per_run else "")
-                      + ", requested type by row)")
+    fig._kmemscope_alt = "Heatmaps of migratetype fallbacks, requested type by row, one per group of runs"
+    return finish(fig, Drawn("pollution", drawn, "Numbers drawn (extfrag events"
+                             + (" per run" if per_run else "") + ", requested type by row)"))
 
 
 def pollution_by(scope, groups, what="run"):
@@ -673,54 +411,44 @@ def pollution_by(scope, groups, what="run"):
     # a side's matrix is per run: sides may differ in run count
     per_run = what == "side"
     shown = {g: (m / len(groups[g]) if per_run and m is not None else m) for g, m in matrices.items()}
-    fig, drawn = pollution_figure(shown, titles, empty, colors, per_run)
+    fig = pollution_figure(shown, titles, empty, colors, per_run)
     side_of = {r: g for g, runs in groups.items() for r in runs}
     df = df[df.run_id.isin(side_of)].assign(**{what: lambda d: d.run_id.map(side_of)})
     frag = (df.groupby([what, "fragmenting", "ownership_meaning"], sort=False)["events"].sum()
             .reset_index())
-    return fig, drawn, frag
+    if what == "side" and scope.by:
+        frag = frag.rename(columns={"side": scope.by})
+    fig.tables.append(frag)
+    return fig
 
 
-def pollution_heatmap(scope):
-    """extfrag fallbacks: requested migratetype x the block type it fell back to, a matrix per run."""
+def pollution(scope, each_run=False):
+    """extfrag fallbacks: requested migratetype x the block type it fell back to, a matrix per run,
+    or per side (its runs' events divided by their number) unless each_run."""
+    if scope.by and not each_run:
+        return pollution_by(scope, scope.groups(), what="side")
     names = scope.run_names()
     have = scope.runs_with("mm_page_alloc_extfrag")
     recorded = scope.recorded()
     rec = set(names) if recorded is None else recorded.get("mm_page_alloc_extfrag", set()) & set(names)
     runs = sorted(have) + sorted(rec - have)          # runs with fallbacks first, then recorded zeros
     shown = runs[:MAX_PANELS] or sorted(names)[:MAX_PANELS]
-    fig, drawn, frag = pollution_by(scope, {names[r]: [r] for r in shown})
-    notes = []
-    if len(runs) > len(shown):
-        notes.append(f"Showing {len(shown)} of {plural(len(runs), 'run')}; pick runs with `--run`.")
+    fig = pollution_by(scope, {names[r]: [r] for r in shown})
+    fig.notes.append(scope.shown_note(len(shown), len(runs)))
     if recorded is not None and set(names) - rec:
-        notes.append("Not recorded (no mm_page_alloc_extfrag format in the trace): "
-                     + ", ".join(md_text(names[r]) for r in sorted(set(names) - rec)) + ".")
-    return fig, drawn, frag, ("*" + " ".join(notes) + "*" if notes else None)
-
-
-def _procfs_query(scope, name):
-    """A procfs analysis; runs without procfs samples (bare trace.dat) make an empty frame."""
-    from kmemscope.common.errors import DatasetError
-
-    try:
-        return scope.query(name)
-    except DatasetError:
-        import pandas as pd
-
-        return pd.DataFrame()
+        fig.notes.append("Not recorded (no mm_page_alloc_extfrag format in the trace): "
+                         + ", ".join(names[r] for r in sorted(set(names) - rec)) + ".")
+    fig.notes = [n for n in fig.notes if n]
+    return fig
 
 
 def highatomic_over_time(scope):
     """HighAtomic pageblocks (all zones) per pagetypeinfo sample, a line per run."""
-    df = _procfs_query(scope, "highatomic")
-    if df.empty:
-        raise Missing("No pagetypeinfo samples in these runs (bare trace.dat, or "
-                      "/proc/pagetypeinfo unreadable): no HighAtomic reserve over time.")
+    df = scope.analysis("highatomic.blocks", "HighAtomic reserve over time")
     per = df.groupby(["run_id", "t_s"])["highatomic_pageblocks"].sum().reset_index()
     names = scope.run_names()
     pal = scope.palette()
-    fig, axes = _figure(height=2.8)
+    fig, axes = new_figure("highatomic", height=2.8)
     ax = axes[0, 0]
     for run, g in per.groupby("run_id"):
         ax.step(g["t_s"], g["highatomic_pageblocks"], where="post", markersize=4, **pal.run(run),
@@ -729,65 +457,96 @@ def highatomic_over_time(scope):
     ax.set_ylabel("HighAtomic pageblocks")
     if per.run_id.nunique() <= MAX_LINES:
         legend_outside(fig)
+    fig._kmemscope_alt = "Step chart of HighAtomic pageblocks per pagetypeinfo sample, a line per run"
     return no_negative_axes(fig)
+
+
+def _pageblocks(scope, what):
+    """fragmentation.pageblocks summed over nodes and zones: per run, sample and migratetype."""
+    df = scope.analysis("fragmentation.pageblocks", what)
+    return (df.groupby(["run_id", "t_s", "migratetype"], as_index=False)
+            [["pageblocks", "free_pages", "free_pageblocks"]].sum(min_count=1))
 
 
 def free_by_migratetype(scope):
     """Free pages and pageblocks per migratetype over time (pagetypeinfo), a panel pair per run."""
-    try:
-        free = scope.sql("""
-            SELECT p.run_id, (p.ts - min(p.ts) OVER (PARTITION BY p.run_id)) / 1e9 AS t_s,
-                   p.migratetype, sum(p.count * (1 << p."order")) AS free_pages
-            FROM pagetypeinfo_free p GROUP BY p.run_id, p.ts, p.migratetype""",
-            ["pagetypeinfo_free", "runs"])
-        blocks = scope.sql("""
-            SELECT run_id, (ts - min(ts) OVER (PARTITION BY run_id)) / 1e9 AS t_s,
-                   migratetype, sum(blocks) AS pageblocks
-            FROM pagetypeinfo_blocks GROUP BY run_id, ts, migratetype""",
-            ["pagetypeinfo_blocks", "runs"])
-    except Exception as exc:   # DuckDB: the view is an empty stand-in without these columns
-        raise Missing("No pagetypeinfo samples in these runs: no free blocks per migratetype.") from exc
-    if free.empty:
-        raise Missing("No pagetypeinfo samples in these runs (bare trace.dat): "
-                      "no free blocks per migratetype.")
+    df = _pageblocks(scope, "free pages per migratetype")
     names = scope.run_names()
-    runs = sorted(free.run_id.unique())
+    runs = sorted(df.run_id.unique())
     shown = runs[:MAX_PANELS]
-    fig, axes = _figure(len(shown), 2, height=2.6)
+    fig, axes = new_figure("free_by_migratetype", len(shown), 2, height=2.6)
     # a colour means a side in every figure: migratetypes differ by marker and line style instead
-    types = sorted(set(free.migratetype) | set(blocks.migratetype))
+    types = sorted(set(df.migratetype))
     look = {mt: {"color": "0.15", "marker": "osD^vPX*"[i % 8], "linestyle": ("-", "--", ":", "-.")[i % 4],
                  "markersize": 4} for i, mt in enumerate(types)}
     for row, run in zip(axes, shown):
-        for mt, g in free[free.run_id == run].groupby("migratetype"):
+        for mt, g in df[df.run_id == run].groupby("migratetype"):
             g = g.sort_values("t_s")
             row[0].plot(g["t_s"], g["free_pages"], label=fig_text(mt), **look[mt])
-        for mt, g in blocks[blocks.run_id == run].groupby("migratetype"):
-            g = g.sort_values("t_s")
             row[1].plot(g["t_s"], g["pageblocks"], label=fig_text(mt), **look[mt])
         row[0].set_title(f"{fig_text(names.get(run, run))}: free pages", fontsize=9)
         row[1].set_title(f"{fig_text(names.get(run, run))}: pageblocks by type", fontsize=9)
         for ax in row:
             ax.set_yscale("symlog")
-            ax.set_xlabel("s", fontsize=8)
+            ax.set_xlabel("s since the first sample", fontsize=8)
         row[0].set_ylabel("free pages", fontsize=8)
         row[1].set_ylabel("pageblocks", fontsize=8)
     legend_outside(fig, title="migratetype")
     no_negative_axes(fig)
-    note = None
-    if len(runs) > len(shown):
-        note = f"*Showing {len(shown)} of {plural(len(runs), 'run')}; pick runs with `--run`.*"
-    return fig, note
+    fig._kmemscope_alt = "Line charts of free pages and pageblocks per migratetype over time, per run"
+    return finish(fig, notes=[scope.shown_note(len(shown), len(runs))])
+
+
+def free_pageblocks(scope):
+    """Free pageblock-order blocks per migratetype over time: a panel per migratetype, a line per
+    run in its side's colour (pagetypeinfo; a block of a higher order counts as the pageblocks it
+    holds). Where the reserve of a kernel keeps its free order-9 blocks shows here."""
+    import pandas as pd
+
+    df = _pageblocks(scope, "free pageblocks per migratetype")
+    df = df.dropna(subset=["free_pageblocks"])
+    busy = df.groupby("migratetype")["free_pageblocks"].max()
+    types = [mt for mt in sorted(busy.index) if busy[mt] > 0]
+    if not types:
+        raise Missing("No free pageblock-order block on any migratetype in any sample of the "
+                      "selected runs.")
+    names = scope.run_names()
+    pal = scope.palette()
+    cols = min(3, len(types))
+    fig, axes = new_figure("free_pageblocks", (len(types) + cols - 1) // cols, cols, height=2.6)
+    panels = {}
+    for ax, mt in zip(axes.flat, types):
+        table = {}
+        for run, g in df[df.migratetype == mt].groupby("run_id"):
+            g = g.sort_values("t_s")
+            ax.step(g["t_s"], g["free_pageblocks"], where="post", markersize=3, **pal.run(run),
+                    label=fig_text(names.get(run, run)))
+            y = g["free_pageblocks"]
+            table[names.get(run, run)] = {"samples": len(g), "first": y.iloc[0], "last": y.iloc[-1],
+                                          "max": y.max()}
+        ax.set_title(f"{fig_text(mt)}: free pageblocks", fontsize=9)
+        ax.set_xlabel("s since the first sample", fontsize=8)
+        ax.set_ylabel("free pageblocks", fontsize=8)
+        panels[mt] = pd.DataFrame(table).T
+    zero = sorted(set(busy.index) - set(types))
+    for ax in list(axes.flat)[len(types):]:
+        ax.set_visible(False)
+    if df.run_id.nunique() <= MAX_LINES:
+        legend_outside(fig)
+    no_negative_axes(fig)
+    fig._kmemscope_alt = ("Step charts of free pageblock-order blocks per migratetype over time, "
+                          "a line per run coloured by side")
+    note = f"No free pageblock in any sample, so no panel: {', '.join(zero)}." if zero else None
+    return finish(fig, Drawn("free_pageblocks", panels, "Numbers drawn (free pageblocks per run)"),
+                  [note])
 
 
 def hot_pfns(scope, top_n=50):
     """Allocations of the most-allocated page frames by rank, and how soon freed frames come back."""
-    hot = scope.query("hot_pfns", top_n=top_n)
-    if hot.empty:
-        raise Missing("No successful allocations in these runs.")
+    hot = scope.analysis("hot_pfns", "hot page frames", top_n=top_n)
     names = scope.run_names()
     pal = scope.palette()
-    fig, axes = _figure(1, 2, height=3.2)
+    fig, axes = new_figure("hot_pfns", 1, 2, height=3.2)
     for run, g in hot.groupby("run_id"):
         axes[0, 0].plot(g["rank"], g["allocs"], markersize=3, **pal.run(run),
                         label=fig_text(names.get(run, run)))
@@ -795,10 +554,10 @@ def hot_pfns(scope, top_n=50):
     axes[0, 0].set_ylabel("allocations")
     axes[0, 0].set_title(f"the {top_n} hottest pfns per run", fontsize=10)
     try:
-        hist = scope.query("pfn_reuse.histogram")
-    except KmemscopeError:
-        hist = None
-    if hist is not None and not hist.empty:
+        hist = scope.analysis("pfn_reuse.histogram", "reuse intervals")
+    except Missing as exc:
+        hist, no_reuse = None, str(exc)
+    if hist is not None:
         for run, g in hist.groupby("run_id"):
             axes[0, 1].plot(g["bucket_hi_ns"] / 1e6, g["cumulative_pct"], markersize=3, **pal.run(run),
                             label=fig_text(names.get(run, run)))
@@ -811,23 +570,22 @@ def hot_pfns(scope, top_n=50):
     if hot.run_id.nunique() <= MAX_LINES:
         legend_outside(fig)
     no_negative_axes(fig)
+    fig._kmemscope_alt = "Allocations of the hottest page frames by rank, and the reuse interval CDF, a line per run"
     top = hot[hot["rank"] <= 5][["run_id", "labels", "rank", "pfn", "allocs", "cpus"]].reset_index(drop=True)
-    top["pfn"] = top["pfn"].map(hex_pfn)
-    return fig, top
+    return finish(fig, notes=[None if hist is not None else no_reuse], tables=[top])
 
 
 def compaction_timeline(scope):
     """Each compaction run's end on a time line: direct or kcompactd, by end status."""
-    try:
-        # compaction_runs: one row per mm_compaction_end, its kind told in lib/compaction.sql
-        df = scope.sql("""
-            SELECT e.run_id, (e.end_ts - f.first_ts) / 1e9 AS t_s, e.kind,
-                   coalesce(n.name, CAST(e.status AS VARCHAR)) AS status
-            FROM compaction_runs e JOIN run_facts f USING (run_id)
-            LEFT JOIN compaction_status_names n ON n.run_id = e.run_id AND n.status = e.status
-            ORDER BY 1, 2""", ["mm_compaction_begin", "mm_compaction_end", "print_flags", "runs"])
-    except Exception as exc:
-        raise Missing("No compaction events were recorded in these runs.") from exc
+    if not scope.runs_with("mm_compaction_end"):
+        raise Missing("No mm_compaction_end events in these runs: no compaction timeline.")
+    # compaction_runs: the helper view of every compaction run that ended in the capture
+    df = scope.sql("""
+        SELECT c.run_id, (c.end_ts - f.first_ts) / 1e9 AS t_s, c.kind,
+               coalesce(n.name, CAST(c.status AS VARCHAR)) AS status
+        FROM compaction_runs c JOIN run_facts f USING (run_id)
+        LEFT JOIN compaction_status_names n ON n.run_id = c.run_id AND n.status = c.status
+        ORDER BY 1, 2""")
     if df.empty:
         raise Missing("No compaction ran during these captures (no mm_compaction_end events).")
     names = scope.run_names()
@@ -835,7 +593,7 @@ def compaction_timeline(scope):
     df["row"] = df["kind"] + ": " + df["status"]
     rows = sorted(df["row"].unique())
     lanes = [side for side in pal.sides if set(pal.groups[side]) & set(df.run_id)]
-    fig, axes = _figure(len(lanes), 1, height=max(1.6, 0.4 * len(rows) + 0.9))
+    fig, axes = new_figure("compaction_timeline", len(lanes), 1, height=max(1.6, 0.4 * len(rows) + 0.9))
     for ax, side in zip(axes[:, 0], lanes):
         for run, g in df[df.run_id.isin(pal.groups[side])].groupby("run_id"):
             st = pal.run_marker(run)
@@ -851,14 +609,12 @@ def compaction_timeline(scope):
         legend_outside(fig)
     fig._kmemscope_alt = "Timeline of compaction run ends by kind and end status, one lane per side"
     counts = df.groupby(["run_id", "kind", "status"]).size().rename("compactions").reset_index()
-    return fig, counts
+    return finish(fig, tables=[counts])
 
 
 def vmstat_rates(scope, top=20):
     """The fastest-moving vmstat counters, per minute, a bar per run."""
-    df = _procfs_query(scope, "vmstat_rates")
-    if df.empty:
-        raise Missing("No vmstat samples in these runs (bare trace.dat): no vmstat rates.")
+    df = scope.analysis("vmstat_rates", "vmstat rates")
     df = df[~df["name"].str.startswith("nr_")]     # gauges: their "rate" is a net change
     piv = df.pivot_table(index="name", columns="run_id", values="per_min", aggfunc="sum").fillna(0)
     piv = piv.loc[piv.abs().max(axis=1).sort_values(ascending=False).index[:top]]
@@ -867,7 +623,7 @@ def vmstat_rates(scope, top=20):
         raise Missing("Every vmstat event counter stood still during these captures.")
     names = scope.run_names()
     pal = scope.palette()
-    fig, axes = _figure(height=max(2.5, 0.28 * len(piv) * max(1, piv.shape[1] / 2) + 1))
+    fig, axes = new_figure("vmstat_rates", height=max(2.5, 0.28 * len(piv) * max(1, piv.shape[1] / 2) + 1))
     ax = axes[0, 0]
     shown = piv.iloc[::-1]
     n = shown.shape[1]
@@ -882,16 +638,5 @@ def vmstat_rates(scope, top=20):
     ax.set_xlabel("counter increase per minute (symlog)")
     if n <= MAX_LINES:
         legend_outside(fig)
+    fig._kmemscope_alt = "Bar chart of the fastest-moving vmstat counters per minute, a bar per run"
     return no_negative_axes(fig, x=True)
-
-
-def lost_events(scope):
-    """Lost events per run, and per CPU where the ring buffer said."""
-    runs = scope.query_runs()[["run_id", "labels", "events", "lost_events"]]
-    total = int(runs["lost_events"].fillna(0).sum())
-    sentence = ("No events were lost in any selected run." if total == 0 else
-                f"**{plural(total, 'event')} {'was' if total == 1 else 'were'} lost**: "
-                "rates and counts in the affected runs are lower bounds.")
-    per_cpu = scope.sql("SELECT run_id, cpu, count(*) AS markers, sum(missed) AS missed "
-                        "FROM lost_events GROUP BY 1, 2 ORDER BY 1, 2", ["lost_events", "runs"])
-    return sentence, runs, (per_cpu if not per_cpu.empty else None)
