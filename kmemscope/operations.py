@@ -241,7 +241,9 @@ def dataset_info(dataset) -> dict:
             runs_table = query_arrow(con, """
                 SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
                        round((last_ts - first_ts) / 1e9, 3) AS seconds,
-                       file_version, compression, labels, source
+                       file_version, compression, labels, source,
+                       -- a flight bundle's window that is not whole (parsers/flight_window.py)
+                       json_extract_string(manifest, '$.parse_window.note') AS flight_window
                 FROM runs ORDER BY source""")
     except duckdb.Error as exc:
         raise QueryError(f"cannot read the runs table: {sql_error_text(exc)}") from None
