@@ -70,9 +70,9 @@ PARTIAL = ".partial-"
 BEFORE_INSTANCE = "kmemscope-flight"
 AFTER_INSTANCE = "kmemscope-flight-after"
 INSTANCES = (BEFORE_INSTANCE, AFTER_INSTANCE)
-# A bundle's disk beyond the raw ring-buffer data that trace-cmd copies: trace.dat's headers
-# (event formats, kallsyms: about 1.2 MiB here), the procfs samples, the manifest and the log.
-BUNDLE_ROOM = 16 << 20
+# A bundle's disk beyond the ring-buffer data that trace-cmd copies and the procfs samples:
+# trace.dat's headers (event formats, kallsyms: 1.2 MiB here), the manifest and the log.
+BUNDLE_ROOM = 4 << 20
 # Blind stretches kept for the manifests (a window reaches back --keep seconds at most).
 MAX_BLIND = 100
 MARGIN = ringsize.MARGIN
@@ -183,18 +183,27 @@ def _check_writable(directory):
                            "choose a writable -o")
 
 
-def bundle_bound(stats):
+def bundle_bound(stats, samples_bytes):
     """The most disk a bundle can take while `trace-cmd extract` writes it, in bytes.
 
     stats: a cpu_stats() reading of each instance, frozen. trace-cmd copies each
     CPU's pages (the data in 'bytes', plus a page header each, plus a partial
     page at each end) into a temporary file beside trace.dat, writes trace.dat
     from them (compressed: at most as large) and removes them: twice the raw
-    pages, and BUNDLE_ROOM for the rest of the bundle.
+    pages. Then the procfs samples (twice what the sampler holds: their headers,
+    and the samples taken meanwhile), and BUNDLE_ROOM for the rest.
     """
     raw = sum((s.get("bytes", 0) // 4000 + 2) * 4096 for per_cpu in stats
               for s in per_cpu.values())
-    return 2 * raw + BUNDLE_ROOM
+    return 2 * raw + 2 * samples_bytes + BUNDLE_ROOM
+
+
+def changed_since(tracefs, name, before):
+    """True when tracefs/name no longer reads `before` (unreadable counts as unchanged)."""
+    try:
+        return tfs.read(tracefs, name) != before
+    except OSError:
+        return False
 
 
 def window_accounting(stats, window_start, stop, tracing_since):
@@ -871,7 +880,7 @@ class FlightRecorder(Recorder):
             final = os.path.join(self.out, "%s-%d" % (name, n))
             n += 1
         tmp = os.path.join(self.out, PARTIAL + os.path.basename(final))
-        bound = bundle_bound([stats, after_stats])
+        bound = bundle_bound([stats, after_stats], self.sampler.bytes_held())
         if not self._room_for(bound, trigger):
             self._resume_after_skip(pending["frozen_ns"])
             return
@@ -890,12 +899,16 @@ class FlightRecorder(Recorder):
         extract = [self.trace_cmd, "extract"]
         for instance_name in self.want:
             extract += ["-B", instance_name]
+        # a trace-cmd that dies (a full disk) turns the top level's tracing off on its way out
+        top_on = tfs.read(self.tracefs, "tracing_on")
         try:
             status, output = run_once(extract + ["-o", trace_dat], log, cwd=tmp,
                                       timeout=EXTRACT_TIMEOUT_S, on_start=saved_pid)
         finally:
             self.saved["trace_cmd"] = None
             extract_s = time.monotonic() - t0
+            if changed_since(self.tracefs, "tracing_on", top_on):
+                tfs.write(self.tracefs, "tracing_on", top_on)
         # extract disabled the events, cleared the buffers and removed the instances: start
         # afresh. A failed restart ends the recorder, after this bundle is complete.
         restart_error = None
@@ -924,11 +937,10 @@ class FlightRecorder(Recorder):
         if not opt.max_disk:
             return True
         if bound > opt.max_disk:
-            self.warn("bundle for trigger %s not written: writing it may take %s (twice the %s "
-                      "of ring-buffer data, copied then compressed, and %s for the rest), more "
-                      "than --max-disk %s (raise --max-disk, or lower --max-buffer)"
-                      % (trigger["reason"], format_size(bound),
-                         format_size((bound - BUNDLE_ROOM) // 2), format_size(BUNDLE_ROOM),
+            self.warn("bundle for trigger %s not written: writing it may take %s (the ring "
+                      "buffers' data twice, copied then compressed, the samples and %s for the "
+                      "rest), more than --max-disk %s (raise --max-disk, or lower --max-buffer)"
+                      % (trigger["reason"], format_size(bound), format_size(BUNDLE_ROOM),
                          format_size(opt.max_disk)))
             self.suppressed["max-disk"] += 1
             return False

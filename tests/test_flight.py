@@ -529,6 +529,106 @@ def test_limits_cooldown_per_hour_and_max_bundles(tmp_path, before):
     assert "suppressed: 1 by max-per-hour" in stderr
 
 
+def disk_used(path):
+    """Bytes of disk the files under `path` take now (st_blocks; each file's own look, so a
+    file removed meanwhile counts nothing)."""
+    total = 0
+    for root, dirs, files in os.walk(path):
+        for name in files + dirs:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def test_max_disk_holds_while_triggers_fill_it(tmp_path, before):
+    """Triggers one after another under a busy CPU until --max-disk is full several times over:
+    the folder, measured here every 20 ms while bundles are written (their temporary copies
+    included), never takes more than --max-disk; the oldest bundles go first."""
+    import threading
+    max_disk, cpu = 24 << 20, 1 if os.cpu_count() > 1 else 0
+    out = tmp_path / "flight"
+    load = tmp_path / "load.py"
+    load.write_text(PINNED_WORKLOAD)
+    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
+    peak, stop = [0], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            peak[0] = max(peak[0], disk_used(out))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    try:
+        flight = Flight("-o", out, "-e", "kmem:mm_page_free", "--keep", "2s", "--after", "0.5s",
+                        "--measure", "1s", "--cooldown", "0", "--max-per-hour", "100",
+                        "--max-bundles", "100", "--max-buffer", "6M", "--max-disk", "24M")
+        watcher.start()
+        for n in range(1, 9):
+            flight.signal(signal.SIGUSR1)
+            assert flight.wait_for("wrote ", 60, count=n), flight.text()
+            time.sleep(1.1)       # bundle names carry the second
+        flight.signal(signal.SIGINT)
+        rc, stderr = flight.finish()
+    finally:
+        stop.set()
+        work.kill()
+        work.wait()
+    watcher.join(10)
+    assert rc == 0, stderr
+    assert peak[0] <= max_disk, (peak[0], stderr)
+    assert disk_used(out) <= max_disk
+    removed = re.findall(r"removed the oldest bundle (\S+) \(--max-disk 24\.0 MiB", stderr)
+    written = [Path(l.split("wrote ")[1].split(":")[0]).name for l in stderr.splitlines()
+               if "wrote " in l]
+    assert removed and removed == written[:len(removed)]    # oldest first
+    assert sorted(b.name for b in bundles(out)) == written[len(removed):]
+    # Each bundle's manifest states what it could take while written; it took no more.
+    for bundle in bundles(out):
+        assert disk_used(bundle) <= manifest(bundle)["disk_bound_bytes"]
+
+
+def test_a_bundle_that_cannot_fit_max_disk_is_refused_with_one_line(tmp_path, before):
+    flight = Flight("-o", tmp_path / "flight", *QUICK, "--max-disk", "1M")
+    flight.signal(signal.SIGUSR1)
+    assert flight.wait_for("not written", 30), flight.text()
+    flight.signal(signal.SIGINT)
+    rc, stderr = flight.finish()
+    assert rc == 0, stderr
+    (line,) = [l for l in stderr.splitlines() if "not written" in l]
+    assert re.search(r"bundle for trigger manual not written: writing it may take [\d.]+ MiB .*"
+                     r"more than --max-disk 1\.0 MiB", line), line
+    assert bundles(tmp_path / "flight") == [] and "suppressed: 1 by max-disk" in stderr
+
+
+def test_a_failed_extract_on_a_full_disk_says_why(tmp_path, before):
+    """An extract that dies when the disk fills (a wrapper fills the folder's own small tmpfs,
+    then runs the real extract): the recorder's line carries trace-cmd's own error, though its
+    log could not be written there."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=80m", "kmemscope-test-full", str(small)],
+                   check=True)
+    try:
+        wrapper = tmp_path / "trace-cmd"
+        wrapper.write_text("#!/bin/sh\nif [ \"$1\" = extract ]; then\n  head -c 100m /dev/zero > %s "
+                           "2>/dev/null\nfi\nexec trace-cmd \"$@\"\n" % (small / "filler"))
+        wrapper.chmod(0o755)
+        flight = Flight("-o", small / "flight", "--trace-cmd", str(wrapper), *QUICK,
+                        "--min-free", "0")
+        flight.signal(signal.SIGUSR1)
+        assert flight.wait_for("extract failed", 60), flight.text()
+        flight.signal(signal.SIGINT)
+        rc, stderr = flight.finish()
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    (line,) = [l for l in stderr.splitlines() if "extract failed" in l]
+    reason = line.split("):", 1)[1].strip()
+    assert "No space left on device" in reason or "ENOSPC" in reason, line
+    assert rc == 0, stderr
+
+
 def test_flight_refuses_bad_input_before_touching_tracefs(tmp_path, before):
     cases = [
         (("--trigger", "vmstat.no_such_counter>1/s"), "has no no_such_counter"),
@@ -825,6 +925,12 @@ def test_pyz_has_the_flight_mode(tmp_path, before, which):
     flight.signal(signal.SIGTERM)
     rc, stderr = flight.finish()
     assert rc == 0, stderr
+    version = subprocess.run([python, "-S", str(pyz), "--version"], capture_output=True, text=True,
+                             env=env)
+    expected = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", (root / "common" / "version.py")
+                         .read_text(), re.M).group(1)
+    assert version.returncode == 0 and version.stdout.strip() == "kmemscope record " + expected, \
+        version
     (bundle,) = bundles(tmp_path / "f")
     m = json.loads((bundle / "manifest.json").read_text())
     assert m["trigger"]["reason"] == "manual" and m["window"]["after_buffer"] == AFTER.name
