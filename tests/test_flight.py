@@ -211,6 +211,14 @@ def before_buffer_overruns(trace_dat):
     return {cpu: c["overrun"] for cpu, c in report_stat_by_buffer(trace_dat)[BEFORE.name].items()}
 
 
+def bundle_now(flight):
+    """SIGUSR1, wait for the bundle, SIGINT: (exit status, all the recorder printed)."""
+    flight.signal(signal.SIGUSR1)
+    assert flight.wait_for("wrote ", 60), flight.text()
+    flight.signal(signal.SIGINT)
+    return flight.finish()
+
+
 def last_error_line(stderr):
     lines = [l for l in stderr.splitlines() if l.strip()]
     assert "Traceback" not in stderr, stderr
@@ -668,10 +676,7 @@ def test_tracing_turned_off_in_its_instance_is_said_turned_on_again_and_blind(tm
     assert flight.wait_for("changed by something else", 30), flight.text()
     assert wait_for(lambda: (BEFORE / "tracing_on").read_text().strip() == "1", 10)
     seen = mono_ns()
-    flight.signal(signal.SIGUSR1)
-    assert flight.wait_for("wrote ", 60), flight.text()
-    flight.signal(signal.SIGINT)
-    rc, stderr = flight.finish()
+    rc, stderr = bundle_now(flight)
     assert rc == 0, stderr
     assert "tracing_on 0 (was 1)" in stderr and "wrote tracing_on back" in stderr
     (bundle,) = bundles(tmp_path / "flight")
@@ -727,10 +732,7 @@ def test_another_tracers_record_and_reset_do_not_blind_it(tmp_path, before, top_
         assert (TRACEFS / "tracing_on").read_text().strip() == "0", reset.stderr
         # until the recorder has traced for the whole --keep (its buffer is sized to hold it)
         time.sleep(max(0.0, (started - mono_ns()) / 1e9 + keep + 0.5))
-        flight.signal(signal.SIGUSR1)
-        assert flight.wait_for("wrote ", 60), flight.text()
-        flight.signal(signal.SIGINT)
-        rc, stderr = flight.finish()
+        rc, stderr = bundle_now(flight)
     finally:
         work.kill()
         work.wait()
@@ -769,10 +771,7 @@ def test_an_instance_removed_by_another_tool_is_set_up_again_and_the_bundle_says
     assert flight.wait_for("changed by something else", 30), flight.text()
     assert wait_for(BEFORE.exists, 10) and "compaction" in (BEFORE / "set_event").read_text()
     back = mono_ns()
-    flight.signal(signal.SIGUSR1)
-    assert flight.wait_for("wrote ", 60), flight.text()
-    flight.signal(signal.SIGINT)
-    rc, stderr = flight.finish()
+    rc, stderr = bundle_now(flight)
     assert rc == 0, stderr
     assert "the instance was removed" in stderr and "set both instances up again" in stderr
     (bundle,) = bundles(tmp_path / "flight")
@@ -815,10 +814,7 @@ def test_parse_of_a_real_bundle_counts_only_the_losses_inside_its_window(tmp_pat
         flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "2s",
                         "--after", "1s", "--measure", "1s", "--max-buffer", "32M")
         assert wait_for(lambda: cpu_overrun(cpu) > 0, 300), "the buffer never wrapped"
-        flight.signal(signal.SIGUSR1)
-        assert flight.wait_for("wrote ", 60), flight.text()
-        flight.signal(signal.SIGINT)
-        rc, stderr = flight.finish()
+        rc, stderr = bundle_now(flight)
     finally:
         work.kill()
         work.wait()
