@@ -32,10 +32,9 @@ Cooldown, --max-per-hour, --max-bundles and --max-disk bound what triggers
 cost: before a bundle is written, the most it can take while trace-cmd
 copies and compresses (bundle_bound()) must fit under --max-disk after the
 oldest bundles are removed, and above --min-free, or it is refused with one
-line. The recorder restores the top level to nothing because it changes
-nothing there; its instances are removed on every way out, by the recorder
-itself, by its guard process if the recorder is killed (guard.py), or by
-`record --cleanup`.
+line. The recorder changes nothing at the top level; its instances are
+removed on every way out, by the recorder itself, by its guard process if the
+recorder is killed (guard.py), or by `record --cleanup`.
 """
 import collections
 import json
@@ -53,7 +52,7 @@ from kmemscope.capture import cleanup, hostinfo, instance, lock, presets, state,
 from kmemscope.capture import ringsize
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture.guard import Guard
-from kmemscope.capture.recorder import (START_ROOM, Interrupted, Options, Recorder, check_host,
+from kmemscope.capture.recorder import (Interrupted, Options, Recorder, check_host,
                                         free_space_refusal)
 from kmemscope.capture.sampler import RollingSampler
 from kmemscope.capture.tracecmd import (_spec_enabled, _tracing_on, buffer_stats_by_buffer,
@@ -885,6 +884,10 @@ class FlightRecorder(Recorder):
             self._resume_after_skip(pending["frozen_ns"])
             return
         os.mkdir(tmp, 0o700)
+        # the samples first: the rolling store holds the window only for so long, and an
+        # extract on a loaded host can take seconds
+        samples = self.sampler.write_window(os.path.join(tmp, "procfs"),
+                                            when - int(opt.keep * 1e9), stop)
         self.saved["bundle"] = tmp
         state.save_file(self.state_file, self.saved)
         trace_dat = os.path.join(tmp, "trace.dat")
@@ -916,8 +919,8 @@ class FlightRecorder(Recorder):
             self._start_tracing(self.buffer_kb, self.after_kb)
         except CaptureError as exc:
             restart_error = exc
-        self._finish_bundle(status, output, trace_dat, tmp, final, trigger, pending, stop, stats,
-                            after_stats, tracing_since_before, extract_s, bound)
+        self._finish_bundle(status, output, trace_dat, tmp, final, trigger, pending, stop, samples,
+                            stats, after_stats, tracing_since_before, extract_s, bound)
         if restart_error is not None:
             self.stop_reason = "tracing could not restart"
             raise restart_error
@@ -971,8 +974,8 @@ class FlightRecorder(Recorder):
         self.blind.append({"from_mono_ns": frozen, "to_mono_ns": mono_ns(),
                            "what": "not traced: frozen for a bundle that was not written"})
 
-    def _finish_bundle(self, status, output, trace_dat, tmp, final, trigger, pending, stop, stats,
-                       after_stats, tracing_since_before, extract_s, bound):
+    def _finish_bundle(self, status, output, trace_dat, tmp, final, trigger, pending, stop, samples,
+                       stats, after_stats, tracing_since_before, extract_s, bound):
         opt = self.opt
         when, frozen = pending["mono_ns"], pending["frozen_ns"]
         if status != 0 or not trace_dat_complete(trace_dat):
@@ -984,7 +987,6 @@ class FlightRecorder(Recorder):
             state.save_file(self.state_file, self.saved)
             return
         window_start = when - int(opt.keep * 1e9)
-        samples = self.sampler.write_window(os.path.join(tmp, "procfs"), window_start, stop)
         # The first instance stopped at `frozen`: its coverage is judged there, not at `stop`.
         rows, covered_from = window_accounting(stats, window_start, frozen, tracing_since_before)
         after_dropped = sum(s.get("dropped_events", 0) + s.get("commit_overrun", 0)

@@ -127,7 +127,8 @@ class BufferPlan:
         return max((r for _, r in self.history), default=0.0)
 
     def wanted(self):
-        """(top KiB, after KiB) per CPU for the peak rate, before the ceilings."""
+        """(before KiB, after KiB) per CPU: the first for the peak rate, before the ceilings;
+        the --after one its whole share."""
         rate = self.peak_rate()
         top = self.fixed_top_kb or max(MIN_BUFFER_KB, size_for(rate, self.keep))
         return top, (self.after_ceiling_kb if self.after > 0 else 0)

@@ -112,26 +112,24 @@ def holds(cpu, seconds, wrapped=True):
     return values["now ts"] - values["oldest event ts"] >= seconds
 
 
-def wait_for_wrap(cpu, seconds, limit_s=900):
-    """Wait until holds(cpu, seconds): for as long as the buffer's measured fill rate says it
-    needs (three times the time left to fill it at the rate of the last 5 s, and `seconds`),
-    so that a loaded machine slows the wait rather than failing it. False past limit_s or when
-    the buffer stops filling for a whole minute."""
+def wait_for_wrap(cpu, seconds, limit_s=900, stalled_s=60):
+    """Wait until holds(cpu, seconds), for as long as the buffer keeps filling: a loaded machine
+    slows the workload and so the wait, rather than failing it at a fixed timeout. False once
+    the buffer's count of written events has not grown for stalled_s, or past limit_s."""
     start = last_move = time.monotonic()
     written = lambda v: v.get("entries", 0) + v.get("overrun", 0)
-    prev = (start, before_stats(cpu))
+    last = written(before_stats(cpu))
     while time.monotonic() - start < limit_s:
         if holds(cpu, seconds):
             return True
         time.sleep(0.5)
-        now, values = time.monotonic(), before_stats(cpu)
-        if written(values) > written(prev[1]):
-            last_move = now
-        if now - last_move > 60:
+        now = written(before_stats(cpu))
+        if now > last:
+            last, last_move = now, time.monotonic()
+        elif time.monotonic() - last_move > stalled_s:
             return False
-        if now - prev[0] >= 5:
-            prev = (now, values)
     return False
+
 
 def memory_short_now():
     """True when /proc says memory is short: PSI some avg10 over 1% or MemAvailable under 10%."""
