@@ -69,8 +69,9 @@ PARTIAL = ".partial-"
 BEFORE_INSTANCE = "kmemscope-flight"
 AFTER_INSTANCE = "kmemscope-flight-after"
 INSTANCES = (BEFORE_INSTANCE, AFTER_INSTANCE)
-# A bundle's disk beyond the ring-buffer data that trace-cmd copies and the procfs samples:
-# trace.dat's headers (event formats, kallsyms: 1.2 MiB here), the manifest and the log.
+# A bundle's disk beyond the ring-buffer data that trace-cmd copies, the procfs samples and
+# the host's kallsyms (stored whole in trace.dat): trace.dat's other headers (event formats,
+# printk formats), the manifest and the log.
 BUNDLE_ROOM = 4 << 20
 # Blind stretches kept for the manifests (a window reaches back --keep seconds at most).
 MAX_BLIND = 100
@@ -182,7 +183,20 @@ def _check_writable(directory):
                            "choose a writable -o")
 
 
-def bundle_bound(stats, samples_bytes):
+def kallsyms_bytes(path="/proc/kallsyms"):
+    """Bytes of /proc/kallsyms, which trace-cmd copies into every trace.dat (its stat says 0;
+    a distribution kernel with many modules has megabytes of it)."""
+    total = 0
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                total += len(chunk)
+    except OSError:
+        pass
+    return total
+
+
+def bundle_bound(stats, samples_bytes, room=BUNDLE_ROOM):
     """The most disk a bundle can take while `trace-cmd extract` writes it, in bytes.
 
     stats: a cpu_stats() reading of each instance, frozen. trace-cmd copies each
@@ -190,11 +204,12 @@ def bundle_bound(stats, samples_bytes):
     page at each end) into a temporary file beside trace.dat, writes trace.dat
     from them (compressed: at most as large) and removes them: twice the raw
     pages. Then the procfs samples (twice what the sampler holds: their headers,
-    and the samples taken meanwhile), and BUNDLE_ROOM for the rest.
+    and the samples taken meanwhile), and `room` for the rest (BUNDLE_ROOM and
+    the host's kallsyms).
     """
     raw = sum((s.get("bytes", 0) // 4000 + 2) * 4096 for per_cpu in stats
               for s in per_cpu.values())
-    return 2 * raw + 2 * samples_bytes + BUNDLE_ROOM
+    return 2 * raw + 2 * samples_bytes + room
 
 
 def changed_since(tracefs, name, before):
@@ -368,6 +383,7 @@ class FlightRecorder(Recorder):
             trig.check_counters(opt.triggers, f.read())
         ncpu = len(tfs.cpu_dirs(tracefs)) or os.cpu_count() or 1
         self.ncpu = ncpu
+        self.bundle_room = BUNDLE_ROOM + kallsyms_bytes()
         self.plan = self._buffer_plan(ncpu)
         start_kb = opt.buffer_kb or min(presets.PRESETS.get(preset, {}).get("buffer_kb", 8192),
                                         self.plan.top_ceiling_kb)
@@ -879,7 +895,7 @@ class FlightRecorder(Recorder):
             final = os.path.join(self.out, "%s-%d" % (name, n))
             n += 1
         tmp = os.path.join(self.out, PARTIAL + os.path.basename(final))
-        bound = bundle_bound([stats, after_stats], self.sampler.bytes_held())
+        bound = bundle_bound([stats, after_stats], self.sampler.bytes_held(), self.bundle_room)
         if not self._room_for(bound, trigger):
             self._resume_after_skip(pending["frozen_ns"])
             return
@@ -943,7 +959,7 @@ class FlightRecorder(Recorder):
             self.warn("bundle for trigger %s not written: writing it may take %s (the ring "
                       "buffers' data twice, copied then compressed, the samples and %s for the "
                       "rest), more than --max-disk %s (raise --max-disk, or lower --max-buffer)"
-                      % (trigger["reason"], format_size(bound), format_size(BUNDLE_ROOM),
+                      % (trigger["reason"], format_size(bound), format_size(self.bundle_room),
                          format_size(opt.max_disk)))
             self.suppressed["max-disk"] += 1
             return False

@@ -556,7 +556,7 @@ def test_max_disk_holds_while_triggers_fill_it(tmp_path, before):
     the folder, measured here every 20 ms while bundles are written (their temporary copies
     included), never takes more than --max-disk; the oldest bundles go first."""
     import threading
-    max_disk, cpu = 18 << 20, 1 if os.cpu_count() > 1 else 0
+    max_disk, cpu = 24 << 20, 1 if os.cpu_count() > 1 else 0
     out = tmp_path / "flight"
     load = tmp_path / "load.py"
     load.write_text(PINNED_WORKLOAD)
@@ -572,9 +572,9 @@ def test_max_disk_holds_while_triggers_fill_it(tmp_path, before):
     try:
         flight = Flight("-o", out, "-e", "kmem:mm_page_free", "--keep", "2s", "--after", "0.5s",
                         "--measure", "1s", "--cooldown", "0", "--max-per-hour", "100",
-                        "--max-bundles", "100", "--max-buffer", "5M", "--max-disk", "18M")
+                        "--max-bundles", "100", "--max-buffer", "5M", "--max-disk", "24M")
         watcher.start()
-        # bundles of 1-2 MiB: a dozen fill --max-disk, and its last bundles are written (with
+        # bundles of 1-3 MiB: a dozen fill --max-disk, and its last bundles are written (with
         # their temporary copies) while it is nearly full
         for n in range(1, 13):
             flight.signal(signal.SIGUSR1)
@@ -590,7 +590,7 @@ def test_max_disk_holds_while_triggers_fill_it(tmp_path, before):
     assert rc == 0, stderr
     assert peak[0] <= max_disk, (peak[0], stderr)
     assert disk_used(out) <= max_disk
-    removed = re.findall(r"removed the oldest bundle (\S+) \(--max-disk 18\.0 MiB", stderr)
+    removed = re.findall(r"removed the oldest bundle (\S+) \(--max-disk 24\.0 MiB", stderr)
     written = [Path(l.split("wrote ")[1].split(":")[0]).name for l in stderr.splitlines()
                if "wrote " in l]
     assert removed and removed == written[:len(removed)]    # oldest first

@@ -501,6 +501,15 @@ def test_the_disk_bound_of_a_bundle():
     stats = [{0: {"bytes": 4000 * 10}, 1: {"bytes": 0}}, {0: {"bytes": 3999}}]
     pages = (10 + 2) + (0 + 2) + (0 + 2)
     assert flight.bundle_bound(stats, 1000) == 2 * pages * 4096 + 2 * 1000 + flight.BUNDLE_ROOM
+    assert flight.bundle_bound(stats, 1000, room=7) == 2 * pages * 4096 + 2 * 1000 + 7
+
+
+def test_kallsyms_is_counted_by_reading_it(tmp_path):
+    """/proc/kallsyms says 0 bytes to stat: its size is what a read returns."""
+    path = tmp_path / "kallsyms"
+    path.write_bytes(b"ffffffff81000000 T _stext\n" * 100000)
+    assert flight.kallsyms_bytes(str(path)) == len(path.read_bytes())
+    assert flight.kallsyms_bytes(str(tmp_path / "none")) == 0
 
 
 @pytest.mark.parametrize("status, output, reason", [
