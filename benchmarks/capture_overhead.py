@@ -29,10 +29,21 @@ recorder's CPU (its own and its reaped children's: trace-cmd start and extract),
 its RSS, both ring buffers' total size from tracefs, the bundles and their disk,
 and the 1-minute load average; it prints that timeline and a summary.
 
+With --presets it measures what an idle flight recorder costs a page-fault-bound
+workload, preset by preset, in one run: the same churn (--mib touched and
+unmapped) under no tracing, under `record --flight --preset light` and
+`--preset default` (no trigger: what a host pays all day), and under a plain
+`trace-cmd record` of the same events (the preset's, resolved on this kernel,
+filters included). Rounds are interleaved; the figure is the workload's own CPU
+per GiB touched (the tracepoints run in its context), median per mode, against
+no tracing and against trace-cmd record of the same events, with the 1-minute
+load average of each run.
+
 Needs root and tracefs; holds /var/tmp/kmemscope-trace.lock while recording.
 Nothing is asserted: the script prints the table.
 
 usage: benchmarks/capture_overhead.py [--rounds 3] [--mib 4096] [--keep DIR]
+       benchmarks/capture_overhead.py --presets [--rounds 5] [--mib 2048]
        benchmarks/capture_overhead.py --flight [--minutes 10] [--max-load 1.0]
        benchmarks/capture_overhead.py --soak [--minutes 30] [--period 300] [--json FILE]
 """
@@ -129,12 +140,13 @@ def ring_buffer_kb(root="/sys/kernel/tracing"):
         return None
 
 
+BEFORE_INSTANCE = "/sys/kernel/tracing/instances/kmemscope-flight"
 AFTER_INSTANCE = "/sys/kernel/tracing/instances/kmemscope-flight-after"
 
 
 def flight_buffers_kb():
-    """(top-level, --after instance) buffer_total_size_kb: what a flight recorder holds."""
-    return ring_buffer_kb() or 0, ring_buffer_kb(AFTER_INSTANCE) or 0
+    """(before-trigger, --after) instances' buffer_total_size_kb: what a flight recorder holds."""
+    return ring_buffer_kb(BEFORE_INSTANCE) or 0, ring_buffer_kb(AFTER_INSTANCE) or 0
 
 
 def rss_kb(pid):
@@ -168,6 +180,16 @@ def wait_for_quiet(max_load, limit_s=600):
     return loadavg()
 
 
+def wait_until_said(capture, mode, needle):
+    """Read a capture's stderr until a line holds `needle` (it records); exit if it ends first."""
+    while True:
+        line = capture.stderr.readline()
+        if not line:
+            sys.exit("%s failed to start: %s" % (mode, capture.stderr.read()))
+        if needle in line:
+            return
+
+
 def run_timed_mode(mode, workdir, seconds, pause):
     """One mode for `seconds`: a dict of the figures."""
     out = workdir / ("paced-%s.json" % mode)
@@ -184,12 +206,7 @@ def run_timed_mode(mode, workdir, seconds, pause):
                                     "--duration", "%ds" % (seconds + 3600), "--max-size", "32G"],
                                    stderr=subprocess.PIPE, text=True)
     if capture is not None:
-        while True:  # until it says it records
-            line = capture.stderr.readline()
-            if not line:
-                sys.exit("%s failed to start: %s" % (mode, capture.stderr.read()))
-            if "recording " in line:
-                break
+        wait_until_said(capture, mode, "recording ")
     before_ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before = loadavg()
     busy0 = cpu_busy_ticks()
@@ -198,7 +215,8 @@ def run_timed_mode(mode, workdir, seconds, pause):
     signalled = False
     while work.poll() is None:
         time.sleep(1)
-        ring_kb.append(ring_buffer_kb() if capture is not None else 0)
+        ring_kb.append(0 if capture is None else sum(flight_buffers_kb()) if mode == "flight"
+                       else ring_buffer_kb())
         if capture is not None:
             rss.append(rss_kb(capture.pid))
         if mode == "flight" and not signalled and time.monotonic() - t0 > seconds / 2:
@@ -275,6 +293,113 @@ def flight_main(args):
           "the capture's processes, peak of the per-second sums")
     for note in notes:
         print("note: " + note)
+
+
+# ---------------------------------------------------------------- --presets: an idle recorder's cost
+
+# Touch MIB mebibytes in 64 MiB maps, then unmap; writes {mib, seconds, cpu_s} (its own CPU).
+CHURN = r"""
+import json, mmap, resource, sys, time
+mib, out = int(sys.argv[1]), sys.argv[2]
+start = time.monotonic()
+for _ in range(mib // 64):
+    m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    m.madvise(mmap.MADV_NOHUGEPAGE)
+    m[::4096] = b"x" * 16384
+    m.close()
+ru = resource.getrusage(resource.RUSAGE_SELF)
+json.dump({"mib": mib, "seconds": time.monotonic() - start, "cpu_s": ru.ru_utime + ru.ru_stime},
+          open(out, "w"))
+"""
+PRESET_MODES = ("none", "flight-light", "trace-cmd-light", "flight-default", "trace-cmd-default")
+
+
+def trace_cmd_record_args(preset, output):
+    """A plain `trace-cmd record` of a preset's events on this kernel (filters, host flags)."""
+    from kmemscope.capture import presets, tracecmd, tracefs
+    root = tracefs.find_tracefs()
+    specs, _, stacktrace = presets.resolve(root, preset, [])
+    flags = tracefs.trace_cmd_flags(tracefs.probe_restrictions(root))
+    return tracecmd.build_args("trace-cmd", str(output), specs,
+                               presets.PRESETS[preset]["buffer_kb"], flags, stacktrace)
+
+
+def top_level_events_on():
+    with open("/sys/kernel/tracing/events/enable") as f:
+        return f.read().strip() != "0"
+
+
+def run_preset_mode(mode, workdir, mib, round_no):
+    """The churn under `mode`; its figures and the load average as it began."""
+    out = workdir / ("churn-%s-%d.json" % (mode, round_no))
+    target = workdir / ("out-%s-%d" % (mode, round_no))
+    capture = None
+    if mode.startswith("flight-"):
+        capture = subprocess.Popen([sys.executable, "-m", "kmemscope.capture", "--flight", "-o",
+                                    str(target), "--preset", mode.split("-", 1)[1], "--keep", "30s",
+                                    "--after", "5s", "--measure", "1s"],
+                                   stderr=subprocess.PIPE, text=True)
+        wait_until_said(capture, mode, "flight recording ")
+    elif mode.startswith("trace-cmd-"):
+        from kmemscope.capture import state
+        # trace-cmd leaves the top level changed (tracing_on 0 as it ends, here): put it back
+        snap = state.snapshot("/sys/kernel/tracing")
+        target.mkdir()
+        capture = subprocess.Popen(trace_cmd_record_args(mode.split("-", 2)[2], target / "trace.dat"),
+                                   cwd=target, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not top_level_events_on() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)    # its per-CPU readers started
+    load = loadavg()
+    subprocess.run([sys.executable, str(workdir / "churn.py"), str(mib), str(out)], check=True)
+    if capture is not None:
+        if mode.startswith("trace-cmd-"):
+            os.killpg(capture.pid, signal.SIGINT)
+            capture.communicate()
+            for problem in state.restore(snap):
+                print("could not put back %s" % problem, file=sys.stderr)
+        else:
+            capture.send_signal(signal.SIGINT)
+            capture.communicate()
+    shutil.rmtree(target, ignore_errors=True)
+    w = json.loads(out.read_text())
+    return {"mode": mode, "cpu_s_per_gib": w["cpu_s"] / (w["mib"] / 1024.0),
+            "seconds": w["seconds"], "load": load}
+
+
+def presets_main(args):
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="kmemscope-bench-", dir="/var/tmp"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "churn.py").write_text(CHURN)
+    rows = []
+    with open(LOCK, "a") as lock:
+        print("waiting for %s ..." % LOCK, file=sys.stderr)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for r in range(args.rounds):
+            for mode in PRESET_MODES:
+                row = run_preset_mode(mode, workdir, args.mib, r)
+                rows.append(row)
+                print("round %d %-18s %6.3f CPU s/GiB %6.2f s  load %.2f" % (
+                    r + 1, mode, row["cpu_s_per_gib"], row["seconds"], row["load"]),
+                    file=sys.stderr)
+    if not args.keep:
+        shutil.rmtree(workdir)
+    median = {m: statistics.median(r["cpu_s_per_gib"] for r in rows if r["mode"] == m)
+              for m in PRESET_MODES}
+    loads = [r["load"] for r in rows]
+    print("the workload's own CPU per GiB touched (page faults and frees of 64 MiB maps, %d MiB "
+          "a run), median of %d interleaved rounds; 1-minute load average %.2f-%.2f"
+          % (args.mib, args.rounds, min(loads), max(loads)))
+    print("%-18s %12s %10s %18s" % ("mode", "CPU s/GiB", "vs none", "vs trace-cmd record"))
+    for mode in PRESET_MODES:
+        plain = "trace-cmd-" + mode.split("-", 1)[1] if mode.startswith("flight-") else None
+        print("%-18s %12.3f %+9.1f%% %18s" % (
+            mode, median[mode], 100.0 * (median[mode] / median["none"] - 1),
+            "%+.1f%%" % (100.0 * (median[mode] / median[plain] - 1)) if plain else "-"))
+    print("flight: an idle `record --flight --preset P --keep 30s --after 5s`; trace-cmd: a plain "
+          "`trace-cmd record` of P's events and filters")
 
 
 # ---------------------------------------------------------------- --soak: one recorder, half an hour
@@ -388,6 +513,9 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--mib", type=int, default=4096, help="memory touched per run (MiB)")
     p.add_argument("--keep", type=Path, help="work directory to keep (default: a temporary one)")
+    p.add_argument("--presets", action="store_true",
+                   help="an idle flight recorder's light and default presets against no tracing "
+                        "and against trace-cmd record of the same events")
     p.add_argument("--flight", action="store_true",
                    help="measure a flight recorder over time against no capture and a full record")
     p.add_argument("--minutes", type=float, default=10.0, help="--flight: minutes per mode")
@@ -414,6 +542,9 @@ def main():
         return
     if args.flight:
         flight_main(args)
+        return
+    if args.presets:
+        presets_main(args)
         return
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="kmemscope-bench-", dir="/var/tmp"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ file while holding the record lock means a record died without cleaning up.
 """
 import glob
 import os
+import re
 import signal
 import time
 
@@ -74,8 +75,11 @@ def recover(directory, say):
         return False
     _stop_leftover(record, say)
     problems = []
-    if record.get("instance"):  # a flight recorder's --after instance
-        problem = tfs.remove_instance(record["snapshot"]["tracefs"], record["instance"])
+    # a flight recorder's instances ("instance": its --after one, in older state files)
+    for name in record.get("instances") or ([record["instance"]] if record.get("instance") else []):
+        if not re.fullmatch(r"kmemscope-[a-z-]+", str(name)):
+            continue  # only a recorder's own instances, never a path of the file's choosing
+        problem = tfs.remove_instance(record["snapshot"]["tracefs"], name)
         problems += [problem] if problem else []
     problems += state.restore(record["snapshot"])
     # trace-cmd clears an event's triggers and, killed, leaves its own: put the saved ones back

@@ -14,6 +14,7 @@ from kmemscope.capture import bench_metrics, cleanup, lock, pack, presets
 from kmemscope.capture.flight import FlightOptions, FlightRecorder
 from kmemscope.capture.triggers import parse_trigger
 from kmemscope.common.errors import CaptureError
+from kmemscope.common.version import __version__
 from kmemscope.capture.recorder import Interrupted, Options, Recorder, check_host
 from kmemscope.capture.units import parse_duration, parse_size
 
@@ -105,6 +106,8 @@ def build_parser():
                    help="restore the tracing state that a killed record left, then exit")
     p.add_argument("--list-presets", action="store_true", help="describe the presets and exit")
     p.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+    p.add_argument("--version", action="version", version="%(prog)s " + __version__,
+                   help="print the version and exit")
     # COMMAND normally follows `--`; a caller that swallowed the `--` (click
     # does) still gets it right: the first word that is not an option starts it.
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)

@@ -1,26 +1,40 @@
 """`kmemscope record --flight -o DIR`: keep the last seconds in the kernel, write a bundle on trouble.
 
-The kernel's top-level ring buffer runs in overwrite mode, sized for --keep
-seconds at the event rate (ringsize.py: bounded by --max-buffer, grown in steps
-and only while memory allows, shrunk when the rate falls), and nothing reads it
-in between: no trace-cmd runs while the recorder waits. procfs samples go to a
-rolling store in memory that holds the same seconds. A trigger (SIGUSR1, a PSI
-condition, a vmstat rate, the THP fallback share; triggers.py) freezes that
-buffer (its tracing_on goes to 0) and turns on a second one, the tracefs
-instance AFTER_INSTANCE, which `trace-cmd start` set up with the same events
-and which keeps the first events after the trigger (no overwrite): a burst
-after the trigger cannot overwrite the seconds before it. After --after
-seconds `trace-cmd extract -t -B` copies both buffers into one
-DIR/.partial-NAME/trace.dat (parse merges them by time) and a fresh `trace-cmd
-start` restarts tracing (this kernel has no snapshot buffer to swap, and
-extract resets the events and removes the instance). The samples of the window
-and a manifest with the trigger complete the bundle, which is renamed to
-DIR/<UTC time>-<reason>/.
+The recorder owns two tracefs instances and leaves the top-level ring buffer
+to everyone else: another tool's `trace-cmd record`, `trace-cmd reset` or
+tracing_on write does not touch what it keeps. BEFORE_INSTANCE runs in
+overwrite mode, sized for --keep seconds at the event rate (ringsize.py:
+bounded by --max-buffer, grown in steps and only while memory allows, shrunk
+when the rate falls), and nothing reads it in between: no trace-cmd runs while
+the recorder waits. AFTER_INSTANCE, set up by the same `trace-cmd start` with
+the same events and filters, waits with its events disabled (an idle recorder
+pays for one set of tracepoints) and a buffer of its whole share of
+--max-buffer. procfs samples go to a rolling store in memory that holds the
+same seconds.
+
+A trigger (SIGUSR1, a PSI condition, a vmstat rate, the THP fallback share;
+triggers.py) enables the --after instance's events, freezes BEFORE_INSTANCE
+(its tracing_on goes to 0) and turns AFTER_INSTANCE on: it keeps the first
+events after the trigger (no overwrite), so a burst after the trigger cannot
+overwrite the seconds before it; the bundle says how many of the --after
+seconds it held before it filled. After --after seconds `trace-cmd extract -B
+-B` copies both instances into one DIR/.partial-NAME/trace.dat (parse merges
+them by time) and a fresh `trace-cmd start` sets them up again (extract
+removes the instances). The samples of the window and a manifest with the
+trigger complete the bundle, which is renamed to DIR/<UTC time>-<reason>/.
+
+Every RATE_CHECK_S the recorder reads back what it set in its instances
+(instance.py): something else that removed or changed them is said in the log,
+undone, and the stretch in which the instances were not as set counts as blind
+in the manifest of every bundle whose window it overlaps.
 
 Cooldown, --max-per-hour, --max-bundles and --max-disk bound what triggers
-cost; free space below --min-free skips a bundle. The state saved before the
-first change is restored on every way out, by the recorder itself, by its
-guard process if the recorder is killed (guard.py), or by `record --cleanup`.
+cost: before a bundle is written, the most it can take while trace-cmd
+copies and compresses (bundle_bound()) must fit under --max-disk after the
+oldest bundles are removed, and above --min-free, or it is refused with one
+line. The recorder changes nothing at the top level; its instances are
+removed on every way out, by the recorder itself, by its guard process if the
+recorder is killed (guard.py), or by `record --cleanup`.
 """
 import collections
 import json
@@ -35,24 +49,33 @@ from typing import Any
 
 from kmemscope.capture import BUNDLE_FORMAT_VERSION
 from kmemscope.capture import bundle as bundle_mod
-from kmemscope.capture import cleanup, hostinfo, lock, presets, state, triggers as trig
+from kmemscope.capture import cleanup, hostinfo, instance, lock, presets, state, triggers as trig
 from kmemscope.capture import ringsize
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture.guard import Guard
-from kmemscope.capture.recorder import (START_ROOM, Interrupted, Options, Recorder, check_host,
+from kmemscope.capture.recorder import (Interrupted, Options, Recorder, check_host,
                                         free_space_refusal)
 from kmemscope.capture.sampler import RollingSampler
 from kmemscope.capture.tracecmd import (_spec_enabled, _tracing_on, buffer_stats_by_buffer,
-                                        build_args, check_filters, log_tail, restore_triggers,
-                                        run_once, save_triggers, trace_dat_complete)
+                                        check_filters, failure_reason, run_once,
+                                        trace_dat_complete)
 from kmemscope.capture.units import format_size
 from kmemscope.common.errors import CaptureError
 
 POLL_S = 0.1
 FLIGHT_FILE = "flight.json"        # marks DIR as a flight directory (parse looks for it)
 PARTIAL = ".partial-"
-# The tracefs instance that records the --after seconds while the top buffer is frozen.
+# The tracefs instances the recorder owns: the --keep seconds before a trigger roll in the
+# first; the second records the --after seconds while the first is frozen.
+BEFORE_INSTANCE = "kmemscope-flight"
 AFTER_INSTANCE = "kmemscope-flight-after"
+INSTANCES = (BEFORE_INSTANCE, AFTER_INSTANCE)
+# A bundle's disk beyond the ring-buffer data that trace-cmd copies, the procfs samples and
+# the host's kallsyms (stored whole in trace.dat): trace.dat's other headers (event formats,
+# printk formats), the manifest and the log.
+BUNDLE_ROOM = 4 << 20
+# Blind stretches kept for the manifests (a window reaches back --keep seconds at most).
+MAX_BLIND = 100
 MARGIN = ringsize.MARGIN
 MIN_BUFFER_KB = ringsize.MIN_BUFFER_KB
 DEFAULT_EVENT_BYTES = ringsize.DEFAULT_EVENT_BYTES
@@ -161,6 +184,43 @@ def _check_writable(directory):
                            "choose a writable -o")
 
 
+def kallsyms_bytes(path="/proc/kallsyms"):
+    """Bytes of /proc/kallsyms, which trace-cmd copies into every trace.dat (its stat says 0;
+    a distribution kernel with many modules has megabytes of it)."""
+    total = 0
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                total += len(chunk)
+    except OSError:
+        pass
+    return total
+
+
+def bundle_bound(stats, samples_bytes, room=BUNDLE_ROOM):
+    """The most disk a bundle can take while `trace-cmd extract` writes it, in bytes.
+
+    stats: a cpu_stats() reading of each instance, frozen. trace-cmd copies each
+    CPU's pages (the data in 'bytes', plus a page header each, plus a partial
+    page at each end) into a temporary file beside trace.dat, writes trace.dat
+    from them (compressed: at most as large) and removes them: twice the raw
+    pages. Then the procfs samples (twice what the sampler holds: their headers,
+    and the samples taken meanwhile), and `room` for the rest (BUNDLE_ROOM and
+    the host's kallsyms).
+    """
+    raw = sum((s.get("bytes", 0) // 4000 + 2) * 4096 for per_cpu in stats
+              for s in per_cpu.values())
+    return 2 * raw + 2 * samples_bytes + room
+
+
+def changed_since(tracefs, name, before):
+    """True when tracefs/name no longer reads `before` (unreadable counts as unchanged)."""
+    try:
+        return tfs.read(tracefs, name) != before
+    except OSError:
+        return False
+
+
 def window_accounting(stats, window_start, stop, tracing_since):
     """Per-CPU coverage of [window_start, stop] and what was overwritten before or in it.
 
@@ -204,7 +264,7 @@ class FlightRecorder(Recorder):
         # set once the recording runs (None before)
         self.pending: Any = None
         self.tracing_since: Any = None
-        self.buffer_kb: Any = None     # top-level buffer, KiB per CPU, as the kernel reports it
+        self.buffer_kb: Any = None     # BEFORE_INSTANCE's buffer, KiB per CPU, as the kernel says
         self.after_kb: Any = None      # AFTER_INSTANCE's buffer, KiB per CPU
         self.plan: Any = None          # ringsize.BufferPlan
         self.rate: Any = None
@@ -221,7 +281,16 @@ class FlightRecorder(Recorder):
         self.resizes = 0               # top-buffer resizes, for the manifest
         self.growth_refused = 0        # growth steps refused because memory was short
         self.longest_resize_s = 0.0
-        self.tracing_turned_off = 0    # times something else set tracing_on to 0
+        self.want = {}                 # instance name -> instance.settings() as set up
+        self.after_events = []         # the --after instance's events, enabled at a trigger
+        self.last_good_ns = None       # when the instances were last seen as set up
+        self.blind = collections.deque(maxlen=MAX_BLIND)   # stretches they were not
+        self.instance_restored = 0     # times something else changed them and they were restored
+        self.after_filled = {}         # cpu -> mono_ns the armed --after instance began dropping
+
+    def _check_conflicts(self, tracefs):
+        """Another tool's use of the top level takes nothing from the recorder's own instances
+        (and the top level is not the recorder's to refuse): nothing to check."""
 
     def warn(self, text):
         super().warn(text)
@@ -317,11 +386,11 @@ class FlightRecorder(Recorder):
             trig.check_counters(opt.triggers, f.read())
         ncpu = len(tfs.cpu_dirs(tracefs)) or os.cpu_count() or 1
         self.ncpu = ncpu
+        self.bundle_room = BUNDLE_ROOM + kallsyms_bytes()
         self.plan = self._buffer_plan(ncpu)
         start_kb = opt.buffer_kb or min(presets.PRESETS.get(preset, {}).get("buffer_kb", 8192),
                                         self.plan.top_ceiling_kb)
-        after_kb = min(max(MIN_BUFFER_KB, int(start_kb * opt.after / opt.keep)),
-                       self.plan.after_ceiling_kb)
+        after_kb = self.plan.after_ceiling_kb   # the burst after a trigger: its whole share
         watches = [trig.PsiWatch(t).open() for t in opt.triggers if t.kind == "psi"]
         if self.stop_reason:
             raise Interrupted()
@@ -343,17 +412,16 @@ class FlightRecorder(Recorder):
             "triggers": [t.as_dict() for t in opt.triggers]})
 
         self.state_file = cleanup.state_path(state_dir)
-        snap = state.snapshot(tracefs, [s.name for s in specs])
-        saved_triggers = save_triggers(tracefs, specs)
+        # The top level is not touched: the state to restore is the instances' absence.
+        snap = state.instances_snapshot(tracefs)
         self.saved = {"snapshot": snap, "record_pid": os.getpid(), "bundle": None, "trace_cmd": None,
-                      "triggers": saved_triggers, "flight": out, "guard_pid": guard.pid,
-                      "instance": AFTER_INSTANCE}
+                      "flight": out, "guard_pid": guard.pid, "instances": list(INSTANCES)}
         state.save_file(self.state_file, self.saved)
-        if os.path.isdir(tfs.instance_dir(tracefs, AFTER_INSTANCE)):
-            # A flight recorder killed with its guard, before a --cleanup: its instance only.
-            self.say("removing the tracefs instance %s that a killed flight recorder left"
-                     % AFTER_INSTANCE)
-            tfs.remove_instance(tracefs, AFTER_INSTANCE)
+        for name in INSTANCES:
+            if os.path.isdir(tfs.instance_dir(tracefs, name)):
+                # A flight recorder killed with its guard, before a --cleanup.
+                self.say("removing the tracefs instance %s that a killed flight recorder left" % name)
+                tfs.remove_instance(tracefs, name)
         self.sampler = RollingSampler(opt.interval, opt.keep + opt.after + 2 * opt.interval + 1,
                                       opt.zoneinfo, on_sample=self._on_sample,
                                       every_s={name: max(opt.interval, SLOW_SOURCE_S)
@@ -372,10 +440,9 @@ class FlightRecorder(Recorder):
             self.sampler.close()
             for w in watches:
                 w.close()
-            problems = [p for p in [tfs.remove_instance(tracefs, AFTER_INSTANCE)] if p]
-            problems += state.restore(snap) + restore_triggers(tracefs, saved_triggers)
+            problems = [p for p in (tfs.remove_instance(tracefs, n) for n in INSTANCES) if p]
             for problem in problems:
-                self.warn("could not restore %s" % problem)
+                self.warn("could not remove %s" % problem)
             if not problems:
                 os.unlink(self.state_file)
         self.say("stopped (%s): %d bundle(s) written to %s%s%s"
@@ -416,46 +483,112 @@ class FlightRecorder(Recorder):
                                "raise --max-buffer")
 
     def _start_args(self, kb, after_kb):
-        """trace-cmd start for the top buffer and, after -B, the same events into AFTER_INSTANCE."""
-        args = build_args(self.trace_cmd, None, self.specs, kb, self.host_flags, self.stacktrace,
-                          verb="start")
-        if self.opt.after > 0:
-            args += ["-B", AFTER_INSTANCE, "-C", "mono", "-b", str(after_kb)]
-            if self.stacktrace:
-                args.append("-T")
+        """trace-cmd start: the events into BEFORE_INSTANCE and, with --after, AFTER_INSTANCE
+        (no event before the first -B: the top level is left alone)."""
+        args = [self.trace_cmd, "start"] + list(self.host_flags)
+        sizes = [(BEFORE_INSTANCE, kb)] + ([(AFTER_INSTANCE, after_kb)] if self.opt.after > 0 else [])
+        for name, size in sizes:
+            args += ["-B", name, "-C", "mono", "-b", str(size)] + (["-T"] if self.stacktrace else [])
             for spec in self.specs:
                 args += spec.trace_cmd_args()
         return args
+
+    def _before_dir(self):
+        return tfs.instance_dir(self.tracefs, BEFORE_INSTANCE)
 
     def _after_dir(self):
         return tfs.instance_dir(self.tracefs, AFTER_INSTANCE)
 
     def _start_tracing(self, kb, after_kb):
-        """`trace-cmd start` in overwrite mode, the instance idle; blocks until the kernel traces."""
+        """`trace-cmd start` into the instances; blocks until the kernel traces into the first.
+
+        The --after instance is left idle: tracing_on 0, no overwrite, its events off
+        (enabled again at a trigger, _arm()) so that no tracepoint runs for it meanwhile.
+        """
+        for name in INSTANCES:   # a restart after something else changed them: from scratch
+            tfs.remove_instance(self.tracefs, name)
         log = os.path.join(self.out, ".trace-cmd.log")
-        status = run_once(self._start_args(kb, after_kb), log, cwd=self.out, timeout=60)
+        status, output = run_once(self._start_args(kb, after_kb), log, cwd=self.out, timeout=60)
         if status != 0:
-            raise CaptureError("trace-cmd start failed with status %s: %s" % (status, log_tail(log)),
-                               "see %s" % log)
-        tfs.write(self.tracefs, "options/overwrite", "1")
+            raise CaptureError("trace-cmd start failed with status %s: %s"
+                               % (status, failure_reason(status, output)), "see %s" % log)
+        before = self._before_dir()
+        tfs.write(before, "options/overwrite", "1")
         if self.opt.after > 0:
             inst = self._after_dir()
             tfs.write(inst, "tracing_on", "0")
             # Keep the first events after a trigger: a full instance drops, never overwrites.
             tfs.write(inst, "options/overwrite", "0")
+            self.after_events = tfs.enabled_events(inst)
+            tfs.write(inst, "events/enable", "0")
             tfs.write(inst, "trace", "")   # what it took before tracing_on went to 0
         deadline = time.monotonic() + 10
-        while not (_tracing_on(self.tracefs) and all(_spec_enabled(self.tracefs, s) for s in self.specs)):
+        while not (_tracing_on(before) and all(_spec_enabled(before, s) for s in self.specs)):
             if time.monotonic() > deadline:
                 raise CaptureError("tracing did not start after trace-cmd start", "see %s" % log)
             time.sleep(0.05)
-        check_filters(self.tracefs, self.specs)
+        check_filters(before, self.specs)
         self.tracing_since = mono_ns()
-        self.buffer_kb = int(tfs.parse_buffer_size(tfs.read(self.tracefs, "buffer_size_kb"))[0])
+        self.buffer_kb = int(tfs.parse_buffer_size(tfs.read(before, "buffer_size_kb"))[0])
         if self.opt.after > 0:
             self.after_kb = int(tfs.parse_buffer_size(tfs.read(self._after_dir(),
                                                                "buffer_size_kb"))[0])
-        self.last_rate_check = (self.tracing_since, tfs.cpu_stats(self.tracefs))
+        self._note_settings()
+        self.last_good_ns = self.tracing_since
+        self.last_rate_check = (self.tracing_since, tfs.cpu_stats(before))
+
+    def _note_settings(self):
+        """Remember the instances as they are now set, for _check_instances to compare."""
+        self.want = {BEFORE_INSTANCE: instance.settings(self._before_dir())}
+        if self.opt.after > 0:
+            self.want[AFTER_INSTANCE] = instance.settings(self._after_dir(),
+                                                          filtered=self.after_events)
+
+    def _arm(self):
+        """Enable the --after instance's events (its tracing_on still 0): a few writes."""
+        for event in self.after_events:
+            try:
+                tfs.write(self._after_dir(), "events/%s/enable" % event.replace(":", "/"), "1")
+            except OSError as exc:
+                self.warn("could not enable %s in the --after instance: %s" % (event, exc.strerror))
+
+    def _check_instances(self):
+        """Read back the instances; undo what something else changed, and count it as blind.
+
+        tracing_on alone is written back; anything else (events, filters, buffer size,
+        clock, the instance removed) sets both instances up again: what the first held
+        since it changed cannot be trusted, and the stretch from the last good reading
+        to now is blind either way.
+        """
+        checked = mono_ns()   # before reading: the instances were as set up at least until then
+        changed = {}
+        for name, want in self.want.items():
+            inst = tfs.instance_dir(self.tracefs, name)
+            now = instance.settings(inst, filtered=list(want["filters"]) if name == AFTER_INSTANCE
+                                    else None)
+            differs = instance.drift(want, now)
+            if differs:
+                changed[name] = (inst, want, now, differs)
+        if not changed:
+            self.last_good_ns = checked
+            return
+        since = self.last_good_ns       # (setting them up again moves it)
+        what = "; ".join("%s: %s" % (name, ", ".join(d)) for name, (_, _, _, d) in changed.items())
+        if all(instance.only_tracing_on(want, now) for _, want, now, _ in changed.values()):
+            for inst, want, _, _ in changed.values():
+                tfs.write(inst, "tracing_on", want["tracing_on"])
+            how = "wrote tracing_on back"
+        else:
+            self._start_tracing(self.buffer_kb, self.after_kb)
+            how = "set both instances up again (the first starts empty)"
+        blind = {"from_mono_ns": since, "to_mono_ns": mono_ns(), "what": what}
+        self.blind.append(blind)
+        self.last_good_ns = blind["to_mono_ns"]
+        self.instance_restored += 1
+        self.warn("the tracefs instances of the flight recorder were changed by something else "
+                  "(%s); %s. Bundles whose window includes the %.1f s since the last check say "
+                  "they are incomplete" % (what, how, (blind["to_mono_ns"] - blind["from_mono_ns"])
+                                           / 1e9))
 
     def _measure_and_size(self):
         """Measure the event rate for --measure seconds; start sizing the buffers for it."""
@@ -473,7 +606,7 @@ class FlightRecorder(Recorder):
 
     def _read_rate(self):
         """Feed the busiest CPU's byte rate since the last reading to the plan."""
-        now, stats = mono_ns(), tfs.cpu_stats(self.tracefs)
+        now, stats = mono_ns(), tfs.cpu_stats(self._before_dir())
         then, before = self.last_rate_check
         self.last_rate_check = (now, stats)
         if now - then < 0.2e9:
@@ -533,11 +666,14 @@ class FlightRecorder(Recorder):
                              % (current, short))
                 self.growth_refused += 1
                 return False
-        where = self._after_dir() if instance else self.tracefs
+        name = AFTER_INSTANCE if instance else BEFORE_INSTANCE
+        where = tfs.instance_dir(self.tracefs, name)
         t0 = time.monotonic()
         try:
             tfs.write(where, "buffer_size_kb", str(size))
-            got = int(tfs.parse_buffer_size(tfs.read(where, "buffer_size_kb"))[0])
+            text = tfs.read(where, "buffer_size_kb")
+            got = int(tfs.parse_buffer_size(text)[0])
+            self.want[name]["buffer_size_kb"] = text   # our own change: not a drift
             # the write holds the kernel's writers and this loop: the longest says what a step costs
             self.longest_resize_s = max(self.longest_resize_s, time.monotonic() - t0)
         except (OSError, ValueError) as exc:
@@ -616,6 +752,7 @@ class FlightRecorder(Recorder):
                                                           "--max-per-hour %d reached" % opt.max_per_hour))
             self.suppressed[why] += 1
             return
+        self._check_instances()   # as set up right up to the trigger, or a blind stretch
         frozen, after_on = self._freeze()
         for name in SLOW_SOURCES:
             self.sampler.want(name)   # the bundle gets one at its trigger
@@ -658,31 +795,31 @@ class FlightRecorder(Recorder):
                 del self.psi_woken[watch]
                 self.unconfirmed += 1
 
-    def _check_still_tracing(self):
-        """Another tool (or a test harness restoring its own settings) may write tracing_on: the
-        buffer then holds a gap. Say so, count it for the bundles, and trace again."""
-        if _tracing_on(self.tracefs):
-            return
-        self.tracing_turned_off += 1
-        self.warn("tracing_on of the top-level buffer was turned off by something else; turned "
-                  "it on again (the buffer holds a gap of up to %g s)" % RATE_CHECK_S)
-        tfs.write(self.tracefs, "tracing_on", "1")
-
     def _freeze(self):
-        """Stop the top buffer (the seconds before the trigger) and start the --after instance.
+        """Stop the first instance (the seconds before the trigger) and start the --after one.
 
-        Top first, then the instance: a few microseconds fall between the two
-        writes, and no event is in both. Returns their CLOCK_MONOTONIC times, each
-        taken on the safe side of its write: the top buffer's after it stopped, the
-        instance's before it started (an event can land before the write returns).
+        Its events are enabled first, its tracing_on still 0; then the first instance
+        stops and the second starts: a few microseconds fall between the two writes,
+        and no event is in both. Returns their CLOCK_MONOTONIC times, each taken on the
+        safe side of its write: the first's after it stopped, the second's before it
+        started (an event can land before the write returns).
         """
-        tfs.write(self.tracefs, "tracing_on", "0")
+        if self.opt.after > 0:
+            self._arm()
+        tfs.write(self._before_dir(), "tracing_on", "0")
         frozen = mono_ns()
         if self.opt.after <= 0:
             return frozen, None
         after_on = mono_ns()
         tfs.write(self._after_dir(), "tracing_on", "1")
+        self.after_filled = {}
         return frozen, after_on
+
+    def _watch_after(self, now):
+        """While a bundle is pending: note when each CPU's --after buffer began to drop."""
+        for cpu, st in tfs.cpu_stats(self._after_dir()).items():
+            if cpu not in self.after_filled and st.get("dropped_events"):
+                self.after_filled[cpu] = now
 
     def _loop(self, poller):
         opt = self.opt
@@ -717,11 +854,13 @@ class FlightRecorder(Recorder):
             if self.pending is not None:
                 if now >= self.pending["until"]:
                     self._write_bundle()
+                elif self.opt.after > 0:
+                    self._watch_after(now)
             elif opt.duration and now - start >= opt.duration * 1e9:
                 self.stop_reason = "duration %g s reached" % opt.duration
             elif time.monotonic() - self.last_rate_s >= RATE_CHECK_S:
                 self.last_rate_s = time.monotonic()
-                self._check_still_tracing()
+                self._check_instances()
                 self._read_rate()
                 self._update_rate()
                 if not self._adjust_buffers() and self.plan.capped() and self.rate["holds_s"] \
@@ -736,10 +875,21 @@ class FlightRecorder(Recorder):
         opt, pending = self.opt, self.pending
         self.pending = None
         trigger, when = pending["trigger"], pending["mono_ns"]
+        missing = [n for n in self.want if not os.path.isdir(tfs.instance_dir(self.tracefs, n))]
+        if missing:
+            self.warn("bundle for trigger %s not written: something else removed the tracefs "
+                      "instance %s before it was copied; set the instances up again"
+                      % (trigger["reason"], ", ".join(missing)))
+            self.suppressed["instance removed"] += 1
+            self.blind.append({"from_mono_ns": pending["frozen_ns"], "to_mono_ns": mono_ns(),
+                               "what": "instance removed: " + ", ".join(missing)})
+            self._start_tracing(self.buffer_kb, self.after_kb)
+            return
         if opt.after > 0:
             tfs.write(self._after_dir(), "tracing_on", "0")
+            self._watch_after(mono_ns())
         stop = mono_ns()
-        stats = tfs.cpu_stats(self.tracefs)
+        stats = tfs.cpu_stats(self._before_dir())
         after_stats = tfs.cpu_stats(self._after_dir()) if opt.after > 0 else {}
         name = bundle_name(trigger["time"]["realtime_ns"], trigger["reason"])
         final = os.path.join(self.out, name)
@@ -748,16 +898,15 @@ class FlightRecorder(Recorder):
             final = os.path.join(self.out, "%s-%d" % (name, n))
             n += 1
         tmp = os.path.join(self.out, PARTIAL + os.path.basename(final))
-        need = 2 * (self.buffer_kb + (self.after_kb or 0)) * 1024 * self.ncpu + START_ROOM
-        free = bundle_mod.free_bytes(self.out)
-        if free - need < opt.min_free:
-            self.warn("bundle for trigger %s skipped: %s free under %s, and it may need %s above "
-                      "the --min-free margin %s" % (trigger["reason"], format_size(free), self.out,
-                                                    format_size(need), format_size(opt.min_free)))
-            self.suppressed["min-free"] += 1
-            self._resume_after_skip()
+        bound = bundle_bound([stats, after_stats], self.sampler.bytes_held(), self.bundle_room)
+        if not self._room_for(bound, trigger):
+            self._resume_after_skip(pending["frozen_ns"])
             return
         os.mkdir(tmp, 0o700)
+        # the samples first: the rolling store holds the window only for so long, and an
+        # extract on a loaded host can take seconds
+        samples = self.sampler.write_window(os.path.join(tmp, "procfs"),
+                                            when - int(opt.keep * 1e9), stop)
         self.saved["bundle"] = tmp
         state.save_file(self.state_file, self.saved)
         trace_dat = os.path.join(tmp, "trace.dat")
@@ -769,54 +918,107 @@ class FlightRecorder(Recorder):
         log = os.path.join(tmp, "trace-cmd.log")
         t0 = time.monotonic()
         tracing_since_before = self.tracing_since
-        extract = [self.trace_cmd, "extract", "-o", trace_dat]
-        if opt.after > 0:
-            extract[2:2] = ["-t", "-B", AFTER_INSTANCE]
+        extract = [self.trace_cmd, "extract"]
+        for instance_name in self.want:
+            extract += ["-B", instance_name]
+        # a trace-cmd that dies (a full disk) turns the top level's tracing off on its way out
+        top_on = tfs.read(self.tracefs, "tracing_on")
         try:
-            status = run_once(extract, log, cwd=tmp, timeout=EXTRACT_TIMEOUT_S, on_start=saved_pid)
+            status, output = run_once(extract + ["-o", trace_dat], log, cwd=tmp,
+                                      timeout=EXTRACT_TIMEOUT_S, on_start=saved_pid)
         finally:
             self.saved["trace_cmd"] = None
             extract_s = time.monotonic() - t0
-        # extract disabled the events, cleared the buffers and removed the instance: start
+            if changed_since(self.tracefs, "tracing_on", top_on):
+                tfs.write(self.tracefs, "tracing_on", top_on)
+        # extract disabled the events, cleared the buffers and removed the instances: start
         # afresh. A failed restart ends the recorder, after this bundle is complete.
         restart_error = None
         try:
             self._start_tracing(self.buffer_kb, self.after_kb)
         except CaptureError as exc:
             restart_error = exc
-        self._finish_bundle(status, trace_dat, tmp, final, log, trigger, pending, stop, stats,
-                            after_stats, tracing_since_before, extract_s)
+        self._finish_bundle(status, output, trace_dat, tmp, final, trigger, pending, stop, samples,
+                            stats, after_stats, tracing_since_before, extract_s, bound)
         if restart_error is not None:
             self.stop_reason = "tracing could not restart"
             raise restart_error
 
-    def _resume_after_skip(self):
-        """A skipped bundle: the top buffer rolls on, the instance goes back to idle and empty."""
-        if self.opt.after > 0:
-            tfs.write(self._after_dir(), "tracing_on", "0")
-            tfs.write(self._after_dir(), "trace", "")
-        tfs.write(self.tracefs, "tracing_on", "1")
+    def _room_for(self, bound, trigger):
+        """True when a bundle that may take `bound` bytes while written fits: above --min-free,
+        and under --max-disk once the oldest bundles are removed. Else one line says why."""
+        opt = self.opt
+        free = bundle_mod.free_bytes(self.out)
+        if free - bound < opt.min_free:
+            self.warn("bundle for trigger %s not written: %s free under %s, and writing it may "
+                      "take %s above the --min-free margin %s"
+                      % (trigger["reason"], format_size(free), self.out, format_size(bound),
+                         format_size(opt.min_free)))
+            self.suppressed["min-free"] += 1
+            return False
+        if not opt.max_disk:
+            return True
+        if bound > opt.max_disk:
+            self.warn("bundle for trigger %s not written: writing it may take %s (the ring "
+                      "buffers' data twice, copied then compressed, the samples and %s for the "
+                      "rest), more than --max-disk %s (raise --max-disk, or lower --max-buffer)"
+                      % (trigger["reason"], format_size(bound), format_size(self.bundle_room),
+                         format_size(opt.max_disk)))
+            self.suppressed["max-disk"] += 1
+            return False
+        bundles = list_bundles(self.out)
+        while bundles and tree_bytes(self.out) + bound > opt.max_disk:
+            oldest = bundles.pop(0)
+            shutil.rmtree(oldest, ignore_errors=True)
+            self.say("removed the oldest bundle %s (--max-disk %s: the next may take %s)"
+                     % (os.path.basename(oldest), format_size(opt.max_disk), format_size(bound)))
+        if tree_bytes(self.out) + bound > opt.max_disk:
+            self.warn("bundle for trigger %s not written: %s holds %s that are not bundles, and "
+                      "writing one may take %s, over --max-disk %s"
+                      % (trigger["reason"], self.out, format_size(tree_bytes(self.out)),
+                         format_size(bound), format_size(opt.max_disk)))
+            self.suppressed["max-disk"] += 1
+            return False
+        return True
 
-    def _finish_bundle(self, status, trace_dat, tmp, final, log, trigger, pending, stop, stats,
-                       after_stats, tracing_since_before, extract_s):
+    def _resume_after_skip(self, frozen):
+        """A skipped bundle: the first instance rolls on, the second goes back to idle and empty.
+        The first did not trace since the trigger: a later window that reaches back there says so."""
+        if self.opt.after > 0:
+            inst = self._after_dir()
+            tfs.write(inst, "tracing_on", "0")
+            tfs.write(inst, "events/enable", "0")
+            tfs.write(inst, "trace", "")
+        tfs.write(self._before_dir(), "tracing_on", "1")
+        self.blind.append({"from_mono_ns": frozen, "to_mono_ns": mono_ns(),
+                           "what": "not traced: frozen for a bundle that was not written"})
+
+    def _finish_bundle(self, status, output, trace_dat, tmp, final, trigger, pending, stop, samples,
+                       stats, after_stats, tracing_since_before, extract_s, bound):
         opt = self.opt
         when, frozen = pending["mono_ns"], pending["frozen_ns"]
         if status != 0 or not trace_dat_complete(trace_dat):
             self.warn("trace-cmd extract failed for trigger %s (status %s): %s"
-                      % (trigger["reason"], status, log_tail(log)))
+                      % (trigger["reason"], status, failure_reason(status, output)
+                         if status != 0 else "trace.dat is incomplete"))
             shutil.rmtree(tmp, ignore_errors=True)
             self.saved["bundle"] = None
             state.save_file(self.state_file, self.saved)
             return
         window_start = when - int(opt.keep * 1e9)
-        samples = self.sampler.write_window(os.path.join(tmp, "procfs"), window_start, stop)
-        # The top buffer stopped at `frozen`: its coverage is judged there, not at `stop`.
+        # The first instance stopped at `frozen`: its coverage is judged there, not at `stop`.
         rows, covered_from = window_accounting(stats, window_start, frozen, tracing_since_before)
         after_dropped = sum(s.get("dropped_events", 0) + s.get("commit_overrun", 0)
                             for s in after_stats.values())
-        by_buffer = buffer_stats_by_buffer(self.trace_cmd, trace_dat) or {}
-        file_stats = by_buffer.get("", {})
+        # trace.dat also holds the top level's counters (another tool's): left out
+        by_buffer = {name: per_cpu for name, per_cpu in
+                     (buffer_stats_by_buffer(self.trace_cmd, trace_dat) or {}).items()
+                     if name in INSTANCES}
+        file_stats = by_buffer.get(BEFORE_INSTANCE, {})
         file_after = by_buffer.get(AFTER_INSTANCE, {})
+        blind = instance.blind_in(self.blind, window_start, stop)
+        blind_s = sum(b["to_mono_ns"] - b["from_mono_ns"] for b in blind) / 1e9
+        after_kept_s = self._after_kept_s(when, stop) if opt.after > 0 else None
         manifest = json.loads(json.dumps(self.head))
         labels = dict(manifest.get("labels") or {})
         labels["trigger"] = trigger["reason"]
@@ -835,15 +1037,25 @@ class FlightRecorder(Recorder):
             "window": {
                 "keep_s": opt.keep, "after_s": opt.after,
                 "start_mono_ns": window_start, "trigger_mono_ns": when, "end_mono_ns": stop,
-                # the top buffer stopped here; the --after instance ran from after_started on
+                # the first instance stopped here; the --after one ran from after_started on
                 "frozen_mono_ns": frozen, "after_started_mono_ns": pending["after_on_ns"],
+                "before_buffer": BEFORE_INSTANCE,
                 "after_buffer": AFTER_INSTANCE if opt.after > 0 else None,
                 "after_buffer_kb": self.after_kb,
                 "tracing_since_mono_ns": tracing_since_before,
                 "covered_from_mono_ns": covered_from,
-                "complete": covered_from <= window_start and not after_dropped,
-                "before_complete": covered_from <= window_start,
-                "after_complete": not after_dropped,
+                "complete": covered_from <= window_start and not after_dropped and not blind,
+                "before_complete": covered_from <= window_start and not any(
+                    b["from_mono_ns"] < when for b in blind),
+                "after_complete": not after_dropped and not any(b["to_mono_ns"] > when
+                                                                for b in blind),
+                # stretches in which something else had changed the instances (or a skipped
+                # bundle had frozen them): what the trace holds there is not the whole
+                "blind": blind, "blind_s": round(blind_s, 3),
+                # seconds after the trigger that the --after buffer held before it filled
+                # (to POLL_S; the whole --after when it did not fill), per CPU that filled
+                "after_kept_s": after_kept_s,
+                "after_filled_mono_ns": {str(cpu): t for cpu, t in sorted(self.after_filled.items())},
                 "missing_s": round(max(0, covered_from - window_start) / 1e9, 3),
                 # what the ring buffer held before the trigger at that moment
                 "held_before_trigger_s": round(max(0, when - covered_from) / 1e9, 3),
@@ -870,12 +1082,15 @@ class FlightRecorder(Recorder):
             "lost_events": lost_before_trigger + after_dropped,
             "buffer_too_small": covered_from > window_start,
             "trace_dat_bytes": os.stat(trace_dat).st_size,
+            # the most it could take while written (the temporary copies included), reserved
+            # under --max-disk and above --min-free before extract ran
+            "disk_bound_bytes": bound,
             "samples": samples,
             "flight": {"directory": self.out, "rate": dict(self.rate), "extract_s": round(extract_s, 3),
                        "bundle_number": len(self.bundles) + 1, "resizes": self.resizes,
                        "growth_refused_memory_short": self.growth_refused,
                        "longest_resize_s": round(self.longest_resize_s, 3),
-                       "tracing_turned_off_by_others": self.tracing_turned_off,
+                       "instances_restored": self.instance_restored,
                        "cooldown_s": opt.cooldown, "max_per_hour": opt.max_per_hour,
                        "max_bundles": opt.max_bundles, "max_disk_bytes": opt.max_disk},
             "warnings": list(self.warnings),
@@ -892,6 +1107,12 @@ class FlightRecorder(Recorder):
                     _start_text(when - covered_from), (stop - when) / 1e9, samples, extract_s,
                     _gaps_text(manifest)))
         self._prune(final)
+
+    def _after_kept_s(self, when, stop):
+        """Seconds after the trigger that the --after instance held: to when its first CPU
+        filled (seen to POLL_S), else to the end."""
+        end = min(self.after_filled.values()) if self.after_filled else stop
+        return round(max(0, end - when) / 1e9, 2)
 
     def _prune(self, newest):
         """Remove the oldest bundles beyond --max-bundles or --max-disk (never the newest)."""
@@ -926,8 +1147,11 @@ def _gaps_text(manifest):
         parts.append("the ring buffer had overwritten the first %.1f s of the window (about %d "
                      "events)" % (w["overwritten_s"], manifest["lost"]["overwritten_in_window_estimated"]))
     if manifest["lost"].get("dropped_after_trigger"):
-        parts.append("the --after buffer filled and dropped %d events"
-                     % manifest["lost"]["dropped_after_trigger"])
+        parts.append("the --after buffer filled after about %.1f s and dropped %d events"
+                     % (w.get("after_kept_s") or 0, manifest["lost"]["dropped_after_trigger"]))
+    if w.get("blind"):
+        parts.append("blind for %.1f s of the window: %s" % (
+            w["blind_s"], "; ".join(b["what"] for b in w["blind"])))
     return "".join("; " + p for p in parts)
 
 

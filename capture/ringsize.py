@@ -1,9 +1,11 @@
 """How large a flight recorder's ring buffers are: sized to the event rate, bounded, stepped.
 
-Two buffers per CPU: the top-level one rolls the --keep seconds before a
-trigger, the instance one takes the --after seconds that follow it (flight.py).
-Both are sized from the busiest CPU's byte rate, the highest seen over the
-last RATE_HISTORY_S seconds, and never beyond their share of --max-buffer.
+Two buffers per CPU, one in each of the recorder's instances (flight.py): the
+first rolls the --keep seconds before a trigger, sized from the busiest CPU's
+byte rate, the highest seen over the last RATE_HISTORY_S seconds, and never
+beyond its share of --max-buffer; the second takes the --after seconds that
+follow it and gets its whole share from the start, whatever the rate before:
+what follows a trigger is often a burst far above it.
 
 Growing a ring buffer allocates kernel pages, which is exactly what a host
 short of memory cannot spare, and a large resize holds the writer for seconds
@@ -125,11 +127,11 @@ class BufferPlan:
         return max((r for _, r in self.history), default=0.0)
 
     def wanted(self):
-        """(top KiB, after KiB) per CPU for the peak rate, before the ceilings."""
+        """(before KiB, after KiB) per CPU: the first for the peak rate, before the ceilings;
+        the --after one its whole share."""
         rate = self.peak_rate()
         top = self.fixed_top_kb or max(MIN_BUFFER_KB, size_for(rate, self.keep))
-        after = max(MIN_BUFFER_KB, size_for(rate, self.after)) if self.after > 0 else 0
-        return top, after
+        return top, (self.after_ceiling_kb if self.after > 0 else 0)
 
     def targets(self):
         top, after = self.wanted()

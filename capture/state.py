@@ -67,6 +67,12 @@ def snapshot(tracefs, touched_events=()):
     return snap
 
 
+def instances_snapshot(tracefs):
+    """The snapshot of a recorder that changes only tracefs instances of its own (the flight
+    recorder): nothing at the top level to put back, restore() leaves it alone."""
+    return {"tracefs": tracefs, "boot_id": boot_id(), "scope": "instances"}
+
+
 def _pids(text):
     """Pid-filter file text -> sorted pid strings ('no pid' means none); None stays None."""
     if text is None:
@@ -83,6 +89,8 @@ def _event_dirs(tracefs, name):
 
 def restore(snap):
     """Put back what `snapshot` saw; returns a list of what could not be restored."""
+    if snap.get("scope") == "instances":
+        return []
     tracefs = snap["tracefs"]
     problems = []
 

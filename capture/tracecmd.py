@@ -5,6 +5,7 @@ hosts that refuse pid filtering); it records every CPU until SIGINT. It runs in
 its own session so that a Ctrl-C in the terminal reaches record first, which
 then stops trace-cmd and its per-CPU recorder processes together.
 """
+import errno
 import glob
 import os
 import signal
@@ -52,36 +53,61 @@ def build_args(binary, output, specs, buffer_kb, host_flags, stacktrace, verb="r
 
 
 def run_once(args, log_path, cwd=None, timeout=600, on_start=None):
-    """Run a trace-cmd that ends by itself (start, extract); returns its exit status.
+    """Run a trace-cmd that ends by itself (start, extract); returns (exit status, its output).
 
-    Its own session keeps a terminal's Ctrl-C away from it; on_start(pid,
-    start_time) lets the caller save the pid before waiting. Killed after
-    `timeout` seconds.
+    The output is read through a pipe and only then appended to log_path (a
+    log that cannot be written, on a full disk, loses nothing of it). Its own
+    session keeps a terminal's Ctrl-C away from it; on_start(pid, start_time)
+    lets the caller save the pid before waiting. Killed after `timeout` seconds.
     """
-    with open(log_path, "a") as log:
-        try:
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, cwd=cwd)
-        except OSError as exc:
-            raise CaptureError("cannot run %s: %s" % (args[0], exc.strerror),
-                               "install trace-cmd (apt-get install trace-cmd)")
+    try:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
+    except OSError as exc:
+        raise CaptureError("cannot run %s: %s" % (args[0], exc.strerror),
+                           "install trace-cmd (apt-get install trace-cmd)")
     if on_start is not None:
         on_start(proc.pid, process_start_time(proc.pid))
     try:
-        return proc.wait(timeout)
+        out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        proc.communicate()
         raise CaptureError("%s %s did not finish within %d s" % (args[0], args[1], timeout))
     finally:
         if proc.poll() is None:  # interrupted by an exception: leave nothing behind
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    text = out.decode("utf-8", "replace")
+    try:
+        with open(log_path, "a") as log:
+            log.write(text)
+    except OSError:
+        pass  # the caller reports the output itself
+    return proc.returncode, text
 
 
-def log_tail(log_path, n=2):
-    """The error lines of a trace-cmd log (see TraceCmd.last_log_lines)."""
-    return TraceCmd(None, None, log_path).last_log_lines(n)
+def failure_reason(status, output):
+    """Why a trace-cmd run failed: its error lines, else what its exit status says.
+
+    trace-cmd's die() exits with errno as its status: 28 with no output is ENOSPC.
+    """
+    said = error_lines(output)
+    if said:
+        return said
+    if isinstance(status, int) and 0 < status < 134:
+        return "no output; status %d is errno %s (%s) if trace-cmd passed one on" % (
+            status, errno.errorcode.get(status, "?"), os.strerror(status))
+    return "no output"
+
+
+def error_lines(text, n=2):
+    """trace-cmd's error message (its 'trace-cmd: ...' line and the next), else its last lines."""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    errors = [i for i, l in enumerate(lines) if l.startswith("trace-cmd:")]
+    if errors:
+        return " ".join(lines[errors[-1]:errors[-1] + 2])
+    return " ".join(lines[-n:])
 
 
 class TraceCmd:
@@ -116,13 +142,9 @@ class TraceCmd:
         """trace-cmd's error message (its 'trace-cmd: ...' line and the next), else its last lines."""
         try:
             with open(self.log_path, errors="replace") as f:
-                lines = [l.strip() for l in f if l.strip()]
+                return error_lines(f.read(), n)
         except OSError:
             return ""
-        errors = [i for i, l in enumerate(lines) if l.startswith("trace-cmd:")]
-        if errors:
-            return " ".join(lines[errors[-1]:errors[-1] + 2])
-        return " ".join(lines[-n:])
 
     def wait_ready(self, tracefs, specs, timeout=20.0, should_stop=lambda: False):
         """Block until the kernel shows our events enabled and tracing on."""

@@ -799,10 +799,18 @@ def info(dataset) -> dict:
                                       ("rows", "BIGINT", [totals[n][0] for n in order]),
                                       ("runs", "BIGINT", [totals[n][1] for n in order])))
         if listed:
-            runs_table = query_arrow(con, """
+            # a flight bundle's window that is not whole (parsers/flight_window.py): a column
+            # only when some run has one
+            note = "json_extract_string(manifest, '$.parse_window.note')"
+            # sql-safe: note is the constant above
+            noted = query_arrow(con, f"SELECT count(*) AS n FROM runs WHERE {note} IS NOT NULL"
+                                ).column(0)[0].as_py()
+            window = f", {note} AS flight_window" if noted else ""
+            # sql-safe: window is empty or the constant note above
+            runs_table = query_arrow(con, f"""
                 SELECT run_id, host, kernel_release, arch, cpus, trace_clock, events, lost_events,
                        round((last_ts - first_ts) / 1e9, 3) AS seconds,
-                       file_version, compression, labels, source
+                       file_version, compression, labels, source{window}
                 FROM runs ORDER BY source""")
     except duckdb.Error as exc:
         raise QueryError(f"cannot read the runs table: {sql_error_text(exc)}") from None

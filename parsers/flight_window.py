@@ -15,6 +15,12 @@ first page it kept on each CPU with the number of events it overwrote before:
 those were all before the window (it starts where every CPU has data), so only
 the markers of later pages inside the window count as lost, plus the events the
 --after buffer dropped. `kmemscope parse --whole-bundle` keeps everything.
+
+The before-trigger events are in the recorder's own instance (window.before_buffer;
+bundles of older recorders kept them in the top-level buffer, ""). A window may
+also be incomplete for reasons no counter shows: something else changed the
+recorder's instances for a while (window.blind), or the --after buffer filled
+(window.after_kept_s). window_note() says so in a line for the runs table.
 """
 import threading
 from dataclasses import dataclass
@@ -29,6 +35,7 @@ class Window:
     start_ns: int
     end_ns: int
     trigger_ns: int
+    before_buffer: str = ""       # the buffer that held the seconds before the trigger
 
 
 def _ns(window, key, source, required=True):
@@ -64,7 +71,45 @@ def window_of(manifest, source):
         if later is not None:
             start = max(start, later)
     end = min(_MAX_NS, trigger + int(after * 1e9))
-    return Window(start_ns=start, end_ns=max(start, end), trigger_ns=trigger)
+    before = window.get("before_buffer", "")
+    if not isinstance(before, str):
+        raise TraceFileError(f"{source}: the flight bundle's manifest has no valid "
+                             "window.before_buffer", "parse it with --whole-bundle to keep every event")
+    return Window(start_ns=start, end_ns=max(start, end), trigger_ns=trigger, before_buffer=before)
+
+
+def window_note(manifest):
+    """'incomplete: ...' when a flight bundle's manifest says its window is not whole, else None.
+
+    Names the blind stretches (seconds from the trigger and what happened), what the
+    ring buffer overwrote or had not traced yet, and the share of --after kept.
+    """
+    window = (manifest or {}).get("window") if isinstance(manifest, dict) else None
+    if not isinstance(window, dict) or window.get("complete") is not False:
+        return None
+    trigger, parts = window.get("trigger_mono_ns"), []
+    for b in window.get("blind") or []:
+        if not isinstance(b, dict) or not isinstance(trigger, int):
+            continue
+        lo, hi = b.get("from_mono_ns"), b.get("to_mono_ns")
+        if isinstance(lo, int) and isinstance(hi, int):
+            parts.append(f"blind {(lo - trigger) / 1e9:+.1f} s to {(hi - trigger) / 1e9:+.1f} s "
+                         f"({str(b.get('what', ''))[:200]})")
+    missing = window.get("missing_s")
+    if isinstance(missing, (int, float)) and missing > 0:
+        parts.append(f"first {missing:g} s of the window not held")
+    kept, after = window.get("after_kept_s"), window.get("after_s")
+    if isinstance(kept, (int, float)) and isinstance(after, (int, float)) and kept < after:
+        parts.append(f"--after buffer full after {kept:g} of {after:g} s")
+    return "incomplete: " + ("; ".join(parts) if parts else "see the bundle's manifest")
+
+
+def dropped_in_window(cpustats, cpus, window, parse_cpu_stats):
+    """Events the flight bundle's buffers dropped (all inside its window), from the per-CPU
+    counters trace-cmd saved: the top level's come first, `cpus` of them, and belong to
+    another tool when the recorder kept its window in an instance."""
+    texts = cpustats[cpus:] if window.before_buffer else cpustats
+    return sum(parse_cpu_stats(t).get("dropped_events", 0) for t in texts)
 
 
 class TrimmingSinks:
@@ -110,12 +155,12 @@ class TrimmingSinks:
 def lost_in_window(lost, window):
     """The ring buffer's missed-event markers [(buffer, cpu, ts, missed)] that lie in the window.
 
-    The earliest marker of each CPU's top-level buffer counts what was overwritten
+    The earliest marker of each CPU's before-trigger buffer counts what was overwritten
     before that CPU's data begins, so before the window: it is left out.
     """
     first: dict = {}
     for name, cpu, ts, _ in lost:
-        if name == "" and ts is not None and ((name, cpu) not in first or ts < first[(name, cpu)]):
+        if name == window.before_buffer and ts is not None and ((name, cpu) not in first or ts < first[(name, cpu)]):
             first[(name, cpu)] = ts
     out = []
     for name, cpu, ts, missed in lost:

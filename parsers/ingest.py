@@ -317,12 +317,13 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
         merged_labels.update(labels or {})
         missed = sum(m for _, _, _, m in lost if m > 0)
         if window:   # what the --after buffer dropped, all inside the window
-            missed += sum(parse_cpu_stats(t).get("dropped_events", 0) for t in trace.layout.cpustats)
-        if window and trimming is not None:   # the manifest says what parse kept of the bundle
+            missed += flight_window.dropped_in_window(trace.layout.cpustats, trace.layout.cpu_count,
+                                                      window, parse_cpu_stats)
+        if window and trimming is not None:   # the run's manifest says what parse kept of the bundle
             manifest = dict(manifest, parse_window={
                 "start_mono_ns": window.start_ns, "end_mono_ns": window.end_ns,
                 "trimmed_before": trimming.trimmed_before, "trimmed_after": trimming.trimmed_after,
-                "lost_in_window": missed})
+                "lost_in_window": missed, "note": flight_window.window_note(manifest)})
         runs = _runs_table(trace, source, trace_path, sha, ts_range, total_events, missed,
                            merged_labels, manifest, unknown)
         _write_table(staging, RUNS_TABLE, runs)

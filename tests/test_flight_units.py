@@ -435,3 +435,128 @@ def test_window_trims_events_and_passes_the_stacks_table_whole():
     assert got[0][0] == "kernel_stack" and got[0][1].to_pydict() == {"ts": [150], "stack_id": [2]}
     assert got[1] == ("stacks", stacks)
     assert (sinks.trimmed_before, sinks.trimmed_after) == (1, 1)
+
+
+# ---------------------------------------------------------------- its own instances (instance.py)
+
+def _settings(**changes):
+    base = {"tracing_on": "1", "trace_clock": "mono", "buffer_size_kb": "4100", "overwrite": "1",
+            "events": ["kmem:mm_page_alloc", "kmem:mm_page_free"],
+            "filters": {"kmem:mm_page_alloc": "order > 0", "kmem:mm_page_free": "none"}}
+    base.update(changes)
+    return base
+
+
+@pytest.mark.parametrize("now, said, only_on", [
+    (_settings(), [], False),
+    (None, ["the instance was removed"], False),
+    (_settings(tracing_on="0"), ["tracing_on 0 (was 1)"], True),
+    (_settings(events=["kmem:mm_page_alloc"], filters={"kmem:mm_page_alloc": "order > 0"}),
+     ["events disabled: kmem:mm_page_free"], False),
+    (_settings(filters={"kmem:mm_page_alloc": "order > 3", "kmem:mm_page_free": "none"}),
+     ["filters changed: kmem:mm_page_alloc"], False),
+    (_settings(tracing_on="0", buffer_size_kb="1410"),
+     ["tracing_on 0 (was 1)", "buffer_size_kb 1410 (was 4100)"], False),
+])
+def test_what_something_else_changed_in_an_instance(now, said, only_on):
+    from kmemscope.capture import instance
+    assert instance.drift(_settings(), now) == said
+    assert instance.only_tracing_on(_settings(), now) is only_on
+
+
+def test_settings_of_an_instance_directory(tmp_path):
+    """A directory laid out as tracefs lays out an instance: what the recorder checks."""
+    from kmemscope.capture import instance
+    inst = tmp_path / "inst"
+    for rel, text in {"tracing_on": "1\n", "trace_clock": "local [mono] boot\n",
+                      "buffer_size_kb": "4100\n", "options/overwrite": "0\n",
+                      "events/enable": "X\n", "events/kmem/mm_page_alloc/enable": "1\n",
+                      "events/kmem/mm_page_alloc/filter": "order > 0\n",
+                      "events/kmem/mm_page_free/enable": "0\n",
+                      "events/kmem/mm_page_free/filter": "none\n"}.items():
+        (inst / rel).parent.mkdir(parents=True, exist_ok=True)
+        (inst / rel).write_text(text)
+    got = instance.settings(str(inst))
+    assert got == {"tracing_on": "1", "trace_clock": "mono", "buffer_size_kb": "4100",
+                   "overwrite": "0", "events": ["kmem:mm_page_alloc"],
+                   "filters": {"kmem:mm_page_alloc": "order > 0"}}
+    idle = instance.settings(str(inst), filtered=["kmem:mm_page_free"])
+    assert idle["filters"] == {"kmem:mm_page_free": "none"}
+    assert instance.settings(str(tmp_path / "gone")) is None
+
+
+def test_blind_stretches_are_clipped_to_the_window():
+    from kmemscope.capture import instance
+    blind = [{"from_mono_ns": 10, "to_mono_ns": 20, "what": "a"},
+             {"from_mono_ns": 30, "to_mono_ns": 50, "what": "b"},
+             {"from_mono_ns": 60, "to_mono_ns": 70, "what": "c"}]
+    assert instance.blind_in(blind, 15, 40) == [
+        {"from_mono_ns": 15, "to_mono_ns": 20, "what": "a"},
+        {"from_mono_ns": 30, "to_mono_ns": 40, "what": "b"}]
+    assert instance.blind_in(blind, 20, 30) == []
+
+
+def test_the_disk_bound_of_a_bundle():
+    """Twice each CPU's pages (data, a header per page, a partial page at each end), twice
+    the samples, and the room for the rest: counted here page by page."""
+    stats = [{0: {"bytes": 4000 * 10}, 1: {"bytes": 0}}, {0: {"bytes": 3999}}]
+    pages = (10 + 2) + (0 + 2) + (0 + 2)
+    assert flight.bundle_bound(stats, 1000) == 2 * pages * 4096 + 2 * 1000 + flight.BUNDLE_ROOM
+    assert flight.bundle_bound(stats, 1000, room=7) == 2 * pages * 4096 + 2 * 1000 + 7
+
+
+def test_kallsyms_is_counted_by_reading_it(tmp_path):
+    """/proc/kallsyms says 0 bytes to stat: its size is what a read returns."""
+    path = tmp_path / "kallsyms"
+    path.write_bytes(b"ffffffff81000000 T _stext\n" * 100000)
+    assert flight.kallsyms_bytes(str(path)) == len(path.read_bytes())
+    assert flight.kallsyms_bytes(str(tmp_path / "none")) == 0
+
+
+@pytest.mark.parametrize("status, output, reason", [
+    (28, "", "no output; status 28 is errno ENOSPC (No space left on device) if trace-cmd "
+             "passed one on"),
+    (1, "CPU0 data recorded\ntrace-cmd: No space left on device\n  writing to 'x'\n",
+     "trace-cmd: No space left on device writing to 'x'"),
+    (-9, "", "no output"),
+])
+def test_a_failed_trace_cmd_says_why(status, output, reason):
+    from kmemscope.capture.tracecmd import failure_reason
+    assert failure_reason(status, output) == reason
+
+
+def test_the_runs_table_note_of_an_incomplete_window():
+    from kmemscope.parsers import flight_window
+    t = 100 * 10**9
+    window = {"complete": False, "trigger_mono_ns": t, "after_s": 5.0, "after_kept_s": 1.5,
+              "missing_s": 0, "blind": [{"from_mono_ns": t - 3_200_000_000,
+                                         "to_mono_ns": t - 1_100_000_000, "what": "removed"}]}
+    assert flight_window.window_note({"window": window}) == (
+        "incomplete: blind -3.2 s to -1.1 s (removed); --after buffer full after 1.5 of 5 s")
+    assert flight_window.window_note({"window": dict(window, complete=True)}) is None
+    assert flight_window.window_note({"window": "junk"}) is None
+
+
+def test_dropped_events_of_the_top_level_are_not_the_bundles():
+    """A bundle of the recorder's own instances: trace.dat's first CPU counters (the top
+    level, another tool's) are left out of what the window lost."""
+    from kmemscope.capture.tracefs import parse_cpu_stats
+    from kmemscope.parsers import flight_window
+    texts = ["dropped events: 5\n", "dropped events: 6\n", "dropped events: 7\n",
+             "dropped events: 11\n"]
+    own = flight_window.Window(0, 1, 0, before_buffer="kmemscope-flight")
+    old = flight_window.Window(0, 1, 0)
+    assert flight_window.dropped_in_window(texts, 2, own, parse_cpu_stats) == 7 + 11
+    assert flight_window.dropped_in_window(texts, 2, old, parse_cpu_stats) == 5 + 6 + 7 + 11
+
+
+def test_cleanup_removes_only_a_recorders_own_instances(tmp_path, monkeypatch):
+    from kmemscope.capture import cleanup, state
+    removed = []
+    monkeypatch.setattr(cleanup.tfs, "remove_instance", lambda root, name: removed.append(name))
+    record = {"snapshot": {"tracefs": str(tmp_path), "boot_id": state.boot_id(),
+                           "scope": "instances"},
+              "instances": ["kmemscope-flight", "../../etc", "kmemscope-flight-after"]}
+    state.save_file(cleanup.state_path(str(tmp_path)), record)
+    assert cleanup.recover(str(tmp_path), lambda text: None)
+    assert removed == ["kmemscope-flight", "kmemscope-flight-after"]

@@ -359,7 +359,11 @@ def test_one_run_notebook_follows_the_run(one_run):
 @pytest.mark.slow   # three notebooks in a real kernel: about a minute of CPU
 @pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
 def test_examples_execute_headless(name, ab_dataset, one_run, tmp_path):
-    papermill = pytest.importorskip("papermill")
+    import importlib.util
+
+    if importlib.util.find_spec("papermill") is None:
+        requirements.skip("setup", "papermill is in the report extra: pip install -e '.[report]'")
+    import papermill
     params = {"examples": str(EXAMPLES), "dataset": str(one_run if name.startswith("one-run") else ab_dataset)}
     if name == "fleet.ipynb":
         params.update(benchmarks=str(PROJECT_ROOT / "benchmarks"), hosts=16)
