@@ -355,8 +355,12 @@ def verdict_text(record):
     human output prints beside a change."""
     if record.is_baseline:
         return "baseline"
-    if record.change is None:
-        return "n/a" if record.leaning is None else f"n/a ({record.leaning})"
+    if record.change is None:       # no percent change (a baseline of 0): the words stay
+        if record.leaning is None or record.leaning == "same":
+            return "n/a"
+        if record.verdict in VERDICT_COLORS:
+            return f"n/a {record.verdict} *"
+        return f"n/a (leans {record.leaning}, {record.verdict})"
     pct = f"{record.change:+.2f}%"
     if record.verdict in VERDICT_COLORS:
         return f"{pct} {record.verdict} *"
