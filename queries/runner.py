@@ -332,7 +332,11 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
     chosen = select_runs(ref, parts, run_ids, labels)
     if scope is not None:
         tables, modules = scope.tables, scope.modules
-    script = sql_lib.script(sql_lib.adhoc_modules() if modules is None else modules)
+    if modules is None:             # what ad-hoc SQL gets; on Spark, what Spark SQL can hold
+        modules = sql_lib.adhoc_modules()
+        if getattr(eng, "name", "duckdb") == "spark":
+            modules = sql_lib.macro_free(modules)
+    script = sql_lib.script(modules)
     known = set(TABLE_COLUMNS) | set(parts)
     wanted = set(tables) if tables is not None else known
     wanted |= _named_tables(script, known)

@@ -73,7 +73,7 @@ def test_compare_s_vmstat_rows_are_the_snapshots_deltas(dataset):
     checked = [c for c in rows if c in before]
     assert len(checked) >= 15, sorted(rows)
     for counter in checked:
-        assert rows[counter]["mean"] == after[counter] - before[counter], counter
+        assert rows[counter]["value"] == after[counter] - before[counter], counter
     # and the rates: per minute of the snapshots' interval
     names = ",".join(f"vmstat.{c}/min" for c in checked[:5])
     rates = json.loads(kmemscope("compare", ds, "--by", "kernel", "--metrics", names,
@@ -81,7 +81,7 @@ def test_compare_s_vmstat_rows_are_the_snapshots_deltas(dataset):
     for r in rates["rows"]:
         if r["side"] == "a":
             c = r["metric"][len("vmstat."):-len("/min")]
-            assert r["mean"] == pytest.approx(60 * (after[c] - before[c]) / interval_s, rel=1e-9)
+            assert r["value"] == pytest.approx(60 * (after[c] - before[c]) / interval_s, rel=1e-9)
     assert not any("[trace]" in n or "no vmstat samples" in n for n in out["notes"]), out["notes"]
 
 

@@ -105,7 +105,7 @@ def test_compare_by_kernel_on_two_real_captures(ab_dataset):
     assert {(r["side"], r["metric"]) for r in recs} == {
         (s, m) for s in ("defrag0", "defrag1") for m in ("highatomic_pageblocks_max", "top5_pfn_allocs_sum")}
     for r in recs:
-        assert r["n"] == 1 and r["welch_p"] is None and r["baseline"] == (r["side"] == "defrag1")
+        assert r["n"] == 1 and r["welch_p"] is None and r["is_baseline"] == (r["side"] == "defrag1")
 
 
 def test_report_compare_kernel_is_one_self_contained_html(ab_dataset, tmp_path):
