@@ -284,7 +284,7 @@ class FlightRecorder(Recorder):
         self.want = {}                 # instance name -> instance.settings() as set up
         self.after_events = []         # the --after instance's events, enabled at a trigger
         self.last_good_ns = None       # when the instances were last seen as set up
-        self.blind = collections.deque(maxlen=MAX_BLIND)   # stretches they were not
+        self.blind: collections.deque = collections.deque(maxlen=MAX_BLIND)   # stretches they were not
         self.instance_restored = 0     # times something else changed them and they were restored
         self.after_filled = {}         # cpu -> mono_ns the armed --after instance began dropping
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from kmemscope.common.errors import KmemscopeError
 
@@ -73,7 +73,7 @@ class Result:
     def __init__(self, table, notes: Sequence[str] = ()):
         self._table = table
         self.notes = list(notes)
-        self._asked = None      # (dataset, analysis, run, label, params) of Dataset.query: for .plot
+        self._asked: Any = None      # (dataset, analysis, run, label, params) of Dataset.query: for .plot
 
     def plot(self, *, by: str | None = None, baseline: str | None = None):
         """The figure of the analysis this result came from, over the same runs and parameters
@@ -89,7 +89,7 @@ class Result:
         import inspect
 
         ds, name, run, label, params = self._asked
-        draw = plots.ANALYSES.get(name)
+        draw: Any = plots.ANALYSES.get(name)
         if draw is None:
             raise QueryError(f"no figure draws {name}",
                              f"figures draw: {', '.join(sorted(plots.ANALYSES))}")

@@ -13,6 +13,7 @@ Record fields are public (`Comparison.records`, `Comparison.df()`): FIELDS lists
 them in a stable order; add new ones at the end.
 """
 import dataclasses
+from typing import Any
 import zlib
 from dataclasses import dataclass, field
 
@@ -39,60 +40,60 @@ BLOCK_OF = {kind: block for block, kinds in BLOCKS for kind in kinds}
 class ComparisonRecord:
     """One metric on one side, as every output shows it. A field is None where it has no value
     (a side without values, a side of one run, the baseline's own change)."""
-    metric: str             # the metric's name (vmstat.compact_stall, tps, ...)
-    title: str              # what a table calls the row
-    block: str              # headline, vmstat, stalls, benchmark, fragmentation
-    kind: str               # summary, vmstat, stalls, imported, frag
-    unit: str               # %, count, /min, ms, ...
-    side: str
-    baseline: str
-    is_baseline: bool
-    n: int                  # values summarised: runs, or units (hosts) with --unit
-    n_of: str               # "runs", or the unit label's plural ("hosts")
-    runs: int               # the side's runs, with or without a value
-    missing: int            # runs (units) without a value, left out of n
-    statistic: str          # Hmean, Amean or Median: the centre in `value`
-    value: float            # the side's statistic
-    value_low: float        # 95% bootstrap interval of `value`, within what the values can take
-    value_high: float
-    min: float
-    max: float
-    stddev_name: str        # Stddev, or HStddev about an Hmean (mmtests)
-    stddev: float
-    coeffvar_name: str      # CoeffVar or HCoeffVar
-    coeffvar: float
-    best_name: str          # BHmean-95 or BAmean-95
-    best_mean: float
-    range: str              # min-max as text ("36-92%")
-    source: str             # vmstat, procfs sample, trace, imported; "trace+vmstat" when mixed
-    exact: bool             # False: a lower bound (the trace counts only part of it)
-    direction: str          # higher, lower (is better) or none
-    convention: str         # mmtests: change positive = better; counter: raw new/base - 1
-    change: float           # percent, in the convention; 0 on the baseline
-    change_low: float       # 95% bootstrap interval of the change
-    change_high: float
-    test: str               # welch, mannwhitney or band
-    p: float                # the test's two-sided p-value (None for the band test)
-    p_adjusted: float       # after the correction across the table's tests
-    correction: str         # bh, holm or none
-    tested: int             # how many tests the correction covered
-    significant: bool       # the verdict's test after the correction; None: not tested
-    leaning: str            # which way the value moved: better/worse, higher/lower (direction
+    metric: str | None             # the metric's name (vmstat.compact_stall, tps, ...)
+    title: str | None              # what a table calls the row
+    block: str | None              # headline, vmstat, stalls, benchmark, fragmentation
+    kind: str | None               # summary, vmstat, stalls, imported, frag
+    unit: str | None               # %, count, /min, ms, ...
+    side: str | None
+    baseline: str | None
+    is_baseline: bool | None
+    n: int | None                  # values summarised: runs, or units (hosts) with --unit
+    n_of: str | None               # "runs", or the unit label's plural ("hosts")
+    runs: int | None               # the side's runs, with or without a value
+    missing: int | None            # runs (units) without a value, left out of n
+    statistic: str | None          # Hmean, Amean or Median: the centre in `value`
+    value: float | None            # the side's statistic
+    value_low: float | None        # 95% bootstrap interval of `value`, within what the values can take
+    value_high: float | None
+    min: float | None
+    max: float | None
+    stddev_name: str | None        # Stddev, or HStddev about an Hmean (mmtests)
+    stddev: float | None
+    coeffvar_name: str | None      # CoeffVar or HCoeffVar
+    coeffvar: float | None
+    best_name: str | None          # BHmean-95 or BAmean-95
+    best_mean: float | None
+    range: str | None              # min-max as text ("36-92%")
+    source: str | None             # vmstat, procfs sample, trace, imported; "trace+vmstat" when mixed
+    exact: bool | None             # False: a lower bound (the trace counts only part of it)
+    direction: str | None          # higher, lower (is better) or none
+    convention: str | None         # mmtests: change positive = better; counter: raw new/base - 1
+    change: float | None           # percent, in the convention; 0 on the baseline
+    change_low: float | None       # 95% bootstrap interval of the change
+    change_high: float | None
+    test: str | None               # welch, mannwhitney or band
+    p: float | None                # the test's two-sided p-value (None for the band test)
+    p_adjusted: float | None       # after the correction across the table's tests
+    correction: str | None         # bh, holm or none
+    tested: int | None             # how many tests the correction covered
+    significant: bool | None       # the verdict's test after the correction; None: not tested
+    leaning: str | None            # which way the value moved: better/worse, higher/lower (direction
                             # none), same; None without two values to compare
-    verdict: str            # better, worse, higher, lower (significant), "no significant
+    verdict: str | None            # better, worse, higher, lower (significant), "no significant
                             # change", "not tested", "n/a", "baseline"
-    detect_pct: float       # --detect: the change asked about, in %
-    detect_n: int           # runs (units) per side for 80% power to detect it; None: n/a
+    detect_pct: float | None       # --detect: the change asked about, in %
+    detect_n: int | None           # runs (units) per side for 80% power to detect it; None: n/a
     # per statistic row of the mmtests layout: its change against the baseline's, in the
     # convention (spread rows: smaller is better, as mmtests compares them)
-    min_change: float = None
-    max_change: float = None
-    stddev_change: float = None
-    coeffvar_change: float = None
-    best_change: float = None
-    welch_p: float = None   # both tests' raw p-values, whichever decides
-    mannwhitney_p: float = None
-    band_apart: bool = None  # the mmtests band test: the bands do not overlap
+    min_change: float | None = None
+    max_change: float | None = None
+    stddev_change: float | None = None
+    coeffvar_change: float | None = None
+    best_change: float | None = None
+    welch_p: float | None = None   # both tests' raw p-values, whichever decides
+    mannwhitney_p: float | None = None
+    band_apart: bool | None = None  # the mmtests band test: the bands do not overlap
 
     @property
     def lower_bound(self):
@@ -105,11 +106,11 @@ FIELDS = tuple(f.name for f in dataclasses.fields(ComparisonRecord))
 @dataclass
 class MetricRow:
     """One metric of a comparison: the per-side values and the record of each side."""
-    metric: object           # queries.metrics.Metric
+    metric: Any              # queries.metrics.Metric
     stats: dict              # side -> compare.SideStats (the values, per run or per unit)
     records: dict            # side -> ComparisonRecord
-    stat: str = None         # the row's statistic on every side
-    note: str = None         # why the row's statistic is not the metric's own, if it is not
+    stat: str | None = None         # the row's statistic on every side
+    note: str | None = None         # why the row's statistic is not the metric's own, if it is not
 
     @property
     def block(self):
@@ -127,8 +128,8 @@ class ComparisonTable:
     alpha: float
     correction: str
     tested: int                   # tests the correction covered (rows x non-baseline sides)
-    unit: str = None
-    detect_pct: float = None
+    unit: str | None = None
+    detect_pct: float | None = None
     notes: list = field(default_factory=list)
     options: dict = field(default_factory=dict)   # compare_table's other arguments, to test again
 

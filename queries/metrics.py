@@ -236,10 +236,11 @@ def parse_name(name):
         column = m and stall_column(m.group(1), m.group(2))
         if (not m or m.group(1) not in STALL_KINDS or column not in STALL_STATS
                 or stall_stat_name(m.group(1), column) != m.group(2)):
-            threads = m and m.group(1) in THREAD_KINDS and m.group(2) == "stalls"
+            threads = m is not None and m.group(1) in THREAD_KINDS and m.group(2) == "stalls"
+            kind = m.group(1) if m is not None else ""
             raise QueryError(f"bad stall metric {name!r}",
-                             f"{m.group(1)} does not stall a task: its count is "
-                             f"stalls.{m.group(1)}.runs" if threads else
+                             f"{kind} does not stall a task: its count is "
+                             f"stalls.{kind}.runs" if threads else
                              f"write stalls.KIND.STAT, KIND one of {', '.join(STALL_KINDS)}, "
                              f"STAT one of {', '.join(STALL_STATS)} (runs instead of stalls for "
                              "kcompactd and kswapd)")

@@ -21,7 +21,7 @@ class SideSet:
     summary: list                    # one dict per run on a side: run_id, side, metric values
     notes: list = field(default_factory=list)
     metrics: dict = field(default_factory=dict)   # name -> Metric, in the order to show
-    unit: str = None                 # --unit: the label whose values are a side's units (hosts)
+    unit: str | None = None                 # --unit: the label whose values are a side's units (hosts)
 
     @property
     def baseline(self):
@@ -40,7 +40,7 @@ class SideSet:
         --unit, the per-run values."""
         if self.unit is None:
             return self.values(metric)
-        out = {s: {} for s in self.sides}
+        out: dict = {s: {} for s in self.sides}
         for row in self.summary:
             out[row["side"]].setdefault(row["unit"], []).append(row.get(metric))
         return {s: [st.amean(st.clean(vs)) for vs in units.values()] for s, units in out.items()}
@@ -55,7 +55,7 @@ class SideSet:
         """(total, hosts) of `metric` across the side's hosts: each host's value is the mean of its
         runs' (a host recorded four times counts once), summed over the hosts; a run without a
         recorded host counts as a host of its own. (None, 0) when no run has a value."""
-        per_host = {}
+        per_host: dict = {}
         for row in self.runs_of(metric, side):
             per_host.setdefault(row.get("host") or ("run", row["run_id"]), []).append(row[metric])
         if not per_host:

@@ -67,7 +67,7 @@ def nonblocking_icicles(scope):
                       "allocations (kmemscope query alloc_origins).")
     shown = runs[:MAX_PANELS]
     fig, axes = new_figure("nonblocking_icicles", len(shown), 1, height=4.2, width=12)
-    panels = {}
+    panels: dict = {}
     for ax, run in zip(axes[:, 0], shown):
         folded = scope.narrowed([run]).query("alloc_origins.folded", alloc_class="nonblocking",
                                                    root="order")

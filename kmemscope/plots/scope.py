@@ -7,6 +7,7 @@ needs a table that none of the selected runs holds, or returns no rows, is
 drawn empty with a sentence saying so; every other error is raised.
 """
 from dataclasses import dataclass, field
+from typing import Any
 
 from .figure import Missing, plural
 
@@ -18,7 +19,7 @@ SAMPLES = {"vmstat": "vmstat samples", "buddyinfo": "buddyinfo samples", "zonein
 
 @dataclass
 class Scope:
-    ds: object                                    # a kmemscope.Dataset
+    ds: Any                                       # a kmemscope.Dataset
     runs: list = field(default_factory=list)      # run ids or prefixes; empty: all runs
     labels: list = field(default_factory=list)    # "k=v" filters
     by: str = ""              # a label whose values are the sides: a colour per side, else per run
@@ -54,7 +55,7 @@ class Scope:
         if self._palette is None:
             runs = self.query_runs()
             if self.by:
-                groups = {}
+                groups: dict = {}
                 for run, labels in zip(runs.run_id, runs.labels):
                     value = dict(labels or {}).get(self.by)
                     groups.setdefault(value if value is not None else NO_LABEL, []).append(run)
@@ -140,7 +141,7 @@ class Scope:
         if "event_tables" not in self.ds.table_runs():
             return None
         df = self.sql('SELECT DISTINCT run_id, "table" FROM event_tables')
-        out = {}
+        out: dict = {}
         for run, table in zip(df["run_id"], df["table"]):
             out.setdefault(table, set()).add(run)
         return out
