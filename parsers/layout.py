@@ -673,4 +673,8 @@ def _read_part(meta, part, body):
     elif part == OPT_PRINTK:
         meta.printk = body.sized("I", "printk formats")
     elif part == OPT_CMDLINES:
-        meta.cmdlines = body.sized("Q", "cmdlines")
+        # trace-cmd writes saved_cmdlines' size as it stood before copying the file, which
+        # can shrink meanwhile (a task exits): the section then holds fewer bytes than its
+        # size says, and trace-cmd report reads what is there. So does this.
+        (n,) = body.unpack("Q", "cmdlines size")
+        meta.cmdlines = body.take(min(n, len(body.data) - body.at), "cmdlines")
