@@ -89,6 +89,13 @@ def connect(**kwargs):
     return con
 
 
+def _load_native_modules():
+    import duckdb  # noqa: F401
+    import pyarrow  # noqa: F401
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+
 @contextmanager
 def bounded(memory=None, timeout=None):
     """Run a command within `memory` (bytes or text such as 4GB; default: the process's
@@ -116,6 +123,10 @@ def bounded(memory=None, timeout=None):
         raise Expired()
 
     main = threading.current_thread() is threading.main_thread()
+    if timeout and main:
+        # An alarm raised while a native module initialises aborts the process (nanobind
+        # turns the exception into a fatal error), so those modules load before it is armed.
+        _load_native_modules()
     old, outer, timer, started = None, 0.0, None, time.monotonic()
     if timeout and main:
         outer = signal.getitimer(signal.ITIMER_REAL)[0]

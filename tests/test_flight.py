@@ -873,10 +873,12 @@ def test_psi_trigger_fires_under_a_squeeze_with_the_value_it_measured(tmp_path, 
         requirements.skip("tracefs", "this kernel has no /proc/pressure/memory (CONFIG_PSI)")
     squeeze = tmp_path / "squeeze.py"
     squeeze.write_text(SQUEEZE)
-    flight = Flight("-o", tmp_path / "flight", *QUICK, "--trigger", PSI_CONDITION,
-                    "--duration", "120s", "--cooldown", "600s")
+    # Read before the recorder starts: its window opens at its first sample, which may
+    # come before the squeeze but never before this.
     start = mono_ns()
     stalled_before = psi_some_total_us()
+    flight = Flight("-o", tmp_path / "flight", *QUICK, "--trigger", PSI_CONDITION,
+                    "--duration", "120s", "--cooldown", "600s")
     done = None
     for _ in range(3):   # direct compaction and reclaim stall: until the condition held once
         done = subprocess.run([sys.executable, str(squeeze), "2500", "1536"], capture_output=True,
