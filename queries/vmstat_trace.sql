@@ -42,7 +42,7 @@
 -- the multi-gen LRU (CONFIG_LRU_GEN enabled at run time): there the pgscan and
 -- pgsteal rows come out 0 while vmstat counts.
 --
--- @include compaction, pairing, thp, vmstat
+-- @include compaction, pairing, thp, threads, vmstat
 -- @any_of mm_compaction_try_to_compact_pages mm_compaction_isolate_migratepages mm_compaction_isolate_freepages mm_vmscan_direct_reclaim_begin mm_vmscan_lru_shrink_inactive mm_page_alloc
 -- @optional mm_compaction_fast_isolate_freepages mm_vmscan_memcg_reclaim_begin mm_vmscan_memcg_reclaim_end
 -- @optional mm_compaction_end mm_compaction_deferred mm_compaction_defer_reset event_tables
@@ -151,7 +151,7 @@ memcg_reclaims AS (
   WHERE pairing = 'paired'
 ),
 shrinks AS (
-  SELECT e.run_id, e.comm LIKE 'kswapd%' AS kswapd, e.nr_scanned, e.nr_reclaimed
+  SELECT e.run_id, _is_kswapd(e.comm) AS kswapd, e.nr_scanned, e.nr_reclaimed
   FROM mm_vmscan_lru_shrink_inactive AS e
   JOIN in_window AS w ON w.run_id = e.run_id
   WHERE (w.lo IS NULL OR e.ts BETWEEN w.lo AND w.hi)

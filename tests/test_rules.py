@@ -15,7 +15,8 @@ from project import ROOT, code_files
 
 # rule -> (the text that writes it, the one file that may hold it)
 RULES = {
-    "kcompactd or direct: who compacted": (r"'kcompactd%'", "queries/lib/compaction.sql"),
+    "kcompactd or direct: who compacted": (r"'kcompactd%'", "queries/lib/threads.sql"),
+    "kswapd or direct: who reclaimed": (r"'kswapd%'", "queries/lib/threads.sql"),
     "begin/end pairing of a task's events": (r"is_begin\s+DESC", "queries/lib/pairing.sql"),
     "a failed allocation's pfn (-1UL, 64 and 32 bits)": (r"18446744073709551615|4294967295",
                                                         "queries/lib/allocs.sql"),
@@ -47,11 +48,11 @@ def homes(pattern, texts):
 
 def test_the_grep_finds_a_copied_rule(tmp_path):
     """The search itself: a second copy is found, and so is the home."""
-    texts = [(ROOT / "queries/lib/compaction.sql", "CASE WHEN comm LIKE 'kcompactd%' THEN"),
+    texts = [(ROOT / "queries/lib/threads.sql", "CASE WHEN comm LIKE 'kcompactd%' THEN"),
              (ROOT / "queries/stalls.sql", "WHERE comm NOT LIKE 'kcompactd%'"),
              (ROOT / "queries/pcp.sql", "SELECT 1")]
     assert homes(RULES["kcompactd or direct: who compacted"][0], texts) == [
-        "queries/lib/compaction.sql", "queries/stalls.sql"]
+        "queries/lib/threads.sql", "queries/stalls.sql"]
 
 
 @pytest.mark.parametrize("rule", sorted(RULES))

@@ -1,14 +1,7 @@
 -- lib/compaction: compaction: status names, direct compaction outcomes and their success, compaction runs.
--- include: allocs, pairing, vmstat
+-- include: allocs, pairing, threads, vmstat
 -- views: compaction_status_names, direct_compactions, compaction_success, compaction_run_pairing, compaction_runs
--- internal: _compact_result_enum, _compaction_kind
-
--- Who compacted, the one place it is told: 'kcompactd' for the kcompactdN threads
--- (background compaction), 'direct' for every other task (an allocation that
--- compacts in its own context). compaction_run_pairing's kind; analyses apply it to
--- the rows of other compaction events by their comm.
-CREATE TEMP MACRO _compaction_kind(comm) AS
-  CASE WHEN comm LIKE 'kcompactd%' THEN 'kcompactd' ELSE 'direct' END;
+-- internal: _compact_result_enum
 
 -- compact_result names (section 7), the fallback when a run's print_flags lack
 -- the mm_compaction_end status table.
