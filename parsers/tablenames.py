@@ -24,7 +24,7 @@ RESERVED_TABLES = frozenset({
     "alloc_stack_ids", "stack_pairing", "frame_skip", "subsystem_map", "stack_frames",
     "stack_origins", "origin_allocs",
     "gfp_bits", "compaction_status_names", "page_allocs", "page_alloc_classes",
-    "vmstat_deltas", "thp_fault_attempts", "direct_compactions", "trace_windows",
+    "vmstat_deltas", "vmstat_intervals", "thp_fault_attempts", "direct_compactions", "trace_windows",
     "thp_fault_success", "compaction_success", "compaction_runs", "compaction_run_pairing",
     "stack_callsites",
 })

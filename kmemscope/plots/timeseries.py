@@ -42,13 +42,8 @@ def _vmstat_intervals(scope, names):
     vmstat samples of the procfs tables; none when the runs have no samples)."""
     if not scope.runs_with("vmstat"):
         return pd.DataFrame(columns=["run_id", "name", "t_s", "delta", "dt_s"])
-    return scope.sql("""
-        SELECT v.run_id, v.name, (v.ts - f.first_ts) / 1e9 AS t_s,
-               v.value - lag(v.value) OVER w AS delta, (v.ts - lag(v.ts) OVER w) / 1e9 AS dt_s
-        FROM vmstat v JOIN run_facts f USING (run_id)
-        WHERE list_contains(?, v.name)
-        WINDOW w AS (PARTITION BY v.run_id, v.name ORDER BY v.ts)""",
-        params=[list(names)]).dropna(subset=["delta"])
+    return scope.sql("SELECT run_id, name, t_s, delta, dt_s FROM vmstat_intervals "
+                     "WHERE list_contains(?, name)", params=[list(names)])
 
 
 def over_time(scope):

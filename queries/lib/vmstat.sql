@@ -1,6 +1,6 @@
 -- lib/vmstat: the vmstat counters over the capture, and the window trace-derived rates count in.
 -- include: (none)
--- views: vmstat_deltas, trace_windows
+-- views: vmstat_deltas, vmstat_intervals, trace_windows
 -- internal: _prefer_vmstat
 
 -- vmstat counters over each run's capture window: first and last sample.
@@ -25,6 +25,26 @@ SELECT
   (max(ts) - min(ts)) / 1e9 AS window_s
 FROM vmstat
 GROUP BY run_id, name;
+
+-- vmstat counters sample by sample: each sample's increase since the run's previous sample
+-- of the counter (the first sample of each has none and is left out), for figures and
+-- rates over time.
+-- @columns
+--   run_id        text   the run
+--   name          text   the vmstat counter
+--   ts            ns     the sample's time
+--   t_s           s      the sample's time since the run's first event
+--   delta         count  the counter's increase since the previous sample
+--   dt_s          s      the time since the previous sample
+CREATE TEMP VIEW vmstat_intervals AS
+SELECT run_id, name, ts, t_s, delta, dt_s
+FROM (
+  SELECT v.run_id, v.name, v.ts, (v.ts - f.first_ts) / 1e9 AS t_s,
+         v.value - lag(v.value) OVER w AS delta, (v.ts - lag(v.ts) OVER w) / 1e9 AS dt_s
+  FROM vmstat AS v JOIN run_facts AS f ON f.run_id = v.run_id
+  WINDOW w AS (PARTITION BY v.run_id, v.name ORDER BY v.ts)
+)
+WHERE delta IS NOT NULL;
 
 -- The window that rates from the trace count events in, per run: vmstat's
 -- sampling window when the run has one that overlaps the trace, so that they
