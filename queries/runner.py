@@ -332,10 +332,8 @@ def open_runs(dataset, run_ids=None, labels=None, tables=None, threads=None, eng
     chosen = select_runs(ref, parts, run_ids, labels)
     if scope is not None:
         tables, modules = scope.tables, scope.modules
-    if modules is None:             # what ad-hoc SQL gets; on Spark, what Spark SQL can hold
+    if modules is None:             # what ad-hoc SQL gets (on Spark, macros written out)
         modules = sql_lib.adhoc_modules()
-        if getattr(eng, "name", "duckdb") == "spark":
-            modules = sql_lib.macro_free(modules)
     script = sql_lib.script(modules)
     known = set(TABLE_COLUMNS) | set(parts)
     wanted = set(tables) if tables is not None else known

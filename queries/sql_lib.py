@@ -200,16 +200,6 @@ def adhoc_modules():
     return [m.name for m in modules().values() if not derived_of([m.name])]
 
 
-_MACRO = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?MACRO\b", re.I)
-
-
-def macro_free(names):
-    """The modules of `names` that define no DuckDB macro, nor include one that does: those
-    Spark SQL can be given (spark_sql.py translates views, not DuckDB's macros; an analysis
-    on Spark runs DuckDB in its tasks and gets every module)."""
-    return [n for n in names if not any(_MACRO.search(m.sql) for m in closure([n]))]
-
-
 def common_sql():
     """The statements of the modules ad-hoc SQL gets (adhoc_modules), in dependency order."""
     return script(adhoc_modules())

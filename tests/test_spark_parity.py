@@ -187,3 +187,38 @@ def test_section_on_spark_equals_duckdb(qname, a, section, dataset, spark):
         return
     ok, msg = _rows_match(d_rows, s_rows)
     assert ok, f"{qname}: {msg}"
+
+
+def _sorted_rows(table):
+    """Rows in an order both engines agree on (a view has no ORDER BY): by their values, floats
+    to 9 digits (sums may be added in another order)."""
+    def key(row):
+        return [format(v, ".9g") if isinstance(v, float) else repr(v) for v in row.values()]
+    return sorted(_rows(table), key=key)
+
+
+def _adhoc_views():
+    from kmemscope.queries import sql_lib
+
+    owners = sql_lib.owners()
+    adhoc = set(sql_lib.adhoc_modules())
+    return sorted(v for v in sql_lib.public_views() if owners[v] in adhoc)
+
+
+@pytest.mark.parametrize("view", _adhoc_views())
+def test_adhoc_sql_on_spark_reads_each_shared_view_as_duckdb(view, dataset, spark):
+    """Ad-hoc SQL on Spark gets the shared views of queries/lib/ with their kernel rules'
+    macros written out (spark_sql.inline_macros): each view gives DuckDB's rows."""
+    from kmemscope.common.text import quote_ident
+    from kmemscope.queries.runner import open_runs
+
+    got = {}
+    for name, engine in (("duckdb", None), ("spark", spark)):
+        backend = open_runs(dataset, engine=engine)[0]
+        try:
+            got[name] = _sorted_rows(backend.query_arrow(f"SELECT * FROM {quote_ident(view)}", None))
+        finally:
+            backend.close()
+    assert got["duckdb"], f"{view} has no rows in the test dataset: equal rows would prove nothing"
+    ok, msg = _rows_match(got["duckdb"], got["spark"])
+    assert ok, f"{view}: {msg}"

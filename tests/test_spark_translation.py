@@ -18,21 +18,42 @@ if sqlglot.__version__ != spark_sql.SQLGLOT_VERSION:
                     allow_module_level=True)
 
 
-def test_the_shared_views_spark_gets_translate_and_only_macros_keep_the_rest_out():
-    """Ad-hoc Spark SQL gets the modules of queries/lib/ that define no DuckDB macro (nor
-    include one): those translate without a lint; each module left out is left out for a
-    macro, which spark_sql.py does not translate (analyses on Spark run DuckDB per task)."""
+def test_the_shared_views_translate_with_their_macros_written_out():
+    """Ad-hoc Spark SQL gets every module of queries/lib/ that ad-hoc SQL gets: the kernel
+    rules' macros are written out where they are called (test_spark_parity.py runs each view
+    on Spark against DuckDB)."""
     from kmemscope.queries import sql_lib
 
-    every = sql_lib.adhoc_modules()
-    kept = sql_lib.macro_free(every)
-    if kept:
-        script = sql_lib.script(kept)
-        assert spark_sql.lint(script) == []
-        assert spark_sql.translate(script)
-    for name in set(every) - set(kept):
-        assert any(sql_lib._MACRO.search(m.sql) for m in sql_lib.closure([name])), name
-        assert spark_sql.lint(sql_lib.script([name])), name      # and Spark would refuse it
+    script = sql_lib.script(sql_lib.adhoc_modules())
+    assert "MACRO" in script
+    assert spark_sql.lint(script) == []
+    statements = spark_sql.translate(script)
+    text = "\n".join(st.sql for st in statements)
+    assert "MACRO" not in text.upper() and "query_table" not in text.lower()
+    assert {st.name for st in statements} >= {"page_allocs", "compaction_runs", "thp_fault_success"}
+
+
+def test_a_macro_is_written_out_where_it_is_called():
+    """A scalar macro becomes its expression with the arguments in place; a table macro a
+    subquery over the named table, its CTEs renamed per call so that two calls do not collide,
+    a whole row of its FROM item struct(b.*)."""
+    sql = ("CREATE TEMP MACRO _big(x, n) AS x > n;\n"
+           "CREATE TEMP MACRO _rows(t) AS TABLE WITH o AS (SELECT b.k, b AS whole FROM "
+           "query_table(t) AS b) SELECT k, whole FROM o WHERE _big(k, 1);\n"
+           "SELECT a.k, c.whole.k AS k2, _big(a.k, 2) AS big FROM _rows(t1) AS a "
+           "JOIN _rows(t2) AS c ON a.k = c.k")
+    (st,) = spark_sql.translate(sql, pretty=False)
+    assert st.kind == "select"
+    text = st.sql
+    assert "(a.k > 2) AS big" in text and "(k > 1)" in text
+    assert "FROM t1 AS b" in text and "FROM t2 AS b" in text
+    assert "STRUCT(b.*) AS whole" in text
+    assert "o__rows1" in text and "o__rows2" in text
+
+
+def test_a_macro_called_with_the_wrong_arguments_is_refused():
+    with pytest.raises(spark_sql.TranslationError, match="takes 2 argument"):
+        spark_sql.translate("CREATE TEMP MACRO _big(x, n) AS x > n;\nSELECT _big(1) AS b")
 
 
 def _one(sql, **kw):

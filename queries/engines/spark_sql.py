@@ -36,6 +36,9 @@ no exact Spark form. Rules (each exact, or rejected):
   read_csv($param, ...)    -> a view the backend registers from the bound path
                               (Dataset.sql(..., params={...}) on Spark)
   $name                    -> :name, bound by spark.sql(query, args=...), never pasted
+  CREATE TEMP MACRO        -> none: each call written out where it is made (a scalar
+                              macro as its expression, a table macro as a subquery;
+                              a whole row `b` in a table macro as struct(b.*))
   CREATE TEMP VIEW         -> a Spark temporary view (re-resolved on use, as in DuckDB)
   CREATE TEMP TABLE        -> a DataFrame computed once (createOrReplaceTempView)
 """
@@ -268,15 +271,130 @@ def _asof_parts(join):
 
 def lint(sql):
     """Problems (strings) of DuckDB `sql` (one or more statements) for Spark; [] = translatable."""
-    sqlglot = _sqlglot()
-    out = []
     try:
-        trees = [t for t in sqlglot.parse(sql, read="duckdb") if t is not None]
-    except sqlglot.errors.ParseError as exc:
-        return [f"sqlglot cannot parse it: {str(exc).splitlines()[0]}"]
+        trees = _parse(sql)
+    except TranslationError as exc:
+        return [str(exc)]
+    out = []
     for tree in trees:
         out += _problems(tree, sql)
     return out
+
+
+def _parse(sql):
+    """The statements of DuckDB `sql` as trees, their macros written out where they are called."""
+    sqlglot = _sqlglot()
+    try:
+        trees = [t for t in sqlglot.parse(sql, read="duckdb") if t is not None]
+    except sqlglot.errors.ParseError as exc:
+        raise TranslationError(f"sqlglot cannot parse it: {str(exc).splitlines()[0]}") from None
+    return inline_macros(trees)
+
+
+# ---------------------------------------------------------------- macros
+
+def inline_macros(trees):
+    """`trees` without their CREATE MACRO statements, each call of a macro in the statements
+    after it replaced by the macro's body (Spark SQL has no macro). The kernel rules of
+    queries/lib/ are macros (one home each); written out here, ad-hoc Spark SQL applies the
+    same rule. A macro's body is expanded when it is defined, so macros may call earlier ones."""
+    from sqlglot import exp
+    macros: dict = {}        # name -> (parameters, body, is_table)
+    out = []
+    for tree in trees:
+        if isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() == "MACRO":
+            udf = tree.this
+            name = udf.this.name.lower()
+            params = [p.name for p in udf.expressions]
+            body = _expand(tree.expression, macros)
+            is_table = isinstance(body, exp.Query)
+            if is_table:
+                body = _rows_as_structs(body)
+            macros[name] = (params, body, is_table)
+            continue
+        out.append(_expand(tree, macros))
+    return out
+
+
+def _expand(tree, macros):
+    from sqlglot import exp
+    if not macros:
+        return tree
+
+    def bound(name, params, args):
+        if len(args) != len(params):
+            raise TranslationError(f"{name}() takes {len(params)} argument(s), not {len(args)}")
+        return dict(zip(params, args))
+
+    def substitute(body, values):
+        def put(node):
+            if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous) \
+                    and node.this.name.lower() == "query_table" and len(node.this.expressions) == 1:
+                ref = node.this.expressions[0]
+                arg = values.get(ref.name) if isinstance(ref, exp.Column) else None
+                if not isinstance(arg, exp.Column) or arg.table:
+                    raise TranslationError("a table macro's table argument must name a table or CTE")
+                return exp.Table(this=exp.to_identifier(arg.name), alias=node.args.get("alias"))
+            if isinstance(node, exp.Column) and not node.table and node.name in values:
+                return values[node.name].copy()
+            return node
+        return body.copy().transform(put)
+
+    calls = [0]
+
+    def rule(node):
+        if isinstance(node, exp.Anonymous) and node.name.lower() in macros:
+            params, body, is_table = macros[node.name.lower()]
+            if not is_table:
+                return exp.Paren(this=substitute(body, bound(node.name, params, node.expressions)))
+        if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous) \
+                and node.this.name.lower() in macros:
+            call = node.this
+            params, body, is_table = macros[call.name.lower()]
+            if not is_table:
+                raise TranslationError(f"{call.name}() is a scalar macro, used as a table")
+            alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(call.name))
+            calls[0] += 1
+            body = _private_ctes(substitute(body, bound(call.name, params, call.expressions)),
+                                 f"_{call.name.lower()}{calls[0]}")
+            return exp.Subquery(this=body, alias=alias)
+        return node
+
+    return tree.transform(rule)
+
+
+def _private_ctes(body, suffix):
+    """`body` with its CTEs renamed NAME + suffix: sqlglot's Spark SQL lifts nested CTEs to the
+    statement's WITH, where two calls of one table macro (or the caller's own CTE of the same
+    name) would collide. A reference keeps the old name as its alias."""
+    from sqlglot import exp
+    names = {cte.alias: cte.alias + suffix for cte in body.find_all(exp.CTE)}
+    if not names:
+        return body
+    for cte in list(body.find_all(exp.CTE)):
+        cte.set("alias", exp.TableAlias(this=exp.to_identifier(names[cte.alias])))
+    for table in list(body.find_all(exp.Table)):
+        if not table.args.get("db") and isinstance(table.this, exp.Identifier) \
+                and table.name in names:
+            table.set("alias", table.args.get("alias") or
+                      exp.TableAlias(this=exp.to_identifier(table.name)))
+            table.set("this", exp.to_identifier(names[table.name]))
+    return body
+
+
+def _rows_as_structs(query):
+    """A table macro's whole-row references (`b`, `lag(b)` where b names a FROM item) as
+    struct(b.*): DuckDB reads a bare table alias as its row, Spark does not. Only in
+    kmemscope's own macros, whose tables hold no column of their alias's name."""
+    from sqlglot import exp
+    for sel in list(query.find_all(exp.Select)):
+        aliases = {t.alias_or_name for t in sel.find_all(exp.Table)
+                   if t.find_ancestor(exp.Select) is sel}
+        for col in list(sel.find_all(exp.Column)):
+            if col.find_ancestor(exp.Select) is sel and not col.table and col.name in aliases:
+                col.replace(exp.Struct(expressions=[exp.Column(this=exp.Star(),
+                                                               table=exp.to_identifier(col.name))]))
+    return query
 
 
 # ---------------------------------------------------------------- rewrites
@@ -544,13 +662,12 @@ def _translate(sql, uint64, pretty):
     from sqlglot import exp
     if uint64 not in UINT64_MODES:
         raise ValueError(f"uint64 must be one of {UINT64_MODES}")
-    problems = lint(sql)
+    trees = _parse(sql)
+    problems = [p for tree in trees for p in _problems(tree, sql)]
     if problems:
         raise TranslationError("; ".join(dict.fromkeys(problems)))
     out = []
-    for tree in sqlglot.parse(sql, read="duckdb"):
-        if tree is None:
-            continue
+    for tree in trees:
         kind, name = "select", None
         if isinstance(tree, exp.Create):
             kind = "view" if tree.args.get("kind", "").upper() == "VIEW" else "table"
