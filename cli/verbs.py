@@ -39,6 +39,14 @@ OUTPUT_OPTION = click.option("-o", "--output", type=click.Path(dir_okay=False, w
                              help="Write the result to FILE instead of stdout.")
 
 
+def selection_options(f):
+    """--run, --label: the runs a reading command reads (all when neither is given)."""
+    f = click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+                     help=LABEL_FILTER_HELP)(f)
+    return click.option("--run", "runs", multiple=True, metavar="ID",
+                        help="Only this run. Repeatable.")(f)
+
+
 def limit_options(f):
     """--memory-limit, --timeout: every reading command is bounded, opening the dataset too."""
     f = click.option("--timeout", type=click.FloatRange(0, min_open=True), default=3600.0,
@@ -449,8 +457,7 @@ class _progress:
                    "memory).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="A value for $KEY in the SQL, bound (never pasted). Repeatable.")
-@click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
+@selection_options
 @FORMAT_OPTION
 @OUTPUT_OPTION
 @engine_options
@@ -653,8 +660,7 @@ def queries(name, fmt, output):
 @cli.command()
 @click.argument("name")
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
-@click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
+@selection_options
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A query parameter.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "jsonl", "parquet", "folded"]),
               default=None, help="Output format (default: from -o's extension, else table); "
@@ -753,8 +759,7 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
 @click.option("--over", type=click.Choice(["run", "minute"]),
               help="Show each metric over the side's runs in recording order, or over the "
                    "minutes of the capture (vmstat metrics), instead of the statistics.")
-@click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
+@selection_options
 @click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
               help="Output format (default: from -o's extension, else text). mmtests: the "
                    "compare-kernels layout to paste into a patch.")
@@ -945,8 +950,7 @@ def metrics_import(dataset, file, fmt, quiet, memory_limit, timeout):
 
 @metrics.command("list")
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
-@click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
+@selection_options
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "jsonl", "parquet"]),
               default=None, help="Output format (default: from -o's extension, else table).")
 @OUTPUT_OPTION
@@ -968,8 +972,7 @@ def metrics_list(dataset, runs, labels, fmt, output):
 @click.option("--compare", "compare_label", metavar="LABEL",
               help="Also compare the sides of this label (compare notebook).")
 @click.option("--baseline", metavar="VALUE", help="Baseline side of --compare.")
-@click.option("--run", "runs", multiple=True, metavar="ID", help="Only this run. Repeatable.")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
+@selection_options
 @click.option("--keep-notebooks", type=click.Path(file_okay=False),
               help="Also keep the executed notebooks in this directory.")
 @limit_options

@@ -295,15 +295,12 @@ def vmstat_rates(ds, run_id, names=VMSTAT_RATES):
 
 
 def _counters(ds, run_id, w, summary):
-    for order, samples in sorted(free_pages_per_order(ds, run_id).items()):
-        name = f"free pages, order {order} (buddyinfo)"
-        uuid = w.named_track(name, counter=True, unit="pages")
-        for ts, pages in samples:
-            w.counter(uuid, ts, pages)
-        summary.counters[name] = len(samples)
-    for counter, samples in sorted(vmstat_rates(ds, run_id).items()):
-        name = f"vmstat {counter} /s"
-        uuid = w.named_track(name, counter=True, unit="/s")
-        for ts, rate in samples:
-            w.counter(uuid, ts, rate)
+    tracks = [(f"free pages, order {order} (buddyinfo)", "pages", samples)
+              for order, samples in sorted(free_pages_per_order(ds, run_id).items())]
+    tracks += [(f"vmstat {counter} /s", "/s", samples)
+               for counter, samples in sorted(vmstat_rates(ds, run_id).items())]
+    for name, unit, samples in tracks:
+        uuid = w.named_track(name, counter=True, unit=unit)
+        for ts, value in samples:
+            w.counter(uuid, ts, value)
         summary.counters[name] = len(samples)
