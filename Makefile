@@ -4,7 +4,7 @@
 PYTHON      ?= python3
 VENV        := .venv
 BIN         := $(VENV)/bin
-DEBIAN_PKGS := trace-cmd libtracecmd-dev libtraceevent-dev libtracefs-dev libzstd-dev zlib1g-dev \
+DEBIAN_PKGS := trace-cmd libtraceevent-dev libzstd-dev zlib1g-dev \
                pkg-config gcc zstd python3-venv
 SPARK_DEBIAN_PKGS := openjdk-17-jre-headless
 # prints the [spark] extra's requirements from setup.cfg; --check: exit 0 when installed as pinned
