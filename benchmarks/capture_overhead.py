@@ -34,16 +34,20 @@ workload, preset by preset, in one run: the same churn (--mib touched and
 unmapped) under no tracing, under `record --flight --preset light` and
 `--preset default` (no trigger: what a host pays all day), and under a plain
 `trace-cmd record` of the same events (the preset's, resolved on this kernel,
-filters included). Rounds are interleaved; the figure is the workload's own CPU
-per GiB touched (the tracepoints run in its context), median per mode, against
-no tracing and against trace-cmd record of the same events, with the 1-minute
-load average of each run.
+filters included). The figure is the workload's own CPU per GiB touched (the
+tracepoints run in its context), the median of --reps runs under one capture.
+Each round measures no tracing, then a preset's flight recorder and its
+trace-cmd record, then no tracing again (for light, then default); each traced
+mode is divided by the untraced runs around it, so the machine's slow drift
+cancels, and the table gives the median of the rounds' ratios with a 95%
+bootstrap interval, against no tracing and against trace-cmd record, with the
+1-minute load average of the run.
 
 Needs root and tracefs; holds /var/tmp/kmemscope-trace.lock while recording.
 Nothing is asserted: the script prints the table.
 
 usage: benchmarks/capture_overhead.py [--rounds 3] [--mib 4096] [--keep DIR]
-       benchmarks/capture_overhead.py --presets [--rounds 5] [--mib 2048]
+       benchmarks/capture_overhead.py --presets [--rounds 10] [--mib 1024] [--reps 5]
        benchmarks/capture_overhead.py --flight [--minutes 10] [--max-load 1.0]
        benchmarks/capture_overhead.py --soak [--minutes 30] [--period 300] [--json FILE]
 """
@@ -329,10 +333,17 @@ def top_level_events_on():
         return f.read().strip() != "0"
 
 
-def run_preset_mode(mode, workdir, mib, round_no):
-    """The churn under `mode`; its figures and the load average as it began."""
-    out = workdir / ("churn-%s-%d.json" % (mode, round_no))
-    target = workdir / ("out-%s-%d" % (mode, round_no))
+def _churn(workdir, mib, out):
+    """One churn run: the workload's own CPU s per GiB touched, and its wall seconds."""
+    subprocess.run([sys.executable, str(workdir / "churn.py"), str(mib), str(out)], check=True)
+    w = json.loads(out.read_text())
+    return w["cpu_s"] / (w["mib"] / 1024.0), w["seconds"]
+
+
+def run_preset_mode(mode, workdir, mib, reps, round_no):
+    """`reps` churn runs under `mode` (one capture started for all of them): the median CPU
+    per GiB and wall time of the runs, and the load average as they began."""
+    target = workdir / ("out-%s-%s" % (mode, round_no))
     capture = None
     if mode.startswith("flight-"):
         capture = subprocess.Popen([sys.executable, "-m", "kmemscope.capture", "--flight", "-o",
@@ -353,7 +364,8 @@ def run_preset_mode(mode, workdir, mib, round_no):
             time.sleep(0.05)
         time.sleep(0.5)    # its per-CPU readers started
     load = loadavg()
-    subprocess.run([sys.executable, str(workdir / "churn.py"), str(mib), str(out)], check=True)
+    runs = [_churn(workdir, mib, workdir / ("churn-%s-%s-%d.json" % (mode, round_no, i)))
+            for i in range(reps)]
     if capture is not None:
         if mode.startswith("trace-cmd-"):
             os.killpg(capture.pid, signal.SIGINT)
@@ -364,40 +376,76 @@ def run_preset_mode(mode, workdir, mib, round_no):
             capture.send_signal(signal.SIGINT)
             capture.communicate()
     shutil.rmtree(target, ignore_errors=True)
-    w = json.loads(out.read_text())
-    return {"mode": mode, "cpu_s_per_gib": w["cpu_s"] / (w["mib"] / 1024.0),
-            "seconds": w["seconds"], "load": load}
+    return {"mode": mode, "cpu_s_per_gib": statistics.median(c for c, _ in runs),
+            "seconds": statistics.median(w for _, w in runs), "load": load}
+
+
+def bootstrap_median_ci(values, level=0.95, resamples=10000, seed=1):
+    """The median of `values` and a percentile-bootstrap interval of it."""
+    import random
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    lo = meds[int((1 - level) / 2 * resamples)]
+    hi = meds[int((1 + level) / 2 * resamples) - 1]
+    return statistics.median(values), lo, hi
+
+
+# A round: for each preset, no tracing, the flight recorder, trace-cmd record, no tracing again.
+# Each traced mode is compared with the mean of the two untraced measurements around it, taken
+# within a minute of it: the machine's slow drift (a shared host's neighbours) cancels in the
+# ratio, which the medians of separate modes did not manage (+-10% from round to round).
+ROUND = (("none", None), ("flight-light", "light"), ("trace-cmd-light", "light"), ("none", None),
+         ("flight-default", "default"), ("trace-cmd-default", "default"), ("none", None))
 
 
 def presets_main(args):
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="kmemscope-bench-", dir="/var/tmp"))
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "churn.py").write_text(CHURN)
+    ratios = {m: [] for m in PRESET_MODES[1:]}          # mode -> per-round ratio to no tracing
+    vs_plain = {"light": [], "default": []}             # preset -> flight / trace-cmd per round
     rows = []
     with open(LOCK, "a") as lock:
         print("waiting for %s ..." % LOCK, file=sys.stderr)
         fcntl.flock(lock, fcntl.LOCK_EX)
         for r in range(args.rounds):
-            for mode in PRESET_MODES:
-                row = run_preset_mode(mode, workdir, args.mib, r)
+            got = []
+            for i, (mode, _) in enumerate(ROUND):
+                row = run_preset_mode(mode, workdir, args.mib, args.reps, "%d-%d" % (r, i))
                 rows.append(row)
+                got.append(row)
                 print("round %d %-18s %6.3f CPU s/GiB %6.2f s  load %.2f" % (
                     r + 1, mode, row["cpu_s_per_gib"], row["seconds"], row["load"]),
                     file=sys.stderr)
+            for block in (got[0:4], got[3:7]):          # none, flight-P, trace-cmd-P, none
+                base = (block[0]["cpu_s_per_gib"] + block[3]["cpu_s_per_gib"]) / 2
+                flight, plain = block[1], block[2]
+                ratios[flight["mode"]].append(flight["cpu_s_per_gib"] / base)
+                ratios[plain["mode"]].append(plain["cpu_s_per_gib"] / base)
+                vs_plain[flight["mode"].split("-", 1)[1]].append(
+                    flight["cpu_s_per_gib"] / plain["cpu_s_per_gib"])
     if not args.keep:
         shutil.rmtree(workdir)
-    median = {m: statistics.median(r["cpu_s_per_gib"] for r in rows if r["mode"] == m)
-              for m in PRESET_MODES}
     loads = [r["load"] for r in rows]
     print("the workload's own CPU per GiB touched (page faults and frees of 64 MiB maps, %d MiB "
-          "a run), median of %d interleaved rounds; 1-minute load average %.2f-%.2f"
-          % (args.mib, args.rounds, min(loads), max(loads)))
-    print("%-18s %12s %10s %18s" % ("mode", "CPU s/GiB", "vs none", "vs trace-cmd record"))
+          "a run, median of %d runs per capture), %d rounds; 1-minute load average %.2f-%.2f"
+          % (args.mib, args.reps, args.rounds, min(loads), max(loads)))
+    print("each traced mode against the untraced runs just before and after it, and the flight "
+          "recorder against trace-cmd record of the same events in the same round: median of the "
+          "rounds' ratios [95% bootstrap interval]")
+    print("%-18s %12s %26s %26s" % ("mode", "CPU s/GiB", "vs none", "vs trace-cmd record"))
+
+    def pct(values):
+        med, lo, hi = bootstrap_median_ci(values)
+        return "%+.1f%% [%+.1f, %+.1f]" % (100 * (med - 1), 100 * (lo - 1), 100 * (hi - 1))
+
     for mode in PRESET_MODES:
-        plain = "trace-cmd-" + mode.split("-", 1)[1] if mode.startswith("flight-") else None
-        print("%-18s %12.3f %+9.1f%% %18s" % (
-            mode, median[mode], 100.0 * (median[mode] / median["none"] - 1),
-            "%+.1f%%" % (100.0 * (median[mode] / median[plain] - 1)) if plain else "-"))
+        level = statistics.median(r["cpu_s_per_gib"] for r in rows if r["mode"] == mode)
+        if mode == "none":
+            print("%-18s %12.3f %26s %26s" % (mode, level, "-", "-"))
+            continue
+        plain = pct(vs_plain[mode.split("-", 1)[1]]) if mode.startswith("flight-") else "-"
+        print("%-18s %12.3f %26s %26s" % (mode, level, pct(ratios[mode]), plain))
     print("flight: an idle `record --flight --preset P --keep 30s --after 5s`; trace-cmd: a plain "
           "`trace-cmd record` of P's events and filters")
 
@@ -512,6 +560,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--mib", type=int, default=4096, help="memory touched per run (MiB)")
+    p.add_argument("--reps", type=int, default=5,
+                   help="--presets: churn runs per capture (their median is the capture's figure)")
     p.add_argument("--keep", type=Path, help="work directory to keep (default: a temporary one)")
     p.add_argument("--presets", action="store_true",
                    help="an idle flight recorder's light and default presets against no tracing "

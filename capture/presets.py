@@ -37,7 +37,8 @@ PRESETS: dict = {
         "purpose": "every page allocation and free, fallbacks, pcp drains, compaction and "
                    "reclaim wake-ups: the full picture for one host",
         "rate": "one event per page allocated and per page freed: 5x10^5 events/s measured under "
-                "page-fault churn on 2 CPUs (2.7 MiB/s of compressed trace.dat, 17% slowdown)",
+                "page-fault churn on 2 CPUs (2.7 MiB/s of compressed trace.dat); +13.6% of the churn's "
+                "CPU under trace-cmd record, +11.2% under an idle flight recorder (docs/record.md)",
         "buffer_kb": 8192,
         "events": [
             ("kmem", "mm_page_alloc"), ("kmem", "mm_page_free"),
@@ -48,12 +49,28 @@ PRESETS: dict = {
         ] + RECLAIM_COUNTS,
     },
     "light": {
-        "purpose": "busy production hosts: only high-order (order > 0) and non-blocking "
-                   "(no __GFP_DIRECT_RECLAIM) allocations, plus fallbacks and compaction",
+        "purpose": "busy production hosts, a flight recorder left on: the allocator's slow path "
+                   "only (fallbacks, compaction, kswapd wake-ups with the order and gfp of the "
+                   "allocation that woke it, direct reclaim stalls); no event on the fast path",
+        "rate": "near 0 while allocations are served from the free lists: no event fires per "
+                "page; an idle flight recorder cost page-fault churn +0.9% of its CPU (95% "
+                "interval -0.3 to +6.6%, docs/record.md)",
+        "buffer_kb": 4096,
+        "events": [
+            ("kmem", "mm_page_alloc_extfrag"), ("compaction", "*"),
+            ("vmscan", "mm_vmscan_wakeup_kswapd"), ("vmscan", "mm_vmscan_kswapd_wake"),
+            ("vmscan", "mm_vmscan_kswapd_sleep"),
+            ("vmscan", "mm_vmscan_direct_reclaim_begin"), ("vmscan", "mm_vmscan_direct_reclaim_end"),
+        ],
+    },
+    "high-order": {
+        "purpose": "which high-order (order > 0) and non-blocking (no __GFP_DIRECT_RECLAIM) "
+                   "allocations a host makes, with fallbacks and compaction: every allocation's "
+                   "tracepoint runs and tests the filter in the kernel",
         "rate": "order-0 user faults and all frees are filtered out in the kernel: ~300 events/s "
-                "measured under the same churn; the tracepoints still run and test the filter: "
-                "+8.8% of the churn's CPU under an idle flight recorder, +3.2% under trace-cmd "
-                "record (one run at load 12-16, noisy: docs/record.md)",
+                "measured under page-fault churn; the tracepoint runs for every allocation all "
+                "the same: +6.2% of the churn's CPU under trace-cmd record (95% interval +3.3 to "
+                "+12.7%), as much under a flight recorder (docs/record.md)",
         "buffer_kb": 4096,
         "events": [
             ("kmem", "mm_page_alloc", "order > 0 || !(gfp_flags & {__GFP_DIRECT_RECLAIM})"),

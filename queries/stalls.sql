@@ -65,14 +65,14 @@
 -- have begun before it. Reclaim for memcg limits (mm_vmscan_memcg_reclaim_*)
 -- and node reclaim are not direct reclaim here. A run without
 -- mm_vmscan_kswapd_sleep events has no kswapd rows, and one of the selected
--- runs at least must have some (the default and light presets do not record
--- the event; costly-stalls and compaction do).
+-- runs at least must have some (the default and high-order presets do not record
+-- the event; light, costly-stalls and compaction do).
 --
 -- @any_of mm_compaction_end mm_vmscan_direct_reclaim_end mm_vmscan_kswapd_wake
 -- @optional mm_compaction_begin mm_compaction_try_to_compact_pages mm_vmscan_direct_reclaim_begin
 -- @optional mm_vmscan_kswapd_sleep event_tables
 -- @derived alloc_stacks alloc_stack_ids stack_pairing
--- @include callsites, compaction, pairing
+-- @include callsites, compaction, pairing, threads
 --
 -- Sections:
 --   stalls            per run, kind, order, task and callsite (the default section)
@@ -221,11 +221,11 @@ kcompactd AS (
 kswapd_events AS (
   SELECT run_id, pid, comm, ts, 0 AS is_sleep, "order"
   FROM mm_vmscan_kswapd_wake
-  WHERE comm LIKE 'kswapd%'
+  WHERE _is_kswapd(comm)
   UNION ALL
   SELECT run_id, pid, comm, ts, 1 AS is_sleep, CAST(NULL AS INTEGER)
   FROM mm_vmscan_kswapd_sleep
-  WHERE comm LIKE 'kswapd%'
+  WHERE _is_kswapd(comm)
 ),
 kswapd_numbered AS (
   SELECT *,

@@ -390,11 +390,12 @@ def _restore_plain(state):
     write("tracing_on", state["tracing_on"])
 
 
-def test_light_preset_keeps_only_high_order_or_nonblocking_allocations(tmp_path, before, workload):
+def test_high_order_preset_keeps_only_high_order_or_nonblocking_allocations(tmp_path, before,
+                                                                           workload):
     if int(os.uname().release.split(".")[0]) < 5:
         requirements.skip("tracefs", "__GFP_DIRECT_RECLAIM is bit 10 only from 5.x on")
     bundle = tmp_path / "bundle"
-    result = run_record("-o", bundle, "--preset", "light", "--duration", "3s",
+    result = run_record("-o", bundle, "--preset", "high-order", "--duration", "3s",
                         "--", sys.executable, workload, "30")
     assert result.returncode == 0, result.stderr
     m = manifest(bundle)

@@ -10,7 +10,7 @@
    (thp_fault_alloc + thp_fault_fallback) and compact_success / compact_stall
    over the same window must agree within 1 percentage point.
 
-Real captures from the 6.18 test machine: examples/thp-faults (light preset,
+Real captures from the 6.18 test machine: examples/thp-faults (the high-order preset,
 THP faults with retries and fallbacks, direct compaction, hugetlb pages at the
 same order), examples/memory-pressure (compaction preset: direct compaction
 without mm_page_alloc) and examples/kmem-compaction (its 64 MiB mappings are
