@@ -592,7 +592,7 @@ def guarded(con, timeout=None):
     import signal
     import threading
 
-    state = {"signum": None, "late": False}
+    state = {"signum": None, "late": False, "guarding": True}
     done = threading.Event()
 
     def keep_interrupting():
@@ -608,8 +608,11 @@ def guarded(con, timeout=None):
             threading.Thread(target=keep_interrupting, daemon=True).start()
         con.interrupt()
         # Between statements (or before the first has started) there is nothing to
-        # interrupt: stop the Python code that would start the next one.
-        raise _Stopped()
+        # interrupt: stop the Python code that would start the next one. Once the guarded
+        # work is over (the finally below) there is none: raising there would escape as an
+        # internal error; the signal is raised again for the caller's handler all the same.
+        if state["guarding"]:
+            raise _Stopped()
 
     def on_timeout():
         state["late"] = True
@@ -629,8 +632,10 @@ def guarded(con, timeout=None):
     try:
         yield con
     except Exception as exc:     # duckdb's InterruptException, RuntimeError, the caller's errors
+        state["guarding"] = False
         failure = exc
     finally:
+        state["guarding"] = False
         done.set()
         if timer is not None:
             timer.cancel()
