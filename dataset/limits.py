@@ -90,10 +90,10 @@ def connect(**kwargs):
 
 
 def _load_native_modules():
+    # duckdb's bindings are nanobind's, which abort on an exception during their import.
+    # pyarrow's (Cython) turn one into an ordinary exception, and the quick commands that
+    # never need pyarrow keep from importing it (tests/test_reader_metadata.py).
     import duckdb  # noqa: F401
-    import pyarrow  # noqa: F401
-    import pyarrow.compute  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
 
 
 @contextmanager
@@ -124,8 +124,8 @@ def bounded(memory=None, timeout=None):
 
     main = threading.current_thread() is threading.main_thread()
     if timeout and main:
-        # An alarm raised while a native module initialises aborts the process (nanobind
-        # turns the exception into a fatal error), so those modules load before it is armed.
+        # An alarm raised while duckdb's native module initialises aborts the process
+        # (nanobind turns the exception into a fatal error): it loads before the alarm is armed.
         _load_native_modules()
     old, outer, timer, started = None, 0.0, None, time.monotonic()
     if timeout and main:
