@@ -89,13 +89,6 @@ def connect(**kwargs):
     return con
 
 
-def _load_native_modules():
-    # duckdb's bindings are nanobind's, which abort on an exception during their import.
-    # pyarrow's (Cython) turn one into an ordinary exception, and the quick commands that
-    # never need pyarrow keep from importing it (tests/test_reader_metadata.py).
-    import duckdb  # noqa: F401
-
-
 @contextmanager
 def bounded(memory=None, timeout=None):
     """Run a command within `memory` (bytes or text such as 4GB; default: the process's
@@ -123,12 +116,13 @@ def bounded(memory=None, timeout=None):
         raise Expired()
 
     main = threading.current_thread() is threading.main_thread()
-    if timeout and main:
-        # An alarm raised while duckdb's native module initialises aborts the process
-        # (nanobind turns the exception into a fatal error): it loads before the alarm is armed.
-        _load_native_modules()
     old, outer, timer, started = None, 0.0, None, time.monotonic()
     if timeout and main:
+        # An alarm raised while duckdb's native module initialises aborts the process
+        # (nanobind turns the exception into a fatal error), so it loads before the alarm is
+        # armed. Not pyarrow: its import raises an ordinary exception, and the quick commands
+        # that never need it keep from importing it (tests/test_reader_metadata.py).
+        import duckdb  # noqa: F401
         outer = signal.getitimer(signal.ITIMER_REAL)[0]
         old = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, min(float(timeout), outer) if outer else float(timeout))

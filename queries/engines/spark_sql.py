@@ -272,13 +272,13 @@ def _asof_parts(join):
 def lint(sql):
     """Problems (strings) of DuckDB `sql` (one or more statements) for Spark; [] = translatable."""
     try:
-        trees = _parse(sql)
+        return _tree_problems(_parse(sql), sql)
     except TranslationError as exc:
         return [str(exc)]
-    out = []
-    for tree in trees:
-        out += _problems(tree, sql)
-    return out
+
+
+def _tree_problems(trees, sql):
+    return [p for tree in trees for p in _problems(tree, sql)]
 
 
 def _parse(sql):
@@ -658,12 +658,11 @@ def translate(sql, uint64="decimal", pretty=True):
 
 @functools.lru_cache(maxsize=64)
 def _translate(sql, uint64, pretty):
-    sqlglot = _sqlglot()
     from sqlglot import exp
     if uint64 not in UINT64_MODES:
         raise ValueError(f"uint64 must be one of {UINT64_MODES}")
     trees = _parse(sql)
-    problems = [p for tree in trees for p in _problems(tree, sql)]
+    problems = _tree_problems(trees, sql)
     if problems:
         raise TranslationError("; ".join(dict.fromkeys(problems)))
     out = []
