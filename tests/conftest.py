@@ -50,7 +50,8 @@ def tracefs_available():
             return f"{TRACEFS} does not exist (no tracefs in this kernel)"
         mounted = subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
                                  capture_output=True, text=True)
-        if mounted.returncode != 0 or not (TRACEFS / "events").is_dir():
+        # another pytest-xdist worker may have mounted it meanwhile ("already mounted")
+        if not (TRACEFS / "events").is_dir():
             return f"cannot mount tracefs at {TRACEFS}: {mounted.stderr.strip()}"
     if not (TRACEFS / "events" / "kmem" / "mm_page_alloc").is_dir():
         return "this kernel has no kmem:mm_page_alloc tracepoint"
@@ -289,13 +290,26 @@ SPARK_FIXTURES = {"spark_engine"}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark live and spark tests from their fixtures, before -m selects (make check)."""
+    """Mark live and spark tests from their fixtures, before -m selects (make check), and
+    group them for pytest-xdist (`--dist loadgroup`, make check and make test).
+
+    A group runs on one worker: the tests of a file stay together (its module fixtures
+    are made once), every file with a live test runs on the worker that owns tracefs
+    (recordings take the machine's one tracefs in turn anyway), and every file with a
+    Spark test on the worker that owns the one SparkSession."""
+    kind = {}
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
+        module = item.nodeid.split("::")[0]
         if names & LIVE_FIXTURES:
             item.add_marker(pytest.mark.live)
+            kind[module] = "tracefs"
         if names & SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
+            kind.setdefault(module, "spark")
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(kind.get(module, module)))
 
 
 def pytest_collection_finish(session):
