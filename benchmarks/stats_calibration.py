@@ -15,9 +15,9 @@ Benjamini-Hochberg, Holm) it prints the false-positive rate per table (the share
 tables with any row flagged: the family-wise error rate), the false discovery rate on the
 shifted tables, the false-positive rate per row, and the power per shift (the share of
 tables where the moved row is flagged). The tests are scipy.stats' vectorised over the
-trials (queries/compare.py's welch_p and mannwhitney_p are held equal to them by
+trials (queries/statistics.py's welch_p and mannwhitney_p are held equal to them by
 tests/test_compare_stats.py); the band test and the corrections are kmemscope's own
-(queries/compare.py). Last, the 95% bootstrap interval of a 0.5 sd change at 60 v 60, as
+(queries/statistics.py). Last, the 95% bootstrap interval of a 0.5 sd change at 60 v 60, as
 compare prints it, and how often it holds the true change.
 
 The load average is printed beside the figures; they are rates, not timings.
@@ -38,7 +38,7 @@ from scipy import stats as sps
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kmemscope.queries import compare as st  # noqa: E402
+from kmemscope.queries import statistics as st  # noqa: E402
 
 SIZES = (4, 10, 60, 300)
 ROWS = 20

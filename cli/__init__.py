@@ -2,7 +2,7 @@
 
 `kmemscope.cli.verbs` holds the verbs, `output` the files and streams every verb
 writes (table, csv, json, jsonl, parquet, folded). The text of tables and of
-comparisons is the API's (kmemscope.tables, kmemscope.comparison_text).
+comparisons is the API's (kmemscope.render).
 
 `main` here is the program's entry point: it loads the verbs itself, so that
 the cyclic collector's work on what the imports create can be skipped.

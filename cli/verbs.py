@@ -13,6 +13,7 @@ import click
 
 from kmemscope.common.version import __version__
 from kmemscope.common.errors import KmemscopeError
+from kmemscope.render import formats
 
 def utf8_path(ctx, param, value):
     """Refuse paths that are not valid UTF-8: Arrow and DuckDB cannot open them."""
@@ -30,8 +31,7 @@ def utf8_path(ctx, param, value):
 
 LABEL_FILTER_HELP = ("Only runs with this label. Repeatable: runs must match every key, and "
                      "any of the values given for one key.")
-FORMAT_OPTION = click.option("--format", "fmt",
-                             type=click.Choice(["table", "csv", "json", "jsonl", "parquet"]),
+FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(formats.names("rows")),
                              default=None, help="Output format (default: from -o's extension, "
                                                 "else table).")
 OUTPUT_OPTION = click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
@@ -81,29 +81,29 @@ class _engine:
 
     def __init__(self, engine, master, conf, dataset=None):
         from kmemscope.common.errors import QueryError
-        from kmemscope.api import _engine_spec
+        from kmemscope.api import engine_spec
 
         self.dataset = dataset
         try:
-            self.spec = _engine_spec(engine, master, conf)
+            self.spec = engine_spec(engine, master, conf)
         except QueryError as exc:
             raise click.BadParameter(str(exc), param_hint="--engine") from None
 
     def __enter__(self):
-        from kmemscope.api import _dataset_ref, _start_engine
+        from kmemscope.api import dataset_handle, start_engine
 
-        if self.spec.is_spark and not (self.dataset and _dataset_ref(self.dataset).is_s3):
+        if self.spec.is_spark and not (self.dataset and dataset_handle(self.dataset).is_s3):
             where = self.spec.master or "local[*]"
             with _status(f"starting Spark ({where})") as status:
-                _start_engine(self.spec)
+                start_engine(self.spec)
                 status.done(f"Spark started ({where})")
         return self.spec
 
     def __exit__(self, *exc):
         if self.spec.is_spark:
-            from kmemscope.api import _stop_engines
+            from kmemscope.api import stop_engines
 
-            _stop_engines()
+            stop_engines()
 
 
 def _shown(text):
@@ -196,11 +196,11 @@ def _key_values(values, what):
     return out
 
 
-def _snapshot_times(_ctx, _param, value):
+def _procfs_times(_ctx, _param, value):
     """--procfs-times START,END -> (start, end) Unix seconds."""
     if value is None:
         return None
-    from kmemscope.api import _snapshot_times as snapshot_times
+    from kmemscope.api import snapshot_times
 
     try:
         return snapshot_times(value)
@@ -259,7 +259,7 @@ def cli(ctx, debug):
                    "samples (vmstat rows: the increases between the two).")
 @click.option("--procfs-end", type=click.Path(file_okay=False), callback=utf8_path, metavar="DIR",
               help="The same /proc copies taken just after the trace.")
-@click.option("--procfs-times", metavar="START,END", callback=_snapshot_times,
+@click.option("--procfs-times", metavar="START,END", callback=_procfs_times,
               help="When the --procfs-start and --procfs-end copies were taken, in Unix seconds "
                    "(`date +%s.%N`); default: their files' modification times.")
 @engine_options
@@ -281,7 +281,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
     A bare trace.dat with /proc copies taken before and after it (mmtests'
     monitors, hand captures): --procfs-start DIR --procfs-end DIR.
     """
-    from kmemscope.api import _expand_inputs, parse as parse_inputs
+    from kmemscope.api import expand_inputs, parse as parse_inputs
 
     labels = _key_values(labels, "--label")
     snapshots = {"procfs_start": procfs_start, "procfs_end": procfs_end,
@@ -295,7 +295,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
                                "locally")
     patterns = [p for item in events for p in item.split(",") if p]
     try:  # a flight directory (record --flight) is one run per bundle
-        sources = _expand_inputs(sources)
+        sources = expand_inputs(sources)
     except KmemscopeError as exc:
         _report_error(ctx, exc)
         sys.exit(1)
@@ -481,12 +481,12 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
     --memory-limit bounds a result of any size; a table shows its first
     10,000 rows.
     """
-    from kmemscope.api import _dataset_ref, _run_sql, _sql_statements
-    from kmemscope.cli.output import TABLE_MAX_ROWS, ResultWriter, resolve_format
+    from kmemscope.api import dataset_handle, run_sql, sql_statements
+    from kmemscope.render.writers import TABLE_MAX_ROWS, ResultWriter
 
-    dataset = _dataset_ref(dataset)       # one handle, listed once, for the whole command
-    statements = _sql_statements(_sql_text(query, sql_file))
-    fmt = resolve_format(fmt, output)
+    dataset = dataset_handle(dataset)       # one handle, listed once, for the whole command
+    statements = sql_statements(_sql_text(query, sql_file))
+    fmt = formats.resolve(fmt, output)
     bound = _key_values(params, "--param")
     if engine == "spark" and read_only:
         raise click.BadParameter("--read-only is for the DuckDB engine: Spark SQL can "
@@ -501,7 +501,7 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
             # a text table is made of its first rows only, printed from Python rows when its
             # columns are plain (no pyarrow to import); other formats stream every row
             notes: list[str] = []
-            tables = _run_sql(dataset, statements, engine=spec, runs=list(runs) or None,
+            tables = run_sql(dataset, statements, engine=spec, runs=list(runs) or None,
                               label=list(labels) or None, params=bound or None,
                               read_only=read_only, timeout=None if spark else timeout,
                               memory_limit=None if spark else memory_limit, notes=notes,
@@ -516,9 +516,9 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
 
 def _interrupted_notes(dataset):
     """Commits that killed parses left: readers leave them to the next parse, and say so."""
-    from kmemscope.api import _reader_notes
+    from kmemscope.api import reader_notes
 
-    for note in _reader_notes(dataset):
+    for note in reader_notes(dataset):
         _note(note)
 
 
@@ -534,9 +534,9 @@ def _sql_text(query, sql_file):
     if sql_file and query is not None:
         raise click.UsageError("give the SQL either as QUERY or with -f FILE, not both")
     if sql_file:
-        from kmemscope.api import _read_sql_file
+        from kmemscope.api import read_sql_file
 
-        return _read_sql_file(sql_file)          # regular, bounded, no link followed
+        return read_sql_file(sql_file)          # regular, bounded, no link followed
     if query is None:
         raise click.UsageError("no SQL: give QUERY, `-` to read stdin, or -f FILE")
     if query == "-":
@@ -592,11 +592,11 @@ def info(dataset, per_run, fmt, output, memory_limit, timeout):
     parquet write the rows of every table in every run (run_id, table, rows).
     """
     from kmemscope import api
-    from kmemscope.cli.output import resolve_format, write_document, write_result
+    from kmemscope.render.writers import write_document, write_result
 
-    dataset = api._dataset_ref(dataset)       # one handle, listed once, for the whole command
+    dataset = api.dataset_handle(dataset)       # one handle, listed once, for the whole command
 
-    fmt = resolve_format(fmt, output)
+    fmt = formats.resolve(fmt, output)
     with _limits(memory_limit, timeout):
         facts = api.info(dataset)
         for note in facts["notes"]:
@@ -641,9 +641,9 @@ def queries(name, fmt, output):
     csv, jsonl and parquet give one row per output column.
     """
     from kmemscope.api import analyses, describe
-    from kmemscope.cli.output import resolve_format, write_result
+    from kmemscope.render.writers import write_result
 
-    fmt = resolve_format(fmt, output)
+    fmt = formats.resolve(fmt, output)
     if name is None:
         write_result(analyses().arrow(), fmt, output, max_cell=None)
         return
@@ -662,7 +662,7 @@ def queries(name, fmt, output):
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
 @selection_options
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A query parameter.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "jsonl", "parquet", "folded"]),
+@click.option("--format", "fmt", type=click.Choice(formats.names("query")),
               default=None, help="Output format (default: from -o's extension, else table); "
                                  "folded: flame-graph lines, for alloc_origins.folded.")
 @click.option("-q", "--quiet", is_flag=True, help="No notes and no progress on stderr.")
@@ -677,12 +677,12 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, memory_limit,
     parameters, sections and output columns with units.
     """
     import kmemscope
-    from kmemscope.cli.output import FOLDED, FORMATS, resolve_format, write_result
-    from kmemscope.api import _dataset_ref
+    from kmemscope.render.writers import write_result
+    from kmemscope.api import dataset_handle
 
-    dataset = _dataset_ref(dataset)       # one handle, listed once, for the whole command
+    dataset = dataset_handle(dataset)       # one handle, listed once, for the whole command
 
-    fmt = resolve_format(fmt, output, allowed=FORMATS + (FOLDED,))
+    fmt = formats.resolve(fmt, output, kind="query")
     with _engine(engine, spark_master, spark_conf, dataset) as spec, _Steps(quiet) as steps, \
             _limits(memory_limit, timeout):
         result = kmemscope.open(dataset, spec).query(
@@ -698,27 +698,11 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, memory_limit,
 
 # ---------------------------------------------------------------- compare / report
 
-COMPARE_FORMATS = ["text", "mmtests", "markdown", "csv", "json", "jsonl", "parquet"]
-
-
-# What compare writes, by -o's extension; any other extension is refused, not written as text.
-COMPARE_EXTENSIONS = (".txt", ".text", ".mmtests", ".md", ".csv", ".json", ".jsonl", ".parquet")
-
-
 def _compare_format(fmt, output):
-    from kmemscope.cli.output import resolve_format
-
-    suffix = os.path.splitext(str(output or ""))[1].lower()
-    if fmt is None and suffix and suffix not in COMPARE_EXTENSIONS:   # --format says it
-        raise click.BadParameter(f"{output}: compare writes {', '.join(COMPARE_EXTENSIONS)} files "
-                                 "(or a name without an extension, as text), not "
-                                 f"{suffix}", param_hint="-o")
-
-    if output and str(output).lower().endswith(".md"):
-        if fmt not in (None, "markdown"):
-            raise click.BadParameter(f"-o {output} looks like markdown but --format is {fmt}")
-        return "markdown"
-    return resolve_format(fmt, output, allowed=COMPARE_FORMATS, default="text")
+    try:
+        return formats.resolve(fmt, output, kind="comparison", default="text")
+    except formats.OutputError as exc:
+        raise click.BadParameter(str(exc), param_hint="-o") from None
 
 
 METRICS_HELP = ("Only these metrics, in this order (default: the headline metrics, the vmstat "
@@ -760,7 +744,7 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
               help="Show each metric over the side's runs in recording order, or over the "
                    "minutes of the capture (vmstat metrics), instead of the statistics.")
 @selection_options
-@click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
+@click.option("--format", "fmt", type=click.Choice(formats.names("comparison")), default=None,
               help="Output format (default: from -o's extension, else text). mmtests: the "
                    "compare-kernels layout to paste into a patch.")
 @click.option("-q", "--quiet", is_flag=True, help="No notes on stderr (they stay in the output).")
@@ -786,11 +770,11 @@ def compare(dataset, by, baseline, metrics, test, alpha, correction, side_order,
     kmemscope compare ds --by kernel --metrics vmstat.thp_fault_alloc --over run
     """
     import kmemscope
-    from kmemscope import comparison_text as co
-    from kmemscope.cli.output import write_records
-    from kmemscope.api import _dataset_ref
+    from kmemscope.render import comparison as co
+    from kmemscope.render.writers import write_records
+    from kmemscope.api import dataset_handle
 
-    dataset = _dataset_ref(dataset)       # one handle, listed once, for the whole command
+    dataset = dataset_handle(dataset)       # one handle, listed once, for the whole command
 
     fmt = _compare_format(fmt, output)
     names = _metric_names(metrics)
@@ -889,7 +873,7 @@ def _write_text(text, output):
 
 def _compare_over(c, names, over, fmt, output, quiet):
     """compare --over run|minute: each metric's values over runs or minutes, per side."""
-    from kmemscope.cli.output import write_records
+    from kmemscope.render.writers import write_records
 
     if fmt == "mmtests":
         raise click.BadParameter("--over writes text, markdown, csv, json, jsonl or parquet, "
@@ -951,15 +935,14 @@ def metrics_import(dataset, file, fmt, quiet, memory_limit, timeout):
 @metrics.command("list")
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
 @selection_options
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "jsonl", "parquet"]),
-              default=None, help="Output format (default: from -o's extension, else table).")
+@FORMAT_OPTION
 @OUTPUT_OPTION
 def metrics_list(dataset, runs, labels, fmt, output):
     """List the imported metrics of DATASET's runs (the run_metrics analysis)."""
     import kmemscope
-    from kmemscope.cli.output import resolve_format, write_result
+    from kmemscope.render.writers import write_result
 
-    fmt = resolve_format(fmt, output)
+    fmt = formats.resolve(fmt, output)
     result = kmemscope.open(dataset).query("run_metrics", run=list(runs) or None,
                                            label=list(labels) or None)
     write_result(result.arrow(), fmt, output)
@@ -1014,8 +997,8 @@ def export_perfetto(dataset, run, output, quiet):
     pages per order (buddyinfo) and vmstat rates. Open the file with "Open
     trace file" in the UI: it is read in the browser, not uploaded.
     """
-    from kmemscope.notebooks.perfetto_export import export_run as _export
-    from kmemscope.tables import printable
+    from kmemscope.render.perfetto import export_run as _export
+    from kmemscope.render.tables import printable
 
     done = _export(dataset, run, output)
     if not quiet:

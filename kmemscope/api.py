@@ -10,8 +10,8 @@
     kmemscope.verify("ds").ok                      # the files as they were committed
 
 This module is the one public API: the command line (kmemscope.cli) is a client of
-it, and also uses the few private helpers at its end (engines, limits, SQL text of
-several statements printed as rows). Every call returns data; nothing prints.
+it and uses nothing else of kmemscope's (the helpers for front ends at its end: engines,
+limits, SQL text of several statements printed as rows). Every call returns data; nothing prints.
 Errors are kmemscope.KmemscopeError subclasses with a one-line message, as on the
 command line. Importing it loads neither pyarrow nor duckdb nor the engines: a parse
 needs none of them.
@@ -150,7 +150,7 @@ class Result:
         return Result(self._table.slice(number * self.SHOWN, self.SHOWN), self.notes)
 
     def __repr__(self):
-        from kmemscope.tables import format_table
+        from kmemscope.render.tables import format_table
 
         notes = "".join(f"note: {n}\n" for n in self.notes)
         shown = self._shown()
@@ -159,7 +159,7 @@ class Result:
     def _repr_html_(self):
         import html
 
-        from kmemscope.tables import format_html
+        from kmemscope.render.tables import format_html
 
         shown = self._shown()
         head = f"<p>{html.escape(shown)}</p>" if shown else ""
@@ -207,7 +207,7 @@ class Comparison:
         """One row per metric and side: every field of the records (the csv/json rows of compare)."""
         import pyarrow as pa
 
-        from kmemscope.comparison_text import records
+        from kmemscope.render.comparison import records
 
         return Result(pa.Table.from_pylist(records(self.sides, self.table)), self.notes)
 
@@ -216,7 +216,7 @@ class Comparison:
 
     def text(self) -> str:
         """The per-metric table, the verdicts with their intervals and p-values, the notes."""
-        from kmemscope.comparison_text import format_text
+        from kmemscope.render.comparison import format_text
 
         return format_text(self.sides, self.table, self.notes)
 
@@ -224,20 +224,20 @@ class Comparison:
         """mmtests compare-kernels' layout, ready to paste into a patch; `test`: the one whose
         verdicts mark *x%* (default: this comparison's; "band" prints what `compare --format
         mmtests` prints)."""
-        from kmemscope.comparison_text import format_mmtests
+        from kmemscope.render.comparison import format_mmtests
 
         return format_mmtests(self.sides, self.table.retested(self.sides, test or self.test),
                               self.notes)
 
     def markdown(self) -> str:
-        from kmemscope.comparison_text import format_markdown
+        from kmemscope.render.comparison import format_markdown
 
         return format_markdown(self.sides, self.table, self.notes)
 
     def trend(self, over: str, metrics: Sequence[str] | None = None) -> "Trend":
         """Each metric's values over the sides' runs in recording order (over="run") or over
         the minutes of the captures (over="minute", vmstat metrics), averaged per side."""
-        from kmemscope.comparison_text import over_rows
+        from kmemscope.render.comparison import over_rows
         from kmemscope.queries.metrics import minute_series
         from kmemscope.queries.sides import condense_notes
 
@@ -286,7 +286,7 @@ class Trend:
     notes: list
 
     def text(self) -> str:
-        from kmemscope.comparison_text import format_over
+        from kmemscope.render.comparison import format_over
 
         return format_over(self.sides, self.metrics, self.over, self.rows, self.titles, self.notes)
 
@@ -376,7 +376,7 @@ class Dataset:
         """
         notes: list[str] = []
         runs = [run] if isinstance(run, str) else run
-        table = _run_sql(self._handle(), _sql_statements(query), engine=self.spec, runs=runs,
+        table = run_sql(self._handle(), sql_statements(query), engine=self.spec, runs=runs,
                          label=label, params=params, read_only=read_only, timeout=timeout,
                          memory_limit=memory_limit, notes=notes,
                          caller_frames=not read_only)[-1]
@@ -467,7 +467,7 @@ class Dataset:
         return import_metrics(ref, path, fmt, reserved=frozenset(SUMMARY))
 
 
-def _run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | None = None,
+def run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | None = None,
              runs=None, label: LabelsArg = None, params=None, read_only: bool = False,
              timeout: float | None = None, memory_limit: str | None = None,
              notes: list | None = None, caller_frames: bool = False,
@@ -500,8 +500,8 @@ def _run_sql(dataset, statements: Sequence[str], *, engine: EngineSpec | str | N
     from kmemscope.queries.engines import EngineSpec
 
     ref = DatasetRef.of(dataset)
-    if not statements:       # the text was cut by _sql_statements, which refuses none
-        raise ValueError("_run_sql runs one statement or more")
+    if not statements:       # the text was cut by sql_statements, which refuses none
+        raise ValueError("run_sql runs one statement or more")
     spec = EngineSpec.of(engine)
     if spec.is_spark:
         from kmemscope.queries.runner import backend_errors, open_runs
@@ -668,7 +668,7 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
 
     if on_error not in ("raise", "skip"):
         raise ValueError("on_error must be 'raise' or 'skip'")
-    sources = _expand_inputs([inputs] if isinstance(inputs, (str, Path)) else inputs)
+    sources = expand_inputs([inputs] if isinstance(inputs, (str, Path)) else inputs)
     snapshots = None
     if procfs_start is not None or procfs_end is not None:
         from kmemscope.parsers.snapshots import read_snapshots, refuse_a_bundle
@@ -845,11 +845,12 @@ def bounded(memory_limit: str | int | None = None, timeout: float | None = DEFAU
     return _bounded(memory_limit, timeout)
 
 
-# ---------------------------------------------------------------- the command line's helpers
-# Private: what kmemscope.cli needs beside the calls above (the cli layer imports only this
-# module), kept out of docs/python.md.
+# ---------------------------------------------------------------- for front ends
+# What a front end (kmemscope.cli, a service of one's own) needs beside the calls above:
+# one dataset handle per command, inputs and SQL text taken apart as the command line
+# takes them, engines started and stopped. docs/python.md lists them.
 
-def _dataset_ref(dataset):
+def dataset_handle(dataset):
     """The handle of `dataset` (a path, an s3:// URL, or a handle, returned as it is) that a
     command makes once and passes to every call: where it lives, local or s3, and one
     listing of its runs, taken on first use (kmemscope.dataset.handle.DatasetRef)."""
@@ -858,14 +859,14 @@ def _dataset_ref(dataset):
     return DatasetRef.of(dataset)
 
 
-def _expand_inputs(sources: Iterable) -> list:
+def expand_inputs(sources: Iterable) -> list:
     """The inputs to parse: a flight directory (record --flight) becomes its bundles."""
-    from kmemscope.parsers.sources import expand_inputs
+    from kmemscope.parsers import sources as inputs
 
-    return expand_inputs(list(sources))
+    return inputs.expand_inputs(list(sources))
 
 
-def _sql_statements(text: str) -> list[str]:
+def sql_statements(text: str) -> list[str]:
     """The statements of SQL `text`, cut at DuckDB's own `;` tokens (the one splitter of
     Dataset.sql and `kmemscope sql`); none (empty, comments only) is an error.
 
@@ -900,20 +901,20 @@ def _sql_statements(text: str) -> list[str]:
     return statements
 
 
-def _read_sql_file(path) -> str:
+def read_sql_file(path) -> str:
     """A file of SQL: a regular file of bounded size, read without following a link."""
     from kmemscope.parsers.benchmark_results import read_text_file
 
     return read_text_file(path, "SQL file")
 
 
-def _reader_notes(dataset) -> list[str]:
+def reader_notes(dataset) -> list[str]:
     """Notes on what readers leave out: commits that killed parses left unfinished (the next
     parse finishes them) and folders of names kmemscope does not write."""
-    return _dataset_ref(dataset).reader_notes()
+    return dataset_handle(dataset).reader_notes()
 
 
-def _engine_spec(engine: EngineSpec | str | None, master: str | None = None,
+def engine_spec(engine: EngineSpec | str | None, master: str | None = None,
                  conf: ConfArg = None) -> EngineSpec:
     """EngineSpec.of(engine, master, conf). QueryError names a bad engine, master or setting."""
     from kmemscope.queries.engines import EngineSpec
@@ -921,7 +922,7 @@ def _engine_spec(engine: EngineSpec | str | None, master: str | None = None,
     return EngineSpec.of(engine, master, conf)
 
 
-def _start_engine(spec: EngineSpec | str) -> None:
+def start_engine(spec: EngineSpec | str) -> None:
     """Start `spec`'s engine session now (a Spark JVM takes seconds to a minute), not on first use.
 
     Not for an s3:// dataset: its Spark session needs the storage settings (hadoop-aws)
@@ -932,14 +933,14 @@ def _start_engine(spec: EngineSpec | str) -> None:
     getattr(engine, "spark", None)          # SparkEngine starts its session on first access
 
 
-def _stop_engines() -> None:
+def stop_engines() -> None:
     """Stop every Spark session this process started (the command line does, as a verb ends)."""
     from kmemscope.queries import engines
 
     engines.shutdown()
 
 
-def _snapshot_times(text: str) -> tuple:
+def snapshot_times(text: str) -> tuple:
     """`START,END` Unix seconds (parse --procfs-times) -> (start, end); ValueError otherwise."""
     from kmemscope.parsers.snapshots import parse_times
 

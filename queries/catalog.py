@@ -22,6 +22,8 @@ mind. A few lines are read by kmemscope:
     -- @columns                  the section's result columns, one a line, after run_id
     --   NAME  UNIT  description     and labels (which every result starts with); a line
     --         more indented continues the description. UNIT is one of UNITS.
+    -- @timed_by KIND EVENT ...   the events a kind of row is timed by (stalls.sql: a run that
+                                 recorded them all and has no row of KIND had none)
     -- @prelude                  statements run before the chosen section (temp views)
 
 Directives after an `@section` line belong to that section, the others to
@@ -95,6 +97,7 @@ class Analysis:
     sections: list = field(default_factory=list)
     text: list = field(default_factory=list)      # header prose lines, caveats apart
     caveats: list = field(default_factory=list)
+    timed_by: dict = field(default_factory=dict)  # {kind: (event, ...)} from @timed_by
 
     def __post_init__(self):
         self.common = Section("", self.description)
@@ -251,6 +254,7 @@ class _AnalysisReader:
         self.in_code = False       # past the header (a SELECT or a @prelude began)
         self.directives = {"param": self._param, "columns": self._columns,
                            "section": self._section, "prelude": self._prelude,
+                           "timed_by": self._timed_by,
                            **{key: self._needs for key in REQ_KEYS}}
 
     def line(self, line):
@@ -287,6 +291,12 @@ class _AnalysisReader:
     def _needs(self, key, rest, line):
         """@requires, @optional, @any_of, @derived, @include: names, by spaces or commas."""
         getattr(self.target, key).extend(rest.replace(",", " ").split())
+
+    def _timed_by(self, key, rest, line):
+        kind, *events = rest.split()
+        if not events:
+            raise QueryError(f"{self.path}: @timed_by names a kind and its events: {line}")
+        self.a.timed_by[kind] = tuple(events)
 
     def _columns(self, key, rest, line):
         if rest or self.target.columns is not None:

@@ -6,7 +6,7 @@ the values came from and whether they are exact, which way is better, the change
 against the baseline and its interval, the test, its p-value before and after the
 correction across the table, and the verdict word. Text, mmtests, markdown,
 csv/json/parquet, the HTML report and the notebook display print these records
-(kmemscope/comparison_text.py, kmemscope/plots/sides.py) and compute nothing
+(kmemscope/render/comparison.py, kmemscope/plots/sides.py) and compute nothing
 of their own: no renderer reads a sign to choose a colour or a word.
 
 Record fields are public (`Comparison.records`, `Comparison.df()`): FIELDS lists
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from kmemscope.common.errors import QueryError
 
-from . import compare as st
+from . import statistics as st
 
 DEFAULT_TEST = "welch"
 DEFAULT_CORRECTION = "bh"

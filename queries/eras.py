@@ -27,6 +27,12 @@ import re
 FALLBACK_MIGRATETYPES = {0: "Unmovable", 1: "Movable", 2: "Reclaimable", 3: "HighAtomic",
                          4: "CMA or Isolate", 5: "Isolate"}
 
+# Fields of a known event that a kernel of some era does not declare (KERNEL-ERAS.md): a run
+# without one reads it as NULL. Every other field of a known event every era declares.
+ERA_FIELDS = {"mm_page_alloc_zone_locked": {"percpu_refill"},          # 5.19+
+              "mm_compaction_kcompactd_wake": {"highest_zoneidx"},     # classzone_idx < 5.8
+              "mm_compaction_wakeup_kcompactd": {"highest_zoneidx"}}
+
 _RELEASE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
 
 

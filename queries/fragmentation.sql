@@ -107,6 +107,27 @@ SELECT run_id, ts, node, zone, "order", free_pages, unusable_index_permille AS u
          AS failing_fragmentation
 FROM _frag_indices
 WHERE "order" IN (3, 9);
+-- The indices at orders 3 and 9 summarised over the samples of each run and `grp` of
+-- `rows` (a CTE of _frag_orders_3_9's columns and a column grp to group by): the one
+-- aggregation of the per_run (grp: node and zone) and metrics (grp: NULL) sections.
+CREATE TEMP MACRO _frag_index_stats(rows) AS TABLE
+SELECT run_id, grp,
+         count(DISTINCT ts) AS samples,
+         avg(CASE WHEN "order" = 3 THEN free_pages END) AS free_pages_mean,
+         avg(CASE WHEN "order" = 3 THEN unusable END) AS unusable_index_order3_mean,
+         max(CASE WHEN "order" = 3 THEN unusable END) AS unusable_index_order3_max,
+         avg(CASE WHEN "order" = 9 THEN unusable END) AS unusable_index_order9_mean,
+         max(CASE WHEN "order" = 9 THEN unusable END) AS unusable_index_order9_max,
+         100.0 * count(CASE WHEN "order" = 3 THEN failing_fragmentation END)
+           / nullif(count(CASE WHEN "order" = 3 THEN 1 END), 0) AS order3_fail_pct,
+         100.0 * count(CASE WHEN "order" = 9 THEN failing_fragmentation END)
+           / nullif(count(CASE WHEN "order" = 9 THEN 1 END), 0) AS order9_fail_pct,
+         avg(CASE WHEN "order" = 3 THEN failing_fragmentation END) AS fragmentation_index_order3_mean,
+         max(CASE WHEN "order" = 3 THEN failing_fragmentation END) AS fragmentation_index_order3_max,
+         avg(CASE WHEN "order" = 9 THEN failing_fragmentation END) AS fragmentation_index_order9_mean,
+         max(CASE WHEN "order" = 9 THEN failing_fragmentation END) AS fragmentation_index_order9_max
+FROM query_table(rows)
+GROUP BY run_id, grp;
 
 -- @section orders: per buddyinfo sample, node, zone and order: free blocks and the kernel's two indices
 -- @requires buddyinfo
@@ -247,24 +268,12 @@ ORDER BY f.run_id, i.ts, i.node, i.zone
 --   fragmentation_index_order9_mean  /1000  the same at order 9
 --   fragmentation_index_order9_max   /1000  its largest value over those samples
 WITH
+zone_samples AS (
+  SELECT *, struct_pack(node := node, zone := zone) AS grp FROM _frag_orders_3_9
+),
 per_zone AS (
-  SELECT run_id, node, zone,
-         count(DISTINCT ts) AS samples,
-         avg(CASE WHEN "order" = 3 THEN free_pages END) AS free_pages_mean,
-         avg(CASE WHEN "order" = 3 THEN unusable END) AS unusable_index_order3_mean,
-         max(CASE WHEN "order" = 3 THEN unusable END) AS unusable_index_order3_max,
-         avg(CASE WHEN "order" = 9 THEN unusable END) AS unusable_index_order9_mean,
-         max(CASE WHEN "order" = 9 THEN unusable END) AS unusable_index_order9_max,
-         100.0 * count(CASE WHEN "order" = 3 THEN failing_fragmentation END)
-           / nullif(count(CASE WHEN "order" = 3 THEN 1 END), 0) AS order3_fail_pct,
-         100.0 * count(CASE WHEN "order" = 9 THEN failing_fragmentation END)
-           / nullif(count(CASE WHEN "order" = 9 THEN 1 END), 0) AS order9_fail_pct,
-         avg(CASE WHEN "order" = 3 THEN failing_fragmentation END) AS fragmentation_index_order3_mean,
-         max(CASE WHEN "order" = 3 THEN failing_fragmentation END) AS fragmentation_index_order3_max,
-         avg(CASE WHEN "order" = 9 THEN failing_fragmentation END) AS fragmentation_index_order9_mean,
-         max(CASE WHEN "order" = 9 THEN failing_fragmentation END) AS fragmentation_index_order9_max
-  FROM _frag_orders_3_9
-  GROUP BY run_id, node, zone
+  SELECT run_id, grp.node AS node, grp.zone AS zone, * EXCLUDE (run_id, grp)
+  FROM _frag_index_stats(zone_samples)
 )
 SELECT
   f.run_id,
@@ -307,7 +316,7 @@ ORDER BY f.run_id, z.node, z.zone
 WITH
 metric_zone_samples AS (
   -- the samples of the zone that each node's metrics follow
-  SELECT o.run_id, o.ts, o.node, o."order", o.unusable, o.failing_fragmentation
+  SELECT o.run_id, o.ts, o.node, o."order", o.free_pages, o.unusable, o.failing_fragmentation
   FROM _frag_orders_3_9 AS o
   JOIN _frag_metric_zones AS m ON m.run_id = o.run_id AND m.node = o.node AND m.zone = o.zone
 ),
@@ -316,23 +325,11 @@ zone_names AS (
   FROM _frag_metric_zones
   GROUP BY run_id
 ),
+run_samples AS (
+  SELECT *, NULL AS grp FROM metric_zone_samples
+),
 per_run AS (
-  SELECT run_id,
-         count(DISTINCT ts) AS samples,
-         avg(CASE WHEN "order" = 3 THEN unusable END) AS unusable_index_order3_mean,
-         max(CASE WHEN "order" = 3 THEN unusable END) AS unusable_index_order3_max,
-         avg(CASE WHEN "order" = 9 THEN unusable END) AS unusable_index_order9_mean,
-         max(CASE WHEN "order" = 9 THEN unusable END) AS unusable_index_order9_max,
-         100.0 * count(CASE WHEN "order" = 3 THEN failing_fragmentation END)
-           / nullif(count(CASE WHEN "order" = 3 THEN 1 END), 0) AS order3_fail_pct,
-         100.0 * count(CASE WHEN "order" = 9 THEN failing_fragmentation END)
-           / nullif(count(CASE WHEN "order" = 9 THEN 1 END), 0) AS order9_fail_pct,
-         avg(CASE WHEN "order" = 3 THEN failing_fragmentation END) AS fragmentation_index_order3_mean,
-         max(CASE WHEN "order" = 3 THEN failing_fragmentation END) AS fragmentation_index_order3_max,
-         avg(CASE WHEN "order" = 9 THEN failing_fragmentation END) AS fragmentation_index_order9_mean,
-         max(CASE WHEN "order" = 9 THEN failing_fragmentation END) AS fragmentation_index_order9_max
-  FROM metric_zone_samples
-  GROUP BY run_id
+  SELECT * EXCLUDE (grp, free_pages_mean) FROM _frag_index_stats(run_samples)
 )
 SELECT
   f.run_id,

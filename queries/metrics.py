@@ -17,7 +17,7 @@ A metric is one value per run. Four kinds:
   (frag.unusable_index_order9_max); `frag` names them all.
 
 gather() runs the analyses a set of metrics needs, once each, and returns
-one dict of values per run. The statistics are in compare.py.
+one dict of values per run. The statistics are in statistics.py.
 """
 import re
 from dataclasses import dataclass
@@ -41,7 +41,7 @@ class Metric:
 
     @property
     def convention(self):
-        """How a comparison summarises and compares it (queries/compare.py): "mmtests" for the
+        """How a comparison summarises and compares it (queries/statistics.py): "mmtests" for the
         headline and benchmark metrics, "counter" for the kernel's counters (vmstat, stalls)."""
         return "counter" if self.kind in COUNTER_KINDS else "mmtests"
 
@@ -722,14 +722,12 @@ def _vmstat_rows(dataset, run_ids, labels, engine):
         raise
 
 
-# The events a kind of stall is timed by: a run that recorded them and has no row had none.
-STALL_EVENTS = {
-    "direct_compaction": ("mm_compaction_try_to_compact_pages", "mm_compaction_begin",
-                          "mm_compaction_end"),
-    "direct_reclaim": ("mm_vmscan_direct_reclaim_begin", "mm_vmscan_direct_reclaim_end"),
-    "kcompactd": ("mm_compaction_begin", "mm_compaction_end"),
-    "kswapd": ("mm_vmscan_kswapd_wake", "mm_vmscan_kswapd_sleep"),
-}
+def stall_events():
+    """{kind: the events a kind of stall is timed by}, as stalls.sql's header declares them
+    (@timed_by): a run that recorded them and has no row had none."""
+    from .catalog import find_analysis
+
+    return find_analysis("stalls")[0].timed_by
 
 
 def _zero_stalls(dataset, runs):
@@ -741,8 +739,9 @@ def _zero_stalls(dataset, runs):
     from kmemscope.dataset.handle import DatasetRef
 
     tables = DatasetRef.of(dataset).listing
+    timed_by = stall_events()
     for run_id, target in runs.items():
-        for kind, events in STALL_EVENTS.items():
+        for kind, events in timed_by.items():
             count = f"stalls.{kind}.{stall_stat_name(kind, 'stalls')}"
             if count in target:
                 continue

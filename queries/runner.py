@@ -55,11 +55,6 @@ def _named_tables(sql, known):
     return set(_WORD.findall(re.sub(r"--[^\n]*", "", sql))) & set(known)
 
 
-# Fields of a known event that a kernel of some era does not declare (KERNEL-ERAS.md): a run
-# without one reads it as NULL. Every other field of a known event every era declares.
-ERA_FIELDS = {"mm_page_alloc_zone_locked": {"percpu_refill"},          # 5.19+
-              "mm_compaction_kcompactd_wake": {"highest_zoneidx"},     # classzone_idx < 5.8
-              "mm_compaction_wakeup_kcompactd": {"highest_zoneidx"}}
 # Columns every event table has from the record itself or the common fields (not the event's
 # own format), and kernel_stack, whose shape the stack family judges (dataset/derived.py).
 _NOT_FORMAT_FIELDS = {"ts", "cpu", "pid", "comm"}
@@ -74,7 +69,7 @@ def _named_fields(sql, tables):
         known = TABLE_COLUMNS.get(table, {})
         if "ts" not in known or table == "kernel_stack":
             continue        # not an event's table
-        named = (words & set(known)) - _NOT_FORMAT_FIELDS - ERA_FIELDS.get(table, set())
+        named = (words & set(known)) - _NOT_FORMAT_FIELDS - eras.ERA_FIELDS.get(table, set())
         if named:
             out[table] = named
     return out

@@ -2,7 +2,7 @@
 
 A side is the set of runs sharing one value of a label (kernel=vanilla); the
 first side is the baseline the others are compared against. The per-run
-values come from queries/metrics.py, the statistics from compare.py.
+values come from queries/metrics.py, the statistics from statistics.py.
 """
 import math
 import re
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from kmemscope.common.errors import QueryError
 
-from . import compare as st
+from . import statistics as st
 
 
 @dataclass

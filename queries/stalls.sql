@@ -73,6 +73,10 @@
 -- @optional mm_vmscan_kswapd_sleep event_tables
 -- @derived alloc_stacks alloc_stack_ids stack_pairing
 -- @include callsites, compaction, pairing, threads
+-- @timed_by direct_compaction mm_compaction_try_to_compact_pages mm_compaction_begin mm_compaction_end
+-- @timed_by direct_reclaim mm_vmscan_direct_reclaim_begin mm_vmscan_direct_reclaim_end
+-- @timed_by kcompactd mm_compaction_begin mm_compaction_end
+-- @timed_by kswapd mm_vmscan_kswapd_wake mm_vmscan_kswapd_sleep
 --
 -- Sections:
 --   stalls            per run, kind, order, task and callsite (the default section)

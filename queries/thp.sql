@@ -127,10 +127,10 @@ vm AS (
   SELECT
     run_id,
     max(window_s) AS vmstat_window_s,
-    max(CASE WHEN name = 'compact_migrate_scanned' THEN delta END) AS compact_migrate_scanned,
-    max(CASE WHEN name = 'compact_free_scanned' THEN delta END) AS compact_free_scanned,
-    max(CASE WHEN name = 'thp_collapse_alloc' THEN delta END) AS thp_collapse_alloc,
-    max(CASE WHEN name = 'thp_collapse_alloc_failed' THEN delta END) AS thp_collapse_alloc_failed
+    _vmstat_delta('compact_migrate_scanned') AS compact_migrate_scanned,
+    _vmstat_delta('compact_free_scanned') AS compact_free_scanned,
+    _vmstat_delta('thp_collapse_alloc') AS thp_collapse_alloc,
+    _vmstat_delta('thp_collapse_alloc_failed') AS thp_collapse_alloc_failed
   FROM vmstat_deltas
   GROUP BY run_id
 ),

@@ -148,7 +148,7 @@ def test_running_out_of_memory_is_one_error_line(ds, tmp_path):
     code = ("import kmemscope.api as api\n"
             "def run_sql(*args, **kwargs):\n"
             "    raise MemoryError()\n"
-            "api._run_sql = run_sql\n"
+            "api.run_sql = run_sql\n"
             "from kmemscope.cli.verbs import main\n"
             f"main(['sql', {str(ds)!r}, 'SELECT 1'])\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -264,7 +264,7 @@ def test_group_names_pick_a_block_of_metrics(fleet):
 
 
 def test_a_run_that_recorded_a_stall_kind_and_never_stalled_counts_zero(fleet):
-    from kmemscope.queries.metrics import STALL_EVENTS, gather
+    from kmemscope.queries.metrics import gather, stall_events
 
     found = gather(fleet["ds"], ["stalls.direct_reclaim.stalls", "stalls.kswapd.runs"])
     per_run = {r["run_id"]: r for r in found.runs}
@@ -272,7 +272,7 @@ def test_a_run_that_recorded_a_stall_kind_and_never_stalled_counts_zero(fleet):
     has_row = {(r["run_id"], r["kind"]): r["stalls"] for r in rows}
     for run_id, values in per_run.items():
         for kind in ("direct_reclaim", "kswapd"):
-            recorded = all((fleet["ds"] / e / f"run_id={run_id}").is_dir() for e in STALL_EVENTS[kind])
+            recorded = all((fleet["ds"] / e / f"run_id={run_id}").is_dir() for e in stall_events()[kind])
             want = has_row.get((run_id, kind), 0 if recorded else None)
             count = "runs" if kind == "kswapd" else "stalls"      # kswapd's are its runs
             assert values.get(f"stalls.{kind}.{count}") == want, (run_id, kind)

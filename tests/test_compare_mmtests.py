@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from kmemscope.queries import compare as st
+from kmemscope.queries import statistics as st
 from kmemscope.queries.metrics import SUMMARY
 from kmemscope.queries.sides import SideSet
 

@@ -1,4 +1,4 @@
-"""The comparison statistics (queries/compare.py) on fixed per-run values.
+"""The comparison statistics (queries/statistics.py) on fixed per-run values.
 
 Oracles: the standard library's statistics module, hand computation of the
 mmtests formulas (mmtests' compare-kernels), Welch's t from its textbook formula,
@@ -12,8 +12,8 @@ import statistics
 import pytest
 from scipy import stats as sps
 
-from kmemscope import comparison_text as co
-from kmemscope.queries import compare as st
+from kmemscope.render import comparison as co
+from kmemscope.queries import statistics as st
 from kmemscope.queries.comparison_model import compare_table
 from kmemscope.queries.sides import SideSet, missing_notes
 
@@ -136,7 +136,7 @@ def test_compare_imports_no_scipy_stats():
     import sys
 
     code = ("import sys\n"
-            "from kmemscope.queries import compare as st\n"
+            "from kmemscope.queries import statistics as st\n"
             "st.welch_p([1.0, 2.0, 4.0], [3.0, 5.0, 9.0]); st.mannwhitney_p([1.0, 2.0], [3.0, 4.5])\n"
             "print('scipy.stats' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

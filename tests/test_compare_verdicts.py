@@ -337,7 +337,7 @@ def test_the_corrections_equal_scipy_and_holms_definition():
 
     from scipy import stats as sps
 
-    from kmemscope.queries import compare as st
+    from kmemscope.queries import statistics as st
 
     rng = random.Random(3)
     for _ in range(50):
@@ -354,7 +354,7 @@ def test_the_corrections_equal_scipy_and_holms_definition():
 
 def test_runs_needed_matches_cohens_tables():
     # Cohen (1988), two-sided alpha 0.05, power 0.8: d = 0.5 needs 64 a side, d = 0.8 needs 26
-    from kmemscope.queries import compare as st
+    from kmemscope.queries import statistics as st
 
     base = [90.0, 110.0] * 10            # mean 100, sd 10.26 (sample), the same on both sides
     sd = statistics.stdev(base)

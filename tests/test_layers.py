@@ -23,8 +23,9 @@ from project import ROOT, package_folders
 
 FOLDERS = package_folders()
 # The package root holds the public API and nothing else.
-API_MODULES = {"kmemscope", "kmemscope.__main__", "kmemscope.api", "kmemscope.tables",
-               "kmemscope.comparison_text", "kmemscope.plots",
+API_MODULES = {"kmemscope", "kmemscope.__main__", "kmemscope.api", "kmemscope.render",
+               "kmemscope.render.formats", "kmemscope.render.tables", "kmemscope.render.writers",
+               "kmemscope.render.comparison", "kmemscope.render.perfetto", "kmemscope.plots",
                "kmemscope.plots.figure", "kmemscope.plots.scope", "kmemscope.plots.style",
                "kmemscope.plots.runs", "kmemscope.plots.sides", "kmemscope.plots.timeseries",
                "kmemscope.plots.origins"}
@@ -128,9 +129,9 @@ def test_imports_run_one_way(name, path):
 
 def test_the_check_catches_an_upward_import(tmp_path):
     bad = tmp_path / "x.py"
-    bad.write_text("def f():\n    from kmemscope.cli.output import write_result\n")
-    assert [t for t, _ in imported("kmemscope.queries.x", bad)] == ["kmemscope.cli.output"]
-    assert layer("kmemscope.cli.output") not in ALLOWED["queries"]
+    bad.write_text("def f():\n    from kmemscope.render.writers import write_result\n")
+    assert [t for t, _ in imported("kmemscope.queries.x", bad)] == ["kmemscope.render.writers"]
+    assert layer("kmemscope.render.writers") not in ALLOWED["queries"]
 
 
 def test_every_layer_is_a_folder_of_its_own():
@@ -196,3 +197,31 @@ def test_the_check_catches_a_circle_through_a_function(tmp_path):
              "kmemscope.dataset.run_metrics": {t for t, _ in imported("kmemscope.dataset.run_metrics",
                                                                      metrics)}}
     assert circles(graph) == [["kmemscope.dataset.commit", "kmemscope.dataset.run_metrics"]]
+
+
+def private_names_used(path):
+    """`from kmemscope... import _x` and `kmemscope_module._x` in `path` -> [(line, name)]."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kmemscope"):
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id in ("api", "kmemscope") and node.attr.startswith("_")
+              and not node.attr.startswith("__")):
+            out.append((node.lineno, f"{node.value.id}.{node.attr}"))
+    return out
+
+
+def test_the_command_line_uses_only_public_api():
+    """The command line is one client of the API among others: no private name of it."""
+    used = [f"{path.relative_to(ROOT)}:{line} uses {what}"
+            for name, path in ALL if layer(name) == "cli"
+            for line, what in private_names_used(path)]
+    assert not used, "\n".join(used)
+
+
+def test_the_check_catches_a_private_name(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text("def f():\n    from kmemscope.api import _secret\n    return api._other\n")
+    assert private_names_used(bad) == [(2, "kmemscope.api._secret"), (3, "api._other")]

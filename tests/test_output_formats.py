@@ -193,7 +193,7 @@ def test_bytes_are_base64_in_json_and_csv(ds):
 
 
 def test_label_values_cannot_break_a_markdown_table():
-    from kmemscope.comparison_text import markdown_text
+    from kmemscope.render.comparison import markdown_text
 
     cell = markdown_text("a|b <b>x</b>\n*y*")
     assert "|" not in cell.replace("\\|", "") and "\n" not in cell

@@ -174,11 +174,11 @@ PLAIN_SQL = [
 @pytest.mark.parametrize("sql", PLAIN_SQL)
 def test_python_rows_print_what_arrow_prints(two_runs, sql):
     """The oracle: the same statement fetched as Arrow and printed by format_table."""
-    from kmemscope.api import _run_sql
-    from kmemscope.tables import Rows, format_table
+    from kmemscope.api import run_sql
+    from kmemscope.render.tables import Rows, format_table
 
-    (rows,) = _run_sql(two_runs, [sql], plain_rows=True)
-    (arrow,) = _run_sql(two_runs, [sql])
+    (rows,) = run_sql(two_runs, [sql], plain_rows=True)
+    (arrow,) = run_sql(two_runs, [sql])
     assert isinstance(arrow, pa.Table)
     assert isinstance(rows, Rows) == ("hugeint_sum" not in sql)   # a HUGEINT stays Arrow
     for width in (None, 60):

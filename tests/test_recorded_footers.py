@@ -198,7 +198,7 @@ def test_a_lying_record_found_after_the_first_views_stops_the_sql(parsed, tmp_pa
 def test_statements_are_cut_where_duckdb_cuts_them(text):
     import duckdb
 
-    from kmemscope.api import _sql_statements
+    from kmemscope.api import sql_statements
 
     theirs = [str(s.query).strip().rstrip(";").strip() for s in duckdb.extract_statements(text)]
-    assert [s.strip() for s in _sql_statements(text)] == theirs
+    assert [s.strip() for s in sql_statements(text)] == theirs

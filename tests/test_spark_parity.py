@@ -96,7 +96,7 @@ def test_the_engine_leaves_the_callers_environment_as_it_was(dataset, spark):
 
 def test_compare_sides_on_spark_equal_duckdb(dataset, spark):
     """load_sides + compare_table (what `kmemscope compare --by kernel` prints) on both engines."""
-    from kmemscope import comparison_text as co
+    from kmemscope.render import comparison as co
     from kmemscope.queries import sides as sd
     from kmemscope.queries.comparison_model import compare_table
 

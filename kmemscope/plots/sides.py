@@ -16,7 +16,7 @@ import html
 
 import pandas as pd
 
-from kmemscope.comparison_text import source_mark, verdict_color, verdict_text
+from kmemscope.render.comparison import source_mark, verdict_color, verdict_text
 
 from .figure import (MAX_LINES, Drawn, Html, Missing, fig_text, finish, hex_pfn, new_figure,
                      plural)

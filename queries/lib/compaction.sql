@@ -247,8 +247,8 @@ WITH
 vm AS (
   SELECT
     run_id,
-    max(CASE WHEN name = 'compact_stall' THEN delta END) AS compact_stall,
-    max(CASE WHEN name = 'compact_success' THEN delta END) AS compact_success
+    _vmstat_delta('compact_stall') AS compact_stall,
+    _vmstat_delta('compact_success') AS compact_success
   FROM vmstat_deltas
   GROUP BY run_id
 ),

@@ -125,9 +125,9 @@ WITH
 vm AS (
   SELECT
     run_id,
-    max(CASE WHEN name = 'thp_fault_alloc' THEN delta END) AS thp_fault_alloc,
-    max(CASE WHEN name = 'thp_fault_fallback' THEN delta END) AS thp_fault_fallback,
-    max(CASE WHEN name = 'thp_fault_fallback_charge' THEN delta END) AS thp_fault_fallback_charge
+    _vmstat_delta('thp_fault_alloc') AS thp_fault_alloc,
+    _vmstat_delta('thp_fault_fallback') AS thp_fault_fallback,
+    _vmstat_delta('thp_fault_fallback_charge') AS thp_fault_fallback_charge
   FROM vmstat_deltas
   GROUP BY run_id
 ),

@@ -1,7 +1,7 @@
 -- lib/vmstat: the vmstat counters over the capture, and the window trace-derived rates count in.
 -- include: (none)
 -- views: vmstat_deltas, vmstat_intervals, trace_windows
--- internal: _prefer_vmstat
+-- internal: _prefer_vmstat, _vmstat_delta
 
 -- vmstat counters over each run's capture window: first and last sample.
 -- @columns
@@ -82,3 +82,7 @@ SELECT *,
        CASE WHEN vmstat_pct IS NOT NULL THEN 'vmstat'
             WHEN trace_pct IS NOT NULL THEN 'trace' END AS source
 FROM query_table(rates);
+
+-- One counter's increase over the capture, in a query over vmstat_deltas grouped by run
+-- (NULL: the run has no samples of it): the one way a counter becomes a column.
+CREATE TEMP MACRO _vmstat_delta(counter) AS max(CASE WHEN name = counter THEN delta END);

@@ -1,5 +1,7 @@
 """Write query results the same way on every verb: table, csv, json, jsonl or parquet.
 
+(The formats themselves, their names and extensions, are kmemscope.render.formats'.)
+
 The aligned table is for people; csv, json (one array of objects, in the style
 of sqlite-utils) and jsonl (one object per line, for streams) are for programs;
 parquet keeps the Arrow types. Every format writes one valid document. `-o FILE`
@@ -9,34 +11,12 @@ mismatch between the two is an error rather than a mislabelled file.
 import json
 import sys
 
-from kmemscope.tables import MAX_CELL, format_table, jsonable, printable
+from kmemscope.render import formats
+from kmemscope.render.formats import OutputError
+from kmemscope.render.tables import MAX_CELL, format_table, jsonable, printable
 
-FORMATS = ("table", "csv", "json", "jsonl", "parquet")
-# folded: `stack samples` lines for flame-graph tools, from a result with the
-# columns stack and samples (alloc_origins.folded); offered by `query` only.
-FOLDED = "folded"
-EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl",
-              ".parquet": "parquet", ".txt": "table", ".folded": FOLDED}
-
-
-class OutputError(ValueError):
-    """An output format that cannot be written (the CLI prints it as one line)."""
-
-
-def resolve_format(fmt, output, allowed=FORMATS, default="table"):
-    """The format to write: --format if given, else from -o's extension, else `default`."""
-    inferred = None
-    if output:
-        lower = str(output).lower()
-        inferred = next((f for ext, f in EXTENSIONS.items() if lower.endswith(ext)), None)
-        if inferred is not None and inferred not in allowed:
-            inferred = None
-    if fmt is None:
-        return inferred or default
-    if inferred is not None and inferred != fmt:
-        raise OutputError(f"-o {output} looks like {inferred} but --format is {fmt}: "
-                          "give a matching extension or drop one of them")
-    return fmt
+FORMATS = formats.ROWS
+FOLDED = formats.FOLDED
 
 
 # Rows the sql verb prints as a text table at most: a table is for reading, and it is
