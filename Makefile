@@ -99,7 +99,7 @@ setup-spark: setup
 CHECK_MARKERS := not live and not spark and not slow
 check: setup
 	KMEMSCOPE_REQUIRE_SETUP=1 KMEMSCOPE_FUZZ_INPUTS=30 \
-	$(BIN)/python -m pytest -q -rs -m "$(CHECK_MARKERS)" --timeout 300 -n auto --dist loadfile tests
+	$(BIN)/python -m pytest -q -rs -m "$(CHECK_MARKERS)" --timeout 300 -n auto --dist loadgroup tests
 
 # `make test`: everything, what CI runs (as root, with ../shared/fixtures beside the
 # clone), every switch on that this machine can meet: Spark (installed above), tracefs
@@ -112,7 +112,7 @@ test: setup dist setup-spark browser
 	py38=0; for p in $$(command -v python3.8) $$HOME/.pyenv/versions/3.8*/bin/python3.8; do \
 		"$$p" -V >/dev/null 2>&1 && py38=1 && break; \
 	done; \
-	$(REQUIRE_ALL) KMEMSCOPE_REQUIRE_PYTHON38=$$py38 $(BIN)/python -m pytest -q -rs --durations=25 tests
+	$(REQUIRE_ALL) KMEMSCOPE_REQUIRE_PYTHON38=$$py38 $(BIN)/python -m pytest -q -rs -n auto --dist loadgroup --durations=25 tests
 
 # The documentation site (mkdocs.yml, docs/) into out/site. The generated parts of
 # docs/cli.md, docs/analyses.md, docs/eras.md and docs/plots.md are rewritten from the code

@@ -74,7 +74,7 @@ alloc_counts AS (
 vm AS (
   SELECT
     run_id,
-    60.0 * _vmstat_delta('pgscan_kswapd')
+    60.0 * _vmstat_delta('pgscan_kswapd', name, delta)
       / nullif(max(window_s), 0) AS pgscan_kswapd_per_min
   FROM vmstat_deltas
   GROUP BY run_id

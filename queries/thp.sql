@@ -127,10 +127,10 @@ vm AS (
   SELECT
     run_id,
     max(window_s) AS vmstat_window_s,
-    _vmstat_delta('compact_migrate_scanned') AS compact_migrate_scanned,
-    _vmstat_delta('compact_free_scanned') AS compact_free_scanned,
-    _vmstat_delta('thp_collapse_alloc') AS thp_collapse_alloc,
-    _vmstat_delta('thp_collapse_alloc_failed') AS thp_collapse_alloc_failed
+    _vmstat_delta('compact_migrate_scanned', name, delta) AS compact_migrate_scanned,
+    _vmstat_delta('compact_free_scanned', name, delta) AS compact_free_scanned,
+    _vmstat_delta('thp_collapse_alloc', name, delta) AS thp_collapse_alloc,
+    _vmstat_delta('thp_collapse_alloc_failed', name, delta) AS thp_collapse_alloc_failed
   FROM vmstat_deltas
   GROUP BY run_id
 ),

@@ -247,8 +247,8 @@ WITH
 vm AS (
   SELECT
     run_id,
-    _vmstat_delta('compact_stall') AS compact_stall,
-    _vmstat_delta('compact_success') AS compact_success
+    _vmstat_delta('compact_stall', name, delta) AS compact_stall,
+    _vmstat_delta('compact_success', name, delta) AS compact_success
   FROM vmstat_deltas
   GROUP BY run_id
 ),

@@ -125,9 +125,9 @@ WITH
 vm AS (
   SELECT
     run_id,
-    _vmstat_delta('thp_fault_alloc') AS thp_fault_alloc,
-    _vmstat_delta('thp_fault_fallback') AS thp_fault_fallback,
-    _vmstat_delta('thp_fault_fallback_charge') AS thp_fault_fallback_charge
+    _vmstat_delta('thp_fault_alloc', name, delta) AS thp_fault_alloc,
+    _vmstat_delta('thp_fault_fallback', name, delta) AS thp_fault_fallback,
+    _vmstat_delta('thp_fault_fallback_charge', name, delta) AS thp_fault_fallback_charge
   FROM vmstat_deltas
   GROUP BY run_id
 ),

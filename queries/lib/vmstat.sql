@@ -84,5 +84,7 @@ SELECT *,
 FROM query_table(rates);
 
 -- One counter's increase over the capture, in a query over vmstat_deltas grouped by run
--- (NULL: the run has no samples of it): the one way a counter becomes a column.
-CREATE TEMP MACRO _vmstat_delta(counter) AS max(CASE WHEN name = counter THEN delta END);
+-- (NULL: the run has no samples of it): the one way a counter becomes a column. The
+-- columns name and delta are passed in (a macro binds no column of its own).
+CREATE TEMP MACRO _vmstat_delta(counter, name, delta) AS
+  max(CASE WHEN name = counter THEN delta END);
