@@ -12,8 +12,10 @@ Tiers (markers registered in setup.cfg, set here from the fixtures a test uses):
 another reason. `make check` runs everything else; `make test` runs everything.
 """
 import contextlib
+import ctypes
 import fcntl
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -39,6 +41,31 @@ os.environ.setdefault("KMEMSCOPE_RESULT_CACHE", "0")
 # The environment the run started with: what kmemscope running in-process (the Spark engine
 # above all) must leave as it found it, since later tests start children from it.
 ENVIRONMENT_AT_START = dict(os.environ)
+
+
+# ---------------------------------------------------------------- stopping the run
+
+def _stop_on_signal(signum, _frame):
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+def pytest_configure(config):
+    """SIGTERM and SIGHUP stop a test run the way Ctrl-C does: pytest tears the fixtures
+    down, so every JVM, recorder and child a fixture started is stopped in its `finally`
+    (left at their default, they end the process at once and the children run on)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, _stop_on_signal)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_this_process():
+    """Popen(preexec_fn=...): the child is killed (SIGKILL) when the test process dies, also
+    by a SIGKILL that no `finally` sees. For daemons a test starts in a session of their own."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def tracefs_available():
@@ -306,6 +333,7 @@ def pytest_collection_modifyitems(config, items):
             kind[module] = "tracefs"
         if names & SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
+        if item.get_closest_marker("spark"):      # by its fixtures or written on the test
             kind.setdefault(module, "spark")
     for item in items:
         module = item.nodeid.split("::")[0]

@@ -3,7 +3,18 @@
 The one way a test runs the command line: `kmemscope(...)` for a run to its end, `popen(...)`
 for one the test signals or reads while it runs, `one_error_line(proc)` for the promise
 that every failure is one line on stderr.
+
+`kmemscope(...)` runs the command in this process (kmemscope.cli.verbs.main with its own
+stdout, stderr, working folder and signal handlers, put back afterwards) when the test is
+not about the process: a verb of IN_PROCESS_VERBS, no option of PROCESS_OPTIONS, no
+argument to the process (env, input, cwd, ...). A program start costs ~0.3 CPU-s, and the
+suite starts hundreds. Everything else, and every run when KMEMSCOPE_TESTS_SUBPROCESS=1,
+starts the console script: `parse` forks its decoder, `record` owns tracefs and its
+signals, `report` starts a notebook kernel, Spark starts a JVM the test must not share.
+`process=True` asks for a program of its own.
 """
+import io
+import os
 import signal
 import subprocess
 import sys
@@ -20,14 +31,69 @@ def _argv(args):
     return [*KMEMSCOPE, *(a if isinstance(a, bytes) else str(a) for a in args)]
 
 
-def kmemscope(*args, check=True, timeout=600, text=True, **popen):
+# Verbs that read or write a dataset in this process and leave nothing running.
+IN_PROCESS_VERBS = {"sql", "query", "queries", "compare", "info", "verify", "metrics",
+                    "limits", "derive", "export"}
+# Options whose subject is the process: alarms and limits, tracebacks, other engines.
+PROCESS_OPTIONS = ("--engine", "--spark-master", "--spark-conf", "--timeout", "--memory-limit",
+                   "--debug", "--help", "--version")
+
+
+def _in_process(args, process, popen):
+    if process or popen or os.environ.get("KMEMSCOPE_TESTS_SUBPROCESS") == "1":
+        return False
+    if not args or args[0] not in IN_PROCESS_VERBS:
+        return False
+    return not any(isinstance(a, bytes) or str(a).split("=", 1)[0] in PROCESS_OPTIONS
+                   for a in args)
+
+
+def _captured_stream():
+    """A text stream over bytes, as a pipe's: UTF-8, no terminal."""
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="\n", write_through=True)
+
+
+def _run_in_process(args, text):
+    """`kmemscope ARGS` through kmemscope.cli.verbs.main here -> CompletedProcess."""
+    from kmemscope.cli.verbs import main
+
+    stdout, stderr = _captured_stream(), _captured_stream()
+    saved_streams, saved_cwd = (sys.stdout, sys.stderr), os.getcwd()
+    saved_signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM,
+                                                            signal.SIGHUP)}
+    code = 0
+    sys.stdout, sys.stderr = stdout, stderr
+    try:
+        os.chdir(PROJECT_ROOT)
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        for stream in (stdout, stderr):
+            stream.flush()
+        sys.stdout, sys.stderr = saved_streams
+        os.chdir(saved_cwd)
+        for sig, handler in saved_signals.items():
+            signal.signal(sig, handler)
+    out, err = stdout.buffer.getvalue(), stderr.buffer.getvalue()
+    if text:
+        out, err = out.decode(), err.decode()
+    return subprocess.CompletedProcess(_argv(args), code, out, err)
+
+
+def kmemscope(*args, check=True, timeout=600, text=True, process=False, **popen):
     """`kmemscope ARGS` to its end -> CompletedProcess (stdout and stderr captured).
 
     check: a non-zero exit fails the test with its stderr. text=False: bytes (parquet).
-    popen: more of subprocess.run's arguments (input, env, cwd, preexec_fn)."""
-    popen.setdefault("cwd", PROJECT_ROOT)
-    proc = subprocess.run(_argv(args), capture_output=True, text=text,
-                          timeout=timeout, **popen)
+    process: in a program of its own, also where it could run in this one (see above).
+    popen: more of subprocess.run's arguments (input, env, cwd, preexec_fn); with any,
+    the command runs as a program."""
+    if _in_process(args, process, popen):
+        proc = _run_in_process(args, text)
+    else:
+        popen.setdefault("cwd", PROJECT_ROOT)
+        proc = subprocess.run(_argv(args), capture_output=True, text=text,
+                              timeout=timeout, **popen)
     if check and proc.returncode:
         stderr = proc.stderr if text else proc.stderr.decode(errors="replace")
         raise AssertionError(f"kmemscope {' '.join(map(str, args))} failed ({proc.returncode}): {stderr}")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, skip_without_spark
+from conftest import EXAMPLES, die_with_this_process, skip_without_spark
 
 skip_without_spark(allow_module_level=True)
 # The cluster's driver runs every section in one fixture (its own bound: 1200 s).
@@ -57,7 +57,7 @@ def _start(cmd, log, env):
     """A daemon JVM in a process group of its own (spark-class execs java)."""
     out = open(log, "w")
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True), out
+                            start_new_session=True, preexec_fn=die_with_this_process), out
 
 
 def _stop(procs):
