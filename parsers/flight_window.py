@@ -169,3 +169,45 @@ def lost_in_window(lost, window):
         if window.start_ns <= ts <= window.end_ns:
             out.append((name, cpu, ts, missed))
     return out
+
+
+class Kept:
+    """What a parse keeps of a run, in one object: a flight bundle's window, or (window None)
+    everything. The decode asks it for its sinks; the run's tables ask it what was lost,
+    which times the run spans, what the buffers dropped and what the manifest says of it."""
+
+    def __init__(self, window, make_sink):
+        self.window = window
+        self.trimming = TrimmingSinks(make_sink, window) if window else None
+        self.make_sink = self.trimming or make_sink
+
+    @property
+    def trimmed(self):
+        return self.trimming.trimmed if self.trimming else 0
+
+    def lost(self, lost):
+        """The missed-event markers that count against the run."""
+        return lost_in_window(lost, self.window) if self.window else lost
+
+    def ts_range(self, stats):
+        """(first, last) event time of the decode's per-CPU stats, inside the window."""
+        firsts = [st["min_ts"] for st in stats if st["min_ts"] is not None]
+        lasts = [st["max_ts"] for st in stats if st["max_ts"] is not None]
+        if self.window:
+            firsts = [max(t, self.window.start_ns) for t in firsts]
+            lasts = [min(t, self.window.end_ns) for t in lasts]
+        return (min(firsts) if firsts else None, max(lasts) if lasts else None)
+
+    def dropped(self, cpustats, cpus, parse_cpu_stats):
+        """Events the --after buffer dropped, all inside the window (0 for a whole run)."""
+        return dropped_in_window(cpustats, cpus, self.window, parse_cpu_stats) if self.window else 0
+
+    def manifest(self, manifest, missed):
+        """The run's manifest, with what parse kept of a flight bundle."""
+        if not self.window:
+            return manifest
+        return dict(manifest, parse_window={
+            "start_mono_ns": self.window.start_ns, "end_mono_ns": self.window.end_ns,
+            "trimmed_before": self.trimming.trimmed_before,
+            "trimmed_after": self.trimming.trimmed_after,
+            "lost_in_window": missed, "note": window_note(manifest)})

@@ -267,36 +267,19 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
                 sinks.append(sink)
             return sink
 
-        trimming = flight_window.TrimmingSinks(make_sink, window) if window else None
+        kept = flight_window.Kept(window, make_sink)
         try:
-            stats = trace.decode(trimming or make_sink, event_ids=event_ids, threads=threads,
+            stats = trace.decode(kept.make_sink, event_ids=event_ids, threads=threads,
                                  progress=(lambda n: progress(("bytes", n))) if progress else None)
         finally:
             for sink in sinks:
                 sink.close()
         hasher.join()
         sha = sha_box["sha"]
-        firsts = [st["min_ts"] for st in stats if st["min_ts"] is not None]
-        lasts = [st["max_ts"] for st in stats if st["max_ts"] is not None]
-        ts_range = (min(firsts) if firsts else None, max(lasts) if lasts else None)
         run_id = run_id_for(sha)
-
-        lost = [s for st in stats for s in st["lost"]]
-        if window:
-            lost = flight_window.lost_in_window(lost, window)
-            firsts = [max(t, window.start_ns) for t in firsts]
-            lasts = [min(t, window.end_ns) for t in lasts]
-            ts_range = (min(firsts) if firsts else None, max(lasts) if lasts else None)
-        # a flight bundle's overruns were all before its window: not lost from the run
-        lost_table = _lost_events_table(lost, trace.layout.cpustats, overruns=window is None)
-        _write_table(staging, "lost_events", lost_table)
-        rows["lost_events"] = lost_table.num_rows
-        pf = _print_flags_table(trace.print_flags)
-        _write_table(staging, "print_flags", pf)
-        rows["print_flags"] = pf.num_rows
-        et = _event_tables_table(trace.tables.values(), rows)
-        _write_table(staging, "event_tables", et)
-        rows["event_tables"] = et.num_rows
+        ts_range = kept.ts_range(stats)
+        lost = kept.lost([s for st in stats for s in st["lost"]])
+        _stage_trace_tables(staging, trace, lost, rows, overruns=window is None)
         procfs_notes: list = []
         if bundle is not None:
             procfs_notes += _stage_procfs(source, bundle, staging, rows, lock, ts_range)
@@ -308,22 +291,13 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
             _write_table(staging, metrics_store.TABLE, metrics_store.metrics_table(bench, "bundle"))
             rows[metrics_store.TABLE] = len(bench)
 
-        trimmed = trimming.trimmed if trimming else 0
+        trimmed = kept.trimmed
         total_events = sum(st["events"] for st in stats) - trimmed
         unknown = sum(st["unknown_events"] for st in stats)
-        merged_labels = dict((manifest or {}).get("labels") or {})
-        overrides = [(k, merged_labels[k], v) for k, v in sorted((labels or {}).items())
-                     if k in merged_labels and merged_labels[k] != v]
-        merged_labels.update(labels or {})
+        merged_labels, overrides = _merged_labels(manifest, labels)
         missed = sum(m for _, _, _, m in lost if m > 0)
-        if window:   # what the --after buffer dropped, all inside the window
-            missed += flight_window.dropped_in_window(trace.layout.cpustats, trace.layout.cpu_count,
-                                                      window, parse_cpu_stats)
-        if window and trimming is not None:   # the run's manifest says what parse kept of the bundle
-            manifest = dict(manifest, parse_window={
-                "start_mono_ns": window.start_ns, "end_mono_ns": window.end_ns,
-                "trimmed_before": trimming.trimmed_before, "trimmed_after": trimming.trimmed_after,
-                "lost_in_window": missed, "note": flight_window.window_note(manifest)})
+        missed += kept.dropped(trace.layout.cpustats, trace.layout.cpu_count, parse_cpu_stats)
+        manifest = kept.manifest(manifest, missed)
         runs = _runs_table(trace, source, trace_path, sha, ts_range, total_events, missed,
                            merged_labels, manifest, unknown)
         _write_table(staging, RUNS_TABLE, runs)
@@ -333,6 +307,27 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
                       lost_events=missed, unknown_events=unknown, trimmed_events=trimmed,
                       seconds=time.monotonic() - started, label_overrides=overrides,
                       notes=procfs_notes, footers=digests.staged_footers(staging))
+
+
+def _stage_trace_tables(staging, trace, lost, rows, overruns):
+    """The tables the trace file itself gives beside its events: lost_events (overruns:
+    the capture's per-CPU overrun counters count, as they do but for a flight bundle, whose
+    overruns were all before its window), print_flags and event_tables."""
+    for name, table in (("lost_events", _lost_events_table(lost, trace.layout.cpustats, overruns)),
+                        ("print_flags", _print_flags_table(trace.print_flags)),
+                        ("event_tables", _event_tables_table(trace.tables.values(), rows))):
+        _write_table(staging, name, table)
+        rows[name] = table.num_rows
+
+
+def _merged_labels(manifest, labels):
+    """The run's labels: the manifest's, then --label's over them -> (labels, [(key, the
+    manifest's value, --label's)] for each one --label changed)."""
+    merged = dict((manifest or {}).get("labels") or {})
+    overrides = [(k, merged[k], v) for k, v in sorted((labels or {}).items())
+                 if k in merged and merged[k] != v]
+    merged.update(labels or {})
+    return merged, overrides
 
 
 def _lost_events_table(lost, cpustats, overruns=True):

@@ -14,7 +14,9 @@ another reason. `make check` runs everything else; `make test` runs everything.
 import contextlib
 import ctypes
 import fcntl
+import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -383,15 +385,18 @@ def stacks_recording(live_tracefs, tmp_path_factory):
 
     from kmrun import kmemscope
 
-    d = tmp_path_factory.mktemp("stacks")
-    load = d / "netload.py"
-    load.write_text(NETLOAD)
-    bundle = d / "bundle"
-    with record_lock():
-        kmemscope("record", "-o", bundle, *STACKS_RECORD_ARGS, "--", sys.executable, load, "1")
-    ds = d / "ds"
-    kmemscope("parse", "-q", bundle, "-o", ds, "--label", "kernel=stacks")
-    return bundle, ds
+    def record(d):
+        load = d / "netload.py"
+        load.write_text(NETLOAD)
+        bundle = d / "bundle"
+        with record_lock():
+            kmemscope("record", "-o", bundle, *STACKS_RECORD_ARGS, "--", sys.executable, load, "1")
+        ds = d / "ds"
+        kmemscope("parse", "-q", bundle, "-o", ds, "--label", "kernel=stacks")
+        return bundle, ds
+
+    bundle, ds = built_once(tmp_path_factory, "stacks", record)
+    return bundle, private_copy(tmp_path_factory, ds, "stacks")
 
 
 @pytest.fixture(scope="session")
@@ -401,12 +406,16 @@ def examples_dataset(tmp_path_factory):
     about which the analyses have notes to give)."""
     from kmrun import kmemscope
 
-    ds = tmp_path_factory.mktemp("examples") / "ds"
-    for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b")):
-        if not (EXAMPLES / bundle).is_dir():
-            requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
-        kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")
-    return ds
+    def parse(d):
+        ds = d / "ds"
+        for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b")):
+            if not (EXAMPLES / bundle).is_dir():
+                requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
+            kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")
+        return ds
+
+    return private_copy(tmp_path_factory, built_once(tmp_path_factory, "examples", parse),
+                        "examples")
 
 
 @pytest.fixture(scope="session")
@@ -416,12 +425,17 @@ def examples_ab(tmp_path_factory):
     memory-pressure and thp-faults kernel=b. Each run's `source` names its example folder."""
     from kmrun import kmemscope
 
-    ds = tmp_path_factory.mktemp("examples-ab") / "ds"
-    for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b"), ("thp-faults", "b")):
-        if not (EXAMPLES / bundle).is_dir():
-            requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
-        kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")
-    return ds
+    def parse(d):
+        ds = d / "ds"
+        for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b"),
+                               ("thp-faults", "b")):
+            if not (EXAMPLES / bundle).is_dir():
+                requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
+            kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")
+        return ds
+
+    return private_copy(tmp_path_factory, built_once(tmp_path_factory, "examples-ab", parse),
+                        "examples-ab")
 
 
 @pytest.fixture(scope="session")
@@ -436,4 +450,7 @@ def mixed_dataset(request, tmp_path_factory):
     stacks = None
     if getattr(request.config, "kmemscope_live", False):
         stacks = request.getfixturevalue("stacks_recording")[0]
-    return parity_data.build(tmp_path_factory.mktemp("mixed"), stacks)
+    # the stacks recording joins it where the run records (its path differs per worker)
+    name = "mixed-with-stacks" if stacks is not None else "mixed"
+    built = built_once(tmp_path_factory, name, lambda d: parity_data.build(d, stacks))
+    return private_copy(tmp_path_factory, built, name)
