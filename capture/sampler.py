@@ -376,8 +376,8 @@ class RollingSampler(ProcfsSampler):
     """
 
     def __init__(self, interval, keep_s, zoneinfo=False, proc="/proc", on_sample=None,
-                 every_s=None):
-        super().__init__(None, interval, zoneinfo, proc)
+                 every_s=None, sys="/sys"):
+        super().__init__(None, interval, zoneinfo, proc, sys)
         self.every_ns = {name: int(s * 1e9) for name, s in (every_s or {}).items()}
         self._last_read = {}
         self._wanted = set()

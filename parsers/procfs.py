@@ -220,12 +220,12 @@ def parse_extfrag(body):
 # ---------------------------------------------------------------- what the counts cost
 
 # "%lu.%02lu" (kernel/sched/psi.c): a bounded decimal, so never inf or nan
-_PSI_AVG = re.compile(r"\d{1,9}\.\d{1,9}")
+_PSI_AVG = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}")
 _PSI_KEYS = ("avg10", "avg60", "avg300", "total")
 # /proc/stat's cpu columns that cpu_stat keeps, in the kernel's order (fs/proc/stat.c);
 # kernels before 2.6.11 print fewer (no steal): the missing ones are NULL
 CPU_STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-_CPU_LABEL = re.compile(r"cpu(\d*)")
+_CPU_LABEL = re.compile(r"cpu([0-9]*)")
 _MTHP_COUNTER = re.compile(r"[a-z0-9_]{1,64}")
 
 
