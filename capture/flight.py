@@ -1086,6 +1086,7 @@ class FlightRecorder(Recorder):
             # under --max-disk and above --min-free before extract ran
             "disk_bound_bytes": bound,
             "samples": samples,
+            "cost_samples": self.sampler.cost_manifest(),
             "flight": {"directory": self.out, "rate": dict(self.rate), "extract_s": round(extract_s, 3),
                        "bundle_number": len(self.bundles) + 1, "resizes": self.resizes,
                        "growth_refused_memory_short": self.growth_refused,

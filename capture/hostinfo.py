@@ -68,6 +68,14 @@ def trace_cmd_version(binary="trace-cmd"):
     return m.group(1) if m else None
 
 
+def clock_ticks_per_s():
+    """USER_HZ, the unit of /proc/stat and of /proc/PID/stat's utime and stime."""
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        return None
+
+
 def collect():
     """The host part of the manifest: identity, memory layout, allocator settings."""
     u = os.uname()
@@ -81,6 +89,7 @@ def collect():
         "cpus_online": _read("/sys/devices/system/cpu/online"),
         "memory_kb": meminfo_kb("MemTotal"),
         "page_size": os.sysconf("SC_PAGE_SIZE"),
+        "clock_ticks_per_s": clock_ticks_per_s(),
         "pageblock_order": order,
         "pages_per_block": pages,
         "migratetypes": migratetypes,

@@ -387,6 +387,7 @@ class Recorder:
             "warnings": self.warnings,
         })
         self._note_extfrag(sampler, manifest)
+        self._note_cost(sampler, manifest)
         self._report(out, manifest)
         manifest["warnings"] = self.warnings
         bundle_mod.write_manifest(out, manifest)
@@ -401,6 +402,12 @@ class Recorder:
                                "samples_on_their_own": sampler.extfrag_unmatched}
         if sampler.extfrag_error is not None:
             self.warn("debugfs extfrag sampling stopped: %s" % sampler.extfrag_error)
+
+    def _note_cost(self, sampler, manifest):
+        """The cost sources as sampled (sampler.py); one that stopped mid-capture is said once."""
+        manifest["cost_samples"] = sampler.cost_manifest()
+        for name, why in sorted(sampler.cost_errors.items()):
+            self.warn("%s sampling stopped: %s" % (name, why))
 
     def _report(self, out, m):
         self.say("wrote %s: trace.dat %s, %d events, %d procfs samples, %.1f s (%s)"
@@ -420,6 +427,9 @@ class Recorder:
     def _manifest_head(self, preset, specs, missing, stacktrace, restrictions, host_flags, args,
                        trace_cmd):
         opt = self.opt
+        probe = ProcfsSampler(None, 1, opt.zoneinfo)
+        for why in probe.cost_absent.values():
+            self.say(why)
         manifest = {"format_version": BUNDLE_FORMAT_VERSION, "kmemscope_version": _kmemscope_version(),
                     "status": "recording"}
         manifest.update(hostinfo.collect())
@@ -437,7 +447,9 @@ class Recorder:
             "limits": {"duration_s": opt.duration, "max_size_bytes": opt.max_size,
                        "min_free_bytes": opt.min_free},
             "labels": opt.labels,
-            "procfs_files": ["procfs/" + n for n in ProcfsSampler(None, 1, opt.zoneinfo).sources],
+            "procfs_files": ["procfs/" + n for n in probe.sources],
+            # what the counts cost (sampler.py): sampled where the kernel has it, else why not
+            "cost_samples": probe.cost_manifest(),
             "command": {"argv": opt.command, "exit_status": None} if opt.command else None,
             "warnings": self.warnings,
         })

@@ -14,9 +14,25 @@ beside /proc/buddyinfo, into procfs/unusable_index and procfs/extfrag_index.
 /proc/buddyinfo is read again after them: when it is unchanged, the readings
 describe the same free lists as the buddyinfo sample of that pass and carry
 its header's timestamps; otherwise they carry the time they were read.
+
+Beside the counts, what they cost, wherever the kernel has it (cost sources,
+each probed once when the sampler is made; an absent one is named with why in
+the manifest, and one that fails mid-capture stops alone, the capture goes on):
+
+    pressure_memory  /proc/pressure/memory as printed (CONFIG_PSI, 4.20+)
+    stat             the `cpu` and `cpuN` lines of /proc/stat (clock ticks)
+    kthreads         one line `PID COMM UTIME STIME` (clock ticks, fields 14 and 15
+                     of /proc/PID/stat) per kswapd*, kcompactd* and khugepaged kernel
+                     thread; the threads are found by name at start and again when
+                     kthreadd's children change (or every KTHREAD_RESCAN_S without
+                     CONFIG_PROC_CHILDREN), and a thread that exits is dropped
+    mthp             one line `SIZE_KB COUNTER VALUE` per file of
+                     /sys/kernel/mm/transparent_hugepage/hugepages-<SIZE>kB/stats/
+                     (6.10+), sizes and counters as listed at start
 """
 import collections
 import os
+import re
 import threading
 import time
 
@@ -27,16 +43,198 @@ EXTFRAG_DIR = "/sys/kernel/debug/extfrag"
 EXTFRAG_SOURCES = ("unusable_index", "extfrag_index")
 
 
+# Cost sources, in the order they are sampled (module docstring); the absent ones say why.
+COST_SOURCES = ("pressure_memory", "stat", "kthreads", "mthp")
+COST_ABSENT = {
+    "pressure_memory": "no /proc/pressure/memory: kernel without CONFIG_PSI (4.20+) or booted "
+                       "with psi=0; no memory pressure samples",
+    "stat": "no /proc/stat; no CPU time samples",
+    "kthreads": "no /proc/PID folders to find kswapd, kcompactd and khugepaged in; no kernel "
+                "thread CPU samples",
+    "mthp": "no /sys/kernel/mm/transparent_hugepage/hugepages-*kB/stats/ (mTHP statistics, "
+            "6.10+ with CONFIG_TRANSPARENT_HUGEPAGE); no per-size mTHP samples",
+}
+THP_SYSFS = "kernel/mm/transparent_hugepage"
+KTHREAD_RESCAN_S = 10.0
+PF_KTHREAD = 0x00200000          # include/linux/sched.h: a kernel thread (field 9 of /proc/PID/stat)
+# The kernel threads that do the allocator's background work, by their comm: kswapdN
+# (kswapdN:M on kernels with several per node), kcompactdN and khugepaged.
+KTHREAD_NAMES = (("kswapd", re.compile(r"kswapd\d+(:\d+)?")),
+                 ("kcompactd", re.compile(r"kcompactd\d+")),
+                 ("khugepaged", re.compile(r"khugepaged")))
+
+
+def kthread_kind(comm):
+    """'kswapd', 'kcompactd' or 'khugepaged' for such a thread's comm, else None."""
+    for kind, pattern in KTHREAD_NAMES:
+        if pattern.fullmatch(comm):
+            return kind
+    return None
+
+
 def header_line(mono_ns, realtime_ns):
     return "%s mono_ns=%d realtime_ns=%d\n" % (HEADER, mono_ns, realtime_ns)
+
+
+def _read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
+def cpu_lines(text):
+    """The `cpu` and `cpuN` lines of /proc/stat text (the rest counts interrupts, not time)."""
+    return "".join(line for line in text.splitlines(True) if line.startswith("cpu"))
+
+
+def stat_fields(text):
+    """(comm, fields after the comm) of /proc/PID/stat text: the comm is between the first
+    '(' and the last ')', so a comm with spaces or parentheses still splits right."""
+    left, right = text.find("("), text.rfind(")")
+    if left < 0 or right < left:
+        return None, []
+    return text[left + 1:right], text[right + 1:].split()
+
+
+class KernelThreads:
+    """The kswapd*, kcompactd* and khugepaged kernel threads of a /proc and their CPU time."""
+
+    def __init__(self, proc="/proc"):
+        self.proc = proc
+        self.pids = {}                   # pid -> comm
+        self._children = None            # kthreadd's children as last read
+        self._scanned_at = None          # monotonic s of the last full scan (no children file)
+
+    def available(self):
+        try:
+            return any(name.isdigit() for name in os.listdir(self.proc))
+        except OSError:
+            return False
+
+    def _thread(self, pid):
+        """(comm, utime, stime) of a kernel thread of ours with `pid`, else None."""
+        try:
+            comm, fields = stat_fields(_read_text(os.path.join(self.proc, str(pid), "stat")))
+        except (OSError, UnicodeDecodeError):
+            return None               # exited (ENOENT, ESRCH) or not a process folder
+        if comm is None or len(fields) < 13 or kthread_kind(comm) is None:
+            return None
+        try:
+            flags, utime, stime = int(fields[6]), int(fields[11]), int(fields[12])
+        except ValueError:
+            return None
+        if not flags & PF_KTHREAD:
+            return None               # a user task that named itself like one
+        return comm, utime, stime
+
+    def _candidates(self):
+        """The pids to look at for new threads now, or () when nothing may have appeared."""
+        try:
+            text = _read_text(os.path.join(self.proc, "2", "task", "2", "children"))
+        except (OSError, UnicodeDecodeError):
+            text = None               # no CONFIG_PROC_CHILDREN: list /proc now and then
+        if text is not None:
+            if text == self._children:
+                return ()
+            self._children = text
+            return [int(t) for t in text.split() if t.isdigit()]
+        now = time.monotonic()
+        if self._scanned_at is not None and now - self._scanned_at < KTHREAD_RESCAN_S:
+            return ()
+        self._scanned_at = now
+        try:
+            return [int(n) for n in os.listdir(self.proc) if n.isdigit()]
+        except OSError:
+            return ()
+
+    def read(self):
+        """One line `PID COMM UTIME STIME` per thread, pids in order."""
+        for pid in self._candidates():
+            if pid not in self.pids:
+                found = self._thread(pid)
+                if found is not None:
+                    self.pids[pid] = found[0]
+        lines = []
+        for pid in sorted(self.pids):
+            found = self._thread(pid)
+            if found is None or found[0] != self.pids[pid]:
+                del self.pids[pid]       # exited (or its pid reused): look again next time
+                self._children = None
+                continue
+            lines.append("%d %s %d %d\n" % ((pid,) + found))
+        return "".join(lines)
+
+
+class MthpStats:
+    """The per-size mTHP counters of a sysfs: hugepages-<N>kB/stats/<counter>, as listed at start."""
+
+    def __init__(self, sys="/sys"):
+        self.files = []                  # (size_kb, counter, path), by size then counter
+        top = os.path.join(sys, THP_SYSFS)
+        try:
+            names = os.listdir(top)
+        except OSError:
+            return
+        for name in names:
+            m = re.fullmatch(r"hugepages-(\d+)kB", name)
+            stats = os.path.join(top, name, "stats")
+            if not m or not os.path.isdir(stats):
+                continue
+            try:
+                counters = sorted(os.listdir(stats))
+            except OSError:
+                continue
+            self.files += [(int(m.group(1)), c, os.path.join(stats, c)) for c in counters]
+        self.files.sort()
+
+    def read(self):
+        """One line `SIZE_KB COUNTER VALUE` per counter file."""
+        return "".join("%d %s %s\n" % (size, counter, _read_small(path))
+                       for size, counter, path in self.files)
+
+
+def _read_small(path):
+    """A one-value sysfs file's text, stripped: os.open and one os.read, half the time of
+    open() on the ~150 files of a 6.18 kernel's mTHP stats (1 ms a sample here)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+
+
+def cost_readers(proc="/proc", sys="/sys"):
+    """({cost source: a function giving one sample's text}, {absent cost source: why}) of
+    this kernel, probed now."""
+    readers, absent = {}, {}
+    pressure, stat = os.path.join(proc, "pressure", "memory"), os.path.join(proc, "stat")
+    threads, mthp = KernelThreads(proc), MthpStats(sys)
+    probes = {
+        "pressure_memory": (lambda: _read_text(pressure), lambda: _read_text(pressure)),
+        "stat": (lambda: _read_text(stat), lambda: cpu_lines(_read_text(stat))),
+        "kthreads": (lambda: threads.available() or None, threads.read),
+        "mthp": (lambda: mthp.files or None, mthp.read),
+    }
+    for name in COST_SOURCES:
+        probe, reader = probes[name]
+        try:
+            ok = probe() is not None
+        except (OSError, ValueError):
+            ok = False
+        if ok:
+            readers[name] = reader
+        else:
+            absent[name] = COST_ABSENT[name]
+    return readers, absent
 
 
 class ProcfsSampler:
     """A thread that appends one sample of each source every `interval` seconds."""
 
-    def __init__(self, out_dir, interval, zoneinfo=False, proc="/proc"):
+    def __init__(self, out_dir, interval, zoneinfo=False, proc="/proc", sys="/sys"):
         self.out_dir, self.interval, self.proc = out_dir, interval, proc
-        self.sources = SOURCES + (("zoneinfo",) if zoneinfo else ())
+        self._readers, self.cost_absent = cost_readers(proc, sys)
+        self.sources = SOURCES + (("zoneinfo",) if zoneinfo else ()) + tuple(self._readers)
+        self.cost_errors = {}            # cost source -> why it stopped mid-capture
         self.samples = 0
         self.error = None
         self._stop = threading.Event()
@@ -52,17 +250,40 @@ class ProcfsSampler:
 
     def sample(self):
         """Take one sample of every source now (also called for the first and last)."""
-        for name, out in self._files.items():
+        for name, out in list(self._files.items()):
             mono_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
             realtime_ns = time.time_ns()
-            with open(os.path.join(self.proc, name)) as f:
-                text = f.read()
+            text = self._read(name)
+            if text is None:
+                out.close()
+                del self._files[name]
+                continue
             # One write per sample, flushed: a killed record leaves whole samples.
             out.write(header_line(mono_ns, realtime_ns) + text)
             out.flush()
             self._taken[name] = (mono_ns, realtime_ns, text)
         self._sample_extfrag()
         self.samples += 1
+
+    def _read(self, name):
+        """The text of one sample of `name`; None for a cost source that failed (it stops
+        alone: cost_errors says why). A failed read of the allocator's files raises."""
+        if name in self.cost_errors:
+            return None
+        reader = self._readers.get(name)
+        if reader is None:
+            return _read_text(os.path.join(self.proc, name))
+        try:
+            return reader()
+        except (OSError, ValueError) as exc:     # ValueError: a file that is not text
+            self.cost_errors[name] = str(exc)
+            del self._readers[name]
+            return None
+
+    def cost_manifest(self):
+        """The manifest's `cost_samples`: what was sampled, what is absent and why, what stopped."""
+        return {"sampled": [n for n in COST_SOURCES if n in self.sources],
+                "absent": dict(self.cost_absent), "stopped": dict(self.cost_errors)}
 
     # ------------------------------------------------------------ debugfs extfrag indices
     extfrag_dir = EXTFRAG_DIR
@@ -155,8 +376,8 @@ class RollingSampler(ProcfsSampler):
     """
 
     def __init__(self, interval, keep_s, zoneinfo=False, proc="/proc", on_sample=None,
-                 every_s=None):
-        super().__init__(None, interval, zoneinfo, proc)
+                 every_s=None, sys="/sys"):
+        super().__init__(None, interval, zoneinfo, proc, sys)
         self.every_ns = {name: int(s * 1e9) for name, s in (every_s or {}).items()}
         self._last_read = {}
         self._wanted = set()
@@ -185,13 +406,14 @@ class RollingSampler(ProcfsSampler):
         texts = {}
         mono_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         for name in self.sources:
-            if not self._due(name, mono_ns):
+            if name in self.cost_errors or not self._due(name, mono_ns):
                 continue
             self._wanted.discard(name)
             self._last_read[name] = mono_ns
             stamp = (time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time_ns())
-            with open(os.path.join(self.proc, name)) as f:
-                texts[name] = (stamp, f.read())
+            text = self._read(name)
+            if text is not None:
+                texts[name] = (stamp, text)
         with self._lock:
             self.rows.append((mono_ns, texts))
             while self.rows and (len(self.rows) > self.max_rows or

@@ -87,6 +87,18 @@ TABLE_COLUMNS = {
                                "order": "INTEGER", "unusable_index_permille": "INTEGER"},
     "extfrag_index": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR", "order": "INTEGER",
                       "fragmentation_index_permille": "INTEGER"},
+    # What the counts cost (capture/sampler.py's cost sources), where the kernel had them:
+    # /proc/pressure/memory (CONFIG_PSI, 4.20+), /proc/stat's cpu lines and the CPU time of the
+    # kswapd*, kcompactd* and khugepaged threads in clock ticks (ticks_per_s: the manifest's
+    # clock_ticks_per_s), and the per-size mTHP counters (6.10+)
+    "psi_memory": {"ts": "BIGINT", "kind": "VARCHAR", "total_us": "BIGINT", "avg10": "DOUBLE",
+                   "avg60": "DOUBLE", "avg300": "DOUBLE"},
+    "cpu_stat": {"ts": "BIGINT", "cpu": "INTEGER", "user": "BIGINT", "nice": "BIGINT",
+                 "system": "BIGINT", "idle": "BIGINT", "iowait": "BIGINT", "irq": "BIGINT",
+                 "softirq": "BIGINT", "steal": "BIGINT", "ticks_per_s": "INTEGER"},
+    "kthread_cpu": {"ts": "BIGINT", "pid": "INTEGER", "comm": "VARCHAR", "kind": "VARCHAR",
+                    "utime": "BIGINT", "stime": "BIGINT", "ticks_per_s": "INTEGER"},
+    "mthp_stats": {"ts": "BIGINT", "size_kb": "INTEGER", "counter": "VARCHAR", "value": "BIGINT"},
     # Benchmark results of the run (parsers/benchmark_results.py): a bundle's metrics.json, or
     # `kmemscope metrics import`.
     "run_metrics": {"metric": "VARCHAR", "value": "DOUBLE", "unit": "VARCHAR",

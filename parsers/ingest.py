@@ -282,7 +282,8 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
         _stage_trace_tables(staging, trace, lost, rows, overruns=window is None)
         procfs_notes: list = []
         if bundle is not None:
-            procfs_notes += _stage_procfs(source, bundle, staging, rows, lock, ts_range)
+            procfs_notes += _stage_procfs(source, bundle, staging, rows, lock, ts_range,
+                                          (manifest or {}).get("clock_ticks_per_s"))
         elif snapshots is not None:
             snapshots.check_trace(source, trace.metadata()["host"], *ts_range)
             procfs_notes += _stage_procfs(source, snapshots.sample_files(*ts_range), staging,
@@ -389,15 +390,15 @@ def _event_tables_table(tables, rows):
     })
 
 
-def _stage_procfs(source, bundle, staging, rows, lock, ts_range):
+def _stage_procfs(source, bundle, staging, rows, lock, ts_range, ticks_per_s=None):
     """Stream the bundle's procfs samples (or {name: sample file bytes}) into the stage;
-    returns the notes on them."""
+    returns the notes on them. ticks_per_s: the unit of the CPU time samples."""
     from kmemscope.parsers import procfs
 
     notes: list[str] = []
     sink = _TableSink(staging, rows, lock)
     try:
-        times = procfs.stream_bundle_procfs(bundle, sink, notes, source)
+        times = procfs.stream_bundle_procfs(bundle, sink, notes, source, ticks_per_s)
     finally:
         sink.close()
     return notes + procfs.sample_window_notes(times, *ts_range)

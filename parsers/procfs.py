@@ -98,15 +98,21 @@ def parse_vmstat(body):
     return rows
 
 
+def _digits(token):
+    """True for a token of ASCII digits only: str.isdigit() also takes '²' and other digits
+    that int() refuses, and a sample's text is decoded from untrusted bytes."""
+    return token.isascii() and token.isdigit()
+
+
 def _is_int(token):
-    return token.lstrip("-").isdigit()
+    return _digits(token[1:] if token.startswith("-") else token)
 
 
 def _count(token):
     """'123' -> (123, False); '>100000' -> (100000, True); anything else -> None."""
-    if token.startswith(">") and token[1:].isdigit():
+    if token.startswith(">") and _digits(token[1:]):
         return int(token[1:]), True
-    if token.isdigit():
+    if _digits(token):
         return int(token), False
     return None
 
@@ -124,7 +130,7 @@ def parse_pagetypeinfo(body):
     for i, line in enumerate(body.splitlines()):
         if line.startswith("Free pages count per migrate type at order"):
             tokens = line.split("order", 1)[1].split()
-            if not all(t.isdigit() for t in tokens):
+            if not all(_digits(t) for t in tokens):
                 continue
             orders = [_fit(int(t), i, t, _INT32) for t in tokens]
             continue
@@ -144,7 +150,7 @@ def parse_pagetypeinfo(body):
         m = _ZONE_ROW.match(line)
         if m and block_types is not None:
             values = m.group(3).split()
-            if len(values) != len(block_types) or not all(v.isdigit() for v in values):
+            if len(values) != len(block_types) or not all(_digits(v) for v in values):
                 continue
             node = _fit(int(m.group(1)), i, m.group(1), _INT32)
             for name, value in zip(block_types, values):
@@ -160,7 +166,7 @@ def parse_buddyinfo(body):
         if not m:
             continue
         values = m.group(3).split()
-        if not all(v.isdigit() for v in values):
+        if not all(_digits(v) for v in values):
             continue
         node = _fit(int(m.group(1)), i, m.group(1), _INT32)
         for order, value in enumerate(values):
@@ -208,6 +214,92 @@ def parse_extfrag(body):
         node = _fit(int(m.group(1)), i, m.group(1), _INT32)
         for order, (value, token) in enumerate(zip(values, tokens)):
             rows.append((node, m.group(2), order, _fit(value, i, token, _INT32)))
+    return rows
+
+
+# ---------------------------------------------------------------- what the counts cost
+
+# "%lu.%02lu" (kernel/sched/psi.c): a bounded decimal, so never inf or nan
+_PSI_AVG = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}")
+_PSI_KEYS = ("avg10", "avg60", "avg300", "total")
+# /proc/stat's cpu columns that cpu_stat keeps, in the kernel's order (fs/proc/stat.c);
+# kernels before 2.6.11 print fewer (no steal): the missing ones are NULL
+CPU_STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+_CPU_LABEL = re.compile(r"cpu([0-9]*)")
+_MTHP_COUNTER = re.compile(r"[a-z0-9_]{1,64}")
+
+
+def parse_pressure(body):
+    """/proc/pressure/memory text -> [(kind, total_us, avg10, avg60, avg300)].
+
+    kind is 'some' or 'full'; total_us the cumulative stall time in microseconds; the
+    averages percentages as the kernel printed them. A line with another kind, a key
+    missing or a value that is not the kernel's number is skipped.
+    """
+    rows = []
+    for i, line in enumerate(body.splitlines()):
+        parts = line.split()
+        if not parts or parts[0] not in ("some", "full"):
+            continue
+        values = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+        if not all(k in values for k in _PSI_KEYS) or not _digits(values["total"]) \
+                or not all(_PSI_AVG.fullmatch(values[k]) for k in _PSI_KEYS[:3]):
+            continue
+        rows.append((parts[0], _fit(int(values["total"]), i, values["total"], _INT64),
+                     float(values["avg10"]), float(values["avg60"]), float(values["avg300"])))
+    return rows
+
+
+def parse_cpu_stat(body):
+    """The cpu lines of /proc/stat -> [(cpu, user, nice, system, idle, iowait, irq, softirq,
+    steal)] in clock ticks; cpu is -1 for the aggregate `cpu` line. A line whose values
+    are not all counts is skipped."""
+    rows = []
+    for i, line in enumerate(body.splitlines()):
+        parts = line.split()
+        m = _CPU_LABEL.fullmatch(parts[0]) if parts else None
+        values = parts[1:1 + len(CPU_STAT_COLUMNS)]
+        if not m or len(values) < 4 or not all(_digits(v) for v in values):
+            continue
+        cpu = _fit(int(m.group(1)), i, m.group(1), _INT32) if m.group(1) else -1
+        counts = [_fit(int(v), i, v, _INT64) for v in values]
+        rows.append((cpu, *counts, *[None] * (len(CPU_STAT_COLUMNS) - len(counts))))
+    return rows
+
+
+def parse_kthreads(body):
+    """procfs/kthreads text (lines `PID COMM UTIME STIME`, capture/sampler.py) ->
+    [(pid, comm, kind, utime, stime)]. A line whose comm names none of the threads
+    sampled, or whose numbers are not counts, is skipped."""
+    from kmemscope.capture.sampler import kthread_kind
+
+    rows = []
+    for i, line in enumerate(body.splitlines()):
+        parts = line.split()
+        if len(parts) < 4 or not _digits(parts[0]) or not (_digits(parts[-2])
+                                                             and _digits(parts[-1])):
+            continue
+        comm = " ".join(parts[1:-2])
+        kind = kthread_kind(comm)
+        if kind is None:
+            continue
+        rows.append((_fit(int(parts[0]), i, parts[0], _INT32), comm, kind,
+                     _fit(int(parts[-2]), i, parts[-2], _INT64),
+                     _fit(int(parts[-1]), i, parts[-1], _INT64)))
+    return rows
+
+
+def parse_mthp(body):
+    """procfs/mthp text (lines `SIZE_KB COUNTER VALUE`, capture/sampler.py) ->
+    [(size_kb, counter, value)]. A line that is not three such tokens is skipped."""
+    rows = []
+    for i, line in enumerate(body.splitlines()):
+        parts = line.split()
+        if len(parts) != 3 or not _digits(parts[0]) or not _MTHP_COUNTER.fullmatch(parts[1]) \
+                or not _is_int(parts[2]):
+            continue
+        rows.append((_fit(int(parts[0]), i, parts[0], _INT32), parts[1],
+                     _fit(int(parts[2]), i, parts[2], _INT64)))
     return rows
 
 
@@ -285,6 +377,17 @@ def table_schemas():
                                              ("unusable_index_permille", pa.int32())]),
         "extfrag_index": pa.schema([ts, node, zone, order,
                                     ("fragmentation_index_permille", pa.int32())]),
+        "psi_memory": pa.schema([ts, ("kind", pa.string()), ("total_us", pa.int64()),
+                                 ("avg10", pa.float64()), ("avg60", pa.float64()),
+                                 ("avg300", pa.float64())]),
+        "cpu_stat": pa.schema([ts, ("cpu", pa.int32())]
+                              + [(c, pa.int64()) for c in CPU_STAT_COLUMNS]
+                              + [("ticks_per_s", pa.int32())]),
+        "kthread_cpu": pa.schema([ts, ("pid", pa.int32()), ("comm", pa.string()),
+                                  ("kind", pa.string()), ("utime", pa.int64()),
+                                  ("stime", pa.int64()), ("ticks_per_s", pa.int32())]),
+        "mthp_stats": pa.schema([ts, ("size_kb", pa.int32()), ("counter", pa.string()),
+                                 ("value", pa.int64())]),
     }
 
 
@@ -300,7 +403,23 @@ SOURCES = (
     ("buddyinfo", lambda body: {"buddyinfo": parse_buddyinfo(body)}),
     ("unusable_index", lambda body: {"extfrag_unusable_index": parse_extfrag(body)}),
     ("extfrag_index", lambda body: {"extfrag_index": parse_extfrag(body)}),
+    ("pressure_memory", lambda body: {"psi_memory": parse_pressure(body)}),
+    ("stat", lambda body: {"cpu_stat": parse_cpu_stat(body)}),
+    ("kthreads", lambda body: {"kthread_cpu": parse_kthreads(body)}),
+    ("mthp", lambda body: {"mthp_stats": parse_mthp(body)}),
 )
+# tables in clock ticks: each row ends with the run's tick rate (the manifest's clock_ticks_per_s)
+TICKED_TABLES = ("cpu_stat", "kthread_cpu")
+
+
+def _with_ticks(parse, ticks_per_s):
+    def parse_ticked(body):
+        found = parse(body)
+        for table in TICKED_TABLES:
+            if table in found:
+                found[table] = [row + (ticks_per_s,) for row in found[table]]
+        return found
+    return parse_ticked
 
 
 class BoundReached(Exception):
@@ -418,16 +537,19 @@ def stream_sample_file(f, shown, parse, schemas, sink, notes, source=None):
     return {t: times for t in out}
 
 
-def stream_bundle_procfs(bundle_dir, sink, notes=None, source=None):
+def stream_bundle_procfs(bundle_dir, sink, notes=None, source=None, ticks_per_s=None):
     """Stream a bundle's procfs samples to `sink(table, record_batch)` (`bundle_dir`: the
     bundle's folder, or {name: sample file bytes}); returns {table: the ts of its samples}
     for the tables it has sample files for (every such table gets at least one
     batch, maybe of no rows).
 
     Tables: vmstat, pagetypeinfo_free, pagetypeinfo_blocks, buddyinfo and, where debugfs
-    was sampled, extfrag_unusable_index and extfrag_index (docs/dataset-format.md), without
+    was sampled, extfrag_unusable_index and extfrag_index; where the kernel had them,
+    psi_memory, cpu_stat, kthread_cpu and mthp_stats (docs/dataset-format.md), without
     run_id: the dataset writer adds the partition. `notes` (a list) hears of sample files
-    kept out or cut at a bound; `source` (the input's name) opens the errors.
+    kept out or cut at a bound; `source` (the input's name) opens the errors;
+    `ticks_per_s` (the manifest's clock_ticks_per_s, or None) goes into the tables
+    counted in clock ticks.
     """
     import io
 
@@ -444,16 +566,17 @@ def stream_bundle_procfs(bundle_dir, sink, notes=None, source=None):
         if f is None:
             continue
         with f:
-            times.update(stream_sample_file(f, f"procfs/{name}", parse, schemas, sink, notes,
-                                            source))
+            times.update(stream_sample_file(f, f"procfs/{name}", _with_ticks(parse, ticks_per_s),
+                                            schemas, sink, notes, source))
     return times
 
 
-def read_bundle_procfs(bundle_dir, notes=None):
+def read_bundle_procfs(bundle_dir, notes=None, ticks_per_s=None):
     """{table: pyarrow.Table} of a bundle's procfs samples (stream_bundle_procfs, gathered)."""
     import pyarrow as pa
 
     batches: dict = {}
-    stream_bundle_procfs(bundle_dir, lambda t, b: batches.setdefault(t, []).append(b), notes)
+    stream_bundle_procfs(bundle_dir, lambda t, b: batches.setdefault(t, []).append(b), notes,
+                         ticks_per_s=ticks_per_s)
     schemas = table_schemas()
     return {t: pa.Table.from_batches(bs, schema=schemas[t]) for t, bs in batches.items()}

@@ -387,6 +387,10 @@ def read_manifest(bundle):
     if isinstance(order, bool) or (order is not None and not 0 <= order <= 30):
         raise TraceFileError(f"{path}: manifest pageblock_order {clipped(order)} is out of "
                              "range 0-30")
+    ticks = _check(manifest, "clock_ticks_per_s", int, path, "an integer")
+    if isinstance(ticks, bool) or (ticks is not None and not 1 <= ticks <= 1_000_000):
+        raise TraceFileError(f"{path}: manifest clock_ticks_per_s {clipped(ticks)} is out of "
+                             "range 1-1000000")
     mts = _check(manifest, "migratetypes", list, path, "a list of strings")
     if mts is not None and (len(mts) > 64 or not all(isinstance(m, str) for m in mts)):
         raise TraceFileError(f"{path}: manifest migratetypes must be at most 64 strings")

@@ -19,6 +19,7 @@ RESERVED_TABLES = frozenset({
     "runs", "print_flags", "lost_events", "event_tables", "stacks",
     "vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo",
     "extfrag_unusable_index", "extfrag_index",
+    "psi_memory", "cpu_stat", "kthread_cpu", "mthp_stats",
     "run_metrics", "run_facts", "migratetype_names", "extfrag_ownership", "query_params",
     "page_pairs", "pfn_allocs", "alloc_stacks", "alloc_stack_frames",
     "alloc_stack_ids", "stack_pairing", "frame_skip", "subsystem_map", "stack_frames",

@@ -162,7 +162,8 @@ STACKS_TABLE = "stacks"
 # Tables of a run that are not events (no cpu/ts ordering to take part in).
 _NOT_EVENTS = {"runs", "print_flags", "lost_events", "event_tables", "vmstat",
                "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo", "zoneinfo",
-               "extfrag_unusable_index", "extfrag_index", "run_metrics", STACKS_TABLE}
+               "extfrag_unusable_index", "extfrag_index", "psi_memory", "cpu_stat",
+               "kthread_cpu", "mthp_stats", "run_metrics", STACKS_TABLE}
 
 _STACK_PAIR_SQL = """
 CREATE TEMP TABLE seq AS

@@ -30,7 +30,7 @@ def stand_ins(tmp_path, debugfs=True):
 
 
 def sampler(tmp_path, proc, extfrag, cls=ProcfsSampler):
-    s = cls(str(tmp_path / "out"), 1, proc=str(proc))
+    s = cls(str(tmp_path / "out"), 1, proc=str(proc), sys=str(tmp_path / "sys"))
     s.extfrag_dir = str(extfrag)
     s.open()
     return s

@@ -228,6 +228,10 @@ HOSTILE_MANIFESTS = {
     "order a string": ('{"pageblock_order": "9"}', "'pageblock_order' must be an integer"),
     "order out of range": ('{"pageblock_order": 4000000000}', "out of range"),
     "migratetypes of numbers": ('{"migratetypes": [1, 2]}', "migratetypes"),
+    "tick rate a string": ('{"clock_ticks_per_s": "100"}', "'clock_ticks_per_s' must be an integer"),
+    "tick rate zero": ('{"clock_ticks_per_s": 0}', "clock_ticks_per_s 0 is out of range"),
+    "tick rate huge": ('{"clock_ticks_per_s": 1e400}', "'clock_ticks_per_s' must be an integer"),
+    "tick rate a bool": ('{"clock_ticks_per_s": true}', "clock_ticks_per_s True is out of range"),
 }
 
 
