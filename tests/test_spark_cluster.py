@@ -136,65 +136,76 @@ from pathlib import Path
 import pyarrow as pa
 from kmemscope.parsers.spark_parse import parse_on_spark
 from kmemscope.queries import engines, runner, sides as sd
+from kmemscope.queries.comparison_model import compare_table
 
-master, mixed, parsed, out, conf = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), json.loads(sys.argv[5])
-bundles = sys.argv[6:]
-spec = engines.EngineSpec("spark", master, conf)
-eng = engines.engine_for(spec)
-try:
-    entries = parse_on_spark(bundles, parsed, spark=eng.spark, labels={"fleet": "cluster"})
-    (out / "parse.json").write_text(json.dumps(
-        [{"error": str(e)} if isinstance(e, Exception) else {"run_id": e.run_id, "host": e.host}
-         for e in entries]))
-    for target, name in ((parsed, "parsed-summary"), ):
-        t = runner.run_query("summary", target, engine=spec)
-        with pa.OSFile(str(out / f"{name}.arrow"), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+master, mixed, parsed_base, out_base, conf = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), json.loads(sys.argv[5])
+counts = json.loads(sys.argv[6])
+bundles = sys.argv[7:]
+for workers in counts:          # one application per count of one-core workers, in turn
+    out, parsed = out_base / str(workers), f"{parsed_base}-{workers}"
+    spec = engines.EngineSpec("spark", master, dict(conf, **{"spark.cores.max": str(workers)}))
+    eng = engines.engine_for(spec)
+    try:
+        entries = parse_on_spark(bundles, parsed, spark=eng.spark, labels={"fleet": "cluster"})
+        (out / "parse.json").write_text(json.dumps(
+            [{"error": str(e)} if isinstance(e, Exception) else {"run_id": e.run_id, "host": e.host}
+             for e in entries]))
+        t = runner.run_query("summary", parsed, engine=spec)
+        with pa.OSFile(str(out / "parsed-summary.arrow"), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
             w.write_table(t)
-    for qname in json.loads((out / "sections.json").read_text()):
-        try:
-            t = runner.run_query(qname, mixed, engine=spec)
-        except Exception as exc:
-            (out / f"{qname}.error").write_text(str(exc))
-            continue
-        with pa.OSFile(str(out / f"{qname}.arrow"), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
-            w.write_table(t)
-    s = sd.load_sides(mixed, by="kernel", engine=spec)
-    from kmemscope.queries.comparison_model import compare_table
-
-    records = compare_table(s).records
-    (out / "compare.pickle").write_bytes(pickle.dumps(
-        (s.sides, s.runs, s.summary, s.notes, [dataclasses.asdict(r) for r in records])))
-    # the block managers of the executors that joined (the driver has one too)
-    (out / "executors.json").write_text(json.dumps(
-        eng.spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1))
-finally:
-    engines.shutdown()
+        for qname in json.loads((out_base / "sections.json").read_text()):
+            try:
+                t = runner.run_query(qname, mixed, engine=spec)
+            except Exception as exc:
+                (out / f"{qname}.error").write_text(str(exc))
+                continue
+            with pa.OSFile(str(out / f"{qname}.arrow"), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+                w.write_table(t)
+        s = sd.load_sides(mixed, by="kernel", engine=spec)
+        records = compare_table(s).records
+        (out / "compare.pickle").write_bytes(pickle.dumps(
+            (s.sides, s.runs, s.summary, s.notes, [dataclasses.asdict(r) for r in records])))
+        # the block managers of the executors that joined (the driver has one too)
+        (out / "executors.json").write_text(json.dumps(
+            eng.spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1))
+    finally:
+        engines.shutdown()
 '''
+WORKER_COUNTS = (1, 2)
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["one-worker", "two-workers"])
-def cluster_results(mixed_dataset, cluster, tmp_path_factory, request):
-    """What the cluster's driver wrote using `request.param` one-core workers: parse
-    entries, every section's rows, compare, the number of executors."""
-    workers = request.param
-    tmp = tmp_path_factory.mktemp(f"cluster-driver-{workers}")
+@pytest.fixture(scope="module")
+def cluster_runs(mixed_dataset, cluster, tmp_path_factory):
+    """What the cluster's driver wrote, once per module: an application on one one-core
+    worker, then one on both, in one driver process (a driver start and the dataset's
+    parse are paid once, not once per count)."""
+    tmp = tmp_path_factory.mktemp("cluster-driver")
     out = tmp / "out"
-    out.mkdir()
+    for workers in WORKER_COUNTS:
+        (out / str(workers)).mkdir(parents=True)
     (out / "sections.json").write_text(json.dumps([q for q, _a, _s in SECTIONS]))
     script = tmp / "driver.py"
     script.write_text(DRIVER)
     conf = {"spark.driver.memory": "1g", "spark.executor.memory": "512m",
-            "spark.executor.cores": "1", "spark.cores.max": str(workers),
+            "spark.executor.cores": "1",
             "spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
             "spark.executorEnv.PYTHONSAFEPATH": "1",
             "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     parsed = tmp / "parsed"
     proc = subprocess.run([sys.executable, script, cluster, str(mixed_dataset), str(parsed),
-                           str(out), json.dumps(conf), *map(str, BUNDLES)],
-                          capture_output=True, text=True, timeout=1200, cwd=tmp)
+                           str(out), json.dumps(conf), json.dumps(WORKER_COUNTS),
+                           *map(str, BUNDLES)],
+                          capture_output=True, text=True, timeout=1800, cwd=tmp)
     assert proc.returncode == 0, f"the cluster's driver failed:\n{proc.stderr[-3000:]}"
-    return out, parsed, workers
+    return out, parsed
+
+
+@pytest.fixture(scope="module", params=WORKER_COUNTS, ids=["one-worker", "two-workers"])
+def cluster_results(cluster_runs, request):
+    """(what the driver wrote, the dataset it parsed, the count of one-core workers)."""
+    out, parsed = cluster_runs
+    return out / str(request.param), Path(f"{parsed}-{request.param}"), request.param
 
 
 def test_the_driver_had_one_executor_per_worker(cluster_results):

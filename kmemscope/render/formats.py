@@ -37,6 +37,12 @@ _ROWS, _QUERY, _COMPARISON = "rows", "query", "comparison"
 REGISTRY = (
     Format("table", (".txt",), frozenset({_ROWS, _QUERY}),
            "an aligned text table, for people (at most 10,000 rows)", text=True),
+    Format("text", (".txt", ".text"), frozenset({_COMPARISON}),
+           "the comparison's full text: statistics, changes, tests and verdicts", text=True),
+    Format("mmtests", (".mmtests",), frozenset({_COMPARISON}),
+           "mmtests compare-kernels' layout, to paste into a patch", text=True),
+    Format("markdown", (".md",), frozenset({_COMPARISON}),
+           "one markdown line per metric and side", text=True),
     Format("csv", (".csv",), frozenset({_ROWS, _QUERY, _COMPARISON}),
            "comma-separated values, cells made inert for spreadsheets"),
     Format("json", (".json",), frozenset({_ROWS, _QUERY, _COMPARISON}),
@@ -47,16 +53,11 @@ REGISTRY = (
            "Parquet, with the Arrow types"),
     Format("folded", (".folded",), frozenset({_QUERY}),
            "`stack samples` lines for flame-graph tools (alloc_origins.folded)", text=True),
-    Format("text", (".txt", ".text"), frozenset({_COMPARISON}),
-           "the comparison's full text: statistics, changes, tests and verdicts", text=True),
-    Format("mmtests", (".mmtests",), frozenset({_COMPARISON}),
-           "mmtests compare-kernels' layout, to paste into a patch", text=True),
-    Format("markdown", (".md",), frozenset({_COMPARISON}),
-           "one markdown line per metric and side", text=True),
 )
 BY_NAME = {f.name: f for f in REGISTRY}
 FOLDED = "folded"
-# The formats of a query's rows, in the order --help lists them.
+# The formats of a query's rows, in the order --help lists them (registry order: for
+# people first, then for programs).
 ROWS = tuple(f.name for f in REGISTRY if _ROWS in f.kinds)
 
 
@@ -67,7 +68,7 @@ def names(kind):
 
 def extensions(kind):
     """{extension: format} of the formats `kind` offers (the first format holding an extension)."""
-    out = {}
+    out: dict[str, str] = {}
     for f in REGISTRY:
         if kind in f.kinds:
             for ext in f.extensions:
