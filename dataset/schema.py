@@ -87,6 +87,16 @@ TABLE_COLUMNS = {
                                "order": "INTEGER", "unusable_index_permille": "INTEGER"},
     "extfrag_index": {"ts": "BIGINT", "node": "INTEGER", "zone": "VARCHAR", "order": "INTEGER",
                       "fragmentation_index_permille": "INTEGER"},
+    # Cost samples (procfs and sysfs, on the trace's clock): memory pressure, CPU time, the
+    # allocator's kernel threads' CPU time, and the per-size mTHP counters (6.10+).
+    "psi_memory": {"ts": "BIGINT", "kind": "VARCHAR", "total_us": "BIGINT", "avg10": "DOUBLE",
+                   "avg60": "DOUBLE", "avg300": "DOUBLE"},
+    "cpu_stat": {"ts": "BIGINT", "cpu": "INTEGER", "user": "BIGINT", "nice": "BIGINT",
+                 "system": "BIGINT", "idle": "BIGINT", "iowait": "BIGINT", "irq": "BIGINT",
+                 "softirq": "BIGINT", "steal": "BIGINT", "ticks_per_s": "INTEGER"},
+    "kthread_cpu": {"ts": "BIGINT", "pid": "INTEGER", "comm": "VARCHAR", "kind": "VARCHAR",
+                    "utime": "BIGINT", "stime": "BIGINT", "ticks_per_s": "INTEGER"},
+    "mthp_stats": {"ts": "BIGINT", "size_kb": "INTEGER", "counter": "VARCHAR", "value": "BIGINT"},
     # Benchmark results of the run (parsers/benchmark_results.py): a bundle's metrics.json, or
     # `kmemscope metrics import`.
     "run_metrics": {"metric": "VARCHAR", "value": "DOUBLE", "unit": "VARCHAR",

@@ -32,6 +32,7 @@ NOT_SIGNIFICANT = "no significant change"
 
 # Blocks of a table: which metric kinds go in which (--format mmtests prints them in order).
 BLOCKS = (("headline", ("summary",)), ("vmstat", ("vmstat",)), ("stalls", ("stalls",)),
+          ("cost", ("cost",)), ("mthp", ("mthp",)),
           ("benchmark", ("imported",)), ("fragmentation", ("frag",)))
 BLOCK_OF = {kind: block for block, kinds in BLOCKS for kind in kinds}
 
@@ -94,6 +95,7 @@ class ComparisonRecord:
     welch_p: float | None = None   # both tests' raw p-values, whichever decides
     mannwhitney_p: float | None = None
     band_apart: bool | None = None  # the mmtests band test: the bands do not overlap
+    direction_reason: str | None = None  # why `direction` is the better way (cost, mthp rows)
 
     @property
     def lower_bound(self):
@@ -305,7 +307,7 @@ def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, t
         stddev_change=diff("stddev", "lower"), coeffvar_change=diff("coeffvar", "lower"),
         best_change=diff("best_mean"),
         welch_p=tests.get("welch"), mannwhitney_p=tests.get("mannwhitney"),
-        band_apart=tests.get("band"))
+        band_apart=tests.get("band"), direction_reason=metric.reason or None)
 
 
 def _leaning(direction, base, new):

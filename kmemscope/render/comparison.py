@@ -44,9 +44,10 @@ TEST_TEXT = {
     "mannwhitney": "the Mann-Whitney U test",
 }
 # How each block's rows are laid out in --format mmtests, and the source its rows usually have.
-LAYOUT = {"headline": "stats", "vmstat": "means", "stalls": "means", "benchmark": "stats",
-          "fragmentation": "stats"}
-USUAL_SOURCE = {"headline": "trace", "vmstat": "vmstat", "stalls": "trace", "benchmark": "imported",
+LAYOUT = {"headline": "stats", "vmstat": "means", "stalls": "means", "cost": "means",
+          "mthp": "means", "benchmark": "stats", "fragmentation": "stats"}
+USUAL_SOURCE = {"headline": "trace", "vmstat": "vmstat", "stalls": "trace",
+                "cost": "procfs sample", "mthp": "sysfs sample", "benchmark": "imported",
                 "fragmentation": "procfs sample"}
 # What each convention's block header says of its numbers.
 CONVENTION_TEXT = {
