@@ -196,6 +196,11 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
         raise ValueError(f"unknown test {test!r} (one of {', '.join(st.TESTS)})")
     if correction not in st.CORRECTIONS:
         raise ValueError(f"unknown correction {correction!r} (one of {', '.join(st.CORRECTIONS)})")
+    if stat == "sum":           # fleet totals: the per-unit comparison, made into totals
+        from .totals import CENTRE, as_totals
+
+        return as_totals(sides, compare_table(sides, metrics, test, alpha, correction, CENTRE,
+                                              detect, directions))
     partial = [_row_parts(sides, metric, stat) for metric in resolve_metrics(sides, metrics, directions)]
     # the correction runs across every (row, side) the test could run on
     keys = [(i, s) for i, part in enumerate(partial) for s in part["tests"]]
