@@ -187,3 +187,47 @@ def test_stat_sum_per_host_is_the_total_of_the_host_values(costds, tmp_path):
                 want = math.fsum(value_of[s][rec["metric"]] for s in set(side_runs))
             assert rec["statistic"] == "Sum"
             assert rec["value"] == pytest.approx(want, rel=1e-9), (unit, rec["metric"], rec["side"])
+
+
+def test_time_spent_figure_draws_each_sides_mean_of_the_recounted_values(costds):
+    pytest.importorskip("matplotlib")
+    import kmemscope
+    from kmemscope import plots
+
+    ds, runs = costds
+    fig = plots.time_spent(kmemscope.open(ds).compare("kernel", metrics=["cost"]))
+    assert not fig.empty
+    frame = fig.drawn.panels["time per run, s"]
+    for side in ("a", "b"):
+        mine = [r for r in runs.values() if r["side"] == side and r["rows"] is not None]
+        for name, column in (("cost.kswapd_cpu_s", "kswapd CPU, s"),
+                             ("cost.system_cpu_s", "system CPU (every CPU), s")):
+            want = math.fsum(cost_data.expected(r["rows"])[name] for r in mine) / len(mine)
+            assert frame.loc[side, column] == pytest.approx(want, rel=1e-9)
+        timed = [r["stalls"]["direct_compaction"] for r in runs.values()
+                 if r["side"] == side and "direct_compaction" in r.get("stalls", {})]
+        want = math.fsum(timed) / len(timed) / 1000.0 if timed else None
+        got = frame.loc[side, "direct compaction (tasks waiting), s"]
+        assert (math.isnan(got) if want is None else got == pytest.approx(want, rel=1e-9))
+
+
+def test_free_pages_blocks_figure_draws_the_vmstat_samples(costds):
+    pytest.importorskip("matplotlib")
+    import kmemscope
+    from kmemscope import plots
+
+    ds, runs = costds
+    fig = plots.free_pages_blocks(kmemscope.open(ds), by="kernel")
+    assert not fig.empty
+    for run_id, run in runs.items():
+        if run["rows"] is None:          # the bare trace has no vmstat samples: not drawn
+            assert run_id[:8] not in fig.drawn.panels["nr_free_pages"].columns
+            continue
+        values = {"nr_free_pages": [], "nr_free_pages_blocks": []}
+        for line in (run["source"] / "procfs" / "vmstat").read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] in values:
+                values[parts[0]].append(int(parts[1]))
+        for name, want in values.items():
+            got = fig.drawn.panels[name][run_id[:8]].dropna().tolist()
+            assert got == want and want, name
