@@ -2,7 +2,7 @@
 
 Synthetic: the committed examples were recorded before kmemscope sampled these files,
 so no real run of them holds these tables. The rows follow the tables' documented
-columns (docs/dataset-format.md), on each run's own trace clock, and are committed the
+columns (dataset/schema.py), on each run's own trace clock, and are committed the
 way `kmemscope metrics import` writes a committed run's partition: through the dataset
 layer's folders (opened without following links), then the run's recorded digests
 updated, so `kmemscope verify` passes.
