@@ -200,7 +200,7 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
         from .totals import CENTRE, as_totals
 
         return as_totals(sides, compare_table(sides, metrics, test, alpha, correction, CENTRE,
-                                              detect, directions))
+                                              detect, directions), _leaning, NOT_SIGNIFICANT)
     partial = [_row_parts(sides, metric, stat) for metric in resolve_metrics(sides, metrics, directions)]
     # the correction runs across every (row, side) the test could run on
     keys = [(i, s) for i, part in enumerate(partial) for s in part["tests"]]

@@ -24,10 +24,14 @@ NOT_SUMMED = ("%", "/1000")
 CENTRE = "amean"       # the per-unit statistic the totals are made from
 
 
-def as_totals(sides, table):
-    """The ComparisonTable `table` (computed with CENTRE as every row's statistic) as totals."""
+def as_totals(sides, table, leaning_of, not_significant):
+    """The ComparisonTable `table` (computed with CENTRE as every row's statistic) as totals.
+
+    leaning_of(direction, base, new) and not_significant are the comparison model's own
+    (queries/comparison_model.py), which calls this: one rule for which way a value leans."""
     from . import statistics as st
-    from .comparison_model import NOT_SIGNIFICANT, _leaning
+
+    _leaning, NOT_SIGNIFICANT = leaning_of, not_significant
 
     base_side = sides.baseline
     shares = []
