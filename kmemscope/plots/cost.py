@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .figure import Drawn, Missing, fig_text, finish, new_figure, no_negative_axes
-from .style import legend_outside
+from .style import Palette, legend_outside
 
 # (the comparison's row, the segment's name, seconds per unit of the row)
 STACK = (("cost.direct_compaction_ms", "direct compaction (tasks waiting)", 1e-3),
@@ -57,6 +57,9 @@ def time_spent(cmp):
     ax.bar(x + 0.2, system, 0.38, color="0.65", hatch="//", edgecolor="0.35",
            label=SYSTEM[1], gid="system")
     ax.set_xticks(x, [fig_text(s) for s in sides], fontsize=8)
+    palette = Palette({s: list(cmp_sides.runs[s]) for s in sides})
+    for tick, side in zip(ax.get_xticklabels(), sides):     # each side named in its colour
+        tick.set_color(palette.color(side))
     stat = "/".join(sorted(stats)) or "Amean"
     ax.set_ylabel(f"seconds per run ({stat} of the side's runs)"
                   if stat != "Sum" else "seconds, total across the side", fontsize=8)
@@ -97,7 +100,7 @@ def free_pages_blocks(scope):
     run_names = scope.run_names()
     fig, axes = new_figure("free_pages_blocks", 1, 1, height=3.2)
     ax = axes[0, 0]
-    panels = {}
+    panels: dict = {}
     for run in runs:
         style = pal.run(run)
         for name, line in (("nr_free_pages", "-"), ("nr_free_pages_blocks", "--")):
@@ -105,7 +108,7 @@ def free_pages_blocks(scope):
             if g.empty:
                 continue
             ax.plot(g.t_s.to_numpy(), g.value.to_numpy(), linestyle=line, markersize=0,
-                    color=style.get("color"), label=fig_text(f"{run_names.get(run, run)} {name}"))
+                    color=style.get("color"), gid=style.get("gid"), label=fig_text(f"{run_names.get(run, run)} {name}"))
             panels.setdefault(name, {})[run[:8]] = pd.Series(g.value.to_numpy(),
                                                              index=np.round(g.t_s.to_numpy(), 2))
     ax.set_xlabel("s since the run's first event", fontsize=8)
