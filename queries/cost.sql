@@ -1,4 +1,4 @@
--- cost: what the capture cost: memory pressure, system CPU, the allocator's kernel threads' CPU, and the mTHP counters per size
+-- cost: what the capture cost: memory pressure, system CPU, the allocator's kernel threads' CPU, mTHP counters per size
 --
 -- What did the allocator's work cost while the trace was recorded? Counts say
 -- what happened; these samples say what it cost: how long tasks waited on
