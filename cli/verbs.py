@@ -735,8 +735,10 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
 @click.option("--detect", metavar="PCT%", callback=lambda _c, _p, v: _percent(v),
               help="For rows without a significant change: the runs (or --unit values) per side "
                    "that would detect a change of PCT% of the baseline at 80% power.")
-@click.option("--stat", type=click.Choice(["hmean", "amean", "median"]), default=None,
-              help="The centre of higher-is-better rows (default: hmean, as mmtests).")
+@click.option("--stat", type=click.Choice(["hmean", "amean", "median", "sum"]), default=None,
+              help="The centre of higher-is-better rows (default: hmean, as mmtests); sum: "
+                   "every row's total across the side's runs, or with --unit host across its "
+                   "hosts of each host's value (fleet totals).")
 @click.option("--direction", "directions", multiple=True, metavar="METRIC=higher|lower",
               help="State which way is better for a metric without a direction "
                    "(top5_pfn_allocs_sum, cross_cpu_free_pct). Repeatable.")

@@ -419,7 +419,8 @@ class Dataset:
         (Benjamini-Hochberg), holm or none, across the table's tests; sides: the
         sides in order, baseline first; unit: a label (e.g. "host") whose runs are
         summarised into one value each, so n counts units; stat: amean, hmean or
-        median for higher-is-better rows; detect: a change in % for which rows
+        median for higher-is-better rows, or sum (every row: the total across the
+        side's runs, or units with `unit`, of each one's value); detect: a change in % for which rows
         without a significant one get the runs per side needed at 80% power;
         directions: {metric: "higher"|"lower"} for metrics without a direction.
         """

@@ -20,6 +20,7 @@ UNITS = {
     "count": "a number of events or things",
     "rank": "position, 1 = first",
     "pages": "base pages",
+    "kB": "kibibytes (a folio size)",
     "order": "allocation order: 2^order base pages",
     "pfn": "page frame number",
     "flags": "a bit mask",

@@ -32,6 +32,7 @@ NOT_SIGNIFICANT = "no significant change"
 
 # Blocks of a table: which metric kinds go in which (--format mmtests prints them in order).
 BLOCKS = (("headline", ("summary",)), ("vmstat", ("vmstat",)), ("stalls", ("stalls",)),
+          ("cost", ("cost",)), ("mthp", ("mthp",)),
           ("benchmark", ("imported",)), ("fragmentation", ("frag",)))
 BLOCK_OF = {kind: block for block, kinds in BLOCKS for kind in kinds}
 
@@ -94,6 +95,7 @@ class ComparisonRecord:
     welch_p: float | None = None   # both tests' raw p-values, whichever decides
     mannwhitney_p: float | None = None
     band_apart: bool | None = None  # the mmtests band test: the bands do not overlap
+    direction_reason: str | None = None  # why `direction` is the better way (cost, mthp rows)
 
     @property
     def lower_bound(self):
@@ -194,6 +196,11 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
         raise ValueError(f"unknown test {test!r} (one of {', '.join(st.TESTS)})")
     if correction not in st.CORRECTIONS:
         raise ValueError(f"unknown correction {correction!r} (one of {', '.join(st.CORRECTIONS)})")
+    if stat == "sum":           # fleet totals: the per-unit comparison, made into totals
+        from .totals import CENTRE, as_totals
+
+        return as_totals(sides, compare_table(sides, metrics, test, alpha, correction, CENTRE,
+                                              detect, directions), _leaning, NOT_SIGNIFICANT)
     partial = [_row_parts(sides, metric, stat) for metric in resolve_metrics(sides, metrics, directions)]
     # the correction runs across every (row, side) the test could run on
     keys = [(i, s) for i, part in enumerate(partial) for s in part["tests"]]
@@ -305,7 +312,7 @@ def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, t
         stddev_change=diff("stddev", "lower"), coeffvar_change=diff("coeffvar", "lower"),
         best_change=diff("best_mean"),
         welch_p=tests.get("welch"), mannwhitney_p=tests.get("mannwhitney"),
-        band_apart=tests.get("band"))
+        band_apart=tests.get("band"), direction_reason=metric.reason or None)
 
 
 def _leaning(direction, base, new):

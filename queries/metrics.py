@@ -14,7 +14,13 @@ A metric is one value per run. Four kinds:
 - imported metrics: benchmark results in the run's `run_metrics` table, under
   the names they were imported with;
 - `frag.COLUMN`: a column of the `fragmentation` analysis's metrics section
-  (frag.unusable_index_order9_max); `frag` names them all.
+  (frag.unusable_index_order9_max); `frag` names them all;
+- `cost.NAME`: what the capture cost (COST): pressure, system CPU and the allocator's
+  kernel threads' CPU from the `cost` analysis's samples, and the time tasks spent in
+  direct compaction and direct reclaim from the trace (the `stalls` analysis);
+  `cost.NAME/min` its rate;
+- `mthp.<size>kB.COUNTER`: a per-size mTHP counter's increase over the capture (6.10+),
+  and `mthp.<size>kB.anon_fault_success_pct`.
 
 gather() runs the analyses a set of metrics needs, once each, and returns
 one dict of values per run. The statistics are in statistics.py.
@@ -28,7 +34,7 @@ from .selection import labels_dict
 
 
 # Kinds of metric that are the kernel's own counters: arithmetic means, raw relative change.
-COUNTER_KINDS = ("vmstat", "stalls")
+COUNTER_KINDS = ("vmstat", "stalls", "cost", "mthp")
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,8 @@ class Metric:
     better: str          # "higher", "lower" or "none" (no better or worse: it depends on the patch)
     unit: str            # "%", "count", "/min", "ms", an imported unit, ...
     title: str           # what a table calls the row (mmtests' name for the vmstat rows)
-    kind: str            # "summary", "vmstat", "stalls", "frag" or "imported"
+    kind: str            # "summary", "vmstat", "stalls", "cost", "mthp", "frag" or "imported"
+    reason: str = ""     # why `better` is the better way (the cost and mthp rows state it)
 
     @property
     def convention(self):
@@ -247,6 +254,10 @@ def parse_name(name):
         return ("stalls", m.group(1), column)
     if name.startswith("frag."):
         return _parse_frag_name(name)
+    if name.startswith("cost."):
+        return _parse_cost_name(name)
+    if name.startswith("mthp."):
+        return _parse_mthp_name(name)
     return ("imported", name)
 
 
@@ -340,6 +351,13 @@ class _Gathering:
         self.counters = set()         # vmstat counters some run has (sampled or from its trace)
         self.bare = []                # runs without vmstat samples
         self.stall_kinds = set()
+        self.stalls_added = False
+        self.cost_sampled = set()     # runs with cost samples (cost.per_run has a row)
+        self.cost_traced = set()      # runs whose trace times direct compaction or reclaim
+        self.cost_asked = self.mthp_asked = False
+        self.mthp_counters = {}       # size_kb -> the counters some run has at that size
+        self.mthp_moved = set()       # sizes whose counters (gauges aside) moved on some run
+        self.mthp_moving = set()      # (size_kb, counter) that moved on some run
 
     def query(self, name, run_ids=None, labels=None, with_labels=False):
         rows, notes = _run_query(name, self.dataset, run_ids or self.run_ids,
@@ -354,7 +372,8 @@ class _Gathering:
             self.runs[r["run_id"]] = {"run_id": r["run_id"], "labels": labels_dict(r["labels"]),
                                       "host": r["host"],
                                       "started_ns": _int_or_none(r["started_ns"]),
-                                      "first_ts": r["first_ts"]}
+                                      "first_ts": r["first_ts"],
+                                      "duration_s": r.get("duration_s")}
             self.trace_spans[r["run_id"]] = (r["first_ts"], r.get("last_ts"))
 
     def add_imported(self):
@@ -414,6 +433,9 @@ class _Gathering:
             self.notes += _trace_notes(self.runs, self.bare)
 
     def add_stalls(self, required):
+        if self.stalls_added:
+            return
+        self.stalls_added = True
         rows, more = _stall_rows(self.dataset, self.run_ids, self.labels, self.engine, required)
         self.notes += more
         for r in rows:
@@ -433,6 +455,10 @@ class _Gathering:
             # with a bare trace among the runs every row shows: n/a where nothing answers it
             return {f"vmstat.{c}": vmstat_metric(c) for _t, c in MMTESTS_VMSTAT
                     if c in self.counters or (self.bare and self.counters)}
+        if kind == "cost":
+            return {f"cost.{name}": cost_metric(name) for name in COST}
+        if kind == "mthp":
+            return mthp_group(self)
         if kind == "stalls":
             return {m.name: m for kind in STALL_KINDS if kind in self.stall_kinds
                     for m in (stall_metric(kind, stat) for stat in STALL_HEADLINE
@@ -453,6 +479,14 @@ class _Gathering:
             return vmstat_metric(p[1], p[2])
         if p[0] == "stalls":
             return stall_metric(p[1], p[2])
+        if p[0] == "cost":
+            return cost_metric(p[1], p[2])
+        if p[0] == "mthp":
+            if p[2] not in self.mthp_counters.get(p[1], ()):
+                have = ", ".join(f"{s}kB" for s in sorted(self.mthp_counters)) or "none"
+                raise QueryError(f"no selected run sampled mTHP counter {p[2]!r} at {p[1]}kB",
+                                 f"sizes sampled: {have} (6.10+ kernels, kmemscope record)")
+            return mthp_metric(p[1], p[2])
         if name not in self.imported:
             import difflib
 
@@ -467,8 +501,12 @@ class _Gathering:
         """The metrics to show, in order, each checked against what the runs have."""
         chosen = {}
         if defaults:
-            for kind in ("summary", "vmstat", "stalls", "imported"):
+            for kind in ("summary", "vmstat", "stalls"):
                 chosen.update(self.group(kind))
+            if self.cost_sampled:        # runs with cost samples: the cost block beside the counts
+                chosen.update(self.group("cost"))
+            chosen.update(mthp_group(self, everything=False))
+            chosen.update(self.group("imported"))
         for name in names or []:
             if name not in GROUPS:
                 chosen[name] = self.metric(name)
@@ -493,6 +531,12 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
         g.add_vmstat()
     if defaults or "stalls" in kinds:
         g.add_stalls(required="stalls" in kinds)
+    if defaults or "cost" in kinds or "mthp" in kinds:
+        g.cost_asked, g.mthp_asked = "cost" in kinds, "mthp" in kinds
+        if defaults or "cost" in kinds:
+            g.add_stalls(required=False)        # the trace-timed rows: stalls.per_run's times
+        _add_cost(g)
+        g.notes += cost_notes(g)
     chosen = g.choose(names, defaults)
     return RunValues(list(g.runs.values()), chosen, g.notes, g.counters, g.imported)
 
@@ -534,6 +578,8 @@ _EMPTY_GROUP_HINT = {
     "vmstat": "the runs have neither vmstat samples nor the events vmstat_trace counts from",
     "stalls": "the runs recorded no stall events (record with the costly-stalls or default preset)",
     "benchmark": "no benchmark result was imported: kmemscope metrics import DATASET FILE",
+    "mthp": "no selected run has per-size mTHP samples that moved (6.10+ kernels; kmemscope "
+            "record samples /sys/kernel/mm/transparent_hugepage/hugepages-*/stats/)",
 }
 
 # A run's key naming the vmstat counters that its values came from the trace for, and the
@@ -542,7 +588,7 @@ TRACE_SOURCE = "vmstat_from_trace"
 TRACE_INEXACT = "vmstat_trace_lower_bounds"
 
 # Where a metric's per-run value comes from: the sources a comparison names.
-SOURCES = ("vmstat", "procfs sample", "trace", "imported")
+SOURCES = ("vmstat", "procfs sample", "sysfs sample", "trace", "imported")
 # Summary columns read from /proc samples rather than the trace.
 SUMMARY_FROM_PROCFS = {"pgscan_kswapd_per_min": "vmstat",
                        "highatomic_pageblocks_max": "procfs sample"}
@@ -557,6 +603,10 @@ def value_source(metric, run):
         return "procfs sample", True
     if metric.kind == "stalls":
         return "trace", True
+    if metric.kind == "cost":
+        return COST[parse_name(metric.name)[1]].source, True
+    if metric.kind == "mthp":
+        return "sysfs sample", True
     if metric.kind == "summary":
         name = metric.name
         recorded = run.get((name[:-4] if name.endswith("_pct") else name) + "_source")
@@ -811,3 +861,233 @@ def minute_series(dataset, sides, names, engine=None):
         notes.append("per minute, vmstat.NAME and vmstat.NAME/min are the same numbers: the "
                      "counter's increase within each minute (the last minute may be partial)")
     return series, notes, kept
+
+
+# ---------------------------------------------------------------- cost.*: what the capture cost
+
+@dataclass(frozen=True)
+class CostRow:
+    unit: str
+    title: str
+    better: str
+    source: str          # where the value comes from (a comparison's source field)
+    column: str | None   # cost.per_run's column; None for the rows taken from stalls.per_run
+    window: str | None   # cost.per_run's column of the row's window in seconds (None: the capture)
+    era: str             # which kernels have it
+    reason: str          # why `better` is better
+
+
+_CPU_IS_COST = ("CPU time is work the machine did for the allocator instead of the workload; "
+                "a shift of compaction into kcompactd shows in background_compaction_share_pct")
+_WAIT_IS_COST = "time allocating tasks spent waiting, in the allocation path, instead of running"
+# cost.NAME -> its row; in the order a table shows them (fixed names: scripts rely on them).
+COST = {
+    "psi_some_ms": CostRow("ms", "Memory pressure some (PSI) ms", "lower", "procfs sample",
+                           "psi_some_ms", "psi_window_s", "4.20+ with CONFIG_PSI",
+                           "time during which at least one task stalled on memory"),
+    "psi_full_ms": CostRow("ms", "Memory pressure full (PSI) ms", "lower", "procfs sample",
+                           "psi_full_ms", "psi_window_s", "4.20+ with CONFIG_PSI",
+                           "time during which every non-idle task stalled on memory at once"),
+    "system_cpu_s": CostRow("s", "System CPU s", "lower", "procfs sample", "system_cpu_s",
+                            "cpu_window_s", "every kernel (/proc/stat)",
+                            "kernel-mode CPU time is what allocator work costs the host"),
+    "kswapd_cpu_s": CostRow("s", "kswapd CPU s", "lower", "procfs sample", "kswapd_cpu_s",
+                            "kthread_window_s", "every kernel (/proc/PID/stat)", _CPU_IS_COST),
+    "kcompactd_cpu_s": CostRow("s", "kcompactd CPU s", "lower", "procfs sample",
+                               "kcompactd_cpu_s", "kthread_window_s", "4.6+ (kcompactd)",
+                               _CPU_IS_COST),
+    "khugepaged_cpu_s": CostRow("s", "khugepaged CPU s", "lower", "procfs sample",
+                                "khugepaged_cpu_s", "kthread_window_s",
+                                "kernels with CONFIG_TRANSPARENT_HUGEPAGE", _CPU_IS_COST),
+    "direct_compaction_ms": CostRow("ms", "Direct compaction time ms", "lower", "trace", None,
+                                    None, "every kernel with the compaction tracepoints",
+                                    _WAIT_IS_COST),
+    "direct_reclaim_ms": CostRow("ms", "Direct reclaim time ms", "lower", "trace", None, None,
+                                 "every kernel with the vmscan tracepoints", _WAIT_IS_COST),
+    "background_compaction_share_pct": CostRow(
+        "%", "Background compaction share %", "higher", "procfs sample+trace", None, None,
+        "4.6+ (kcompactd), with kcompactd CPU samples and the compaction tracepoints",
+        "compaction done by kcompactd is compaction no allocating task waits for; what it "
+        "costs in CPU is the kcompactd_cpu_s row"),
+}
+# The trace-timed rows: stalls.per_run's total time of a kind.
+COST_FROM_STALLS = {"direct_compaction_ms": "direct_compaction", "direct_reclaim_ms": "direct_reclaim"}
+COST_SAMPLED = [name for name, row in COST.items() if row.column is not None]
+GROUPS["cost"] = "cost"
+GROUPS["mthp"] = "mthp"
+_COST_NAME = re.compile(r"cost\.([a-z_]+)(/min)?")
+_MTHP_NAME = re.compile(r"mthp\.([0-9]{1,8})kB\.([a-z][a-z0-9_]{0,63})")
+
+# What answers the sampled rows, and why a run without it has none.
+COST_SAMPLE_FILES = {
+    "psi_some_ms": "/proc/pressure/memory", "psi_full_ms": "/proc/pressure/memory",
+    "system_cpu_s": "/proc/stat", "kswapd_cpu_s": "/proc/PID/stat of the kernel threads",
+    "kcompactd_cpu_s": "/proc/PID/stat of the kernel threads",
+    "khugepaged_cpu_s": "/proc/PID/stat of the kernel threads",
+}
+
+
+def cost_metric(name, per_min=False):
+    row = COST[name]
+    if per_min:
+        return Metric(f"cost.{name}/min", row.better, f"{row.unit}/min",
+                      row.title + " per minute", "cost", row.reason)
+    return Metric(f"cost.{name}", row.better, row.unit, row.title, "cost", row.reason)
+
+
+def _parse_cost_name(name):
+    m = _COST_NAME.fullmatch(name)
+    if not m or m.group(1) not in COST or (m.group(2) and COST[m.group(1)].unit == "%"):
+        raise QueryError(f"bad cost metric {name!r}",
+                         "write cost.NAME or cost.NAME/min, NAME one of " + ", ".join(COST)
+                         + " (a share has no rate)")
+    return ("cost", m.group(1), bool(m.group(2)))
+
+
+# mTHP counters (/sys/kernel/mm/transparent_hugepage/hugepages-<size>kB/stats/): which way is
+# better, and why. A counter not named here (a later kernel's) has no direction.
+MTHP_BETTER = {
+    "anon_fault_alloc": ("higher", "an anonymous fault got a folio of this size"),
+    "anon_fault_fallback": ("lower", "an anonymous fault at this size fell back to a smaller one"),
+    "anon_fault_fallback_charge": ("lower", "a fault fell back because the memcg charge failed"),
+    "anon_fault_success_pct": ("higher", "alloc / (alloc + fallback): faults served at this size"),
+    "shmem_alloc": ("higher", "a shmem folio of this size was allocated"),
+    "shmem_fallback": ("lower", "a shmem allocation at this size fell back"),
+    "shmem_fallback_charge": ("lower", "a shmem allocation fell back on its memcg charge"),
+    "swpout_fallback": ("lower", "a folio was split before swap-out instead of written whole"),
+    "swpin_fallback": ("lower", "swap-in at this size fell back to smaller folios"),
+    "swpin_fallback_charge": ("lower", "swap-in fell back on its memcg charge"),
+    "split_failed": ("lower", "a split of a folio of this size failed"),
+}
+MTHP_NO_DIRECTION = ("a count of work whose better way depends on the patch (swapping or splitting "
+                     "whole folios), or a gauge (nr_anon*: folios now, its increase a net change)")
+MTHP_FIRST = ("anon_fault_alloc", "anon_fault_fallback", "anon_fault_success_pct")
+MTHP_GAUGES = ("nr_anon", "nr_anon_partially_mapped")
+
+
+def mthp_metric(size_kb, counter):
+    better, reason = MTHP_BETTER.get(counter, ("none", MTHP_NO_DIRECTION))
+    unit = "%" if counter.endswith("_pct") else "count"
+    return Metric(f"mthp.{size_kb}kB.{counter}", better, unit, f"mTHP {size_kb}kB {counter}",
+                  "mthp", reason)
+
+
+def _parse_mthp_name(name):
+    m = _MTHP_NAME.fullmatch(name)
+    if not m:
+        raise QueryError(f"bad mTHP metric {name!r}",
+                         "write mthp.<size>kB.COUNTER, e.g. mthp.64kB.anon_fault_alloc")
+    return ("mthp", int(m.group(1)), m.group(2))
+
+
+def _mthp_order(counter):
+    return (MTHP_FIRST.index(counter) if counter in MTHP_FIRST else len(MTHP_FIRST), counter)
+
+
+def _cost_rows(dataset, run_ids, labels, engine, section):
+    try:
+        return _run_query(section, dataset, run_ids, labels, engine)
+    except DatasetError:
+        return [], []
+
+
+def _add_cost(g, with_mthp=True):
+    """cost.* and mthp.* values of gather()'s runs (g: a _Gathering with its stalls added)."""
+    rows, notes = _cost_rows(g.dataset, g.run_ids, g.labels, g.engine, "cost.per_run")
+    g.notes += notes
+    by_run = {r["run_id"]: r for r in rows}
+    for run_id, target in g.runs.items():
+        row = by_run.get(run_id)
+        if row is not None:
+            g.cost_sampled.add(run_id)
+        for name in COST_SAMPLED:
+            spec = COST[name]
+            value = row.get(spec.column) if row else None
+            window = row.get(spec.window) if row else None
+            _set_cost(target, name, value, window)
+        duration = target.get("duration_s")
+        for name, kind in COST_FROM_STALLS.items():
+            value = target.get(f"stalls.{kind}.total_ms")
+            _set_cost(target, name, value, duration)
+            if value is not None:
+                g.cost_traced.add(run_id)
+        kcompactd, direct = target.get("cost.kcompactd_cpu_s"), target.get("cost.direct_compaction_ms")
+        share = None
+        if kcompactd is not None and direct is not None and kcompactd * 1000.0 + direct > 0:
+            share = 100.0 * kcompactd * 1000.0 / (kcompactd * 1000.0 + direct)
+        target["cost.background_compaction_share_pct"] = share
+    if with_mthp:
+        _add_mthp(g)
+
+
+def _set_cost(target, name, value, window_s):
+    target[f"cost.{name}"] = value
+    target[f"cost.{name}/min"] = None if value is None or not window_s else 60.0 * value / window_s
+
+
+def _add_mthp(g):
+    rows, notes = _cost_rows(g.dataset, g.run_ids, g.labels, g.engine, "cost.mthp")
+    g.notes += notes
+    per_run: dict = {}
+    for r in rows:
+        per_run.setdefault(r["run_id"], {}).setdefault(r["size_kb"], {})[r["counter"]] = r["delta"]
+    for run_id, sizes in per_run.items():
+        target = g.runs.get(run_id)
+        if target is None:
+            continue
+        for size, counters in sizes.items():
+            g.mthp_counters.setdefault(size, set()).update(counters)
+            if any(v for c, v in counters.items() if c not in MTHP_GAUGES):
+                g.mthp_moved.add(size)
+            for counter, value in counters.items():
+                if value and counter not in MTHP_GAUGES:
+                    g.mthp_moving.add((size, counter))
+                target[f"mthp.{size}kB.{counter}"] = value
+            alloc, fallback = counters.get("anon_fault_alloc"), counters.get("anon_fault_fallback")
+            if alloc is not None and fallback is not None:
+                g.mthp_counters[size].add("anon_fault_success_pct")
+                target[f"mthp.{size}kB.anon_fault_success_pct"] = (
+                    100.0 * alloc / (alloc + fallback) if alloc + fallback else None)
+
+
+def mthp_group(g, everything=True):
+    """The mthp.* rows of the sizes that moved on some run: every counter present there, or
+    (everything=False, the default set) the anonymous-fault rows and the counters that moved."""
+    out = {}
+    for size in sorted(g.mthp_moved):
+        for counter in sorted(g.mthp_counters.get(size, ()), key=_mthp_order):
+            if everything or counter in MTHP_FIRST or (size, counter) in g.mthp_moving:
+                out[f"mthp.{size}kB.{counter}"] = mthp_metric(size, counter)
+    return out
+
+
+def cost_notes(g):
+    """Why a cost or mthp row is n/a for runs without the samples that answer it."""
+    notes = []
+    bare = [r for r in g.runs if r not in g.cost_sampled]
+    if bare and (g.cost_sampled or g.cost_asked):
+        shown = ", ".join(bare[:3]) + (" ..." if len(bare) > 3 else "")
+        notes.append(
+            f"cost.psi_some_ms, cost.psi_full_ms, cost.system_cpu_s, cost.kswapd_cpu_s, "
+            f"cost.kcompactd_cpu_s, cost.khugepaged_cpu_s, cost.background_compaction_share_pct: "
+            f"n/a for {len(bare)} run{'s' if len(bare) > 1 else ''} without cost samples "
+            f"({shown}): no tracepoint gives pressure or CPU time; only samples of "
+            "/proc/pressure/memory, /proc/stat and the kernel threads' /proc/PID/stat "
+            "(kmemscope record takes them) answer those rows; the trace-timed rows "
+            "(direct_compaction_ms, direct_reclaim_ms) stay")
+    untimed = [r for r in g.runs if r not in g.cost_traced]
+    if untimed and (g.cost_sampled or g.cost_asked):
+        notes.append(f"cost.direct_compaction_ms, cost.direct_reclaim_ms: n/a for {len(untimed)} "
+                     f"run{'s' if len(untimed) > 1 else ''} that recorded neither kind's begin and "
+                     "end events (kmemscope queries stalls says which)")
+    if g.mthp_asked and not g.mthp_moved:
+        notes.append("mthp.*: no selected run has per-size mTHP samples that moved (6.10+ kernels; "
+                     "kmemscope record samples /sys/kernel/mm/transparent_hugepage/hugepages-*/stats/); "
+                     "a bare trace gives none: the trace's THP fault model counts the PMD order only")
+    elif g.mthp_moved:
+        without = [r for r in g.runs if not any(k.startswith("mthp.") for k in g.runs[r])]
+        if without:
+            notes.append(f"mthp.*: n/a for {len(without)} run{'s' if len(without) > 1 else ''} "
+                         "without per-size mTHP samples (a bare trace, or a kernel before 6.10): "
+                         "the trace's THP fault model counts the PMD order only")
+    return notes

@@ -28,7 +28,7 @@ API_MODULES = {"kmemscope", "kmemscope.__main__", "kmemscope.api", "kmemscope.re
                "kmemscope.render.comparison", "kmemscope.render.perfetto", "kmemscope.plots",
                "kmemscope.plots.figure", "kmemscope.plots.scope", "kmemscope.plots.style",
                "kmemscope.plots.runs", "kmemscope.plots.sides", "kmemscope.plots.timeseries",
-               "kmemscope.plots.origins"}
+               "kmemscope.plots.origins", "kmemscope.plots.cost"}
 LAYERS = ("common", "capture", "dataset", "parsers", "queries", "notebooks", "cli")
 ALLOWED = {
     "common": set(),

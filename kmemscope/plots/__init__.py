@@ -44,7 +44,7 @@ __all__ = ["Figure", "Html", "FIGURES", "ANALYSES", "order_histogram", "atomic_o
            "event_rates", "highatomic", "free_by_migratetype", "free_pageblocks", "hot_pfns",
            "compaction_timeline", "vmstat_rates", "over_time", "free_pages", "stall_cdf",
            "alloc_origins", "comparison", "summary", "comparison_table", "highatomic_table",
-           "hot_pfns_table", "vmstat_table"]
+           "hot_pfns_table", "vmstat_table", "time_spent", "free_pages_blocks"]
 
 
 def _draw(name, draw, ds, by, baseline, run, label, **params):
@@ -166,6 +166,15 @@ def stall_cdf(ds, *, by=None, baseline=None, run=None, label=None) -> Figure:
     return _draw("stall_cdfs", draw, ds, by, baseline, run, label)
 
 
+def free_pages_blocks(ds, *, by=None, baseline=None, run=None, label=None) -> Figure:
+    """vmstat nr_free_pages (solid) and nr_free_pages_blocks (dashed: free pages in free
+    pageblocks, kernels 6.15+) over time, a pair of lines per run in its side's colour; runs of
+    older kernels are left out and counted. From the `vmstat` samples."""
+    from .cost import free_pages_blocks as draw
+
+    return _draw("free_pages_blocks", draw, ds, by, baseline, run, label)
+
+
 def alloc_origins(ds, *, by=None, baseline=None, run=None, label=None) -> Figure:
     """Who makes the non-blocking allocations of order 1 and above: an icicle of their kernel
     stacks per run (up to four). Needs stacks (`kmemscope record --preset atomic-origins`).
@@ -192,6 +201,20 @@ def comparison(cmp, metrics=None) -> Figure:
                                          [metrics] if isinstance(metrics, str) else list(metrics))
     except Missing as exc:
         return Figure.nothing("distributions", str(exc))
+
+
+def time_spent(cmp) -> Figure:
+    """Where the time went, per side of Comparison `cmp`: the time allocating tasks waited in
+    direct compaction and direct reclaim (the trace) and the CPU time of kcompactd, kswapd and
+    khugepaged (samples) stacked, system CPU beside them; each segment the side's statistic of
+    its cost row. Needs the cost rows (`ds.compare(by, metrics=["cost"])`); `fig.drawn` holds
+    the seconds drawn per side."""
+    from .cost import time_spent as draw
+
+    try:
+        return draw(cmp)
+    except Missing as exc:
+        return Figure.nothing("time_spent", str(exc))
 
 
 def _table(make):
@@ -257,4 +280,5 @@ ANALYSES = {"stalls": stall_cdf, "stalls.each": stall_cdf, "atomic_orders": atom
 # name -> function: the figures docs/plots.md lists (tools/gen_plots.py draws each)
 FIGURES = {f.__name__: f for f in (order_histogram, atomic_orders, pollution, event_rates, highatomic,
                                    free_by_migratetype, free_pageblocks, hot_pfns, compaction_timeline,
-                                   vmstat_rates, over_time, free_pages, stall_cdf, alloc_origins)}
+                                   vmstat_rates, over_time, free_pages, free_pages_blocks, stall_cdf,
+                                   alloc_origins)}

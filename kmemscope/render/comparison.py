@@ -44,9 +44,10 @@ TEST_TEXT = {
     "mannwhitney": "the Mann-Whitney U test",
 }
 # How each block's rows are laid out in --format mmtests, and the source its rows usually have.
-LAYOUT = {"headline": "stats", "vmstat": "means", "stalls": "means", "benchmark": "stats",
-          "fragmentation": "stats"}
-USUAL_SOURCE = {"headline": "trace", "vmstat": "vmstat", "stalls": "trace", "benchmark": "imported",
+LAYOUT = {"headline": "stats", "vmstat": "means", "stalls": "means", "cost": "means",
+          "mthp": "means", "benchmark": "stats", "fragmentation": "stats"}
+USUAL_SOURCE = {"headline": "trace", "vmstat": "vmstat", "stalls": "trace",
+                "cost": "procfs sample", "mthp": "sysfs sample", "benchmark": "imported",
                 "fragmentation": "procfs sample"}
 # What each convention's block header says of its numbers.
 CONVENTION_TEXT = {
@@ -64,11 +65,24 @@ def source_mark(record):
     return f" [{record.source}{'' if record.exact else ', lower bound'}]"
 
 
-def _block_header(title, rows):
+# What a block of --stat sum rows says of its numbers, per convention.
+SUM_TEXT = {
+    "mmtests": "Sum: the total across the side's {units} of each one's value; percent "
+               "difference of the totals: positive = better",
+    "counter": "Sum: the total across the side's {units} of each one's value; percent "
+               "difference: the raw relative change of the totals, new/baseline - 1",
+}
+
+
+def _block_header(title, rows, sides=None):
     conventions = sorted({r.metric.convention for r in rows})
+    source = USUAL_SOURCE.get(title)
+    if rows and all(r.stat == "Sum" for r in rows):
+        units = (sides.unit + "s") if sides is not None and sides.unit else "runs"
+        what = "; ".join(SUM_TEXT[c].format(units=units) for c in conventions)
+        return f"{title} ({what}; source: {source} unless marked)"
     stats = sorted({r.stat for r in rows if r.stat not in ("Hmean", "Amean")})
     extra = f"; {', '.join(stats)} where --stat asks for it" if stats else ""
-    source = USUAL_SOURCE.get(title)
     return (f"{title} ({'; '.join(CONVENTION_TEXT[c] for c in conventions)}{extra}; "
             f"source: {source} unless marked)")
 
@@ -178,7 +192,9 @@ def format_text(sides, table, notes=()):
     lead = 10 + width + 1
     w = _width(sides, rows)
     out = [_intro(sides, table)]
-    out += [f"{c} metrics: {CONVENTION_TEXT[c]}"
+    summed = bool(rows) and all(r.stat == "Sum" for r in rows)
+    units = (sides.unit + "s") if sides.unit else "runs"
+    out += [f"{c} metrics: {(SUM_TEXT if summed else CONVENTION_TEXT)[c].format(units=units)}"
             for c in sorted({r.metric.convention for r in rows})]
     out += [""] + _header(sides, lead, w)
     for r in rows:
@@ -244,7 +260,7 @@ def format_mmtests(sides, table, notes=()):
             names = {id(r): r.metric.name + source_mark(r.records[sides.baseline]) for r in block}
             width = max(len(n) for n in names.values())
             lead = 10 + width + 1
-            out += [_block_header(title, block)] + _header(sides, lead, w)
+            out += [_block_header(title, block, sides)] + _header(sides, lead, w)
             for key, _c, _n in STAT_ROWS:
                 for r in block:
                     out.append(f"{_stat_name(r, key):<9} {names[id(r)]:<{width}} "
@@ -252,7 +268,7 @@ def format_mmtests(sides, table, notes=()):
         else:
             width = max(len(_title(r, sides)) for r in block)
             lead = width + 1
-            out += [_block_header(title, block)] + _header(sides, lead, w)
+            out += [_block_header(title, block, sides)] + _header(sides, lead, w)
             for r in block:
                 out.append(f"{_title(r, sides):<{width}} " + _join(_cells(sides, r, "value"), sides, w))
     out += [""] + _one_run_line(sides) if _one_run_line(sides) else []

@@ -1,0 +1,184 @@
+-- cost: what the capture cost: memory pressure, system CPU, the allocator's kernel threads' CPU, mTHP counters per size
+--
+-- What did the allocator's work cost while the trace was recorded? Counts say
+-- what happened; these samples say what it cost: how long tasks waited on
+-- memory (PSI), how much CPU time the kernel spent (/proc/stat), how much CPU
+-- the threads that do the background work used (kswapd*, kcompactd*,
+-- khugepaged: /proc/PID/stat), and how the per-size mTHP counters moved
+-- (/sys/kernel/mm/transparent_hugepage/hugepages-*/stats/). Each is the
+-- increase between a run's first and last sample of it, on the trace's clock.
+-- `kmemscope compare` shows them in its cost block (cost.*) and as mthp.* rows,
+-- beside the time the trace itself gives for direct compaction and direct
+-- reclaim (the stalls analysis pairs those begins and ends).
+--
+-- Caveats (kernel eras): PSI needs 4.20+ built with CONFIG_PSI (and not
+-- psi=0); its totals are microseconds of wall-clock time during which some
+-- (or all non-idle) tasks stalled on memory, summed over nothing: they are not
+-- per CPU. /proc/stat and /proc/PID/stat count in clock ticks (USER_HZ,
+-- ticks_per_s, 100 on most hosts): a value is good to one tick per thread
+-- and sample (10 ms). A kernel thread found only after the first sample
+-- counts from its first sample. The per-size mTHP stats exist from 6.10
+-- (swpin and the *_charge, split and nr_anon* counters from later 6.1x
+-- kernels); nr_anon and nr_anon_partially_mapped are gauges (folios now), so
+-- their increase is a net change, not a flow. Runs without these samples (a
+-- bare trace.dat, or a bundle of a kernel or kmemscope that has none) have no
+-- row, or NULL where one source is missing.
+--
+-- @optional psi_memory cpu_stat kthread_cpu mthp_stats
+
+-- @section per_run: per run: pressure, system CPU and the background threads' CPU over the capture
+-- @columns
+--   psi_some_ms        ms     /proc/pressure/memory `some` total's increase: time during which
+--                             at least one task stalled on memory
+--   psi_full_ms        ms     the `full` total's increase: time during which every non-idle
+--                             task stalled on memory at once
+--   psi_window_s       s      between the first and last PSI sample
+--   system_cpu_s       s      CPU time in kernel mode, every CPU (/proc/stat `system`; irq and
+--                             softirq time are counted apart by the kernel and not here)
+--   softirq_cpu_s      s      CPU time in softirq, every CPU
+--   iowait_s           s      idle CPU time while I/O was outstanding, every CPU
+--   cpu_window_s       s      between the first and last /proc/stat sample
+--   kswapd_cpu_s       s      user plus system time of every kswapdN thread
+--   kcompactd_cpu_s    s      user plus system time of every kcompactdN thread
+--   khugepaged_cpu_s   s      user plus system time of khugepaged
+--   kthreads           count  kernel threads sampled (a thread that appeared later counts too)
+--   kthread_window_s   s      between the first and last kernel-thread sample
+WITH psi AS (
+  SELECT run_id, kind,
+         max_by(total_us, ts) - min_by(total_us, ts) AS total_us,
+         (max(ts) - min(ts)) / 1e9 AS window_s
+  FROM psi_memory
+  GROUP BY run_id, kind
+),
+psi_per_run AS (
+  SELECT run_id,
+         max(CASE WHEN kind = 'some' THEN total_us END) / 1e3 AS psi_some_ms,
+         max(CASE WHEN kind = 'full' THEN total_us END) / 1e3 AS psi_full_ms,
+         max(window_s) AS psi_window_s
+  FROM psi
+  GROUP BY run_id
+),
+-- each CPU's line (and the aggregate `cpu` line, cpu -1): first and last sample
+cpu_lines AS (
+  SELECT run_id, cpu,
+         max_by(system, ts) - min_by(system, ts) AS system_ticks,
+         max_by(softirq, ts) - min_by(softirq, ts) AS softirq_ticks,
+         max_by(iowait, ts) - min_by(iowait, ts) AS iowait_ticks,
+         max(ticks_per_s) AS ticks_per_s,
+         (max(ts) - min(ts)) / 1e9 AS window_s
+  FROM cpu_stat
+  GROUP BY run_id, cpu
+),
+-- the aggregate line where the run has one, else the sum of the CPUs' lines
+cpu_per_run AS (
+  SELECT run_id,
+         coalesce(sum(CASE WHEN cpu = -1 THEN system_ticks END),
+                  sum(CASE WHEN cpu >= 0 THEN system_ticks END))
+           / max(nullif(ticks_per_s, 0)) AS system_cpu_s,
+         coalesce(sum(CASE WHEN cpu = -1 THEN softirq_ticks END),
+                  sum(CASE WHEN cpu >= 0 THEN softirq_ticks END))
+           / max(nullif(ticks_per_s, 0)) AS softirq_cpu_s,
+         coalesce(sum(CASE WHEN cpu = -1 THEN iowait_ticks END),
+                  sum(CASE WHEN cpu >= 0 THEN iowait_ticks END))
+           / max(nullif(ticks_per_s, 0)) AS iowait_s,
+         max(window_s) AS cpu_window_s
+  FROM cpu_lines
+  GROUP BY run_id
+),
+-- each kernel thread (a pid and its name: a pid reused by another thread is another thread)
+threads AS (
+  SELECT run_id, pid, comm, kind,
+         (max_by(utime + stime, ts) - min_by(utime + stime, ts))
+           / nullif(max(ticks_per_s), 0) AS cpu_s,
+         min(ts) AS first_ts, max(ts) AS last_ts
+  FROM kthread_cpu
+  GROUP BY run_id, pid, comm, kind
+),
+threads_per_run AS (
+  SELECT run_id,
+         coalesce(sum(CASE WHEN kind = 'kswapd' THEN cpu_s END), 0.0) AS kswapd_cpu_s,
+         coalesce(sum(CASE WHEN kind = 'kcompactd' THEN cpu_s END), 0.0) AS kcompactd_cpu_s,
+         coalesce(sum(CASE WHEN kind = 'khugepaged' THEN cpu_s END), 0.0) AS khugepaged_cpu_s,
+         count(*) AS kthreads,
+         (max(last_ts) - min(first_ts)) / 1e9 AS kthread_window_s
+  FROM threads
+  GROUP BY run_id
+),
+sampled AS (
+  SELECT run_id FROM psi_per_run
+  UNION
+  SELECT run_id FROM cpu_per_run
+  UNION
+  SELECT run_id FROM threads_per_run
+)
+SELECT
+  f.run_id,
+  f.labels,
+  p.psi_some_ms,
+  p.psi_full_ms,
+  p.psi_window_s,
+  c.system_cpu_s,
+  c.softirq_cpu_s,
+  c.iowait_s,
+  c.cpu_window_s,
+  t.kswapd_cpu_s,
+  t.kcompactd_cpu_s,
+  t.khugepaged_cpu_s,
+  t.kthreads,
+  t.kthread_window_s
+FROM sampled AS s
+JOIN run_facts AS f ON f.run_id = s.run_id
+LEFT JOIN psi_per_run AS p ON p.run_id = s.run_id
+LEFT JOIN cpu_per_run AS c ON c.run_id = s.run_id
+LEFT JOIN threads_per_run AS t ON t.run_id = s.run_id
+ORDER BY f.run_id
+
+-- @section kthreads: per run and kernel thread: its CPU time over the capture
+-- @columns
+--   pid        code   the thread's pid
+--   comm       text   its name (kswapd0, kcompactd0, khugepaged)
+--   kind       text   kswapd, kcompactd or khugepaged
+--   cpu_s      s      user plus system time between its first and last sample
+--   utime_s    s      of which in user mode (0 for a kernel thread but for accounting noise)
+--   stime_s    s      of which in kernel mode
+--   first_ts   ns     its first sample
+--   last_ts    ns     its last sample
+WITH threads AS (
+  SELECT run_id, pid, comm, kind,
+         (max_by(utime + stime, ts) - min_by(utime + stime, ts))
+           / nullif(max(ticks_per_s), 0) AS cpu_s,
+         (max_by(utime, ts) - min_by(utime, ts)) / nullif(max(ticks_per_s), 0) AS utime_s,
+         (max_by(stime, ts) - min_by(stime, ts)) / nullif(max(ticks_per_s), 0) AS stime_s,
+         min(ts) AS first_ts,
+         max(ts) AS last_ts
+  FROM kthread_cpu
+  GROUP BY run_id, pid, comm, kind
+)
+SELECT f.run_id, f.labels, t.pid, t.comm, t.kind, t.cpu_s, t.utime_s, t.stime_s,
+       t.first_ts, t.last_ts
+FROM threads AS t
+JOIN run_facts AS f ON f.run_id = t.run_id
+ORDER BY f.run_id, t.kind, t.comm, t.pid, t.first_ts
+
+-- @section mthp: per run, mTHP size and counter: its increase over the capture
+-- @columns
+--   size_kb       kB     the folio size of hugepages-<size>kB
+--   counter       text   the stats file (anon_fault_alloc, anon_fault_fallback, swpout, split...)
+--   first_value   count  the counter at the first sample
+--   last_value    count  the counter at the last sample
+--   delta         count  last_value - first_value (a net change for the nr_anon* gauges)
+--   window_s      s      between the first and last sample
+WITH counters AS (
+  SELECT run_id, size_kb, counter,
+         min_by(value, ts) AS first_value,
+         max_by(value, ts) AS last_value,
+         max_by(value, ts) - min_by(value, ts) AS delta,
+         (max(ts) - min(ts)) / 1e9 AS window_s
+  FROM mthp_stats
+  GROUP BY run_id, size_kb, counter
+)
+SELECT f.run_id, f.labels, c.size_kb, c.counter, c.first_value, c.last_value, c.delta,
+       c.window_s
+FROM counters AS c
+JOIN run_facts AS f ON f.run_id = c.run_id
+ORDER BY f.run_id, c.size_kb, c.counter
