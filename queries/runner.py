@@ -46,6 +46,11 @@ from .selection import select_runs
 
 NOTES_KEY = b"kmemscope.notes"
 PROCFS_TABLES = ("vmstat", "pagetypeinfo_free", "pagetypeinfo_blocks", "buddyinfo")
+# The cost samples: in bundles of `kmemscope record`, where the kernel has their source.
+COST_TABLES = {"psi_memory": "/proc/pressure/memory (CONFIG_PSI, Linux 4.20+)",
+               "cpu_stat": "/proc/stat",
+               "kthread_cpu": "kswapd, kcompactd or khugepaged threads",
+               "mthp_stats": "per-size mTHP statistics (Linux 6.10+)"}
 _PARAM_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -114,6 +119,9 @@ def _check_tables(needs, parts, chosen):
             if t in PROCFS_TABLES:
                 notes.append(f"run {r} has no procfs table {t} (capture with `kmemscope record`): "
                              "the columns from it are NULL")
+            elif t in COST_TABLES:
+                notes.append(f"run {r} has no {t} samples (`kmemscope record` takes them where "
+                             f"the kernel has {COST_TABLES[t]}): the columns from it are NULL")
             elif t.startswith("mm_"):
                 notes.append(f"run {r} has no {t} events: counted as none")
     return notes

@@ -14,7 +14,9 @@ from .figure import Missing, plural
 NO_LABEL = "(no label)"
 # What a missing table means to a reader: procfs tables come only with `kmemscope record`.
 SAMPLES = {"vmstat": "vmstat samples", "buddyinfo": "buddyinfo samples", "zoneinfo": "zoneinfo samples",
-           "pagetypeinfo_blocks": "pagetypeinfo samples", "pagetypeinfo_free": "pagetypeinfo samples"}
+           "pagetypeinfo_blocks": "pagetypeinfo samples", "pagetypeinfo_free": "pagetypeinfo samples",
+           "psi_memory": "memory pressure (PSI) samples", "cpu_stat": "/proc/stat samples",
+           "kthread_cpu": "kernel-thread CPU samples", "mthp_stats": "mTHP statistics samples"}
 
 
 @dataclass
