@@ -113,6 +113,13 @@ def _check_tables(needs, parts, chosen):
     if needs.any_of and not any(runs_with(t) for t in needs.any_of):
         raise DatasetError(f"{_runs_text(chosen)}: no events of any of {', '.join(needs.any_of)}",
                            "record with those tracepoints enabled")
+    cost = [t for t in COST_TABLES if t in needs.any_of + needs.optional]
+    for r in chosen:
+        missing = [t for t in cost if r not in parts.get(t, {})]
+        if missing:
+            notes.append(f"run {r} has no cost samples of {', '.join(missing)} (`kmemscope record` "
+                         "takes them where the kernel has their source: "
+                         f"{'; '.join(COST_TABLES[t] for t in missing)}): the columns from them are NULL")
     # procfs notes first: they explain most of what a run lacks
     for t in sorted(dict.fromkeys(needs.any_of + needs.optional), key=lambda t: t not in PROCFS_TABLES):
         for r in lacking(t):
@@ -120,8 +127,7 @@ def _check_tables(needs, parts, chosen):
                 notes.append(f"run {r} has no procfs table {t} (capture with `kmemscope record`): "
                              "the columns from it are NULL")
             elif t in COST_TABLES:
-                notes.append(f"run {r} has no {t} samples (`kmemscope record` takes them where "
-                             f"the kernel has {COST_TABLES[t]}): the columns from it are NULL")
+                continue        # one note for them all, below
             elif t.startswith("mm_"):
                 notes.append(f"run {r} has no {t} events: counted as none")
     return notes
