@@ -156,7 +156,7 @@ class ComparisonTable:
         if self.test == "band":
             return "none: the band test gives no p-value to correct"
         if not self.tested:
-            return "none: no test could run (a side has fewer than two values)"
+            return "none: no row could be tested (each verdict says why)"
         if self.correction == "none":
             return f"none over {self.tested} tests (each at p < {self.alpha})"
         return f"{st.CORRECTIONS[self.correction]} over {self.tested} tests"
@@ -292,7 +292,7 @@ def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, t
     elif table.test == "band":
         significant = tests.get("band")
     else:
-        significant = None if p_adj is None else p_adj < table.alpha
+        significant = None if p_adj is None else bool(p_adj < table.alpha)
     leaning = None if is_base else _leaning(metric.better, base.mean, x.mean)
     verdict = _verdict(is_base, base, x, significant, leaning)
     detect_n = detect_note = None

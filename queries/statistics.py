@@ -420,8 +420,8 @@ def permutation_p(a, b, ranks=False):
     sums = z[_split_indexes(na + nb, na)].sum(axis=1)
     observed = z[:na].sum()
     tol = 1e-12 * max(1.0, float(np.abs(z).sum()))
-    low = np.count_nonzero(sums <= observed + tol)
-    high = np.count_nonzero(sums >= observed - tol)
+    low = int(np.count_nonzero(sums <= observed + tol))
+    high = int(np.count_nonzero(sums >= observed - tol))
     return min(1.0, 2.0 * min(low, high) / len(sums))
 
 
@@ -621,9 +621,9 @@ def change_interval(stat, base, new, convention, better, level=CI_LEVEL, seed=0)
     if min(base) >= 0 and min(new) >= 0:
         lo, hi = max(lo, 0.0), max(hi, 0.0)
     if convention == "mmtests" and better == "lower":
-        interval = (100.0 - hi * 100.0, 100.0 - lo * 100.0)
+        interval = (100.0 - float(hi) * 100.0, 100.0 - float(lo) * 100.0)
     else:
-        interval = (lo * 100.0 - 100.0, hi * 100.0 - 100.0)
+        interval = (float(lo) * 100.0 - 100.0, float(hi) * 100.0 - 100.0)
     if not all(math.isfinite(x) for x in interval):
         return None, "the interval is beyond what a float holds"
     note = None
