@@ -96,6 +96,13 @@ class ComparisonRecord:
     mannwhitney_p: float | None = None
     band_apart: bool | None = None  # the mmtests band test: the bands do not overlap
     direction_reason: str | None = None  # why `direction` is the better way (cost, mthp rows)
+    method: str | None = None      # what computed `p`: welch, permutation (exact, at small n),
+                            # mannwhitney, permutation-ranks; None: not tested
+    untested: str | None = None    # why the verdict is "not tested" (too few values a side, all
+                            # values equal, a size whose smallest p cannot reach alpha)
+    interval_note: str | None = None  # why there is no change interval, or that its 95% is not
+                            # held at this size
+    detect_note: str | None = None  # --detect: why detect_n is None
 
     @property
     def lower_bound(self):
@@ -151,7 +158,7 @@ class ComparisonTable:
         if self.test == "band":
             return "none: the band test gives no p-value to correct"
         if not self.tested:
-            return "none: no test could run (a side has fewer than two values)"
+            return "none: no row could be tested (each verdict says why)"
         if self.correction == "none":
             return f"none over {self.tested} tests (each at p < {self.alpha})"
         return f"{st.CORRECTIONS[self.correction]} over {self.tested} tests"
@@ -201,10 +208,18 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
 
         return as_totals(sides, compare_table(sides, metrics, test, alpha, correction, CENTRE,
                                               detect, directions), _leaning, NOT_SIGNIFICANT)
-    partial = [_row_parts(sides, metric, stat) for metric in resolve_metrics(sides, metrics, directions)]
+    partial = [_row_parts(sides, metric, stat, test) for metric in resolve_metrics(sides, metrics, directions)]
     # the correction runs across every (row, side) the test could run on
     keys = [(i, s) for i, part in enumerate(partial) for s in part["tests"]]
     raw = [partial[i]["tests"][s].get(test) for i, s in keys]
+    # a row whose size cannot reach alpha (an exact test's smallest p is above it) says so and
+    # is left out of the correction (Tarone): it could never be called, and counting it would
+    # only raise every other row's threshold
+    for k, (i, s) in enumerate(keys):
+        tests = partial[i]["tests"][s]
+        why = None if test == "band" else st.out_of_reach(*tests["sizes"], alpha)
+        if why and tests["untested"] is None:
+            tests["untested"], raw[k] = why, None
     if test == "band":
         adjusted, tested = [None] * len(raw), sum(1 for i, s in keys
                                                   if partial[i]["tests"][s]["band"] is not None)
@@ -220,26 +235,30 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
     return table
 
 
-def _row_parts(sides, metric, stat):
+def _row_parts(sides, metric, stat, test=DEFAULT_TEST):
     """A row's per-side statistics and raw test results, before the table's correction."""
     values = sides.unit_values(metric.name)
     row_stat, note = st.row_statistic(metric, values.values(), st.STAT_CHOICES.get(stat, stat))
     stats = {s: st.describe(metric, values[s], s, row_stat) for s in sides.sides}
     base = stats[sides.baseline]
     tests = {}
+    what = (sides.unit + "s") if sides.unit else "runs"
     for s in sides.sides[1:]:
         new = stats[s]
         # An Hmean is the reciprocal of the mean of 1/x: Welch's test of the Hmeans compares
         # the means of 1/x (the rank test is the same either way round).
-        a, b = (_reciprocals(base.values), _reciprocals(new.values)) if row_stat == "Hmean" else (
-            base.values, new.values)
-        welch, mw = st.welch_p(a, b), st.mannwhitney_p(a, b)
-        tests[s] = {"welch": welch, "mannwhitney": mw, "band": st.band_test(base, new)}
+        a, b = (st.reciprocals(base.values, new.values)
+                if row_stat == "Hmean" and base.values and new.values else (base.values, new.values))
+        welch, mw = st.two_sample("welch", a, b, what), st.two_sample("mannwhitney", a, b, what)
+        # mmtests' band test as mmtests defines it, but not below the size any test needs
+        band = st.band_test(base, new) if min(base.n, new.n) >= st.MIN_TEST_N else None
+        chosen = {"welch": welch, "mannwhitney": mw}.get(test)
+        tests[s] = {"welch": welch.p, "mannwhitney": mw.p, "band": band,
+                    "method": chosen.method if chosen else ("band" if band is not None else None),
+                    "untested": (chosen.reason if chosen else
+                                 (welch.reason if band is None else None)),
+                    "sizes": (len(a), len(b))}
     return {"metric": metric, "stat": row_stat, "note": note, "stats": stats, "tests": tests}
-
-
-def _reciprocals(xs):
-    return [1.0 / x for x in xs]
 
 
 def _seed(name, side):
@@ -255,19 +274,21 @@ def _finish_row(sides, part, table, detect_alpha):
     for s in sides.sides:
         x = stats[s]
         seed = _seed(metric.name, s)
+        side_ci = st.side_interval(row_stat, x.values, seed)
         if s == sides.baseline:
-            side_ci, change_ci = st.side_interval(row_stat, x.values, seed), None
-            test_result = {}
+            change_ci, interval_note, test_result = None, None, {}
         else:
-            side_ci, change_ci = st.bootstrap_intervals(row_stat, base.values, x.values,
-                                                        metric.convention, metric.better, seed)
+            change_ci, interval_note = st.change_interval(row_stat, base.values, x.values,
+                                                          metric.convention, metric.better,
+                                                          seed=seed)
             test_result = part["tests"][s]
         records[s] = _record(sides, metric, row_stat, base, x, s, side_ci, change_ci, test_result,
-                             table, detect_alpha)
+                             table, detect_alpha, interval_note)
     return MetricRow(metric, stats, records, row_stat, part["note"])
 
 
-def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, table, detect_alpha):
+def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, table, detect_alpha,
+            interval_note=None):
     is_base = side == sides.baseline
     source, exact = _side_source(sides, metric, side)
     stddev_name, coeffvar_name = st.spread_names(row_stat)
@@ -278,12 +299,13 @@ def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, t
     elif table.test == "band":
         significant = tests.get("band")
     else:
-        significant = None if p_adj is None else p_adj < table.alpha
+        significant = None if p_adj is None else bool(p_adj < table.alpha)
     leaning = None if is_base else _leaning(metric.better, base.mean, x.mean)
     verdict = _verdict(is_base, base, x, significant, leaning)
-    detect_n = None
+    detect_n = detect_note = None
     if table.detect_pct and not is_base and not significant and base.n and x.n:
-        detect_n = st.runs_needed(base.values, x.values, table.detect_pct, detect_alpha)
+        detect_n, detect_note = st.runs_needed(base.values, x.values, table.detect_pct,
+                                               detect_alpha, explain=True)
 
     def diff(key, better=None):
         if is_base:
@@ -312,7 +334,11 @@ def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, t
         stddev_change=diff("stddev", "lower"), coeffvar_change=diff("coeffvar", "lower"),
         best_change=diff("best_mean"),
         welch_p=tests.get("welch"), mannwhitney_p=tests.get("mannwhitney"),
-        band_apart=tests.get("band"), direction_reason=metric.reason or None)
+        band_apart=tests.get("band"), direction_reason=metric.reason or None,
+        method=None if is_base else tests.get("method"),
+        untested=None if is_base or significant is not None else (
+            tests.get("untested") or ("no values" if verdict == "n/a" else None)),
+        interval_note=interval_note if x.n and base.n else None, detect_note=detect_note)
 
 
 def _leaning(direction, base, new):
@@ -374,4 +400,6 @@ def verdict_text(record):
         return f"{pct} {record.verdict} *"
     if record.verdict == NOT_SIGNIFICANT and record.leaning not in (None, "same"):
         return f"{pct} (leans {record.leaning}, not significant)"
+    if record.verdict == "not tested" and record.untested:
+        return f"{pct} (not tested: {record.untested})"
     return f"{pct} ({record.verdict})"

@@ -38,23 +38,40 @@ def clean(values):
     return [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
 
 
+def _scale(xs):
+    """The largest magnitude of xs (1 when all are 0): values divided by it lie in [-1, 1], so
+    that sums and squares of any finite input stay finite (1.7e308 + 1.7e308 overflows)."""
+    top = max((abs(x) for x in xs), default=0.0)
+    return top if top > 0 else 1.0
+
+
 def amean(xs):
-    return sum(xs) / len(xs) if xs else None
+    """The arithmetic mean, taken over xs / max|x| so that any finite values give a finite mean."""
+    if not xs:
+        return None
+    s = _scale(xs)
+    return s * (math.fsum(x / s for x in xs) / len(xs))
 
 
 def hmean(xs):
-    """n / sum(1/x); None when there are no values or any is <= 0 (no harmonic mean exists)."""
+    """n / sum(1/x); None when there are no values or any is <= 0 (no harmonic mean exists).
+
+    Taken as m * n / sum(m/x), m the smallest value: each m/x is in (0, 1], so a subnormal
+    value (1/5e-324 overflows) or a huge one gives the harmonic mean and no error."""
     if not xs or any(x <= 0 for x in xs):
         return None
-    return len(xs) / sum(1.0 / x for x in xs)
+    m = min(xs)
+    return m * (len(xs) / math.fsum(m / x for x in xs))
 
 
 def stddev(xs):
-    """Sample standard deviation (n-1); None below two values."""
+    """Sample standard deviation (n-1); None below two values. Scaled as amean()."""
     if len(xs) < 2:
         return None
-    m = amean(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    s = _scale(xs)
+    scaled = [x / s for x in xs]
+    m = math.fsum(scaled) / len(scaled)
+    return s * math.sqrt(math.fsum((x - m) ** 2 for x in scaled) / (len(xs) - 1))
 
 
 def mean_of(stat, xs):
@@ -68,7 +85,7 @@ def median(xs):
         return None
     ordered = sorted(xs)
     mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+    return ordered[mid] if len(ordered) % 2 else ordered[mid - 1] / 2.0 + ordered[mid] / 2.0
 
 
 STATISTICS = {"Hmean": hmean, "Amean": amean, "Median": median}
@@ -104,12 +121,15 @@ def best_count(n, pct=BEST_PCT):
 
 
 def best_mean(metric, xs, pct=BEST_PCT, stat=None):
-    """mmtests' BHmean-pct / BAmean-pct: the statistic over the best_count(n) best values,
-    best by the metric's direction (the highest first where higher is better)."""
+    """mmtests' BHmean-pct / BAmean-pct: the Hmean (on an Hmean row) or else the Amean over the
+    best_count(n) best values, best by the metric's direction (the highest first where higher
+    is better). mmtests has no best-runs median: a --stat median row's is the BAmean, as its
+    name (best_name) says."""
     if not xs:
         return None
     ordered = sorted(xs, reverse=(metric.better == "higher"))
-    return mean_of(stat or metric.mean_kind, ordered[:best_count(len(xs), pct)])
+    stat = stat or metric.mean_kind
+    return mean_of("Hmean" if stat == "Hmean" else "Amean", ordered[:best_count(len(xs), pct)])
 
 
 def spread(stat, xs):
@@ -118,15 +138,17 @@ def spread(stat, xs):
     About an Hmean H (mmtests' HStddev and HCoeffVar): sqrt(H^4 * sum((1/x - 1/H)^2) / n),
     the delta-method spread of a harmonic mean; otherwise the sample standard deviation.
     The coefficient of variation divides by the row's own statistic. None below two values.
+    HStddev is computed as H * sqrt(sum((H/x - 1)^2) / n), the same number, whose every term
+    stays finite for any finite input (H^4 overflows from H = 1.2e77 up).
     """
     if len(xs) < 2:
         return None, None
     centre = mean_of(stat, xs)
     if stat == "Hmean":
-        sd = math.sqrt(centre ** 4 * math.fsum((1 / x - 1 / centre) ** 2 for x in xs) / len(xs))
+        sd = centre * math.sqrt(math.fsum((centre / x - 1) ** 2 for x in xs) / len(xs))
     else:
         sd = stddev(xs)
-    return sd, (100.0 * sd / abs(centre) if centre else None)
+    return sd, (100.0 * (sd / abs(centre)) if centre else None)
 
 
 def spread_names(stat):
@@ -135,7 +157,8 @@ def spread_names(stat):
 
 
 def best_name(stat, pct=BEST_PCT):
-    """'BHmean-95', 'BAmean-95' (a median row's best runs are averaged: BAmean)."""
+    """'BHmean-95', 'BAmean-95': mmtests' names, each for what best_mean() computes (a median
+    row's best runs are averaged: BAmean)."""
     return f"B{'H' if stat == 'Hmean' else 'A'}mean-{pct}"
 
 
@@ -158,9 +181,22 @@ def pct_diff(base, new, better):
         return None
     if base == 0:
         return 0.0 if new == 0 else None
+    ratio = _ratio(new, base)
+    if ratio is None:
+        return None
     if better == "higher":
-        return new * 100.0 / base - 100.0
-    return 100.0 - new * 100.0 / base
+        return ratio * 100.0 - 100.0
+    return 100.0 - ratio * 100.0
+
+
+def _ratio(new, base):
+    """new / base, or None where the quotient of two finite values is not finite (5e-324 as a
+    baseline): no percentage there, n/a as for a baseline of 0."""
+    try:
+        ratio = new / base
+    except (OverflowError, ZeroDivisionError):
+        return None
+    return ratio if math.isfinite(ratio) and math.isfinite(ratio * 100.0) else None
 
 
 def format_number(x, decimals):
@@ -232,19 +268,24 @@ def band_test(base, new):
 
 
 def welch_p(a, b):
-    """Two-sided Welch t-test p-value; None below 2 values a side.
+    """Two-sided Welch t-test p-value; None below 2 values a side, and None where both sides are
+    constant (no spread: Welch's t is undefined, as scipy's NaN says; two_sample() decides
+    such a row by the exact permutation test instead, never by a p of 0).
 
-    Both sides constant: 1.0 when equal, 0.0 when not (scipy returns NaN there).
+    Computed over the values divided by their largest magnitude (t and its degrees of
+    freedom do not change), so that any finite input gives finite sums.
     """
     if len(a) < 2 or len(b) < 2:
         return None
     if len(set(a)) == 1 and len(set(b)) == 1:
-        return 1.0 if a[0] == b[0] else 0.0
+        return None
     # scipy.stats.ttest_ind(equal_var=False) computed from its parts: scipy.special's Student
     # t distribution imports in a third of the time scipy.stats takes (half a second that
     # every `compare` paid); tests/test_compare_stats.py holds the two equal.
     from scipy.special import stdtr
 
+    scale = _scale([*a, *b])
+    a, b = [x / scale for x in a], [x / scale for x in b]
     va, vb = _sample_variance(a) / len(a), _sample_variance(b) / len(b)
     t = (math.fsum(a) / len(a) - math.fsum(b) / len(b)) / math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
@@ -318,6 +359,121 @@ def _exact_u_sf(u, n1, n2):
 
 TESTS = ("welch", "mannwhitney", "band")
 
+# ---------------------------------------------------------------- small samples: exact tests
+
+# Below this many values a side no test runs (the row says "not tested" and why): two runs
+# give one difference to judge the spread by, and Welch's t on them called 45-71% of null
+# tables of 20 Poisson rows changed.
+MIN_TEST_N = 3
+# Up to this many ways of splitting the pooled values into the two sides (C(n_a + n_b, n_a):
+# 12,870 at 8 v 8, 48,620 at 9 v 9) the p-value is exact: every split is enumerated.
+EXACT_MAX_SPLITS = 20_000
+
+
+def splits(na, nb):
+    """How many ways the pooled na + nb values split into sides of na and nb: C(na + nb, na)."""
+    return math.comb(na + nb, na)
+
+
+def smallest_p(na, nb):
+    """The smallest two-sided p-value a permutation test of na v nb values can give: the
+    observed split the most extreme of all, one split of C(na + nb, na) each way."""
+    return min(1.0, 2.0 / splits(na, nb))
+
+
+_SPLIT_CACHE: dict = {}
+
+
+def _split_indexes(n, k):
+    """Every k-subset of range(n) as rows of an array (cached: a table asks for few sizes)."""
+    import itertools
+
+    import numpy as np
+
+    key = (n, k)
+    if key not in _SPLIT_CACHE:
+        _SPLIT_CACHE[key] = np.array(list(itertools.combinations(range(n), k)), dtype=np.int16)
+    return _SPLIT_CACHE[key]
+
+
+def permutation_p(a, b, ranks=False):
+    """Exact two-sided permutation p-value of the difference in means of a and b (of their
+    average ranks with ranks=True: the Mann-Whitney U test, exact with ties): over every
+    split of the pooled values into sides of len(a) and len(b), twice the smaller share of
+    splits whose difference is at least as low, or as high, as the observed one, as
+    scipy.stats.permutation_test(permutation_type="independent", n_resamples=inf) computes it
+    (differences within a relative 1e-12 count as equal). Never below smallest_p(). None below
+    2 values a side or above EXACT_MAX_SPLITS splits.
+
+    The difference in means is a monotone function of side a's sum (the pooled sum is
+    fixed), so each split is judged by its sum, over values shifted and scaled into [-1, 1].
+    """
+    import numpy as np
+
+    na, nb = len(a), len(b)
+    if na < 2 or nb < 2 or splits(na, nb) > EXACT_MAX_SPLITS:
+        return None
+    pooled = _average_ranks([*a, *b])[0] if ranks else [*a, *b]
+    scale = _scale(pooled)
+    z = np.array([x / scale for x in pooled])
+    z -= np.median(z)
+    sums = z[_split_indexes(na + nb, na)].sum(axis=1)
+    observed = z[:na].sum()
+    tol = 1e-12 * max(1.0, float(np.abs(z).sum()))
+    low = int(np.count_nonzero(sums <= observed + tol))
+    high = int(np.count_nonzero(sums >= observed - tol))
+    return min(1.0, 2.0 * min(low, high) / len(sums))
+
+
+@dataclass
+class PValue:
+    p: float | None           # two-sided p; None: not tested
+    method: str | None        # what computed p: welch, permutation, mannwhitney, permutation-ranks
+    reason: str | None = None  # why there is no p (None when there is one)
+
+
+def two_sample(test, a, b, what="runs"):
+    """The p-value of `test` ("welch" or "mannwhitney") for samples a, b, by the method that
+    holds at their size:
+
+    - fewer than MIN_TEST_N values a side: not tested, and the reason says so;
+    - every value on both sides equal: not tested ("all values are equal"), as a test of
+      nothing;
+    - up to EXACT_MAX_SPLITS splits of the pooled values: the exact permutation test, of the
+      means for welch, of the ranks for mannwhitney (no normal approximation, no t
+      distribution fitted to two or three values, no p below 2 / C(n_a + n_b, n_a));
+    - above: Welch's t-test or the Mann-Whitney U test; two constant sides that differ,
+      where Welch's t is undefined, get the exact permutation p 2 / C(n_a + n_b, n_a) (only
+      the observed split, and for equal sides its mirror, is as extreme).
+    """
+    if len(a) < MIN_TEST_N or len(b) < MIN_TEST_N:
+        few = min(len(a), len(b))
+        return PValue(None, None, f"{few} {what[:-1] if few == 1 else what} on a side; "
+                                      f"a test needs {MIN_TEST_N} a side")
+    if len(set(a) | set(b)) == 1:
+        return PValue(None, None, f"all values are equal ({a[0]:g})")
+    ranks = test == "mannwhitney"
+    exact = permutation_p(a, b, ranks=ranks)
+    if exact is not None:
+        return PValue(exact, "permutation-ranks" if ranks else "permutation")
+    if len(set(a)) == 1 and len(set(b)) == 1:
+        return PValue(smallest_p(len(a), len(b)), "permutation")
+    if ranks:
+        return PValue(mannwhitney_p(a, b), "mannwhitney")
+    return PValue(welch_p(a, b), "welch")
+
+
+def out_of_reach(na, nb, alpha):
+    """Why a test of na v nb values can say nothing at `alpha` (its smallest p is not below
+    alpha), or None when it can."""
+    if na < MIN_TEST_N or nb < MIN_TEST_N or splits(na, nb) > EXACT_MAX_SPLITS:
+        return None
+    low = smallest_p(na, nb)
+    if low < alpha:
+        return None
+    return (f"{na} v {nb}: no split of {na + nb} values gives p below {low:.2g} "
+            f"(2 of {splits(na, nb)} splits), so p < {alpha:g} cannot be reached")
+
 
 def percent_change(base, new):
     """Plain change new/base - 1 in %, without direction; None from a zero baseline."""
@@ -325,7 +481,8 @@ def percent_change(base, new):
         return None
     if base == 0:
         return 0.0 if new == 0 else None
-    return (new / base - 1.0) * 100.0
+    ratio = _ratio(new, base)
+    return None if ratio is None else (ratio - 1.0) * 100.0
 
 
 # ---------------------------------------------------------------- across the rows of a table
@@ -369,7 +526,7 @@ def adjust(pvalues, method="bh"):
     return out
 
 
-# ---------------------------------------------------------------- intervals: the bootstrap
+# ---------------------------------------------------------------- intervals: the bootstrap (a side's)
 
 BOOTSTRAP_RESAMPLES = 2000
 CI_LEVEL = 0.95
@@ -393,46 +550,127 @@ def _resample(rng, xs, resamples):
     return data[rng.integers(0, len(data), size=(resamples, len(data)))]
 
 
-def bootstrap_intervals(stat, base, new, convention, better, seed=0,
-                        resamples=BOOTSTRAP_RESAMPLES, level=CI_LEVEL):
-    """Percentile-bootstrap intervals: ((low, high) of the new side's statistic, (low, high) of
-    the change against the baseline in the row's convention).
+# ---------------------------------------------------------------- the interval of a change
 
-    Each side is resampled on its own (its runs, or hosts, with replacement) and the row's
-    statistic taken of every resample, so an interval never leaves what the values can
-    take: a count's mean stays >= 0, a percentage's within 0-100, a change >= -100%.
-    None where a side has fewer than two values or the baseline's resamples reach 0 (no
-    percentage there). The seed makes every output of one comparison print the same numbers.
+# Below this many values a side the interval of a change is printed with a note that its 95%
+# is not held (benchmarks/stats_calibration.py measures the coverage per n; docs/compare.md).
+INTERVAL_HOLDS_FROM = 4
+
+
+def fieller(base, new, level=CI_LEVEL):
+    """(low, high, why) of the ratio mean(new) / mean(base) by Fieller's theorem: every ratio r
+    for which mean(new) - r * mean(base) is within the t quantile of its standard error, the
+    t with Welch-Satterthwaite's degrees of freedom at the estimate. (None, None, why) where
+    the set is not one bounded interval: the baseline's mean is within its own error of 0,
+    a side has fewer than two values, or neither side has any spread.
+
+    On values divided by their largest magnitude (the ratio does not change), so that any
+    finite input gives finite squares.
     """
+    from scipy.special import stdtrit
+
+    if len(base) < 2 or len(new) < 2:
+        return None, None, "a side has fewer than two values"
+    scale = _scale([*base, *new])
+    a, b = [x / scale for x in base], [x / scale for x in new]
+    ma, mb = math.fsum(a) / len(a), math.fsum(b) / len(b)
+    va, vb = _sample_variance(a) / len(a), _sample_variance(b) / len(b)
+    if va == 0 and vb == 0:
+        return None, None, "neither side has any spread"
+    if ma == 0:
+        return None, None, "the baseline's mean is 0"
+    r = mb / ma
+    var = vb + r * r * va
+    if var == 0:
+        return None, None, "the new side has no spread and a mean of 0"
+    df = var ** 2 / ((vb ** 2 / (len(b) - 1) if vb else 0.0)
+                     + ((r * r * va) ** 2 / (len(a) - 1) if va else 0.0))
+    t = float(stdtrit(df, (1 + level) / 2))
+    lead = ma * ma - t * t * va
+    if lead <= 0:
+        return None, None, "the baseline's mean is within its error of 0: no bounded interval"
+    half = math.sqrt(t * t * (vb * lead + va * mb * mb))
+    return (ma * mb - half) / lead, (ma * mb + half) / lead, None
+
+
+def change_interval(stat, base, new, convention, better, level=CI_LEVEL, seed=0):
+    """((low, high) or None, note or None): the interval of a row's change, in its convention.
+
+    Amean rows: Fieller's interval of the ratio of the means (fieller()). Hmean rows: the same
+    over the reciprocals (an Hmean is 1 / the mean of 1/x), inverted. Median rows: the
+    percentile bootstrap of the ratio of the medians (no closed form). Where every value is
+    >= 0 the ratio cannot fall below 0, and the interval is cut there (so a count's change
+    stays at or above -100%). The note says why there is no interval, or that the 95% is not
+    held at this many values a side (below INTERVAL_HOLDS_FROM, measured).
+    """
+    if len(base) < 2 or len(new) < 2:
+        return None, "a side has fewer than two values"
+    if stat == "Median":
+        ratio = _bootstrap_ratio("Median", base, new, seed, level)
+        why = None if ratio else "the baseline's resampled medians reach 0"
+        lo, hi = ratio if ratio else (None, None)
+    elif stat == "Hmean":
+        lo_r, hi_r, why = fieller(*reciprocals(base, new), level)
+        if why is None and lo_r <= 0:
+            lo_r, why = None, "the reciprocals' ratio reaches 0: no bounded interval"
+        lo, hi = (None, None) if why else (1 / hi_r, 1 / lo_r)
+    else:
+        lo, hi, why = fieller(base, new, level)
+    if why:
+        return None, why
+    if min(base) >= 0 and min(new) >= 0:
+        lo, hi = max(lo, 0.0), max(hi, 0.0)
+    if convention == "mmtests" and better == "lower":
+        interval = (100.0 - float(hi) * 100.0, 100.0 - float(lo) * 100.0)
+    else:
+        interval = (float(lo) * 100.0 - 100.0, float(hi) * 100.0 - 100.0)
+    if not all(math.isfinite(x) for x in interval):
+        return None, "the interval is beyond what a float holds"
+    note = None
+    if min(len(base), len(new)) < INTERVAL_HOLDS_FROM:
+        note = (f"{min(len(base), len(new))} values on a side: this interval's 95% is not held "
+                f"below {INTERVAL_HOLDS_FROM} a side")
+    return interval, note
+
+
+def reciprocals(a, b):
+    """m/x for every value of a and of b, m the smallest of them all: the reciprocals up to one
+    factor (which no test or ratio of means sees), each in (0, 1], where 1/x would overflow
+    for a subnormal x. For positive values only (an Hmean row's)."""
+    m = min(*a, *b)
+    return [m / x for x in a], [m / x for x in b]
+
+
+def _bootstrap_ratio(stat, base, new, seed, level, resamples=BOOTSTRAP_RESAMPLES):
     import numpy as np
 
-    side = None
-    if len(new) >= 2:
-        rng = np.random.default_rng(seed)
-        stats_new = _stat_rows(stat, _resample(rng, new, resamples))
-        side = _quantiles(stats_new, level)
-    if len(base) < 2 or len(new) < 2:
-        return side, None
-    rng = np.random.default_rng(seed + 1)
-    stats_base = _stat_rows(stat, _resample(rng, base, resamples))
-    if np.any(stats_base == 0):
-        return side, None
-    ratio = stats_new / stats_base
-    if convention == "mmtests" and better == "lower":
-        changes = 100.0 - ratio * 100.0
-    else:
-        changes = ratio * 100.0 - 100.0
-    return side, _quantiles(changes, level)
+    scale = _scale([*base, *new])
+    base, new = [x / scale for x in base], [x / scale for x in new]
+    sb = _stat_rows(stat, _resample(np.random.default_rng(seed + 1), base, resamples))
+    sn = _stat_rows(stat, _resample(np.random.default_rng(seed), new, resamples))
+    if np.any(sb == 0):
+        return None
+    return _quantiles(sn / sb, level)
 
 
 def side_interval(stat, xs, seed=0, resamples=BOOTSTRAP_RESAMPLES, level=CI_LEVEL):
-    """(low, high) percentile-bootstrap interval of one side's statistic; None below 2 values."""
+    """(low, high) percentile-bootstrap interval of one side's statistic; None below 2 values.
+
+    Each side's runs (or hosts) resampled with replacement, the row's statistic taken of
+    every resample, so that the interval never leaves what the values can take (a count's
+    mean stays >= 0, a percentage's within 0-100). Over the values divided by their largest
+    magnitude, so that any finite input gives finite means. The seed makes every output of
+    one comparison print the same numbers."""
     import numpy as np
 
     if len(xs) < 2:
         return None
-    return _quantiles(_stat_rows(stat, _resample(np.random.default_rng(seed), xs, resamples)),
-                      level)
+    scale = _scale(xs)
+    with np.errstate(divide="ignore", over="ignore"):
+        rows = _stat_rows(stat, _resample(np.random.default_rng(seed), [x / scale for x in xs],
+                                          resamples))
+    lo, hi = _quantiles(rows, level)
+    return lo * scale, hi * scale
 
 
 def _quantiles(values, level):
@@ -450,34 +688,48 @@ POWER = 0.8
 EXACT_UP_TO = 20_000
 
 
-def runs_needed(base, new, detect_pct, alpha, power=POWER):
+def runs_needed(base, new, detect_pct, alpha, power=POWER, explain=False):
     """Runs (or hosts) per side for a two-sided t-test at level `alpha` to detect, with
     probability `power`, a change of detect_pct % of the baseline's mean, given the spread
     the two sides show (the root mean of their variances). None when there is no spread
-    to go by (fewer than 2 values a side) or no baseline mean to take a percentage of.
+    to go by (fewer than MIN_TEST_N values a side, or none differ) or no baseline mean to
+    take a percentage of; explain=True returns (n, why it is None).
 
     Power from the noncentral t distribution with 2n - 2 degrees of freedom (scipy.stats),
-    the n of equal sides, as statistical power tables compute it.
+    the n of equal sides, as statistical power tables compute it; never fewer than a test
+    runs on (MIN_TEST_N), nor fewer than the exact permutation test, which compare uses at
+    that size, needs for its smallest p to fall below `alpha`.
     """
+    n, why = _runs_needed(base, new, detect_pct, alpha, power)
+    return (n, why) if explain else n
+
+
+def _runs_needed(base, new, detect_pct, alpha, power):
     import numpy as np
     from scipy import stats as sps
 
-    if len(base) < 2 or len(new) < 2:
-        return None
+    if len(base) < MIN_TEST_N or len(new) < MIN_TEST_N:
+        return None, f"a spread needs {MIN_TEST_N} values a side to go by"
+    scale = _scale([*base, *new])
+    base, new = [x / scale for x in base], [x / scale for x in new]
     sd = math.sqrt((_sample_variance(base) + _sample_variance(new)) / 2)
     delta = abs(amean(base)) * detect_pct / 100.0
     if not delta:
-        return None
+        return None, "the baseline's mean is 0"
     if sd == 0:
-        return 2
+        return None, "no spread to go by (every value equal on each side)"
+    floor = MIN_TEST_N
+    while splits(floor, floor) <= EXACT_MAX_SPLITS and smallest_p(floor, floor) >= alpha:
+        floor += 1
     # the normal approximation: n = 2 ((z_(1-alpha/2) + z_power) sd / delta)^2
     z = (sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)) * sd / delta
     guess = max(2, math.ceil(2 * z * z))
     if guess > EXACT_UP_TO:
-        return guess
+        return max(guess, floor), None
     n = np.arange(2, 2 * guess + 20)
     df = 2 * n - 2
     ncp = delta / (sd * np.sqrt(2.0 / n))
     crit = sps.t.ppf(1 - alpha / 2, df)
     got = sps.nct.sf(crit, df, ncp) + sps.nct.cdf(-crit, df, ncp)
-    return int(n[np.argmax(got >= power)]) if np.any(got >= power) else guess
+    found = int(n[np.argmax(got >= power)]) if np.any(got >= power) else guess
+    return max(found, floor), None

@@ -144,10 +144,144 @@ def test_compare_imports_no_scipy_stats():
     assert out.strip() == "False"
 
 
-def test_constant_sides():
-    assert st.welch_p([0.0, 0.0, 0.0], [0.0, 0.0]) == 1.0
-    assert st.welch_p([1.0, 1.0], [2.0, 2.0]) == 0.0
+def test_constant_sides_never_give_a_p_of_zero():
+    # Welch's t has no spread to divide by there (scipy's t is -inf, its p 0): welch_p gives
+    # none, and the row is decided by the exact test
+    assert sps.ttest_ind([1.0, 1.0, 1.0], [2.0, 2.0, 2.0], equal_var=False).pvalue == 0.0
+    assert st.welch_p([1.0, 1.0, 1.0], [2.0, 2.0, 2.0]) is None
+    assert st.welch_p([1.0, 1.0], [2.0, 2.0]) is None
     assert st.mannwhitney_p([0.0, 0.0], [0.0, 0.0]) == 1.0
+    # two runs a side: below the stated minimum, not tested, and the reason says so
+    few = st.two_sample("welch", [5.0, 5.0], [6.0, 6.0])
+    assert few.p is None and f"needs {st.MIN_TEST_N}" in few.reason
+    same = st.two_sample("welch", [0.0] * 4, [0.0] * 4)
+    assert same.p is None and "all values are equal" in same.reason
+    # constant and different at 4 v 4: the exact p, 2 of the 70 splits as extreme
+    exact = st.two_sample("welch", [5.0] * 4, [6.0] * 4)
+    assert exact.method == "permutation" and exact.p == pytest.approx(2 / math.comb(8, 4))
+    # at 30 v 30 (beyond enumeration) the same exact p, from its count
+    big = st.two_sample("welch", [5.0] * 30, [6.0] * 30)
+    assert big.p == pytest.approx(2 / math.comb(60, 30)) and big.p > 0
+    # a size whose smallest p cannot reach alpha says so
+    assert "cannot be reached" in st.out_of_reach(3, 3, 0.05)
+    assert st.out_of_reach(4, 4, 0.05) is None
+    assert st.smallest_p(3, 3) == pytest.approx(0.1)
+
+
+def _scipy_exact(a, b, ranks=False):
+    """scipy's exact permutation test of the difference in means (of average ranks)."""
+    import numpy as np
+
+    if ranks:
+        r = sps.rankdata(a + b)
+        a, b = list(r[:len(a)]), list(r[len(a):])
+    return float(sps.permutation_test((np.array(a), np.array(b)),
+                                      lambda x, y, axis: x.mean(axis=axis) - y.mean(axis=axis),
+                                      permutation_type="independent", vectorized=True,
+                                      n_resamples=np.inf, alternative="two-sided").pvalue)
+
+
+def test_exact_permutation_test_equals_scipys_permutation_test():
+    import random
+
+    rng = random.Random(5)
+    for _ in range(200):
+        na, nb = rng.randint(2, 6), rng.randint(2, 6)
+        if rng.random() < 0.5:          # counts, with ties: what small kernel A/Bs give
+            mean = rng.choice([0.5, 1, 2, 5])
+            a = [float(sum(rng.random() < mean / 10 for _ in range(10))) for _ in range(na)]
+            b = [float(sum(rng.random() < mean / 10 for _ in range(10))) for _ in range(nb)]
+        else:
+            a = [rng.gauss(0, 1) for _ in range(na)]
+            b = [rng.gauss(rng.uniform(-2, 2), 1) for _ in range(nb)]
+        if len(set(a) | set(b)) == 1:
+            continue
+        for ranks in (False, True):
+            got = st.permutation_p(a, b, ranks=ranks)
+            assert got == pytest.approx(_scipy_exact(a, b, ranks), rel=1e-12), (a, b, ranks)
+            assert got >= st.smallest_p(na, nb) - 1e-15
+    # without ties the rank version is the exact Mann-Whitney U test
+    a, b = [1.2, 3.4, 6.0, 2.2, 5.1], [44.0, 78.0, 51.5, 60.25]
+    assert st.permutation_p(a, b, ranks=True) == pytest.approx(_mannwhitney_exact(a, b))
+
+
+def test_two_constant_count_sides_at_two_runs_are_not_significant():
+    """The issue's imported 5,5 v 6,6: before, Welch's 0 made it `-20.00% worse *`."""
+    sides = _sides({"a": [5.0, 5.0], "b": [6.0, 6.0]}, LOWER.name)
+    for test in ("welch", "mannwhitney", "band"):
+        rec = compare_table(sides, [LOWER.name], test=test).rows[0].records["b"]
+        assert rec.significant is None and rec.verdict == "not tested", test
+        assert "a test needs 3" in rec.untested and "not tested: " in co.verdict_text(rec)
+
+
+def _fieller_by_hand(a, b, level=0.95):
+    """Fieller's set {r : (mb - r ma)^2 <= t^2 (vb + r^2 va)} found by bisection on a grid,
+    t from scipy.stats with Welch-Satterthwaite's df at the estimate."""
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    r = mb / ma
+    df = (vb + r * r * va) ** 2 / (vb ** 2 / (len(b) - 1) + (r * r * va) ** 2 / (len(a) - 1))
+    t = sps.t.ppf((1 + level) / 2, df)
+
+    def inside(x):
+        return (mb - x * ma) ** 2 <= t * t * (vb + x * x * va)
+
+    def edge(lo, hi):          # lo inside, hi outside
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if inside(mid) else (lo, mid)
+        return lo
+    return edge(r, r - 1e6), edge(r, r + 1e6)
+
+
+def test_change_interval_is_fiellers_and_says_when_there_is_none():
+    a, b = [100.0, 104.0, 97.0, 101.0], [110.0, 115.0, 108.0, 111.0]
+    lo, hi = _fieller_by_hand(a, b)
+    (got_lo, got_hi), note = st.change_interval("Amean", a, b, "counter", "lower")
+    assert (got_lo, got_hi) == pytest.approx((lo * 100 - 100, hi * 100 - 100), rel=1e-6)
+    assert note is None
+    # mmtests lower-is-better: 100 - 100 r, the ends swapped
+    (m_lo, m_hi), _ = st.change_interval("Amean", a, b, "mmtests", "lower")
+    assert (m_lo, m_hi) == pytest.approx((100 - hi * 100, 100 - lo * 100), rel=1e-6)
+    # an Hmean row: the reciprocals' ratio, inverted
+    r_lo, r_hi = _fieller_by_hand([1 / x for x in a], [1 / x for x in b])
+    (h_lo, h_hi), _ = st.change_interval("Hmean", a, b, "mmtests", "higher")
+    assert (h_lo, h_hi) == pytest.approx((100 / r_hi - 100, 100 / r_lo - 100), rel=1e-6)
+    # no spread at all, or a baseline within its error of 0: no interval, and why
+    assert st.change_interval("Amean", [5.0] * 4, [6.0] * 4, "counter", "lower") == (
+        None, "neither side has any spread")
+    none, why = st.change_interval("Amean", [0.0, 0.0, 5.0, 0.0], [1.0, 2.0, 1.0, 3.0],
+                                   "counter", "lower")
+    assert none is None and "no bounded interval" in why
+    # counts: the ratio cannot fall below 0, so a change stays at or above -100%
+    (c_lo, _), _ = st.change_interval("Amean", [40.0, 50.0, 45.0, 55.0], [0.0, 1.0, 0.0, 30.0],
+                                      "counter", "lower")
+    assert c_lo == -100.0
+
+
+@pytest.mark.parametrize("value", [1.7e308, 5e-324, -1.7e308])
+def test_any_finite_value_gives_finite_statistics(value):
+    """The issue's imported values: OverflowError (HStddev's H^4), ZeroDivisionError, +nan%."""
+    import warnings
+
+    metric = st.Metric(name="x", better="higher", unit="u", title="x", kind="imported")
+    values = {"a": [value, value / 2, value, value / 4], "b": [value / 2, value, value / 3, value]}
+    sides = _sides(values, "x")
+    sides.metrics = {"x": metric}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # numpy's overflow warnings fail the test
+        table = compare_table(sides, ["x"], detect=5)
+        rec = table.rows[0].records["b"]
+    for field in ("value", "stddev", "coeffvar", "best_mean", "change", "change_low",
+                  "change_high", "p"):
+        got = getattr(rec, field)
+        assert got is None or math.isfinite(got), (field, got)
+    assert rec.p is not None and rec.change is not None
+    # the statistics equal scipy's / the statistics module's on the same values scaled to 1
+    scale = abs(value)
+    b = [x / scale for x in values["b"]]
+    want = statistics.harmonic_mean(b) if value > 0 else statistics.fmean(b)
+    assert rec.value / scale == pytest.approx(want, rel=1e-12)
 
 
 def test_one_run_side_has_no_stddev_and_no_tests():
@@ -216,7 +350,9 @@ def test_zero_baseline_is_n_a_with_a_note_never_inf():
     rows = table.rows
     rec = [r for r in co.records(sides, table) if r["side"] == "patched"][0]
     assert rec["change"] is None and rec["change_low"] is None
-    assert rec["welch_p"] == pytest.approx(_welch_by_hand([0.0, 0.0, 0.0], [2.0, 3.0, 1.0]))
+    # 3 v 3: the exact permutation test (Welch's t fitted to three values would say 0.074)
+    assert rec["welch_p"] == pytest.approx(_scipy_exact([0.0, 0.0, 0.0], [2.0, 3.0, 1.0]))
+    assert rec["method"] == "permutation" and "cannot be reached" in rec["untested"]
     assert rec["leaning"] == "worse"          # from 0 to 2: a rise, where lower is better
     notes = missing_notes(sides, rows)
     assert any("baseline's mean is 0" in n and LOWER.name in n for n in notes)
@@ -226,3 +362,15 @@ def test_zero_baseline_is_n_a_with_a_note_never_inf():
         assert "n/a" in text and "baseline's mean is 0" in text
 
 
+
+
+def test_best_runs_row_is_named_for_what_it_computes_under_every_stat():
+    """--stat median labelled the median of the best runs `BAmean-95`; the row is the Amean of
+    the best 3 of 4 (mmtests' BAmean-95) under --stat median and amean, the Hmean under hmean."""
+    xs = [1210.91, 719.55, 412.19, 1052.93]
+    best3 = sorted(xs, reverse=True)[:3]
+    for stat, name, want in (("Median", "BAmean-95", statistics.fmean(best3)),
+                             ("Amean", "BAmean-95", statistics.fmean(best3)),
+                             ("Hmean", "BHmean-95", statistics.harmonic_mean(best3))):
+        d = st.describe(HIGHER_RATE, xs, stat=stat)
+        assert st.best_name(stat) == name and d.best_mean == pytest.approx(want), stat

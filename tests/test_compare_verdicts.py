@@ -65,7 +65,10 @@ def test_every_rows_verdict_follows_its_counts_and_its_adjusted_p(model):
         assert r["leaning"] == leaning, metric
         if r["value"] is None:
             continue
-        significant = r["p_adjusted"] is not None and r["p_adjusted"] < doc["alpha"]
+        if r["p_adjusted"] is None:         # not tested, and the row says why
+            assert r["significant"] is None and r["verdict"] == "not tested" and r["untested"]
+            continue
+        significant = r["p_adjusted"] < doc["alpha"]
         assert r["significant"] == significant, metric
         want = leaning if significant and leaning != "same" else "no significant change"
         assert r["verdict"] == want, metric
@@ -394,3 +397,75 @@ def test_thread_runs_are_not_called_stalls(ds):
     # the default section of `query stalls` counts timed stalls, which is not vmstat's count
     cols = json.loads(kmemscope("query", "stalls", ds, "--format", "json").stdout)[0]
     assert "timed" in cols and "stalls" not in cols
+
+
+# ---------------------------------------------------------------- honest at few runs
+
+def _runs_by_side(ds):
+    runs = {}
+    for r in json.loads(kmemscope("query", "run_metrics.runs", ds, "--format", "json").stdout):
+        runs.setdefault(r["labels"]["kernel"], []).append(r["run_id"])
+    return {side: sorted(ids) for side, ids in runs.items()}
+
+
+def test_two_runs_a_side_are_not_tested(ds):
+    """The issue's `stalls.kswapd.runs` 2,2 v 4,4 (two runs a side picked with --run) was
+    `+100.00% worse *`, the only significant row of 49; now no row of the table is called."""
+    runs = _runs_by_side(ds)
+    picked = [r for side in ("defrag0", "defrag1") for r in runs[side][:2]]
+    args = [a for r in picked for a in ("--run", r)]
+    doc = compare_json(ds, *args)
+    new = [r for r in doc["rows"] if not r["is_baseline"]]
+    assert new and not any(r["significant"] for r in new)
+    kswapd = next(r for r in new if r["metric"] == "stalls.kswapd.runs")
+    assert kswapd["n"] == 2 and kswapd["verdict"] == "not tested"
+    assert "a test needs 3" in kswapd["untested"]
+    text = kmemscope("compare", ds, "--by", "kernel", *args, "--metrics", "stalls.kswapd.runs").stdout
+    assert "(not tested: 2 runs on a side; a test needs 3 a side)" in text and "worse *" not in text
+
+
+def test_null_count_tables_at_few_runs_call_almost_nothing(ds, tmp_path):
+    """40 null tables of 20 Poisson(1) rows at 2 v 2, 3 v 3 and 4 v 4, imported and compared by
+    `kmemscope compare`; oracle: each table's tested raw p-values adjusted by scipy's
+    Benjamini-Hochberg, as a table of those 20 rows would be. Before: 28 of 40 at 2 v 2."""
+    import shutil
+
+    import numpy as np
+    from scipy import stats as sps
+
+    rng = np.random.default_rng(43)
+    copy = tmp_path / "ds"
+    shutil.copytree(ds, copy)
+    runs = _runs_by_side(copy)
+    lines, tables = ["run,metric,value,unit,better"], {}
+    for n in (2, 3, 4):
+        for t in range(40):
+            names = tables.setdefault((n, t), [f"n{n}t{t:02}r{i:02}" for i in range(20)])
+            for name in names:
+                for side in ("defrag0", "defrag1"):
+                    for run, v in zip(runs[side][:n], rng.poisson(1.0, n)):
+                        lines.append(f"{run},{name},{v},count,lower")
+    (tmp_path / "null.csv").write_text("\n".join(lines) + "\n")
+    kmemscope("metrics", "import", copy, tmp_path / "null.csv")
+    names = [m for ms in tables.values() for m in ms]
+    doc = compare_json(copy, "--correction", "none", "--metrics", ",".join(names))
+    rec = {r["metric"]: r for r in doc["rows"] if not r["is_baseline"]}
+    flagged = {}
+    for (n, t), ms in tables.items():
+        tested = [rec[m]["p"] for m in ms if rec[m]["p_adjusted"] is not None]
+        for m in ms:
+            assert rec[m]["n"] == n and (rec[m]["p"] is None or rec[m]["p"] > 0), m
+            if rec[m]["p_adjusted"] is None:
+                assert rec[m]["verdict"] == "not tested" and rec[m]["untested"], m
+        adjusted = sps.false_discovery_control(tested) if tested else []
+        flagged[n] = flagged.get(n, 0) + bool(any(p < 0.05 for p in adjusted))
+    assert flagged[2] <= 5 and flagged[3] <= 5 and flagged[4] <= 5, flagged
+    # the smallest p of the 4 v 4 tables through compare's own correction, as the oracle's
+    worst = min((t for t in tables if t[0] == 4),
+                key=lambda t: min(rec[m]["p"] or 1 for m in tables[t]))
+    one = compare_json(copy, "--metrics", ",".join(tables[worst]))
+    got = {r["metric"]: r["p_adjusted"] for r in one["rows"] if not r["is_baseline"]}
+    tested = [m for m in tables[worst] if got[m] is not None]
+    want = sps.false_discovery_control([rec[m]["p"] for m in tested])
+    assert [got[m] for m in tested] == pytest.approx(list(want))
+    assert not any(r["significant"] for r in one["rows"])

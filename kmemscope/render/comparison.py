@@ -8,7 +8,7 @@ Layouts:
 - text: one block of rows per metric (Min, Hmean/Amean/Median, Stddev or
   HStddev, CoeffVar or HCoeffVar, Max, BHmean-95/BAmean-95, Range, N), one
   column per side; then per side against the baseline the change with its 95%
-  interval, the test's p-value and the adjusted one, the verdict and the source.
+  interval (and, grouped, why a row has none or why its 95% is not held), the test's p-value and the adjusted one, the verdict and the source.
 - mmtests: mmtests compare-kernels' layout, ready to paste into a patch: a
   block of headline metrics and one of imported benchmark results, each
   grouped by statistic; a block of the vmstat rows a kernel A/B table shows,
@@ -210,7 +210,7 @@ def format_text(sides, table, notes=()):
     vw = max([len(verdict_text(r.records[s])) for r in rows for s in sides.sides[1:]] + [7])
     for s in sides.sides[1:]:
         out.append(f"{printable(s)} vs {printable(sides.baseline)}: change with its 95% "
-                   "bootstrap interval, in each row's convention")
+                   "interval (Fieller's, of the ratio of the statistics), in each row's convention")
         out.append(f"{'metric':<{width}}  {'better':<6}  {'change [95% interval]':<32}  "
                    f"{p_head:<16}  {'verdict':<{vw}}  source")
         for r in rows:
@@ -224,9 +224,27 @@ def format_text(sides, table, notes=()):
                        f"{verdict_text(rec):<{vw}}  {rec.source}"
                        + ("" if rec.exact else " (lower bound)"))
         out.append("")
+        out += _interval_lines(rows, s)
     out += _detect_lines(sides, table)
     out += _one_run_line(sides)
     return _finish(out, notes)
+
+
+def _interval_lines(rows, side):
+    """The rows whose change has no interval, or one whose 95% is not held, grouped by why."""
+    why: dict = {}
+    for r in rows:
+        rec = r.records[side]
+        if rec.interval_note and rec.change is not None:
+            none = "no interval: " if rec.change_low is None else ""
+            why.setdefault(none + rec.interval_note, []).append(r.metric.name)
+    if not why:
+        return []
+    out = ["intervals:"]
+    for note, names in why.items():
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        out.append(f"  {note}: {shown}")
+    return out + [""]
 
 
 def _detect_lines(sides, table):
@@ -242,7 +260,7 @@ def _detect_lines(sides, table):
             rec = r.records[s]
             if rec.significant or rec.verdict in ("n/a", "baseline"):
                 continue
-            need = "n/a (no spread to go by)" if rec.detect_n is None else f"{rec.detect_n:,}"
+            need = f"n/a ({rec.detect_note})" if rec.detect_n is None else f"{rec.detect_n:,}"
             out.append(f"  {r.metric.name} ({printable(s)}): {need}")
     return out + [""]
 
@@ -302,7 +320,8 @@ def format_markdown(sides, table, notes=()):
             value = "n/a" if rec.value is None else (
                 f"{rec.value:.2f} {markdown_text(_interval(rec.value_low, rec.value_high))}")
             change = "" if rec.is_baseline else (
-                f"{pct_text(rec.change)}% {markdown_text(_interval(rec.change_low, rec.change_high))}")
+                f"{pct_text(rec.change)}% {markdown_text(_interval(rec.change_low, rec.change_high))}"
+                + (f" ({markdown_text(rec.interval_note)})" if rec.interval_note else ""))
             cells = [f"`{r.metric.name}`", markdown_text(rec.source + ("" if rec.exact else ", lower bound")),
                      rec.direction, markdown_text(s), f"{rec.n}", rec.statistic, value, change,
                      "" if rec.is_baseline else _p(rec.p),
@@ -310,6 +329,8 @@ def format_markdown(sides, table, notes=()):
                      markdown_text(verdict_text(rec))]
             if table.detect_pct:
                 cells.append("" if rec.detect_n is None else f"{rec.detect_n:,}")
+                if rec.detect_note and not rec.is_baseline:
+                    cells[-1] = f"n/a ({markdown_text(rec.detect_note)})"
             lines.append("| " + " | ".join(cells) + " |")
     if notes:
         lines += ["", "Notes:", ""] + [f"- {markdown_text(n)}" for n in notes]
