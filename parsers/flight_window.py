@@ -204,7 +204,7 @@ class Kept:
 
     def manifest(self, manifest, missed):
         """The run's manifest, with what parse kept of a flight bundle."""
-        if not self.window:
+        if not self.window or self.trimming is None:
             return manifest
         return dict(manifest, parse_window={
             "start_mono_ns": self.window.start_ns, "end_mono_ns": self.window.end_ns,

@@ -217,7 +217,8 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
     # only raise every other row's threshold
     for k, (i, s) in enumerate(keys):
         tests = partial[i]["tests"][s]
-        why = None if test == "band" else st.out_of_reach(*tests["sizes"], alpha)
+        na, nb = tests["sizes"]
+        why = None if test == "band" else st.out_of_reach(na, nb, alpha)
         if why and tests["untested"] is None:
             tests["untested"], raw[k] = why, None
     if test == "band":

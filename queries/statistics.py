@@ -610,14 +610,15 @@ def change_interval(stat, base, new, convention, better, level=CI_LEVEL, seed=0)
         why = None if ratio else "the baseline's resampled medians reach 0"
         lo, hi = ratio if ratio else (None, None)
     elif stat == "Hmean":
-        lo_r, hi_r, why = fieller(*reciprocals(base, new), level)
-        if why is None and lo_r <= 0:
-            lo_r, why = None, "the reciprocals' ratio reaches 0: no bounded interval"
-        lo, hi = (None, None) if why else (1 / hi_r, 1 / lo_r)
+        base_r, new_r = reciprocals(base, new)
+        lo_r, hi_r, why = fieller(base_r, new_r, level)
+        if why is None and lo_r is not None and lo_r <= 0:
+            why = "the reciprocals' ratio reaches 0: no bounded interval"
+        lo, hi = (None, None) if why or lo_r is None or hi_r is None else (1 / hi_r, 1 / lo_r)
     else:
         lo, hi, why = fieller(base, new, level)
-    if why:
-        return None, why
+    if why or lo is None or hi is None:
+        return None, why or "no interval"
     if min(base) >= 0 and min(new) >= 0:
         lo, hi = max(lo, 0.0), max(hi, 0.0)
     if convention == "mmtests" and better == "lower":
