@@ -10,6 +10,7 @@ mismatch between the two is an error rather than a mislabelled file.
 """
 import json
 import sys
+from contextlib import contextmanager
 
 from kmemscope.render import formats
 from kmemscope.render.formats import OutputError
@@ -188,7 +189,9 @@ def write_result(table, fmt="table", output=None, max_cell=MAX_CELL):
     if fmt not in FORMATS + (FOLDED,):
         raise OutputError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
     if output:
-        with open(output, "wb") as out:
+        from kmemscope.common.outfile import NewFile
+
+        with NewFile(output) as out:
             _write(table, fmt, out, max_cell)
         return
     out = _stdout_binary(fmt)
@@ -211,6 +214,7 @@ class ResultWriter:
         self.fmt, self.output = fmt, output
         self.results = 0
         self._out = None
+        self._file = None       # the -o file being written (common/outfile.py)
         if not output and fmt == "parquet" and sys.stdout.isatty():
             raise OutputError("parquet output is binary: give -o FILE")
 
@@ -218,11 +222,10 @@ class ResultWriter:
         return self
 
     def __exit__(self, *exc):
-        if self._out is not None:
-            if self.output:
-                self._out.close()
-            else:
-                self._out.flush()
+        if self._file is not None:
+            self._file.__exit__(*exc)      # renamed into place, or removed on an error
+        elif self._out is not None:
+            self._out.flush()
         return False
 
     def _next(self):
@@ -234,7 +237,13 @@ class ResultWriter:
                                  "than one statement that returns rows",
                                  "run them one at a time, or use --format table, csv or jsonl")
         if self._out is None:
-            self._out = open(self.output, "wb") if self.output else _stdout_binary(self.fmt)
+            if self.output:
+                from kmemscope.common.outfile import NewFile
+
+                self._file = NewFile(self.output)
+                self._out = self._file.__enter__()
+            else:
+                self._out = _stdout_binary(self.fmt)
         elif self.fmt in ("table", "csv"):
             self._out.write(b"\n")
         self.results += 1
@@ -262,11 +271,28 @@ class ResultWriter:
         out.flush()
 
 
+@contextmanager
+def _text_output(output, newline=None):
+    """A text stream to the -o file (common/outfile.py: renamed into place when the block
+    ends, removed on an error) or to stdout."""
+    if not output:
+        yield sys.stdout
+        return
+    import io
+
+    from kmemscope.common.outfile import NewFile
+
+    with NewFile(output) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", newline=newline)
+        yield text
+        text.flush()
+        text.detach()
+
+
 def write_document(parts, fmt, output=None):
     """Several named tables as ONE document: a JSON object of arrays, or tables one after another."""
     if fmt == "json":
-        out = open(output, "w", encoding="utf-8") if output else sys.stdout
-        try:
+        with _text_output(output) as out:
             out.write("{")
             for i, (name, table) in enumerate(parts.items()):
                 out.write(("" if i == 0 else ",") + f"\n{json.dumps(name)}: ")
@@ -274,19 +300,13 @@ def write_document(parts, fmt, output=None):
                 out.write(json.dumps(rows, indent=2, ensure_ascii=False, default=str)
                           .replace("\n", "\n  "))
             out.write("\n}\n")
-        finally:
-            if output:
-                out.close()
         return
     if fmt != "table":
         raise OutputError(f"write_document writes json or table, not {fmt}")
     text = "\n".join(f"{printable(name)} ({table.num_rows})\n{format_table(table)}"
                      for name, table in parts.items())
-    if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    with _text_output(output) as out:
+        out.write(text)
 
 
 # ---------------------------------------------------------------- comparisons
@@ -301,8 +321,7 @@ def write_records(table_rows, notes, fmt, output, meta=None):
         metadata.update({k.encode(): json.dumps(v).encode() for k, v in (meta or {}).items()})
         write_result(table.replace_schema_metadata(metadata), fmt, output)
         return
-    out = open(output, "w", encoding="utf-8", newline="") if output else sys.stdout
-    try:
+    with _text_output(output, newline="") as out:
         if fmt == "json":
             doc = dict(meta or {})
             doc["rows"] = [{k: jsonable(v) for k, v in row.items()} for row in table_rows]
@@ -324,6 +343,3 @@ def write_records(table_rows, notes, fmt, output, meta=None):
             out.write(buf.getvalue().decode("utf-8"))
         else:
             raise ValueError(f"unknown format {fmt}")
-    finally:
-        if output:
-            out.close()
