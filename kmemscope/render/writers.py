@@ -45,18 +45,112 @@ def _json_rows(data):
                               for k, v in row.items()}, default=str, ensure_ascii=False)
 
 
+def _json_texts(batch):
+    """The batch's rows as JSON objects, a StringArray (None when a column needs the row-wise
+    path: a name twice). Each column becomes JSON text in Arrow's kernels, not row by row in
+    Python: integers and booleans as Arrow writes them, floats as their shortest round-trip
+    text (NaN and infinities null, as json.dumps(jsonable) gives), text escaped for JSON;
+    other types (lists, maps, times, bytes) through jsonable() a column at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    if len(set(names)) != len(names):
+        return None
+    parts = []
+    for i, (name, col) in enumerate(zip(names, batch.columns)):
+        text = _json_column(col, pa, pc)
+        parts += ["," if i else "", json.dumps(name, ensure_ascii=False) + ":",
+                  pc.fill_null(text, "null")]
+    if not parts:
+        return pa.array(["{}"] * batch.num_rows, pa.string())
+    return pc.binary_join_element_wise("{", *parts, "}", "")
+
+
+_JSON_ESCAPES = [("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")]
+
+
+def _json_column(col, pa, pc):
+    t = col.type
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return pc.cast(col, pa.string())
+    if pa.types.is_floating(t):
+        if not pa.types.is_float64(t):
+            col = pc.cast(col, pa.float64())
+        text = pc.cast(col, pa.string())
+        # 1.0 is "1" to Arrow: keep it a float as json.dumps writes it
+        text = pc.if_else(pc.match_substring_regex(text, r"^-?[0-9]+$"),
+                          pc.binary_join_element_wise(text, ".0", ""), text)
+        return pc.if_else(pc.is_finite(col), text, pa.scalar(None, pa.string()))
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        text = col
+        for find, repl in _JSON_ESCAPES:
+            text = pc.replace_substring(text, find, repl)
+        if pc.any(pc.match_substring_regex(text, r"[\x00-\x1f\x7f]")).as_py():
+            # rare: the other control characters one by one, as json.dumps escapes them
+            for code in [*range(0x20), 0x7F]:
+                ch = chr(code)
+                if ch not in "\n\r\t":
+                    text = pc.replace_substring(text, ch, json.dumps(ch)[1:-1])
+        return pc.binary_join_element_wise('"', pc.cast(text, pa.string()), '"', "")
+    if pa.types.is_decimal(t):
+        # as text, as json.dumps(default=str) writes a Decimal (Arrow's text is str()'s)
+        return pc.binary_join_element_wise('"', pc.cast(col, pa.string()), '"', "")
+    is_map = pa.types.is_map(t)
+    return pa.array([None if v is None else json.dumps({} if is_map and v == [] else jsonable(v),
+                                                       default=str, ensure_ascii=False)
+                     for v in col.to_pylist()], pa.string())
+
+
 def _write_json(data, out, lines):
-    """JSON (one array) or JSON lines to the binary stream `out`, a row at a time."""
-    if lines:
-        for row in _json_rows(data):
-            out.write((row + "\n").encode())
-        return
+    """JSON (one array) or JSON lines to the binary stream `out`, a batch of rows at a time."""
+    import pyarrow.compute as pc
+
     first = True
-    out.write(b"[")
-    for row in _json_rows(data):
-        out.write((("\n  " if first else ",\n  ") + row).encode())
+    if not lines:
+        out.write(b"[")
+    for batch in _batches(data, rows=65536):
+        if batch.num_rows == 0:
+            continue
+        rows = _json_texts(batch)
+        if rows is None:                  # the row-wise path
+            texts = list(_json_rows(batch))
+        else:
+            texts = None
+        if lines:
+            if texts is not None:
+                out.write("".join(t + "\n" for t in texts).encode())
+            else:
+                _write_strings(out, pc.binary_join_element_wise(rows, "\n", ""))
+            continue
+        if texts is not None:
+            out.write("".join(("\n  " if first and i == 0 else ",\n  ") + t
+                              for i, t in enumerate(texts)).encode())
+        else:
+            _write_strings(out, pc.binary_join_element_wise("\n  " if first else ",\n  ",
+                                                            rows.slice(0, 1), ""))
+            _write_strings(out, pc.binary_join_element_wise(",\n  ", rows.slice(1), ""))
         first = False
-    out.write(b"\n]\n" if not first else b"]\n")
+    if not lines:
+        out.write(b"\n]\n" if not first else b"]\n")
+
+
+def _write_strings(out, arr):
+    """The UTF-8 bytes of every string of `arr` one after another (its data buffer's span)."""
+    import pyarrow as pa
+
+    if len(arr) == 0:
+        return
+    if isinstance(arr, pa.ChunkedArray):
+        for chunk in arr.chunks:
+            _write_strings(out, chunk)
+        return
+    offsets = arr.buffers()[1]
+    width = 8 if pa.types.is_large_string(arr.type) else 4
+    kind = "q" if width == 8 else "i"
+    view = memoryview(offsets).cast(kind)
+    start, end = view[arr.offset], view[arr.offset + len(arr)]
+    out.write(memoryview(arr.buffers()[2])[start:end])
 
 
 # ---------------------------------------------------------------- CSV
