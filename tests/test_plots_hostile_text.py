@@ -20,6 +20,8 @@ from kmrun import kmemscope as km
 MATH = r"$\undef$ $\frac{1"
 SIDES = [f"a{MATH}", f"b<b>x</b>{MATH}"]
 UNIT = r"$\undef$"
+EXTREME = (1.7e308, -1.7e308)     # finite, at the edge of a double
+TINY = (5e-324, -5e-324)          # the smallest subnormals
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,11 @@ def hostile(tmp_path_factory):
         bundle = tmp / name
         shutil.copytree(EXAMPLES / name, bundle)
         (bundle / "metrics.json").write_text(json.dumps({"metrics": [
-            {"metric": "m_score", "value": 10.0 + len(side), "unit": UNIT, "better": "higher"}]}))
+            {"metric": "m_score", "value": 10.0 + len(side), "unit": UNIT, "better": "higher"},
+            {"metric": "m_extreme", "value": EXTREME[side == SIDES[1]], "unit": "x",
+             "better": "lower"},
+            {"metric": "m_tiny", "value": TINY[side == SIDES[1]], "unit": "x",
+             "better": "lower"}]}))
         km("parse", "-q", bundle, "-o", ds, "--label", f"kernel={side}")
     return ds
 
@@ -105,3 +111,17 @@ def test_every_plots_function_is_covered():
     functions = {n for n in plots.__all__ if callable(getattr(plots, n))
                  and n not in ("Figure", "Html")}
     assert functions == covered
+
+
+def test_extreme_imported_values_are_read_shown_and_drawn_without_an_internal_error(hostile):
+    listed = km("metrics", "list", hostile, "--format", "json")
+    values = {(r["metric"], r["value"]) for r in json.loads(listed.stdout)}
+    assert {("m_extreme", v) for v in EXTREME} | {("m_tiny", v) for v in TINY} <= values
+    table = km("metrics", "list", hostile).stdout
+    assert "1.7e+308" in table and "-1.7e+308" in table and "4.94066e-324" in table
+    for fmt in ("text", "mmtests", "csv", "json"):
+        out = km("compare", hostile, "--by", "kernel", "--format", fmt, check=False)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    cmp = kmemscope.open(hostile).compare("kernel")
+    for name in ("m_extreme", "m_tiny"):
+        _rendered(cmp.plot(name))
