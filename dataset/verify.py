@@ -10,7 +10,8 @@ dataset without following links and reports, per file, what no longer matches:
   missing     recorded, not there now
   changed     there, with other contents (or a link, FIFO or folder in its place)
   extra       in a run's partition, a partition of no committed run, or the derived
-              cache, never recorded; a cache write's temp file whose writer is gone
+              cache, never recorded; any writer's temp file whose writer is gone,
+              and every name that is not a file readers read (dot-files too)
   unrecorded  a run committed by a kmemscope that recorded no digests (parse it again)
 
 A file's size is compared before it is hashed (a huge file in a part file's place
