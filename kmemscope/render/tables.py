@@ -42,8 +42,9 @@ def _cell(value, max_cell=MAX_CELL, decimals=None):
         if not math.isfinite(value):
             return str(value)
         places = decimals if decimals is not None else 6
-        if value and (abs(value) >= 1e15 or abs(value) < 10.0 ** -places):
+        if value and (abs(value) >= 1e21 or abs(value) < 1e-6):
             text = f"{value:.6g}"      # 1.7e+308, 5e-324: neither 309 digits nor a false 0
+            # (fixed point below 1e21, where a double still reads as a number of digits)
         else:
             text = f"{value:.{places}f}"
     elif _is_pairs(value):
