@@ -12,6 +12,7 @@ Standard library only, Python 3.8: the record .pyz carries this module.
 """
 import os
 import secrets
+import typing
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 NEW_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -35,9 +36,10 @@ class NewFile:
             raise IsADirectoryError(21, "not a file name", self.path)
         self.mode = mode
         self.folder = folder or "."
-        self.dir_fd = None
-        self.tmp = None
-        self.file = None
+        self.dir_fd = -1
+        self.tmp = ""
+        self.file = None  # type: typing.Any
+        self.renamed = False
 
     @property
     def anchored(self):
@@ -61,9 +63,9 @@ class NewFile:
                 os.fsync(self.file.fileno())
                 self.file.close()
                 os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-                self.tmp = None
+                self.renamed = True
         finally:
-            if self.tmp is not None:
+            if not self.renamed:
                 try:
                     self.file.close()
                 except OSError:

@@ -77,7 +77,7 @@ def kind_of(mode):
     return ("a symbolic link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
             else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
             else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode)
-            else "a regular file" if stat.S_ISREG(mode) else "not a regular file")
+            else "a regular file" if stat.S_ISREG(mode) else "a special file")
 
 
 class Dir:

@@ -145,11 +145,11 @@ def _write_strings(out, arr):
         for chunk in arr.chunks:
             _write_strings(out, chunk)
         return
-    offsets = arr.buffers()[1]
-    width = 8 if pa.types.is_large_string(arr.type) else 4
-    kind = "q" if width == 8 else "i"
-    view = memoryview(offsets).cast(kind)
-    start, end = view[arr.offset], view[arr.offset + len(arr)]
+    import numpy as np
+
+    kind = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    offsets = np.frombuffer(arr.buffers()[1], dtype=kind)
+    start, end = int(offsets[arr.offset]), int(offsets[arr.offset + len(arr)])
     out.write(memoryview(arr.buffers()[2])[start:end])
 
 
