@@ -18,6 +18,7 @@ import stat
 import time
 
 from kmemscope.common.errors import CaptureError
+from kmemscope.common.outfile import write_file
 
 MAX_BYTES = 16 << 20
 ENV = "KMEMSCOPE_METRICS_OUT"
@@ -66,10 +67,6 @@ class Expected:
                                'write {"metrics": [{"metric": ..., "value": ..., "unit": ..., '
                                '"better": "higher"}]}')
         dest = os.path.join(bundle, BUNDLE_NAME)
-        tmp = dest + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, dest)
+        write_file(dest, data, 0o600)
         say("added %s: %d metric%s from %s" % (BUNDLE_NAME, len(rows), "" if len(rows) == 1 else "s",
                                                self.path))

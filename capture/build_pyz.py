@@ -51,7 +51,8 @@ def check_python38(path):
 
 def carried_modules():
     """(source path, path inside the archive) of every module the .pyz carries."""
-    yield os.path.join(ROOT, "common", "errors.py"), os.path.join("kmemscope", "common", "errors.py")
+    for name in ("errors.py", "outfile.py"):
+        yield os.path.join(ROOT, "common", name), os.path.join("kmemscope", "common", name)
     for name in sorted(os.listdir(HERE)):
         if name.endswith(".py") and name != "build_pyz.py":
             yield os.path.join(HERE, name), os.path.join("kmemscope", "capture", name)

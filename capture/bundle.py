@@ -6,6 +6,7 @@ import tempfile
 import time
 
 from kmemscope.common.errors import CaptureError
+from kmemscope.common.outfile import write_file
 
 
 def is_bundle(path):
@@ -61,15 +62,8 @@ def free_bytes(path):
 
 def write_json(path, data, durable=False):
     """Write JSON atomically (owner-only), so a reader never sees half of it."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    # synced either way: NewFile syncs before its rename (durable kept for callers)
+    write_file(path, json.dumps(data, indent=2, sort_keys=True) + "\n", 0o600)
 
 
 def write_manifest(bundle, manifest):

@@ -11,6 +11,7 @@ import subprocess
 import tarfile
 
 from kmemscope.common.errors import CaptureError
+from kmemscope.common.outfile import NewFile
 
 FORMATS = ("gz", "zst")
 
@@ -20,29 +21,24 @@ def pack(bundle, fmt):
     bundle = os.path.abspath(bundle.rstrip("/"))
     parent, name = os.path.split(bundle)
     target = os.path.join(parent, "%s.tar.%s" % (name, fmt))
-    partial = target + ".partial"
-    old_umask = os.umask(0o077)
     try:
-        if fmt == "gz":
-            with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
-                tar.add(bundle, arcname=name)
-        elif fmt == "zst":
-            if shutil.which("zstd") is None:
-                raise CaptureError("packing .tar.zst needs the zstd tool",
-                                   "install zstd, or use --pack gz")
-            done = subprocess.run(["tar", "--zstd", "-cf", partial, "-C", parent, name],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  universal_newlines=True)
-            if done.returncode:
-                raise CaptureError("tar failed: %s" % done.stderr.strip().splitlines()[-1:])
-        else:
-            raise CaptureError("unknown pack format %r" % fmt, "use --pack gz or --pack zst")
-        os.chmod(partial, 0o600)
-        os.replace(partial, target)
+        # a new file of an unpredictable name beside the bundle, renamed into place: a link
+        # planted at a guessable name is never written through; nothing is left on failure
+        with NewFile(target, 0o600) as out:
+            if fmt == "gz":
+                with tarfile.open(fileobj=out, mode="w:gz", compresslevel=6) as tar:
+                    tar.add(bundle, arcname=name)
+            elif fmt == "zst":
+                if shutil.which("zstd") is None:
+                    raise CaptureError("packing .tar.zst needs the zstd tool",
+                                       "install zstd, or use --pack gz")
+                done = subprocess.run(["tar", "--zstd", "-cf", "-", "-C", parent, name],
+                                      stdout=out, stderr=subprocess.PIPE,
+                                      universal_newlines=True)
+                if done.returncode:
+                    raise CaptureError("tar failed: %s" % done.stderr.strip().splitlines()[-1:])
+            else:
+                raise CaptureError("unknown pack format %r" % fmt, "use --pack gz or --pack zst")
     except OSError as exc:
         raise CaptureError("cannot pack %s: %s" % (bundle, exc.strerror or exc)) from None
-    finally:
-        os.umask(old_umask)
-        if os.path.exists(partial):
-            os.unlink(partial)
     return target

@@ -867,8 +867,9 @@ def _metric_names(metrics):
 
 def _write_text(text, output):
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
+        from kmemscope.common.outfile import write_file
+
+        write_file(output, text)
     else:
         click.echo(text, nl=False)
 

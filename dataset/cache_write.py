@@ -28,57 +28,23 @@ reports them; it takes no lock and may see one a writer created a microsecond be
 locking it).
 """
 import errno
-import fcntl
 import hashlib
 import os
-import re
-import stat
-import uuid
 
 from kmemscope.common.errors import DatasetError
 
 from .digests import DIGESTS, _write_digests as write_digests, read_digests_in
-from .safefs import FILE_FLAGS, RUN_PREFIX, RUNS_TABLE, Dir
-
-# The temp files a cache write names (safefs.Dir.write_atomic made the same before).
-TEMP_NAME = re.compile(r"\.part-0\.parquet\.[0-9a-f]{8,32}\.tmp")
-
-
-def _temp_name(part_name):
-    return f".{part_name}.{uuid.uuid4().hex[:16]}.tmp"
-
-
-def _writer_gone(folder, name):
-    """True when the temp file `name` in `folder` (a Dir) is a regular file no live writer
-    holds (its flock can be taken). A link or special file is never kmemscope's: False."""
-    try:
-        fd = os.open(name, FILE_FLAGS, dir_fd=folder.fd)
-    except OSError:
-        return False
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:      # BlockingIOError: a live writer's
-        return False
-    finally:
-        os.close(fd)
-
+from .safefs import RUN_PREFIX, RUNS_TABLE, Dir
 
 def stale_temps(folder):
-    """The names of the stale cache temp files in `folder` (a Dir)."""
-    return [e.name for e in folder.entries()
-            if TEMP_NAME.fullmatch(e.name) and _writer_gone(folder, e.name)]
+    """The names of the stale temp files in `folder` (a Dir): safefs.Dir.stale_temps, the one
+    rule for every dataset writer's temp files."""
+    return folder.stale_temps()
 
 
 def _clean(folder):
     """Remove the stale temp files of `folder` (a Dir). Call with the dataset lock held."""
-    for name in stale_temps(folder):
-        try:
-            folder.unlink(name)
-        except FileNotFoundError:
-            pass
+    folder.remove_stale_temps()
 
 
 def interrupted(dataset, folders):
@@ -146,10 +112,7 @@ def write_recorded(dataset, folders, part_name, run, key, write, extra):
             part = root.walk(folders, "a derived cache folder", make=True)
             try:
                 _clean(part)
-                tmp = _temp_name(part_name)
-                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o644, dir_fd=part.fd)
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                tmp, fd = part.create_temp(part_name)
             except BaseException:
                 part.close()
                 raise

@@ -44,7 +44,7 @@ from pathlib import Path
 from .digests import record_digests
 from .safefs import (DIR_FLAGS as _DIR_FLAGS, FILE_FLAGS as _FILE_FLAGS, HINT as _HINT,  # noqa: F401
                      HINT_LINK as _HINT_LINK, RUN_PREFIX, RUNS_TABLE, SAFE_RUN_ID, SAFE_TABLE,
-                     Dir as _Dir, UnsafeEntry, kind_of)
+                     Dir as _Dir, UnsafeEntry, is_data_file, kind_of)
 
 WORK_PREFIX = ".parse-"
 LOCK_NAME = ".kmemscope.lock"
@@ -407,7 +407,7 @@ def committed_since(dataset, run_id, since_ns):
     part = Path(dataset) / RUNS_TABLE / (RUN_PREFIX + run_id)
     try:
         with os.scandir(part) as it:
-            return any(e.name.endswith(".parquet") and e.is_file(follow_symlinks=False)
+            return any(is_data_file(e.name) and e.is_file(follow_symlinks=False)
                        and e.stat(follow_symlinks=False).st_mtime_ns >= since_ns for e in it)
     except OSError:
         return False
@@ -494,7 +494,7 @@ def _restore_legacy_trash(root, trash):
         return
     with trash.sub(RUNS_TABLE) as runs:
         files = [e.name for e in runs.entries()
-                 if e.name.endswith(".parquet") and e.is_file(follow_symlinks=False)]
+                 if is_data_file(e.name) and e.is_file(follow_symlinks=False)]
         if not files:
             return
         try:
@@ -582,7 +582,7 @@ def _replaced_run(root, work):
                 with held.sub(part, "a trashed partition") as d:
                     old[table] = [work.path / "trash" / entry.name / part / e.name
                                   for e in d.entries()
-                                  if e.name.endswith(".parquet") and _entry_kind(e) == "file"]
+                                  if is_data_file(e.name) and _entry_kind(e) == "file"]
     if RUNS_TABLE not in old:
         return None
     return run_id, old, set(tables) - staged

@@ -16,7 +16,8 @@ import json
 import os
 import stat
 
-from .safefs import FILE_FLAGS, HINT, HINT_LINK, RUN_PREFIX, RUNS_TABLE, Dir, UnsafeEntry, kind_of
+from .safefs import (FILE_FLAGS, HINT, HINT_LINK, RUN_PREFIX, RUNS_TABLE, Dir, UnsafeEntry, is_data_file,
+                     kind_of)
 
 DIGESTS = "_files.json"
 DIGESTS_MAX_BYTES = 1 << 20
@@ -84,7 +85,7 @@ def staged_footers(stage):
                     continue
                 folders.append(st.sub(entry.name, "a staged table folder"))
                 jobs += [(entry.name, folders[-1], f.name) for f in folders[-1].entries()
-                         if f.name.endswith(".parquet") and f.is_file(follow_symlinks=False)]
+                         if is_data_file(f.name) and f.is_file(follow_symlinks=False)]
             with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
                 found = list(pool.map(facts_of, jobs))
         finally:
@@ -100,8 +101,8 @@ def _table_digests(folder, footers=None):
     out = {}
     table = folder.path.name
     for entry in folder.entries():
-        if entry.name.startswith(".") or entry.name == DIGESTS:
-            continue
+        if not is_data_file(entry.name):
+            continue        # what readers leave out is never recorded (verify: extra)
         known = (footers or {}).get(f"{table}/{entry.name}") or {}
         st = entry.stat(follow_symlinks=False)
         if known.get("sha256") and stat.S_ISREG(st.st_mode) and known.get("bytes") == st.st_size:

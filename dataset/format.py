@@ -21,13 +21,12 @@ import errno
 import json
 import os
 import stat
-import uuid
 from pathlib import Path
 
 from kmemscope.common.errors import DatasetError
 from kmemscope.common.text import printable
 
-from .safefs import HINT_LINK, RUN_PREFIX
+from .safefs import HINT_LINK, RUN_PREFIX, Dir
 
 FORMAT_FILE = "_kmemscope.json"
 FORMAT = 2             # the format this kmemscope writes and the newest it reads
@@ -152,29 +151,13 @@ def _holds_runs(dataset):
 
 def write_format(dataset, version=FORMAT):
     """Write FORMAT_FILE atomically (a temporary file renamed over it, both synced)."""
-    dataset = Path(dataset)
     body = json.dumps({"format": int(version), "writer": _writer()}, sort_keys=True) + "\n"
-    tmp = dataset / f".{FORMAT_FILE}.{uuid.uuid4().hex[:12]}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dataset / FORMAT_FILE)
-    except BaseException:
+    with Dir.root(dataset) as root:
+        root.write_atomic(FORMAT_FILE, lambda f: f.write(body.encode()))
         try:
-            os.unlink(tmp)
+            os.fsync(root.fd)
         except OSError:
             pass
-        raise
-    dfd = os.open(dataset, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
 
 
 def ensure_format(dataset):

@@ -33,7 +33,7 @@ from kmemscope.dataset.format import (FILE_COLUMN, FORMAT_FILE, MAX_FILE_BYTES, 
                                       unfit_reason)
 
 from . import limits, storage
-from .safefs import RUN_FOLDER, RUN_PREFIX, SAFE_TABLE, shown_name
+from .safefs import RUN_FOLDER, RUN_PREFIX, SAFE_TABLE, is_data_file, shown_name
 
 
 def _ref(dataset):
@@ -130,8 +130,15 @@ def _local_tables(dataset):
                 notes.append(f"folder {table.name}/{shown_name(part.name)} is left out: not a "
                              "run folder kmemscope writes (run_id=<hex digits>)")
                 continue
-            files = [Path(f.path) for f in _entries(part.path)
-                     if f.name.endswith(".parquet") and _checked(f, "a Parquet file", True)]
+            files = []
+            for f in _entries(part.path):
+                if is_data_file(f.name):
+                    if _checked(f, "a Parquet file", True):
+                        files.append(Path(f.path))
+                elif f.name.endswith(".parquet"):
+                    notes.append(f"file {table.name}/{shown_name(part.name)}/{shown_name(f.name)} "
+                                 "is left out: not a file name kmemscope writes (`kmemscope "
+                                 "verify` reports it)")
             if files:
                 runs[part.name[len(RUN_PREFIX):]] = files
         if runs:

@@ -13,7 +13,7 @@ the new file is written and renamed inside the opened partition folder.
 from kmemscope.common.errors import DatasetError
 
 from .digests import update_digests
-from .safefs import RUN_PREFIX, Dir
+from .safefs import RUN_PREFIX, Dir, is_data_file
 
 TABLE = "run_metrics"
 PART = "part-0.parquet"
@@ -50,7 +50,7 @@ def _read(part):
 
     out = []
     for entry in part.entries():
-        if not entry.name.endswith(".parquet") or entry.name.startswith("."):
+        if not is_data_file(entry.name):
             continue
         shown = part.path / entry.name
         with part.open_file(entry.name, "a Parquet file") as f:
@@ -76,7 +76,7 @@ def _write(part, rows):
     table = _table(rows)
     part.write_atomic(PART, lambda f: pq.write_table(table, f, write_page_checksum=True))
     for entry in part.entries():
-        if entry.name.endswith(".parquet") and entry.name != PART and not entry.name.startswith("."):
+        if is_data_file(entry.name) and entry.name != PART:
             part.unlink(entry.name)
 
 

@@ -22,6 +22,37 @@ SAFE_RUN_ID = re.compile(r"[0-9a-f]{1,64}")
 # ids of the same alphabet as table names. Anything else (`run_id=a=b`, `run_id=NULL`,
 # `run_id=__HIVE_DEFAULT_PARTITION__`, `run_id=abc%27`) is left out with a note.
 RUN_FOLDER = re.compile(r"run_id=[0-9a-z][0-9a-z_]{0,63}")
+# The files a reader reads in a partition folder, and the only ones a run's digests record:
+# Parquet files named in this alphabet (kmemscope writes `part-<n>.parquet`). One rule for
+# every reader, verify, the digests and the caches: a dot-file (`.x.parquet`), a name with a
+# glob character DuckDB would expand, a note beside the files is no part of the run (verify
+# reports it `extra`; readers leave it out).
+DATA_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}\.parquet")
+# Every temporary file a dataset writer makes: a dot, the name it will be renamed to, a
+# random tag, `.tmp` (`._files.json.0f3a...tmp`, `.part-0.parquet.9c1e...tmp`). The writer
+# holds an flock on it while it lives, so the next writer in that folder (write_atomic,
+# cache_write) removes the ones whose writer is gone and verify reports them. Tags of 8-32
+# hex digits: earlier kmemscope versions wrote 8 and 12.
+TEMP_FILE = re.compile(r"\.(?P<target>[A-Za-z0-9_][A-Za-z0-9_.-]{0,200})\.[0-9a-f]{8,32}\.tmp")
+
+
+def is_data_file(name):
+    """True for a name a reader reads in a partition folder (DATA_FILE)."""
+    return bool(DATA_FILE.fullmatch(name))
+
+
+def is_temp_file(name):
+    """True for a name of a dataset writer's temporary file (TEMP_FILE)."""
+    return bool(TEMP_FILE.fullmatch(name))
+
+
+def temp_name(name):
+    """An unpredictable temporary name for a file that will be renamed to `name`."""
+    import uuid
+
+    return f".{name}.{uuid.uuid4().hex[:16]}.tmp"
+
+
 # Longest name shown in a note or error about a name found in a dataset.
 NAME_SHOWN_MAX = 80
 
@@ -46,7 +77,7 @@ def kind_of(mode):
     return ("a symbolic link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
             else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
             else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode)
-            else "a regular file" if stat.S_ISREG(mode) else "not a regular file")
+            else "a regular file" if stat.S_ISREG(mode) else "a special file")
 
 
 class Dir:
@@ -143,27 +174,82 @@ class Dir:
                      mode, dir_fd=self.fd)
         return os.fdopen(fd, "wb")
 
+    def create_temp(self, name, mode=0o644):
+        """(temp name, fd) of a new temporary file for `name` in this folder (TEMP_FILE):
+        created with O_EXCL and no link followed, open for reading and writing, and flock()ed
+        for as long as the fd is open, so that remove_stale_temps() leaves it alone. A cleaner
+        that took the lock between the create and the flock and removed the file is seen
+        here (no link left to the file): then another name is taken."""
+        import fcntl
+
+        for _attempt in range(16):
+            tmp = temp_name(name)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         mode, dir_fd=self.fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if os.fstat(fd).st_nlink:
+                    return tmp, fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+        raise OSError(errno.EAGAIN, "a temporary file kept being removed", str(self.path / name))
+
     def write_atomic(self, name, write):
         """Replace `name` in this folder by what write(file object) writes: a temp file made
-        here (O_EXCL, no link followed), synced, then renamed over `name` inside this folder
-        (renameat: a link at `name` is replaced, never written through)."""
-        import uuid
-
-        tmp = f".{name}.{uuid.uuid4().hex[:8]}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644, dir_fd=self.fd)
+        here (create_temp), synced, then renamed over `name` inside this folder (renameat: a
+        link at `name` is replaced, never written through). The temp files of writers of
+        this folder killed before (SIGKILL runs no cleanup) are removed first."""
+        self.remove_stale_temps()
+        tmp, fd = self.create_temp(name)
         try:
             with os.fdopen(fd, "wb") as f:
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())
-            os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+                os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException:
             try:
                 os.unlink(tmp, dir_fd=self.fd)
             except OSError:
                 pass
             raise
+
+    def stale_temps(self):
+        """Names of the temporary files (TEMP_FILE) in this folder whose writer is gone: a
+        regular file whose flock can be taken. A live writer's is not among them."""
+        return [e.name for e in self.entries()
+                if is_temp_file(e.name) and self._writer_gone(e.name)]
+
+    def _writer_gone(self, name, remove=False):
+        import fcntl
+
+        try:
+            fd = os.open(name, FILE_FLAGS, dir_fd=self.fd)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return False     # a link or special file is never a writer's: verify reports it
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if remove:
+                # Still the file the name gives (held locked: no live writer renames it now)
+                now = self.lstat(name)
+                if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                    return False
+                os.unlink(name, dir_fd=self.fd)
+            return True
+        except OSError:          # BlockingIOError: a live writer's; gone meanwhile
+            return False
+        finally:
+            os.close(fd)
+
+    def remove_stale_temps(self):
+        """Remove the temporary files of this folder whose writer is gone -> their names."""
+        return [e.name for e in self.entries()
+                if is_temp_file(e.name) and self._writer_gone(e.name, remove=True)]
 
     def unlink(self, name):
         os.unlink(name, dir_fd=self.fd)

@@ -22,7 +22,7 @@ import threading
 
 from kmemscope.common.errors import DatasetError
 
-from .safefs import RUN_FOLDER, SAFE_TABLE
+from .safefs import RUN_FOLDER, SAFE_TABLE, is_data_file
 
 SCHEMES = ("s3://", "s3a://")
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws"
@@ -142,7 +142,7 @@ def list_tables(dataset):
         table, part, name = rel
         if (table.startswith((".", "_")) or not RUN_FOLDER.fullmatch(part)
                 or not SAFE_TABLE.fullmatch(table)
-                or not name.endswith(".parquet") or name.startswith((".", "_"))
+                or not is_data_file(name)
                 or any(_UNSAFE.search(p) for p in rel)):
             continue
         run = part[len("run_id="):]

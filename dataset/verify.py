@@ -10,7 +10,8 @@ dataset without following links and reports, per file, what no longer matches:
   missing     recorded, not there now
   changed     there, with other contents (or a link, FIFO or folder in its place)
   extra       in a run's partition, a partition of no committed run, or the derived
-              cache, never recorded; a cache write's temp file whose writer is gone
+              cache, never recorded; any writer's temp file whose writer is gone,
+              and every name that is not a file readers read (dot-files too)
   unrecorded  a run committed by a kmemscope that recorded no digests (parse it again)
 
 A file's size is compared before it is hashed (a huge file in a part file's place
@@ -70,13 +71,40 @@ def _partitions(root):
 
 
 def _listing(root, table, part):
-    """{name: st_mode} of a partition folder's entries; None when it is not a real folder."""
+    """{name: st_mode} of a partition folder's entries, every one (dot-files too: what a
+    reader reads is safefs.DATA_FILE, anything else is extra), but the temp files of live
+    writers; None when it is not a real folder."""
     try:
         d = root.walk([table, part])
     except safefs.UnsafeEntry:
         return None, None
+    live = _live_temps(d)
     return {e.name: e.stat(follow_symlinks=False).st_mode for e in d.entries()
-            if not e.name.startswith(".")}, d
+            if e.name not in live}, d
+
+
+def _live_temps(folder):
+    """Names of the temp files in `folder` that a live writer holds (neither reported nor
+    removed: the writer renames or removes it)."""
+    stale = set(folder.stale_temps())
+    return {e.name for e in folder.entries() if safefs.is_temp_file(e.name)
+            and e.name not in stale and e.is_file(follow_symlinks=False)}
+
+
+STALE_TEMP = ("(left by a write that did not finish: the next write into this folder "
+              "removes it)")
+
+
+def _extra(result, name, rel):
+    """Report the unrecorded entry `name` (shown as `rel`), saying what it is when readers
+    leave it out."""
+    if safefs.is_temp_file(name):
+        result.problems.append(("extra", f"{rel} {STALE_TEMP}"))
+    elif not safefs.is_data_file(name):
+        result.problems.append(("extra", f"{rel} (not a file kmemscope writes: readers leave "
+                                         "it out)"))
+    else:
+        result.problems.append(("extra", rel))
 
 
 def _crc_ok(folder, name):
@@ -169,7 +197,11 @@ def _unrecorded(result, root, run, tables):
             continue
         with d:
             for name, mode in sorted(listing.items()):
-                if stat.S_ISREG(mode) and name.endswith(".parquet"):
+                if table == safefs.RUNS_TABLE and name == digests.DIGESTS:
+                    continue
+                if not safefs.is_data_file(name):
+                    _extra(result, name, f"{table}/{part}/{safefs.shown_name(name)}")
+                elif stat.S_ISREG(mode):
                     result.files += 1
                     if not _crc_ok(d, name):
                         result.problems.append(("changed", f"{table}/{part}/{name}"))
@@ -191,7 +223,7 @@ def _check_run(result, root, run, tables, recorded):
                 seen.add(key)
                 rel = f"{rel_part}/{safefs.shown_name(name)}"
                 if key not in recorded:
-                    result.problems.append(("extra", rel))
+                    _extra(result, name, rel)
                     continue
                 _check_file(result, d, name, mode, recorded[key], rel)
     for key in sorted(set(recorded) - seen):
@@ -216,24 +248,19 @@ def _check_derived(result, root, recorded):
 
 
 def _walk_derived(result, folder, rel, recorded, seen, depth):
-    stale = set(cache_write.stale_temps(folder))
+    live = _live_temps(folder)
     for entry in folder.entries():
-        if entry.name in stale:
-            result.problems.append(("extra", f"{rel}/{safefs.shown_name(entry.name)} (left by a "
-                                    "cache write that did not finish: the next write of this "
-                                    "cache removes it)"))
-            continue
-        if entry.name.startswith("."):
+        if entry.name in live:
             continue
         path = f"{rel}/{safefs.shown_name(entry.name)}"
         mode = entry.stat(follow_symlinks=False).st_mode
-        if stat.S_ISDIR(mode) and depth < 2:
+        if stat.S_ISDIR(mode) and depth < 2 and not entry.name.startswith("."):
             with folder.sub(entry.name, "a derived cache folder") as sub:
                 _walk_derived(result, sub, f"{rel}/{entry.name}", recorded, seen, depth + 1)
             continue
         key = f"{rel}/{entry.name}"
         if key not in recorded:
-            result.problems.append(("extra", path))
+            _extra(result, entry.name, path)
             continue
         seen.add(key)
         if _check_file(result, folder, entry.name, mode, recorded[key][1], path):

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from kmemscope.common.errors import KmemscopeError
+from kmemscope.common.outfile import write_file
 
 # lab's page with its CSS inlined, but no scripts fetched from elsewhere.
 _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
@@ -240,9 +241,8 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
     title = f"kmemscope report: {os.path.basename(dataset.rstrip('/'))}"
     html = with_contents(to_html(merge(executed, compared=bool(compare)), title))
     out = Path(output)
-    tmp_out = out.with_name(f".{out.name}.tmp")
-    tmp_out.write_text(html)
-    os.replace(tmp_out, out)     # a reader never sees half a report
+    # a reader never sees half a report; a planted link is never written through
+    write_file(out, html)
     if progress:
         progress(f"wrote {out} ({len(html) / 1e6:.1f} MB)")
     return out

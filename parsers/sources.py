@@ -51,9 +51,9 @@ def regular_file(path, what="file"):
 
 def _refuse_special(path, st, what):
     if not stat.S_ISREG(st.st_mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
-                else "not a regular file")
+        from kmemscope.dataset.safefs import kind_of
+
+        kind = kind_of(st.st_mode)     # never "not a regular file, not a regular file"
         raise TraceFileError(f"{path}: {what} is {kind}, not a regular file",
                              "copy the data to a file first")
 

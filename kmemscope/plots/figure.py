@@ -13,10 +13,13 @@ saying what is missing, drawn as text, and nothing else. Any other failure
 (a bad parameter, an error in a query) is raised, never drawn as "no data".
 
 Text from a trace or a manifest (labels, hosts, comms) only ever reaches HTML
-escaped and never reaches Markdown: a label cannot add a link or an image.
+escaped and never reaches Markdown: a label cannot add a link or an image. In the
+drawing every text is literal: a Figure draws with matplotlib's mathtext and TeX off
+(`$\\undef$` is drawn as those characters, never parsed), whoever placed the text.
 """
 import html
 import io
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from matplotlib.figure import Figure as _MplFigure
@@ -46,6 +49,14 @@ class Figure(_MplFigure):
         fig.text(0.01, 0.5, sentence, fontsize=9, va="center", color="0.35", wrap=True)
         fig.name, fig.notes, fig.empty = name, [sentence], True
         return fig
+
+    def draw(self, renderer):
+        with literal_text(self):
+            return super().draw(renderer)
+
+    def get_tightbbox(self, renderer=None, *args, **kwargs):
+        with literal_text(self):
+            return super().get_tightbbox(renderer, *args, **kwargs)
 
     def _repr_png_(self):
         buf = io.BytesIO()
@@ -79,6 +90,20 @@ class Html:
         return self.text or "<kmemscope.plots.Html: display it in a notebook>"
 
 
+@contextmanager
+def literal_text(fig):
+    """Every text of `fig`, and every text made meanwhile (tick labels are made while
+    drawing), drawn as it is: no mathtext, no TeX."""
+    import matplotlib
+    from matplotlib.text import Text
+
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        for t in fig.findobj(Text):
+            t.set_parse_math(False)
+            t.set_usetex(False)
+        yield
+
+
 def new_figure(name, nrows=1, ncols=1, height=3.2, width=11):
     """An empty Figure of nrows x ncols axes (an array, squeezed never), laid out by constraints."""
     fig = Figure(figsize=(width, height * nrows), layout="constrained")
@@ -103,8 +128,9 @@ def plural(n, word, many=None):
 
 
 def fig_text(text):
-    """Text from a trace or a label, safe in a matplotlib label ('$' would start mathtext)."""
-    return str(text).replace("$", r"\$")
+    """Text from a trace or a label as a figure shows it: as it is (a Figure draws every text
+    literally, literal_text)."""
+    return str(text)
 
 
 def hex_pfn(p):

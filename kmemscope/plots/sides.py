@@ -156,28 +156,30 @@ class ComparisonFigures:
         for ax, r in zip(axes.flat, rows):
             stat = stat_name(r)
             drawn = {}
+            scale = _scale(r, sides)
             for i, side in enumerate(sides):
                 x = r.stats[side]
                 runs = [run for run, v in zip(self.sides.runs[side], self.sides.values(r.metric.name)[side])
                         if v is not None and v == v]
                 for j, (run, v) in enumerate(zip(runs, x.values)):
                     st = self.palette.run_marker(run)
-                    ax.scatter([i + (j - (len(runs) - 1) / 2) * 0.08], [v], s=22, zorder=3, alpha=0.85,
+                    ax.scatter([i + (j - (len(runs) - 1) / 2) * 0.08], [v / scale], s=22, zorder=3, alpha=0.85,
                                edgecolor="black", linewidth=0.4, **st)
                 if x.mean is None:
                     ax.text(i, 0.5, "no value", ha="center", va="center", fontsize=8, color="0.4",
                             transform=ax.get_xaxis_transform())
                     continue
-                ax.hlines(x.mean, i - 0.3, i + 0.3, color=self.palette.color(side), lw=2.2,
+                ax.hlines(x.mean / scale, i - 0.3, i + 0.3, color=self.palette.color(side), lw=2.2,
                           gid=f"side={side}")
                 ci = side_interval(r, side)
                 if ci is None:
-                    ax.text(i + 0.32, x.mean, f"{x.n} run:\nno spread", fontsize=7, color="0.3",
+                    ax.text(i + 0.32, x.mean / scale, f"{x.n} run:\nno spread", fontsize=7, color="0.3",
                             va="center")
                 else:
                     lo, hi = ci
-                    ax.vlines(i, lo, hi, color=self.palette.color(side), lw=1.2, gid=f"ci={side}")
-                    ax.hlines([lo, hi], i - 0.08, i + 0.08, color=self.palette.color(side), lw=1.2)
+                    ax.vlines(i, lo / scale, hi / scale, color=self.palette.color(side), lw=1.2,
+                              gid=f"ci={side}")
+                    ax.hlines([lo / scale, hi / scale], i - 0.08, i + 0.08, color=self.palette.color(side), lw=1.2)
                 drawn[side] = {stat: x.mean, "ci_low": ci[0] if ci else float("nan"),
                                "ci_high": ci[1] if ci else float("nan"), "runs": x.n}
             ax.set_xticks(range(len(sides)), [fig_text(s) for s in sides], fontsize=8)
@@ -185,11 +187,12 @@ class ComparisonFigures:
             ax.set_title(f"{fig_text(r.metric.title)}\n{stat} per side; "
                          f"{_direction_text(r.records[self.sides.baseline])}",
                          fontsize=9)
-            ax.set_ylabel(_unit_label(r.metric.unit), fontsize=8)
+            ax.set_ylabel(_unit_label(r.metric.unit) + (f" (x {scale:.0e})" if scale != 1 else ""),
+                          fontsize=8)
             ax.tick_params(labelsize=8)
-            values = [v for x in r.stats.values() for v in x.values]
+            values = [v / scale for x in r.stats.values() for v in x.values]
             if min(values) >= 0:      # counts, shares, times: from zero
-                top = max(values + [x.mean or 0 for x in r.stats.values()])
+                top = max(values + [(x.mean or 0) / scale for x in r.stats.values()])
                 ax.set_ylim(0, 100 if r.metric.unit == "%" else (top * 1.12 or 1))
             panels[f"{r.metric.name} ({stat})"] = pd.DataFrame(drawn).T if drawn else None
         for ax in list(axes.flat)[len(rows):]:
@@ -296,6 +299,18 @@ class ComparisonFigures:
             out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         out.append("</tbody></table>")
         return HTML("".join(out))
+
+
+def _scale(row, sides):
+    """1, or the power of ten a panel's numbers are drawn divided by when they come near the
+    largest double (1.7e308: matplotlib's axis range and margins would overflow)."""
+    import math
+
+    big = [abs(v) for side in sides for v in [*row.stats[side].values, row.stats[side].mean,
+                                               *(side_interval(row, side) or ())]
+           if isinstance(v, (int, float)) and math.isfinite(v)]
+    top = max(big, default=0)
+    return 10.0 ** math.floor(math.log10(top)) if top > 1e300 else 1.0
 
 
 def _unit_label(unit):

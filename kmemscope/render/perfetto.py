@@ -21,7 +21,6 @@ bound parameters); nothing from the trace becomes a path or SQL text.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -210,16 +209,10 @@ def export_run(dataset, run: str, output, *, engine=None) -> ExportSummary:
     if not out.parent.is_dir():
         raise KmemscopeError(f"no directory {out.parent}", "create it first")
     summary = ExportSummary(run_id, out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        # no symlink followed: the temporary name is ours, created exclusively
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as stream:
-            _write(ds, run_id, _Writer(stream), summary)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    from kmemscope.common.outfile import NewFile
+
+    with NewFile(out, 0o600) as stream:
+        _write(ds, run_id, _Writer(stream), summary)
     return summary
 
 

@@ -41,7 +41,12 @@ def _cell(value, max_cell=MAX_CELL, decimals=None):
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
-        text = f"{value:.{decimals if decimals is not None else 6}f}"
+        places = decimals if decimals is not None else 6
+        if value and (abs(value) >= 1e21 or abs(value) < 1e-6):
+            text = f"{value:.6g}"      # 1.7e+308, 5e-324: neither 309 digits nor a false 0
+            # (fixed point below 1e21, where a double still reads as a number of digits)
+        else:
+            text = f"{value:.{places}f}"
     elif _is_pairs(value):
         text = ",".join(f"{k}={v}" for k, v in value)   # an Arrow MAP such as labels
     elif isinstance(value, (list, tuple)):

@@ -10,6 +10,7 @@ mismatch between the two is an error rather than a mislabelled file.
 """
 import json
 import sys
+from contextlib import contextmanager
 
 from kmemscope.render import formats
 from kmemscope.render.formats import OutputError
@@ -44,18 +45,112 @@ def _json_rows(data):
                               for k, v in row.items()}, default=str, ensure_ascii=False)
 
 
+def _json_texts(batch):
+    """The batch's rows as JSON objects, a StringArray (None when a column needs the row-wise
+    path: a name twice). Each column becomes JSON text in Arrow's kernels, not row by row in
+    Python: integers and booleans as Arrow writes them, floats as their shortest round-trip
+    text (NaN and infinities null, as json.dumps(jsonable) gives), text escaped for JSON;
+    other types (lists, maps, times, bytes) through jsonable() a column at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    if len(set(names)) != len(names):
+        return None
+    parts = []
+    for i, (name, col) in enumerate(zip(names, batch.columns)):
+        text = _json_column(col, pa, pc)
+        parts += ["," if i else "", json.dumps(name, ensure_ascii=False) + ":",
+                  pc.fill_null(text, "null")]
+    if not parts:
+        return pa.array(["{}"] * batch.num_rows, pa.string())
+    return pc.binary_join_element_wise("{", *parts, "}", "")
+
+
+_JSON_ESCAPES = [("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")]
+
+
+def _json_column(col, pa, pc):
+    t = col.type
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return pc.cast(col, pa.string())
+    if pa.types.is_floating(t):
+        if not pa.types.is_float64(t):
+            col = pc.cast(col, pa.float64())
+        text = pc.cast(col, pa.string())
+        # 1.0 is "1" to Arrow: keep it a float as json.dumps writes it
+        text = pc.if_else(pc.match_substring_regex(text, r"^-?[0-9]+$"),
+                          pc.binary_join_element_wise(text, ".0", ""), text)
+        return pc.if_else(pc.is_finite(col), text, pa.scalar(None, pa.string()))
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        text = col
+        for find, repl in _JSON_ESCAPES:
+            text = pc.replace_substring(text, find, repl)
+        if pc.any(pc.match_substring_regex(text, r"[\x00-\x1f\x7f]")).as_py():
+            # rare: the other control characters one by one, as json.dumps escapes them
+            for code in [*range(0x20), 0x7F]:
+                ch = chr(code)
+                if ch not in "\n\r\t":
+                    text = pc.replace_substring(text, ch, json.dumps(ch)[1:-1])
+        return pc.binary_join_element_wise('"', pc.cast(text, pa.string()), '"', "")
+    if pa.types.is_decimal(t):
+        # as text, as json.dumps(default=str) writes a Decimal (Arrow's text is str()'s)
+        return pc.binary_join_element_wise('"', pc.cast(col, pa.string()), '"', "")
+    is_map = pa.types.is_map(t)
+    return pa.array([None if v is None else json.dumps({} if is_map and v == [] else jsonable(v),
+                                                       default=str, ensure_ascii=False)
+                     for v in col.to_pylist()], pa.string())
+
+
 def _write_json(data, out, lines):
-    """JSON (one array) or JSON lines to the binary stream `out`, a row at a time."""
-    if lines:
-        for row in _json_rows(data):
-            out.write((row + "\n").encode())
-        return
+    """JSON (one array) or JSON lines to the binary stream `out`, a batch of rows at a time."""
+    import pyarrow.compute as pc
+
     first = True
-    out.write(b"[")
-    for row in _json_rows(data):
-        out.write((("\n  " if first else ",\n  ") + row).encode())
+    if not lines:
+        out.write(b"[")
+    for batch in _batches(data, rows=65536):
+        if batch.num_rows == 0:
+            continue
+        rows = _json_texts(batch)
+        if rows is None:                  # the row-wise path
+            texts = list(_json_rows(batch))
+        else:
+            texts = None
+        if lines:
+            if texts is not None:
+                out.write("".join(t + "\n" for t in texts).encode())
+            else:
+                _write_strings(out, pc.binary_join_element_wise(rows, "\n", ""))
+            continue
+        if texts is not None:
+            out.write("".join(("\n  " if first and i == 0 else ",\n  ") + t
+                              for i, t in enumerate(texts)).encode())
+        else:
+            _write_strings(out, pc.binary_join_element_wise("\n  " if first else ",\n  ",
+                                                            rows.slice(0, 1), ""))
+            _write_strings(out, pc.binary_join_element_wise(",\n  ", rows.slice(1), ""))
         first = False
-    out.write(b"\n]\n" if not first else b"]\n")
+    if not lines:
+        out.write(b"\n]\n" if not first else b"]\n")
+
+
+def _write_strings(out, arr):
+    """The UTF-8 bytes of every string of `arr` one after another (its data buffer's span)."""
+    import pyarrow as pa
+
+    if len(arr) == 0:
+        return
+    if isinstance(arr, pa.ChunkedArray):
+        for chunk in arr.chunks:
+            _write_strings(out, chunk)
+        return
+    import numpy as np
+
+    kind = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    offsets = np.frombuffer(arr.buffers()[1], dtype=kind)
+    start, end = int(offsets[arr.offset]), int(offsets[arr.offset + len(arr)])
+    out.write(memoryview(arr.buffers()[2])[start:end])
 
 
 # ---------------------------------------------------------------- CSV
@@ -188,7 +283,9 @@ def write_result(table, fmt="table", output=None, max_cell=MAX_CELL):
     if fmt not in FORMATS + (FOLDED,):
         raise OutputError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
     if output:
-        with open(output, "wb") as out:
+        from kmemscope.common.outfile import NewFile
+
+        with NewFile(output) as out:
             _write(table, fmt, out, max_cell)
         return
     out = _stdout_binary(fmt)
@@ -211,6 +308,7 @@ class ResultWriter:
         self.fmt, self.output = fmt, output
         self.results = 0
         self._out = None
+        self._file = None       # the -o file being written (common/outfile.py)
         if not output and fmt == "parquet" and sys.stdout.isatty():
             raise OutputError("parquet output is binary: give -o FILE")
 
@@ -218,11 +316,10 @@ class ResultWriter:
         return self
 
     def __exit__(self, *exc):
-        if self._out is not None:
-            if self.output:
-                self._out.close()
-            else:
-                self._out.flush()
+        if self._file is not None:
+            self._file.__exit__(*exc)      # renamed into place, or removed on an error
+        elif self._out is not None:
+            self._out.flush()
         return False
 
     def _next(self):
@@ -234,7 +331,13 @@ class ResultWriter:
                                  "than one statement that returns rows",
                                  "run them one at a time, or use --format table, csv or jsonl")
         if self._out is None:
-            self._out = open(self.output, "wb") if self.output else _stdout_binary(self.fmt)
+            if self.output:
+                from kmemscope.common.outfile import NewFile
+
+                self._file = NewFile(self.output)
+                self._out = self._file.__enter__()
+            else:
+                self._out = _stdout_binary(self.fmt)
         elif self.fmt in ("table", "csv"):
             self._out.write(b"\n")
         self.results += 1
@@ -262,11 +365,28 @@ class ResultWriter:
         out.flush()
 
 
+@contextmanager
+def _text_output(output, newline=None):
+    """A text stream to the -o file (common/outfile.py: renamed into place when the block
+    ends, removed on an error) or to stdout."""
+    if not output:
+        yield sys.stdout
+        return
+    import io
+
+    from kmemscope.common.outfile import NewFile
+
+    with NewFile(output) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", newline=newline)
+        yield text
+        text.flush()
+        text.detach()
+
+
 def write_document(parts, fmt, output=None):
     """Several named tables as ONE document: a JSON object of arrays, or tables one after another."""
     if fmt == "json":
-        out = open(output, "w", encoding="utf-8") if output else sys.stdout
-        try:
+        with _text_output(output) as out:
             out.write("{")
             for i, (name, table) in enumerate(parts.items()):
                 out.write(("" if i == 0 else ",") + f"\n{json.dumps(name)}: ")
@@ -274,19 +394,13 @@ def write_document(parts, fmt, output=None):
                 out.write(json.dumps(rows, indent=2, ensure_ascii=False, default=str)
                           .replace("\n", "\n  "))
             out.write("\n}\n")
-        finally:
-            if output:
-                out.close()
         return
     if fmt != "table":
         raise OutputError(f"write_document writes json or table, not {fmt}")
     text = "\n".join(f"{printable(name)} ({table.num_rows})\n{format_table(table)}"
                      for name, table in parts.items())
-    if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    with _text_output(output) as out:
+        out.write(text)
 
 
 # ---------------------------------------------------------------- comparisons
@@ -301,8 +415,7 @@ def write_records(table_rows, notes, fmt, output, meta=None):
         metadata.update({k.encode(): json.dumps(v).encode() for k, v in (meta or {}).items()})
         write_result(table.replace_schema_metadata(metadata), fmt, output)
         return
-    out = open(output, "w", encoding="utf-8", newline="") if output else sys.stdout
-    try:
+    with _text_output(output, newline="") as out:
         if fmt == "json":
             doc = dict(meta or {})
             doc["rows"] = [{k: jsonable(v) for k, v in row.items()} for row in table_rows]
@@ -324,6 +437,3 @@ def write_records(table_rows, notes, fmt, output, meta=None):
             out.write(buf.getvalue().decode("utf-8"))
         else:
             raise ValueError(f"unknown format {fmt}")
-    finally:
-        if output:
-            out.close()

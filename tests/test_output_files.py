@@ -1,0 +1,119 @@
+"""Files written outside a dataset go through common/outfile.py: created O_EXCL|O_NOFOLLOW in
+an opened folder under an unpredictable name, then renamed; a planted link is never written
+through, and a failed write leaves nothing.
+
+Oracles: the victim file's bytes, os.lstat of the output's folder, and the kernel's own
+file-size limit (RLIMIT_FSIZE) as the full disk.
+"""
+import ast
+import os
+import resource
+import signal
+import subprocess
+import tarfile
+
+import pytest
+
+from conftest import PROJECT_ROOT
+from kmemscope.common import outfile
+from kmrun import _argv, kmemscope
+
+
+def _plant_links(out, name, victim):
+    """Links at every temporary name a writer could have used before: `.NAME.tmp`,
+    `.NAME.<pid>.tmp` for the next few pids, `NAME.tmp`, `NAME.partial`."""
+    first = os.getpid()
+    names = [f".{name}.tmp", f"{name}.tmp", f"{name}.partial"] + \
+        [f".{name}.{pid}.tmp" for pid in range(first, first + 400)]
+    for n in names:
+        (out / n).symlink_to(victim)
+    return names
+
+
+def test_sql_output_through_planted_links_leaves_the_victim_as_it_was(examples_dataset, tmp_path):
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    out.mkdir()
+    victim.write_text("precious")
+    planted = _plant_links(out, "r.csv", victim)
+    kmemscope("sql", examples_dataset, "SELECT 42 AS answer", "--format", "csv", "-o", out / "r.csv")
+    assert victim.read_text() == "precious"
+    assert not (out / "r.csv").is_symlink() and (out / "r.csv").read_text().split() == ['"answer"', "42"]
+    assert sorted(os.listdir(out)) == sorted(planted + ["r.csv"])
+
+
+def test_a_planted_link_at_the_output_name_is_replaced_not_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "r.html").symlink_to(victim)
+    outfile.write_file(tmp_path / "r.html", "<html>")
+    assert victim.read_text() == "precious"
+    assert not (tmp_path / "r.html").is_symlink() and (tmp_path / "r.html").read_text() == "<html>"
+
+
+def test_temp_names_are_not_predictable(tmp_path):
+    names = {outfile.temp_name("r.html") for _ in range(1000)}
+    assert len(names) == 1000
+
+
+def _limited(limit):
+    def pre():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)       # EFBIG instead of a signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return pre
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_write_that_fails_for_want_of_space_leaves_nothing(examples_dataset, tmp_path, fmt):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "r.out").write_text("the older file")
+    proc = subprocess.run(_argv(["sql", examples_dataset, "SELECT * FROM range(2000000)",
+                                 "--format", fmt, "-o", out / "r.out"]),
+                          capture_output=True, text=True, cwd=PROJECT_ROOT,
+                          preexec_fn=_limited(1 << 20), timeout=600)
+    assert proc.returncode != 0
+    assert proc.stderr.count("kmemscope: error:") == 1, proc.stderr
+    assert os.listdir(out) == ["r.out"]
+    assert (out / "r.out").read_text() == "the older file"
+
+
+def test_a_packed_bundle_is_written_past_planted_links(tmp_path):
+    from kmemscope.capture import pack
+
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text("{}")
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    planted = _plant_links(tmp_path, "b.tar.gz", victim)
+    target = pack.pack(str(bundle), "gz")
+    assert victim.read_text() == "precious"
+    with tarfile.open(target) as tar:
+        assert tar.getnames() == ["b", "b/manifest.json"]
+    assert oct(os.stat(target).st_mode & 0o777) == "0o600"
+    assert sorted(os.listdir(tmp_path)) == sorted(planted + ["b", "b.tar.gz", "victim"])
+
+
+# The writers of files outside a dataset: none writes a file but through common/outfile.py.
+WRITERS = ["cli/verbs.py", "notebooks/report.py", "kmemscope/render/writers.py",
+           "kmemscope/render/perfetto.py", "capture/pack.py", "capture/bundle.py",
+           "capture/bench_metrics.py"]
+
+
+@pytest.mark.parametrize("rel", WRITERS)
+def test_writers_of_output_files_use_the_one_helper(rel):
+    tree = ast.parse((PROJECT_ROOT / rel).read_text())
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in ("write_text", "write_bytes", "replace", "rename") and \
+                    isinstance(f, ast.Attribute) and getattr(f.value, "id", "") in ("os", "tmp"):
+                bad.append((node.lineno, name))
+            if name in ("write_text", "write_bytes"):
+                bad.append((node.lineno, name))
+            if name == "open" and any(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                      and a.value[:1] in "wx" for a in node.args[1:2]):
+                bad.append((node.lineno, name))
+    assert not bad, f"{rel} writes a file itself at lines {bad}: use kmemscope.common.outfile"
