@@ -373,6 +373,41 @@ s.close(); t.join()
 STACKS_RECORD_ARGS = ("--preset", "atomic-origins", "-e", "kmem:mm_page_free:order > 0")
 
 
+# ---------------------------------------------------------------- made once per test run
+
+def built_once(tmp_path_factory, name, build):
+    """build(folder) -> a path or a tuple of paths under folder, run once per test run: the
+    pytest-xdist workers of one run share it (the first to ask builds it under a lock in
+    the run's base folder; the others wait, then read what it built). Without xdist, once
+    per process, as any session fixture. What is built is only read: each worker queries a
+    private copy of a dataset (private_copy), since queries write derived caches."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return build(tmp_path_factory.mktemp(name))
+    root = tmp_path_factory.getbasetemp().parent          # the run's, above each worker's
+    shared, done = root / f"built-once-{name}", root / f"built-once-{name}.json"
+    with open(root / f"built-once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)                  # released when the file closes
+        if not done.exists():
+            if shared.exists():                           # a worker died building it
+                shutil.rmtree(shared)
+            shared.mkdir()
+            value = build(shared)
+            paths = value if isinstance(value, tuple) else (value,)
+            done.write_text(json.dumps({"tuple": isinstance(value, tuple),
+                                        "paths": [str(Path(p).relative_to(shared)) for p in paths]}))
+    built = json.loads(done.read_text())
+    paths = tuple(shared / p for p in built["paths"])
+    return paths if built["tuple"] else paths[0]
+
+
+def private_copy(tmp_path_factory, dataset, name):
+    """A copy of a dataset that this worker's queries may write derived caches into."""
+    target = tmp_path_factory.mktemp(name) / "ds"
+    shutil.copytree(dataset, target, symlinks=True)
+    return target
+
+
 @pytest.fixture(scope="session")
 def stacks_recording(live_tracefs, tmp_path_factory):
     """(bundle, dataset) of one recording with kernel stacks made here, shared by the run.

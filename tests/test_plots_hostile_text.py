@@ -103,11 +103,14 @@ def test_comparison_figures_and_tables_draw_an_imported_unit_and_labels_as_text(
                   plots.hot_pfns_table, plots.vmstat_table):
         _html(table(cmp)._repr_html_())
     assert SIDES[1] in _html(plots.summary(cmp)._repr_html_())
+    spent = plots.time_spent(kmemscope.open(hostile).compare("kernel", metrics=["cost"]))
+    _rendered(spent)
+    assert not [t for t in _texts(spent) if t.get_parse_math() or t.get_usetex()]
 
 
 def test_every_plots_function_is_covered():
     covered = set(FIGURES) | {"comparison", "summary", "comparison_table", "highatomic_table",
-                              "hot_pfns_table", "vmstat_table"}
+                              "hot_pfns_table", "vmstat_table", "time_spent"}
     functions = {n for n in plots.__all__ if callable(getattr(plots, n))
                  and n not in ("Figure", "Html")}
     assert functions == covered
