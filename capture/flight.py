@@ -57,6 +57,7 @@ from kmemscope.capture.flight_bundle import (  # noqa: F401
     window_accounting)
 from kmemscope.capture.flight_disk import (  # noqa: F401
     BUNDLE_ROOM, DiskBudget, bundle_bound, kallsyms_bytes, list_bundles, tree_bytes)
+from kmemscope.capture.flight_heartbeat import Heartbeat
 from kmemscope.capture.flight_instances import (  # noqa: F401
     AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES, MAX_BLIND, InstanceKeeper, changed_since, mono_ns)
 from kmemscope.capture.flight_triggers import (  # noqa: F401
@@ -140,6 +141,9 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
         self.blind: collections.deque = collections.deque(maxlen=MAX_BLIND)   # stretches they were not
         self.instance_restored = 0     # times something else changed them and they were restored
         self.after_filled = {}         # cpu -> mono_ns the armed --after instance began dropping
+        self.heart = Heartbeat(options.keep + options.after + 10)
+        self.beat_ok = {}              # instance -> mono_ns of the last heartbeat that went in
+        self.beat_gap = {}             # instance -> (since, what) while its heartbeats are refused
 
     def _check_conflicts(self, tracefs):
         """Another tool's use of the top level takes nothing from the recorder's own instances
@@ -336,6 +340,7 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
                 return
             for watch in poller.wait(POLL_S):
                 self._on_psi(watch, mono_ns())
+            self._heartbeat()
             now = mono_ns()
             if poller.watches:
                 self.psi.read(now)

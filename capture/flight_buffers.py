@@ -86,6 +86,7 @@ class BufferSizer:
         t0 = time.monotonic()
         while time.monotonic() - t0 < seconds and self.stop_reason is None:
             time.sleep(POLL_S)
+            self._heartbeat()
             if self.psi_conditions:
                 self.psi.read(mono_ns())
         self._read_rate()

@@ -217,6 +217,10 @@ class BundleWriter:
                 # stretches in which something else had changed the instances (or a skipped
                 # bundle had frozen them): what the trace holds there is not the whole
                 "blind": blind, "blind_s": round(blind_s, 3),
+                # the heartbeats that went into the instances inside the window: one missing
+                # from trace.dat is a stretch the instance lost (parse finds them)
+                "heartbeat": self._heartbeats_of(max(window_start, tracing_since_before), frozen,
+                                                 pending["after_on_ns"], stop),
                 # seconds after the trigger that the --after buffer held before it filled
                 # (to POLL_S; the whole --after when it did not fill), per CPU that filled
                 "after_kept_s": after_kept_s,

@@ -12,6 +12,7 @@ import time
 
 from kmemscope.capture import instance
 from kmemscope.capture import tracefs as tfs
+from kmemscope.capture.flight_heartbeat import HEARTBEAT_S
 from kmemscope.capture.tracecmd import (_spec_enabled, _tracing_on, check_filters, failure_reason,
                                         run_once)
 from kmemscope.common.errors import CaptureError
@@ -42,7 +43,9 @@ class InstanceKeeper:
     """The FlightRecorder's part that sets up, arms, freezes and checks its instances.
 
     Uses the recorder's tracefs, trace_cmd, specs, host_flags, stacktrace, out and opt;
-    keeps buffer_kb, after_kb, want, after_events, blind, last_good_ns, tracing_since.
+    keeps buffer_kb, after_kb, want, after_events, blind, last_good_ns, tracing_since, and
+    the heartbeat (flight_heartbeat.py): heart, beat_ok (instance -> mono_ns of the last
+    heartbeat that went in) and beat_gap (instance -> (since, what) while they are refused).
     """
 
     def _start_args(self, kb, after_kb):
@@ -98,6 +101,7 @@ class InstanceKeeper:
                                                                "buffer_size_kb"))[0])
         self._note_settings()
         self.last_good_ns = self.tracing_since
+        self.beat_ok[BEFORE_INSTANCE] = self.tracing_since
         self.last_rate_check = (self.tracing_since, tfs.cpu_stats(before))
 
     def _note_settings(self):
@@ -141,11 +145,13 @@ class InstanceKeeper:
             for inst, want, _, _ in changed.values():
                 tfs.write(inst, "tracing_on", want["tracing_on"])
             how = "wrote tracing_on back"
+            # the last heartbeat that went in says tracing was on later than the last check
+            since = max(since, self.beat_ok.get(BEFORE_INSTANCE, since))
         else:
             self._start_tracing(self.buffer_kb, self.after_kb)
             how = "set both instances up again (the first starts empty)"
-        blind = {"from_mono_ns": since, "to_mono_ns": mono_ns(), "what": what}
-        self.blind.append(blind)
+        blind = self._add_blind(since, mono_ns(), what)
+        self.beat_gap.pop(BEFORE_INSTANCE, None)     # this stretch covers the refused heartbeats
         self.last_good_ns = blind["to_mono_ns"]
         self.instance_restored += 1
         self.warn("the tracefs instances of the flight recorder were changed by something else "
@@ -166,6 +172,9 @@ class InstanceKeeper:
             self._arm()
         tfs.write(self._before_dir(), "tracing_on", "0")
         frozen = mono_ns()
+        gap = self.beat_gap.pop(BEFORE_INSTANCE, None)
+        if gap is not None:
+            self._add_blind(gap[0], frozen, gap[1])
         if self.opt.after <= 0:
             return frozen, None
         after_on = mono_ns()
@@ -178,3 +187,70 @@ class InstanceKeeper:
         for cpu, st in tfs.cpu_stats(self._after_dir()).items():
             if cpu not in self.after_filled and st.get("dropped_events"):
                 self.after_filled[cpu] = now
+
+    def _add_blind(self, lo, hi, what):
+        """Count [lo, hi] as blind: one stretch with the newest when they overlap. Returns it."""
+        last = self.blind[-1] if self.blind else None
+        if last is not None and lo <= last["to_mono_ns"] and hi >= last["from_mono_ns"]:
+            last["from_mono_ns"] = min(lo, last["from_mono_ns"])
+            last["to_mono_ns"] = max(hi, last["to_mono_ns"])
+            if what not in last["what"]:
+                last["what"] += "; " + what
+            return last
+        blind = {"from_mono_ns": lo, "to_mono_ns": hi, "what": what}
+        self.blind.append(blind)
+        return blind
+
+    def _heartbeat(self):
+        """Write the next heartbeat into the instance that records, when one is due.
+
+        A refused one in the first instance means it is not tracing (tracing_on 0, or
+        gone): its instances are checked at once, not at the next RATE_CHECK_S, and the
+        stretch since the last heartbeat that went in is blind. A refused one in the
+        --after instance is its buffer full (counted from its stats), or its tracing_on
+        turned off by something else (written back, and blind).
+        """
+        now = mono_ns()
+        if not self.heart.due(now):
+            return
+        if self.pending is None:
+            name = BEFORE_INSTANCE
+        elif self.opt.after > 0:
+            name = AFTER_INSTANCE
+        else:
+            return
+        inst = tfs.instance_dir(self.tracefs, name)
+        refused = self.heart.write(inst, name, now)
+        if refused is None:
+            self.beat_ok[name] = now
+            gap = self.beat_gap.pop(name, None)
+            if gap is not None:
+                self._add_blind(gap[0], now, gap[1])
+            return
+        if name in self.beat_gap:
+            return
+        since = self.beat_ok.get(name, now)
+        what = "%s: a heartbeat was refused (%s): the instance was not recording" % (name, refused)
+        if name == BEFORE_INSTANCE:
+            self.beat_gap[name] = (since, what)
+            self._check_instances()
+        else:
+            try:
+                off = tfs.read(inst, "tracing_on") == "0"
+                if off:
+                    tfs.write(inst, "tracing_on", "1")
+            except OSError:
+                off = True
+            if off:
+                self.beat_gap[name] = (since, what)
+                self.warn("the --after instance %s was turned off by something else; turned it "
+                          "on again (blind since %.1f s before)" % (name, (now - since) / 1e9))
+
+    def _heartbeats_of(self, window_start, frozen, after_on, stop):
+        """window.heartbeat of a bundle: the heartbeats that went into each instance inside
+        its part of the window, for parse to find in the data."""
+        written = {BEFORE_INSTANCE: self.heart.between(BEFORE_INSTANCE, window_start, frozen)}
+        if after_on is not None:
+            written[AFTER_INSTANCE] = self.heart.between(AFTER_INSTANCE, after_on, stop)
+        return {"interval_s": HEARTBEAT_S, "text": "kmemscope-heartbeat INSTANCE N",
+                "written": written}
