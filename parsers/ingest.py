@@ -267,7 +267,11 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
                 sinks.append(sink)
             return sink
 
-        trimming = flight_window.TrimmingSinks(make_sink, window) if window else None
+        # the flight recorder's heartbeats are ftrace print events: found while decoding
+        beat_table = next((t.table for eid, t in trace.tables.items()
+                           if (t.system, t.event) == ("ftrace", "print")
+                           and (event_ids is None or eid in event_ids)), None)
+        trimming = flight_window.TrimmingSinks(make_sink, window, beat_table) if window else None
         try:
             stats = trace.decode(trimming or make_sink, event_ids=event_ids, threads=threads,
                                  progress=(lambda n: progress(("bytes", n))) if progress else None)
@@ -320,10 +324,19 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
             missed += flight_window.dropped_in_window(trace.layout.cpustats, trace.layout.cpu_count,
                                                       window, parse_cpu_stats)
         if window and trimming is not None:   # the run's manifest says what parse kept of the bundle
+            checked = flight_window.heartbeats_written(manifest, source) is not None
+            if checked and beat_table is not None:
+                gaps = flight_window.heartbeat_gaps(manifest, window, trimming.beats_seen, source)
+                manifest = flight_window.with_heartbeat_gaps(manifest, gaps)
+                beats = {"checked": True, "found": len(trimming.beats_seen), "gaps": len(gaps)}
+            else:
+                beats = {"checked": False, "why": "no heartbeats in the manifest" if not checked
+                         else "--events left out ftrace:print"}
             manifest = dict(manifest, parse_window={
                 "start_mono_ns": window.start_ns, "end_mono_ns": window.end_ns,
                 "trimmed_before": trimming.trimmed_before, "trimmed_after": trimming.trimmed_after,
-                "lost_in_window": missed, "note": flight_window.window_note(manifest)})
+                "lost_in_window": missed, "heartbeat": beats,
+                "note": flight_window.window_note(manifest)})
         runs = _runs_table(trace, source, trace_path, sha, ts_range, total_events, missed,
                            merged_labels, manifest, unknown)
         _write_table(staging, RUNS_TABLE, runs)

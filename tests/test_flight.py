@@ -693,6 +693,102 @@ def test_tracing_turned_off_in_its_instance_is_said_turned_on_again_and_blind(tm
     assert w["complete"] is False and w["before_complete"] is False
 
 
+def report_heartbeats(trace_dat, instance):
+    """[(seq, ts ns)] of the recorder's heartbeats in `instance`, as `trace-cmd report` prints
+    them (ftrace print events, 'kmemscope-heartbeat INSTANCE N')."""
+    out = []
+    for line in trace_cmd_report(trace_dat, "-t"):
+        m = re.search(r"\s(\d+)\.(\d+):\s+print:.*kmemscope-heartbeat (\S+) (\d+)\s*$", line)
+        if m and m.group(3) == instance:
+            out.append((int(m.group(4)), int(m.group(1)) * 10**9 + int(m.group(2).ljust(9, "0"))))
+    return sorted(out)
+
+
+def parsed_run(bundle, ds):
+    """(info's runs row, the run's manifest) of `kmemscope parse BUNDLE`."""
+    from kmrun import kmemscope
+    kmemscope("parse", bundle, "-o", ds)
+    (run,) = json.loads(kmemscope("info", ds, "--format", "json").stdout)["runs"]
+    import duckdb
+    con = duckdb.connect()
+    (text,) = con.execute("SELECT manifest FROM read_parquet(?)",
+                          [str(Path(ds) / "runs" / "*" / "*.parquet")]).fetchone()
+    return run, json.loads(text)
+
+
+def test_tracing_off_for_less_than_a_check_is_blind_every_time(tmp_path, before):
+    """The instance's tracing_on switched off for 0.3 s four times, 1 s apart, between the
+    recorder's 2 s checks: each stretch is in the bundle's window.blind (its heartbeat was
+    refused), and trace-cmd report's own reading of the heartbeats shows no other gap."""
+    flight = Flight("-o", tmp_path / "flight", *QUICK[:-6], "--keep", "20s", "--after", "1s",
+                    "--measure", "1s")
+    offs = []
+    for _ in range(4):
+        time.sleep(1.0)
+        off = mono_ns()
+        (BEFORE / "tracing_on").write_text("0")       # another tool, behind the recorder's back
+        time.sleep(0.3)
+        (BEFORE / "tracing_on").write_text("1")
+        offs.append((off, mono_ns()))
+    time.sleep(0.5)
+    rc, stderr = bundle_now(flight)
+    assert rc == 0, stderr
+    (bundle,) = bundles(tmp_path / "flight")
+    w = manifest(bundle)["window"]
+    assert w["complete"] is False and w["before_complete"] is False
+    holding = [[i for i, b in enumerate(w["blind"]) if b["from_mono_ns"] <= off <= b["to_mono_ns"]]
+               for off, _ in offs]
+    assert all(len(h) == 1 for h in holding) and len({h[0] for h in holding}) == 4, (offs, w["blind"])
+    # trace-cmd's reading: the heartbeats that went in are all there, and every jump in
+    # their numbers (refused ones) lies inside a blind stretch
+    beats = report_heartbeats(bundle / "trace.dat", BEFORE.name)
+    written = w["heartbeat"]["written"][BEFORE.name]
+    assert {seq for seq, _ in beats} >= {seq for seq, t in written}
+    jumps = [(a, b) for a, b in zip(beats, beats[1:]) if b[0] != a[0] + 1 and b[1] < w["frozen_mono_ns"]]
+    assert len(jumps) >= 4
+    for (_, t0), (_, t1) in jumps:
+        assert any(b["from_mono_ns"] <= t1 and t0 <= b["to_mono_ns"] for b in w["blind"]), (t0, t1)
+    for off, on in offs:
+        assert any(t0 < off < t1 for (_, t0), (_, t1) in jumps), (off, jumps)
+    run, m = parsed_run(bundle, tmp_path / "ds")
+    assert m["parse_window"]["heartbeat"] == {"checked": True, "found": len(beats) + len(
+        report_heartbeats(bundle / "trace.dat", AFTER.name)), "gaps": 0}
+    assert run["flight_window"].count("tracing_on 0 (was 1)") == 4
+
+
+def test_a_cleared_instance_is_found_blind_by_parse_from_its_heartbeats(tmp_path, before):
+    """Something clears the instance's buffer (its events gone, no setting changed: the
+    recorder's checks see nothing): parse finds the heartbeats written before that missing
+    from the trace and says the window is blind there, in the run's manifest and info."""
+    flight = Flight("-o", tmp_path / "flight", *QUICK[:-6], "--keep", "20s", "--after", "1s",
+                    "--measure", "1s")
+    time.sleep(2)
+    cleared = mono_ns()
+    (BEFORE / "trace").write_text("")
+    time.sleep(1.5)
+    rc, stderr = bundle_now(flight)
+    assert rc == 0, stderr
+    assert "changed by something else" not in stderr
+    (bundle,) = bundles(tmp_path / "flight")
+    w = manifest(bundle)["window"]
+    beats = report_heartbeats(bundle / "trace.dat", BEFORE.name)
+    assert beats and min(t for _, t in beats) > cleared
+    start = max(w["start_mono_ns"], w["covered_from_mono_ns"], w["tracing_since_mono_ns"])
+    found = {seq for seq, _ in beats}
+    missing = [t for seq, t in w["heartbeat"]["written"][BEFORE.name]
+               if seq not in found and t >= start]
+    assert missing and max(missing) < cleared
+    # What the recorder saw: at most the heartbeats refused while the kernel cleared the
+    # buffer (it stops recording for that), not the loss of those written before
+    assert all(b["from_mono_ns"] >= max(missing) for b in w["blind"]), w["blind"]
+    run, m = parsed_run(bundle, tmp_path / "ds")
+    (gap,) = [b for b in m["window"]["blind"] if "found by parse" in b["what"]]
+    assert gap["from_mono_ns"] <= min(missing) and cleared <= gap["to_mono_ns"] <= min(t for _, t in beats)
+    assert gap["what"].startswith("%s: %d heartbeat(s)" % (BEFORE.name, len(missing)))
+    assert m["window"]["complete"] is False and m["parse_window"]["heartbeat"]["gaps"] == 1
+    assert "heartbeat(s) written there are missing" in run["flight_window"]
+
+
 @pytest.fixture
 def top_level_put_back():
     """Another tool's `trace-cmd record` and `reset` change the top level: the test puts back
