@@ -56,7 +56,8 @@ from kmemscope.capture.flight_bundle import (  # noqa: F401
     EXTRACT_TIMEOUT_S, PARTIAL, BundleWriter, _gaps_text, _start_text, bundle_name, stamp_at,
     window_accounting)
 from kmemscope.capture.flight_disk import (  # noqa: F401
-    BUNDLE_ROOM, DiskBudget, bundle_bound, kallsyms_bytes, list_bundles, tree_bytes)
+    BUNDLE_ROOM, DiskBudget, bundle_bound, kallsyms_bytes, list_bundles, smallest_bundle,
+    trace_cmd_compresses, trace_dat_metadata, tree_bytes)
 from kmemscope.capture.flight_heartbeat import Heartbeat
 from kmemscope.capture.flight_instances import (  # noqa: F401
     AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES, MAX_BLIND, InstanceKeeper, changed_since, mono_ns)
@@ -66,6 +67,7 @@ from kmemscope.capture.guard import Guard
 from kmemscope.capture.recorder import (Interrupted, Options, Recorder, check_host,
                                         free_space_refusal)
 from kmemscope.capture.sampler import RollingSampler
+from kmemscope.capture.units import format_size
 from kmemscope.common.errors import CaptureError
 
 FLIGHT_FILE = "flight.json"        # marks DIR as a flight directory (parse looks for it)
@@ -243,7 +245,13 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
             trig.check_counters(opt.triggers, f.read())
         ncpu = len(tfs.cpu_dirs(tracefs)) or os.cpu_count() or 1
         self.ncpu = ncpu
-        self.bundle_room = BUNDLE_ROOM + kallsyms_bytes()
+        self.bundle_room = BUNDLE_ROOM + trace_dat_metadata(tracefs, trace_cmd_compresses(trace_cmd))
+        least = smallest_bundle(ncpu, 2 if opt.after > 0 else 1, self.bundle_room)
+        if opt.max_disk is not None and opt.max_disk < least:
+            raise CaptureError("--max-disk %s is less than the smallest bundle this host writes, %s "
+                               "(trace.dat's kallsyms, event formats and headers, and empty ring "
+                               "buffers)" % (format_size(opt.max_disk), format_size(least)),
+                               "use --max-disk %dM or more" % (-(-least // (1 << 20)) + 1))
         self.plan = self._buffer_plan(ncpu)
         start_kb = opt.buffer_kb or min(presets.PRESETS.get(preset, {}).get("buffer_kb", 8192),
                                         self.plan.top_ceiling_kb)

@@ -14,7 +14,7 @@ import time
 from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import instance, state
 from kmemscope.capture import tracefs as tfs
-from kmemscope.capture.flight_disk import bundle_bound
+from kmemscope.capture.flight_disk import BUNDLE_ROOM, bundle_bound
 from kmemscope.capture.flight_instances import (AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES,
                                                changed_since, mono_ns)
 from kmemscope.capture.tracecmd import (buffer_stats_by_buffer, failure_reason, run_once,
@@ -254,6 +254,8 @@ class BundleWriter:
             # the most it could take while written (the temporary copies included), reserved
             # under --max-disk and above --min-free before extract ran
             "disk_bound_bytes": bound,
+            # its part for trace.dat's kallsyms, event formats and headers, as stored
+            "disk_bound_metadata_bytes": self.bundle_room - BUNDLE_ROOM,
             "samples": samples,
             "flight": {"directory": self.out, "rate": dict(self.rate), "extract_s": round(extract_s, 3),
                        "bundle_number": len(self.bundles) + 1, "resizes": self.resizes,

@@ -5,16 +5,22 @@ included: before `trace-cmd extract` runs, the most the bundle can take while
 written (bundle_bound()) must fit under --max-disk once the oldest bundles are
 removed, and above --min-free, or it is refused with one line.
 """
+import glob
 import os
 import shutil
+import subprocess
+import zlib
 
 from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture.units import format_size
 
-# A bundle's disk beyond the ring-buffer data that trace-cmd copies, the procfs samples and
-# the host's kallsyms (stored whole in trace.dat): trace.dat's other headers (event formats,
-# printk formats), the manifest and the log.
-BUNDLE_ROOM = 4 << 20
+# A bundle's disk beyond the ring-buffer pages, the procfs samples and trace.dat's metadata
+# (trace_dat_metadata()): the manifest, the log, trace.dat's options and CPU tables, and each
+# file's last block.
+BUNDLE_ROOM = 256 << 10
+# The metadata trace-cmd stores in every trace.dat, read from tracefs and /proc at start.
+METADATA_SOURCES = ("/proc/kallsyms", "printk_formats", "saved_cmdlines", "events/header_page",
+                    "events/header_event")
 
 
 def list_bundles(directory):
@@ -53,6 +59,48 @@ def kallsyms_bytes(path="/proc/kallsyms"):
     return total
 
 
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def trace_cmd_compresses(trace_cmd):
+    """True when `trace_cmd list -c` names a compression algorithm: trace.dat (version 7)
+    then stores its metadata and pages compressed."""
+    try:
+        out = subprocess.run([trace_cmd, "list", "-c"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, timeout=30).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return False
+    lines = [line.strip() for line in out.splitlines()]
+    return any(line.startswith("Supported compression") for line in lines) and \
+        any(line and not line.startswith("Supported") for line in lines)
+
+
+def trace_dat_metadata(tracefs, compressed):
+    """Bytes of what every trace.dat holds beside the ring-buffer pages: the host's kallsyms,
+    every event's format, printk formats, saved command lines and the page headers, as
+    stored: compressed (here with zlib at level 1, which compresses them less than the zstd
+    that trace-cmd uses) or, when trace-cmd compresses nothing, whole. /proc/kallsyms says 0
+    to stat: it is read (5 MiB here, 1 MiB compressed)."""
+    total = 0
+    formats = sorted(glob.glob(os.path.join(tracefs, "events", "*", "*", "format")))
+    parts = [b"".join(_read(path) for path in formats)]
+    parts += [_read(name if name.startswith("/") else os.path.join(tracefs, name))
+              for name in METADATA_SOURCES]
+    for data in parts:
+        total += len(zlib.compress(data, 1)) if compressed else len(data)
+    return total
+
+
+def smallest_bundle(ncpu, instances, room):
+    """The disk a bundle of empty buffers takes while written (bundle_bound() of them)."""
+    return bundle_bound([{cpu: {"bytes": 0} for cpu in range(ncpu)}] * instances, 0, room)
+
+
 def bundle_bound(stats, samples_bytes, room=BUNDLE_ROOM):
     """The most disk a bundle can take while `trace-cmd extract` writes it, in bytes.
 
@@ -62,7 +110,7 @@ def bundle_bound(stats, samples_bytes, room=BUNDLE_ROOM):
     from them (compressed: at most as large) and removes them: twice the raw
     pages. Then the procfs samples (twice what the sampler holds: their headers,
     and the samples taken meanwhile), and `room` for the rest (BUNDLE_ROOM and
-    the host's kallsyms).
+    trace_dat_metadata()).
     """
     raw = sum((s.get("bytes", 0) // 4000 + 2) * 4096 for per_cpu in stats
               for s in per_cpu.values())

@@ -554,6 +554,13 @@ def disk_used(path):
     return total
 
 
+def trace_dat_data_bytes(trace_dat):
+    """Bytes of ring-buffer data (as stored) in a trace.dat, by `trace-cmd dump --summary`."""
+    out = subprocess.run(["trace-cmd", "dump", "--summary", "-i", str(trace_dat)],
+                         capture_output=True, text=True, timeout=120)
+    return sum(int(n) for n in re.findall(r"(\d+) bytes flyrecord data\]", out.stdout + out.stderr))
+
+
 def test_max_disk_holds_while_triggers_fill_it(tmp_path, before):
     """Triggers one after another under a busy CPU until --max-disk is full several times over:
     the folder, measured here every 20 ms while bundles are written (their temporary copies
@@ -598,22 +605,84 @@ def test_max_disk_holds_while_triggers_fill_it(tmp_path, before):
                if "wrote " in l]
     assert removed and removed == written[:len(removed)]    # oldest first
     assert sorted(b.name for b in bundles(out)) == written[len(removed):]
-    # Each bundle's manifest states what it could take while written; it took no more.
+    # Each bundle's manifest states what it could take while written; it took no more. Its
+    # part for trace.dat's metadata is no less than trace.dat holds beside the ring-buffer
+    # data (trace-cmd dump's reading), and at most twice that.
     for bundle in bundles(out):
-        assert disk_used(bundle) <= manifest(bundle)["disk_bound_bytes"]
+        m = manifest(bundle)
+        assert disk_used(bundle) <= m["disk_bound_bytes"]
+        meta = (bundle / "trace.dat").stat().st_size - trace_dat_data_bytes(bundle / "trace.dat")
+        assert meta <= m["disk_bound_metadata_bytes"] <= 2 * meta, (bundle, meta)
 
 
-def test_a_bundle_that_cannot_fit_max_disk_is_refused_with_one_line(tmp_path, before):
-    flight = Flight("-o", tmp_path / "flight", *QUICK, "--max-disk", "1M")
-    flight.signal(signal.SIGUSR1)
-    assert flight.wait_for("not written", 30), flight.text()
-    flight.signal(signal.SIGINT)
-    rc, stderr = flight.finish()
+def test_a_max_disk_below_any_bundle_is_refused_at_start_in_one_line(tmp_path, before):
+    result = run_record("--flight", "-o", tmp_path / "flight", *QUICK, "--max-disk", "1M")
+    assert result.returncode == 1, result.stderr
+    (line,) = [l for l in result.stderr.splitlines() if l.strip()]
+    m = re.fullmatch(r"kmemscope: error: --max-disk 1\.0 MiB is less than the smallest bundle this "
+                     r"host writes, ([\d.]+) MiB \(.*\) \(use --max-disk (\d+)M or more\)", line)
+    assert m and float(m.group(1)) > 1.0 and int(m.group(2)) > float(m.group(1)), line
+    assert not (tmp_path / "flight").exists()
+
+
+def test_a_bundle_whose_buffers_cannot_fit_max_disk_is_refused_with_one_line(tmp_path, before):
+    cpu = 1 if os.cpu_count() > 1 else 0
+    load = tmp_path / "load.py"
+    load.write_text(PINNED_WORKLOAD)
+    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
+    try:
+        flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "2s",
+                        "--after", "0.5s", "--measure", "1s", "--max-buffer", "16M",
+                        "--max-disk", "3M")
+        assert wait_for(lambda: before_stats(cpu).get("bytes", 0) > 2 << 20, 300), before_stats(cpu)
+        flight.signal(signal.SIGUSR1)
+        assert flight.wait_for("not written", 30), flight.text()
+        flight.signal(signal.SIGINT)
+        rc, stderr = flight.finish()
+    finally:
+        work.kill()
+        work.wait()
     assert rc == 0, stderr
     (line,) = [l for l in stderr.splitlines() if "not written" in l]
     assert re.search(r"bundle for trigger manual not written: writing it may take [\d.]+ MiB .*"
-                     r"more than --max-disk 1\.0 MiB", line), line
+                     r"more than --max-disk 3\.0 MiB", line), line
     assert bundles(tmp_path / "flight") == [] and "suppressed: 1 by max-disk" in stderr
+
+
+def test_a_light_recorder_writes_under_max_disk_8m(tmp_path, before):
+    """--preset light --max-disk 8M: bundles are written, the folder (measured here every
+    20 ms, temporary copies included) never takes more than 8 MiB, and each bundle's
+    estimate is never below what it took and at most twice that."""
+    import threading
+    out, peak, stop = tmp_path / "flight", [0], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            peak[0] = max(peak[0], disk_used(out))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    try:
+        flight = Flight("-o", out, "--preset", "light", "--keep", "5s", "--after", "1s",
+                        "--measure", "1s", "--cooldown", "0", "--max-disk", "8M")
+        watcher.start()
+        for n in range(1, 5):
+            flight.signal(signal.SIGUSR1)
+            assert flight.wait_for("wrote /", 60, count=n), flight.text()
+            time.sleep(1.1)       # bundle names carry the second
+        flight.signal(signal.SIGINT)
+        rc, stderr = flight.finish()
+    finally:
+        stop.set()
+    watcher.join(10)
+    assert rc == 0, stderr
+    assert "not written" not in stderr
+    assert 0 < peak[0] <= 8 << 20 and disk_used(out) <= 8 << 20, (peak[0], stderr)
+    for bundle in bundles(out):
+        used, bound = disk_used(bundle), manifest(bundle)["disk_bound_bytes"]
+        assert used <= bound <= 2 * used, (bundle, used, bound)
+        meta = (bundle / "trace.dat").stat().st_size - trace_dat_data_bytes(bundle / "trace.dat")
+        assert meta <= manifest(bundle)["disk_bound_metadata_bytes"] <= 2 * meta, (bundle, meta)
 
 
 def test_a_failed_extract_on_a_full_disk_says_why(tmp_path, before):
