@@ -58,8 +58,8 @@ def window_accounting(stats, window_start, stop, tracing_since):
         in_window = 0
         if overrun and first > window_start:
             kept_s = max(1e-9, (stop - first) / 1e9)
-            gap_s = (first - max(window_start, tracing_since)) / 1e9
-            in_window = min(overrun, int(round(entries / kept_s * gap_s)))
+            gap_s = max(0.0, (first - max(window_start, tracing_since)) / 1e9)
+            in_window = max(0, min(overrun, int(round(entries / kept_s * gap_s))))
         rows.append({"cpu": cpu, "covered_from_mono_ns": first, "overrun": overrun,
                      "overwritten_before_window": overrun - in_window,
                      "overwritten_in_window_estimated": in_window,

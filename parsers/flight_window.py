@@ -30,6 +30,7 @@ ones from the data (the instance cleared, its events consumed by a reader,
 switched off and on between the recorder's checks) and with_heartbeat_gaps()
 adds them to the run's window.blind and makes it incomplete.
 """
+import re
 import threading
 from dataclasses import dataclass
 
@@ -86,6 +87,19 @@ def window_of(manifest, source):
         raise TraceFileError(f"{source}: the flight bundle's manifest has no valid "
                              "window.before_buffer", "parse it with --whole-bundle to keep every event")
     return Window(start_ns=start, end_ns=max(start, end), trigger_ns=trigger, before_buffer=before)
+
+
+def trace_clock(manifest, from_file):
+    """The clock a flight bundle's events were recorded with: its manifest's `clock` (the
+    recorder sets its instances to it and checks it stays), since `trace-cmd extract` stores
+    the top level's clock in trace.dat, not the instances'. `from_file` for other traces."""
+    window = manifest.get("window") if isinstance(manifest, dict) else None
+    clock = manifest.get("clock") if isinstance(window, dict) else None
+    if isinstance(window.get("before_buffer") if isinstance(window, dict) else None, str) and \
+            window.get("before_buffer") and isinstance(clock, str) and \
+            re.fullmatch(r"[a-z0-9_-]{1,16}", clock):
+        return clock
+    return from_file
 
 
 def window_note(manifest):

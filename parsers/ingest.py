@@ -425,6 +425,8 @@ def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels
                 unknown_events=0):
     import pyarrow as pa
 
+    from kmemscope.parsers import flight_window
+
     meta = trace.metadata()
     man = manifest or {}
     uname_man = man.get("uname") or {}
@@ -434,7 +436,7 @@ def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels
         "kernel_version": uname_man.get("version"),
         "arch": uname_man.get("machine") or meta["arch"],
         "cpus": meta["cpus"],
-        "trace_clock": meta["trace_clock"],
+        "trace_clock": flight_window.trace_clock(man, meta["trace_clock"]),
         "first_ts": ts_range[0],
         "last_ts": ts_range[1],
         "events": events,

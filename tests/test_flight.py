@@ -823,6 +823,8 @@ def test_tracing_off_for_less_than_a_check_is_blind_every_time(tmp_path, before)
     assert m["parse_window"]["heartbeat"] == {"checked": True, "found": len(beats) + len(
         report_heartbeats(bundle / "trace.dat", AFTER.name)), "gaps": 0}
     assert run["flight_window"].count("tracing_on 0 (was 1)") == 4
+    # the heartbeats' times, on this process's CLOCK_MONOTONIC above, are the clock info names
+    assert run["trace_clock"] == "mono"
 
 
 def test_a_cleared_instance_is_found_blind_by_parse_from_its_heartbeats(tmp_path, before):

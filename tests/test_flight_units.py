@@ -132,6 +132,11 @@ def test_window_accounting_tells_overwritten_before_from_inside():
     assert by[1]["commit_overrun"] == 3
     assert by[2]["covered_from_mono_ns"] == 1 * s and by[2]["overrun"] == 0
     assert covered == 8 * s
+    # tracing (re)started at 9 s, after the oldest kept event of an overrun buffer (8 s):
+    # nothing of the window was overwritten after tracing started, never a negative count
+    rows, _ = flight.window_accounting(stats, window_start=6 * s, stop=12 * s, tracing_since=9 * s)
+    assert all(r["overwritten_in_window_estimated"] == 0 for r in rows)
+    assert {r["cpu"]: r["overwritten_before_window"] for r in rows} == {0: 1000, 1: 900, 2: 0}
 
 
 def test_buffer_is_sized_for_the_busiest_cpu():
