@@ -172,22 +172,22 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
         opt = self.opt
         old_umask = os.umask(0o077)
         old_handlers = self._install_signals()
-        guard = None
+        self.guard = None
         try:
             tracefs, trace_cmd = check_host(opt.trace_cmd)
             self._check_options(tracefs)
             state_dir = lock.state_dir()
-            guard = Guard.start(state_dir)
-            record_lock = lock.RecordLock(state_dir).acquire()
+            self.guard = Guard.start(state_dir)
+            record_lock = self.record_lock = lock.RecordLock(state_dir).acquire()
             try:
                 cleanup.recover(state_dir, self.say)
-                self._locked_run(tracefs, trace_cmd, state_dir, guard)
+                self._locked_run(tracefs, trace_cmd, state_dir, self.guard)
             finally:
                 record_lock.release()
             return self.bundles
         finally:
-            if guard is not None:
-                guard.done()
+            if self.guard is not None:    # (a new one, when the first died)
+                self.guard.done()
             for signum, handler in old_handlers.items():
                 signal.signal(signum, handler)
             os.umask(old_umask)
@@ -278,6 +278,7 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
             "triggers": [t.as_dict() for t in opt.triggers]})
 
         self.state_file = cleanup.state_path(state_dir)
+        self.state_dir = state_dir
         # The top level is not touched: the state to restore is the instances' absence.
         snap = state.instances_snapshot(tracefs)
         self.saved = {"snapshot": snap, "record_pid": os.getpid(), "bundle": None, "trace_cmd": None,
@@ -332,6 +333,25 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
                     "%.0f s" % holds if holds else "more than asked",
                     opt.keep, opt.after, ", ".join(conditions)))
 
+    def _check_guard(self):
+        """A guard that died (killed, OOM) is said and replaced: without one, a recorder
+        killed next would leave its instances tracing until a --cleanup."""
+        try:
+            pid, status = os.waitpid(self.guard.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.guard.pid, None
+        if pid == 0:
+            return
+        how = ("signal %d" % os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status)
+               else "exit status %s" % (os.WEXITSTATUS(status) if status is not None else "unknown"))
+        if self.guard.fd is not None:
+            os.close(self.guard.fd)
+        self.guard = Guard.start(self.state_dir, close_fds=[self.record_lock.fd])
+        self.saved["guard_pid"] = self.guard.pid
+        state.save_file(self.state_file, self.saved)
+        self.warn("the guard process that restores tracefs if the recorder is killed ended "
+                  "(%s); started a new one (pid %d)" % (how, self.guard.pid))
+
     def _loop(self, poller):
         opt = self.opt
         start = mono_ns()
@@ -372,6 +392,7 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
                 self.stop_reason = "duration %g s reached" % opt.duration
             elif time.monotonic() - self.last_rate_s >= RATE_CHECK_S:
                 self.last_rate_s = time.monotonic()
+                self._check_guard()
                 self._check_instances()
                 self._read_rate()
                 self._update_rate()

@@ -483,6 +483,20 @@ def test_sigkilled_recorder_is_cleaned_up_by_its_guard(tmp_path, before):
     assert again.returncode == 0 and "nothing to clean up" in again.stderr
 
 
+def test_a_guard_that_dies_is_said_and_replaced_and_the_new_one_restores(tmp_path, before):
+    flight = Flight("-o", tmp_path / "flight", *QUICK)
+    (guard,) = children(flight.pid)
+    os.kill(guard, signal.SIGKILL)
+    assert flight.wait_for("the guard process that restores tracefs", 30), flight.text()
+    (new,) = children(flight.pid)
+    assert new != guard and json.loads(STATE_FILE.read_text())["guard_pid"] == new
+    assert "(signal 9); started a new one (pid %d)" % new in flight.text()
+    flight.proc.kill()            # the new guard restores as the first would have
+    flight.finish()
+    assert wait_for(lambda: recorder_settings() == before, 30)
+    assert wait_for(lambda: not STATE_FILE.exists(), 30)
+
+
 def test_sigkill_of_recorder_and_guard_leaves_no_trace_cmd_and_cleanup_restores(tmp_path, before):
     flight = Flight("-o", tmp_path / "flight", *QUICK)
     (guard,) = children(flight.pid)
