@@ -12,9 +12,10 @@ removed, or off between two of the recorder's checks). A bundle's manifest
 lists the heartbeats that went in (window.heartbeat); parse finds the missing
 ones (parsers/flight_window.py).
 
-Cost: one open, write and close of a ~40-byte text, 10 times a second (about
-10 µs of the recorder's CPU each here), and 10 print events a second in the
-buffer (~64 bytes each: 0.6 KiB/s). No tracepoint is enabled for it.
+Cost: one open, write and close of a ~40-byte text, 10 times a second (6.4 µs
+of the recorder's CPU each, measured over 2000 writes here: 0.006% of a CPU),
+and 10 print events a second in the buffer (65 bytes each: 0.6 KiB/s). No
+tracepoint is enabled for it.
 """
 import collections
 import errno

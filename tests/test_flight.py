@@ -952,23 +952,31 @@ def test_an_instance_removed_by_another_tool_is_set_up_again_and_the_bundle_says
     # (it exits 1 on this host, refused set_ftrace_filter, once it has done its work)
     reset = subprocess.run(["trace-cmd", "reset", "-a", "-d"], capture_output=True, text=True,
                            timeout=60)
-    assert not BEFORE.exists(), reset.stderr
-    assert flight.wait_for("changed by something else", 30), flight.text()
-    assert wait_for(BEFORE.exists, 10) and "compaction" in (BEFORE / "set_event").read_text()
-    back = mono_ns()
+    # (the recorder may have set it up again already: its next heartbeat, refused, checks)
+    assert flight.wait_for("changed by something else", 30), (reset.stderr, flight.text())
+    def set_up_again():
+        try:
+            return "compaction" in (BEFORE / "set_event").read_text()
+        except OSError:
+            return False
+    assert wait_for(set_up_again, 10)
     rc, stderr = bundle_now(flight)
     assert rc == 0, stderr
     assert "the instance was removed" in stderr and "set both instances up again" in stderr
     (bundle,) = bundles(tmp_path / "flight")
     w = manifest(bundle)["window"]
     (blind,) = w["blind"]
-    assert blind["from_mono_ns"] <= removed <= blind["to_mono_ns"] <= back
+    # (its end is not bounded here: a refused heartbeat checks at once, and the checks can
+    # find the instances changing while the reset runs and its effects settle)
+    assert blind["from_mono_ns"] <= removed <= blind["to_mono_ns"], (stderr, w)
     assert blind["to_mono_ns"] - blind["from_mono_ns"] < 10e9    # within the check interval
     assert w["complete"] is False
     kmemscope("parse", bundle, "-o", tmp_path / "ds")
     (run,) = json.loads(kmemscope("info", tmp_path / "ds", "--format", "json").stdout)["runs"]
     assert run["flight_window"].startswith("incomplete: blind ")
-    assert "the instance was removed" in run["flight_window"]
+    # (the reset disables the events before it removes the instance: the stretch names both
+    # changes, and info shows the first 200 characters of what it names)
+    assert "the instance was removed" in blind["what"]
 
 
 def test_an_existing_folder_on_a_read_only_filesystem_is_one_error(tmp_path, before):
