@@ -24,8 +24,10 @@ class Guard:
         self.pid, self.fd = pid, fd
 
     @classmethod
-    def start(cls, state_dir):
-        """Fork the guard (call before taking the lock and before starting threads)."""
+    def start(cls, state_dir, close_fds=()):
+        """Fork the guard (call before taking the lock and before starting threads; a guard
+        forked later, in place of one that died, closes `close_fds`, the record lock's
+        among them: it must take the lock anew once the recorder is gone)."""
         sys.stdout.flush()
         sys.stderr.flush()
         read_end, write_end = os.pipe()
@@ -34,6 +36,8 @@ class Guard:
             code = 0
             try:
                 os.close(write_end)
+                for fd in close_fds:
+                    os.close(fd)
                 os.setsid()
                 for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1,
                                signal.SIGPIPE):

@@ -21,13 +21,24 @@ bundles of older recorders kept them in the top-level buffer, ""). A window may
 also be incomplete for reasons no counter shows: something else changed the
 recorder's instances for a while (window.blind), or the --after buffer filled
 (window.after_kept_s). window_note() says so in a line for the runs table.
+
+The recorder also writes a heartbeat into the instance that records (an ftrace
+print event, `kmemscope-heartbeat INSTANCE N`, every 0.1 s) and lists in the
+manifest the ones that went in (window.heartbeat.written). Each one written
+inside the window must be in the trace: heartbeat_gaps() finds the missing
+ones from the data (the instance cleared, its events consumed by a reader,
+switched off and on between the recorder's checks) and with_heartbeat_gaps()
+adds them to the run's window.blind and makes it incomplete.
 """
+import re
 import threading
 from dataclasses import dataclass
 
 from kmemscope.common.errors import TraceFileError
 
 _MAX_NS = (1 << 63) - 1
+HEARTBEAT_PREFIX = "kmemscope-heartbeat "
+MAX_HEARTBEATS = 1_000_000      # a manifest listing more is not one the recorder wrote
 
 
 @dataclass
@@ -78,6 +89,19 @@ def window_of(manifest, source):
     return Window(start_ns=start, end_ns=max(start, end), trigger_ns=trigger, before_buffer=before)
 
 
+def trace_clock(manifest, from_file):
+    """The clock a flight bundle's events were recorded with: its manifest's `clock` (the
+    recorder sets its instances to it and checks it stays), since `trace-cmd extract` stores
+    the top level's clock in trace.dat, not the instances'. `from_file` for other traces."""
+    window = manifest.get("window") if isinstance(manifest, dict) else None
+    clock = manifest.get("clock") if isinstance(window, dict) else None
+    if isinstance(window.get("before_buffer") if isinstance(window, dict) else None, str) and \
+            window.get("before_buffer") and isinstance(clock, str) and \
+            re.fullmatch(r"[a-z0-9_-]{1,16}", clock):
+        return clock
+    return from_file
+
+
 def window_note(manifest):
     """'incomplete: ...' when a flight bundle's manifest says its window is not whole, else None.
 
@@ -112,16 +136,120 @@ def dropped_in_window(cpustats, cpus, window, parse_cpu_stats):
     return sum(parse_cpu_stats(t).get("dropped_events", 0) for t in texts)
 
 
+def heartbeats_written(manifest, source):
+    """{instance: [(seq, mono_ns)]} of the heartbeats a flight bundle's manifest lists as
+    written into its instances inside the window; None when it lists none (older bundles)."""
+    window = manifest.get("window") if isinstance(manifest, dict) else None
+    beat = window.get("heartbeat") if isinstance(window, dict) else None
+    if beat is None:
+        return None
+    written = beat.get("written") if isinstance(beat, dict) else None
+    bad = TraceFileError(f"{source}: the flight bundle's manifest has no valid window.heartbeat",
+                         "parse it with --whole-bundle to keep every event")
+    if not isinstance(written, dict) or len(written) > 16:
+        raise bad
+    out, total = {}, 0
+    for name, rows in written.items():
+        if not isinstance(name, str) or not isinstance(rows, list):
+            raise bad
+        total += len(rows)
+        if total > MAX_HEARTBEATS:
+            raise bad
+        beats = []
+        for row in rows:
+            if not (isinstance(row, list) and len(row) == 2 and all(
+                    isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_NS for v in row)):
+                raise bad
+            beats.append((row[0], row[1]))
+        out[name] = sorted(beats, key=lambda b: b[1])
+    return out
+
+
+def heartbeat_gaps(manifest, window, seen, source=""):
+    """Blind stretches [{from_mono_ns, to_mono_ns, what}] where heartbeats written inside
+    `window` are missing from the trace; `seen`: the (instance, seq) found in it.
+
+    A stretch runs from the last heartbeat found before the missing ones (or the window's
+    start) to the first found after them (or the end of that instance's part of the
+    window: the first instance froze at window.frozen_mono_ns).
+    """
+    written = heartbeats_written(manifest, source)
+    if not written:
+        return []
+    w = manifest["window"]
+    frozen = w.get("frozen_mono_ns")
+    out = []
+    for name in sorted(written):
+        end = window.end_ns
+        if name == window.before_buffer and isinstance(frozen, int) and not isinstance(frozen, bool):
+            end = min(end, max(window.start_ns, frozen))
+        beats = [b for b in written[name] if window.start_ns <= b[1] <= end]
+        last_found, missing = window.start_ns, []
+        for seq, t in beats + [(None, end)]:
+            if seq is not None and (name, seq) not in seen:
+                missing.append(seq)
+                continue
+            if missing:
+                out.append({"from_mono_ns": last_found, "to_mono_ns": t,
+                            "what": f"{name}: {len(missing)} heartbeat(s) written there are missing "
+                                    "from the trace (found by parse)"})
+                missing = []
+            last_found = t
+    return out
+
+
+def with_heartbeat_gaps(manifest, gaps):
+    """The manifest with `gaps` added to window.blind, the window incomplete when any."""
+    if not gaps:
+        return manifest
+    window = dict(manifest["window"])
+    blind = [b for b in window.get("blind") or [] if isinstance(b, dict)]
+    trigger = window.get("trigger_mono_ns")
+    window["blind"] = blind + gaps       # the recorder's own first, then those parse found
+    known = window.get("blind_s")
+    window["blind_s"] = round((known if isinstance(known, (int, float)) and not isinstance(
+        known, bool) else 0) + sum(g["to_mono_ns"] - g["from_mono_ns"] for g in gaps) / 1e9, 3)
+    window["complete"] = False
+    if isinstance(trigger, int):
+        if any(g["from_mono_ns"] < trigger for g in gaps):
+            window["before_complete"] = False
+        if any(g["to_mono_ns"] > trigger for g in gaps):
+            window["after_complete"] = False
+    return dict(manifest, window=window)
+
+
 class TrimmingSinks:
     """make_sink for TraceFile.decode that passes on only the rows inside the window.
 
-    trimmed_before / trimmed_after count the rows left out on each side.
+    trimmed_before / trimmed_after count the rows left out on each side. With
+    `beat_table` (the table of ftrace print events), the recorder's heartbeats in it
+    are collected in `beats_seen` as (instance, seq), and kept in the table.
     """
 
-    def __init__(self, make_sink, window):
-        self.make_sink, self.window = make_sink, window
+    def __init__(self, make_sink, window, beat_table=None):
+        self.make_sink, self.window, self.beat_table = make_sink, window, beat_table
         self.trimmed_before = self.trimmed_after = 0
+        self.beats_seen: set = set()
         self._lock = threading.Lock()
+
+    def _collect_beats(self, batch):
+        import pyarrow.compute as pc
+
+        at = batch.schema.get_field_index("buf")
+        if at < 0:
+            return
+        texts = batch.column(at)
+        try:
+            found = batch.filter(pc.starts_with(texts, HEARTBEAT_PREFIX)).column(at).to_pylist()
+        except Exception:   # pyarrow.ArrowNotImplementedError: a buf that is not text
+            return
+        beats = set()
+        for text in found:
+            parts = text.split()
+            if len(parts) == 3 and parts[2].isdigit() and len(parts[2]) < 19:
+                beats.add((parts[1], int(parts[2])))
+        with self._lock:
+            self.beats_seen |= beats
 
     def __call__(self, index):
         sink = self.make_sink(index)
@@ -129,6 +257,8 @@ class TrimmingSinks:
         def trimmed(table, batch):
             import pyarrow.compute as pc
 
+            if table == self.beat_table:
+                self._collect_beats(batch)
             if batch.schema.get_field_index("ts") < 0:    # the stacks table: no time
                 sink(table, batch)
                 return
@@ -176,9 +306,9 @@ class Kept:
     everything. The decode asks it for its sinks; the run's tables ask it what was lost,
     which times the run spans, what the buffers dropped and what the manifest says of it."""
 
-    def __init__(self, window, make_sink):
-        self.window = window
-        self.trimming = TrimmingSinks(make_sink, window) if window else None
+    def __init__(self, window, make_sink, beat_table=None):
+        self.window, self.beat_table = window, beat_table
+        self.trimming = TrimmingSinks(make_sink, window, beat_table) if window else None
         self.make_sink = self.trimming or make_sink
 
     @property
@@ -202,12 +332,21 @@ class Kept:
         """Events the --after buffer dropped, all inside the window (0 for a whole run)."""
         return dropped_in_window(cpustats, cpus, self.window, parse_cpu_stats) if self.window else 0
 
-    def manifest(self, manifest, missed):
-        """The run's manifest, with what parse kept of a flight bundle."""
+    def manifest(self, manifest, missed, source):
+        """The run's manifest, with what parse kept of a flight bundle: its window, and the
+        stretches the recorder's heartbeats are missing from (window.blind)."""
         if not self.window or self.trimming is None:
             return manifest
+        checked = heartbeats_written(manifest, source) is not None
+        if checked and self.beat_table is not None:
+            gaps = heartbeat_gaps(manifest, self.window, self.trimming.beats_seen, source)
+            manifest = with_heartbeat_gaps(manifest, gaps)
+            beats = {"checked": True, "found": len(self.trimming.beats_seen), "gaps": len(gaps)}
+        else:
+            beats = {"checked": False, "why": "no heartbeats in the manifest" if not checked
+                     else "--events left out ftrace:print"}
         return dict(manifest, parse_window={
             "start_mono_ns": self.window.start_ns, "end_mono_ns": self.window.end_ns,
             "trimmed_before": self.trimming.trimmed_before,
             "trimmed_after": self.trimming.trimmed_after,
-            "lost_in_window": missed, "note": window_note(manifest)})
+            "lost_in_window": missed, "heartbeat": beats, "note": window_note(manifest)})

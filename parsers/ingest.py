@@ -267,7 +267,11 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
                 sinks.append(sink)
             return sink
 
-        kept = flight_window.Kept(window, make_sink)
+        # the flight recorder's heartbeats are ftrace print events: found while decoding
+        beat_table = next((t.table for eid, t in trace.tables.items()
+                           if (t.system, t.event) == ("ftrace", "print")
+                           and (event_ids is None or eid in event_ids)), None)
+        kept = flight_window.Kept(window, make_sink, beat_table)
         try:
             stats = trace.decode(kept.make_sink, event_ids=event_ids, threads=threads,
                                  progress=(lambda n: progress(("bytes", n))) if progress else None)
@@ -298,7 +302,7 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
         merged_labels, overrides = _merged_labels(manifest, labels)
         missed = sum(m for _, _, _, m in lost if m > 0)
         missed += kept.dropped(trace.layout.cpustats, trace.layout.cpu_count, parse_cpu_stats)
-        manifest = kept.manifest(manifest, missed)
+        manifest = kept.manifest(manifest, missed, source)
         runs = _runs_table(trace, source, trace_path, sha, ts_range, total_events, missed,
                            merged_labels, manifest, unknown)
         _write_table(staging, RUNS_TABLE, runs)
@@ -408,6 +412,8 @@ def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels
                 unknown_events=0):
     import pyarrow as pa
 
+    from kmemscope.parsers import flight_window
+
     meta = trace.metadata()
     man = manifest or {}
     uname_man = man.get("uname") or {}
@@ -417,7 +423,7 @@ def _runs_table(trace, source, trace_path, sha, ts_range, events, missed, labels
         "kernel_version": uname_man.get("version"),
         "arch": uname_man.get("machine") or meta["arch"],
         "cpus": meta["cpus"],
-        "trace_clock": meta["trace_clock"],
+        "trace_clock": flight_window.trace_clock(man, meta["trace_clock"]),
         "first_ts": ts_range[0],
         "last_ts": ts_range[1],
         "events": events,

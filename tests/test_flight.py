@@ -483,6 +483,20 @@ def test_sigkilled_recorder_is_cleaned_up_by_its_guard(tmp_path, before):
     assert again.returncode == 0 and "nothing to clean up" in again.stderr
 
 
+def test_a_guard_that_dies_is_said_and_replaced_and_the_new_one_restores(tmp_path, before):
+    flight = Flight("-o", tmp_path / "flight", *QUICK)
+    (guard,) = children(flight.pid)
+    os.kill(guard, signal.SIGKILL)
+    assert flight.wait_for("the guard process that restores tracefs", 30), flight.text()
+    (new,) = children(flight.pid)
+    assert new != guard and json.loads(STATE_FILE.read_text())["guard_pid"] == new
+    assert "(signal 9); started a new one (pid %d)" % new in flight.text()
+    flight.proc.kill()            # the new guard restores as the first would have
+    flight.finish()
+    assert wait_for(lambda: recorder_settings() == before, 30)
+    assert wait_for(lambda: not STATE_FILE.exists(), 30)
+
+
 def test_sigkill_of_recorder_and_guard_leaves_no_trace_cmd_and_cleanup_restores(tmp_path, before):
     flight = Flight("-o", tmp_path / "flight", *QUICK)
     (guard,) = children(flight.pid)
@@ -554,6 +568,13 @@ def disk_used(path):
     return total
 
 
+def trace_dat_data_bytes(trace_dat):
+    """Bytes of ring-buffer data (as stored) in a trace.dat, by `trace-cmd dump --summary`."""
+    out = subprocess.run(["trace-cmd", "dump", "--summary", "-i", str(trace_dat)],
+                         capture_output=True, text=True, timeout=120)
+    return sum(int(n) for n in re.findall(r"(\d+) bytes flyrecord data\]", out.stdout + out.stderr))
+
+
 def test_max_disk_holds_while_triggers_fill_it(tmp_path, before):
     """Triggers one after another under a busy CPU until --max-disk is full several times over:
     the folder, measured here every 20 ms while bundles are written (their temporary copies
@@ -598,22 +619,84 @@ def test_max_disk_holds_while_triggers_fill_it(tmp_path, before):
                if "wrote " in l]
     assert removed and removed == written[:len(removed)]    # oldest first
     assert sorted(b.name for b in bundles(out)) == written[len(removed):]
-    # Each bundle's manifest states what it could take while written; it took no more.
+    # Each bundle's manifest states what it could take while written; it took no more. Its
+    # part for trace.dat's metadata is no less than trace.dat holds beside the ring-buffer
+    # data (trace-cmd dump's reading), and at most twice that.
     for bundle in bundles(out):
-        assert disk_used(bundle) <= manifest(bundle)["disk_bound_bytes"]
+        m = manifest(bundle)
+        assert disk_used(bundle) <= m["disk_bound_bytes"]
+        meta = (bundle / "trace.dat").stat().st_size - trace_dat_data_bytes(bundle / "trace.dat")
+        assert meta <= m["disk_bound_metadata_bytes"] <= 2 * meta, (bundle, meta)
 
 
-def test_a_bundle_that_cannot_fit_max_disk_is_refused_with_one_line(tmp_path, before):
-    flight = Flight("-o", tmp_path / "flight", *QUICK, "--max-disk", "1M")
-    flight.signal(signal.SIGUSR1)
-    assert flight.wait_for("not written", 30), flight.text()
-    flight.signal(signal.SIGINT)
-    rc, stderr = flight.finish()
+def test_a_max_disk_below_any_bundle_is_refused_at_start_in_one_line(tmp_path, before):
+    result = run_record("--flight", "-o", tmp_path / "flight", *QUICK, "--max-disk", "1M")
+    assert result.returncode == 1, result.stderr
+    (line,) = [l for l in result.stderr.splitlines() if l.strip()]
+    m = re.fullmatch(r"kmemscope: error: --max-disk 1\.0 MiB is less than the smallest bundle this "
+                     r"host writes, ([\d.]+) MiB \(.*\) \(use --max-disk (\d+)M or more\)", line)
+    assert m and float(m.group(1)) > 1.0 and int(m.group(2)) > float(m.group(1)), line
+    assert not (tmp_path / "flight").exists()
+
+
+def test_a_bundle_whose_buffers_cannot_fit_max_disk_is_refused_with_one_line(tmp_path, before):
+    cpu = 1 if os.cpu_count() > 1 else 0
+    load = tmp_path / "load.py"
+    load.write_text(PINNED_WORKLOAD)
+    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
+    try:
+        flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "2s",
+                        "--after", "0.5s", "--measure", "1s", "--max-buffer", "16M",
+                        "--max-disk", "3M")
+        assert wait_for(lambda: before_stats(cpu).get("bytes", 0) > 2 << 20, 300), before_stats(cpu)
+        flight.signal(signal.SIGUSR1)
+        assert flight.wait_for("not written", 30), flight.text()
+        flight.signal(signal.SIGINT)
+        rc, stderr = flight.finish()
+    finally:
+        work.kill()
+        work.wait()
     assert rc == 0, stderr
     (line,) = [l for l in stderr.splitlines() if "not written" in l]
     assert re.search(r"bundle for trigger manual not written: writing it may take [\d.]+ MiB .*"
-                     r"more than --max-disk 1\.0 MiB", line), line
+                     r"more than --max-disk 3\.0 MiB", line), line
     assert bundles(tmp_path / "flight") == [] and "suppressed: 1 by max-disk" in stderr
+
+
+def test_a_light_recorder_writes_under_max_disk_8m(tmp_path, before):
+    """--preset light --max-disk 8M: bundles are written, the folder (measured here every
+    20 ms, temporary copies included) never takes more than 8 MiB, and each bundle's
+    estimate is never below what it took and at most twice that."""
+    import threading
+    out, peak, stop = tmp_path / "flight", [0], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            peak[0] = max(peak[0], disk_used(out))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    try:
+        flight = Flight("-o", out, "--preset", "light", "--keep", "5s", "--after", "1s",
+                        "--measure", "1s", "--cooldown", "0", "--max-disk", "8M")
+        watcher.start()
+        for n in range(1, 5):
+            flight.signal(signal.SIGUSR1)
+            assert flight.wait_for("wrote /", 60, count=n), flight.text()
+            time.sleep(1.1)       # bundle names carry the second
+        flight.signal(signal.SIGINT)
+        rc, stderr = flight.finish()
+    finally:
+        stop.set()
+    watcher.join(10)
+    assert rc == 0, stderr
+    assert "not written" not in stderr
+    assert 0 < peak[0] <= 8 << 20 and disk_used(out) <= 8 << 20, (peak[0], stderr)
+    for bundle in bundles(out):
+        used, bound = disk_used(bundle), manifest(bundle)["disk_bound_bytes"]
+        assert used <= bound <= 2 * used, (bundle, used, bound)
+        meta = (bundle / "trace.dat").stat().st_size - trace_dat_data_bytes(bundle / "trace.dat")
+        assert meta <= manifest(bundle)["disk_bound_metadata_bytes"] <= 2 * meta, (bundle, meta)
 
 
 def test_a_failed_extract_on_a_full_disk_says_why(tmp_path, before):
@@ -691,6 +774,104 @@ def test_tracing_turned_off_in_its_instance_is_said_turned_on_again_and_blind(tm
     (blind,) = w["blind"]
     assert blind["from_mono_ns"] <= off <= blind["to_mono_ns"] <= seen
     assert w["complete"] is False and w["before_complete"] is False
+
+
+def report_heartbeats(trace_dat, instance):
+    """[(seq, ts ns)] of the recorder's heartbeats in `instance`, as `trace-cmd report` prints
+    them (ftrace print events, 'kmemscope-heartbeat INSTANCE N')."""
+    out = []
+    for line in trace_cmd_report(trace_dat, "-t"):
+        m = re.search(r"\s(\d+)\.(\d+):\s+print:.*kmemscope-heartbeat (\S+) (\d+)\s*$", line)
+        if m and m.group(3) == instance:
+            out.append((int(m.group(4)), int(m.group(1)) * 10**9 + int(m.group(2).ljust(9, "0"))))
+    return sorted(out)
+
+
+def parsed_run(bundle, ds):
+    """(info's runs row, the run's manifest) of `kmemscope parse BUNDLE`."""
+    from kmrun import kmemscope
+    kmemscope("parse", bundle, "-o", ds)
+    (run,) = json.loads(kmemscope("info", ds, "--format", "json").stdout)["runs"]
+    import duckdb
+    con = duckdb.connect()
+    (text,) = con.execute("SELECT manifest FROM read_parquet(?)",
+                          [str(Path(ds) / "runs" / "*" / "*.parquet")]).fetchone()
+    return run, json.loads(text)
+
+
+def test_tracing_off_for_less_than_a_check_is_blind_every_time(tmp_path, before):
+    """The instance's tracing_on switched off for 0.3 s four times, 1 s apart, between the
+    recorder's 2 s checks: each stretch is in the bundle's window.blind (its heartbeat was
+    refused), and trace-cmd report's own reading of the heartbeats shows no other gap."""
+    flight = Flight("-o", tmp_path / "flight", *QUICK[:-6], "--keep", "20s", "--after", "1s",
+                    "--measure", "1s")
+    offs = []
+    for _ in range(4):
+        time.sleep(1.0)
+        off = mono_ns()
+        (BEFORE / "tracing_on").write_text("0")       # another tool, behind the recorder's back
+        time.sleep(0.3)
+        (BEFORE / "tracing_on").write_text("1")
+        offs.append((off, mono_ns()))
+    time.sleep(0.5)
+    rc, stderr = bundle_now(flight)
+    assert rc == 0, stderr
+    (bundle,) = bundles(tmp_path / "flight")
+    w = manifest(bundle)["window"]
+    assert w["complete"] is False and w["before_complete"] is False
+    holding = [[i for i, b in enumerate(w["blind"]) if b["from_mono_ns"] <= off <= b["to_mono_ns"]]
+               for off, _ in offs]
+    assert all(len(h) == 1 for h in holding) and len({h[0] for h in holding}) == 4, (offs, w["blind"])
+    # trace-cmd's reading: the heartbeats that went in are all there, and every jump in
+    # their numbers (refused ones) lies inside a blind stretch
+    beats = report_heartbeats(bundle / "trace.dat", BEFORE.name)
+    written = w["heartbeat"]["written"][BEFORE.name]
+    assert {seq for seq, _ in beats} >= {seq for seq, t in written}
+    jumps = [(a, b) for a, b in zip(beats, beats[1:]) if b[0] != a[0] + 1 and b[1] < w["frozen_mono_ns"]]
+    assert len(jumps) >= 4
+    for (_, t0), (_, t1) in jumps:
+        assert any(b["from_mono_ns"] <= t1 and t0 <= b["to_mono_ns"] for b in w["blind"]), (t0, t1)
+    for off, on in offs:
+        assert any(t0 < off < t1 for (_, t0), (_, t1) in jumps), (off, jumps)
+    run, m = parsed_run(bundle, tmp_path / "ds")
+    assert m["parse_window"]["heartbeat"] == {"checked": True, "found": len(beats) + len(
+        report_heartbeats(bundle / "trace.dat", AFTER.name)), "gaps": 0}
+    assert run["flight_window"].count("tracing_on 0 (was 1)") == 4
+    # the heartbeats' times, on this process's CLOCK_MONOTONIC above, are the clock info names
+    assert run["trace_clock"] == "mono"
+
+
+def test_a_cleared_instance_is_found_blind_by_parse_from_its_heartbeats(tmp_path, before):
+    """Something clears the instance's buffer (its events gone, no setting changed: the
+    recorder's checks see nothing): parse finds the heartbeats written before that missing
+    from the trace and says the window is blind there, in the run's manifest and info."""
+    flight = Flight("-o", tmp_path / "flight", *QUICK[:-6], "--keep", "20s", "--after", "1s",
+                    "--measure", "1s")
+    time.sleep(2)
+    cleared = mono_ns()
+    (BEFORE / "trace").write_text("")
+    time.sleep(1.5)
+    rc, stderr = bundle_now(flight)
+    assert rc == 0, stderr
+    assert "changed by something else" not in stderr
+    (bundle,) = bundles(tmp_path / "flight")
+    w = manifest(bundle)["window"]
+    beats = report_heartbeats(bundle / "trace.dat", BEFORE.name)
+    assert beats and min(t for _, t in beats) > cleared
+    start = max(w["start_mono_ns"], w["covered_from_mono_ns"], w["tracing_since_mono_ns"])
+    found = {seq for seq, _ in beats}
+    missing = [t for seq, t in w["heartbeat"]["written"][BEFORE.name]
+               if seq not in found and t >= start]
+    assert missing and max(missing) < cleared
+    # What the recorder saw: at most the heartbeats refused while the kernel cleared the
+    # buffer (it stops recording for that), not the loss of those written before
+    assert all(b["from_mono_ns"] >= max(missing) for b in w["blind"]), w["blind"]
+    run, m = parsed_run(bundle, tmp_path / "ds")
+    (gap,) = [b for b in m["window"]["blind"] if "found by parse" in b["what"]]
+    assert gap["from_mono_ns"] <= min(missing) and cleared <= gap["to_mono_ns"] <= min(t for _, t in beats)
+    assert gap["what"].startswith("%s: %d heartbeat(s)" % (BEFORE.name, len(missing)))
+    assert m["window"]["complete"] is False and m["parse_window"]["heartbeat"]["gaps"] == 1
+    assert "heartbeat(s) written there are missing" in run["flight_window"]
 
 
 @pytest.fixture
@@ -771,23 +952,31 @@ def test_an_instance_removed_by_another_tool_is_set_up_again_and_the_bundle_says
     # (it exits 1 on this host, refused set_ftrace_filter, once it has done its work)
     reset = subprocess.run(["trace-cmd", "reset", "-a", "-d"], capture_output=True, text=True,
                            timeout=60)
-    assert not BEFORE.exists(), reset.stderr
-    assert flight.wait_for("changed by something else", 30), flight.text()
-    assert wait_for(BEFORE.exists, 10) and "compaction" in (BEFORE / "set_event").read_text()
-    back = mono_ns()
+    # (the recorder may have set it up again already: its next heartbeat, refused, checks)
+    assert flight.wait_for("changed by something else", 30), (reset.stderr, flight.text())
+    def set_up_again():
+        try:
+            return "compaction" in (BEFORE / "set_event").read_text()
+        except OSError:
+            return False
+    assert wait_for(set_up_again, 10)
     rc, stderr = bundle_now(flight)
     assert rc == 0, stderr
     assert "the instance was removed" in stderr and "set both instances up again" in stderr
     (bundle,) = bundles(tmp_path / "flight")
     w = manifest(bundle)["window"]
     (blind,) = w["blind"]
-    assert blind["from_mono_ns"] <= removed <= blind["to_mono_ns"] <= back
+    # (its end is not bounded here: a refused heartbeat checks at once, and the checks can
+    # find the instances changing while the reset runs and its effects settle)
+    assert blind["from_mono_ns"] <= removed <= blind["to_mono_ns"], (stderr, w)
     assert blind["to_mono_ns"] - blind["from_mono_ns"] < 10e9    # within the check interval
     assert w["complete"] is False
     kmemscope("parse", bundle, "-o", tmp_path / "ds")
     (run,) = json.loads(kmemscope("info", tmp_path / "ds", "--format", "json").stdout)["runs"]
     assert run["flight_window"].startswith("incomplete: blind ")
-    assert "the instance was removed" in run["flight_window"]
+    # (the reset disables the events before it removes the instance: the stretch names both
+    # changes, and info shows the first 200 characters of what it names)
+    assert "the instance was removed" in blind["what"]
 
 
 def test_an_existing_folder_on_a_read_only_filesystem_is_one_error(tmp_path, before):

@@ -132,6 +132,11 @@ def test_window_accounting_tells_overwritten_before_from_inside():
     assert by[1]["commit_overrun"] == 3
     assert by[2]["covered_from_mono_ns"] == 1 * s and by[2]["overrun"] == 0
     assert covered == 8 * s
+    # tracing (re)started at 9 s, after the oldest kept event of an overrun buffer (8 s):
+    # nothing of the window was overwritten after tracing started, never a negative count
+    rows, _ = flight.window_accounting(stats, window_start=6 * s, stop=12 * s, tracing_since=9 * s)
+    assert all(r["overwritten_in_window_estimated"] == 0 for r in rows)
+    assert {r["cpu"]: r["overwritten_before_window"] for r in rows} == {0: 1000, 1: 900, 2: 0}
 
 
 def test_buffer_is_sized_for_the_busiest_cpu():
@@ -560,3 +565,35 @@ def test_cleanup_removes_only_a_recorders_own_instances(tmp_path, monkeypatch):
     state.save_file(cleanup.state_path(str(tmp_path)), record)
     assert cleanup.recover(str(tmp_path), lambda text: None)
     assert removed == ["kmemscope-flight", "kmemscope-flight-after"]
+
+
+def test_heartbeat_gaps_are_the_runs_of_missing_heartbeats_inside_the_window():
+    """Heartbeats written every 100 ns into the first instance, frozen at 1000; those found
+    in the data are listed here. Each run of missing ones inside the window is one stretch
+    from the last found before to the first found after (or the window's bounds)."""
+    from kmemscope.parsers import flight_window
+    written = [[seq, seq * 100] for seq in range(1, 13)]          # t = 100 .. 1200
+    m = {"window": {"frozen_mono_ns": 1000, "trigger_mono_ns": 900,
+                    "heartbeat": {"written": {"kmemscope-flight": written}}}}
+    window = flight_window.Window(start_ns=250, end_ns=1100, trigger_ns=900,
+                                  before_buffer="kmemscope-flight")
+    found = {("kmemscope-flight", s) for s in (1, 2, 4, 5, 8)}    # 3; 6, 7; 9, 10 missing
+    gaps = flight_window.heartbeat_gaps(m, window, found)
+    # in the window: t 300..1000 (seq 3..10; 11 and 12 come after the freeze)
+    assert [(g["from_mono_ns"], g["to_mono_ns"]) for g in gaps] == [(250, 400), (500, 800), (800, 1000)]
+    assert [g["what"].split(":")[1].split()[0] for g in gaps] == ["1", "2", "2"]
+    out = flight_window.with_heartbeat_gaps(m, gaps)
+    assert out["window"]["complete"] is False and out["window"]["after_complete"] is False
+    assert flight_window.with_heartbeat_gaps(m, []) is m
+    assert flight_window.heartbeat_gaps({"window": {}}, window, set()) == []
+
+
+@pytest.mark.parametrize("heartbeat", [
+    {"written": []}, {"written": {"x": [[1]]}}, {"written": {"x": [[1, -5]]}},
+    {"written": {"x": [[True, 5]]}}, "no", {"written": {"x": "y"}},
+])
+def test_a_bad_heartbeat_list_is_one_error(heartbeat):
+    from kmemscope.common.errors import TraceFileError
+    from kmemscope.parsers import flight_window
+    with pytest.raises(TraceFileError, match="no valid window.heartbeat"):
+        flight_window.heartbeats_written({"window": {"heartbeat": heartbeat}}, "b")

@@ -1,0 +1,256 @@
+"""The flight recorder's two tracefs instances: set up, armed, frozen, and watched.
+
+BEFORE_INSTANCE runs in overwrite mode and holds the seconds before a trigger;
+AFTER_INSTANCE, set up by the same `trace-cmd start`, waits with its events off
+and records the --after seconds while the first is frozen. Every RATE_CHECK_S
+(and at each trigger) the recorder reads back what it set in them
+(instance.py): something else that removed or changed them is said, undone,
+and the stretch counted as blind for every bundle whose window overlaps it.
+"""
+import os
+import time
+
+from kmemscope.capture import instance
+from kmemscope.capture import tracefs as tfs
+from kmemscope.capture.flight_heartbeat import HEARTBEAT_S
+from kmemscope.capture.tracecmd import (_spec_enabled, _tracing_on, check_filters, failure_reason,
+                                        run_once)
+from kmemscope.common.errors import CaptureError
+
+# The tracefs instances the recorder owns: the --keep seconds before a trigger roll in the
+# first; the second records the --after seconds while the first is frozen.
+BEFORE_INSTANCE = "kmemscope-flight"
+AFTER_INSTANCE = "kmemscope-flight-after"
+INSTANCES = (BEFORE_INSTANCE, AFTER_INSTANCE)
+# Blind stretches kept for the manifests (a window reaches back --keep seconds at most).
+MAX_BLIND = 100
+
+
+def mono_ns():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def changed_since(tracefs, name, before):
+    """True when tracefs/name no longer reads `before` (unreadable counts as unchanged)."""
+    try:
+        return tfs.read(tracefs, name) != before
+    except OSError:
+        return False
+
+
+
+class InstanceKeeper:
+    """The FlightRecorder's part that sets up, arms, freezes and checks its instances.
+
+    Uses the recorder's tracefs, trace_cmd, specs, host_flags, stacktrace, out and opt;
+    keeps buffer_kb, after_kb, want, after_events, blind, last_good_ns, tracing_since, and
+    the heartbeat (flight_heartbeat.py): heart, beat_ok (instance -> mono_ns of the last
+    heartbeat that went in) and beat_gap (instance -> (since, what) while they are refused).
+    """
+
+    def _start_args(self, kb, after_kb):
+        """trace-cmd start: the events into BEFORE_INSTANCE and, with --after, AFTER_INSTANCE
+        (no event before the first -B: the top level is left alone)."""
+        args = [self.trace_cmd, "start"] + list(self.host_flags)
+        sizes = [(BEFORE_INSTANCE, kb)] + ([(AFTER_INSTANCE, after_kb)] if self.opt.after > 0 else [])
+        for name, size in sizes:
+            args += ["-B", name, "-C", "mono", "-b", str(size)] + (["-T"] if self.stacktrace else [])
+            for spec in self.specs:
+                args += spec.trace_cmd_args()
+        return args
+
+    def _before_dir(self):
+        return tfs.instance_dir(self.tracefs, BEFORE_INSTANCE)
+
+    def _after_dir(self):
+        return tfs.instance_dir(self.tracefs, AFTER_INSTANCE)
+
+    def _start_tracing(self, kb, after_kb):
+        """`trace-cmd start` into the instances; blocks until the kernel traces into the first.
+
+        The --after instance is left idle: tracing_on 0, no overwrite, its events off
+        (enabled again at a trigger, _arm()) so that no tracepoint runs for it meanwhile.
+        """
+        for name in INSTANCES:   # a restart after something else changed them: from scratch
+            tfs.remove_instance(self.tracefs, name)
+        log = os.path.join(self.out, ".trace-cmd.log")
+        status, output = run_once(self._start_args(kb, after_kb), log, cwd=self.out, timeout=60)
+        if status != 0:
+            raise CaptureError("trace-cmd start failed with status %s: %s"
+                               % (status, failure_reason(status, output)), "see %s" % log)
+        before = self._before_dir()
+        tfs.write(before, "options/overwrite", "1")
+        if self.opt.after > 0:
+            inst = self._after_dir()
+            tfs.write(inst, "tracing_on", "0")
+            # Keep the first events after a trigger: a full instance drops, never overwrites.
+            tfs.write(inst, "options/overwrite", "0")
+            self.after_events = tfs.enabled_events(inst)
+            tfs.write(inst, "events/enable", "0")
+            tfs.write(inst, "trace", "")   # what it took before tracing_on went to 0
+        deadline = time.monotonic() + 10
+        while not (_tracing_on(before) and all(_spec_enabled(before, s) for s in self.specs)):
+            if time.monotonic() > deadline:
+                raise CaptureError("tracing did not start after trace-cmd start", "see %s" % log)
+            time.sleep(0.05)
+        check_filters(before, self.specs)
+        self.tracing_since = mono_ns()
+        self.buffer_kb = int(tfs.parse_buffer_size(tfs.read(before, "buffer_size_kb"))[0])
+        if self.opt.after > 0:
+            self.after_kb = int(tfs.parse_buffer_size(tfs.read(self._after_dir(),
+                                                               "buffer_size_kb"))[0])
+        self._note_settings()
+        self.last_good_ns = self.tracing_since
+        self.beat_ok[BEFORE_INSTANCE] = self.tracing_since
+        self.last_rate_check = (self.tracing_since, tfs.cpu_stats(before))
+
+    def _note_settings(self):
+        """Remember the instances as they are now set, for _check_instances to compare."""
+        self.want = {BEFORE_INSTANCE: instance.settings(self._before_dir())}
+        if self.opt.after > 0:
+            self.want[AFTER_INSTANCE] = instance.settings(self._after_dir(),
+                                                          filtered=self.after_events)
+
+    def _arm(self):
+        """Enable the --after instance's events (its tracing_on still 0): a few writes."""
+        for event in self.after_events:
+            try:
+                tfs.write(self._after_dir(), "events/%s/enable" % event.replace(":", "/"), "1")
+            except OSError as exc:
+                self.warn("could not enable %s in the --after instance: %s" % (event, exc.strerror))
+
+    def _check_instances(self):
+        """Read back the instances; undo what something else changed, and count it as blind.
+
+        tracing_on alone is written back; anything else (events, filters, buffer size,
+        clock, the instance removed) sets both instances up again: what the first held
+        since it changed cannot be trusted, and the stretch from the last good reading
+        to now is blind either way.
+        """
+        checked = mono_ns()   # before reading: the instances were as set up at least until then
+        changed = {}
+        for name, want in self.want.items():
+            inst = tfs.instance_dir(self.tracefs, name)
+            now = instance.settings(inst, filtered=list(want["filters"]) if name == AFTER_INSTANCE
+                                    else None)
+            differs = instance.drift(want, now)
+            if differs:
+                changed[name] = (inst, want, now, differs)
+        if not changed:
+            self.last_good_ns = checked
+            return
+        since = self.last_good_ns       # (setting them up again moves it)
+        what = "; ".join("%s: %s" % (name, ", ".join(d)) for name, (_, _, _, d) in changed.items())
+        if all(instance.only_tracing_on(want, now) for _, want, now, _ in changed.values()):
+            for inst, want, _, _ in changed.values():
+                tfs.write(inst, "tracing_on", want["tracing_on"])
+            how = "wrote tracing_on back"
+            # the last heartbeat that went in says tracing was on later than the last check
+            since = max(since, self.beat_ok.get(BEFORE_INSTANCE, since))
+        else:
+            self._start_tracing(self.buffer_kb, self.after_kb)
+            how = "set both instances up again (the first starts empty)"
+        blind = self._add_blind(since, mono_ns(), what)
+        self.beat_gap.pop(BEFORE_INSTANCE, None)     # this stretch covers the refused heartbeats
+        self.last_good_ns = blind["to_mono_ns"]
+        self.instance_restored += 1
+        self.warn("the tracefs instances of the flight recorder were changed by something else "
+                  "(%s); %s. Bundles whose window includes the %.1f s since the last check say "
+                  "they are incomplete" % (what, how, (blind["to_mono_ns"] - blind["from_mono_ns"])
+                                           / 1e9))
+
+    def _freeze(self):
+        """Stop the first instance (the seconds before the trigger) and start the --after one.
+
+        Its events are enabled first, its tracing_on still 0; then the first instance
+        stops and the second starts: a few microseconds fall between the two writes,
+        and no event is in both. Returns their CLOCK_MONOTONIC times, each taken on the
+        safe side of its write: the first's after it stopped, the second's before it
+        started (an event can land before the write returns).
+        """
+        if self.opt.after > 0:
+            self._arm()
+        tfs.write(self._before_dir(), "tracing_on", "0")
+        frozen = mono_ns()
+        gap = self.beat_gap.pop(BEFORE_INSTANCE, None)
+        if gap is not None:
+            self._add_blind(gap[0], frozen, gap[1])
+        if self.opt.after <= 0:
+            return frozen, None
+        after_on = mono_ns()
+        tfs.write(self._after_dir(), "tracing_on", "1")
+        self.after_filled = {}
+        return frozen, after_on
+
+    def _watch_after(self, now):
+        """While a bundle is pending: note when each CPU's --after buffer began to drop."""
+        for cpu, st in tfs.cpu_stats(self._after_dir()).items():
+            if cpu not in self.after_filled and st.get("dropped_events"):
+                self.after_filled[cpu] = now
+
+    def _add_blind(self, lo, hi, what):
+        """Count [lo, hi] as blind: one stretch with the newest when they overlap. Returns it."""
+        last = self.blind[-1] if self.blind else None
+        if last is not None and lo <= last["to_mono_ns"] and hi >= last["from_mono_ns"]:
+            last["from_mono_ns"] = min(lo, last["from_mono_ns"])
+            last["to_mono_ns"] = max(hi, last["to_mono_ns"])
+            if what not in last["what"]:
+                last["what"] += "; " + what
+            return last
+        blind = {"from_mono_ns": lo, "to_mono_ns": hi, "what": what}
+        self.blind.append(blind)
+        return blind
+
+    def _heartbeat(self):
+        """Write the next heartbeat into the instance that records, when one is due.
+
+        A refused one in the first instance means it is not tracing (tracing_on 0, or
+        gone): its instances are checked at once, not at the next RATE_CHECK_S, and the
+        stretch since the last heartbeat that went in is blind. A refused one in the
+        --after instance is its buffer full (counted from its stats), or its tracing_on
+        turned off by something else (written back, and blind).
+        """
+        now = mono_ns()
+        if not self.heart.due(now):
+            return
+        if self.pending is None:
+            name = BEFORE_INSTANCE
+        elif self.opt.after > 0:
+            name = AFTER_INSTANCE
+        else:
+            return
+        inst = tfs.instance_dir(self.tracefs, name)
+        refused = self.heart.write(inst, name, now)
+        if refused is None:
+            self.beat_ok[name] = now
+            gap = self.beat_gap.pop(name, None)
+            if gap is not None:
+                self._add_blind(gap[0], now, gap[1])
+            return
+        if name in self.beat_gap:
+            return
+        since = self.beat_ok.get(name, now)
+        what = "%s: a heartbeat was refused (%s): the instance was not recording" % (name, refused)
+        if name == BEFORE_INSTANCE:
+            self.beat_gap[name] = (since, what)
+            self._check_instances()
+        else:
+            try:
+                off = tfs.read(inst, "tracing_on") == "0"
+                if off:
+                    tfs.write(inst, "tracing_on", "1")
+            except OSError:
+                off = True
+            if off:
+                self.beat_gap[name] = (since, what)
+                self.warn("the --after instance %s was turned off by something else; turned it "
+                          "on again (blind since %.1f s before)" % (name, (now - since) / 1e9))
+
+    def _heartbeats_of(self, window_start, frozen, after_on, stop):
+        """window.heartbeat of a bundle: the heartbeats that went into each instance inside
+        its part of the window, for parse to find in the data."""
+        written = {BEFORE_INSTANCE: self.heart.between(BEFORE_INSTANCE, window_start, frozen)}
+        if after_on is not None:
+            written[AFTER_INSTANCE] = self.heart.between(AFTER_INSTANCE, after_on, stop)
+        return {"interval_s": HEARTBEAT_S, "text": "kmemscope-heartbeat INSTANCE N",
+                "written": written}
