@@ -130,8 +130,8 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
         self.unconfirmed = 0           # PSI wake-ups the readings did not confirm
         self.psi_woken = {}            # PsiWatch -> mono_ns of the kernel's last wake-up
         self.last_rate_check: Any = None    # (mono_ns, top cpu_stats) of the last rate reading
-        self.last_memory_note = None
-        self.last_coverage_warning = None
+        self.last_memory_note: Any = None
+        self.last_coverage_warning: Any = None
         self.last_rate_s: Any = None
         self.current_rate = {"bytes_per_s": 0.0, "events_per_s": 0.0}
         self.resizes = 0               # top-buffer resizes, for the manifest
@@ -172,7 +172,7 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
         opt = self.opt
         old_umask = os.umask(0o077)
         old_handlers = self._install_signals()
-        self.guard = None
+        self.guard: Any = None
         try:
             tracefs, trace_cmd = check_host(opt.trace_cmd)
             self._check_options(tracefs)

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="attr-defined,has-type"
+# (a part of FlightRecorder, capture/flight.py: the attributes it uses are the recorder's)
 """The flight recorder's ring-buffer sizes: the rate measured, the buffers grown and shrunk.
 
 The first instance is sized for the busiest CPU's byte rate to hold --keep

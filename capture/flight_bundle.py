@@ -1,3 +1,5 @@
+# mypy: disable-error-code="attr-defined,has-type"
+# (a part of FlightRecorder, capture/flight.py: the attributes it uses are the recorder's)
 """The flight recorder's bundles: the frozen instances extracted, the window accounted for.
 
 After --after seconds `trace-cmd extract -B -B` copies both instances into one
@@ -5,6 +7,7 @@ DIR/.partial-NAME/trace.dat, a fresh `trace-cmd start` sets them up again, and
 the window's samples and a manifest with the trigger, the window's coverage and
 what was lost complete the bundle, renamed to DIR/<UTC time>-<reason>/.
 """
+from typing import Optional  # noqa: F401  (a type comment names it)
 import json
 import os
 import re
@@ -72,6 +75,9 @@ def window_accounting(stats, window_start, stop, tracing_since):
 
 class BundleWriter:
     """The FlightRecorder's part that writes a pending bundle."""
+
+    # the Recorder's: why the recording ends
+    stop_reason = None  # type: Optional[str]
 
     def _write_bundle(self):
         opt, pending = self.opt, self.pending

@@ -56,7 +56,7 @@ class Heartbeat:
                 os.close(fd)
         except OSError as exc:
             self.refused += 1
-            return errno.errorcode.get(exc.errno, str(exc.errno))
+            return errno.errorcode.get(exc.errno or 0, str(exc.errno))
         beats = self.written.setdefault(name, collections.deque())
         beats.append((self.seq, now))
         while beats and beats[0][1] < now - self.keep_ns:

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="attr-defined,has-type"
+# (a part of FlightRecorder, capture/flight.py: the attributes it uses are the recorder's)
 """The flight recorder's two tracefs instances: set up, armed, frozen, and watched.
 
 BEFORE_INSTANCE runs in overwrite mode and holds the seconds before a trigger;

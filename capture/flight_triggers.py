@@ -1,3 +1,5 @@
+# mypy: disable-error-code="attr-defined,has-type"
+# (a part of FlightRecorder, capture/flight.py: the attributes it uses are the recorder's)
 """The flight recorder's triggers: conditions evaluated, limits applied, a bundle started.
 
 SIGUSR1, the vmstat and THP conditions (evaluated on each vmstat sample, in the
@@ -72,7 +74,7 @@ class TriggerHandler:
         for name in SLOW_SOURCES:
             self.sampler.want(name)   # the bundle gets one at its trigger
         since_last = self.suppressed - self.suppressed_at_last_bundle
-        self.suppressed_at_last_bundle = collections.Counter(self.suppressed)
+        self.suppressed_at_last_bundle: collections.Counter = collections.Counter(self.suppressed)
         trigger = dict(info, time=stamp_at(when), detail=detail,
                        suppressed_before=dict(since_last))
         if "value" in detail:

@@ -94,8 +94,8 @@ def trace_clock(manifest, from_file):
     recorder sets its instances to it and checks it stays), since `trace-cmd extract` stores
     the top level's clock in trace.dat, not the instances'. `from_file` for other traces."""
     window = manifest.get("window") if isinstance(manifest, dict) else None
-    clock = manifest.get("clock") if isinstance(window, dict) else None
-    if isinstance(window.get("before_buffer") if isinstance(window, dict) else None, str) and \
+    clock = manifest.get("clock") if isinstance(window, dict) and isinstance(manifest, dict) else None
+    if isinstance(window, dict) and isinstance(window.get("before_buffer"), str) and \
             window.get("before_buffer") and isinstance(clock, str) and \
             re.fullmatch(r"[a-z0-9_-]{1,16}", clock):
         return clock
@@ -338,6 +338,7 @@ class Kept:
         if not self.window or self.trimming is None:
             return manifest
         checked = heartbeats_written(manifest, source) is not None
+        beats: dict
         if checked and self.beat_table is not None:
             gaps = heartbeat_gaps(manifest, self.window, self.trimming.beats_seen, source)
             manifest = with_heartbeat_gaps(manifest, gaps)
