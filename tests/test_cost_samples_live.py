@@ -80,7 +80,7 @@ def test_recorded_cost_samples_lie_within_readings_taken_around_the_recording(li
     if not Path("/proc/pressure/memory").is_file():
         requirements.skip("tracefs", "no /proc/pressure/memory (CONFIG_PSI)")
     if not (PMD_STATS / "anon_fault_alloc").is_file():
-        pytest.skip("no per-size mTHP stats on this kernel (6.10+)")
+        requirements.skip("tracefs", "no per-size mTHP stats on this kernel (6.10+)")
     threads = kernel_threads()
     kswapd = min(pid for pid, comm in threads.items() if comm.startswith("kswapd"))
     load = tmp_path / "load.py"
