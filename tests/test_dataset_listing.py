@@ -22,10 +22,22 @@ from kmrun import kmemscope
 DEADLINE_S = 60
 
 
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory):
+    """The examples parsed here, never queried: each test's copy starts without caches
+    (the session's examples dataset is queried by other tests of the worker)."""
+    from conftest import EXAMPLES
+
+    fresh = tmp_path_factory.mktemp("listing") / "ds"
+    for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b")):
+        kmemscope("parse", "-q", EXAMPLES / bundle, "-o", fresh, "--label", f"kernel={kernel}")
+    return fresh
+
+
 @pytest.fixture
-def ds(examples_dataset, tmp_path):
+def ds(parsed, tmp_path):
     copy = tmp_path / "ds"
-    shutil.copytree(examples_dataset, copy, symlinks=True)
+    shutil.copytree(parsed, copy, symlinks=True)
     return copy
 
 
