@@ -434,23 +434,32 @@ def stacks_recording(live_tracefs, tmp_path_factory):
     return bundle, private_copy(tmp_path_factory, ds, "stacks")
 
 
-@pytest.fixture(scope="session")
-def examples_dataset(tmp_path_factory):
-    """One dataset of two committed examples, parsed once per run and only read by tests:
-    kmem-compaction (label kernel=a) and memory-pressure (kernel=b, a run without page events,
-    about which the analyses have notes to give)."""
+# (example folder, its kernel label) of the examples datasets
+EXAMPLES_TWO = (("kmem-compaction", "a"), ("memory-pressure", "b"))
+
+
+def examples_parsed(tmp_path_factory, name, bundles):
+    """The committed examples `bundles` parsed once per test run (built_once) -> a private
+    copy for this worker, which no query has touched before the caller's."""
     from kmrun import kmemscope
 
     def parse(d):
         ds = d / "ds"
-        for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b")):
+        for bundle, kernel in bundles:
             if not (EXAMPLES / bundle).is_dir():
                 requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
             kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")
         return ds
 
-    return private_copy(tmp_path_factory, built_once(tmp_path_factory, "examples", parse),
-                        "examples")
+    return private_copy(tmp_path_factory, built_once(tmp_path_factory, name, parse), name)
+
+
+@pytest.fixture(scope="session")
+def examples_dataset(tmp_path_factory):
+    """One dataset of two committed examples, parsed once per run and only read by tests:
+    kmem-compaction (label kernel=a) and memory-pressure (kernel=b, a run without page events,
+    about which the analyses have notes to give)."""
+    return examples_parsed(tmp_path_factory, "examples", EXAMPLES_TWO)
 
 
 @pytest.fixture(scope="session")
@@ -458,19 +467,7 @@ def examples_ab(tmp_path_factory):
     """One A/B dataset of the three committed examples, parsed once per run and only read by
     tests (the report, compare and Perfetto export tests): kmem-compaction labelled kernel=a,
     memory-pressure and thp-faults kernel=b. Each run's `source` names its example folder."""
-    from kmrun import kmemscope
-
-    def parse(d):
-        ds = d / "ds"
-        for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b"),
-                               ("thp-faults", "b")):
-            if not (EXAMPLES / bundle).is_dir():
-                requirements.skip("setup", f"the committed example {EXAMPLES / bundle} is missing")
-            kmemscope("parse", "-q", EXAMPLES / bundle, "-o", ds, "--label", f"kernel={kernel}")
-        return ds
-
-    return private_copy(tmp_path_factory, built_once(tmp_path_factory, "examples-ab", parse),
-                        "examples-ab")
+    return examples_parsed(tmp_path_factory, "examples-ab", EXAMPLES_TWO + (("thp-faults", "b"),))
 
 
 @pytest.fixture(scope="session")

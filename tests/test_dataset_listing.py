@@ -24,14 +24,11 @@ DEADLINE_S = 60
 
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory):
-    """The examples parsed here, never queried: each test's copy starts without caches
+    """The examples as parsed, never queried: each test's copy starts without caches
     (the session's examples dataset is queried by other tests of the worker)."""
-    from conftest import EXAMPLES
+    from conftest import EXAMPLES_TWO, examples_parsed
 
-    fresh = tmp_path_factory.mktemp("listing") / "ds"
-    for bundle, kernel in (("kmem-compaction", "a"), ("memory-pressure", "b")):
-        kmemscope("parse", "-q", EXAMPLES / bundle, "-o", fresh, "--label", f"kernel={kernel}")
-    return fresh
+    return examples_parsed(tmp_path_factory, "examples", EXAMPLES_TWO)
 
 
 @pytest.fixture
