@@ -347,6 +347,17 @@ def pytest_collection_finish(session):
     session.config.kmemscope_live = any(item.get_closest_marker("live") for item in session.items)
 
 
+def pytest_xdist_node_collection_finished(node, ids):
+    """Every test has a group (pytest_collection_modifyitems), so under `--dist loadgroup`
+    every id a worker collected ends in xdist's "@group" suffix. Without it a test goes to
+    any worker: two live tests then wait on each other's record lock, and a file's module
+    fixtures are built on both workers. It happened once when pytest renamed the attribute
+    xdist rewrites."""
+    if node.config.getvalue("dist") == "loadgroup" and ids and not any("@" in i for i in ids):
+        pytest.exit(f"pytest-xdist did not group the tests (pytest {pytest.__version__}): "
+                    "install the versions setup.cfg pins", returncode=4)
+
+
 # Loopback TCP for a second: high-order non-blocking allocations (skb pages) with stacks.
 # 4 MiB socket buffers keep many large sends in flight: tests/test_alloc_origins.py asks for
 # more than 100 stacked allocations, most of them from the network stack.
