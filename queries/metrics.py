@@ -538,7 +538,9 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
         _add_cost(g)
         g.notes += cost_notes(g)
     chosen = g.choose(names, defaults)
-    return RunValues(list(g.runs.values()), chosen, g.notes, g.counters, g.imported)
+    # each analysis gives its notes about the same runs: one of each
+    return RunValues(list(g.runs.values()), chosen, list(dict.fromkeys(g.notes)), g.counters,
+                     g.imported)
 
 
 def _sample_window_notes(rows, trace_spans):

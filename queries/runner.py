@@ -500,7 +500,7 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     eng = engines.resolve(engine)
     rows = eng.run_plan(plan, ref, run_local_cached, threads, progress)
     facts = sorted(rows.facts, key=lambda f: f["run_id"])
-    notes = plan.notes + _assumption_notes(facts, rows.mts, plan.needs)
+    notes = list(dict.fromkeys(plan.notes + _assumption_notes(facts, rows.mts, plan.needs)))
     table = rows.table
     meta = dict(table.schema.metadata or {})
     meta[NOTES_KEY] = json.dumps(notes).encode()

@@ -228,13 +228,15 @@ def condense_notes(notes):
     "run X has no ...", or "2 runs (X, Y) have no ..." (60 hosts, one note)."""
     groups: dict = {}
     out: list = []
-    for note in notes:
+    # Several analyses of one command say the same thing about a run: each run once per note
+    for note in dict.fromkeys(notes):
         m = re.match(r"run (\S+?):? (.*)$", note)
         if m:
             if m.group(2) not in groups:
                 groups[m.group(2)] = []
                 out.append(m.group(2))
-            groups[m.group(2)].append(m.group(1))
+            if m.group(1) not in groups[m.group(2)]:
+                groups[m.group(2)].append(m.group(1))
         else:
             out.append(note)
     lines = []
