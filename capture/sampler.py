@@ -36,6 +36,8 @@ import re
 import threading
 import time
 
+from kmemscope.common.errors import CaptureError
+
 HEADER = "#kmemscope-sample"
 SOURCES = ("vmstat", "pagetypeinfo", "buddyinfo")
 # CONFIG_DEBUG_FS and CONFIG_COMPACTION kernels, with debugfs mounted
@@ -338,7 +340,7 @@ class ProcfsSampler:
         while not self._stop.wait(max(0.0, next_at - time.monotonic())):
             try:
                 self.sample()
-            except OSError as exc:
+            except (OSError, CaptureError) as exc:   # CaptureError: on_sample's, a bad counter
                 self.error = exc  # the recorder sees this and stops the capture
                 return
             next_at += self.interval

@@ -120,17 +120,38 @@ def check_psi_window(window_s, privileged=None):
 
 # ---------------------------------------------------------------- PSI
 
-def parse_pressure(text):
+# digits of the largest counter the kernel prints (2**64 - 1)
+COUNTER_DIGITS = 20
+
+
+def counter(value, path, number):
+    """The int of a counter's text (ASCII digits, a '-' first allowed), None for other text.
+
+    A number longer than any counter is refused in one line naming the file and line, the
+    number clipped: Python's int() would refuse 4300 digits and more with a message that
+    names neither."""
+    digits = value[1:] if value.startswith("-") else value
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    if len(digits.lstrip("0")) > COUNTER_DIGITS:
+        shown = value if len(value) <= 24 else "%s... (%d characters)" % (value[:24], len(value))
+        raise CaptureError("%s: line %d: %s is out of range for a counter" % (path, number, shown),
+                           "the file is not a /proc file as the kernel prints it")
+    return int(value)
+
+
+def parse_pressure(text, path=PSI_PATH):
     """/proc/pressure/memory -> {'some': total_us, 'full': total_us}."""
     out = {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         words = line.split()
         if not words:
             continue
         for word in words[1:]:
             key, _, value = word.partition("=")
-            if key == "total" and value.isdigit():
-                out[words[0]] = int(value)
+            total = counter(value, path, number) if key == "total" else None
+            if total is not None and total >= 0:
+                out[words[0]] = total
     return out
 
 
@@ -251,13 +272,15 @@ class PsiPoller:
 
 # ---------------------------------------------------------------- vmstat and THP
 
-def parse_vmstat(text, names=None):
+def parse_vmstat(text, names=None, path="/proc/vmstat"):
     """/proc/vmstat text -> {name: int} (only `names` when given)."""
     out = {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         key, _, value = line.partition(" ")
-        if (names is None or key in names) and value.strip().lstrip("-").isdigit():
-            out[key] = int(value)
+        if names is None or key in names:
+            found = counter(value.strip(), path, number)
+            if found is not None:
+                out[key] = found
     return out
 
 

@@ -54,6 +54,7 @@ class OutOfRange(ValueError):
 
 _INT32 = (-(1 << 31), (1 << 31) - 1, "an int32")
 _INT64 = (-(1 << 63), (1 << 63) - 1, "a 64-bit count")
+_TIME = (0, (1 << 63) - 1, "a sample header's time (ns)")
 
 
 def _fit(value, index, token, bounds):
@@ -61,6 +62,23 @@ def _fit(value, index, token, bounds):
     if not lo <= value <= hi:
         raise OutOfRange(index, token, f"{what}:")
     return value
+
+
+# digits of the widest column's largest value (2**63 - 1): a longer number fits no column
+_MAX_DIGITS = 19
+
+
+def _int(token, index, bounds):
+    """The number of `token` (ASCII digits, a '-' first allowed) fitted to `bounds`.
+
+    One with more digits than any column holds is out of range before it is converted:
+    Python's int() refuses 4300 digits and more with a message that names no file, and the
+    text of a /proc copy (parse --procfs-start) comes in whole, not a bounded line at a time."""
+    digits = token[1:] if token.startswith("-") else token
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > _MAX_DIGITS:
+        raise OutOfRange(index, token, f"{bounds[2]}:")
+    return _fit(-int(digits) if token.startswith("-") else int(digits), index, token, bounds)
 
 _HEADER = re.compile(r"^#kmemscope-sample\s+mono_ns=(\d+)\s+realtime_ns=(\d+)\s*$")
 _FREE_ROW = re.compile(r"^Node\s+(\d+),\s*zone\s+(\S+),\s*type\s+(\S+)\s+(.*)$")
@@ -75,12 +93,12 @@ def split_samples(text):
     """
     samples, current = [], None
     lines: list = []
-    for line in text.splitlines():
+    for i, line in enumerate(text.splitlines()):
         m = _HEADER.match(line)
         if m:
             if current is not None:
                 samples.append(current + ("\n".join(lines),))
-            current, lines = (int(m.group(1)), int(m.group(2))), []
+            current, lines = (_int(m.group(1), i, _TIME), _int(m.group(2), i, _TIME)), []
         elif current is not None:
             lines.append(line)
     if current is not None:
@@ -94,7 +112,7 @@ def parse_vmstat(body):
     for i, line in enumerate(body.splitlines()):
         parts = line.split()
         if len(parts) == 2 and _is_int(parts[1]):
-            rows.append((parts[0], _fit(int(parts[1]), i, parts[1], _INT64)))
+            rows.append((parts[0], _int(parts[1], i, _INT64)))
     return rows
 
 
@@ -109,11 +127,12 @@ def _is_int(token):
 
 
 def _count(token):
-    """'123' -> (123, False); '>100000' -> (100000, True); anything else -> None."""
+    """'123' -> ('123', False); '>100000' -> ('100000', True); anything else -> None
+    (the digits are converted by _int, which bounds them)."""
     if token.startswith(">") and _digits(token[1:]):
-        return int(token[1:]), True
+        return token[1:], True
     if _digits(token):
-        return int(token), False
+        return token, False
     return None
 
 
@@ -132,7 +151,7 @@ def parse_pagetypeinfo(body):
             tokens = line.split("order", 1)[1].split()
             if not all(_digits(t) for t in tokens):
                 continue
-            orders = [_fit(int(t), i, t, _INT32) for t in tokens]
+            orders = [_int(t, i, _INT32) for t in tokens]
             continue
         if line.startswith("Number of blocks type"):
             block_types = line[len("Number of blocks type"):].split()
@@ -142,19 +161,18 @@ def parse_pagetypeinfo(body):
             counts = [_count(t) for t in m.group(4).split()]
             if len(counts) != len(orders) or None in counts:
                 continue  # a line cut short at the end of a killed record
-            node = _fit(int(m.group(1)), i, m.group(1), _INT32)
+            node = _int(m.group(1), i, _INT32)
             for order, (count, capped) in zip(orders, counts):
-                free.append((node, m.group(2), m.group(3), order, _fit(count, i, count, _INT64),
-                             capped))
+                free.append((node, m.group(2), m.group(3), order, _int(count, i, _INT64), capped))
             continue
         m = _ZONE_ROW.match(line)
         if m and block_types is not None:
             values = m.group(3).split()
             if len(values) != len(block_types) or not all(_digits(v) for v in values):
                 continue
-            node = _fit(int(m.group(1)), i, m.group(1), _INT32)
+            node = _int(m.group(1), i, _INT32)
             for name, value in zip(block_types, values):
-                blocks.append((node, m.group(2), name, _fit(int(value), i, value, _INT64)))
+                blocks.append((node, m.group(2), name, _int(value, i, _INT64)))
     return free, blocks
 
 
@@ -168,9 +186,9 @@ def parse_buddyinfo(body):
         values = m.group(3).split()
         if not all(_digits(v) for v in values):
             continue
-        node = _fit(int(m.group(1)), i, m.group(1), _INT32)
+        node = _int(m.group(1), i, _INT32)
         for order, value in enumerate(values):
-            rows.append((node, m.group(2), order, _fit(int(value), i, value, _INT64)))
+            rows.append((node, m.group(2), order, _int(value, i, _INT64)))
     return rows
 
 
@@ -189,6 +207,8 @@ def _thousandths(token):
     m = _THOUSANDTHS.match(token)
     if not m:
         return None
+    if len(m.group(1).lstrip("-").lstrip("0")) > _MAX_DIGITS:
+        return 1 << 63             # beyond every column: refused by _fit, the token shown
     whole, rem = int(m.group(1)), int(m.group(2))
     if (whole > 0 and rem < 0) or (whole < 0 and rem > 0):
         return None                # no C int pair prints like this
@@ -211,7 +231,7 @@ def parse_extfrag(body):
         values = [_thousandths(t) for t in tokens]
         if not values or None in values:
             continue
-        node = _fit(int(m.group(1)), i, m.group(1), _INT32)
+        node = _int(m.group(1), i, _INT32)
         for order, (value, token) in enumerate(zip(values, tokens)):
             rows.append((node, m.group(2), order, _fit(value, i, token, _INT32)))
     return rows
@@ -245,7 +265,7 @@ def parse_pressure(body):
         if not all(k in values for k in _PSI_KEYS) or not _digits(values["total"]) \
                 or not all(_PSI_AVG.fullmatch(values[k]) for k in _PSI_KEYS[:3]):
             continue
-        rows.append((parts[0], _fit(int(values["total"]), i, values["total"], _INT64),
+        rows.append((parts[0], _int(values["total"], i, _INT64),
                      float(values["avg10"]), float(values["avg60"]), float(values["avg300"])))
     return rows
 
@@ -261,8 +281,8 @@ def parse_cpu_stat(body):
         values = parts[1:1 + len(CPU_STAT_COLUMNS)]
         if not m or len(values) < 4 or not all(_digits(v) for v in values):
             continue
-        cpu = _fit(int(m.group(1)), i, m.group(1), _INT32) if m.group(1) else -1
-        counts = [_fit(int(v), i, v, _INT64) for v in values]
+        cpu = _int(m.group(1), i, _INT32) if m.group(1) else -1
+        counts = [_int(v, i, _INT64) for v in values]
         rows.append((cpu, *counts, *[None] * (len(CPU_STAT_COLUMNS) - len(counts))))
     return rows
 
@@ -283,9 +303,8 @@ def parse_kthreads(body):
         kind = kthread_kind(comm)
         if kind is None:
             continue
-        rows.append((_fit(int(parts[0]), i, parts[0], _INT32), comm, kind,
-                     _fit(int(parts[-2]), i, parts[-2], _INT64),
-                     _fit(int(parts[-1]), i, parts[-1], _INT64)))
+        rows.append((_int(parts[0], i, _INT32), comm, kind, _int(parts[-2], i, _INT64),
+                     _int(parts[-1], i, _INT64)))
     return rows
 
 
@@ -298,8 +317,7 @@ def parse_mthp(body):
         if len(parts) != 3 or not _digits(parts[0]) or not _MTHP_COUNTER.fullmatch(parts[1]) \
                 or not _is_int(parts[2]):
             continue
-        rows.append((_fit(int(parts[0]), i, parts[0], _INT32), parts[1],
-                     _fit(int(parts[2]), i, parts[2], _INT64)))
+        rows.append((_int(parts[0], i, _INT32), parts[1], _int(parts[2], i, _INT64)))
     return rows
 
 
@@ -459,7 +477,9 @@ class SampleReader:
                 if current is not None:
                     yield current + ("\n".join(lines), start)
                 self.headed = True
-                current, lines, start = (int(m.group(1)), int(m.group(2))), [], number + 1
+                # index: the header's own line (stream_sample_file adds no body start to it)
+                current, lines, start = (_int(m.group(1), number, _TIME),
+                                         _int(m.group(2), number, _TIME)), [], number + 1
             elif current is not None:
                 if len(lines) >= MAX_SAMPLE_LINES:
                     raise BoundReached(f"{self.shown}: the sample from line {start - 1} has more "
@@ -512,9 +532,8 @@ def stream_sample_file(f, shown, parse, schemas, sink, notes, source=None):
             try:
                 found = parse(body)
             except OutOfRange as exc:
-                raise TraceFileError(f"{source + ': ' if source else ''}{shown}: line "
-                                     f"{start + exc.index}: {exc}",
-                                     "the file is not a /proc file as the kernel prints it") from None
+                exc.index += start            # the body's line -> the file's
+                raise
             if any(b.rows + len(found[t]) > MAX_ROWS for t, b in out.items()):
                 raise BoundReached(f"{shown}: more than {MAX_ROWS:,} rows")
             if samples >= MAX_SAMPLES:
@@ -523,6 +542,9 @@ def stream_sample_file(f, shown, parse, schemas, sink, notes, source=None):
                 out[table].add([(ts,) + r for r in rows])
             times.append(ts)
             samples += 1
+    except OutOfRange as exc:
+        raise TraceFileError(f"{source + ': ' if source else ''}{shown}: line {exc.index}: {exc}",
+                             "the file is not a /proc file as the kernel prints it") from None
     except BoundReached as exc:
         notes.append(f"{exc}: the {samples:,} samples before it are kept, the rest of the file "
                      "is left out")

@@ -160,6 +160,12 @@ def _text(folder, dir_fd, name, limit):
     if len(data) > limit:
         raise TraceFileError(f"{shown}: more than {limit >> 10} KiB: not a copy of /proc/{name}",
                              HINT)
+    # the line bound of a bundle's sample files (procfs.SampleReader) holds for a copy too
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if len(line) > procfs.MAX_LINE_BYTES:
+            raise TraceFileError(f"{shown}: line {number} is longer than "
+                                 f"{procfs.MAX_LINE_BYTES} bytes (a /proc line is under 200): "
+                                 f"not a copy of /proc/{name}", HINT)
     return data.decode("utf-8", "replace"), st
 
 

@@ -597,3 +597,17 @@ def test_a_bad_heartbeat_list_is_one_error(heartbeat):
     from kmemscope.parsers import flight_window
     with pytest.raises(TraceFileError, match="no valid window.heartbeat"):
         flight_window.heartbeats_written({"window": {"heartbeat": heartbeat}}, "b")
+
+
+def test_a_counter_of_any_length_is_one_clipped_line_naming_the_file_and_line():
+    huge = "9" * 100_000
+    with pytest.raises(CaptureError) as caught:
+        triggers.parse_vmstat(f"pgfault 1\npgscan_kswapd {huge}\n")
+    assert str(caught.value).startswith("/proc/vmstat: line 2: 999"), str(caught.value)
+    assert "100000 characters" in str(caught.value) and len(str(caught.value)) < 200
+    with pytest.raises(CaptureError) as caught:
+        triggers.parse_pressure(f"some avg10=0 total=1\nfull avg10=0 total={huge}\n")
+    assert str(caught.value).startswith(f"{triggers.PSI_PATH}: line 2: ")
+    # digits int() refuses however short, and what no counter is, are skipped: no error
+    assert triggers.parse_vmstat("a ²\nb ٣\nc 7\nd -2\n") == {"c": 7, "d": -2}
+    assert triggers.parse_pressure("some total=² avg10=0\nfull total=3\n") == {"full": 3}

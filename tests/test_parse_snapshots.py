@@ -129,3 +129,21 @@ def test_snapshots_that_do_not_fit_are_refused_in_one_line(tmp_path):
                                        "--procfs-end", end)
     assert "go together" in failure("parse", trace, "-o", ds, "--procfs-start", start)
     assert not ds.exists()
+
+
+@pytest.mark.parametrize("digits", [100_000, 4_000])
+def test_a_huge_number_in_a_copy_is_one_clipped_line_naming_the_file_and_line(tmp_path, digits):
+    """Past the 4 KiB line bound of a bundle's sample files the line is refused as such;
+    under it, the number is out of range; both name the copy and the line."""
+    start, end = snapshots_of(THP, tmp_path / "snap")
+    lines = (start / "vmstat").read_text().splitlines(keepends=True)
+    name = lines[2].split()[0]
+    lines[2] = f"{name} {'9' * digits}\n"
+    (start / "vmstat").write_text("".join(lines))
+    os.utime(start / "vmstat", ns=(os.stat(end / "vmstat").st_mtime_ns - 10 ** 9,) * 2)
+    err = failure("parse", THP / "trace.dat", "-o", tmp_path / "ds", "--procfs-start", start,
+                  "--procfs-end", end)
+    assert f"{start / 'vmstat'}: line 3" in err, err
+    assert ("longer than 4096 bytes" if digits > 4096 else "out of range") in err, err
+    assert len(err) < 400 and "int" not in err.replace("print", ""), err
+    assert not (tmp_path / "ds").exists()

@@ -153,3 +153,45 @@ def test_an_oversized_pageblock_order_is_clipped_in_its_error(tmp_path):
     assert proc.returncode == 1 and len(err) == 1, proc.stderr
     assert "pageblock_order" in err[0] and "out of range" in err[0]
     assert "0" * 100 not in err[0] and len(err[0]) < 400, err[0]
+
+
+HUGE = "9" * 100_000        # 23 times the digits Python's int() converts from text
+
+
+@pytest.mark.parametrize("parse, line", [
+    ("parse_vmstat", f"pgfault {HUGE}"),
+    ("parse_buddyinfo", f"Node 0, zone   Normal   1 2 {HUGE}"),
+    ("parse_buddyinfo", f"Node {HUGE}, zone   Normal   1 2"),
+    ("parse_pagetypeinfo", f"Free pages count per migrate type at order 0 {HUGE}"),
+    ("parse_pagetypeinfo", "Free pages count per migrate type at order 0 1\n"
+                           f"Node 0, zone Normal, type Movable 1 >{HUGE}"),
+    ("parse_extfrag", f"Node 0, zone   Normal {HUGE}.000"),
+    ("parse_pressure", f"some avg10=0.00 avg60=0.00 avg300=0.00 total={HUGE}"),
+    ("parse_cpu_stat", f"cpu{HUGE} 1 2 3 4"),
+    ("parse_cpu_stat", f"cpu1 1 2 3 {HUGE}"),
+    ("parse_kthreads", f"45 kswapd0 0 {HUGE}"),
+    ("parse_mthp", f"2048 anon_fault_alloc {HUGE}"),
+], ids=lambda v: v if v.startswith("parse_") else v.split()[0][:6])
+def test_a_number_of_any_length_is_out_of_range_never_python_s_int_error(parse, line):
+    """Every parser of a /proc text, as a pure function over text of any size (a /proc copy
+    given to parse --procfs-start is not read a bounded line at a time): the number is out of
+    range at its own line, shown clipped."""
+    from kmemscope.parsers import procfs
+
+    body = "\n" + line + "\n"
+    with pytest.raises(procfs.OutOfRange) as caught:
+        getattr(procfs, parse)(body)
+    assert caught.value.index == body.splitlines().index(line.splitlines()[-1])
+    assert len(str(caught.value)) < 120 and "characters)" in str(caught.value)
+
+
+def test_a_sample_header_time_past_int64_is_one_line_naming_the_file_and_line():
+    from kmemscope.common.errors import TraceFileError
+    from kmemscope.parsers import procfs
+
+    text = ("#kmemscope-sample mono_ns=5 realtime_ns=5\nnr_free_pages 1\n"
+            f"#kmemscope-sample mono_ns={2 ** 63} realtime_ns=5\nnr_free_pages 2\n")
+    with pytest.raises(TraceFileError) as caught:
+        procfs.read_bundle_procfs({"vmstat": text.encode()}, [])
+    assert str(caught.value).startswith(f"procfs/vmstat: line 3: a sample header's time (ns): "
+                                        f"{2 ** 63} is out of range"), str(caught.value)
