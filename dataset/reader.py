@@ -24,6 +24,7 @@ interrupted commit is left to the next parse (dataset/commit.py) and only
 reported by finish_interrupted_commits().
 """
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -657,16 +658,40 @@ def guarded(con, timeout=None):
         raise failure
 
 
+def _statement_type(st):
+    """DuckDB's type of a statement, or None for one its Python enum has no name for (UPDATE
+    EXTENSIONS is type 29 in DuckDB 2.0, and reading it raises ValueError)."""
+    try:
+        return st.type.name
+    except ValueError:
+        return None
+
+
+# A statement's leading words, after its comments. DuckDB types INSTALL, FORCE INSTALL and
+# LOAD alike (LOAD): a refusal names what was written, not the type.
+_STATEMENT_HEAD = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
+                             r"(FORCE\s+INSTALL|UPDATE\s+EXTENSIONS|[A-Za-z_]+)", re.S | re.I)
+
+
+def _statement_name(st):
+    """What a refused statement is, as its text names it: INSTALL, FORCE INSTALL, LOAD, COPY..."""
+    m = _STATEMENT_HEAD.match(st.query)
+    if m:
+        return " ".join(m.group(1).upper().split())[:24]
+    return _statement_type(st) or "a statement of another kind"
+
+
 def confine(con, ref, sql):
     """Restrict `con` to SELECTs that read files of the dataset only (`sql --read-only`)."""
     import duckdb
 
     try:
-        kinds = {str(st.type).rsplit(".", 1)[-1] for st in con.extract_statements(sql)}
+        refused = sorted({_statement_name(st) for st in con.extract_statements(sql)
+                          if _statement_type(st) != "SELECT"})
     except duckdb.Error as exc:
         raise QueryError(f"SQL failed: {sql_error_text(exc)}") from None
-    if kinds - {"SELECT"}:
-        raise QueryError(f"--read-only allows SELECT statements only, not {', '.join(sorted(kinds - {'SELECT'}))}")
+    if refused:
+        raise QueryError(f"--read-only allows SELECT statements only, not {', '.join(refused)}")
     if _ref(ref).is_s3:
         root = storage.url(*storage.split(ref.location)) + "/"
     else:

@@ -463,6 +463,50 @@ def test_sql_read_only_reads_the_dataset_and_nothing_else(small_ds, tmp_path):
     assert target.read_text().split() == ["1", "1"]
 
 
+@pytest.mark.parametrize("sql, named", [
+    ("INSTALL httpfs", "INSTALL"),
+    ("-- a comment\n/* and another */ force   install httpfs", "FORCE INSTALL"),
+    ("LOAD httpfs", "LOAD"),
+    ("UPDATE EXTENSIONS", "UPDATE EXTENSIONS"),     # a type DuckDB's Python enum cannot name
+    ("SELECT 1; ATTACH ':memory:' AS x; (SELECT 2)", "ATTACH"),
+    ("COPY (SELECT 1) TO 'x.csv'", "COPY"),
+])
+def test_sql_read_only_names_the_statement_it_refuses_as_written(small_ds, tmp_path, sql, named):
+    """DuckDB types INSTALL and LOAD alike: the refusal names what the SQL says."""
+    proc = kmemscope("sql", "--read-only", small_ds, sql, check=False, cwd=tmp_path)
+    line = one_error_line(proc)
+    assert line == f"kmemscope: error: --read-only allows SELECT statements only, not {named}", line
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_special_file_is_named_once_for_what_it_is(tmp_path):
+    """Every kind of file that is not a regular one, named by its kind: never "is not a
+    regular file, not a regular file"."""
+    import socket
+
+    from kmemscope.common.errors import TraceFileError
+    from kmemscope.parsers.sources import open_bundle_file, regular_file
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    try:
+        for name, kind in (("fifo", "a FIFO"), ("dir", "a folder"), ("sock", "a socket")):
+            # a socket cannot be opened (ENXIO): only its stat is named
+            for read in (regular_file, lambda p: open_bundle_file(p, "input"))[:2 - (name == "sock")]:
+                with pytest.raises(TraceFileError) as caught:
+                    read(tmp_path / name)
+                text = str(caught.value)
+                assert f"is {kind}, not a regular file" in text, text
+                assert text.count("regular file") == 1, text
+        with pytest.raises(TraceFileError) as caught:
+            regular_file("/dev/null")
+        assert "is a device, not a regular file" in str(caught.value)
+    finally:
+        sock.close()
+
+
 def test_no_event_can_take_the_name_of_a_view_the_analyses_define():
     from kmemscope.parsers.tablenames import RESERVED_TABLES, is_safe
     from kmemscope.queries import runner, sql_lib
