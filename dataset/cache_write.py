@@ -16,6 +16,13 @@ record, or a state the next writer finishes:
      put back; when recording fails the temp file goes. Either way the old file and
      its record stay.
 
+A parse may replace the run while its cache is computed or written (its digests are then
+the new run's): `current(doc)`, the writer's test that what the cache was computed from is
+what the run's digests record, is asked at step 1 (nothing is written when it fails) and
+again at step 3 under the lock (the temp file goes, RunReplaced is raised). Without it a
+cache of the old run was recorded in the new run's digests as if derived from them: the
+query after used it, and `verify --deep` found its rows differ from the new run's.
+
 Killed between the two renames of step 3, the record is new and the file old: `verify`
 reports the file changed and the temp file stale, and the next query that needs the cache
 writes it again (a cache that does not match its record is otherwise left for `verify` to
@@ -87,16 +94,21 @@ class _Hashing:
         self.closed = True
 
 
+class RunReplaced(OSError):
+    """The run was replaced (parsed again) while its cache was written: nothing was kept."""
+
+
 def _runs_folder(root, run):
     return root.walk([RUNS_TABLE, RUN_PREFIX + run], "a runs folder")
 
 
-def write_recorded(dataset, folders, part_name, run, key, write, extra):
+def write_recorded(dataset, folders, part_name, run, key, write, extra, current=None):
     """Write a cache file of run `run` at `folders`/`part_name` under `dataset` with
     write(file) and record it under `key` in the run's digests, with `extra` (what it was
     derived from, what was asked) beside its sha256 and bytes -> True; False when the run
-    has no digests (nothing is left then). Raises DatasetError or OSError, leaving the old
-    file and its record, when a step fails (see the module's docstring).
+    has no digests, or they fail `current(doc)` before anything is written (nothing is left
+    then). Raises DatasetError or OSError (RunReplaced when `current` fails at the end),
+    leaving the old file and its record, when a step fails (see the module's docstring).
     """
     from .commit import dataset_lock
 
@@ -107,7 +119,7 @@ def write_recorded(dataset, folders, part_name, run, key, write, extra):
                 return False
             with runs:
                 doc = read_digests_in(runs)
-            if doc is None:
+            if doc is None or (current is not None and not current(doc)):
                 return False
             part = root.walk(folders, "a derived cache folder", make=True)
             try:
@@ -124,14 +136,14 @@ def write_recorded(dataset, folders, part_name, run, key, write, extra):
                 os.fsync(f.fileno())
                 entry = {"sha256": out.h.hexdigest(), "bytes": out.n, **extra}
                 with dataset_lock(dataset):
-                    _record_then_rename(root, run, key, entry, part, tmp, part_name)
+                    _record_then_rename(root, run, key, entry, part, tmp, part_name, current)
             except BaseException:
                 _unlink_quietly(part, tmp)
                 raise
     return True
 
 
-def _record_then_rename(root, run, key, entry, part, tmp, part_name):
+def _record_then_rename(root, run, key, entry, part, tmp, part_name, current=None):
     """Step 3: the new entry into the run's digests, then the temp file over the cache
     file; the old entry is put back when the rename fails. Dataset lock held."""
     runs = _runs_folder(root, run)
@@ -141,6 +153,9 @@ def _record_then_rename(root, run, key, entry, part, tmp, part_name):
         doc = read_digests_in(runs)
         if doc is None:
             raise FileNotFoundError(errno.ENOENT, f"run {run} has no digests now", DIGESTS)
+        if current is not None and not current(doc):
+            raise RunReplaced(errno.ESTALE, f"run {run} was parsed again while its cache was "
+                              "written: the cache is not kept", DIGESTS)
         derived = doc.setdefault("derived", {})
         old = derived.get(key)
         derived[key] = entry

@@ -48,6 +48,8 @@ from .safefs import (DIR_FLAGS as _DIR_FLAGS, FILE_FLAGS as _FILE_FLAGS, HINT as
 
 WORK_PREFIX = ".parse-"
 LOCK_NAME = ".kmemscope.lock"
+DERIVED_DIR = "_derived"             # the derived caches (dataset/derived.py)
+DERIVED_TRASH = "derived-trash"      # a replaced run's caches, in its parse's work folder
 JOURNAL = "commit.json"
 JOURNAL_MAX_BYTES = 1 << 16           # a real journal names a few dozen tables
 # Left by kmemscope before work directories had owners and journals.
@@ -354,6 +356,10 @@ def _roll_forward(root, work):
             if name not in tables and folder.lstat(part) is not None:
                 retire(folder, name)        # a table the new parse does not have
                 replaced = True
+        # The old run's derived caches were recorded in its digests, which the new run's
+        # replace: left in place they are files no record names (verify: `extra`) until a
+        # reader rebuilds them. They go before the new run is shown.
+        _drop_caches(root, work, part, stack)
         for table in sorted(tables, key=lambda t: t == RUNS_TABLE):        # runs last
             if table not in staged:
                 continue
@@ -372,6 +378,30 @@ def _roll_forward(root, work):
         if RUNS_TABLE in folders:
             os.fsync(folders[RUNS_TABLE].fd)
     return replaced
+
+
+def _drop_caches(root, work, part, stack):
+    """Move every `_derived/<table>/<part>` folder into the work folder's `derived-trash`
+    (removed with it; readers never look there). Idempotent, as rolling forward must be."""
+    if root.lstat(DERIVED_DIR) is None:
+        return
+    derived = stack.enter_context(root.sub(DERIVED_DIR, "the derived cache folder"))
+    into = None
+    for entry in derived.entries():
+        if not SAFE_TABLE.fullmatch(entry.name) or _entry_kind(entry) != "dir":
+            continue                # not a cache folder kmemscope makes: verify reports it
+        with derived.sub(entry.name, "a derived cache folder") as table:
+            if table.lstat(part) is None:
+                continue
+            if into is None:
+                into = stack.enter_context(work.sub_or_make(DERIVED_TRASH,
+                                                            "the derived trash folder", 0o700))
+            if into.lstat(entry.name) is None:
+                os.mkdir(entry.name, 0o700, dir_fd=into.fd)
+            with into.sub(entry.name, "a derived trash folder") as dest:
+                if dest.lstat(part) is not None:       # an earlier roll forward's, cut short
+                    shutil.rmtree(part, ignore_errors=True, dir_fd=dest.fd)
+                os.rename(part, part, src_dir_fd=table.fd, dst_dir_fd=dest.fd)
 
 
 def commit(workdir, run_id, footers=None):

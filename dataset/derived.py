@@ -43,9 +43,9 @@ from kmemscope.common.errors import DatasetError
 
 from . import reader as ds
 from . import cache_write, limits, storage
+from .commit import DERIVED_DIR
 from .safefs import RUN_PREFIX, Dir
 
-DERIVED_DIR = "_derived"
 SIG_KEY = b"kmemscope.derived_from"
 PART = "part-0.parquet"
 
@@ -70,6 +70,23 @@ def _signature(parts, run, sha, doc, sources, version):
                           sort_keys=True)
     sizes = {t: [_size(f) for f in parts.get(t, {}).get(run, [])] for t in sources}
     return json.dumps({"version": version, "sha256": sha, "sizes": sizes}, sort_keys=True)
+
+
+def signed_by(sig, doc):
+    """True when the run's digests `doc` still record the files the signature `sig` was
+    made from (a run parsed again since has other digests): a cache is recorded only in the
+    digests of the run it was computed from (cache_write.write_recorded's `current`)."""
+    try:
+        made = json.loads(sig)
+        now = {k: v["sha256"] for k, v in doc["files"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return False
+    if "files" in made:                 # an analysis's kept rows: every file of the run
+        return made["files"] == now
+    if "sources" in made:               # a derived table: its source tables' files
+        tables = {k.split("/", 1)[0] for k in made["sources"]}
+        return made["sources"] == {k: v for k, v in now.items() if k.split("/", 1)[0] in tables}
+    return False                        # signed by sizes: never recorded in a dataset
 
 
 def _key(name, run):
@@ -397,7 +414,8 @@ def _write(target, name, run, sig, batches, asked=None):
     extra = {"from": sig, **({"asked": asked} if asked is not None else {})}
     try:
         kept = cache_write.write_recorded(dataset, [DERIVED_DIR, name, RUN_PREFIX + run], PART,
-                                          run, _key(name, run), write, extra)
+                                          run, _key(name, run), write, extra,
+                                          current=lambda doc: signed_by(sig, doc))
     except OSError:
         if started:
             raise

@@ -33,8 +33,7 @@ from pathlib import Path
 from kmemscope.common.errors import DatasetError
 
 from . import cache_write, digests, safefs
-
-DERIVED_DIR = "_derived"
+from .commit import DERIVED_DIR
 
 
 @dataclass

@@ -316,3 +316,76 @@ def test_export_perfetto_with_a_lock_that_is_a_fifo_leaves_the_dataset_verified(
     assert not [p for p in (dataset / "_derived").rglob("*") if p.is_file()] \
         if (dataset / "_derived").exists() else True
     assert verify(dataset).ok, verify(dataset).problems
+
+
+# ---------------------------------------------------------------- a run parsed again
+
+def _parse_again(ds, label):
+    from conftest import EXAMPLES
+
+    subprocess.run([*KMEMSCOPE, "parse", "-q", str(EXAMPLES / "kmem-compaction"), "-o", str(ds),
+                    "--label", f"kernel={label}"], check=True, capture_output=True, timeout=300)
+
+
+def _compaction_run(ds):
+    import pyarrow.parquet as pq
+
+    for run in _runs(ds):
+        (part,) = (ds / "runs" / f"run_id={run}").glob("*.parquet")
+        if dict(pq.read_table(part).column("labels")[0].as_py()).get("kernel") == "a":
+            return run
+    raise AssertionError("no run labelled kernel=a")
+
+
+def test_a_run_parsed_again_with_a_new_label_leaves_none_of_its_old_caches(dataset):
+    run = _compaction_run(dataset)
+    runner.run_query("hot_pfns", dataset)
+    runner.run_query("summary", dataset)
+    mine = lambda: sorted(p.relative_to(dataset) for p in (dataset / "_derived").rglob("*")   # noqa: E731
+                          if f"run_id={run}" in p.parts and p.is_file())
+    assert len(mine()) >= 3
+    _parse_again(dataset, "relabelled")
+    assert mine() == []
+    report = verify(dataset)
+    assert report.ok, report
+    # and a query builds them again, recorded in the new run's digests
+    runner.run_query("hot_pfns", dataset)
+    assert mine() and verify(dataset, deep=True).ok
+    _agree(dataset)
+
+
+@pytest.mark.parametrize("when", ["after the rows were computed", "while the file is written"])
+def test_a_run_parsed_again_while_its_cache_is_written_gets_no_cache_of_the_old_run(
+        dataset, monkeypatch, when):
+    """The seen-once fault of docs/reliability.md made to happen: a parse replaces the run
+    (a new label, so a new runs file) after the query computed its rows from the old one,
+    before the cache write starts or while it writes (step 2 holds no lock)."""
+    run = _compaction_run(dataset)
+    real, parsed = cache_write.write_recorded, []
+
+    def parse_once(folders):
+        if folders[1].startswith("result_") and not parsed:
+            parsed.append(True)
+            _parse_again(dataset, "relabelled")
+
+    def write_recorded(ds, folders, part_name, run_id, key, write, extra, **kw):
+        def write_then_parse(f):
+            write(f)
+            if when == "while the file is written":
+                parse_once(folders)
+        if when == "after the rows were computed":
+            parse_once(folders)
+        return real(ds, folders, part_name, run_id, key, write_then_parse, extra, **kw)
+
+    monkeypatch.setattr(cache_write, "write_recorded", write_recorded)
+    runner.run_query("summary", dataset, run_ids=[run])    # its rows are kept, or not: no error
+    monkeypatch.setattr(cache_write, "write_recorded", real)
+    assert parsed
+    report = verify(dataset, deep=True)
+    assert report.ok, report
+    _agree(dataset)
+    # what the query keeps from now on answers as the analysis does with the cache off
+    kept = runner.run_query("summary", dataset, run_ids=[run])
+    fresh = _fresh("summary", dataset, run_ids=[run])
+    assert kept.replace_schema_metadata(None).equals(fresh.replace_schema_metadata(None))
+    assert "relabelled" in str(fresh.column("labels").to_pylist())
