@@ -79,6 +79,10 @@ def run_once(args, log_path, cwd=None, timeout=600, on_start=None):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     text = out.decode("utf-8", "replace")
+    if not text:
+        # nothing said (a quiet `trace-cmd start`, an extract killed by SIGKILL): no log
+        # file, so that no 0-byte .trace-cmd.log is left in the flight directory
+        return proc.returncode, text
     try:
         with open(log_path, "a") as log:
             log.write(text)

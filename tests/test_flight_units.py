@@ -611,3 +611,22 @@ def test_a_counter_of_any_length_is_one_clipped_line_naming_the_file_and_line():
     # digits int() refuses however short, and what no counter is, are skipped: no error
     assert triggers.parse_vmstat("a ²\nb ٣\nc 7\nd -2\n") == {"c": 7, "d": -2}
     assert triggers.parse_pressure("some total=² avg10=0\nfull total=3\n") == {"full": 3}
+
+
+def test_a_trace_cmd_that_says_nothing_or_is_killed_leaves_no_log_file(tmp_path):
+    """run_once runs the flight recorder's `trace-cmd start` and `extract`: an extract killed
+    by SIGKILL (or a quiet start) said nothing, and leaves no 0-byte .trace-cmd.log behind;
+    what one says is kept. A shell stands in for trace-cmd (no tracefs needed)."""
+    import signal
+
+    from kmemscope.capture.tracecmd import run_once
+
+    log = tmp_path / ".trace-cmd.log"
+    status, out = run_once(["sh", "-c", "kill -9 $$", "extract"], str(log), cwd=str(tmp_path))
+    assert status == -signal.SIGKILL and out == ""
+    status, out = run_once(["sh", "-c", "exit 0", "start"], str(log), cwd=str(tmp_path))
+    assert status == 0 and out == ""
+    assert list(tmp_path.iterdir()) == []
+    status, out = run_once(["sh", "-c", "echo 'trace-cmd: No space left'; exit 28", "extract"],
+                           str(log), cwd=str(tmp_path))
+    assert status == 28 and log.read_text() == "trace-cmd: No space left\n"
