@@ -67,7 +67,7 @@ class ComparisonRecord:
     best_mean: float | None
     range: str | None              # min-max as text ("36-92%")
     source: str | None             # vmstat, procfs sample, trace, imported; "trace+vmstat" when mixed
-    exact: bool | None             # False: a lower bound (the trace counts only part of it)
+    exact: bool | None             # False: a model with bounds, or a lower bound (exactness)
     direction: str | None          # higher, lower (is better) or none
     convention: str | None         # mmtests: change positive = better; counter: raw new/base - 1
     change: float | None           # percent, in the convention; 0 on the baseline
@@ -103,10 +103,19 @@ class ComparisonRecord:
     interval_note: str | None = None  # why there is no change interval, or that its 95% is not
                             # held at this size
     detect_note: str | None = None  # --detect: why detect_n is None
+    exactness: str | None = None   # exact; model (a trace model that met events it could not
+                            # classify: the kernel's value lies in bound_low .. bound_high);
+                            # lower bound (the trace counts only part of it)
+    bound_low: float | None = None  # model rows: the side's statistic over each run's least value
+    bound_high: float | None = None  # ... and over each run's most; None on other rows
 
     @property
     def lower_bound(self):
-        return not self.exact
+        return self.exactness == "lower bound"
+
+    @property
+    def model(self):
+        return self.exactness == "model"
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ComparisonRecord))
@@ -291,7 +300,9 @@ def _finish_row(sides, part, table, detect_alpha):
 def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, table, detect_alpha,
             interval_note=None):
     is_base = side == sides.baseline
-    source, exact = _side_source(sides, metric, side)
+    source, exactness = _side_source(sides, metric, side)
+    bound_low, bound_high = (_side_bounds(sides, metric, side, row_stat) if exactness == "model"
+                             else (None, None))
     stddev_name, coeffvar_name = st.spread_names(row_stat)
     p = tests.get(table.test) if table.test != "band" else None
     p_adj = tests.get("p_adjusted")
@@ -323,7 +334,7 @@ def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, t
         value_high=side_ci[1] if side_ci else None, min=x.min, max=x.max,
         stddev_name=stddev_name, stddev=x.stddev, coeffvar_name=coeffvar_name, coeffvar=x.coeffvar,
         best_name=st.best_name(row_stat), best_mean=x.best_mean, range=x.range,
-        source=source, exact=exact, direction=metric.better, convention=metric.convention,
+        source=source, exact=exactness == "exact", direction=metric.better, convention=metric.convention,
         change=change, change_low=change_ci[0] if change_ci else None,
         change_high=change_ci[1] if change_ci else None,
         test=table.test, p=p, p_adjusted=p_adj if table.test != "band" else None,
@@ -339,7 +350,8 @@ def _record(sides, metric, row_stat, base, x, side, side_ci, change_ci, tests, t
         method=None if is_base else tests.get("method"),
         untested=None if is_base or significant is not None else (
             tests.get("untested") or ("no values" if verdict == "n/a" else None)),
-        interval_note=interval_note if x.n and base.n else None, detect_note=detect_note)
+        interval_note=interval_note if x.n and base.n else None, detect_note=detect_note,
+        exactness=exactness, bound_low=bound_low, bound_high=bound_high)
 
 
 def _leaning(direction, base, new):
@@ -369,14 +381,30 @@ def _verdict(is_base, base, new, significant, leaning):
 
 
 def _side_source(sides, metric, side):
-    """(source, exact) of a side: its runs' sources joined ("trace+vmstat" when they differ);
-    exact only when every run's value is."""
-    from .metrics import value_source
+    """(source, exactness) of a side: its runs' sources joined ("trace+vmstat" when they
+    differ); exact only when every run's value is, else a lower bound when any run's is one,
+    else a model."""
+    from .metrics import value_exactness
 
-    found = [value_source(metric, run) for run in sides.runs_of(metric.name, side)]
+    found = [value_exactness(metric, run) for run in sides.runs_of(metric.name, side)]
     if not found:
-        return value_source(metric, {})[0], True
-    return "+".join(sorted({s for s, _ in found})), all(e for _, e in found)
+        return value_exactness(metric, {})[0], "exact"
+    kinds = {e for _, e in found}
+    exactness = next(e for e in ("lower bound", "model", "exact") if e in kinds)
+    return "+".join(sorted({s for s, _ in found})), exactness
+
+
+def _side_bounds(sides, metric, side, row_stat):
+    """(low, high): the side's statistic over each run's (unit's) least and most value by the
+    model, a run without bounds counting its value at both ends."""
+    from .metrics import BOUND_HIGH, BOUND_LOW
+
+    out = []
+    for key in (BOUND_LOW, BOUND_HIGH):
+        values = sides.unit_values(metric.name, bound=key)[side]
+        xs = st.clean(values)
+        out.append(st.mean_of(row_stat, xs) if xs else None)
+    return tuple(out)
 
 
 def verdict_color(record):
@@ -404,3 +432,27 @@ def verdict_text(record):
     if record.verdict == "not tested" and record.untested:
         return f"{pct} (not tested: {record.untested})"
     return f"{pct} ({record.verdict})"
+
+
+def _amount(x):
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
+
+
+def bounds_text(record):
+    """'+1/-0' on a model row whose side has bounds: how much higher and lower the kernel's
+    value can be than the statistic shown; '' on every other row."""
+    if record.exactness != "model" or record.value is None or record.bound_low is None:
+        return ""
+    up = max(record.bound_high - record.value, 0.0)
+    down = max(record.value - record.bound_low, 0.0)
+    return f"+{_amount(up)}/-{_amount(down)}"
+
+
+def exactness_text(record):
+    """'' (exact), 'model +1/-0' or 'lower bound': what every human output says of a row's
+    value beside its source."""
+    if record.exactness == "model":
+        return f"model {bounds_text(record)}".rstrip()
+    if record.exactness == "lower bound" or record.exact is False:
+        return "lower bound"
+    return ""

@@ -420,13 +420,17 @@ class _Gathering:
             traced = _per_run_deltas(rows)
             for run_id, (deltas, _windows) in traced.items():
                 self.runs[run_id][TRACE_SOURCE] = set(deltas)
-                self.runs[run_id][TRACE_INEXACT] = {r["name"] for r in rows
-                                                    if r["run_id"] == run_id and not r["exact"]}
+                mine = [r for r in rows if r["run_id"] == run_id]
+                self.runs[run_id][TRACE_INEXACT] = {r["name"] for r in mine
+                                                    if _exactness(r) == "lower bound"}
+                self.runs[run_id][TRACE_MODEL] = {r["name"]: (r["bound_low"], r["bound_high"])
+                                                  for r in mine if _exactness(r) == "model"}
             per_run.update(traced)
             self.counters |= {r["name"] for r in rows}
         for run_id, (deltas, windows) in per_run.items():
             if run_id in self.runs:
-                _set_vmstat_values(self.runs[run_id], deltas, windows)
+                _set_vmstat_values(self.runs[run_id], deltas, windows,
+                                   self.runs[run_id].get(TRACE_MODEL))
         self.counters |= {c for c in VMSTAT_DERIVED
                           if any(r.get(f"vmstat.{c}") is not None for r in self.runs.values())}
         if self.bare:
@@ -588,6 +592,19 @@ _EMPTY_GROUP_HINT = {
 # key naming those of them the trace counts only in part (vmstat_trace.counters' exact).
 TRACE_SOURCE = "vmstat_from_trace"
 TRACE_INEXACT = "vmstat_trace_lower_bounds"
+# ... and those the trace counts by a model that met events it could not classify:
+# {counter: (bound_low, bound_high)} (vmstat_trace.counters). A model row without such
+# events is exact there.
+TRACE_MODEL = "vmstat_trace_models"
+# A run's value of a metric whose value is a model's: its bounds under these keys' names.
+BOUND_LOW, BOUND_HIGH = "@low", "@high"
+EXACTNESS = ("exact", "model", "lower bound")
+
+
+def _exactness(row):
+    """A vmstat_trace.counters row's exactness (a dataset cache written before the column was
+    added has only `exact`)."""
+    return row.get("exactness") or ("exact" if row.get("exact") else "lower bound")
 
 # Where a metric's per-run value comes from: the sources a comparison names.
 SOURCES = ("vmstat", "procfs sample", "sysfs sample", "trace", "imported")
@@ -598,28 +615,41 @@ SUMMARY_FROM_PROCFS = {"pgscan_kswapd_per_min": "vmstat",
 
 def value_source(metric, run):
     """(source, exact) of one run's value of `metric`: source one of SOURCES; exact False where
-    the value is a lower bound (a vmstat counter the trace counts only in part)."""
+    the value is a lower bound (a vmstat counter the trace counts only in part) or a model's
+    with bounds (value_exactness says which)."""
+    source, exactness = value_exactness(metric, run)
+    return source, exactness == "exact"
+
+
+def value_exactness(metric, run):
+    """(source, exactness) of one run's value of `metric`: exactness one of EXACTNESS: 'exact';
+    'model', a trace model that met events it could not classify (the run's value has bounds
+    under metric.name + BOUND_LOW / BOUND_HIGH); 'lower bound', the trace sees only part of
+    what the kernel counts."""
     if metric.kind == "imported":
-        return "imported", True
+        return "imported", "exact"
     if metric.kind == "frag":
-        return "procfs sample", True
+        return "procfs sample", "exact"
     if metric.kind == "stalls":
-        return "trace", True
+        return "trace", "exact"
     if metric.kind == "cost":
-        return COST[parse_name(metric.name)[1]].source, True
+        return COST[parse_name(metric.name)[1]].source, "exact"
     if metric.kind == "mthp":
-        return "sysfs sample", True
+        return "sysfs sample", "exact"
     if metric.kind == "summary":
         name = metric.name
         recorded = run.get((name[:-4] if name.endswith("_pct") else name) + "_source")
-        return recorded or SUMMARY_FROM_PROCFS.get(name, "trace"), True
+        return recorded or SUMMARY_FROM_PROCFS.get(name, "trace"), "exact"
     counter = parse_name(metric.name)[1]
     traced = run.get(TRACE_SOURCE)
     if not traced:
-        return "vmstat", True
+        return "vmstat", "exact"
     parts = getattr(VMSTAT_DERIVED.get(counter, (None,))[0], "parts", (counter,))
-    inexact = run.get(TRACE_INEXACT) or set()
-    return "trace", not any(p in inexact for p in parts)
+    if any(p in (run.get(TRACE_INEXACT) or set()) for p in parts):
+        return "trace", "lower bound"
+    if any(p in (run.get(TRACE_MODEL) or {}) for p in parts):
+        return "trace", "model"
+    return "trace", "exact"
 
 
 def _per_run_deltas(rows):
@@ -632,17 +662,45 @@ def _per_run_deltas(rows):
     return per_run
 
 
-def _set_vmstat_values(target, deltas, windows):
-    """A run's vmstat.NAME and vmstat.NAME/min values, kmemscope's own rows included."""
+def _set_vmstat_values(target, deltas, windows, models=None):
+    """A run's vmstat.NAME and vmstat.NAME/min values, kmemscope's own rows included; with
+    models ({counter: (low, high)} of the trace's model rows), the bounds of every value made
+    of them (BOUND_LOW, BOUND_HIGH)."""
     window_s = max((w for w in windows if w is not None), default=None)
     values = dict(deltas)
     for counter, (formula, _unit) in VMSTAT_DERIVED.items():
         values[counter] = formula(deltas)
+    bounds = {c: models[c] for c in models or {} if c in deltas}
+    for counter, (formula, _unit) in VMSTAT_DERIVED.items():
+        parts = [p for p in getattr(formula, "parts", ()) if p in bounds]
+        if parts and values[counter] is not None:
+            bounds[counter] = _formula_bounds(formula, deltas, {p: bounds[p] for p in parts})
+
+    def per_min(counter, value):
+        return (None if value is None or not window_s or counter.endswith("_pct")
+                else 60.0 * value / window_s)
+
     for counter, value in values.items():
         target[f"vmstat.{counter}"] = value
-        target[f"vmstat.{counter}/min"] = (
-            None if value is None or not window_s or counter.endswith("_pct")
-            else 60.0 * value / window_s)
+        target[f"vmstat.{counter}/min"] = per_min(counter, value)
+        if counter in bounds:
+            for key, bound in zip((BOUND_LOW, BOUND_HIGH), bounds[counter]):
+                target[f"vmstat.{counter}{key}"] = bound
+                target[f"vmstat.{counter}/min{key}"] = per_min(counter, bound)
+
+
+def _formula_bounds(formula, deltas, bounds):
+    """(least, most) a derived counter can be when each model part lies within its bounds: the
+    formula at every corner of the box (each formula is monotone in each part)."""
+    import itertools
+
+    names = sorted(bounds)
+    found = []
+    for corner in itertools.product(*(bounds[n] for n in names)):
+        value = formula({**deltas, **dict(zip(names, corner))})
+        if value is not None:
+            found.append(value)
+    return (min(found), max(found)) if found else (None, None)
 
 
 def _trace_counter_rows(dataset, run_ids, engine):
@@ -678,7 +736,9 @@ def _trace_notes(runs, bare):
         notes.append(
             f"vmstat rows marked [trace]: {len(traced)} of {len(runs)} runs have no vmstat samples; "
             "their values are counted from the trace (kmemscope queries vmstat_trace says how; "
-            "Compact ... scanned migrate and Pages ... scanned are lower bounds there)")
+            "Compact ... scanned migrate and Pages ... scanned are lower bounds there; THP fault "
+            "and Direct compact success/fail rows are models, marked model with bounds +k/-j "
+            "where the trace met events it cannot classify, exact elsewhere)")
     missing: dict = {}
     for run_id in bare:
         have = runs[run_id].get(TRACE_SOURCE) or set()

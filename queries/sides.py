@@ -27,22 +27,24 @@ class SideSet:
     def baseline(self):
         return self.sides[0]
 
-    def values(self, metric):
-        """side -> per-run values of `metric` (None where a run lacks it)."""
+    def values(self, metric, bound=None):
+        """side -> per-run values of `metric` (None where a run lacks it). bound: a model
+        bound's key (metrics.BOUND_LOW, BOUND_HIGH): each run's bound, its value where it has
+        none."""
         out: dict = {s: [] for s in self.sides}
         for row in self.summary:
-            out[row["side"]].append(row.get(metric))
+            out[row["side"]].append(_value(row, metric, bound))
         return out
 
-    def unit_values(self, metric):
+    def unit_values(self, metric, bound=None):
         """side -> one value per unit (host) of `metric`: the arithmetic mean of the unit's runs
         that have it (None for a unit with none), so that n counts units, not runs. Without
-        --unit, the per-run values."""
+        --unit, the per-run values. bound: as in values()."""
         if self.unit is None:
-            return self.values(metric)
+            return self.values(metric, bound)
         out: dict = {s: {} for s in self.sides}
         for row in self.summary:
-            out[row["side"]].setdefault(row["unit"], []).append(row.get(metric))
+            out[row["side"]].setdefault(row["unit"], []).append(_value(row, metric, bound))
         return {s: [st.amean(st.clean(vs)) for vs in units.values()] for s, units in out.items()}
 
     def unit_count(self, side):
@@ -71,6 +73,14 @@ class SideSet:
         rows = [r for r in self.summary if r["side"] == side]
         return sorted(rows, key=lambda r: (r.get("started_ns") is None, r.get("started_ns") or 0,
                                            r["run_id"]))
+
+
+def _value(row, metric, bound):
+    value = row.get(metric)
+    if bound is None or value is None:
+        return value
+    found = row.get(metric + bound)
+    return value if found is None else found
 
 
 def load_sides(dataset, by, baseline=None, run_ids=None, labels=None, params=None, engine=None,

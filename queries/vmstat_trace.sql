@@ -11,10 +11,21 @@
 --   thp_fault_alloc, thp_fault_fallback  the THP fault model of lib/thp.sql
 --       (thp_fault_success: faults that got a huge page, and those that did
 --       not); fallback counts allocator failures only (vmstat's includes memcg
---       charge failures, thp_fault_fallback_charge).
+--       charge failures, thp_fault_fallback_charge). A model: a huge page its
+--       task frees right away may be a lost race or a charge failure, which
+--       vmstat does not count as thp_fault_alloc (thp_fault_unsure); each
+--       lowers bound_low of alloc and raises bound_high of fallback by one.
+--       Exact where there is none (with mm_page_free recorded).
 --   compact_stall, compact_success, compact_fail  the direct compaction model
 --       of lib/compaction.sql (compaction_success): an attempt is a stall
---       unless every zone was skipped, as vmstat counts compact_stall.
+--       unless every zone was skipped, as vmstat counts compact_stall (exact).
+--       success and fail are a model: an attempt the trace cannot classify
+--       (direct_compactions.ambiguous) could be either, and widens both
+--       bounds by one; exact where there is none.
+--
+-- exactness: 'exact' rows are counted where the kernel counts them and every
+-- event was classified; 'model' rows lie in bound_low .. bound_high; 'lower
+-- bound' rows are at most what the kernel counted.
 --   compact_migrate_scanned, compact_daemon_migrate_scanned  nr_scanned of
 --       mm_compaction_isolate_migratepages (all tasks; kcompactdN threads).
 --       A lower bound: fast_find_migrateblock's scan of the free lists adds to
@@ -46,6 +57,7 @@
 -- @any_of mm_compaction_try_to_compact_pages mm_compaction_isolate_migratepages mm_compaction_isolate_freepages mm_vmscan_direct_reclaim_begin mm_vmscan_lru_shrink_inactive mm_page_alloc
 -- @optional mm_compaction_fast_isolate_freepages mm_vmscan_memcg_reclaim_begin mm_vmscan_memcg_reclaim_end
 -- @optional mm_compaction_end mm_compaction_deferred mm_compaction_defer_reset event_tables
+-- @optional mm_page_free
 --
 -- @prelude
 CREATE TEMP TABLE _trace_recorded AS
@@ -71,21 +83,31 @@ recorded AS (
 in_window AS (
   SELECT run_id, lo, hi FROM recorded
 ),
+-- model rows: value, then how much higher (up) and lower (down) the kernel's count could be
 thp AS (
-  SELECT t.run_id, 'thp_fault_alloc' AS name, CAST(t.trace_successes AS BIGINT) AS value, true AS exact,
-         'mm_page_alloc' AS events
-  FROM thp_fault_success AS t JOIN recorded AS r ON r.run_id = t.run_id WHERE r.has_allocs
+  SELECT t.run_id, 'thp_fault_alloc' AS name, CAST(t.trace_successes AS BIGINT) AS value,
+         'model' AS exactness, CAST(0 AS BIGINT) AS up, CAST(u.unsure AS BIGINT) AS down,
+         'mm_page_alloc, mm_page_free' AS events
+  FROM thp_fault_success AS t JOIN recorded AS r ON r.run_id = t.run_id
+  JOIN thp_fault_unsure AS u ON u.run_id = t.run_id WHERE r.has_allocs
   UNION ALL
-  SELECT t.run_id, 'thp_fault_fallback', CAST(t.trace_faults - t.trace_successes AS BIGINT), true,
-         'mm_page_alloc'
-  FROM thp_fault_success AS t JOIN recorded AS r ON r.run_id = t.run_id WHERE r.has_allocs
+  SELECT t.run_id, 'thp_fault_fallback', CAST(t.trace_faults - t.trace_successes AS BIGINT),
+         'model', CAST(u.unsure AS BIGINT), CAST(0 AS BIGINT), 'mm_page_alloc, mm_page_free'
+  FROM thp_fault_success AS t JOIN recorded AS r ON r.run_id = t.run_id
+  JOIN thp_fault_unsure AS u ON u.run_id = t.run_id WHERE r.has_allocs
 ),
 direct_compaction AS (
   SELECT c.run_id, n.name,
          CAST(CASE n.name WHEN 'compact_stall' THEN c.trace_stalls
                           WHEN 'compact_success' THEN c.trace_successes
                           ELSE c.trace_stalls - c.trace_successes END AS BIGINT) AS value,
-         true AS exact,
+         CASE WHEN n.name = 'compact_stall' THEN 'exact' ELSE 'model' END AS exactness,
+         CAST(CASE n.name WHEN 'compact_stall' THEN 0
+                          WHEN 'compact_success' THEN c.trace_ambiguous - c.trace_ambiguous_successes
+                          ELSE c.trace_ambiguous_successes END AS BIGINT) AS up,
+         CAST(CASE n.name WHEN 'compact_stall' THEN 0
+                          WHEN 'compact_success' THEN c.trace_ambiguous_successes
+                          ELSE c.trace_ambiguous - c.trace_ambiguous_successes END AS BIGINT) AS down,
          'mm_compaction_try_to_compact_pages, mm_compaction_end, mm_compaction_deferred, '
            || 'mm_compaction_defer_reset' AS events
   FROM compaction_success AS c
@@ -121,7 +143,9 @@ compaction_scans AS (
                                              WHERE s.run_id = r.run_id)
            ELSE (SELECT sum(nr_scanned) FROM free_scans AS s WHERE s.run_id = r.run_id AND s.daemon)
          END, 0) AS BIGINT) AS value,
-         CASE WHEN n.name LIKE '%migrate%' THEN false ELSE r.has_fast_free_scan END AS exact,
+         CASE WHEN n.name NOT LIKE '%migrate%' AND r.has_fast_free_scan THEN 'exact'
+              ELSE 'lower bound' END AS exactness,
+         CAST(0 AS BIGINT) AS up, CAST(0 AS BIGINT) AS down,
          CASE WHEN n.name LIKE '%migrate%' THEN 'mm_compaction_isolate_migratepages'
               ELSE 'mm_compaction_isolate_freepages, mm_compaction_fast_isolate_freepages' END
            AS events
@@ -135,7 +159,8 @@ reclaim_stalls AS (
          CAST((SELECT count(*) FROM mm_vmscan_direct_reclaim_begin AS b
                WHERE b.run_id = r.run_id AND (r.lo IS NULL OR b.ts BETWEEN r.lo AND r.hi)) AS BIGINT)
            AS value,
-         false AS exact, 'mm_vmscan_direct_reclaim_begin' AS events
+         'lower bound' AS exactness, CAST(0 AS BIGINT) AS up, CAST(0 AS BIGINT) AS down,
+         'mm_vmscan_direct_reclaim_begin' AS events
   FROM recorded AS r
   WHERE r.has_reclaim_begin
 ),
@@ -166,7 +191,8 @@ reclaim_pages AS (
                         FROM shrinks AS s
                         WHERE s.run_id = r.run_id AND s.kswapd = (n.name LIKE '%kswapd')), 0)
               AS BIGINT) AS value,
-         n.name LIKE 'pgsteal%' AS exact,
+         CASE WHEN n.name LIKE 'pgsteal%' THEN 'exact' ELSE 'lower bound' END AS exactness,
+         CAST(0 AS BIGINT) AS up, CAST(0 AS BIGINT) AS down,
          'mm_vmscan_lru_shrink_inactive'
            || CASE WHEN r.has_memcg_reclaim THEN ', mm_vmscan_memcg_reclaim_begin/end' ELSE '' END
            AS events
@@ -175,7 +201,10 @@ reclaim_pages AS (
     AS n(name)
   WHERE r.has_shrink
 )
-SELECT t.*, r.trace_window
+SELECT t.run_id, t.name, t.value,
+       CASE WHEN t.exactness = 'model' AND t.up = 0 AND t.down = 0 THEN 'exact' ELSE t.exactness END
+         AS exactness,
+       t.value - t.down AS bound_low, t.value + t.up AS bound_high, t.events, r.trace_window
 FROM (SELECT * FROM thp UNION ALL SELECT * FROM direct_compaction
       UNION ALL SELECT * FROM compaction_scans UNION ALL SELECT * FROM reclaim_stalls
       UNION ALL SELECT * FROM reclaim_pages) AS t
@@ -191,12 +220,20 @@ JOIN recorded AS r ON r.run_id = t.run_id;
 --   window_s      s        the window counted over: the vmstat samples' when the run has
 --                          them, else the capture's
 --   trace_window  text     'vmstat' (between the first and last sample) or 'capture'
---   exact         bool     true: counted where the kernel counts it; false: a lower bound
---                          (see the header)
+--   exact         bool     true: counted where the kernel counts it, every event classified
+--                          (exactness 'exact'); false: a model or a lower bound
 --   events        text     the events it is counted from
+--   exactness     text     'exact'; 'model': a model of the kernel's count that met events it
+--                          cannot classify, the count lies in bound_low .. bound_high; 'lower
+--                          bound': the trace sees only part of what the kernel counts (header)
+--   bound_low     count    the least the kernel's count can be (value for exact rows and lower
+--                          bounds)
+--   bound_high    count    the most it can be by the model (value for exact rows; a lower bound
+--                          has no upper one: value)
 SELECT f.run_id, f.labels, c.name, c.value,
        CASE WHEN w.lo IS NOT NULL THEN (w.hi - w.lo) / 1e9 ELSE f.duration_s END AS window_s,
-       c.trace_window, c.exact, c.events
+       c.trace_window, c.exactness = 'exact' AS exact, c.events, c.exactness, c.bound_low,
+       c.bound_high
 FROM _trace_counters AS c
 JOIN run_facts AS f ON f.run_id = c.run_id
 JOIN trace_windows AS w ON w.run_id = c.run_id
@@ -209,7 +246,11 @@ ORDER BY f.run_id, c.name
 --   trace       count    the trace's count (section counters)
 --   vmstat      count    the counter's increase between the first and last sample
 --   difference  count    trace - vmstat
---   exact       bool     whether the trace counts it where the kernel does (else a lower bound)
+--   exact       bool     whether the trace counts it where the kernel does, every event classified
+--   exactness   text     'exact', 'model' (vmstat lies in bound_low .. bound_high by the model)
+--                        or 'lower bound'
+--   bound_low   count    the least the model allows
+--   bound_high  count    the most it allows
 WITH vm AS (
   SELECT run_id, name, delta FROM vmstat_deltas
   UNION ALL
@@ -217,7 +258,8 @@ WITH vm AS (
   GROUP BY run_id
 )
 SELECT f.run_id, f.labels, c.name, c.value AS trace, v.delta AS vmstat,
-       c.value - v.delta AS difference, c.exact
+       c.value - v.delta AS difference, c.exactness = 'exact' AS exact, c.exactness, c.bound_low,
+       c.bound_high
 FROM _trace_counters AS c
 JOIN vm AS v ON v.run_id = c.run_id AND v.name = c.name
 JOIN run_facts AS f ON f.run_id = c.run_id

@@ -46,6 +46,8 @@ def event_schema(table, kernel="6.18.44"):
                               ("sync", pa.uint8()), ("status", pa.int32())],
         "mm_compaction_try_to_compact_pages": [("order", pa.int32()), ("gfp_mask", _gfp_type(kernel)),
                                                ("prio", pa.int32())],
+        "mm_compaction_suitable": _zone_result(),
+        "mm_compaction_finished": _zone_result(),
         "mm_compaction_deferred": _defer(),
         "mm_compaction_defer_compaction": _defer(),
         "mm_compaction_defer_reset": _defer(),
@@ -65,6 +67,10 @@ def event_schema(table, kernel="6.18.44"):
 def _defer():
     return [("nid", pa.int32()), ("idx", pa.uint32()), ("order", pa.int32()),
             ("considered", pa.uint32()), ("defer_shift", pa.uint32()), ("order_failed", pa.int32())]
+
+
+def _zone_result():
+    return [("nid", pa.int32()), ("idx", pa.uint32()), ("order", pa.int32()), ("ret", pa.int32())]
 
 
 def _newer(kernel, version):

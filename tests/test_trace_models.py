@@ -204,3 +204,19 @@ def test_trial_capture_holds_the_case_that_takes_a_zone_success_for_a_page(datas
           AND d.resets = 1 AND NOT d.succeeded AND d.ended_by = 'alloc' AND d.alloc_ok
         """, "--format", "csv").stdout
     assert int(out.splitlines()[1]) >= 1
+
+
+def test_vmstat_lies_within_each_model_rows_bounds(dataset):
+    """vmstat_trace.check: on every recording, vmstat's count lies within bound_low ..
+    bound_high of the THP and direct compaction rows, a row marked exact equals it, and
+    the THP difference measured above (THP_BOUND) is within the row's own bound."""
+    rows = query(dataset, "vmstat_trace.check")
+    rows = [r for r in rows if r["name"] in VMSTAT_NAMES + ("compact_fail",)]
+    assert len(rows) == 5 * len(MEASURED)
+    for r in rows:
+        vmstat, low, high = int(r["vmstat"]), int(r["bound_low"]), int(r["bound_high"])
+        assert low <= vmstat <= high, r
+        assert (r["exactness"] == "exact") == (low == int(r["trace"]) == high), r
+        if r["exactness"] == "exact":
+            assert int(r["trace"]) == vmstat, r
+    assert any(r["exactness"] == "model" for r in rows if r["name"] == "thp_fault_alloc")

@@ -16,7 +16,7 @@ import html
 
 import pandas as pd
 
-from kmemscope.render.comparison import source_mark, verdict_color, verdict_text
+from kmemscope.render.comparison import bounds_text, source_mark, source_text, verdict_color, verdict_text
 
 from .figure import (MAX_LINES, Drawn, Html, Missing, fig_text, finish, hex_pfn, new_figure,
                      plural)
@@ -333,7 +333,8 @@ def _direction_text(rec):
 
 
 def _source_mark(row):
-    """' [trace]', ' [trace, lower bound]': where a row's values came from, if not its block's usual."""
+    """' [trace]', ' [trace, lower bound]', ' [trace, model]': where a row's values came from, if
+    not its block's usual."""
     marks = {source_mark(rec) for rec in row.records.values() if rec.n}
     return max(marks, key=len) if marks else ""
 
@@ -354,7 +355,8 @@ def _value_html(row, side):
     stat = stat_name(row, side)
     return (f"<span class='kmemscope-value' data-metric=\"{html.escape(row.metric.name, quote=True)}\" "
             f"data-side=\"{html.escape(side, quote=True)}\" data-stat='{stat}' "
-            f"data-value='{x.mean!r}'>{stat} {x.mean:,.2f}</span>")
+            f"data-value='{x.mean!r}'>{stat} {x.mean:,.2f}</span>"
+            + (f" {html.escape(bounds_text(row.records[side]))}" if bounds_text(row.records[side]) else ""))
 
 
 def _stat_cell(row, side, unit=""):
@@ -407,7 +409,7 @@ def comparison_html(sides, rows):
 
 def _source_text(row):
     """The sources of a row's values over its sides, lower bounds named."""
-    found = {rec.source + ("" if rec.exact else ", lower bound")
+    found = {source_text(rec) if rec.exactness != "model" else f"{rec.source} (model)"
              for rec in row.records.values() if rec.n}
     return "; ".join(sorted(found)) or "n/a"
 

@@ -20,7 +20,10 @@ Every cell of the two mmtests-like layouts is `%12.2f (%7.2f%%)` (wider when a
 value needs it): the value and its change against the baseline in the block's
 convention; `*x%*` where the verdict is significant; n/a where there is no number.
 A row whose values did not come from the block's usual source is marked
-(`[trace]`, `[vmstat]`; `[trace, lower bound]` where the trace counts only part).
+(`[trace]`, `[vmstat]`; `[trace, lower bound]` where the trace counts only part;
+`[trace, model +1/-0]` where a trace model met events it could not classify, and the
+value cell then carries the bounds: `85.00 +1/-0`: the kernel's count is up to 1 higher
+and 0 lower).
 Notes are part of every output: a block of lines at the end, a comment block at
 the top of CSV, a `notes` field of JSON, the `kmemscope.notes` metadata of Parquet.
 """
@@ -28,7 +31,8 @@ import dataclasses
 import math
 
 from kmemscope.common.text import printable
-from kmemscope.queries.comparison_model import BLOCKS, verdict_color, verdict_text  # noqa: F401 (the report colours by it)
+from kmemscope.queries.comparison_model import (BLOCKS, bounds_text, exactness_text,  # noqa: F401
+                                                verdict_color, verdict_text)  # (the report colours by it)
 
 # (the statistic row's key: the record's field with its value, its change, its name's field)
 STAT_ROWS = (("min", "min_change", None), ("value", "change", "statistic"),
@@ -58,11 +62,20 @@ CONVENTION_TEXT = {
 
 
 def source_mark(record):
-    """' [trace]', ' [trace, lower bound]', '' for a row from its block's usual source."""
+    """' [trace]', ' [trace, lower bound]', ' [trace, model]', '' for a row from its block's
+    usual source."""
     usual = record.source == USUAL_SOURCE.get(record.block)
     if usual and record.exact:
         return ""
-    return f" [{record.source}{'' if record.exact else ', lower bound'}]"
+    what = "model" if record.exactness == "model" else exactness_text(record)
+    return f" [{record.source}{', ' + what if what else ''}]"
+
+
+def source_text(record):
+    """'trace', 'trace (lower bound)', 'trace (model +1/-0)': a record's source, with what
+    its value is when not exact."""
+    what = exactness_text(record)
+    return record.source + (f" ({what})" if what else "")
 
 
 # What a block of --stat sum rows says of its numbers, per convention.
@@ -93,11 +106,12 @@ def pct_text(pct):
     return f"{pct:.2f}"
 
 
-def _cell(value, pct, significant):
-    """`value (pct%)`; columns widen (never wrap or overflow) for values that need it."""
+def _cell(value, pct, significant, bounds=""):
+    """`value (pct%)`, `value +k/-j (pct%)` for a model's bounds; columns widen (never wrap or
+    overflow) for values that need it."""
     if value is None:
         return f"{'n/a':>{VALUE_WIDTH}}" + " " * (CELL_WIDTH - VALUE_WIDTH)
-    v = f"{value:{VALUE_WIDTH}.2f}"
+    v = f"{value:{VALUE_WIDTH}.2f}" + (f" {bounds}" if bounds else "")
     if pct is None:
         return f"{v} ({'n/a':>{PCT_WIDTH}} )"
     return f"{v} *{pct:{PCT_WIDTH}.2f}%*" if significant else f"{v} ({pct:{PCT_WIDTH}.2f}%)"
@@ -115,7 +129,8 @@ def _cells(sides, r, key):
     for s in sides.sides:
         rec = r.records[s]
         sig = key == "value" and bool(rec.significant)
-        cells.append(_cell(getattr(rec, key), getattr(rec, change_key), sig))
+        cells.append(_cell(getattr(rec, key), getattr(rec, change_key), sig,
+                           bounds_text(rec) if key == "value" else ""))
     return cells
 
 
@@ -221,8 +236,7 @@ def format_text(sides, table, notes=()):
                 ps = f"{_p(rec.p):<7} {_p(rec.p_adjusted)}"
             change = f"{pct_text(rec.change)}% {_interval(rec.change_low, rec.change_high, '%')}"
             out.append(f"{r.metric.name:<{width}}  {rec.direction:<6}  {change:<32}  {ps:<16}  "
-                       f"{verdict_text(rec):<{vw}}  {rec.source}"
-                       + ("" if rec.exact else " (lower bound)"))
+                       f"{verdict_text(rec):<{vw}}  {source_text(rec)}")
         out.append("")
         out += _interval_lines(rows, s)
     out += _detect_lines(sides, table)
@@ -318,11 +332,12 @@ def format_markdown(sides, table, notes=()):
         for s in sides.sides:
             rec = r.records[s]
             value = "n/a" if rec.value is None else (
-                f"{rec.value:.2f} {markdown_text(_interval(rec.value_low, rec.value_high))}")
+                f"{rec.value:.2f} " + (markdown_text(bounds_text(rec)) + " " if bounds_text(rec) else "")
+                + markdown_text(_interval(rec.value_low, rec.value_high)))
             change = "" if rec.is_baseline else (
                 f"{pct_text(rec.change)}% {markdown_text(_interval(rec.change_low, rec.change_high))}"
                 + (f" ({markdown_text(rec.interval_note)})" if rec.interval_note else ""))
-            cells = [f"`{r.metric.name}`", markdown_text(rec.source + ("" if rec.exact else ", lower bound")),
+            cells = [f"`{r.metric.name}`", markdown_text(source_text(rec)),
                      rec.direction, markdown_text(s), f"{rec.n}", rec.statistic, value, change,
                      "" if rec.is_baseline else _p(rec.p),
                      "" if rec.is_baseline else _p(rec.p_adjusted),

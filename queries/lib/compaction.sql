@@ -62,6 +62,18 @@ LEFT JOIN (
 --   succeeded   a defer_reset that is not the loop's follows (the allocation's
 --               own) and, when the run records mm_page_alloc, the allocation got
 --               its page right there
+--   ambiguous   the trace cannot tell whether the try succeeded: its one
+--               defer_reset has the zone's deferral state cleared, no end with
+--               status success came before it, the loop had logged events of
+--               other zones but none of its zone or a lower one of its node, and
+--               the allocation got its page right after (or mm_page_alloc is not
+--               recorded). Either the loop moved on to that zone, found its
+--               watermark met and logged the reset (then the freelist refused the
+--               page: compact_fail), or the loop stopped early (an async try that
+--               must reschedule, a fatal signal; a run that ended contended need
+--               not stop it) and the page came from that zone's freelist, whose
+--               defer_reset is the allocation's (compact_success). zone_ready
+--               takes the first unless a run ended contended before it.
 -- @columns
 --   run_id            text   the run
 --   pid               code   the task that compacted
@@ -80,6 +92,8 @@ LEFT JOIN (
 --   alloc_ok          bool   ended by the allocation: it got its page (NULL: not ended by one)
 --   stalled           bool   a zone was deferred, compacted or already fine (vmstat compact_stall)
 --   succeeded         bool   the allocation got its page from compaction (compact_success)
+--   ambiguous         bool   the trace cannot tell whether it succeeded (see above; succeeded
+--                              is the model's pick)
 CREATE TEMP VIEW direct_compactions AS
 WITH
 tries AS (
@@ -163,7 +177,10 @@ inside AS (
       OVER (PARTITION BY b.run_id, b.pid, b.try_no ORDER BY b.rn
             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS contended_before,
     sum(CASE WHEN b.kind = 'reset' THEN 1 ELSE 0 END)
-      OVER (PARTITION BY b.run_id, b.pid, b.try_no ORDER BY b.rn ROWS UNBOUNDED PRECEDING) AS reset_no
+      OVER (PARTITION BY b.run_id, b.pid, b.try_no ORDER BY b.rn ROWS UNBOUNDED PRECEDING) AS reset_no,
+    sum(CASE WHEN b.kind IN ('deferred', 'suitable', 'finished') THEN 1 ELSE 0 END)
+      OVER (PARTITION BY b.run_id, b.pid, b.try_no ORDER BY b.rn
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS zone_events_before
   FROM bounded AS b
   JOIN windows AS w ON w.run_id = b.run_id AND w.pid = b.pid AND w.try_no = b.try_no
   WHERE b.kind <> 'try' AND (w.end_rn IS NULL OR b.rn < w.end_rn)
@@ -175,12 +192,15 @@ zones_reached AS (
   WHERE kind IN ('deferred', 'suitable', 'finished')
   GROUP BY run_id, pid, try_no, nid, idx
 ),
--- Each try's first defer_reset, and whether the loop logged it (zone_ready above).
+-- Each try's first defer_reset, whether the loop logged it (zone_ready above), and
+-- whether the trace cannot tell (ambiguous above).
 first_resets AS (
   SELECT
     r.run_id, r.pid, r.try_no,
     max(CASE WHEN r.considered > 0 OR r.defer_shift > 0 OR r.success_before = 1 THEN 1 ELSE 0 END) = 1
-      OR (max(coalesce(r.contended_before, 0)) = 0 AND count(z.first_rn) = 0) AS by_loop
+      OR (max(coalesce(r.contended_before, 0)) = 0 AND count(z.first_rn) = 0) AS by_loop,
+    max(CASE WHEN r.considered > 0 OR r.defer_shift > 0 OR r.success_before = 1 THEN 1 ELSE 0 END) = 0
+      AND count(z.first_rn) = 0 AND max(coalesce(r.zone_events_before, 0)) > 0 AS unsure
   FROM inside AS r
   LEFT JOIN zones_reached AS z
     ON z.run_id = r.run_id AND z.pid = r.pid AND z.try_no = r.try_no
@@ -219,7 +239,9 @@ SELECT
   e.alloc_ok,
   coalesce(p.zones_deferred + p.zones_compacted + p.resets, 0) > 0 AS stalled,
   coalesce(p.resets, 0) > CASE WHEN coalesce(fr.by_loop, false) THEN 1 ELSE 0 END
-    AND (ar.run_id IS NULL OR coalesce(e.ended_by = 'alloc' AND e.alloc_ok, false)) AS succeeded
+    AND (ar.run_id IS NULL OR coalesce(e.ended_by = 'alloc' AND e.alloc_ok, false)) AS succeeded,
+  coalesce(p.resets, 0) = 1 AND coalesce(fr.unsure, false)
+    AND (ar.run_id IS NULL OR coalesce(e.ended_by = 'alloc' AND e.alloc_ok, false)) AS ambiguous
 FROM try_rows AS t
 JOIN tries AS tr ON tr.run_id = t.run_id AND tr.pid = t.pid AND tr.ts = t.ts
 LEFT JOIN per_try AS p ON p.run_id = t.run_id AND p.pid = t.pid AND p.try_no = t.try_no
@@ -240,6 +262,8 @@ LEFT JOIN alloc_runs AS ar ON ar.run_id = t.run_id;
 --   trace_stalls      count  of them, stalled
 --   trace_successes   count  of them, succeeded
 --   trace_pct         %      100 * trace_successes / trace_stalls
+--   trace_ambiguous   count  stalls whose outcome the trace cannot tell (direct_compactions.ambiguous)
+--   trace_ambiguous_successes  count  of them, counted as successes (the rest as failures)
 --   success_pct       %      vmstat_pct when the run's samples give it, else trace_pct
 --   source            text   'vmstat', 'trace' or NULL (neither gives a value)
 CREATE TEMP VIEW compaction_success AS
@@ -256,7 +280,9 @@ tr AS (
   SELECT d.run_id,
          count(*) AS tries,
          count(CASE WHEN d.stalled THEN 1 END) AS stalls,
-         count(CASE WHEN d.succeeded THEN 1 END) AS successes
+         count(CASE WHEN d.succeeded THEN 1 END) AS successes,
+         count(CASE WHEN d.stalled AND d.ambiguous THEN 1 END) AS ambiguous,
+         count(CASE WHEN d.stalled AND d.ambiguous AND d.succeeded THEN 1 END) AS ambiguous_successes
   FROM direct_compactions AS d
   JOIN trace_windows AS w ON w.run_id = d.run_id
   WHERE w.lo IS NULL OR d.ts BETWEEN w.lo AND w.hi
@@ -271,7 +297,9 @@ rates AS (
     coalesce(t.tries, 0) AS trace_tries,
     coalesce(t.stalls, 0) AS trace_stalls,
     coalesce(t.successes, 0) AS trace_successes,
-    100.0 * t.successes / nullif(t.stalls, 0) AS trace_pct
+    100.0 * t.successes / nullif(t.stalls, 0) AS trace_pct,
+    coalesce(t.ambiguous, 0) AS trace_ambiguous,
+    coalesce(t.ambiguous_successes, 0) AS trace_ambiguous_successes
   FROM run_facts AS f
   LEFT JOIN vm AS v ON v.run_id = f.run_id
   LEFT JOIN tr AS t ON t.run_id = f.run_id

@@ -1,6 +1,6 @@
 -- lib/thp: THP faults from the trace and their success.
 -- include: allocs, vmstat
--- views: thp_fault_attempts, thp_fault_success
+-- views: thp_fault_attempts, thp_fault_success, thp_fault_unsure
 -- internal: _thp_gfp, _thp_orders, _thp_order_allocs
 
 -- THP faults from the trace (KERNEL-ERAS.md sections 1, 2, 6). There is no
@@ -160,3 +160,60 @@ rates AS (
   LEFT JOIN tr AS t ON t.run_id = f.run_id
 )
 SELECT * FROM _prefer_vmstat(rates);
+
+-- THP fault successes the trace cannot tell from allocations vmstat counts as no
+-- fault, per run (section 6): the huge page of a task that lost the race to map
+-- the same 2 MiB, of a memcg charge failure (vmstat: a fallback) or of a fault
+-- whose page-table page could not be had are all freed by the same task right
+-- away, before it allocates again; so is the page of a task that maps it and
+-- unmaps it at once. A success is unsure when the task's next allocation or free
+-- at the THP order (the events recorded) is the free of that page; when the run
+-- recorded no mm_page_free events, every success is. Each unsure success could
+-- be one thp_fault_alloc fewer, and one thp_fault_fallback more (a charge failure).
+-- @columns
+--   run_id           text   the run
+--   frees_recorded   bool   the run recorded mm_page_free
+--   unsure           count  successful fault attempts that may not be faults vmstat counts
+--                           as thp_fault_alloc (inside trace_windows)
+CREATE TEMP VIEW thp_fault_unsure AS
+WITH
+recorded AS (
+  SELECT DISTINCT run_id FROM event_tables WHERE event = 'mm_page_free'
+),
+successes AS (
+  SELECT a.run_id, a.pid, a.ts, p.pfn
+  FROM thp_fault_attempts AS a
+  JOIN page_allocs AS p ON p.run_id = a.run_id AND p.pid = a.pid AND p.ts = a.ts
+   AND p."order" = a.thp_order AND NOT p.failed
+  JOIN trace_windows AS w ON w.run_id = a.run_id
+  WHERE NOT a.failed AND (w.lo IS NULL OR a.ts BETWEEN w.lo AND w.hi)
+),
+tasks AS (SELECT DISTINCT run_id, pid FROM successes),
+ev AS (
+  SELECT a.run_id, a.pid, a.ts, 0 AS is_free, a.pfn
+  FROM page_allocs AS a JOIN tasks AS t ON t.run_id = a.run_id AND t.pid = a.pid
+  UNION ALL
+  SELECT f.run_id, f.pid, f.ts, 1, f.pfn
+  FROM mm_page_free AS f
+  JOIN tasks AS t ON t.run_id = f.run_id AND t.pid = f.pid
+  JOIN _thp_orders AS o ON o.run_id = f.run_id AND f."order" = o.thp_order
+),
+nexts AS (
+  SELECT run_id, pid, ts, is_free, pfn,
+         lead(is_free) OVER w AS next_is_free, lead(pfn) OVER w AS next_pfn
+  FROM ev
+  WINDOW w AS (PARTITION BY run_id, pid ORDER BY ts, is_free)
+),
+unsure AS (
+  SELECT s.run_id, count(*) AS n
+  FROM successes AS s
+  JOIN nexts AS x ON x.run_id = s.run_id AND x.pid = s.pid AND x.ts = s.ts AND x.is_free = 0
+   AND x.pfn = s.pfn
+  LEFT JOIN recorded AS r ON r.run_id = s.run_id
+  WHERE r.run_id IS NULL OR (x.next_is_free = 1 AND x.next_pfn = s.pfn)
+  GROUP BY s.run_id
+)
+SELECT f.run_id, r.run_id IS NOT NULL AS frees_recorded, coalesce(u.n, 0) AS unsure
+FROM run_facts AS f
+LEFT JOIN recorded AS r ON r.run_id = f.run_id
+LEFT JOIN unsure AS u ON u.run_id = f.run_id;
