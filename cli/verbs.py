@@ -740,8 +740,9 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
                    "every row's total across the side's runs, or with --unit host across its "
                    "hosts of each host's value (fleet totals).")
 @click.option("--direction", "directions", multiple=True, metavar="METRIC=higher|lower",
-              help="State which way is better for a metric without a direction "
-                   "(top5_pfn_allocs_sum, cross_cpu_free_pct). Repeatable.")
+              help="State which way is better for a metric (one without a direction, such as "
+                   "top5_pfn_allocs_sum or stalls.kcompactd.runs, or against kmemscope's own); "
+                   "the row's reason says it was stated. Repeatable.")
 @click.option("--over", type=click.Choice(["run", "minute"]),
               help="Show each metric over the side's runs in recording order, or over the "
                    "minutes of the capture (vmstat metrics), instead of the statistics.")

@@ -69,7 +69,8 @@ class ComparisonRecord:
     source: str | None             # vmstat, procfs sample, trace, imported; "trace+vmstat" when mixed
     exact: bool | None             # False: a model with bounds, or a lower bound (exactness)
     direction: str | None          # higher, lower (is better) or none
-    convention: str | None         # mmtests: change positive = better; counter: raw new/base - 1
+    convention: str | None         # mmtests: change positive = better (positive = higher where the
+                            # direction is none); counter: the raw change new/base - 1
     change: float | None           # percent, in the convention; 0 on the baseline
     change_low: float | None       # 95% bootstrap interval of the change
     change_high: float | None
@@ -95,7 +96,8 @@ class ComparisonRecord:
     welch_p: float | None = None   # both tests' raw p-values, whichever decides
     mannwhitney_p: float | None = None
     band_apart: bool | None = None  # the mmtests band test: the bands do not overlap
-    direction_reason: str | None = None  # why `direction` is the better way (cost, mthp rows)
+    direction_reason: str | None = None  # why `direction` is the better way, or why a row has
+                            # none (every row has one: queries/metrics.py, the metric's definition)
     method: str | None = None      # what computed `p`: welch, permutation (exact, at small n),
                             # mannwhitney, permutation-ranks; None: not tested
     untested: str | None = None    # why the verdict is "not tested" (too few values a side, all
@@ -108,6 +110,9 @@ class ComparisonRecord:
                             # lower bound (the trace counts only part of it)
     bound_low: float | None = None  # model rows: the side's statistic over each run's least value
     bound_high: float | None = None  # ... and over each run's most; None on other rows
+    same_as: str | None = None     # the other rows of this table that measure the same quantity
+                            # (metric names, ", "-joined), perhaps in another block's convention
+    same_quantity: str | None = None  # what those rows and this one all measure
 
     @property
     def lower_bound(self):
@@ -189,7 +194,11 @@ def resolve_metrics(sides, metrics, directions=None):
         if metric is None:
             raise QueryError(f"unknown metric {name!r}", "metrics: " + ", ".join(sides.metrics))
         if directions and name in directions:
-            metric = dataclasses.replace(metric, better=directions[name])
+            metric = dataclasses.replace(
+                metric, better=directions[name],
+                reason=f"stated with --direction {name}={directions[name]}"
+                       + (f" (kmemscope's own: {metric.better}: {metric.reason})" if metric.reason
+                          else ""))
         out.append(metric)
     for name in directions or {}:
         if name not in names:
@@ -242,7 +251,21 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
     detect_alpha = alpha / max(tested, 1) if correction != "none" else alpha
     for part in partial:
         table.rows.append(_finish_row(sides, part, table, detect_alpha))
+    _cross_reference(table.rows)
     return table
+
+
+def _cross_reference(rows):
+    """Each record of a row that measures the same quantity as other rows of the table names
+    them (same_as) and what they measure (same_quantity)."""
+    shown = {r.metric.name for r in rows}
+    for r in rows:
+        others, what = r.metric.same_quantity
+        others = [n for n in others if n in shown]
+        if not others:
+            continue
+        for s, rec in r.records.items():
+            r.records[s] = dataclasses.replace(rec, same_as=", ".join(others), same_quantity=what)
 
 
 def _row_parts(sides, metric, stat, test=DEFAULT_TEST):

@@ -40,11 +40,11 @@ COUNTER_KINDS = ("vmstat", "stalls", "cost", "mthp")
 @dataclass(frozen=True)
 class Metric:
     name: str
-    better: str          # "higher", "lower" or "none" (no better or worse: it depends on the patch)
+    better: str          # "higher", "lower" or "none" (the change is no gain or loss by itself)
     unit: str            # "%", "count", "/min", "ms", an imported unit, ...
     title: str           # what a table calls the row (mmtests' name for the vmstat rows)
     kind: str            # "summary", "vmstat", "stalls", "cost", "mthp", "frag" or "imported"
-    reason: str = ""     # why `better` is the better way (the cost and mthp rows state it)
+    reason: str = ""     # why `better` is the better way, or why there is none (every row has one)
 
     @property
     def convention(self):
@@ -65,37 +65,132 @@ class Metric:
     def range_unit(self):
         return "%" if self.unit == "%" else ""
 
+    @property
+    def same_quantity(self):
+        """(the other metrics' names, what they all measure) of a quantity that more than one
+        row measures (SAME_QUANTITY), or ((), None)."""
+        return same_quantity(self.name)
 
-def _summary(name, better, unit, title):
-    return Metric(name, better, unit, title, "summary")
+
+# Directions, reviewed row by row. The principle, for every kind:
+# - lower: what an allocating task waits for or fails at (stalls, fallbacks, failed compaction,
+#   direct scanning), what reclaim evicts (scans, steals, refaults, swap), what the host pays
+#   (CPU, pressure) and what a trace loses;
+# - higher: the share of requests served as asked (THP and compaction success);
+# - none: a change that is no gain or loss by itself: the workload's demand (allocations,
+#   allocations eligible for the reserve), the background threads' activity (kcompactd's and
+#   kswapd's runs and their lengths, kcompactd's scanning: moving work there from the
+#   allocating tasks is what some patches aim at; what it costs is the cost block's CPU rows),
+#   sums of those with direct work, and trade-offs that one patch wants and another gives up.
+# `compare --direction NAME=higher|lower` states a direction for a row that has none.
+_DEMAND = ("the workload's demand, not the allocator's answer to it: a change says the runs "
+           "asked for something else, which is no gain or loss by itself")
+_BACKGROUND = ("{what} stalls no task: more or less of it is background work, which some "
+               "patches move there on purpose (direct stalls fall as it rises) and others cut; "
+               "no gain or loss by itself. What it costs is the row cost.{cpu}")
+_TASK_WAITS = "time an allocating task waited, in the allocation path, instead of running"
+_STALLED = "a task stalled in the allocation path (each is a wait the workload sees)"
+
+
+def _summary(name, better, unit, title, reason):
+    return Metric(name, better, unit, title, "summary", reason)
 
 
 # The summary analysis's columns. HEADLINE is what `compare` shows by default.
 SUMMARY = {m.name: m for m in [
-    _summary("thp_fault_success_pct", "higher", "%", "THP fault success %"),
-    _summary("compaction_success_pct", "higher", "%", "Direct compaction success %"),
-    _summary("pgscan_kswapd_per_min", "lower", "/min", "pgscan_kswapd per minute"),
-    _summary("highatomic_pageblocks_max", "lower", "count", "HighAtomic pageblocks (max)"),
-    _summary("eligible_allocs_order_1_3", "lower", "count", "High-atomic-eligible allocs, order 1-3"),
-    _summary("eligible_allocs_order_4_plus", "lower", "count", "High-atomic-eligible allocs, order 4+"),
+    _summary("thp_fault_success_pct", "higher", "%", "THP fault success %",
+             "the share of THP faults served with a huge page rather than falling back to "
+             "base pages"),
+    _summary("compaction_success_pct", "higher", "%", "Direct compaction success %",
+             "the share of direct compaction stalls that produced the page asked for; a failed "
+             "one was a wait for nothing"),
+    _summary("pgscan_kswapd_per_min", "lower", "/min", "pgscan_kswapd per minute",
+             "pages kswapd scanned for reclaim per minute: reclaim work and the evictions behind "
+             "refaults; a shift of reclaim into the tasks shows in allocstall and pgscan_direct"),
+    _summary("highatomic_pageblocks_max", "lower", "count", "HighAtomic pageblocks (max)",
+             "pageblocks held in the high-atomic reserve are kept from every other allocation; "
+             "the reserve patches aim to hold fewer for the same atomic demand"),
+    _summary("eligible_allocs_order_1_3", "none", "count", "High-atomic-eligible allocs, order 1-3",
+             "allocations eligible for the high-atomic reserve are " + _DEMAND),
+    _summary("eligible_allocs_order_4_plus", "none", "count",
+             "High-atomic-eligible allocs, order 4+",
+             "allocations eligible for the high-atomic reserve are " + _DEMAND),
     _summary("pollution_per_1000_allocs", "lower", "/1000",
-             "Fragmenting fallbacks per 1000 allocs"),
+             "Fragmenting fallbacks per 1000 allocs",
+             "a fallback that steals from another migratetype's pageblock mixes movable and "
+             "unmovable pages, which later blocks huge pages and compaction"),
     # No direction: faster reuse of cache-hot frames, or frees spread over CPUs, is what one
     # patch wants and another gives up (the per-CPU list postings argue both ways); the user
     # states one with --direction NAME=higher|lower.
-    _summary("top5_pfn_allocs_sum", "none", "count", "Allocs of the 5 hottest pfns"),
-    _summary("cross_cpu_free_pct", "none", "%", "Pages freed on another CPU %"),
-    _summary("lost_events", "lower", "count", "Lost trace events"),
-    # With `record -- COMMAND` the capture lasts as long as the command: shorter is faster.
-    _summary("duration_s", "lower", "s", "Capture duration"),
-    _summary("allocs", "lower", "count", "Page allocations"),
+    _summary("top5_pfn_allocs_sum", "none", "count", "Allocs of the 5 hottest pfns",
+             "reuse of a few cache-hot frames is what one per-CPU list patch wants and another "
+             "gives up for spreading: no gain or loss by itself"),
+    _summary("cross_cpu_free_pct", "none", "%", "Pages freed on another CPU %",
+             "frees on another CPU than the allocation's trade cache locality for balance, as the "
+             "per-CPU list postings argue both ways: no gain or loss by itself"),
+    _summary("lost_events", "lower", "count", "Lost trace events",
+             "events the ring buffer dropped: every count from the trace falls short by them"),
+    _summary("duration_s", "none", "s", "Capture duration",
+             "a fixed-length capture's duration is the operator's choice; with `record -- "
+             "COMMAND` it is the command's run time (then --direction duration_s=lower)"),
+    _summary("allocs", "none", "count", "Page allocations", "page allocations are " + _DEMAND),
 ]}
 HEADLINE = [name for name in SUMMARY if name not in ("duration_s", "allocs")]
 
-# vmstat counters where more is better; every other counter (stalls, scans,
-# fallbacks, swap, refaults) is work or failure, so fewer is better.
-VMSTAT_HIGHER = {"thp_fault_alloc", "thp_collapse_alloc", "thp_file_alloc", "compact_success",
-                 "compact_success_pct"}
+# vmstat counters: which way is better, and why, for every counter a comparison shows by
+# default (MMTESTS_VMSTAT) and a few more. A counter not reviewed here has no direction: a
+# /proc/vmstat counter's increase can be demand, work, failure or a gauge's net change.
+_EVICTS = ("reclaim work and the evictions behind refaults; fewer is less reclaim pressure "
+           "for the same work")
+VMSTAT_DIRECTIONS = {
+    "thp_fault_alloc": ("higher", "a fault served with a huge page (read with THP fault "
+                                  "fallback: how many faults there were is the workload's)"),
+    "thp_fault_fallback": ("lower", "a THP fault that fell back to base pages"),
+    "thp_collapse_alloc": ("higher", "khugepaged got the huge page it asked for to collapse into"),
+    "thp_collapse_alloc_failed": ("lower", "khugepaged failed to get a huge page"),
+    "thp_file_alloc": ("higher", "a file THP allocated as asked"),
+    "thp_file_fallback": ("lower", "a file THP allocation that fell back"),
+    "compact_stall": ("lower", "direct compaction stalls: " + _STALLED),
+    "compact_fail": ("lower", "a direct compaction stall that did not produce the page: a wait "
+                              "for nothing"),
+    "compact_success": ("none", "a success is still a stall in direct compaction: more of "
+                                "them is more waiting unless stalls fell too; the gain or loss "
+                                "is the rate (Direct compact success rate %)"),
+    "compact_success_pct": ("higher", "the share of direct compaction stalls that produced the "
+                                      "page asked for"),
+    "compact_daemon_migrate_scanned": ("none", _BACKGROUND.format(
+        what="kcompactd's scanning", cpu="kcompactd_cpu_s")),
+    "compact_daemon_free_scanned": ("none", _BACKGROUND.format(
+        what="kcompactd's scanning", cpu="kcompactd_cpu_s")),
+    "compact_direct_migrate_scanned": ("lower", "pages scanned inside direct compaction: work "
+                                                "an allocating task waits for"),
+    "compact_direct_free_scanned": ("lower", "pages scanned inside direct compaction: work an "
+                                             "allocating task waits for"),
+    "compact_migrate_scanned": ("none", "the sum of direct scanning (a wait) and kcompactd's "
+                                        "(background): a move between the two leaves it as it "
+                                        "was; the direct and daemon rows say which moved"),
+    "compact_free_scanned": ("none", "the sum of direct scanning (a wait) and kcompactd's "
+                                     "(background): a move between the two leaves it as it was; "
+                                     "the direct and daemon rows say which moved"),
+    "allocstall": ("lower", "direct reclaim stalls: " + _STALLED),
+    "pgscan_kswapd": ("lower", "pages kswapd scanned: " + _EVICTS),
+    "pgsteal_kswapd": ("lower", "pages kswapd evicted: " + _EVICTS),
+    "pgscan_direct": ("lower", "pages scanned in direct reclaim, inside a task's stall"),
+    "pgsteal_direct": ("lower", "pages evicted in direct reclaim, inside a task's stall"),
+    "pgscan_total": ("lower", "pages reclaim scanned, by kswapd or in a task: " + _EVICTS),
+    "pgsteal_total": ("lower", "pages reclaim evicted, by kswapd or in a task: " + _EVICTS),
+    "pswpout": ("lower", "pages written to swap: I/O, and later swap-ins"),
+    "pswpin": ("lower", "pages read back from swap: a task waited on I/O"),
+    "workingset_refault_file": ("lower", "file pages read again soon after reclaim evicted them"),
+}
+VMSTAT_UNREVIEWED = ("no direction reviewed for this counter: its increase can be demand, work, "
+                     "failure or a gauge's net change (state one with --direction)")
+
+
+def vmstat_direction(counter):
+    """(better, reason) of a vmstat counter (VMSTAT_DIRECTIONS; none where not reviewed)."""
+    return VMSTAT_DIRECTIONS.get(counter, ("none", VMSTAT_UNREVIEWED))
+
 
 # kmemscope's own vmstat rows: name -> (formula over counters' increases, unit).
 # Each formula gets {counter: increase} and returns a number or None.
@@ -216,7 +311,8 @@ def vmstat_metric(counter, per_min=False):
     unit = "/min" if per_min else VMSTAT_DERIVED.get(counter, (None, "count"))[1]
     name = f"vmstat.{counter}" + ("/min" if per_min else "")
     title = MMTESTS_TITLES.get(counter, counter) + (" per minute" if per_min else "")
-    return Metric(name, "higher" if counter in VMSTAT_HIGHER else "lower", unit, title, "vmstat")
+    better, reason = vmstat_direction(counter)
+    return Metric(name, better, unit, title, "vmstat", reason)
 
 
 def stall_metric(kind, stat):
@@ -224,7 +320,22 @@ def stall_metric(kind, stat):
     name = stall_stat_name(kind, stat)
     what = "runs timed" if stat == "timed" and kind in THREAD_KINDS else STALL_TITLES[name]
     title = f"{kind.replace('_', ' ')} {what}"
-    return Metric(f"stalls.{kind}.{name}", "lower", STALL_STATS[stat], title, "stalls")
+    better, reason = stall_direction(kind, stat)
+    return Metric(f"stalls.{kind}.{name}", better, STALL_STATS[stat], title, "stalls", reason)
+
+
+def stall_direction(kind, stat):
+    """(better, reason) of a stall statistic: lower for the stalls tasks wait in; none for the
+    background threads' runs (THREAD_KINDS), which stall no one."""
+    if kind in THREAD_KINDS:
+        cpu = f"{kind}_cpu_s"
+        return "none", _BACKGROUND.format(what=kind, cpu=cpu)
+    what = kind.replace("_", " ")
+    if stat in ("stalls", "timed"):
+        return "lower", f"{what} stalls: " + _STALLED
+    if stat == "compaction_runs":
+        return "lower", "compact_zone() runs inside direct compaction stalls: work a task waits for"
+    return "lower", f"{what} stall time: " + _TASK_WAITS
 
 
 def parse_name(name):
@@ -291,6 +402,14 @@ def _run_query(name, dataset, run_ids, labels, engine, params=None, with_labels=
     return table.to_pylist(), notes
 
 
+# Why an imported row has its direction: the benchmark's own, stated at import.
+IMPORTED_REASON = {
+    "higher": "stated at import (better=higher): the benchmark's result, higher is better",
+    "lower": "stated at import (better=lower): the benchmark's result, lower is better",
+    "none": "imported without a direction (better=none); state one with --direction",
+}
+
+
 def _imported_metrics(rows):
     """name -> Metric of the imported rows; runs that disagree on direction are an error.
 
@@ -305,7 +424,8 @@ def _imported_metrics(rows):
             continue
         m = out.get(name)
         if m is None:
-            out[name] = Metric(name, r["better"], r["unit"] or "", name, "imported")
+            out[name] = Metric(name, r["better"], r["unit"] or "", name, "imported",
+                               IMPORTED_REASON.get(r["better"], IMPORTED_REASON["none"]))
             units[name] = {r["unit"] or ""}
         elif m.better != r["better"]:
             raise QueryError(f"metric {name!r} is imported as {m.better}-is-better for some runs "
@@ -757,28 +877,39 @@ def _trace_notes(runs, bare):
 
 # ---------------------------------------------------------------- frag.*: the fragmentation analysis
 
-# The columns of fragmentation.metrics a comparison can use: unit and row title.
-# Every one is lower-is-better: less free memory unusable at the order, fewer
-# samples where the allocation would fail, and failures that are less down to
-# fragmentation (the fragmentation index) are what anti-fragmentation work aims at.
+# The columns of fragmentation.metrics a comparison can use: unit, row title, direction and why.
+_UNUSABLE = ("the share of free memory too fragmented to serve the order: less is more free "
+             "memory usable at that order")
+_FAILS = "samples where no free block of the order was left: an allocation there would fail"
+_FRAG_INDEX = ("which cause a failing allocation would have (0: too little memory, 1000: "
+               "fragmentation), not how often it fails: a fall with more failures is no gain; "
+               "order*_fail_pct counts the failures")
 FRAG_METRICS = {
-    "unusable_index_order3_mean": ("/1000", "Unusable free space index, order 3, mean"),
-    "unusable_index_order3_max": ("/1000", "Unusable free space index, order 3, max"),
-    "unusable_index_order9_mean": ("/1000", "Unusable free space index, order 9, mean"),
-    "unusable_index_order9_max": ("/1000", "Unusable free space index, order 9, max"),
-    "order3_fail_pct": ("%", "Samples where order 3 would fail %"),
-    "order9_fail_pct": ("%", "Samples where order 9 would fail %"),
-    "fragmentation_index_order3_mean": ("/1000", "Fragmentation index, order 3, mean"),
-    "fragmentation_index_order3_max": ("/1000", "Fragmentation index, order 3, max"),
-    "fragmentation_index_order9_mean": ("/1000", "Fragmentation index, order 9, mean"),
-    "fragmentation_index_order9_max": ("/1000", "Fragmentation index, order 9, max"),
+    "unusable_index_order3_mean": ("/1000", "Unusable free space index, order 3, mean",
+                                   "lower", _UNUSABLE),
+    "unusable_index_order3_max": ("/1000", "Unusable free space index, order 3, max",
+                                  "lower", _UNUSABLE),
+    "unusable_index_order9_mean": ("/1000", "Unusable free space index, order 9, mean",
+                                   "lower", _UNUSABLE),
+    "unusable_index_order9_max": ("/1000", "Unusable free space index, order 9, max",
+                                  "lower", _UNUSABLE),
+    "order3_fail_pct": ("%", "Samples where order 3 would fail %", "lower", _FAILS),
+    "order9_fail_pct": ("%", "Samples where order 9 would fail %", "lower", _FAILS),
+    "fragmentation_index_order3_mean": ("/1000", "Fragmentation index, order 3, mean",
+                                        "none", _FRAG_INDEX),
+    "fragmentation_index_order3_max": ("/1000", "Fragmentation index, order 3, max",
+                                       "none", _FRAG_INDEX),
+    "fragmentation_index_order9_mean": ("/1000", "Fragmentation index, order 9, mean",
+                                        "none", _FRAG_INDEX),
+    "fragmentation_index_order9_max": ("/1000", "Fragmentation index, order 9, max",
+                                       "none", _FRAG_INDEX),
 }
 GROUPS["frag"] = "frag"
 
 
 def frag_metric(column):
-    unit, title = FRAG_METRICS[column]
-    return Metric(f"frag.{column}", "lower", unit, title, "frag")
+    unit, title, better, reason = FRAG_METRICS[column]
+    return Metric(f"frag.{column}", better, unit, title, "frag", reason)
 
 
 def _parse_frag_name(name):
@@ -1153,3 +1284,32 @@ def cost_notes(g):
                          "without per-size mTHP samples (a bare trace, or a kernel before 6.10): "
                          "the trace's THP fault model counts the PMD order only")
     return notes
+
+
+# ---------------------------------------------------------------- one quantity, several rows
+
+# Rows that measure one quantity, in different blocks (and so perhaps in different sign
+# conventions, units or sources): a table that shows more than one of them says so beside
+# each, so that `+82.93%` in one block and `-80.15%` in another read as the same fall.
+SAME_QUANTITY = (
+    (("pgscan_kswapd_per_min", "vmstat.pgscan_kswapd", "vmstat.pgscan_kswapd/min"),
+     "pages kswapd scanned (vmstat's pgscan_kswapd): per minute or over the capture"),
+    (("compaction_success_pct", "vmstat.compact_success_pct"),
+     "the share of direct compaction stalls that succeeded (compact_success / compact_stall)"),
+    (("stalls.direct_compaction.stalls", "vmstat.compact_stall"),
+     "direct compaction stalls: from the trace, or vmstat's compact_stall"),
+    (("stalls.direct_reclaim.stalls", "vmstat.allocstall"),
+     "direct reclaim stalls: from the trace, or vmstat's allocstall"),
+    (("stalls.direct_compaction.total_ms", "cost.direct_compaction_ms"),
+     "the time tasks spent in direct compaction, from the trace"),
+    (("stalls.direct_reclaim.total_ms", "cost.direct_reclaim_ms"),
+     "the time tasks spent in direct reclaim, from the trace"),
+)
+_SAME = {name: (names, what) for names, what in SAME_QUANTITY for name in names}
+
+
+def same_quantity(name):
+    """(the other rows' metric names, what they all measure) for a metric that measures the
+    same quantity as other rows (SAME_QUANTITY), or ((), None)."""
+    names, what = _SAME.get(name, ((), None))
+    return tuple(n for n in names if n != name), what

@@ -134,6 +134,69 @@ def test_headline_and_benchmark_blocks_keep_mmtests_conventions(datasets):
         assert "positive = better" in blocks[title + ":header"]
 
 
+# the headline's rows without a direction, and which way is better for the others
+HEADLINE_NONE = ("eligible_allocs_order_1_3", "eligible_allocs_order_4_plus", "top5_pfn_allocs_sum",
+                 "cross_cpu_free_pct")
+HEADLINE_LOWER = ("pgscan_kswapd_per_min", "highatomic_pageblocks_max", "pollution_per_1000_allocs",
+                  "lost_events")
+
+
+def test_headline_header_states_the_sign_every_row_follows(datasets):
+    """The header's one convention: positive = better, and positive = higher on the rows it
+    names as having no direction. Oracle: each row's percent recomputed from the two means
+    the block prints (2 decimals), by the sign the header gives that row."""
+    blocks, _ = compare_mmtests(datasets["procfs"], "--metrics", "headline")
+    header = blocks["headline:header"]
+    assert "positive = better" in header and "without a direction: positive = higher" in header
+    named = header.split("no direction: ", 1)[1].split(";", 1)[0].split(", ")
+    assert sorted(named) == sorted(HEADLINE_NONE)
+    checked = 0
+    for row, cells in blocks["headline"].items():
+        stat, name = row.split()[0], row.split()[1]
+        if stat not in ("Amean", "Hmean"):
+            continue
+        (base, _), (new, pct) = cells
+        if float(base) == 0 or pct.strip("()*% ") == "n/a":
+            continue
+        ratio = float(new) / float(base) * 100.0
+        want = 100.0 - ratio if name in HEADLINE_LOWER else ratio - 100.0
+        got = float(pct.strip("()*% "))
+        assert got == pytest.approx(want, rel=1e-3, abs=0.02), (name, got, want)
+        checked += 1
+    assert checked >= 6
+    # the issue's demand row: a rise from 0.75 to 503.75 allocs is +, and is no "worse"
+    (_b, _), (_n, pct) = blocks["headline"]["Amean     eligible_allocs_order_1_3"]
+    assert float(pct.strip("()*% ")) > 0
+
+
+def test_one_quantity_in_two_blocks_reads_as_one_fall(datasets):
+    """pgscan_kswapd_per_min (headline: positive = better) and Pages kswapd scanned (vmstat: the
+    raw change) are one quantity; each names the other with both changes. Oracle: the
+    counter's raw change from the bundles' procfs/vmstat in plain Python."""
+    scanned = side_values("pgscan_kswapd")
+    raw = raw_change(statistics.fmean(scanned["defrag0"]), statistics.fmean(scanned["defrag1"]))
+    assert raw < -50                                  # the examples' fall
+    blocks, text = compare_mmtests(datasets["procfs"])
+    (_b, _), (_n, headline) = blocks["headline"]["Amean     pgscan_kswapd_per_min [vmstat]"]
+    line = next(x for x in text.splitlines()
+                if x.strip().startswith("pgscan_kswapd_per_min (headline)"))
+    m = re.search(r"pgscan_kswapd_per_min \(headline\) ([-+]\d+\.\d\d)% \(positive = better.*"
+                  r"Pages kswapd scanned \(vmstat\) ([-+]\d+\.\d\d)% \(raw change", line)
+    assert m, line
+    assert float(m.group(1)) == pytest.approx(float(headline.strip("()*% ")), abs=0.005)
+    assert float(m.group(1)) > 0                       # a fall, where lower is better: +
+    assert float(m.group(2)) == pytest.approx(raw, abs=0.006)
+    assert "one quantity" in line
+    # the text layout and JSON say it too, by metric name
+    plain = kmemscope("compare", datasets["procfs"], "--by", "kernel", "--baseline", "defrag0").stdout
+    assert re.search(r"pgscan_kswapd_per_min \(headline\) \+\d.*vmstat\.pgscan_kswapd \(vmstat\) -", plain)
+    doc = json.loads(kmemscope("compare", datasets["procfs"], "--by", "kernel", "--format",
+                               "json").stdout)
+    rec = {(r["metric"], r["side"]): r for r in doc["rows"]}
+    assert rec[("vmstat.pgscan_kswapd", "defrag1")]["same_as"] == "pgscan_kswapd_per_min"
+    assert "vmstat.pgscan_kswapd" in rec[("pgscan_kswapd_per_min", "defrag1")]["same_as"]
+
+
 # ---------------------------------------------------------------- 4. means that cannot be taken
 
 @pytest.fixture

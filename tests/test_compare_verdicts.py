@@ -320,6 +320,44 @@ def test_metrics_without_a_direction_are_never_better_or_worse(ds):
     assert new["leaning"] == expected_leaning(base["value"], new["value"], "higher")
 
 
+def test_every_row_states_its_direction_and_why(model):
+    doc, rows = model
+    assert len(doc["rows"]) > 40
+    for r in doc["rows"]:
+        assert r["direction"] in ("higher", "lower", "none"), r["metric"]
+        assert r["direction_reason"] and r["direction_reason"].strip(), r["metric"]
+
+
+# the issue's rows whose change is no gain or loss by itself: the workload's demand, and the
+# background threads' runs (here kcompactd fell 67% while direct compaction stalls rose 301%)
+UNDIRECTED = ("eligible_allocs_order_1_3", "eligible_allocs_order_4_plus", "stalls.kcompactd.runs",
+              "stalls.kswapd.runs")
+
+
+def test_demand_and_background_runs_are_never_better_or_worse(ds, model):
+    doc, rows = model
+    by = {(r["metric"], r["side"]): r for r in doc["rows"]}
+    for name in UNDIRECTED:
+        r, leaning = rows[name]
+        base = by[(name, "defrag0")]
+        assert r["direction"] == "none" and r["direction_reason"], name
+        # the oracle: which way the side's mean moved, from the two values alone
+        assert leaning in ("higher", "lower", "same") and r["leaning"] == leaning, name
+        assert r["verdict"] not in ("better", "worse"), name
+    # three of them moved on these runs: a word could have been given
+    assert sum(rows[n][0]["value"] != by[(n, "defrag0")]["value"] for n in UNDIRECTED) >= 3
+    text = kmemscope("compare", ds, "--by", "kernel").stdout.split("defrag1 vs defrag0:", 1)[1]
+    for name in UNDIRECTED:
+        line = next(x for x in text.splitlines() if x.startswith(name + " "))
+        assert " none " in line and not re.search(r"\b(better|worse)\b", line), line
+    # a direction stated for one is the user's, and its reason says so
+    stated = compare_json(ds, "--metrics", "stalls.kcompactd.runs", "--direction",
+                          "stalls.kcompactd.runs=lower")["rows"]
+    new = next(r for r in stated if not r["is_baseline"])
+    assert new["direction"] == "lower" and new["leaning"] == "better"
+    assert "--direction stalls.kcompactd.runs=lower" in new["direction_reason"]
+
+
 def test_intervals_stay_within_what_the_values_can_take(ds):
     rows = compare_json(ds, "--metrics", "headline,vmstat,stalls")["rows"]
     for r in rows:

@@ -302,12 +302,55 @@ def test_ab_notebook_figures_draw_the_analyses(ab_dataset, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_fleet_notebook_has_a_point_per_host(ab_dataset):
-    values, space = run_notebook("fleet.ipynb", {"dataset": str(ab_dataset), "hosts": 24,
+def test_fleet_notebook_simulates_distinct_hosts_and_no_significance_from_copies(ab_dataset):
+    """The fleet notebook's hosts are copies of the eight real runs: its verdicts on measured
+    rows count the real runs (copy_of), and each host's own numbers are simulated, seeded,
+    distinct and labelled so. Oracles: the real runs' summary (their mean and standard
+    deviation per side, in plain Python) and numpy's generator of the notebook's seed, drawn
+    again here in the notebook's order; statistics' pstdev of the values a side."""
+    import math
+    import statistics as stats
+
+    import numpy as np
+
+    import kmemscope
+
+    hosts, seed = 24, 7
+    values, space = run_notebook("fleet.ipynb", {"dataset": str(ab_dataset), "hosts": hosts,
+                                                 "seed": seed,
                                                  "benchmarks": str(PROJECT_ROOT / "benchmarks")})
+    text = " ".join("".join(c["source"]) for c in json.loads((NOTEBOOKS / "fleet.ipynb").read_text())["cells"]
+                    if c["cell_type"] == "markdown")
+    assert "Simulated data" in text and "would give" not in text and "sixty" not in text
+    # the real runs: the copies folded back, four a side, and no verdict the runs cannot hold
+    real = space["real_cmp"]
+    for r in real.records:
+        assert r.n == 4 and r.n_of == "copy_ofs", r
+    comp = next(r for r in real.records if r.metric == "compaction_success_pct" and not r.is_baseline)
+    assert comp.verdict not in ("better", "worse") and not comp.significant
+    # the simulated numbers: one per host and metric, distinct, seeded, labelled
+    sim = space["simulated"]
+    assert len(sim) == hosts * 3 and sim.value.nunique() == len(sim)
+    assert all(u.endswith("(simulated)") for u in sim.unit) and all(m.startswith("sim_") for m in sim.metric)
+    summary = {r["run_id"]: r for r in kmemscope.open(ab_dataset).query("summary").rows()}
+    setting = {r["run_id"]: dict(r["labels"])["kernel"] for r in kmemscope.open(ab_dataset).runs.rows()}
+    copy_of = {r["run_id"]: dict(r["labels"])["copy_of"] for r in space["ds"].runs.rows()}
+    rng = np.random.default_rng(seed)
+    for row in sim.itertuples():
+        name = row.metric[len("sim_"):]
+        side = setting[copy_of[row.run]]
+        real_values = [summary[r][name] for r in sorted(setting) if setting[r] == side]
+        if name.endswith("_pct"):       # a normal on the logit scale, back to a percentage
+            z = [math.log(v / (100.0 - v)) for v in real_values]
+            want = 100.0 / (1.0 + math.exp(-rng.normal(stats.fmean(z), stats.stdev(z))))
+        else:                           # a normal on the log scale
+            z = [math.log(v) for v in real_values]
+            want = math.exp(rng.normal(stats.fmean(z), stats.stdev(z)))
+        assert row.value == pytest.approx(want, rel=1e-12), (row.run, name)
     cmp = space["cmp"]
     assert cmp.sides.sides == ["defrag0", "defrag1"]
     assert {s: len(r) for s, r in cmp.sides.runs.items()} == {"defrag0": 12, "defrag1": 12}
+    assert all(r.unit.endswith("(simulated)") for r in cmp.records)
     drawn = figures(values)
     assert [f.name for _, f in drawn] == ["distributions", "distributions", "stall_cdfs"]
     for _, fig in drawn:
@@ -315,14 +358,11 @@ def test_fleet_notebook_has_a_point_per_host(ab_dataset):
         assert_side_colours(fig, ["defrag0", "defrag1"])
     for _, fig in drawn[:2]:
         check_comparison_panels(fig, cmp)
-    check_stall_cdf(drawn[2][1], space["ds"], "kernel", ["defrag0", "defrag1"])
-    # the copies say what they are: each keeps the setting of the run it copies, on its own host
-    import kmemscope
-
+    # the stalls are the real runs', not their copies'
+    check_stall_cdf(drawn[2][1], space["real_ds"], "kernel", ["defrag0", "defrag1"])
     rows = space["ds"].runs.rows()
-    setting = {r["run_id"]: dict(r["labels"])["kernel"] for r in kmemscope.open(ab_dataset).runs.rows()}
-    assert all(setting[dict(r["labels"])["copy_of"]] == dict(r["labels"])["kernel"] for r in rows)
-    assert len({r["host"] for r in rows}) == len(rows) == 24
+    assert all(setting[copy_of[r["run_id"]]] == dict(r["labels"])["kernel"] for r in rows)
+    assert len({r["host"] for r in rows}) == len(rows) == hosts
 
 
 def test_one_run_notebook_follows_the_run(one_run):

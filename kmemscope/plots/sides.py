@@ -274,8 +274,8 @@ class ComparisonFigures:
 
     def vmstat_table(self):
         """Compaction and THP: the vmstat rows of a kernel A/B table: per side the comparison's
-        statistic ± stddev (named), the percent difference (positive = better), marked better or
-        worse, and Welch's p."""
+        statistic ± stddev (named), the raw relative change (new/baseline - 1, as the vmstat block),
+        marked better or worse where the row has a direction (its reason on hover), and Welch's p."""
         rows = [r for r in self.rows if r.metric.kind == "vmstat"]
         if not rows:
             raise Missing("No vmstat samples in these runs (bare trace.dat): no vmstat table.")
@@ -287,7 +287,8 @@ class ComparisonFigures:
         out = ["<table class='dataframe kmemscope-vmstat'><thead><tr>"
                + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
         for r in rows:
-            cells = [esc(r.metric.title + _source_mark(r)), esc(r.metric.better)]
+            cells = [esc(r.metric.title + _source_mark(r)),
+                     f"<span title=\"{esc(r.metric.reason, quote=True)}\">{esc(r.metric.better)}</span>"]
             for side in self.sides.sides:
                 x = r.stats[side]
                 sd = "" if x.stddev is None else f" ± {x.stddev:.2f}"

@@ -22,6 +22,7 @@ from .style import legend_outside
 
 MAX_HEATMAPS_PER_SIDE = 2
 MAX_CDF_PANELS = 9
+MAX_LEFT_NAMED = 4     # groups a stall_cdfs note names one by one (the rest are counted)
 STALL_KINDS = {"direct_compaction": "direct compaction", "direct_reclaim": "direct reclaim",
                "kcompactd": "kcompactd run", "kswapd": "kswapd awake"}
 
@@ -157,9 +158,22 @@ def free_pages_heatmap(scope):
     return finish(fig, notes=[note])
 
 
+def largest_groups(df):
+    """The (kind, order) groups of stalls with their count `n`, most stalls first (then kind and
+    order, so that ties fall the same way on every run)."""
+    return (df.groupby(["kind", "order"]).size().reset_index(name="n")
+            .sort_values(["n", "kind", "order"], ascending=[False, True, True])
+            .reset_index(drop=True))
+
+
+def _order_text(order):
+    return "no order" if order == -1 else f"order {order}"
+
+
 def stall_cdfs(scope):
     """Cumulative distribution of stall latencies, a panel per kind and order, a line per side (all
-    its runs' stalls), log time axis. Counts per side in the legend of each panel."""
+    its runs' stalls), log time axis. Counts per side in the legend of each panel. The panels are
+    the MAX_CDF_PANELS groups with the most stalls, largest first; a note counts the rest."""
     groups, pal = scope.groups(), scope.palette()
     df = scope.analysis("stalls.each", "stall latencies")
     side_of = {r: s for s, rs in groups.items() for r in rs}
@@ -169,9 +183,8 @@ def stall_cdfs(scope):
         raise Missing("No stalls in these runs (or their begin and end events were not recorded): "
                       "no latency distributions.")
     df["order"] = df["order"].fillna(-1).astype(int)
-    keys = (df.groupby(["kind", "order"]).size().reset_index(name="n")
-            .sort_values(["kind", "n"], ascending=[True, False]))
-    keys = keys.sort_values(["kind", "order"]).head(MAX_CDF_PANELS)
+    every = largest_groups(df)
+    keys, left = every.head(MAX_CDF_PANELS), every.iloc[MAX_CDF_PANELS:]
     cols = 3
     fig, axes = new_figure("stall_cdfs", (len(keys) + cols - 1) // cols, cols, height=2.6)
     panels = {}
@@ -191,7 +204,7 @@ def stall_cdfs(scope):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_ylim(0, 100)
-        order = "no order" if k.order == -1 else f"order {k.order}"
+        order = _order_text(k.order)
         counts = ", ".join(f"{fig_text(s)} {v['stalls']}" for s, v in table.items())
         ax.set_title(f"{STALL_KINDS.get(k.kind, k.kind)}, {order}\nstalls: {counts}", fontsize=9)
         ax.set_xlabel("stall latency, ms (log)", fontsize=8)
@@ -201,7 +214,14 @@ def stall_cdfs(scope):
         ax.set_visible(False)
     legend_outside(fig, title="side")
     fig._kmemscope_alt = "Cumulative distributions of stall latency per kind and order, a line per side"
-    more = df.groupby(["kind", "order"]).ngroups - len(keys)
-    note = f"{plural(more, 'more kind and order')} not drawn." if more > 0 else None
+    note = None
+    if len(left):
+        what = ", ".join(f"{STALL_KINDS.get(k.kind, k.kind)} {_order_text(k.order)}: {k.n:,}"
+                         for k in left.head(MAX_LEFT_NAMED).itertuples())
+        rest = len(left) - MAX_LEFT_NAMED
+        what += f" and {plural(rest, 'more group')}" if rest > 0 else ""
+        note = (f"{plural(len(left), 'more group')} of kind and order not drawn: "
+                f"{plural(int(left.n.sum()), 'stall')} ({what}); the panels are the "
+                f"{MAX_CDF_PANELS} with the most stalls, largest first.")
     return finish(fig, Drawn("stall_cdfs", panels, "Numbers drawn (stalls and percentiles per side)"),
                   [note])

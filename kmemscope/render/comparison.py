@@ -55,7 +55,9 @@ USUAL_SOURCE = {"headline": "trace", "vmstat": "vmstat", "stalls": "trace",
                 "fragmentation": "procfs sample"}
 # What each convention's block header says of its numbers.
 CONVENTION_TEXT = {
-    "mmtests": "Hmean where higher is better, else Amean; percent difference: positive = better",
+    "mmtests": "Hmean where higher is better, else Amean; percent difference: positive = better "
+               "(Stddev, CoeffVar: positive = less spread; a row without a direction: "
+               "positive = higher)",
     "counter": "Amean: the arithmetic mean of the runs' values; percent difference: the raw "
                "relative change, new/baseline - 1",
 }
@@ -81,23 +83,60 @@ def source_text(record):
 # What a block of --stat sum rows says of its numbers, per convention.
 SUM_TEXT = {
     "mmtests": "Sum: the total across the side's {units} of each one's value; percent "
-               "difference of the totals: positive = better",
+               "difference of the totals: positive = better (a row without a direction: "
+               "positive = higher)",
     "counter": "Sum: the total across the side's {units} of each one's value; percent "
                "difference: the raw relative change of the totals, new/baseline - 1",
 }
 
 
 def _block_header(title, rows, sides=None):
+    """The block's title and its one sign convention (naming the rows without a direction,
+    whose change in the mmtests convention is the raw one: positive = higher)."""
     conventions = sorted({r.metric.convention for r in rows})
     source = USUAL_SOURCE.get(title)
+    undirected = [r.metric.name for r in rows
+                  if r.metric.convention == "mmtests" and r.metric.better == "none"]
+    none = f"; no direction: {', '.join(undirected)}" if undirected else ""
     if rows and all(r.stat == "Sum" for r in rows):
         units = (sides.unit + "s") if sides is not None and sides.unit else "runs"
         what = "; ".join(SUM_TEXT[c].format(units=units) for c in conventions)
-        return f"{title} ({what}; source: {source} unless marked)"
+        return f"{title} ({what}{none}; source: {source} unless marked)"
     stats = sorted({r.stat for r in rows if r.stat not in ("Hmean", "Amean")})
     extra = f"; {', '.join(stats)} where --stat asks for it" if stats else ""
-    return (f"{title} ({'; '.join(CONVENTION_TEXT[c] for c in conventions)}{extra}; "
+    return (f"{title} ({'; '.join(CONVENTION_TEXT[c] for c in conventions)}{none}{extra}; "
             f"source: {source} unless marked)")
+
+
+def same_quantity_lines(sides, rows, side, titles=False):
+    """Rows of one quantity in more than one block, each with its change in its own block's
+    convention, so that a rise in one and a fall in another read as what they are. titles:
+    name a row of a means block (vmstat, stalls, cost, mthp) by its title, as mmtests does."""
+    by_name = {r.metric.name: r for r in rows}
+    seen, out = set(), []
+    for r in rows:
+        rec = r.records[side]
+        if not rec.same_as or r.metric.name in seen:
+            continue
+        group = [r] + [by_name[n] for n in rec.same_as.split(", ") if n in by_name]
+        seen.update(g.metric.name for g in group)
+        if all(g.records[side].change is None for g in group):
+            continue            # nothing to reconcile: no change on any of them
+        parts = []
+        for g in group:
+            grec = g.records[side]
+            sign = ("raw change" if g.metric.convention == "counter" or g.metric.better == "none"
+                    else "positive = better")
+            name = (g.metric.title if titles and LAYOUT.get(grec.block) == "means"
+                    else g.metric.name)
+            change = "n/a" if pct_text(grec.change) == "n/a" else f"{grec.change:+.2f}%"
+            parts.append(f"{name} ({grec.block}) {change} "
+                         f"({sign}, {grec.statistic})")
+        out.append(f"  {' and '.join(parts)}: one quantity, {rec.same_quantity}")
+    if not out:
+        return []
+    return [f"one quantity in several rows ({printable(side)} vs "
+            f"{printable(sides.baseline)}):"] + out + [""]
 
 
 def pct_text(pct):
@@ -239,6 +278,7 @@ def format_text(sides, table, notes=()):
                        f"{verdict_text(rec):<{vw}}  {source_text(rec)}")
         out.append("")
         out += _interval_lines(rows, s)
+        out += same_quantity_lines(sides, rows, s)
     out += _detect_lines(sides, table)
     out += _one_run_line(sides)
     return _finish(out, notes)
@@ -303,6 +343,9 @@ def format_mmtests(sides, table, notes=()):
             out += [_block_header(title, block, sides)] + _header(sides, lead, w)
             for r in block:
                 out.append(f"{_title(r, sides):<{width}} " + _join(_cells(sides, r, "value"), sides, w))
+    for s in sides.sides[1:]:
+        same = same_quantity_lines(sides, table.rows, s, titles=True)
+        out += [""] + same[:-1] if same else []
     out += [""] + _one_run_line(sides) if _one_run_line(sides) else []
     return _finish(out, notes)
 
@@ -347,6 +390,11 @@ def format_markdown(sides, table, notes=()):
                 if rec.detect_note and not rec.is_baseline:
                     cells[-1] = f"n/a ({markdown_text(rec.detect_note)})"
             lines.append("| " + " | ".join(cells) + " |")
+    for s in sides.sides[1:]:
+        same = same_quantity_lines(sides, table.rows, s)
+        if same:
+            lines += ["", markdown_text(same[0]), ""] + [f"- {markdown_text(x.strip())}"
+                                                        for x in same[1:-1]]
     if notes:
         lines += ["", "Notes:", ""] + [f"- {markdown_text(n)}" for n in notes]
     return "\n".join(lines) + "\n"
