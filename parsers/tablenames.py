@@ -26,7 +26,8 @@ RESERVED_TABLES = frozenset({
     "stack_origins", "origin_allocs",
     "gfp_bits", "compaction_status_names", "page_allocs", "page_alloc_classes",
     "vmstat_deltas", "vmstat_intervals", "thp_fault_attempts", "direct_compactions", "trace_windows",
-    "thp_fault_success", "compaction_success", "compaction_runs", "compaction_run_pairing",
+    "thp_fault_success", "thp_fault_unsure", "compaction_success", "compaction_runs",
+    "compaction_run_pairing",
     "stack_callsites",
 })
 _SAFE = re.compile(r"[a-z][a-z0-9_]{0,63}")

@@ -113,7 +113,8 @@ def same_quantity_lines(sides, rows, side, titles=False):
     convention, so that a rise in one and a fall in another read as what they are. titles:
     name a row of a means block (vmstat, stalls, cost, mthp) by its title, as mmtests does."""
     by_name = {r.metric.name: r for r in rows}
-    seen, out = set(), []
+    seen: set[str] = set()
+    out: list[str] = []
     for r in rows:
         rec = r.records[side]
         if not rec.same_as or r.metric.name in seen:
