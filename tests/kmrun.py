@@ -15,6 +15,7 @@ signals, `report` starts a notebook kernel, Spark starts a JVM the test must not
 """
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -75,10 +76,23 @@ def _run_in_process(args, text):
         os.chdir(saved_cwd)
         for sig, handler in saved_signals.items():
             signal.signal(sig, handler)
+        _end_of_program()
     out, err = stdout.buffer.getvalue(), stderr.buffer.getvalue()
     if text:
         out, err = out.decode(), err.decode()
     return subprocess.CompletedProcess(_argv(args), code, out, err)
+
+
+def _end_of_program():
+    """Forget what a program's exit drops: the private folder of derived tables built outside
+    a dataset (removed by an atexit of dataset/derived.py) and the files it checked. Kept, a
+    later run here would find its caches there and write none into a copy of the same runs."""
+    from kmemscope.dataset import derived
+
+    if derived._private_dir is not None:
+        shutil.rmtree(derived._private_dir, ignore_errors=True)
+        derived._private_dir = None
+    derived._CHECKED.clear()
 
 
 def kmemscope(*args, check=True, timeout=600, text=True, process=False, **popen):

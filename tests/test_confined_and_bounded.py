@@ -25,7 +25,7 @@ ESC_TITLE = "\x1b]0;pwned\x07"            # sets the terminal's title when print
 
 
 def run(*args, timeout=300):
-    return kmemscope(*args, check=False, timeout=timeout, process=True)   # caches as a program leaves them
+    return kmemscope(*args, check=False, timeout=timeout)
 
 
 def measured(*args, timeout=900):

@@ -63,14 +63,14 @@ def test_a_planted_dot_file_fails_verify_and_no_reader_reads_it(ds):
     # and under _derived, which verify walked past dot-files before
     (part / ".x.parquet").unlink()
     (part / "x y.parquet").unlink()
-    kmemscope("query", "hot_pfns", ds, process=True)   # its caches as a program leaves them
+    kmemscope("query", "hot_pfns", ds)
     cache = next((ds / "_derived" / "page_pairs").glob("run_id=*"))
     shutil.copy(cache / "part-0.parquet", cache / ".part-0.parquet")
     assert _problems(ds) == [("extra", f"_derived/page_pairs/{cache.name}/.part-0.parquet")]
 
 
 def test_planted_temps_of_each_writer_are_reported_and_the_next_writer_removes_them(ds):
-    kmemscope("query", "hot_pfns", ds, process=True)   # its caches as a program leaves them
+    kmemscope("query", "hot_pfns", ds)
     cache = next((ds / "_derived" / "page_pairs").glob("run_id=*"))
     run = ds / "runs" / cache.name
     temps = [run / "._files.json.0123abcd.tmp",                    # write_atomic, 8 hex
@@ -82,7 +82,7 @@ def test_planted_temps_of_each_writer_are_reported_and_the_next_writer_removes_t
     assert {p.split(" ")[0] for p in reported} == {str(t.relative_to(ds)) for t in temps}
     # the next writer into each folder: the cache written again, recorded in the run's digests
     (cache / "part-0.parquet").unlink()
-    kmemscope("query", "hot_pfns", ds, process=True)   # its caches as a program leaves them
+    kmemscope("query", "hot_pfns", ds)
     assert not [t for t in temps if t.exists()]
     assert verify(ds).ok
 
@@ -122,7 +122,7 @@ def test_a_writer_killed_by_sigkill_leaves_a_temp_that_verify_reports_and_the_ne
         temps = [p for p in os.listdir(run) if p.startswith("._files.json.")]
         assert len(temps) == 1
         assert verify(ds).ok            # a live writer's temp is neither reported ...
-        kmemscope("query", "hot_pfns", ds, process=True)   # its caches as a program leaves them
+        kmemscope("query", "hot_pfns", ds)
         assert (run / temps[0]).exists()    # ... nor removed
     finally:
         child.kill()
@@ -134,7 +134,7 @@ def test_a_writer_killed_by_sigkill_leaves_a_temp_that_verify_reports_and_the_ne
     assert (ds / "runs" / run.name / "_files.json").read_bytes() != before   # the query's record
     assert _problems(ds) == [("extra", f"runs/{run.name}/{temps[0]}")]
     shutil.rmtree(ds / "_derived")
-    kmemscope("query", "hot_pfns", ds, process=True)   # its caches as a program leaves them
+    kmemscope("query", "hot_pfns", ds)
     assert not (run / temps[0]).exists()
     assert verify(ds).ok
 
@@ -146,5 +146,5 @@ def test_a_temp_name_that_is_a_link_is_reported_never_removed_or_followed(ds, tm
     link = run / "._files.json.0123456789abcdef.tmp"
     link.symlink_to(victim)
     assert ("extra", str(link.relative_to(ds))) in _problems(ds)
-    kmemscope("query", "hot_pfns", ds, process=True)   # its caches as a program leaves them
+    kmemscope("query", "hot_pfns", ds)
     assert link.is_symlink() and victim.read_text() == "mine"
