@@ -332,6 +332,7 @@ def pytest_collection_modifyitems(config, items):
         module = item.nodeid.split("::")[0]
         if names & LIVE_FIXTURES:
             item.add_marker(pytest.mark.live)
+        if item.get_closest_marker("live"):      # by its fixtures or written on the test
             kind[module] = "tracefs"
         if names & SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
@@ -340,6 +341,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(kind.get(module, module)))
+
+
+def pytest_fixture_setup(fixturedef, request):
+    """A test that reaches tracefs through a fixture asked for at run time
+    (request.getfixturevalue) escapes the marking above: make check would record, and
+    pytest-xdist could run it beside the live tests. Such a test must be marked live."""
+    item = getattr(request, "_pyfuncitem", None)
+    # (the session's shared recording, stacks_recording, is made once under the record lock
+    # for whichever test asks first: the one exception)
+    reaches = {fixturedef.argname, *fixturedef.argnames} & LIVE_FIXTURES
+    if reaches and fixturedef.scope != "session" and item is not None \
+            and not item.get_closest_marker("live"):
+        pytest.fail(f"{item.nodeid} reaches tracefs through {fixturedef.argname} but is not "
+                    "marked live (mark it, or the fixture parameter that records)", pytrace=False)
 
 
 def pytest_collection_finish(session):
