@@ -14,6 +14,7 @@ counters of the same captures, read from procfs/vmstat: the kernel counts both a
 place (mm/huge_memory.c counts THP_FAULT_ALLOC beside MTHP_STAT_ANON_FAULT_ALLOC at the PMD
 order, and likewise the fallbacks).
 """
+import io
 import json
 
 import pytest
@@ -238,3 +239,49 @@ def test_mthp_2048kB_faults_equal_the_vmstat_thp_fault_counters(costex):
                          ("anon_fault_fallback", "thp_fault_fallback")):
             assert want[f"mthp.2048kB.{mthp}"] == last[vm] - first[vm], (bundle.name, mthp)
         assert want["mthp.2048kB.anon_fault_alloc"] > 0
+
+
+def test_a_metric_named_by_its_group_and_by_itself_is_one_row(costex):
+    ds, _runs = costex
+    doc = json.loads(kmemscope("compare", ds, "--by", "kernel", "--format", "json", "--metrics",
+                               "cost,cost.system_cpu_s/min").stdout)
+    rows = [(r["metric"], r["side"]) for r in doc["rows"]]
+    assert len(rows) == len(set(rows))
+    assert ("cost.system_cpu_s/min", "defrag1") in rows and ("cost.psi_some_ms", "defrag1") in rows
+
+
+def test_over_run_expands_a_group_into_its_rows(costex):
+    ds, runs = costex
+    got = per_run(ds, ["cost"])
+    assert {m for _r, m in got} == set(SAMPLED) | set(TRACED) | {SHARE}
+    for run_id, (bundle, want, _w, _s) in runs.items():
+        assert got[(run_id, "cost.psi_some_ms")] == pytest.approx(want["cost.psi_some_ms"]), \
+            bundle.name
+
+
+def test_mthp_rows_alone_say_nothing_about_the_cost_rows(costex):
+    ds, _runs = costex
+    proc = kmemscope("compare", ds, "--by", "kernel", "--format", "json", "--metrics",
+                     "mthp.2048kB.anon_fault_alloc")
+    notes = json.loads(proc.stdout)["notes"]
+    assert not [n for n in notes if n.startswith("cost.")], notes
+
+
+def test_time_spent_figure_draws_the_sides_means_and_labels_log_axes_in_plain_numbers(costex):
+    import matplotlib  # noqa: F401  (the [report] extra, which make setup installs)
+    import kmemscope
+    from kmemscope import plots
+
+    ds, runs = costex
+    fig = plots.time_spent(kmemscope.open(ds).compare("kernel", metrics=["cost"]))
+    frame = fig.drawn.panels["time per run, s"]
+    for side in ("defrag0", "defrag1"):
+        mine = [want for b, want, _w, _s in runs.values() if b.name.endswith(side)]
+        assert frame.loc[side, "system CPU (every CPU), s"] == pytest.approx(
+            sum(w["cost.system_cpu_s"] for w in mine) / len(mine))
+    # a figure with log axes (the stall CDFs): no tick label is mathtext source
+    lat = plots.stall_cdf(kmemscope.open(ds), by="kernel")
+    lat.savefig(io.BytesIO(), format="png")
+    labels = [t.get_text() for ax in lat.axes for axis in (ax.xaxis, ax.yaxis)
+              for t in axis.get_ticklabels(which="both")]
+    assert any(labels) and not [s for s in labels if "$" in s or "mathdefault" in s]
