@@ -238,12 +238,14 @@ class Comparison:
         """Each metric's values over the sides' runs in recording order (over="run") or over
         the minutes of the captures (over="minute", vmstat metrics), averaged per side."""
         from kmemscope.render.comparison import over_rows
+        from kmemscope.queries.comparison_model import resolve_metrics
         from kmemscope.queries.metrics import minute_series
         from kmemscope.queries.sides import condense_notes
 
         if over not in ("run", "minute"):
             raise ValueError("over is 'run' or 'minute'")
-        names = list(metrics) if metrics else list(self.sides.metrics)
+        # groups (cost, mthp, vmstat, ...) stand for their metrics, as in the comparison
+        names = [m.name for m in resolve_metrics(self.sides, list(metrics) if metrics else None)]
         notes = condense_notes(self.sides.notes)
         series: dict = {}
         if over == "minute":

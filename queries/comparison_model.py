@@ -188,6 +188,8 @@ def resolve_metrics(sides, metrics, directions=None):
             names += [n for n, m in sides.metrics.items() if m.kind == GROUPS[name]]
         else:
             names.append(name)
+    # a metric named both by its group and by itself (cost, cost.system_cpu_s/min) is one row
+    names = list(dict.fromkeys(names))
     out = []
     for name in names:
         metric = sides.metrics.get(name) or SUMMARY.get(name)

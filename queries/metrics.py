@@ -660,7 +660,7 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
         if defaults or "cost" in kinds:
             g.add_stalls(required=False)        # the trace-timed rows: stalls.per_run's times
         _add_cost(g)
-        g.notes += cost_notes(g)
+        g.notes += cost_notes(g, cost_rows=defaults or "cost" in kinds)
     chosen = g.choose(names, defaults)
     # each analysis gives its notes about the same runs: one of each
     return RunValues(list(g.runs.values()), chosen, list(dict.fromkeys(g.notes)), g.counters,
@@ -1254,11 +1254,12 @@ def mthp_group(g, everything=True):
     return out
 
 
-def cost_notes(g):
-    """Why a cost or mthp row is n/a for runs without the samples that answer it."""
+def cost_notes(g, cost_rows=True):
+    """Why a cost or mthp row is n/a for runs without the samples that answer it (the cost
+    rows' notes only where cost rows are shown: cost_rows=False when only mthp.* rows are)."""
     notes = []
     bare = [r for r in g.runs if r not in g.cost_sampled]
-    if bare and (g.cost_sampled or g.cost_asked):
+    if cost_rows and bare and (g.cost_sampled or g.cost_asked):
         shown = ", ".join(bare[:3]) + (" ..." if len(bare) > 3 else "")
         notes.append(
             f"cost.psi_some_ms, cost.psi_full_ms, cost.system_cpu_s, cost.kswapd_cpu_s, "
@@ -1269,7 +1270,7 @@ def cost_notes(g):
             "(kmemscope record takes them) answer those rows; the trace-timed rows "
             "(direct_compaction_ms, direct_reclaim_ms) stay")
     untimed = [r for r in g.runs if r not in g.cost_traced]
-    if untimed and (g.cost_sampled or g.cost_asked):
+    if cost_rows and untimed and (g.cost_sampled or g.cost_asked):
         notes.append(f"cost.direct_compaction_ms, cost.direct_reclaim_ms: n/a for {len(untimed)} "
                      f"run{'s' if len(untimed) > 1 else ''} that recorded neither kind's begin and "
                      "end events (kmemscope queries stalls says which)")

@@ -206,7 +206,7 @@ def comparison(cmp, metrics=None) -> Figure:
 def time_spent(cmp) -> Figure:
     """Where the time went, per side of Comparison `cmp`: the time allocating tasks waited in
     direct compaction and direct reclaim (the trace) and the CPU time of kcompactd, kswapd and
-    khugepaged (samples) stacked, system CPU beside them; each segment the side's statistic of
+    khugepaged (samples) stacked, system CPU beside them in a panel of its own scale; each segment the side's statistic of
     its cost row. Needs the cost rows (`ds.compare(by, metrics=["cost"])`); `fig.drawn` holds
     the seconds drawn per side."""
     from .cost import time_spent as draw

@@ -2,7 +2,8 @@
 
   time_spent         a comparison's cost rows per side: direct compaction, direct reclaim
                      (time allocating tasks waited, from the trace), kcompactd, kswapd and
-                     khugepaged CPU time stacked, system CPU beside them; each segment the
+                     khugepaged CPU time stacked, system CPU beside them (a panel each, each on
+                     its own scale, each bar's total written on it); each segment the
                      side's statistic of its row (the comparison's, per run)
   free_pages_blocks  vmstat nr_free_pages and nr_free_pages_blocks (6.15+: free pages in
                      free pageblocks) over time, a pair of lines per run
@@ -45,27 +46,38 @@ def time_spent(cmp):
     frame = pd.DataFrame.from_dict(table, orient="index")
     if not np.nansum(frame.to_numpy()) > 0:
         raise Missing("Every cost row is n/a or 0 on every side: nothing to draw.")
-    fig, axes = new_figure("time_spent", 1, 1, height=3.6, width=8)
-    ax = axes[0, 0]
+    # two panels, each on its own scale: the waits and threads' CPU are often a tenth of
+    # system CPU or less, and drawn on its scale their stack would be a sliver
+    fig, axes = new_figure("time_spent", 1, 2, height=3.6, width=9)
+    fig.get_layout_engine().set(wspace=0.08)
+    stack_ax, system_ax = axes[0, 0], axes[0, 1]
     x = np.arange(len(sides))
     bottom = np.zeros(len(sides))
     for (name, title, _scale), color in zip(STACK, SEGMENT_COLORS):
         h = np.nan_to_num(frame[f"{title}, s"].to_numpy(dtype=float))
-        ax.bar(x - 0.2, h, 0.38, bottom=bottom, color=color, label=title, gid=f"stack={name}")
+        stack_ax.bar(x, h, 0.6, bottom=bottom, color=color, label=title, gid=f"stack={name}")
         bottom += h
     system = np.nan_to_num(frame[f"{SYSTEM[1]}, s"].to_numpy(dtype=float))
-    ax.bar(x + 0.2, system, 0.38, color="0.65", hatch="//", edgecolor="0.35",
-           label=SYSTEM[1], gid="system")
-    ax.set_xticks(x, [fig_text(s) for s in sides], fontsize=8)
+    system_ax.bar(x, system, 0.6, color="0.65", hatch="//", edgecolor="0.35",
+                  label=SYSTEM[1], gid="system")
     palette = Palette({s: list(cmp_sides.runs[s]) for s in sides})
-    for tick, side in zip(ax.get_xticklabels(), sides):     # each side named in its colour
-        tick.set_color(palette.color(side))
     stat = "/".join(sorted(stats)) or "Amean"
-    ax.set_ylabel(f"seconds per run ({stat} of the side's runs)"
-                  if stat != "Sum" else "seconds, total across the side", fontsize=8)
-    ax.set_title("Where the time went: waits and background threads' CPU (stacked), "
-                 "system CPU (hatched)", fontsize=9)
+    for ax, tops in ((stack_ax, bottom), (system_ax, system)):
+        ax.set_xticks(x, [fig_text(s) for s in sides], fontsize=8)
+        for tick, side in zip(ax.get_xticklabels(), sides):     # each side named in its colour
+            tick.set_color(palette.color(side))
+        for xi, top in zip(x, tops):                             # each bar's total, written on it
+            ax.annotate(f"{top:.3g} s", (xi, top), xytext=(0, 2), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=7)
+    stack_ax.set_ylabel(f"seconds per run ({stat} of the side's runs)"
+                        if stat != "Sum" else "seconds, total across the side", fontsize=8)
+    stack_ax.set_title("Waits in the allocation path and\nbackground threads' CPU (stacked)",
+                       fontsize=9)
+    system_ax.set_title("System CPU\n(its own scale)", fontsize=9)
     no_negative_axes(fig)
+    for ax, tops in ((stack_ax, bottom), (system_ax, system)):
+        if tops.max() > 0:                                       # room for the totals
+            ax.set_ylim(0, tops.max() * 1.15)
     legend_outside(fig)
     missing = [c for c in frame.columns if frame[c].isna().any()]
     notes = [f"Each segment is the side's {stat} of its cost row (the comparison's statistic)."]

@@ -19,10 +19,12 @@ drawing every text is literal: a Figure draws with matplotlib's mathtext and TeX
 """
 import html
 import io
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from matplotlib.figure import Figure as _MplFigure
+from matplotlib.ticker import LogFormatter, LogFormatterMathtext
 
 MAX_LINES = 12           # legend entries before a figure drops its legend
 
@@ -101,7 +103,41 @@ def literal_text(fig):
         for t in fig.findobj(Text):
             t.set_parse_math(False)
             t.set_usetex(False)
+        _plain_log_ticks(fig)
         yield
+
+
+def _plain_log_ticks(fig):
+    """Log and symlog axes (colour bars included) label their ticks in plain numbers: their
+    default labels are mathtext (`$\\mathdefault{10^{2}}$`), which with mathtext off would be
+    drawn as that source."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
+                             (axis.get_minor_formatter, axis.set_minor_formatter)):
+                old = get()
+                if isinstance(old, LogFormatterMathtext):
+                    put(_plain_log_formatter(old))
+
+
+class _PlainLogFormatter(LogFormatter):
+    """A log axis's tick labels as plain numbers: 0.01, 1, 100, 10,000, 1e6."""
+
+    def __call__(self, x, pos=None):
+        s = super().__call__(abs(x), pos)
+        return "\u2212" + s if s and x < 0 else s
+
+    def _num_to_string(self, x, vmin, vmax):
+        if 1e-4 <= x < 1e5:
+            return f"{x:,.{max(0, -math.floor(math.log10(x) + 1e-9))}f}"
+        mantissa, exponent = f"{x:.0e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+
+
+def _plain_log_formatter(old):
+    """The plain formatter that labels the ticks `old` (a mathtext log formatter) labels."""
+    return _PlainLogFormatter(base=old._base, labelOnlyBase=old.labelOnlyBase,
+                              minor_thresholds=old.minor_thresholds, linthresh=old._linthresh)
 
 
 def new_figure(name, nrows=1, ncols=1, height=3.2, width=11):

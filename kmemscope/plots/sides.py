@@ -13,6 +13,7 @@ hottest pfns per run) and compaction and THP (the vmstat rows of a kernel A/B
 table, with percent difference and significance).
 """
 import html
+import math
 
 import pandas as pd
 
@@ -356,22 +357,30 @@ def _value_html(row, side):
     stat = stat_name(row, side)
     return (f"<span class='kmemscope-value' data-metric=\"{html.escape(row.metric.name, quote=True)}\" "
             f"data-side=\"{html.escape(side, quote=True)}\" data-stat='{stat}' "
-            f"data-value='{x.mean!r}'>{stat} {x.mean:,.2f}</span>"
+            f"data-value='{x.mean!r}'>{stat} {_num(x.mean)}</span>"
             + (f" {html.escape(bounds_text(row.records[side]))}" if bounds_text(row.records[side]) else ""))
+
+
+def _num(v):
+    """Two decimals, or two significant digits below 0.1: a kcompactd CPU time of 0.075 s is
+    not 0.08, and 0.01 against 0.005 is not 0.01 against 0.01."""
+    if v and abs(v) < 0.1:
+        return f"{v:,.{1 - math.floor(math.log10(abs(v)))}f}"
+    return f"{v:,.2f}"
 
 
 def _stat_cell(row, side, unit=""):
     x = row.stats[side]
     if x.mean is None:
         return "n/a"
-    return f"{stat_name(row, side)} {x.mean:,.2f}{unit}; range {_range(x.values, unit)}"
+    return f"{stat_name(row, side)} {_num(x.mean)}{unit}; range {_range(x.values, unit)}"
 
 
 def _range(values, unit=""):
     if not values:
         return "n/a"
     lo, hi = min(values), max(values)
-    fmt = (lambda v: f"{v:,.0f}") if all(float(v).is_integer() for v in values) else (lambda v: f"{v:,.2f}")
+    fmt = (lambda v: f"{v:,.0f}") if all(float(v).is_integer() for v in values) else _num
     return f"{fmt(lo)}{unit}" if lo == hi else f"{fmt(lo)}{unit} to {fmt(hi)}{unit}"
 
 
@@ -393,7 +402,7 @@ def comparison_html(sides, rows):
         for s in sides.sides:
             rec = r.records[s]
             cells.append("n/a" if rec.n == 0 else _value_html(r, s)
-                         + (f" [{rec.value_low:,.2f}, {rec.value_high:,.2f}]"
+                         + (f" [{_num(rec.value_low)}, {_num(rec.value_high)}]"
                             if rec.value_low is not None else "")
                          + f"<br><small>range {esc(_range(r.stats[s].values, r.metric.range_unit))}"
                          + (f", {rec.n} of {rec.runs} runs" if rec.n != rec.runs and not sides.unit else "")
