@@ -708,8 +708,10 @@ def _compare_format(fmt, output):
 METRICS_HELP = ("Only these metrics, in this order (default: the headline metrics, the vmstat "
                 "rows of a kernel A/B table, stall latencies and every imported metric). A metric "
                 "is a `summary` column, vmstat.NAME (a counter's increase over the capture), "
-                "vmstat.NAME/min (its rate), stalls.KIND.STAT, or an imported metric's name; "
-                "headline, vmstat, stalls and benchmark name those groups.")
+                "vmstat.NAME/min (its rate), stalls.KIND.STAT, cost.NAME (pressure, CPU and "
+                "time in the allocation path), mthp.SIZEkB.COUNTER, frag.NAME, or an imported "
+                "metric's name; headline, vmstat, stalls, cost, mthp, frag and benchmark name "
+                "those groups.")
 
 
 @cli.command()
