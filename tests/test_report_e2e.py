@@ -129,9 +129,20 @@ def test_report_compare_kernel_is_one_self_contained_html(ab_dataset, tmp_path):
 def test_report_on_the_example_says_what_a_bare_trace_lacks(tmp_path):
     ds = tmp_path / "ds"
     assert kmemscope("parse", EXAMPLES / "kmem-compaction" / "trace.dat", "-o", ds, "--label", "kernel=example").returncode == 0
-    html_path = tmp_path / "r.html"
+    html_path = tmp_path / "out" / "r.html"
+    html_path.parent.mkdir()
+    # Links planted where a careless writer would write: at the output's name and at the
+    # temporary name such a writer would pick. The report goes past both.
+    victims = [tmp_path / "victim1", tmp_path / "victim2"]
+    for victim in victims:
+        victim.write_text("someone else's file\n")
+    html_path.symlink_to(victims[0])
+    (html_path.parent / ".r.html.tmp").symlink_to(victims[1])
     out = kmemscope("report", ds, "-o", html_path)
     assert out.returncode == 0, out.stderr
+    assert [v.read_text() for v in victims] == ["someone else's file\n"] * 2
+    assert not html_path.is_symlink() and html_path.is_file()
+    assert sorted(p.name for p in html_path.parent.iterdir()) == [".r.html.tmp", "r.html"]
     html = html_path.read_text()
     assert "No pagetypeinfo samples in these runs" in html
     assert "No vmstat samples in these runs" in html
