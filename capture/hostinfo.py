@@ -39,17 +39,23 @@ def _int_or_text(text):
 
 
 def pagetypeinfo_layout(text):
-    """(pageblock_order, pages_per_block, migratetype names) from /proc/pagetypeinfo."""
+    """(pageblock_order, pages_per_block, migratetype names) from /proc/pagetypeinfo; a
+    value that is not a small number is None (the manifest says unknown)."""
     order = pages = None
     names = []
     for line in text.splitlines():
         if line.startswith("Page block order:"):
-            order = int(line.split(":")[1])
+            order = _small_int(line.split(":", 1)[1])
         elif line.startswith("Pages per block:"):
-            pages = int(line.split(":")[1])
+            pages = _small_int(line.split(":", 1)[1])
         elif line.startswith("Number of blocks type"):
             names = line[len("Number of blocks type"):].split()
     return order, pages, names
+
+
+def _small_int(text):
+    text = text.strip()
+    return int(text) if re.fullmatch(r"[0-9]{1,9}", text) else None
 
 
 def meminfo_kb(field="MemTotal"):

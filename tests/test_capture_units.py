@@ -406,3 +406,13 @@ def test_size_limit_names_the_lower_of_max_size_and_free_space():
         "at most 1.0 GiB of trace data: 3.0 GiB free under /o minus the --min-free margin 1.0 GiB, "
         "halved because trace.dat is merged from per-CPU copies")
     assert trace_room(100 << 20, 1 << 30) == 0
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "x", "", "²", "-1", "1.5"])
+def test_a_pagetypeinfo_layout_value_that_is_no_small_number_is_unknown(value):
+    from kmemscope.capture.hostinfo import pagetypeinfo_layout
+
+    text = (f"Page block order: {value}\nPages per block: {value}\n"
+            "Number of blocks type     Unmovable      Movable\n")
+    assert pagetypeinfo_layout(text) == (None, None, ["Unmovable", "Movable"])
+    assert pagetypeinfo_layout("Page block order: 9\nPages per block:  512\n") == (9, 512, [])
