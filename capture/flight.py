@@ -56,7 +56,7 @@ from kmemscope.capture.flight_bundle import (  # noqa: F401
     EXTRACT_TIMEOUT_S, PARTIAL, BundleWriter, _gaps_text, _start_text, bundle_name, stamp_at,
     window_accounting)
 from kmemscope.capture.flight_disk import (  # noqa: F401
-    BUNDLE_ROOM, DiskBudget, bundle_bound, kallsyms_bytes, list_bundles, smallest_bundle,
+    BUNDLE_ROOM, DiskBudget, bundle_bound, disk_use, kallsyms_bytes, list_bundles, smallest_bundle,
     trace_cmd_compresses, trace_dat_metadata, tree_bytes)
 from kmemscope.capture.flight_heartbeat import Heartbeat
 from kmemscope.capture.flight_instances import (  # noqa: F401
