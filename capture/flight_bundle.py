@@ -17,7 +17,7 @@ import time
 from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import instance, state
 from kmemscope.capture import tracefs as tfs
-from kmemscope.capture.flight_disk import BUNDLE_ROOM, bundle_bound, disk_use
+from kmemscope.capture.flight_disk import BUNDLE_ROOM, PeakDisk, bundle_bound
 from kmemscope.capture.flight_instances import (AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES,
                                                changed_since, mono_ns)
 from kmemscope.capture.tracecmd import (buffer_stats_by_buffer, failure_reason, run_once,
@@ -126,11 +126,8 @@ class BundleWriter:
         log = os.path.join(tmp, "trace-cmd.log")
         # the bundle's disk while extract writes it (its temporary copies included), read
         # every 20 ms: what the estimate `bound` is checked against
-        peak = [disk_use(tmp)]
-
-        def measure():
-            peak[0] = max(peak[0], disk_use(tmp))
-
+        peak = PeakDisk(tmp)
+        peak.read()
         t0 = time.monotonic()
         tracing_since_before = self.tracing_since
         extract = [self.trace_cmd, "extract"]
@@ -141,9 +138,9 @@ class BundleWriter:
         try:
             status, output = run_once(extract + ["-o", trace_dat], log, cwd=tmp,
                                       timeout=EXTRACT_TIMEOUT_S, on_start=saved_pid,
-                                      on_poll=measure)
+                                      on_poll=peak.read)
         finally:
-            measure()
+            peak.read()
             self.saved["trace_cmd"] = None
             extract_s = time.monotonic() - t0
             if changed_since(self.tracefs, "tracing_on", top_on):
@@ -157,7 +154,7 @@ class BundleWriter:
             restart_error = exc
         self._finish_bundle(status, output, trace_dat, tmp, final, trigger, pending, stop, samples,
                             stats, after_stats, tracing_since_before, extract_s,
-                            {"estimate_bytes": bound, "peak_bytes": peak[0]})
+                            {"estimate_bytes": bound, "peak_bytes": peak.peak})
         if restart_error is not None:
             self.stop_reason = "tracing could not restart"
             raise restart_error
@@ -273,7 +270,8 @@ class BundleWriter:
                 "estimate_bytes": disk["estimate_bytes"],
                 # the estimate's part for trace.dat's kallsyms, event formats and headers
                 "estimate_metadata_bytes": self.bundle_room - BUNDLE_ROOM,
-                # the most it took while extract wrote it (allocated blocks, read every 20 ms)
+                # the most it took while extract wrote it: each file's largest size seen
+                # (allocated blocks, read every 20 ms), summed (flight_disk.PeakDisk)
                 "peak_bytes": disk["peak_bytes"],
             },
             "samples": samples,

@@ -664,3 +664,24 @@ def test_disk_use_counts_allocated_blocks_as_du_does(tmp_path):
                             capture_output=True, text=True, check=True).stdout.split()[0])
     assert flight.disk_use(str(tmp_path / "d")) == du
     assert 100000 <= du < 50 << 20
+
+
+def test_peak_disk_sums_each_files_largest_size(tmp_path):
+    """A bundle folder whose temporary copies are removed after trace.dat is complete: the
+    peak is every file's largest size seen, summed, read here with du's own count of each."""
+    def du(path):
+        return int(subprocess.run(["du", "-s", "--block-size=1", str(path)], capture_output=True,
+                                  text=True, check=True).stdout.split()[0])
+
+    d = tmp_path / "b"
+    d.mkdir()
+    peak = flight.PeakDisk(str(d))
+    (d / "trace.dat.cpu0").write_bytes(os.urandom(300000))
+    peak.read()
+    with_copy = du(d)
+    (d / "trace.dat").write_bytes(os.urandom(100000))
+    peak.read()
+    at_peak = du(d)
+    (d / "trace.dat.cpu0").unlink()
+    peak.read()
+    assert du(d) < with_copy < at_peak == peak.peak
