@@ -31,17 +31,19 @@ and the 1-minute load average; it prints that timeline and a summary.
 
 With --presets it measures what an idle flight recorder costs a page-fault-bound
 workload, preset by preset, in one run: the same churn (--mib touched and
-unmapped) under no tracing, under `record --flight --preset light` and
-`--preset default` (no trigger: what a host pays all day), and under a plain
+unmapped) under no tracing, under `record --flight --preset light`, `--preset
+standard` and `--preset default` (no trigger: what a host pays all day), and under a plain
 `trace-cmd record` of the same events (the preset's, resolved on this kernel,
 filters included). The figure is the workload's own CPU per GiB touched (the
 tracepoints run in its context), the median of --reps runs under one capture.
 Each round measures no tracing, then a preset's flight recorder and its
-trace-cmd record, then no tracing again (for light, then default); each traced
+trace-cmd record, then no tracing again (for light, standard, then default); each traced
 mode is divided by the untraced runs around it, so the machine's slow drift
 cancels, and the table gives the median of the rounds' ratios with a 95%
 bootstrap interval, against no tracing and against trace-cmd record, with the
-1-minute load average of the run.
+1-minute load average of the run; then, per preset, each event's count and share
+of the events the first round's trace-cmd record recorded (`trace-cmd report -R`),
+which shows the events that cost.
 
 Needs root and tracefs; holds /var/tmp/kmemscope-trace.lock while recording.
 Nothing is asserted: the script prints the table.
@@ -52,9 +54,11 @@ usage: benchmarks/capture_overhead.py [--rounds 3] [--mib 4096] [--keep DIR]
        benchmarks/capture_overhead.py --soak [--minutes 30] [--period 300] [--json FILE]
 """
 import argparse
+import collections
 import fcntl
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -315,7 +319,10 @@ ru = resource.getrusage(resource.RUSAGE_SELF)
 json.dump({"mib": mib, "seconds": time.monotonic() - start, "cpu_s": ru.ru_utime + ru.ru_stime},
           open(out, "w"))
 """
-PRESET_MODES = ("none", "flight-light", "trace-cmd-light", "flight-default", "trace-cmd-default")
+# The presets --presets measures, cheapest first.
+BENCH_PRESETS = ("light", "standard", "default")
+PRESET_MODES = ("none",) + tuple(mode for p in BENCH_PRESETS
+                                  for mode in ("flight-" + p, "trace-cmd-" + p))
 
 
 def trace_cmd_record_args(preset, output):
@@ -340,9 +347,10 @@ def _churn(workdir, mib, out):
     return w["cpu_s"] / (w["mib"] / 1024.0), w["seconds"]
 
 
-def run_preset_mode(mode, workdir, mib, reps, round_no):
+def run_preset_mode(mode, workdir, mib, reps, round_no, count_events=False):
     """`reps` churn runs under `mode` (one capture started for all of them): the median CPU
-    per GiB and wall time of the runs, and the load average as they began."""
+    per GiB and wall time of the runs, the load average as they began and, for a trace-cmd
+    record when count_events, the events it recorded by name."""
     target = workdir / ("out-%s-%s" % (mode, round_no))
     capture = None
     if mode.startswith("flight-"):
@@ -375,9 +383,12 @@ def run_preset_mode(mode, workdir, mib, reps, round_no):
         else:
             capture.send_signal(signal.SIGINT)
             capture.communicate()
+    events = None
+    if count_events and mode.startswith("trace-cmd-") and (target / "trace.dat").exists():
+        events = events_by_name(target / "trace.dat")
     shutil.rmtree(target, ignore_errors=True)
     return {"mode": mode, "cpu_s_per_gib": statistics.median(c for c, _ in runs),
-            "seconds": statistics.median(w for _, w in runs), "load": load}
+            "seconds": statistics.median(w for _, w in runs), "load": load, "events": events}
 
 
 def bootstrap_median_ci(values, level=0.95, resamples=10000, seed=1):
@@ -394,8 +405,34 @@ def bootstrap_median_ci(values, level=0.95, resamples=10000, seed=1):
 # Each traced mode is compared with the mean of the two untraced measurements around it, taken
 # within a minute of it: the machine's slow drift (a shared host's neighbours) cancels in the
 # ratio, which the medians of separate modes did not manage (+-10% from round to round).
-ROUND = (("none", None), ("flight-light", "light"), ("trace-cmd-light", "light"), ("none", None),
-         ("flight-default", "default"), ("trace-cmd-default", "default"), ("none", None))
+ROUND = (("none", None),) + tuple(step for p in BENCH_PRESETS for step in (
+    ("flight-" + p, p), ("trace-cmd-" + p, p), ("none", None)))
+
+# One event of `trace-cmd report -R`: "COMM-PID [CPU] (latency flags) TS: SYSTEM_EVENT: ..."
+REPORT_EVENT = re.compile(r"\[\d+\]\s+(?:[^\s:]{4,6}\s+)?\d+\.\d+:\s+([\w-]+):")
+
+
+def events_by_name(trace_dat):
+    """{event name: events} of a trace.dat, counted from `trace-cmd report -R` (the independent
+    decoder; raw fields, so no print format is evaluated)."""
+    counts = collections.Counter()
+    with subprocess.Popen(["trace-cmd", "report", "-R", "-i", str(trace_dat)],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                          errors="replace") as proc:
+        for line in proc.stdout:
+            m = REPORT_EVENT.search(line)
+            if m:
+                counts[m.group(1)] += 1
+    return counts
+
+
+def event_shares(counts):
+    """Lines '  EVENT  N  SHARE%' for `counts`, largest first."""
+    total = sum(counts.values())
+    if not total:
+        return ["  (no event recorded)"]
+    return ["  %-36s %12d %7.2f%%" % (name, n, 100.0 * n / total)
+            for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def presets_main(args):
@@ -403,21 +440,25 @@ def presets_main(args):
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "churn.py").write_text(CHURN)
     ratios = {m: [] for m in PRESET_MODES[1:]}          # mode -> per-round ratio to no tracing
-    vs_plain = {"light": [], "default": []}             # preset -> flight / trace-cmd per round
-    rows = []
+    vs_plain = {p: [] for p in BENCH_PRESETS}           # preset -> flight / trace-cmd per round
+    rows, events = [], {}                               # preset -> events by name (round 1)
     with open(LOCK, "a") as lock:
         print("waiting for %s ..." % LOCK, file=sys.stderr)
         fcntl.flock(lock, fcntl.LOCK_EX)
         for r in range(args.rounds):
             got = []
             for i, (mode, _) in enumerate(ROUND):
-                row = run_preset_mode(mode, workdir, args.mib, args.reps, "%d-%d" % (r, i))
+                row = run_preset_mode(mode, workdir, args.mib, args.reps, "%d-%d" % (r, i),
+                                      count_events=r == 0)
+                if row["events"] is not None:
+                    events[mode.split("-", 2)[2]] = row["events"]
                 rows.append(row)
                 got.append(row)
                 print("round %d %-18s %6.3f CPU s/GiB %6.2f s  load %.2f" % (
                     r + 1, mode, row["cpu_s_per_gib"], row["seconds"], row["load"]),
                     file=sys.stderr)
-            for block in (got[0:4], got[3:7]):          # none, flight-P, trace-cmd-P, none
+            for k in range(len(BENCH_PRESETS)):         # none, flight-P, trace-cmd-P, none
+                block = got[3 * k:3 * k + 4]
                 base = (block[0]["cpu_s_per_gib"] + block[3]["cpu_s_per_gib"]) / 2
                 flight, plain = block[1], block[2]
                 ratios[flight["mode"]].append(flight["cpu_s_per_gib"] / base)
@@ -436,6 +477,9 @@ def presets_main(args):
     print("%-18s %12s %26s %26s" % ("mode", "CPU s/GiB", "vs none", "vs trace-cmd record"))
 
     def pct(values):
+        if len(values) < 6:      # a bootstrap interval of fewer rounds says nothing
+            med = statistics.median(values)
+            return "%+.1f%% (n=%d: no interval)" % (100 * (med - 1), len(values))
         med, lo, hi = bootstrap_median_ci(values)
         return "%+.1f%% [%+.1f, %+.1f]" % (100 * (med - 1), 100 * (lo - 1), 100 * (hi - 1))
 
@@ -448,6 +492,14 @@ def presets_main(args):
         print("%-18s %12.3f %26s %26s" % (mode, level, pct(ratios[mode]), plain))
     print("flight: an idle `record --flight --preset P --keep 30s --after 5s`; trace-cmd: a plain "
           "`trace-cmd record` of P's events and filters")
+    for preset in BENCH_PRESETS:
+        counts = events.get(preset, {})
+        print("events of trace-cmd record of %s in round 1 (%d reps of the churn), by name: "
+              "recorded, share of the %d recorded" % (preset, args.reps, sum(counts.values())))
+        for line in event_shares(counts):
+            print(line)
+    print("(an event that a preset's filter drops in the kernel is not counted above, though its "
+          "tracepoint ran)")
 
 
 # ---------------------------------------------------------------- --soak: one recorder, half an hour
@@ -564,8 +616,9 @@ def main():
                    help="--presets: churn runs per capture (their median is the capture's figure)")
     p.add_argument("--keep", type=Path, help="work directory to keep (default: a temporary one)")
     p.add_argument("--presets", action="store_true",
-                   help="an idle flight recorder's light and default presets against no tracing "
-                        "and against trace-cmd record of the same events")
+                   help="an idle flight recorder's light, standard and default presets against no "
+                        "tracing and against trace-cmd record of the same events, and each "
+                        "event's share of what trace-cmd recorded")
     p.add_argument("--flight", action="store_true",
                    help="measure a flight recorder over time against no capture and a full record")
     p.add_argument("--minutes", type=float, default=10.0, help="--flight: minutes per mode")

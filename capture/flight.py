@@ -56,8 +56,8 @@ from kmemscope.capture.flight_bundle import (  # noqa: F401
     EXTRACT_TIMEOUT_S, PARTIAL, BundleWriter, _gaps_text, _start_text, bundle_name, stamp_at,
     window_accounting)
 from kmemscope.capture.flight_disk import (  # noqa: F401
-    BUNDLE_ROOM, DiskBudget, bundle_bound, kallsyms_bytes, list_bundles, smallest_bundle,
-    trace_cmd_compresses, trace_dat_metadata, tree_bytes)
+    BUNDLE_ROOM, DiskBudget, PeakDisk, bundle_bound, disk_use, kallsyms_bytes, list_bundles,
+    smallest_bundle, trace_cmd_compresses, trace_dat_metadata, tree_bytes)
 from kmemscope.capture.flight_heartbeat import Heartbeat
 from kmemscope.capture.flight_instances import (  # noqa: F401
     AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES, MAX_BLIND, InstanceKeeper, changed_since, mono_ns)

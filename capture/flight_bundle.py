@@ -17,7 +17,7 @@ import time
 from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import instance, state
 from kmemscope.capture import tracefs as tfs
-from kmemscope.capture.flight_disk import BUNDLE_ROOM, bundle_bound
+from kmemscope.capture.flight_disk import BUNDLE_ROOM, PeakDisk, bundle_bound
 from kmemscope.capture.flight_instances import (AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES,
                                                changed_since, mono_ns)
 from kmemscope.capture.tracecmd import (buffer_stats_by_buffer, failure_reason, run_once,
@@ -124,6 +124,10 @@ class BundleWriter:
             state.save_file(self.state_file, self.saved)
 
         log = os.path.join(tmp, "trace-cmd.log")
+        # the bundle's disk while extract writes it (its temporary copies included), read
+        # every 20 ms: what the estimate `bound` is checked against
+        peak = PeakDisk(tmp)
+        peak.read()
         t0 = time.monotonic()
         tracing_since_before = self.tracing_since
         extract = [self.trace_cmd, "extract"]
@@ -133,8 +137,10 @@ class BundleWriter:
         top_on = tfs.read(self.tracefs, "tracing_on")
         try:
             status, output = run_once(extract + ["-o", trace_dat], log, cwd=tmp,
-                                      timeout=EXTRACT_TIMEOUT_S, on_start=saved_pid)
+                                      timeout=EXTRACT_TIMEOUT_S, on_start=saved_pid,
+                                      on_poll=peak.read)
         finally:
+            peak.read()
             self.saved["trace_cmd"] = None
             extract_s = time.monotonic() - t0
             if changed_since(self.tracefs, "tracing_on", top_on):
@@ -147,7 +153,8 @@ class BundleWriter:
         except CaptureError as exc:
             restart_error = exc
         self._finish_bundle(status, output, trace_dat, tmp, final, trigger, pending, stop, samples,
-                            stats, after_stats, tracing_since_before, extract_s, bound)
+                            stats, after_stats, tracing_since_before, extract_s,
+                            {"estimate_bytes": bound, "peak_bytes": peak.peak})
         if restart_error is not None:
             self.stop_reason = "tracing could not restart"
             raise restart_error
@@ -165,7 +172,7 @@ class BundleWriter:
                            "what": "not traced: frozen for a bundle that was not written"})
 
     def _finish_bundle(self, status, output, trace_dat, tmp, final, trigger, pending, stop, samples,
-                       stats, after_stats, tracing_since_before, extract_s, bound):
+                       stats, after_stats, tracing_since_before, extract_s, disk):
         opt = self.opt
         when, frozen = pending["mono_ns"], pending["frozen_ns"]
         if status != 0 or not trace_dat_complete(trace_dat):
@@ -257,11 +264,16 @@ class BundleWriter:
             "lost_events": lost_before_trigger + after_dropped,
             "buffer_too_small": covered_from > window_start,
             "trace_dat_bytes": os.stat(trace_dat).st_size,
-            # the most it could take while written (the temporary copies included), reserved
-            # under --max-disk and above --min-free before extract ran
-            "disk_bound_bytes": bound,
-            # its part for trace.dat's kallsyms, event formats and headers, as stored
-            "disk_bound_metadata_bytes": self.bundle_room - BUNDLE_ROOM,
+            "disk": {
+                # the most it could take while written (the temporary copies included), reserved
+                # under --max-disk and above --min-free before extract ran
+                "estimate_bytes": disk["estimate_bytes"],
+                # the estimate's part for trace.dat's kallsyms, event formats and headers
+                "estimate_metadata_bytes": self.bundle_room - BUNDLE_ROOM,
+                # the most it took while extract wrote it: each file's largest size seen
+                # (allocated blocks, read every 20 ms), summed (flight_disk.PeakDisk)
+                "peak_bytes": disk["peak_bytes"],
+            },
             "samples": samples,
             "cost_samples": self.sampler.cost_manifest(),
             "flight": {"directory": self.out, "rate": dict(self.rate), "extract_s": round(extract_s, 3),

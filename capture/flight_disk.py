@@ -46,6 +46,42 @@ def tree_bytes(path):
     return total
 
 
+def disk_by_file(path):
+    """{path: bytes of disk} of `path` and every file and folder under it, as du counts them
+    (allocated blocks; a file removed meanwhile is left out). Links are not followed."""
+    out = {}
+    for name in [path] + [os.path.join(root, n) for root, dirs, files in os.walk(path)
+                          for n in files + dirs]:
+        try:
+            out[name] = os.lstat(name).st_blocks * 512
+        except OSError:
+            pass
+    return out
+
+
+def disk_use(path):
+    """Bytes of disk `path` and everything under it take now (disk_by_file() summed)."""
+    return sum(disk_by_file(path).values())
+
+
+class PeakDisk:
+    """The most disk a bundle folder takes while `trace-cmd extract` writes it, from readings
+    of each file: every file's largest size seen, summed. trace-cmd removes its temporary
+    per-CPU copies only once trace.dat is complete, so they all peak together, at an instant
+    too short for a reading of the whole folder to catch."""
+
+    def __init__(self, path):
+        self.path, self.most = path, {}
+
+    def read(self):
+        for name, size in disk_by_file(self.path).items():
+            self.most[name] = max(self.most.get(name, 0), size)
+
+    @property
+    def peak(self):
+        return sum(self.most.values())
+
+
 def kallsyms_bytes(path="/proc/kallsyms"):
     """Bytes of /proc/kallsyms, which trace-cmd copies into every trace.dat (its stat says 0;
     a distribution kernel with many modules has megabytes of it)."""

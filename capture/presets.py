@@ -48,6 +48,32 @@ PRESETS: dict = {
             ("vmscan", "mm_vmscan_direct_reclaim_begin"), ("vmscan", "mm_vmscan_direct_reclaim_end"),
         ] + RECLAIM_COUNTS,
     },
+    "standard": {
+        "purpose": "what kernel patch postings tabulate (THP and compaction success, stalls, "
+                   "atomic allocations by order, reclaim scans) without an event per order-0 "
+                   "page: every high-order or non-blocking "
+                   "allocation (filtered in the kernel), fallbacks, compaction, kswapd and "
+                   "kcompactd wake-ups and sleeps, direct reclaim and the reclaim scan counts. "
+                   "Keeps atomic_orders, compaction, fallback_pollution, reclaim_wakes, stalls "
+                   "(kswapd runs included), thp (the fault model, a model with bounds without "
+                   "frees) and vmstat_trace; gives up hot_pfns, pfn_reuse, pcp, "
+                   "highatomic.served and alloc_origins.outstanding (every order-0 allocation "
+                   "and every free, per-CPU list drains, allocations off the free lists under "
+                   "the zone lock), and summary counts only the allocations recorded",
+        "rate": "order-0 blocking allocations (page faults) and all frees are not recorded: "
+                "under page-fault churn it keeps what high-order keeps (~300 events/s measured "
+                "for that preset) and reclaim batches while reclaim runs; the tracepoint of mm_page_alloc still runs for every "
+                "allocation and tests the filter in the kernel. Its cost is not measured yet "
+                "(benchmarks/capture_overhead.py --presets measures it)",
+        "buffer_kb": 4096,
+        "events": [
+            ("kmem", "mm_page_alloc", "order > 0 || !(gfp_flags & {__GFP_DIRECT_RECLAIM})"),
+            ("kmem", "mm_page_alloc_extfrag"), ("compaction", "*"),
+            ("vmscan", "mm_vmscan_wakeup_kswapd"), ("vmscan", "mm_vmscan_kswapd_wake"),
+            ("vmscan", "mm_vmscan_kswapd_sleep"),
+            ("vmscan", "mm_vmscan_direct_reclaim_begin"), ("vmscan", "mm_vmscan_direct_reclaim_end"),
+        ] + RECLAIM_COUNTS,
+    },
     "light": {
         "purpose": "busy production hosts, a flight recorder left on: the allocator's slow path "
                    "only (fallbacks, compaction, kswapd wake-ups with the order and gfp of the "

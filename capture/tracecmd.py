@@ -52,13 +52,14 @@ def build_args(binary, output, specs, buffer_kb, host_flags, stacktrace, verb="r
     return args + (["-o", output] if output else [])
 
 
-def run_once(args, log_path, cwd=None, timeout=600, on_start=None):
+def run_once(args, log_path, cwd=None, timeout=600, on_start=None, on_poll=None, poll_s=0.02):
     """Run a trace-cmd that ends by itself (start, extract); returns (exit status, its output).
 
     The output is read through a pipe and only then appended to log_path (a
     log that cannot be written, on a full disk, loses nothing of it). Its own
     session keeps a terminal's Ctrl-C away from it; on_start(pid, start_time)
-    lets the caller save the pid before waiting. Killed after `timeout` seconds.
+    lets the caller save the pid before waiting, and on_poll() runs every
+    poll_s seconds while it runs. Killed after `timeout` seconds.
     """
     try:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -68,12 +69,20 @@ def run_once(args, log_path, cwd=None, timeout=600, on_start=None):
                            "install trace-cmd (apt-get install trace-cmd)")
     if on_start is not None:
         on_start(proc.pid, process_start_time(proc.pid))
+    deadline = time.monotonic() + timeout
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise CaptureError("%s %s did not finish within %d s" % (args[0], args[1], timeout))
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                out, _ = proc.communicate(timeout=max(0.0, min(left, poll_s) if on_poll else left))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.communicate()
+                    raise CaptureError("%s %s did not finish within %d s"
+                                       % (args[0], args[1], timeout))
+                on_poll()
     finally:
         if proc.poll() is None:  # interrupted by an exception: leave nothing behind
             os.killpg(proc.pid, signal.SIGKILL)

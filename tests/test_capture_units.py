@@ -416,3 +416,63 @@ def test_a_pagetypeinfo_layout_value_that_is_no_small_number_is_unknown(value):
             "Number of blocks type     Unmovable      Movable\n")
     assert pagetypeinfo_layout(text) == (None, None, ["Unmovable", "Movable"])
     assert pagetypeinfo_layout("Page block order: 9\nPages per block:  512\n") == (9, 512, [])
+
+
+def test_standard_preset_keeps_what_it_says_and_no_order_0_blocking_allocation(tmp_path):
+    """standard, between light and default: the analyses its description keeps get every event
+    table their sections need from the queries' own headers (the catalog), and each one it gives
+    up lacks one or gets it only filtered. Its filter, resolved against the 4.19 format and
+    evaluated here in plain Python, drops exactly the order-0 blocking allocations; no other
+    event that fires per page is recorded."""
+    import re as re_
+
+    from kmemscope.queries import catalog
+
+    preset = presets.PRESETS["standard"]
+    events = {entry[1] if entry[1] != "*" else entry[0] + ":*": entry for entry in preset["events"]}
+    per_page = {"mm_page_free", "mm_page_alloc_zone_locked", "mm_page_pcpu_drain",
+                "mm_page_free_batched", "kmem:*"}
+    assert not per_page & set(events)
+
+    event = tmp_path / "events" / "kmem" / "mm_page_alloc"
+    event.mkdir(parents=True)
+    (event / "format").write_text(FORMAT_4_19)
+    specs, _, _ = presets.resolve(str(tmp_path), "standard", [])
+    flt = specs[0].filter
+    assert specs[0].name == "kmem:mm_page_alloc" and flt
+    python = flt.replace("||", " or ").replace("&&", " and ").replace("!(", " not (")
+    for order in range(11):
+        for gfp in (0, 0x200000, 0x480020, 0x200000 | 0x20):
+            kept = eval(python, {}, {"order": order, "gfp_flags": gfp})
+            assert bool(kept) == (order > 0 or not gfp & 0x200000), (order, hex(gfp))
+
+    def recorded(table):
+        """'whole', 'filtered' or None: how the preset records an event table (procfs and
+        other tables that no event fills count as whole)."""
+        if table in events:
+            return "filtered" if len(events[table]) > 2 else "whole"
+        if table.startswith("mm_compaction_"):
+            return "whole" if "compaction:*" in events else None
+        if table.startswith("mm_") or table == "kernel_stack":
+            return None
+        return "whole"
+
+    purpose = preset["purpose"]
+    kept_text = purpose[purpose.index("Keeps "):purpose.index("gives up ")]
+    given_text = purpose[purpose.index("gives up "):]
+    names = [n for n, _ in catalog.list_queries()]
+
+    def named(text):
+        return [n for n in names if re_.search(r"(?<![\w.])%s(?![\w.])" % re_.escape(n), text)]
+
+    kept, given = named(kept_text), named(given_text)
+    assert len(kept) >= 6 and len(given) >= 5, (kept, given)
+    for name in kept:
+        for sec in catalog.describe(name)["sections"]:
+            assert all(recorded(t) for t in sec["requires"]), (name, sec["query"])
+            assert not sec["any_of"] or any(recorded(t) for t in sec["any_of"]), (name, sec["query"])
+    for name in given:
+        secs = catalog.describe(name)["sections"]
+        assert any(any(recorded(t) != "whole" for t in sec["requires"]) or
+                   (sec["any_of"] and all(recorded(t) != "whole" for t in sec["any_of"]))
+                   for sec in secs), name

@@ -6,6 +6,7 @@ the PSI and vmstat texts are real 6.18 readings (tests/data/procfs).
 """
 import os
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -630,3 +631,57 @@ def test_a_trace_cmd_that_says_nothing_or_is_killed_leaves_no_log_file(tmp_path)
     status, out = run_once(["sh", "-c", "echo 'trace-cmd: No space left'; exit 28", "extract"],
                            str(log), cwd=str(tmp_path))
     assert status == 28 and log.read_text() == "trace-cmd: No space left\n"
+
+
+def test_run_once_polls_while_trace_cmd_runs_and_keeps_its_whole_output(tmp_path):
+    """on_poll runs while the command runs (the recorder reads a bundle's disk then): the
+    command's output, written before and after the polls, comes back whole, and a command
+    past its timeout is still killed. A shell stands in for trace-cmd."""
+    from kmemscope.capture.tracecmd import run_once
+    from kmemscope.common.errors import CaptureError
+
+    polls = []
+    script = "echo one; sleep 0.3; printf 'x%.0s' $(seq 70000); echo; echo two"
+    status, out = run_once(["sh", "-c", script, "extract"], str(tmp_path / "log"),
+                           on_poll=lambda: polls.append(1), poll_s=0.02)
+    assert status == 0 and out.splitlines() == ["one", "x" * 70000, "two"]
+    assert len(polls) >= 3       # 0.3 s at 20 ms; a loaded machine polls less often
+    with pytest.raises(CaptureError, match="did not finish within 1 s"):
+        run_once(["sh", "-c", "exec sleep 30", "extract"], str(tmp_path / "log"), timeout=1,
+                 on_poll=lambda: None)
+
+
+def test_disk_use_counts_allocated_blocks_as_du_does(tmp_path):
+    """disk_use() against `du -s --block-size=1` (which counts the same blocks): a sparse
+    file counts what it holds, not its length; a link is not followed."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a").write_bytes(os.urandom(100000))
+    with open(tmp_path / "d" / "sparse", "wb") as f:
+        f.truncate(50 << 20)
+    (tmp_path / "elsewhere").write_bytes(os.urandom(300000))
+    (tmp_path / "d" / "link").symlink_to(tmp_path / "elsewhere")
+    du = int(subprocess.run(["du", "-s", "--block-size=1", str(tmp_path / "d")],
+                            capture_output=True, text=True, check=True).stdout.split()[0])
+    assert flight.disk_use(str(tmp_path / "d")) == du
+    assert 100000 <= du < 50 << 20
+
+
+def test_peak_disk_sums_each_files_largest_size(tmp_path):
+    """A bundle folder whose temporary copies are removed after trace.dat is complete: the
+    peak is every file's largest size seen, summed, read here with du's own count of each."""
+    def du(path):
+        return int(subprocess.run(["du", "-s", "--block-size=1", str(path)], capture_output=True,
+                                  text=True, check=True).stdout.split()[0])
+
+    d = tmp_path / "b"
+    d.mkdir()
+    peak = flight.PeakDisk(str(d))
+    (d / "trace.dat.cpu0").write_bytes(os.urandom(300000))
+    peak.read()
+    with_copy = du(d)
+    (d / "trace.dat").write_bytes(os.urandom(100000))
+    peak.read()
+    at_peak = du(d)
+    (d / "trace.dat.cpu0").unlink()
+    peak.read()
+    assert du(d) < with_copy < at_peak == peak.peak
