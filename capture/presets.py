@@ -37,8 +37,10 @@ PRESETS: dict = {
         "purpose": "every page allocation and free, fallbacks, pcp drains, compaction and "
                    "reclaim wake-ups: the full picture for one host",
         "rate": "one event per page allocated and per page freed: 5x10^5 events/s measured under "
-                "page-fault churn on 2 CPUs (2.7 MiB/s of compressed trace.dat); +13.6% of the churn's "
-                "CPU under trace-cmd record, +11.2% under an idle flight recorder (docs/record.md)",
+                "page-fault churn on 2 CPUs (2.7 MiB/s of compressed trace.dat); +31.7% of the churn's "
+                "CPU under trace-cmd record, +25.5% under an idle flight recorder (95% interval "
+                "+23.1 to +28.5%, quiet machine, docs/record.md): nearly all of it mm_page_alloc "
+                "and mm_page_free, one each per page; `standard` drops them",
         "buffer_kb": 8192,
         "events": [
             ("kmem", "mm_page_alloc"), ("kmem", "mm_page_free"),
@@ -63,8 +65,9 @@ PRESETS: dict = {
         "rate": "order-0 blocking allocations (page faults) and all frees are not recorded: "
                 "under page-fault churn it keeps what high-order keeps (~300 events/s measured "
                 "for that preset) and reclaim batches while reclaim runs; the tracepoint of mm_page_alloc still runs for every "
-                "allocation and tests the filter in the kernel. Its cost is not measured yet "
-                "(benchmarks/capture_overhead.py --presets measures it)",
+                "allocation and tests the filter in the kernel: +7.6% of the churn's CPU under "
+                "trace-cmd record, +9.8% under an idle flight recorder (95% interval +5.2 to "
+                "+14.6%, quiet machine, docs/record.md)",
         "buffer_kb": 4096,
         "events": [
             ("kmem", "mm_page_alloc", "order > 0 || !(gfp_flags & {__GFP_DIRECT_RECLAIM})"),
@@ -79,8 +82,8 @@ PRESETS: dict = {
                    "only (fallbacks, compaction, kswapd wake-ups with the order and gfp of the "
                    "allocation that woke it, direct reclaim stalls); no event on the fast path",
         "rate": "near 0 while allocations are served from the free lists: no event fires per "
-                "page; an idle flight recorder cost page-fault churn +0.9% of its CPU (95% "
-                "interval -0.3 to +6.6%, docs/record.md)",
+                "page; an idle flight recorder cost page-fault churn -1.1% of its CPU, i.e. nothing "
+                "measurable (95% interval -2.3 to +3.8%, quiet machine, docs/record.md)",
         "buffer_kb": 4096,
         "events": [
             ("kmem", "mm_page_alloc_extfrag"), ("compaction", "*"),
