@@ -551,6 +551,7 @@ class _Gathering:
             if run_id in self.runs:
                 _set_vmstat_values(self.runs[run_id], deltas, windows,
                                    self.runs[run_id].get(TRACE_MODEL))
+                _set_summary_bounds(self.runs[run_id], deltas)
         self.counters |= {c for c in VMSTAT_DERIVED
                           if any(r.get(f"vmstat.{c}") is not None for r in self.runs.values())}
         if self.bare:
@@ -651,7 +652,8 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
     g.add_imported()
     if defaults or "summary" in kinds:
         g.add_summary()
-    if defaults or "vmstat" in kinds:
+    # the trace's counters also bound a bare trace's summary rates (SUMMARY_MODEL_PARTS)
+    if defaults or "vmstat" in kinds or "summary" in kinds:
         g.add_vmstat()
     if defaults or "stalls" in kinds:
         g.add_stalls(required="stalls" in kinds)
@@ -731,6 +733,11 @@ SOURCES = ("vmstat", "procfs sample", "sysfs sample", "trace", "imported")
 # Summary columns read from /proc samples rather than the trace.
 SUMMARY_FROM_PROCFS = {"pgscan_kswapd_per_min": "vmstat",
                        "highatomic_pageblocks_max": "procfs sample"}
+# Summary rates that a bare trace computes with a model: (the counter of successes, of
+# failures). Where the model met attempts it could not classify (TRACE_MODEL), the rate is a
+# model too, its bounds those of the successes over the same attempts.
+SUMMARY_MODEL_PARTS = {"compaction_success_pct": ("compact_success", "compact_fail"),
+                       "thp_fault_success_pct": ("thp_fault_alloc", "thp_fault_fallback")}
 
 
 def value_source(metric, run):
@@ -759,7 +766,11 @@ def value_exactness(metric, run):
     if metric.kind == "summary":
         name = metric.name
         recorded = run.get((name[:-4] if name.endswith("_pct") else name) + "_source")
-        return recorded or SUMMARY_FROM_PROCFS.get(name, "trace"), "exact"
+        source = recorded or SUMMARY_FROM_PROCFS.get(name, "trace")
+        successes = SUMMARY_MODEL_PARTS.get(name, (None,))[0]
+        if source == "trace" and successes in (run.get(TRACE_MODEL) or {}):
+            return source, "model"
+        return source, "exact"
     counter = parse_name(metric.name)[1]
     traced = run.get(TRACE_SOURCE)
     if not traced:
@@ -807,6 +818,19 @@ def _set_vmstat_values(target, deltas, windows, models=None):
             for key, bound in zip((BOUND_LOW, BOUND_HIGH), bounds[counter]):
                 target[f"vmstat.{counter}{key}"] = bound
                 target[f"vmstat.{counter}/min{key}"] = per_min(counter, bound)
+
+
+def _set_summary_bounds(target, deltas):
+    """The bounds of a run's summary rates that the trace's models gave (SUMMARY_MODEL_PARTS):
+    the successes' bounds over the same attempts, in percent."""
+    models = target.get(TRACE_MODEL) or {}
+    for name, (successes, failures) in SUMMARY_MODEL_PARTS.items():
+        source = target.get(name[:-4] + "_source")
+        attempts = (deltas.get(successes) or 0) + (deltas.get(failures) or 0)
+        if source != "trace" or successes not in models or not attempts:
+            continue
+        for key, bound in zip((BOUND_LOW, BOUND_HIGH), models[successes]):
+            target[name + key] = None if bound is None else 100.0 * bound / attempts
 
 
 def _formula_bounds(formula, deltas, bounds):

@@ -196,3 +196,23 @@ def test_model_rows_hold_vmstat_and_exact_rows_equal_it_on_the_examples(examples
     assert seen == {"exact", "model"}
     thp = [r for r in models if r["name"] == "thp_fault_alloc" and int(r["trace"]) > 0]
     assert thp and all(r["exactness"] == "model" and int(r["bound_low"]) == 0 for r in thp)
+
+
+def test_the_headline_rates_of_a_bare_trace_are_models_with_the_successes_bounds(bare_ds):
+    """compaction_success_pct from a bare trace is the model's too: marked model, its bounds the
+    successes' bounds over the same stalls (tallied from the construction), also when only the
+    headline is asked for."""
+    for metrics in ("headline", "compaction_success_pct"):
+        out = kmemscope("compare", bare_ds, "--by", "kernel", "--metrics", metrics,
+                        "--format", "json").stdout
+        by = {(r["metric"], r["side"]): r for r in json.loads(out)["rows"]}
+        for side, tries in (("a", TRIES_A), ("b", TRIES_B)):
+            value, low, high = _expected(tries)["compact_success"]
+            r = by[("compaction_success_pct", side)]
+            assert r["source"] == "trace" and r["value"] == pytest.approx(100 * value / len(tries))
+            if low == value == high:
+                assert (r["exactness"], r["bound_low"]) == ("exact", None)
+            else:
+                assert r["exactness"] == "model" and not r["exact"]
+                assert (r["bound_low"], r["bound_high"]) == \
+                    (pytest.approx(100 * low / len(tries)), pytest.approx(100 * high / len(tries)))
