@@ -126,29 +126,57 @@ def record_lock(wait_s=None):
         return
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
-    with open(TRACING_LOCK, "a") as held:
-        while True:
+    # First come, first served: a pytest-xdist worker that runs one live test after another
+    # releases the lock for a few milliseconds between them, so a worker that polls for it
+    # (a session fixture that records once) would wait out the bound. Each process waiting
+    # leaves a ticket; only the oldest live ticket tries the lock.
+    ticket = Path(f"{TRACING_LOCK}.wait-{time.time_ns():020d}-{os.getpid()}")
+    ticket.touch()
+    try:
+        with open(TRACING_LOCK, "a") as held:
+            while True:
+                first = _first_ticket()
+                if first is not None and first != ticket:
+                    holder = f"another test run waiting before this one ({first.name})"
+                else:
+                    try:
+                        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        holder = f"another test run (lock file {TRACING_LOCK})"
+                    else:
+                        pid = _record_lock_holder()
+                        if pid is None:
+                            break
+                        fcntl.flock(held, fcntl.LOCK_UN)
+                        holder = f"kmemscope record, pid {pid}"
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the machine-wide record lock stayed busy for {wait_s:.0f} s, "
+                                f"held by {holder} (wait for it to finish, or raise "
+                                "KMEMSCOPE_TEST_LOCK_WAIT_S)", pytrace=False)
+                time.sleep(0.1)
+            ticket.unlink()
+            _lock_depth = 1
             try:
-                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = f"another test run (lock file {TRACING_LOCK})"
-            else:
-                pid = _record_lock_holder()
-                if pid is None:
-                    break
+                yield
+            finally:
+                _lock_depth = 0
                 fcntl.flock(held, fcntl.LOCK_UN)
-                holder = f"kmemscope record, pid {pid}"
-            if time.monotonic() > deadline:
-                pytest.fail(f"the machine-wide record lock stayed busy for {wait_s:.0f} s, held by "
-                            f"{holder} (wait for it to finish, or raise KMEMSCOPE_TEST_LOCK_WAIT_S)",
-                            pytrace=False)
-            time.sleep(1)
-        _lock_depth = 1
+    finally:
+        ticket.unlink(missing_ok=True)
+
+
+def _first_ticket():
+    """The oldest ticket of a process still alive (see record_lock); stale ones are removed."""
+    for path in sorted(Path(TRACING_LOCK).parent.glob(Path(TRACING_LOCK).name + ".wait-*")):
         try:
-            yield
-        finally:
-            _lock_depth = 0
-            fcntl.flock(held, fcntl.LOCK_UN)
+            os.kill(int(path.name.rsplit("-", 1)[1]), 0)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+            continue
+        except (ValueError, PermissionError):
+            pass
+        return path
+    return None
 
 
 _lock_depth = 0

@@ -4,6 +4,7 @@ who holds the lock; the run puts back the settings it changed, and only those.
 Both locks are stand-ins under tmp_path (KMEMSCOPE_STATE_DIR, a patched lock file), held by a
 child process with flock(1) as another recorder would; the settings are stand-in files."""
 import subprocess
+import sys
 import time
 
 import pytest
@@ -88,3 +89,49 @@ def test_the_run_puts_back_only_the_settings_and_events_that_changed(tmp_path, m
     assert (events / "events/kmem/mm_page_alloc/enable").read_text() == "0"
     assert (events / "events/kmem/mm_page_free/enable").read_text() == "1"
     assert paths["trace_clock"].stat().st_mtime_ns == clock_before     # unchanged: not rewritten
+
+
+# A pytest-xdist worker that runs live tests one after another releases the lock for a few
+# milliseconds between them; a session fixture on the other worker that records once must
+# still get it then (first come, first served), not wait out the bound. Two programs on a lock
+# file of their own: one takes the lock again and again, the other asks once; the second must
+# get it while the first still runs.
+PROGRAM = r'''
+import contextlib, sys, time
+sys.path.insert(0, sys.argv[3])
+import conftest
+conftest.TRACING_LOCK = conftest.Path(sys.argv[1])
+conftest._record_lock_holder = lambda: None          # no kmemscope record to look for
+if sys.argv[2] == "busy":
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        with conftest.record_lock(wait_s=30):
+            print("held", flush=True)
+            time.sleep(0.3)
+else:
+    with conftest.record_lock(wait_s=30):
+        print("got", flush=True)
+'''
+
+
+def test_a_waiter_gets_the_lock_between_the_tests_of_a_busy_worker(tmp_path):
+    lock = tmp_path / "trace.lock"
+    args = [sys.executable, "-c", PROGRAM, str(lock)]
+    tests = str(conftest.PROJECT_ROOT / "tests")
+    busy = subprocess.Popen(args + ["busy", tests], stdout=subprocess.PIPE, text=True)
+    try:
+        assert busy.stdout.readline() == "held\n"      # the busy one holds it, and goes on
+        start = time.monotonic()
+        waiter = subprocess.run(args + ["wait", tests], capture_output=True, text=True,
+                                timeout=60)
+        waited = time.monotonic() - start
+        assert waiter.returncode == 0 and waiter.stdout == "got\n", waiter.stderr
+        assert busy.poll() is None, f"the waiter got the lock only after {waited:.1f} s, " \
+                                    "once the busy program had ended"
+    finally:
+        busy.kill()
+        busy.wait()
+    # the waiter took its ticket away; the busy one, killed while it may have been waiting,
+    # may leave one (a later waiter removes a dead process's ticket)
+    left = {int(p.name.rsplit("-", 1)[1]) for p in tmp_path.glob("trace.lock.wait-*")}
+    assert left <= {busy.pid}, f"waiting tickets left behind: {left}"
