@@ -65,8 +65,9 @@ def _caches(ds):
 
 
 def _temps(ds):
-    return sorted(p for p in (ds / "_derived").rglob(".*.tmp")) if (ds / "_derived").exists() \
-        else []
+    """Temp files of cache writers: cache parts under _derived, digests under runs/."""
+    return sorted(p for top in ("_derived", "runs") if (ds / top).exists()
+                  for p in (ds / top).rglob(".*.tmp"))
 
 
 def _agree(ds):
@@ -279,7 +280,8 @@ def test_writers_killed_at_random_points_leave_what_verify_reports_and_the_next_
         for kind, path in result.problems:
             # what a kill leaves: a temp file (reported), or a file whose record went first
             assert kind in ("extra", "changed", "missing"), result.problems
-            assert Path(path.split(" ")[0]).name.startswith((".part-0.parquet", "part-0.parquet"))
+            assert Path(path.split(" ")[0]).name.startswith(
+                (".part-0.parquet", "part-0.parquet", "._files.json."))
         listed = {str(t.relative_to(dataset)) for t in _temps(dataset)}
         reported = {p.split(" ")[0] for k, p in result.problems if k == "extra"}
         assert listed == reported, (listed, reported)
@@ -389,3 +391,24 @@ def test_a_run_parsed_again_while_its_cache_is_written_gets_no_cache_of_the_old_
     fresh = _fresh("summary", dataset, run_ids=[run])
     assert kept.replace_schema_metadata(None).equals(fresh.replace_schema_metadata(None))
     assert "relabelled" in str(fresh.column("labels").to_pylist())
+
+
+def test_a_digests_temp_a_killed_writer_left_is_removed_by_the_next_cache_write(dataset):
+    """A writer killed between writing a run's new digests and renaming them leaves
+    runs/run_id=X/._files.json.<hex>.tmp; the next cache write of that run removes it (under
+    the dataset lock such a temp is stale) and the dataset verifies clean."""
+    from kmrun import kmemscope
+
+    runs = sorted((dataset / "runs").glob("run_id=*"))
+    left = [run / "._files.json.0123456789abcdef.tmp" for run in runs]
+    for path in left:
+        path.write_text("{}")
+    assert {str(p.relative_to(dataset)) for p in left} <= \
+        {p.split(" ")[0] for k, p in verify(dataset).problems if k == "extra"}
+    kmemscope("query", "hot_pfns", dataset, "--param", "top_n=4")
+    written = {p.parent for p in (dataset / "_derived").rglob("part-0.parquet")}
+    assert written, "the query wrote no cache"
+    cached_runs = {p.name for p in written}
+    for path in left:
+        assert path.exists() != (path.parent.name in cached_runs), path
+    assert not any(p.exists() for p in left if p.parent.name in cached_runs)
