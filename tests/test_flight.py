@@ -661,12 +661,15 @@ def test_max_disk_holds_while_triggers_fill_it(tmp_path, before):
             flight = Flight("-o", out, "-e", "kmem:mm_page_free", "--keep", "2s", "--after", "0.5s",
                             "--measure", "1s", "--cooldown", "0", "--max-per-hour", "100",
                             "--max-bundles", "100", "--max-buffer", "5M", "--max-disk", "24M")
-            # bundles of 1-3 MiB: a dozen fill --max-disk, and its last bundles are written (with
-            # their temporary copies) while it is nearly full
-            for n in range(1, 13):
+            # bundles of 1-3 MiB: a dozen or so fill --max-disk, and its last bundles are
+            # written (with their temporary copies) while it is nearly full; triggers go on
+            # until the oldest bundles were removed twice (bundle sizes follow the churn's rate)
+            for n in range(1, 31):
                 flight.signal(signal.SIGUSR1)
                 assert flight.wait_for("wrote ", 60, count=n), flight.text()
                 time.sleep(1.1)       # bundle names carry the second
+                if n >= 12 and flight.text().count("removed the oldest bundle") >= 2:
+                    break
             flight.signal(signal.SIGINT)
             rc, stderr = flight.finish()
     finally:
