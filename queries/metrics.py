@@ -653,7 +653,7 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
     if defaults or "summary" in kinds:
         g.add_summary()
     # the trace's counters also bound a bare trace's summary rates (SUMMARY_MODEL_PARTS)
-    if defaults or "vmstat" in kinds or "summary" in kinds:
+    if defaults or "vmstat" in kinds or ("summary" in kinds and _summary_from_trace(g.runs)):
         g.add_vmstat()
     if defaults or "stalls" in kinds:
         g.add_stalls(required="stalls" in kinds)
@@ -818,6 +818,12 @@ def _set_vmstat_values(target, deltas, windows, models=None):
             for key, bound in zip((BOUND_LOW, BOUND_HIGH), bounds[counter]):
                 target[f"vmstat.{counter}{key}"] = bound
                 target[f"vmstat.{counter}/min{key}"] = per_min(counter, bound)
+
+
+def _summary_from_trace(runs):
+    """True when some run's summary rate of SUMMARY_MODEL_PARTS came from the trace."""
+    return any(run.get(name[:-4] + "_source") == "trace"
+               for run in runs.values() for name in SUMMARY_MODEL_PARTS)
 
 
 def _set_summary_bounds(target, deltas):
