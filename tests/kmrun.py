@@ -7,7 +7,7 @@ that every failure is one line on stderr.
 `kmemscope(...)` runs the command in this process (kmemscope.cli.verbs.main with its own
 stdout, stderr, working folder and signal handlers, put back afterwards) when the test is
 not about the process: a verb of IN_PROCESS_VERBS, no option of PROCESS_OPTIONS, no
-argument to the process (env, input, cwd, ...). A program start costs ~0.3 CPU-s, and the
+argument to the process but its standard input (env, cwd, preexec_fn, ...). A program start costs ~0.3 CPU-s, and the
 suite starts hundreds. Everything else, and every run when KMEMSCOPE_TESTS_SUBPROCESS=1,
 starts the console script: `parse` forks its decoder, `record` owns tracefs and its
 signals, `report` starts a notebook kernel, Spark starts a JVM the test must not share.
@@ -33,7 +33,7 @@ def _argv(args):
 
 
 # Verbs that read or write a dataset in this process and leave nothing running.
-IN_PROCESS_VERBS = {"sql", "query", "queries", "compare", "info", "verify", "metrics",
+IN_PROCESS_VERBS = {"parse", "sql", "query", "queries", "compare", "info", "verify", "metrics",
                     "limits", "derive", "export"}
 # Options whose subject is the process: alarms and limits, tracebacks, other engines.
 PROCESS_OPTIONS = ("--engine", "--spark-master", "--spark-conf", "--timeout", "--memory-limit",
@@ -41,7 +41,7 @@ PROCESS_OPTIONS = ("--engine", "--spark-master", "--spark-conf", "--timeout", "-
 
 
 def _in_process(args, process, popen):
-    if process or popen or os.environ.get("KMEMSCOPE_TESTS_SUBPROCESS") == "1":
+    if process or set(popen) - {"input"} or os.environ.get("KMEMSCOPE_TESTS_SUBPROCESS") == "1":
         return False
     if not args or args[0] not in IN_PROCESS_VERBS:
         return False
@@ -54,16 +54,19 @@ def _captured_stream():
     return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="\n", write_through=True)
 
 
-def _run_in_process(args, text):
-    """`kmemscope ARGS` through kmemscope.cli.verbs.main here -> CompletedProcess."""
+def _run_in_process(args, text, input=None):
+    """`kmemscope ARGS` through kmemscope.cli.verbs.main here -> CompletedProcess.
+    Its standard input is `input` (text or bytes), or an empty pipe's."""
     from kmemscope.cli.verbs import main
 
     stdout, stderr = _captured_stream(), _captured_stream()
-    saved_streams, saved_cwd = (sys.stdout, sys.stderr), os.getcwd()
+    data = input if isinstance(input, bytes) else (input or "").encode()
+    stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline=None)
+    saved_streams, saved_cwd = (sys.stdin, sys.stdout, sys.stderr), os.getcwd()
     saved_signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM,
                                                             signal.SIGHUP)}
     code = 0
-    sys.stdout, sys.stderr = stdout, stderr
+    sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
     try:
         os.chdir(PROJECT_ROOT)
         main([str(a) for a in args])
@@ -72,7 +75,7 @@ def _run_in_process(args, text):
     finally:
         for stream in (stdout, stderr):
             stream.flush()
-        sys.stdout, sys.stderr = saved_streams
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
         os.chdir(saved_cwd)
         for sig, handler in saved_signals.items():
             signal.signal(sig, handler)
@@ -100,10 +103,10 @@ def kmemscope(*args, check=True, timeout=600, text=True, process=False, **popen)
 
     check: a non-zero exit fails the test with its stderr. text=False: bytes (parquet).
     process: in a program of its own, also where it could run in this one (see above).
-    popen: more of subprocess.run's arguments (input, env, cwd, preexec_fn); with any,
-    the command runs as a program."""
+    popen: more of subprocess.run's arguments (input, env, cwd, preexec_fn); with any
+    but input, the command runs as a program."""
     if _in_process(args, process, popen):
-        proc = _run_in_process(args, text)
+        proc = _run_in_process(args, text, popen.get("input"))
     else:
         popen.setdefault("cwd", PROJECT_ROOT)
         proc = subprocess.run(_argv(args), capture_output=True, text=text,

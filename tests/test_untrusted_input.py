@@ -263,11 +263,20 @@ def children_of(pid):
 
 
 def alive(pid):
+    """True while any thread of `pid` runs. A killed decoder's leader thread shows Z while its
+    other threads still exit, and the files they share (the owner lock) stay open until the last."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
-    return state != "Z"
+    for task in tasks:
+        try:
+            state = Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
 
 
 def paused_parse(source, ds, seconds=60):
