@@ -244,6 +244,8 @@ def _writing(ds, proc, deadline):
     return True
 
 
+# slow: a dozen queries killed at random points (~6 s); the single-fault tests stay in make check
+@pytest.mark.slow
 def test_writers_killed_at_random_points_leave_what_verify_reports_and_the_next_removes(
         dataset):
     """SIGKILL of `kmemscope query` at random points while it writes its caches (between its

@@ -83,6 +83,8 @@ def test_a_sample_past_the_line_bound_is_cut_with_a_note_in_bounded_memory(
     assert json.loads(rows) == [{"n": 0}]     # the one sample is past the bound: none kept
 
 
+# slow: 64 MiB of samples parsed (~5 s); the line bound's own tests stay in make check
+@pytest.mark.slow
 def test_many_real_samples_are_all_kept_in_bounded_memory(tmp_path):
     """64 MiB of real vmstat samples (2.8 GB RSS before): every row kept, counted in Python."""
     head, body = first_sample("vmstat")

@@ -79,7 +79,9 @@ def test_a_demanded_requirement_fails_instead_of_skipping(tmp_path):
 
 
 # `make check` runs its tests on pytest-xdist workers: a miss found in a worker fails the run too.
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+# slow: the xdist case starts two workers of a planted run (~6 s); make test runs it
+@pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)],
+                         ids=["one-process", "xdist"])
 def test_a_demanded_requirement_missing_at_module_level_fails_the_run(tmp_path, workers):
     (tmp_path / "test_planted.py").write_text(PLANTED_MODULE_LEVEL)
     (tmp_path / "test_other.py").write_text("def test_other():\n    assert True\n")

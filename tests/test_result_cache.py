@@ -94,6 +94,8 @@ class Counting:
         monkeypatch.setattr(runner, "run_local", counted)
 
 
+# slow: every section computed three times (~9 s); the tests below keep the cache's rules in make check
+@pytest.mark.slow
 def test_every_section_reads_back_the_rows_it_computed(dataset, monkeypatch):
     refused = []
     for qname, _a, _s in SECTIONS:

@@ -252,7 +252,9 @@ def _one_error_line(proc):
     return lines[0]
 
 
-@pytest.mark.parametrize("verb", [("info",), ("query", "hot_pfns")])
+# slow: query's errors come from the storage layer info's do (~6 s, a refused connection
+# retried); make test runs both
+@pytest.mark.parametrize("verb", [("info",), pytest.param(("query", "hot_pfns"), marks=pytest.mark.slow)])
 def test_errors_are_one_line(s3, datasets, verb):
     _, url, _ = datasets
     no_bucket = _one_error_line(cli(s3, *verb, "s3://no-such-bucket/ds", check=False))
