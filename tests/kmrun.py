@@ -5,13 +5,14 @@ for one the test signals or reads while it runs, `one_error_line(proc)` for the 
 that every failure is one line on stderr.
 
 `kmemscope(...)` runs the command in this process (kmemscope.cli.verbs.main with its own
-stdout, stderr, working folder and signal handlers, put back afterwards) when the test is
-not about the process: a verb of IN_PROCESS_VERBS, no option of PROCESS_OPTIONS, no
-argument to the process but its standard input (env, cwd, preexec_fn, ...). A program start costs ~0.3 CPU-s, and the
-suite starts hundreds. Everything else, and every run when KMEMSCOPE_TESTS_SUBPROCESS=1,
-starts the console script: `parse` forks its decoder, `record` owns tracefs and its
-signals, `report` starts a notebook kernel, Spark starts a JVM the test must not share.
-`process=True` asks for a program of its own.
+stdin, stdout, stderr, working folder and signal handlers, put back afterwards) when the
+test is not about the process: a verb of IN_PROCESS_VERBS, no option of PROCESS_OPTIONS,
+no argument to the process but its standard input (env, cwd, preexec_fn, ...). A program
+start costs ~0.2-0.3 CPU-s, and the suite starts hundreds. `parse` runs here too: its
+decoder is a forked child either way, with its own stderr and limits. Everything else, and
+every run when KMEMSCOPE_TESTS_SUBPROCESS=1, starts the console script: `record` owns
+tracefs and its signals, `report` starts a notebook kernel, Spark starts a JVM the test
+must not share. `process=True` asks for a program of its own.
 """
 import io
 import os
