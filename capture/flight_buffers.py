@@ -1,4 +1,3 @@
-# mypy: disable-error-code="attr-defined,has-type"
 # (a part of FlightRecorder, capture/flight.py: the attributes it uses are the recorder's)
 """The flight recorder's ring-buffer sizes: the rate measured, the buffers grown and shrunk.
 
@@ -12,6 +11,7 @@ from kmemscope.capture import hostinfo, ringsize
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture import triggers as trig
 from kmemscope.capture.flight_instances import AFTER_INSTANCE, BEFORE_INSTANCE, mono_ns
+from kmemscope.capture.flight_state import FlightState
 from kmemscope.capture.units import format_size
 from kmemscope.common.errors import CaptureError
 
@@ -52,7 +52,7 @@ def _events(before, after):
 
 
 
-class BufferSizer:
+class BufferSizer(FlightState):
     """The FlightRecorder's part that measures the event rate and sizes its buffers."""
 
     def _buffer_plan(self, ncpu):

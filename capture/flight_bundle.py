@@ -1,4 +1,3 @@
-# mypy: disable-error-code="attr-defined,has-type"
 # (a part of FlightRecorder, capture/flight.py: the attributes it uses are the recorder's)
 """The flight recorder's bundles: the frozen instances extracted, the window accounted for.
 
@@ -20,6 +19,7 @@ from kmemscope.capture import tracefs as tfs
 from kmemscope.capture.flight_disk import BUNDLE_ROOM, PeakDisk, bundle_bound
 from kmemscope.capture.flight_instances import (AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES,
                                                changed_since, mono_ns)
+from kmemscope.capture.flight_state import FlightState
 from kmemscope.capture.tracecmd import (buffer_stats_by_buffer, failure_reason, run_once,
                                         trace_dat_complete)
 from kmemscope.capture.units import format_size
@@ -73,7 +73,7 @@ def window_accounting(stats, window_start, stop, tracing_since):
 
 
 
-class BundleWriter:
+class BundleWriter(FlightState):
     """The FlightRecorder's part that writes a pending bundle."""
 
     # the Recorder's: why the recording ends

@@ -1,4 +1,3 @@
-# mypy: disable-error-code="attr-defined,has-type"
 # (a part of FlightRecorder, capture/flight.py: the attributes it uses are the recorder's)
 """The flight recorder's two tracefs instances: set up, armed, frozen, and watched.
 
@@ -15,6 +14,7 @@ import time
 from kmemscope.capture import instance
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture.flight_heartbeat import HEARTBEAT_S
+from kmemscope.capture.flight_state import FlightState
 from kmemscope.capture.tracecmd import (_spec_enabled, _tracing_on, check_filters, failure_reason,
                                         run_once)
 from kmemscope.common.errors import CaptureError
@@ -41,7 +41,7 @@ def changed_since(tracefs, name, before):
 
 
 
-class InstanceKeeper:
+class InstanceKeeper(FlightState):
     """The FlightRecorder's part that sets up, arms, freezes and checks its instances.
 
     Uses the recorder's tracefs, trace_cmd, specs, host_flags, stacktrace, out and opt;

@@ -1,4 +1,3 @@
-# mypy: disable-error-code="attr-defined,has-type"
 # (a part of FlightRecorder, capture/flight.py: the attributes it uses are the recorder's)
 """The flight recorder's triggers: conditions evaluated, limits applied, a bundle started.
 
@@ -11,6 +10,7 @@ import collections
 
 from kmemscope.capture import triggers as trig
 from kmemscope.capture.flight_bundle import stamp_at
+from kmemscope.capture.flight_state import FlightState
 
 # procfs files that cost much to read (pagetypeinfo walks every pageblock: 10-15 ms of
 # CPU here), sampled every SLOW_SOURCE_S and at each trigger instead of every --interval.
@@ -26,7 +26,7 @@ def _value_text(detail):
 
 
 
-class TriggerHandler:
+class TriggerHandler(FlightState):
     """The FlightRecorder's part that turns conditions into a pending bundle."""
 
     def _on_sample(self, texts):
