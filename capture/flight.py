@@ -61,10 +61,11 @@ from kmemscope.capture.flight_disk import (  # noqa: F401
 from kmemscope.capture.flight_heartbeat import Heartbeat
 from kmemscope.capture.flight_instances import (  # noqa: F401
     AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES, MAX_BLIND, InstanceKeeper, changed_since, mono_ns)
+from kmemscope.capture.flight_state import FlightOptions  # noqa: F401 (command.py's name)
 from kmemscope.capture.flight_triggers import (  # noqa: F401
     SLOW_SOURCE_S, SLOW_SOURCES, TriggerHandler, _value_text)
 from kmemscope.capture.guard import Guard
-from kmemscope.capture.recorder import (Interrupted, Options, Recorder, check_host,
+from kmemscope.capture.recorder import (Interrupted, Recorder, check_host,
                                         free_space_refusal)
 from kmemscope.capture.sampler import RollingSampler
 from kmemscope.capture.units import format_size
@@ -75,19 +76,6 @@ FLIGHT_FILE = "flight.json"        # marks DIR as a flight directory (parse look
 RATE_CHECK_S = 2.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 MAX_WARNINGS = 50
-
-
-class FlightOptions(Options):
-    """Options of a flight recorder (cli.py fills it; tests may too)."""
-
-    def __init__(self, output, keep=30.0, after=5.0, trigger_specs=(), cooldown=60.0,
-                 max_bundles=10, max_disk=None, max_per_hour=6, measure=3.0, max_buffer=None,
-                 **kwargs):
-        super().__init__(output, **kwargs)
-        self.keep, self.after, self.triggers = keep, after, list(trigger_specs)
-        self.cooldown, self.max_bundles, self.max_disk = cooldown, max_bundles, max_disk
-        self.max_per_hour, self.measure = max_per_hour, measure
-        self.max_buffer = max_buffer    # bytes for all ring buffers of all CPUs; None: default
 
 
 def _check_writable(directory):

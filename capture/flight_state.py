@@ -1,27 +1,43 @@
-"""What the flight recorder's parts share: the one object's attributes, declared with their types.
+"""What the flight recorder's parts share: its options, and the one object's attributes
+declared with their types.
 
 FlightRecorder (flight.py) is one object made of parts, each in its own module:
 InstanceKeeper, BufferSizer, TriggerHandler and BundleWriter. Each part reads what
 another sets up (the options, the buffers' sizes, the triggers fired), so each derives
 from FlightState, which declares those names for the type checker. FlightRecorder's
-__init__ and run() give them their values; nothing here exists at run time but the
-annotations, so no part shadows a Recorder method in the MRO.
+__init__ and run() give them their values. FlightState holds nothing at run time but
+annotations (its method stubs exist only for the checker), so no part shadows a
+Recorder method in the MRO.
 """
 import collections
 import queue
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
+from kmemscope.capture.recorder import Options
+
 if TYPE_CHECKING:
-    from kmemscope.capture.flight import FlightOptions
     from kmemscope.capture.flight_disk import DiskBudget
     from kmemscope.capture.flight_heartbeat import Heartbeat
     from kmemscope.capture.sampler import RollingSampler
     from kmemscope.capture.triggers import PsiHistory
 
 
+class FlightOptions(Options):
+    """Options of a flight recorder (cli.py fills it; tests may too)."""
+
+    def __init__(self, output, keep=30.0, after=5.0, trigger_specs=(), cooldown=60.0,
+                 max_bundles=10, max_disk=None, max_per_hour=6, measure=3.0, max_buffer=None,
+                 **kwargs):
+        super().__init__(output, **kwargs)
+        self.keep, self.after, self.triggers = keep, after, list(trigger_specs)
+        self.cooldown, self.max_bundles, self.max_disk = cooldown, max_bundles, max_disk
+        self.max_per_hour, self.measure = max_per_hour, measure
+        self.max_buffer = max_buffer    # bytes for all ring buffers of all CPUs; None: default
+
+
 class FlightState:
     # Recorder's (recorder.py)
-    opt: "FlightOptions"
+    opt: FlightOptions
     say: Callable[[str], None]
     warnings: List[str]
     stop_reason: Optional[str]
