@@ -37,12 +37,14 @@ text. An s3:// dataset is read as s3a:// through hadoop-aws: a session made
 for ad-hoc SQL over one gets storage.spark_conf()'s settings under the user's
 --spark-conf.
 """
+import atexit
 import bisect
 import contextlib
 import dataclasses
 import functools
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -86,6 +88,15 @@ def _spark_log_path():
     return Path(tempfile.gettempdir()) / f"kmemscope-spark-{os.getuid()}.log"
 
 
+@functools.lru_cache(maxsize=None)
+def _private_warehouse():
+    """A folder of this process for Spark's catalog, removed at its exit. Spark's default
+    is spark-warehouse/ in the working folder, which `sql` would leave in the user's."""
+    folder = tempfile.mkdtemp(prefix="kmemscope-spark-warehouse-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def session(master="local[*]", conf=None, app="kmemscope"):
     """A SparkSession with kmemscope's settings; conf: {key: value} or ["k=v", ...].
 
@@ -110,6 +121,7 @@ def session(master="local[*]", conf=None, app="kmemscope"):
         launch_env["PYTHONSAFEPATH"] = os.environ.get("PYTHONSAFEPATH", "1")
     for k, v in _conf_items(conf):
         settings[k] = v
+    settings.setdefault("spark.sql.warehouse.dir", _private_warehouse())
     if settings.get("spark.pyspark.python"):
         # The Python of the executors' workers (kmemscope installed there, or a venv archive
         # on spark.archives: docs/fleet.md). pyspark reads it from the environment when the
