@@ -76,6 +76,16 @@ class DatasetRef:
             self._listing = table_runs(self)
         return self._listing
 
+    def outdated(self):
+        """True when the listing taken names a file the dataset no longer has: a parse
+        committed one of its runs again (the old files move away) or removed it since.
+        Lists the dataset again: for after a read failed, not before every read."""
+        if self._listing is None:
+            return False
+        now = self.renewed().listing
+        return any(not set(map(str, files)) <= set(map(str, now.get(table, {}).get(run, ())))
+                   for table, runs in self._listing.items() for run, files in runs.items())
+
     def footers(self):
         """{file: (Arrow schema, rows)} the runs' own records state (reader.recorded_footers),
         read once for the whole listing."""

@@ -233,6 +233,11 @@ def _file_key(f):
     return (str(f), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+class ListedFileGone(DatasetError):
+    """A file the command's listing named is gone: its run was committed again or removed
+    since the listing (DatasetRef.outdated), not damaged."""
+
+
 def _file_schema(f, footer=False):
     """(Arrow schema, None) of Parquet file `f`, or (None, why) when its footer cannot be read.
 
@@ -252,6 +257,11 @@ def _file_schema(f, footer=False):
         got: tuple = (storage.read_schema(str(f)), None)
     except DatasetError:
         raise
+    except FileNotFoundError:
+        # not a damaged run: the listing is older than the dataset (Dataset reads again)
+        raise ListedFileGone(f"{f} is gone since the dataset was listed: a parse replaced or "
+                             "removed its run while this command read it",
+                             "run the command again") from None
     except Exception as exc:    # pyarrow's ArrowInvalid, OSError: a damaged file
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         got = (None, first)

@@ -301,6 +301,11 @@ class Trend:
         return self.text()
 
 
+# A call whose snapshot a parse changed while it was read is read again (Dataset._on_a_snapshot).
+REREAD_NOTE = ("the dataset changed while it was read (a parse replaced or removed runs): "
+               "the answer is from the runs committed since")
+
+
 class Dataset:
     """A kmemscope dataset opened for queries, on DuckDB in this process or on Spark."""
 
@@ -331,6 +336,22 @@ class Dataset:
         ref, self._fresh = self._fresh, None
         # a new listing, where the dataset lives and local or s3 as decided at the open
         return ref if ref is not None else self._ref.renewed()
+
+    def _on_a_snapshot(self, work):
+        """work(handle) on this call's snapshot -> (its answer, a note or None). When a parse
+        replaced or removed runs while the snapshot was read, its files are gone and the read
+        fails: the work runs once more on a new snapshot, and the note says so."""
+        ref = self._handle()
+        try:
+            return work(ref), None
+        except Exception:       # any failure; only one whose snapshot is outdated is retried
+            try:
+                outdated = ref.outdated()
+            except Exception:   # the dataset cannot be listed now: the first failure stands
+                outdated = False
+            if not outdated:
+                raise
+        return work(ref.renewed()), REREAD_NOTE
 
     def __repr__(self):
         extra = f", engine={str(self.spec)!r}" if self.spec.is_spark else ""
@@ -378,10 +399,17 @@ class Dataset:
         """
         notes: list[str] = []
         runs = [run] if isinstance(run, str) else run
-        table = run_sql(self._handle(), sql_statements(query), engine=self.spec, runs=runs,
-                         label=label, params=params, read_only=read_only, timeout=timeout,
-                         memory_limit=memory_limit, notes=notes,
-                         caller_frames=not read_only)[-1]
+        statements = sql_statements(query)
+
+        def work(ref):
+            del notes[:]
+            return run_sql(ref, statements, engine=self.spec, runs=runs, label=label,
+                           params=params, read_only=read_only, timeout=timeout,
+                           memory_limit=memory_limit, notes=notes,
+                           caller_frames=not read_only)[-1]
+
+        table, reread = self._on_a_snapshot(work)
+        notes += [reread] if reread else []
         if table is None:
             import pyarrow as pa
 
@@ -396,14 +424,15 @@ class Dataset:
         tables) before it starts."""
         from kmemscope.queries.runner import notes_of, run_query
 
-        table = run_query(name, self._handle(), run_ids=[run] if isinstance(run, str) else run,
-                          labels=label, params={k: str(v) if not isinstance(v, str) else v
-                                                for k, v in params.items()} or None,
-                          progress=progress, engine=self.spec)
+        text_params = {k: str(v) if not isinstance(v, str) else v for k, v in params.items()}
+        table, reread = self._on_a_snapshot(
+            lambda ref: run_query(name, ref, run_ids=[run] if isinstance(run, str) else run,
+                                  labels=label, params=text_params or None,
+                                  progress=progress, engine=self.spec))
         from kmemscope.queries.sides import condense_notes
 
         # one line per caveat, not per run: 60 hosts without procfs samples are one note
-        result = Result(table, condense_notes(notes_of(table)))
+        result = Result(table, condense_notes(notes_of(table)) + ([reread] if reread else []))
         result._asked = (self, name, run, label, params)
         return result
 
@@ -430,10 +459,13 @@ class Dataset:
         from kmemscope.queries.sides import load_sides
 
         names = [metrics] if isinstance(metrics, str) else (list(metrics) if metrics else None)
-        ref = self._handle()
-        found = load_sides(ref, by, baseline, run_ids=[run] if isinstance(run, str) else run,
-                           labels=label, engine=self.spec, metrics=names,
-                           order=list(sides) if sides else None, unit=unit)
+        (found, ref), reread = self._on_a_snapshot(
+            lambda ref: (load_sides(ref, by, baseline,
+                                    run_ids=[run] if isinstance(run, str) else run,
+                                    labels=label, engine=self.spec, metrics=names,
+                                    order=list(sides) if sides else None, unit=unit), ref))
+        if reread:
+            found.notes.append(reread)
         table = compare_table(found, names, test, alpha, correction, stat, detect, directions)
         # the comparison keeps its snapshot: a trend over it reads the same runs
         return Comparison(found, table, ref, self.spec)

@@ -7,6 +7,7 @@ through click; their output is compared with the same verb run as its own
 process (the console script), so a counted run is a run that did its job.
 """
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 import kmemscope
 from kmemscope.cli.verbs import cli
 from kmemscope.dataset import reader, storage
+from kmemscope.api import REREAD_NOTE
 from kmemscope.dataset.handle import DatasetRef
 from kmrun import kmemscope as kmemscope_cli
 
@@ -162,3 +164,70 @@ def test_a_handle_is_not_a_path(examples_dataset):
     with pytest.raises(TypeError):
         reader.table_runs(examples_dataset)       # readers take the handle, not a path
     assert reader.table_runs(ref) == ref.listing
+
+
+def _remove_run(ds, run):
+    """A run's partitions removed by hand, its `runs` partition first (as a commit hides it)."""
+    shutil.rmtree(ds / "runs" / f"run_id={run}")
+    for folder in ds.glob(f"*/run_id={run}"):
+        shutil.rmtree(folder)
+
+
+def test_a_snapshot_whose_files_went_away_is_read_again_with_a_note(tmp_path):
+    """A command's handle lists once; a run removed (or committed again under other file
+    names) meanwhile leaves the listing naming files that are gone. The call is read again
+    on a new snapshot and says so, instead of calling the run unreadable or leaving it out."""
+    from conftest import EXAMPLES
+
+    ds = tmp_path / "ds"
+    for example, kernel in (("kmem-compaction", "a"), ("thp-faults", "b"),
+                            ("memory-pressure", "b")):
+        [gone] = kmemscope.parse([EXAMPLES / example], ds, labels={"kernel": kernel})
+    ref = DatasetRef.of(ds)
+    ref.listing                                                     # the command's snapshot
+    _remove_run(ds, gone.run_id)
+    assert ref.outdated()
+    opened = kmemscope.open(ref)
+    runs = opened.sql("SELECT run_id FROM runs ORDER BY run_id")
+    fresh = kmemscope.open(ds)
+    assert runs.rows() == fresh.sql("SELECT run_id FROM runs ORDER BY run_id").rows()
+    assert len(runs.rows()) == 2 and REREAD_NOTE in runs.notes
+    again, now = opened.query("summary"), fresh.query("summary")
+    assert again.arrow().equals(now.arrow())
+    assert REREAD_NOTE in again.notes and REREAD_NOTE not in now.notes
+    compared = opened.compare("kernel")
+    assert REREAD_NOTE in compared.notes
+    assert compared.records == fresh.compare("kernel").records
+
+
+def test_a_run_parsed_again_is_read_as_it_is_now(tmp_path):
+    """The same trace parsed again replaces its run; its part files may or may not keep
+    their names (one per decoder worker that had rows). Either way the answer is the new
+    run's, and the note is there exactly when the listing named files that are gone."""
+    from conftest import EXAMPLES
+
+    ds = tmp_path / "ds"
+    kmemscope.parse([EXAMPLES / "kmem-compaction"], ds, labels={"kernel": "a"})
+    ref = DatasetRef.of(ds)
+    ref.listing
+    kmemscope.parse([EXAMPLES / "kmem-compaction"], ds, labels={"kernel": "c"})
+    outdated = ref.outdated()
+    got = kmemscope.open(ref).sql("SELECT labels['kernel'] AS kernel, events FROM runs")
+    assert got.rows() == kmemscope.open(ds).sql(
+        "SELECT labels['kernel'] AS kernel, events FROM runs").rows()
+    assert got.rows()[0]["kernel"] == "c"
+    assert (REREAD_NOTE in got.notes) == outdated
+
+
+def test_a_damaged_file_of_a_current_snapshot_is_not_read_again(tmp_path):
+    from conftest import EXAMPLES
+    from kmemscope.common.errors import DatasetError
+
+    ds = tmp_path / "ds"
+    kmemscope.parse([EXAMPLES / "kmem-compaction"], ds)
+    ref = DatasetRef.of(ds)
+    part = next(iter(ref.listing["mm_page_alloc"].values()))[0]
+    Path(part).write_bytes(b"PAR1 not parquet")
+    assert not ref.outdated()
+    with pytest.raises(DatasetError, match="cannot be read"):
+        kmemscope.open(ref).sql("SELECT count(*) FROM mm_page_alloc")
