@@ -247,8 +247,14 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
         window = None if whole_bundle else flight_window.window_of(manifest, source)
         bench = benchmark_results.read_bundle_metrics(bundle)     # and so does a bad metrics.json
         sha_box: dict = {}
-        hasher = helper_thread(lambda: sha_box.update(sha=file_sha256(trace_path)),
-                               "kmemscope-sha256")
+
+        def hash_trace():
+            try:
+                sha_box["sha"] = file_sha256(trace_path)
+            except BaseException as exc:    # raised again below, where errors are reported
+                sha_box["error"] = exc
+
+        hasher = helper_thread(hash_trace, "kmemscope-sha256")
         trace = TraceFile(trace_path)
         if progress:
             progress(("total", trace.data_bytes()))
@@ -279,6 +285,8 @@ def _stage(source, staging, scratch, labels, events, threads, progress, whole_bu
             for sink in sinks:
                 sink.close()
         hasher.join()
+        if "error" in sha_box:
+            raise sha_box["error"]
         sha = sha_box["sha"]
         run_id = run_id_for(sha)
         ts_range = kept.ts_range(stats)

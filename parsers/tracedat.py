@@ -46,8 +46,12 @@ def _load_arrow():
     try:
         import pyarrow  # noqa: F401
         import pyarrow.parquet  # noqa: F401  (the first batch's writer needs it)
-    except ImportError:
-        pass            # said where it is needed: the first batch imports it again
+    except (ImportError, MemoryError):
+        # Said where it is needed: the first batch imports it again. A MemoryError (a
+        # decoder under its address-space limit) must end here: threading's excepthook
+        # would print it, allocate, and could fail again while handling it, which CPython
+        # answers with a fatal error (SIGABRT) of the whole decoder.
+        pass
 
 
 def helper_thread(target, name):

@@ -219,3 +219,21 @@ def test_uncompressed_cpu_data_off_a_page_boundary_is_refused(dataset, tmp_path,
     report = subprocess.run(["trace-cmd", "report", "-i", str(bad)], capture_output=True, text=True,
                             timeout=60)
     assert "failed to init data" in report.stderr or report.returncode != 0, report.stderr
+
+
+@pytest.mark.parametrize("error", [OSError(5, "Input/output error"), MemoryError()],
+                         ids=["EIO", "out of memory"])
+def test_a_failure_while_hashing_the_trace_is_the_parse_s_one_error(tmp_path, monkeypatch, error):
+    """The trace is hashed (its run id) on a helper thread beside the decode; its failure
+    is reported by the parse like any other, not lost in the thread (a KeyError after)."""
+    import kmemscope
+    from kmemscope.parsers import ingest
+
+    def fails(path):
+        raise error
+
+    monkeypatch.setattr(ingest, "file_sha256", fails)      # the decoder child is forked from here
+    with pytest.raises(kmemscope.KmemscopeError) as raised:
+        kmemscope.parse([EXAMPLES / "kmem-compaction"], tmp_path / "ds")
+    assert "KeyError" not in str(raised.value) and "sha" not in str(raised.value), raised.value
+    assert not (tmp_path / "ds").exists()           # the dataset it made is removed again
