@@ -54,6 +54,26 @@ def _load_arrow():
         pass
 
 
+class _Loaded:
+    """A loader that ran on the calling thread: nothing to join."""
+
+    def join(self):
+        pass
+
+
+def _arrow_loader():
+    """pyarrow loading on a helper thread (joined before the first batch), or loaded here
+    under an address-space limit: there an import that runs out of memory on a helper
+    thread can spin in CPython's import machinery holding the GIL (seen: a decoder at
+    100% CPU for minutes), while on this thread it fails as this open's MemoryError."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+        return helper_thread(_load_arrow, "kmemscope-load-arrow")
+    import pyarrow.parquet  # noqa: F401
+    return _Loaded()
+
+
 def helper_thread(target, name):
     """A started helper thread with a 1 MiB stack. glibc keeps an ended thread's stack for
     the next thread that fits in it: a helper's 8 MiB stack handed to a decoder thread
@@ -92,7 +112,7 @@ class TraceFile:
         # while the decoder threads start (they need it only to hand over their
         # first batches): decode() joins it then. An open that fails joins it at
         # once, so that no thread of it outlives the error.
-        self._arrow_loader = helper_thread(_load_arrow, "kmemscope-load-arrow")
+        self._arrow_loader = _arrow_loader()
         try:
             self._open_native()
         except BaseException:
