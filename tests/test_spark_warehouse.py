@@ -36,3 +36,17 @@ def test_the_private_warehouse_is_removed_at_exit():
     assert run.returncode == 0, run.stderr
     folder = Path(run.stdout.strip())
     assert folder.name.startswith("kmemscope-spark-warehouse-") and not folder.exists()
+
+
+def test_a_stopped_session_leaves_no_warehouse():
+    """A test worker ends without atexit: the folder goes when its session stops."""
+    run = subprocess.run(
+        [sys.executable, "-c",
+         "import os\nfrom kmemscope.queries.engines import spark_engine as s\n"
+         f"e = s.SparkEngine(master={SPARK_MASTER!r}, conf={SPARK_TEST_CONF!r})\n"
+         "where = e.spark.conf.get('spark.sql.warehouse.dir')\ne.spark.sql('SELECT 1').collect()\n"
+         "e.close()\nprint(where)\nos._exit(0)"],
+        capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    folder = _local(run.stdout.strip().splitlines()[-1])
+    assert folder.name.startswith("kmemscope-spark-warehouse-") and not folder.exists()

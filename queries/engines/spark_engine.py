@@ -97,6 +97,14 @@ def _private_warehouse():
     return folder
 
 
+def _drop_private_warehouse():
+    """Remove the folder once its session stopped (a process that ends without running
+    atexit, a test worker, keeps none); the next session makes a new one."""
+    if _private_warehouse.cache_info().currsize:
+        shutil.rmtree(_private_warehouse(), ignore_errors=True)
+        _private_warehouse.cache_clear()
+
+
 def session(master="local[*]", conf=None, app="kmemscope"):
     """A SparkSession with kmemscope's settings; conf: {key: value} or ["k=v", ...].
 
@@ -325,6 +333,7 @@ class SparkEngine:
         if self._own and self._spark is not None:
             self._spark.stop()
             self._spark = None
+            _drop_private_warehouse()
 
 
 class SparkBackend:
