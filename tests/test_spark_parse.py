@@ -199,7 +199,10 @@ from kmemscope.parsers import spark_parse
 from kmemscope.queries.derived_tables import derive_runs
 from kmemscope.queries.engines import spark_engine
 retry_ds, crash_ds, compaction, thp, pressure = sys.argv[1:]
-spark = spark_engine.session("local[2,2]", json.loads(%r))
+conf = json.loads(%r)
+# This driver dies without its atexit (below): its catalog folder goes with the test's own.
+conf["spark.sql.warehouse.dir"] = retry_ds + "-warehouse"
+spark = spark_engine.session("local[2,2]", conf)
 sc = spark.sparkContext
 # 1. The first attempt of the kmem-compaction task dies mid-trace; Spark retries it.
 sc.setLocalProperty(spark_parse._KILL_FIRST_ATTEMPT, "kmem-compaction")

@@ -129,7 +129,8 @@ def session(master="local[*]", conf=None, app="kmemscope"):
         launch_env["PYTHONSAFEPATH"] = os.environ.get("PYTHONSAFEPATH", "1")
     for k, v in _conf_items(conf):
         settings[k] = v
-    settings.setdefault("spark.sql.warehouse.dir", _private_warehouse())
+    if "spark.sql.warehouse.dir" not in settings:    # (made only when none is given)
+        settings["spark.sql.warehouse.dir"] = _private_warehouse()
     if settings.get("spark.pyspark.python"):
         # The Python of the executors' workers (kmemscope installed there, or a venv archive
         # on spark.archives: docs/fleet.md). pyspark reads it from the environment when the
