@@ -339,17 +339,17 @@ class Dataset:
 
     def _on_a_snapshot(self, work):
         """work(handle) on this call's snapshot -> (its answer, a note or None). When a parse
-        replaced or removed runs while the snapshot was read, its files are gone and the read
-        fails: the work runs once more on a new snapshot, and the note says so."""
+        replaced or removed runs since the snapshot was taken, a file it names is gone
+        (ListedFileGone, raised where footers are read, before rows are): the work runs once
+        more on a new snapshot, and the note says so. Any other failure is the answer: a
+        timeout, a memory limit or the user's SQL is not run twice."""
+        from kmemscope.dataset.reader import ListedFileGone
+
         ref = self._handle()
         try:
             return work(ref), None
-        except Exception:       # any failure; only one whose snapshot is outdated is retried
-            try:
-                outdated = ref.outdated()
-            except Exception:   # the dataset cannot be listed now: the first failure stands
-                outdated = False
-            if not outdated:
+        except ListedFileGone:
+            if not ref.outdated():      # listed again, the file is still named: no use
                 raise
         return work(ref.renewed()), REREAD_NOTE
 
