@@ -136,8 +136,8 @@ def parse_format(data, path=FORMAT_FILE):
 
 
 def _written_by(writer):
-    """" (written by kmemscope X)" from the file's writer field, when it is a short printable
-    string; nothing otherwise (the field is untrusted, and only information)."""
+    """The error's ` (written by kmemscope X)` from the file's writer field, when that is a
+    short printable string; nothing otherwise (the field is untrusted, and only information)."""
     if isinstance(writer, str) and 0 < len(writer) <= 40 and writer.isprintable():
         return f" (written by {writer})"
     return ""
@@ -147,7 +147,8 @@ def unreadable(path, version, writer=None):
     """The one-line error for a dataset of a `version` this kmemscope does not read: a newer
     one asks for an upgrade, an older one for a new parse of its traces."""
     where = str(path)       # a path or a URL: no Path() that would fold "s3://"
-    dataset = (where[:-len(FORMAT_FILE)].rstrip("/") if where.endswith(FORMAT_FILE) else where) or "."
+    dataset = where[:-len(FORMAT_FILE)].rstrip("/") if where.endswith(FORMAT_FILE) else where
+    dataset = dataset or "."
     what = f"{dataset} is a kmemscope dataset of format {version}{_written_by(writer)}"
     reads = f"{_writer()} reads formats {OLDEST_FORMAT} to {FORMAT}"
     if version > FORMAT:

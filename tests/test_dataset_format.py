@@ -172,14 +172,16 @@ def _parquet_rows(ds, table):
 
 
 def test_the_0_2_0_dataset_is_what_0_2_0_wrote():
-    assert json.loads((V020 / F.FORMAT_FILE).read_text()) == {"format": 2, "writer": "kmemscope 0.2.0"}
+    doc = json.loads((V020 / F.FORMAT_FILE).read_text())
+    assert doc == {"format": 2, "writer": "kmemscope 0.2.0"}
     assert [p.name for p in (V020 / "runs").iterdir()] == ["run_id=01a9b1a2837f8c15"]
     assert (V020 / "_derived" / "result_vmstat_rates").is_dir()
 
 
 def test_a_dataset_written_by_0_2_0_is_read_as_it_is(v020):
     assert F.read_format(v020) == 2
-    tables = sorted(p.name for p in v020.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+    tables = sorted(p.name for p in v020.iterdir()
+                    if p.is_dir() and not p.name.startswith(("_", ".")))
     info = json.loads(kmemscope("info", v020, "--format", "json").stdout)
     assert {r["table"]: r["rows"] for r in info["tables"]} == {
         t: len(_parquet_rows(v020, t)) for t in tables}
