@@ -209,6 +209,9 @@ def test_rows_kept_by_0_2_0_are_computed_again_by_a_newer_kmemscope(v020, monkey
     before = kept.read_bytes()
     monkeypatch.setenv(result_cache.ENV_SWITCH, "1")     # the suite turns kept rows off
     monkeypatch.setattr(result_cache, "__version__", "0.2.0+newer")
+    # verify --deep asks the kept rows' question again and finds the same rows
+    assert api.verify(str(v020), deep=True).problems == []
+    assert kept.read_bytes() == before
     rows = api.open(str(v020)).query("vmstat_rates").rows()
     assert {r["name"]: (r["first_value"], r["last_value"]) for r in rows} == \
         _first_and_last_samples(v020)
