@@ -596,8 +596,9 @@ def verify(dataset, quiet, deep, memory_limit, timeout):
 def info(dataset, per_run, fmt, output, memory_limit, timeout):
     """Show the runs of DATASET and the rows of each table.
 
-    json writes one object {runs, tables, rows_per_run}; csv, jsonl and
-    parquet write the rows of every table in every run (run_id, table, rows).
+    json writes one object {schema_version, kmemscope_version, kind, runs,
+    tables, rows_per_run, notes}; csv, jsonl and parquet write the rows of
+    every table in every run (run_id, table, rows).
     """
     from kmemscope import api
     from kmemscope.render.writers import Document, write_document
