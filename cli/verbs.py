@@ -592,8 +592,9 @@ def verify(dataset, quiet, deep, memory_limit, timeout):
 @click.option("--per-run", is_flag=True, help="Also list every table's rows in every run.")
 @FORMAT_OPTION
 @OUTPUT_OPTION
+@NOTES_OPTION
 @limit_options
-def info(dataset, per_run, fmt, output, memory_limit, timeout):
+def info(dataset, per_run, fmt, output, notes_file, memory_limit, timeout):
     """Show the runs of DATASET and the rows of each table.
 
     json writes one object {schema_version, kmemscope_version, kind, runs,
@@ -617,10 +618,12 @@ def info(dataset, per_run, fmt, output, memory_limit, timeout):
     document["tables"] = facts["tables"].arrow()
     if per_run or formats.is_machine(fmt):
         document["rows_per_run"] = facts["rows_per_run"].arrow()
+    doc = Document("info", document["rows_per_run"], notes=list(facts["notes"]), parts=document)
+    if notes_file:
+        formats.write_notes(notes_file, doc, fmt)
     if formats.is_machine(fmt):
         # json holds every table by name; the tabular formats the rows of every table per run
-        formats.write(fmt, Document("info", document["rows_per_run"], notes=list(facts["notes"]),
-                                    parts=document), output)
+        formats.write(fmt, doc, output)
         return
     write_document(document, output)
 
@@ -960,7 +963,8 @@ def metrics_import(dataset, file, fmt, quiet, memory_limit, timeout):
 @selection_options
 @FORMAT_OPTION
 @OUTPUT_OPTION
-def metrics_list(dataset, runs, labels, fmt, output):
+@NOTES_OPTION
+def metrics_list(dataset, runs, labels, fmt, output, notes_file):
     """List the imported metrics of DATASET's runs (the run_metrics analysis)."""
     import kmemscope
     from kmemscope.render.writers import Document
@@ -968,8 +972,10 @@ def metrics_list(dataset, runs, labels, fmt, output):
     fmt = formats.resolve(fmt, output)
     result = kmemscope.open(dataset).query("run_metrics", run=list(runs) or None,
                                            label=list(labels) or None)
-    formats.write(fmt, Document("query", result.arrow(), meta={"query": "run_metrics"},
-                                notes=list(result.notes)), output)
+    doc = Document("query", result.arrow(), meta={"query": "run_metrics"}, notes=list(result.notes))
+    if notes_file:
+        formats.write_notes(notes_file, doc, fmt)
+    formats.write(fmt, doc, output)
 
 
 @cli.command()

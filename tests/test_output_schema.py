@@ -152,6 +152,16 @@ def test_info_follows_its_schema(examples_ab, tmp_path):
     assert table.num_rows == len(doc["rows_per_run"])
     envelope, _notes = parquet_envelope((tmp_path / "i.parquet").read_bytes())
     assert envelope["kind"] == "info" and envelope["schema_version"] == "1"
+    data, notes_doc = written(tmp_path, ["info", examples_ab], "csv")
+    validator("info", "notes_file").validate(notes_doc)
+    assert len(list(csv.DictReader(io.StringIO(data.decode())))) == len(doc["rows_per_run"])
+
+
+def test_metrics_list_is_the_run_metrics_query(examples_ab, tmp_path):
+    data, notes_doc = written(tmp_path, ["metrics", "list", examples_ab], "parquet")
+    validator("query", "notes_file").validate(notes_doc)
+    envelope, _notes = parquet_envelope(data)
+    assert (envelope["kind"], envelope["query"]) == ("query", "run_metrics")
 
 
 @pytest.mark.parametrize("verb", ["query", "sql"])

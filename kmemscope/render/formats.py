@@ -99,7 +99,7 @@ def write(fmt, doc, output=None, max_cell=writers.MAX_CELL):
     f = BY_NAME.get(fmt)
     if f is None:
         raise OutputError(f"unknown output format {fmt!r}; one of {', '.join(BY_NAME)}")
-    writers.write_to(f.writer, doc, output, binary=f.binary, max_cell=max_cell)
+    writers.write_to(f.writer, doc, output, binary=f.binary and f.name, max_cell=max_cell)
 
 
 def write_notes(path, doc, fmt):
@@ -114,7 +114,8 @@ def write_notes(path, doc, fmt):
 
 def result_writer(fmt, output=None, kind="sql"):
     """The sql verb's writer of one result after another in format `fmt`."""
-    return writers.ResultWriter(BY_NAME[fmt], output, kind)
+    several = listed(f.name for f in REGISTRY if _ROWS in f.kinds and not f.one_result)
+    return writers.ResultWriter(BY_NAME[fmt], output, kind, several)
 
 
 def names(kind):

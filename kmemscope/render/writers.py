@@ -363,18 +363,19 @@ def terminal_width():
     return shutil.get_terminal_size((100, 24)).columns
 
 
-def _stdout_binary(binary):
-    """stdout as a binary stream, after what was written to it as text."""
+def _stdout_binary(binary=None):
+    """stdout as a binary stream, after what was written to it as text (`binary`: the name of
+    a format no terminal shows, refused there)."""
     if binary and sys.stdout.isatty():
-        raise OutputError("parquet output is binary: give -o FILE")
+        raise OutputError(f"{binary} output is binary: give -o FILE")
     sys.stdout.flush()
     return sys.stdout.buffer
 
 
-
-def write_to(writer, doc, output=None, binary=False, max_cell=MAX_CELL):
+def write_to(writer, doc, output=None, binary=None, max_cell=MAX_CELL):
     """`doc` through `writer` to `output` (a path: common/outfile.py, renamed into place when
-    written, removed on an error) or to stdout (binary: refused on a terminal)."""
+    written, removed on an error) or to stdout (binary: the format's name, refused on a
+    terminal)."""
     if output:
         from kmemscope.common.outfile import NewFile
 
@@ -399,8 +400,9 @@ class ResultWriter:
     fmt: the registry's Format (kmemscope.render.formats), whose writer writes each result.
     """
 
-    def __init__(self, fmt, output=None, kind="sql"):
+    def __init__(self, fmt, output=None, kind="sql", several="table, csv or jsonl"):
         self.fmt, self.output, self.kind = fmt, output, kind
+        self.several = several          # the formats that hold several results, for a message
         self.results = 0
         self._out = None
         self._file = None       # the -o file being written (common/outfile.py)
@@ -424,7 +426,7 @@ class ResultWriter:
 
             raise KmemscopeError(f"--format {self.fmt.name} holds one result and the SQL has more "
                                  "than one statement that returns rows",
-                                 "run them one at a time, or use --format table, csv or jsonl")
+                                 f"run them one at a time, or use --format {self.several}")
         if self._out is None:
             if self.output:
                 from kmemscope.common.outfile import NewFile
@@ -432,7 +434,7 @@ class ResultWriter:
                 self._file = NewFile(self.output)
                 self._out = self._file.__enter__()
             else:
-                self._out = _stdout_binary(self.fmt.binary)
+                self._out = _stdout_binary(self.fmt.binary and self.fmt.name)
         else:
             self._out.write(self.fmt.between_results)
         self.results += 1
