@@ -9,6 +9,11 @@ without --format), and the kinds of output that offer it:
   comparison  what `compare` writes: text, mmtests and markdown for people, and the
               rows formats but `table` for programs
 
+Each format names its writer (kmemscope/render/writers.py), so the command line asks the
+registry rather than listing formats: `write(fmt, doc, output)` writes any of them, and
+`machine` marks those for programs (csv, json, jsonl, parquet), which carry the schema
+version of docs/output-schema.md.
+
 A name the registry does not hold, and an extension that names a format the output does
 not offer, are refused in one line (OutputError), never written as something else.
 """
@@ -74,7 +79,6 @@ REGISTRY = (
            writers.write_folded, text=True),
 )
 BY_NAME = {f.name: f for f in REGISTRY}
-FOLDED = "folded"
 # The formats of a query's rows, in the order --help lists them (registry order: for
 # people first, then for programs).
 ROWS = tuple(f.name for f in REGISTRY if _ROWS in f.kinds)
@@ -103,7 +107,8 @@ def write(fmt, doc, output=None, max_cell=writers.MAX_CELL):
 
 
 def write_notes(path, doc, fmt):
-    """--notes FILE: the output's envelope and notes as one JSON document (notes.schema.json)."""
+    """--notes FILE: the output's envelope and notes as one JSON document (the `notes_file`
+    of the kind's schema in render/schemas/)."""
     import json
 
     from kmemscope.common.outfile import write_file

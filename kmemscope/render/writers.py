@@ -30,7 +30,6 @@ SCHEMA_VERSION = "1"
 # The kinds whose json is an object with the envelope (a query's and sql's json stay an array
 # of rows, their envelope in parquet's metadata and in the --notes file).
 DOCUMENT_KINDS = ("comparison", "trend", "info")
-FOLDED = "folded"
 
 
 class OutputError(ValueError):
