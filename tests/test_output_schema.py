@@ -241,3 +241,13 @@ def test_csv_notes_go_to_stderr_not_into_the_file(comparison, examples_ab):
     stderr_notes = [line.split("note: ", 1)[1] for line in proc.stderr.splitlines()
                     if "note: " in line]
     assert stderr_notes == json.loads(comparison["json"][0])["notes"] and stderr_notes
+
+
+def test_the_notes_file_of_a_text_output_follows_the_schema_too(comparison, examples_ab, tmp_path):
+    notes = tmp_path / "notes.json"
+    kmemscope(*[COMPARE[0], examples_ab, *COMPARE[1:]], "--format", "mmtests", "-o",
+              tmp_path / "c.txt", "--notes", notes)
+    doc = json.loads(notes.read_text())
+    validator("comparison", "notes_file").validate(doc)
+    assert doc["format"] == "mmtests"
+    assert doc["notes"] == json.loads(comparison["json"][0])["notes"]
