@@ -149,7 +149,11 @@ class NewFile:
     def __enter__(self):
         if self.path == STDOUT:
             return self._through_standard(sys.stdout)
-        self.dir_fd = os.open(self.folder, DIR_FLAGS)
+        try:
+            self.dir_fd = os.open(self.folder, DIR_FLAGS)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "No such folder for the output (create it "
+                                    "first)", self.folder) from None
         try:
             there = self._lstat()
             if there is not None and not stat.S_ISREG(there.st_mode) \
@@ -170,6 +174,7 @@ class NewFile:
             self._discard()
             if self.dir_fd >= 0:
                 os.close(self.dir_fd)
+            self.dir_fd, self.file = -1, None
             raise
         return self.file
 
@@ -228,6 +233,8 @@ class NewFile:
         os.fchmod(fd, keep)
 
     def __exit__(self, exc_type, exc, tb):
+        if self.file is None:
+            return False                # __enter__ failed and cleaned up after itself
         if self.streamed:
             return self._end_stream(exc_type)
         try:

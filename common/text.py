@@ -40,3 +40,19 @@ def quote_ident(name):
 def quote_literal(text):
     """`text` as a quoted SQL string literal."""
     return "'" + str(text).replace("'", "''") + "'"
+
+
+# Beyond this a double's fixed-point digits are noise (1.7e308 has 309 of them): such a
+# number is written with an exponent, as tables do (render/tables.py).
+FIXED_POINT_MAX = 1e21
+
+
+def number_text(value, places=2):
+    """`value` with `places` decimals, or as 1.7e+308 where fixed point would run to hundreds
+    of digits; inf and nan as Python writes them."""
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    if abs(value) >= FIXED_POINT_MAX:
+        return f"{value:.6g}"
+    return f"{value:.{places}f}"

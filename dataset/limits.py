@@ -24,6 +24,7 @@ from kmemscope.common.errors import QueryError
 
 ENV_MEMORY = "KMEMSCOPE_MEMORY_LIMIT"
 DEFAULT_TIMEOUT = 3600.0        # a whole query over hundreds of runs takes minutes, not hours
+TIMEOUT_MAX = 1e9               # about 31 years: what an interval timer holds on every platform
 
 _MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*", re.I)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -89,6 +90,20 @@ def connect(**kwargs):
     return con
 
 
+def check_timeout(timeout):
+    """QueryError unless `timeout` is a number of seconds an interval timer can hold (no
+    inf, NaN, or 1e18)."""
+    import math
+
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (0 < seconds <= TIMEOUT_MAX):
+        raise QueryError(f"a timeout of {timeout} s is not one kmemscope can keep",
+                         f"give a number of seconds above 0 and at most {TIMEOUT_MAX:.0e}")
+
+
 @contextmanager
 def bounded(memory=None, timeout=None):
     """Run a command within `memory` (bytes or text such as 4GB; default: the process's
@@ -98,6 +113,8 @@ def bounded(memory=None, timeout=None):
     import threading
     import time
 
+    if timeout is not None:
+        check_timeout(timeout)
     previous_env = os.environ.get(ENV_MEMORY)
     if memory is not None:
         os.environ[ENV_MEMORY] = str(memory if isinstance(memory, int) else memory_bytes(memory))

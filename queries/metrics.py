@@ -1259,6 +1259,15 @@ def _add_mthp(g):
     g.notes += notes
     per_run: dict = {}
     impossible: dict = {}          # mthp.* name -> runs whose samples of it are impossible
+    unnamed = sorted({f"{r['size_kb']}kB {r['counter']}" for r in rows
+                      if not _MTHP_NAME.fullmatch(f"mthp.{r['size_kb']}kB.{r['counter']}")})
+    if unnamed:                    # a row shown must be one a user can ask for by its name
+        g.notes.append(f"mthp.*: {len(unnamed)} size and counter pair{'s' if len(unnamed) > 1 else ''}"
+                       f" that no kernel names left out ({printable(', '.join(unnamed[:3]))}"
+                       f"{' ...' if len(unnamed) > 3 else ''}): a size of at most 8 digits and a "
+                       "counter that starts with a letter")
+        rows = [r for r in rows
+                if _MTHP_NAME.fullmatch(f"mthp.{r['size_kb']}kB.{r['counter']}")]
     for r in rows:
         per_run.setdefault(r["run_id"], {}).setdefault(r["size_kb"], {})[r["counter"]] = r["delta"]
         if r["delta"] is None:

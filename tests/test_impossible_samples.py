@@ -57,6 +57,11 @@ def hostile(tmp_path_factory):
     text = (bad / "mthp").read_text()        # first sample: a counter far below zero
     (bad / "mthp").write_text(text.replace("\n16 anon_fault_alloc 0\n",
                                            f"\n16 anon_fault_alloc {-BIG}\n", 1))
+    # sizes and counters no kernel names, moving in every sample: left out of compare
+    samples = (bad / "mthp").read_text().split("#kmemscope-sample")
+    (bad / "mthp").write_text("#kmemscope-sample".join(
+        [samples[0]] + [body + f"123456789 anon_fault_alloc {i}\n16 2nd_counter {i}\n"
+                        for i, body in enumerate(samples[1:])]))
     kmemscope("parse", "-q", root / "run1-defrag0", root / "run1-defrag1", "-o", root / "ds")
     return root
 
@@ -90,3 +95,15 @@ def test_the_impossible_value_is_null_and_every_other_value_stands(hostile):
     kthreads = json.loads(kmemscope("query", "cost.kthreads", hostile / "ds", "--format", "json").stdout)
     assert [r["cpu_s"] for r in kthreads if r["labels"]["kernel"] == "defrag1"
             and r["comm"] == "kswapd0"] == [None]
+
+
+def test_every_mthp_row_compare_lists_can_be_asked_for_by_name(hostile):
+    proc = kmemscope("compare", hostile / "ds", "--by", "kernel", "--metrics", "mthp",
+                     "--format", "csv")
+    names = sorted({line.split(",")[1].strip('"') for line in proc.stdout.splitlines()
+                    if line.startswith('"kernel","mthp.')})
+    assert names and not any("123456789" in n or ".2nd_counter" in n for n in names), names
+    assert "2 size and counter pairs that no kernel names left out" in proc.stdout + proc.stderr
+    asked = kmemscope("compare", hostile / "ds", "--by", "kernel", "--metrics", ",".join(names),
+                      "--format", "csv", check=False)
+    assert asked.returncode == 0, asked.stderr
