@@ -19,6 +19,7 @@ import os
 import re
 import weakref
 from contextlib import contextmanager
+from typing import Any
 
 from kmemscope.common.errors import QueryError
 
@@ -31,7 +32,7 @@ _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 _live: weakref.WeakSet = weakref.WeakSet()       # connections to interrupt when the time is up
-_spill = None
+_spill: Any = None              # this process's ScratchFolder, made on first use
 
 
 class Expired(BaseException):
@@ -63,15 +64,17 @@ def memory_limit():
 
 
 def _spill_dir():
+    """This process's spill folder: removed at exit, and by the next kmemscope after a
+    SIGKILL (common/scratch.py)."""
     global _spill
     if _spill is None:
         import atexit
-        import shutil
-        import tempfile
 
-        _spill = tempfile.mkdtemp(prefix="kmemscope-spill-")
-        atexit.register(shutil.rmtree, _spill, ignore_errors=True)
-    return _spill
+        from kmemscope.common.scratch import ScratchFolder
+
+        _spill = ScratchFolder("kmemscope-spill-")
+        atexit.register(_spill.remove)
+    return _spill.path
 
 
 def connect(**kwargs):

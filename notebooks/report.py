@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kmemscope.common.errors import KmemscopeError
 from kmemscope.common.outfile import write_file
+from kmemscope.common.scratch import ScratchFolder
 from kmemscope.common.text import printable
 
 # lab's page with its CSS inlined, but no scripts fetched from elsewhere.
@@ -222,7 +223,8 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
     params = {"dataset": dataset, "runs": list(runs), "labels": list(labels), **engine.params()}
     if progress:
         progress(f"{_runs(len(chosen))} of {printable(dataset)}")
-    with tempfile.TemporaryDirectory(prefix="kmemscope-report-") as tmp, \
+    # removed however the report ends: a SIGKILLed report's by the next (common/scratch.py)
+    with ScratchFolder("kmemscope-report-") as tmp, \
             _temp_files_in(Path(tmp) / "tmp"):
         workdir = keep_dir or tmp
         os.makedirs(workdir, exist_ok=True)
