@@ -366,8 +366,8 @@ def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng)
             verb = "replaced" if entry.replaced else "added"
             if entry.concurrent:
                 verb = "already committed by another parse; kept"
-            click.echo(f"{source}: run {entry.run_id} {verb}: {entry.events:,} events in "
-                       f"{entry.seconds:.2f} s on {entry.host}, {entry.lost_events:,} lost",
+            click.echo(f"{printable(source)}: run {entry.run_id} {verb}: {entry.events:,} events in "
+                       f"{entry.seconds:.2f} s on {printable(entry.host)}, {entry.lost_events:,} lost",
                        err=True)
         elif kind == "derived" and not quiet:
             if entry.derive_error is not None:
@@ -1015,7 +1015,7 @@ def export_perfetto(dataset, run, output, quiet):
                    f"{done.tasks} task tracks, {slices:,} slices, {instants:,} instants, "
                    f"{len(done.counters)} counters", err=True)
         for note in done.notes:
-            click.echo(f"kmemscope: note: {note}", err=True)
+            _note(note)
 
 
 # ---------------------------------------------------------------- entry point
