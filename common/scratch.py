@@ -60,7 +60,7 @@ def remove_abandoned(prefix, parent=None):
     `.owner` lock can be taken) -> the paths removed. A folder without a lock file (an older
     kmemscope's, or not ours) is left alone."""
     parent = parent or tempfile.gettempdir()
-    removed = []
+    removed: list = []
     try:
         names = [n for n in os.listdir(parent) if n.startswith(prefix)]
     except OSError:
