@@ -95,7 +95,8 @@ class ComparisonRecord:
     best_change: float | None = None
     welch_p: float | None = None   # both tests' raw p-values, whichever decides
     mannwhitney_p: float | None = None
-    band_apart: bool | None = None  # the mmtests band test: the bands do not overlap
+    band_apart: bool | None = None  # the mmtests band test: the bands do not overlap; None where
+                            # it is not applied (a side without spread, a size no test can call)
     direction_reason: str | None = None  # why `direction` is the better way, or why a row has
                             # none (every row has one: queries/metrics.py, the metric's definition)
     method: str | None = None      # what computed `p`: welch, permutation (exact, at small n),
@@ -242,10 +243,10 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
         tests = partial[i]["tests"][s]
         na, nb = tests["sizes"]
         why = st.out_of_reach(na, nb, alpha)
+        if why:                     # no band mark where no test of this size could call one
+            tests["band"] = None
         if why and tests["untested"] is None:
             tests["untested"], raw[k] = why, None
-            if test == "band":      # no mark where no test of this size could call one
-                tests["band"] = None
     if test == "band":
         adjusted, tested = [None] * len(raw), sum(1 for i, s in keys
                                                   if partial[i]["tests"][s]["band"] is not None)
