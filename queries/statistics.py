@@ -18,9 +18,12 @@ everywhere the metric appears (table cell, figure, verdict):
   direction.
 mmtests' band test: significant when the bands mean +/- 1.96*s of the two
 sides do not overlap (s is not divided by sqrt(n), as mmtests does).
-Beside it: Welch's t-test and the Mann-Whitney U test, two-sided, computed as
-scipy.stats computes them (its Student t from scipy.special; the tests hold both
-equal to scipy.stats) without importing scipy.stats, which costs half a second.
+Beside it, what decides a verdict: the permutation test of the means (--test welch) or of
+the average ranks (--test mannwhitney), two-sided, exact up to EXACT_MAX_SPLITS splits and
+over PERMUTATION_DRAWS random splits above (two_sample()). Welch's t-test and the
+Mann-Whitney U test stay here as scipy.stats computes them (its Student t from
+scipy.special; the tests hold both equal to scipy.stats), without importing scipy.stats,
+which costs half a second; no verdict uses them.
 """
 import functools
 import itertools
