@@ -71,6 +71,9 @@ def test_a_zero_canary_against_sixty_hosts_gets_the_permutation_p():
     assert rec.p_error == pytest.approx(math.sqrt(rec.p * (2 - rec.p) / st.PERMUTATION_DRAWS))
     # Welch's t on three equal values: what compare used to print (p ~ 1e-11, "worse *")
     assert st.welch_p(canary, list(fleet)) < 1e-6 and want > 0.01
+    # the text output says which p were counted over random splits, and their error
+    text = co.format_text(sides_of(fleet, canary), table)
+    assert re.search(r"p over random splits .*standard error at most 0\.00\d\d\): m00", text)
     # seeded: the same p on every call
     assert new_records(compare_table(sides_of(fleet, canary)))[0].p == rec.p
 

@@ -283,6 +283,7 @@ def format_text(sides, table, notes=()):
                        f"{verdict_text(rec):<{vw}}  {source_text(rec)}")
         out.append("")
         out += _interval_lines(rows, s)
+        out += _sampled_p_lines(rows, s)
         out += same_quantity_lines(sides, rows, s)
     out += _detect_lines(sides, table)
     out += _one_run_line(sides)
@@ -304,6 +305,18 @@ def _interval_lines(rows, side):
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
         out.append(f"  {note}: {shown}")
     return out + [""]
+
+
+def _sampled_p_lines(rows, side):
+    """The rows whose p was counted over random splits, with the largest standard error."""
+    sampled = [r for r in rows if r.records[side].p_error is not None]
+    if not sampled:
+        return []
+    names = [r.metric.name for r in sampled]
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    worst = max(r.records[side].p_error for r in sampled)
+    return [f"p over random splits (too many to enumerate; standard error at most {worst:.4f}): "
+            f"{shown}", ""]
 
 
 def _detect_lines(sides, table):
