@@ -24,15 +24,17 @@ A row whose values did not come from the block's usual source is marked
 `[trace, model +1/-0]` where a trace model met events it could not classify, and the
 value cell then carries the bounds: `85.00 +1/-0`: the kernel's count is up to 1 higher
 and 0 lower).
-Notes are part of every output: a block of lines at the end, a comment block at
-the top of CSV, a `notes` field of JSON, the `kmemscope.notes` metadata of Parquet.
+Notes are part of every output for people: a block of lines at the end (markdown: a
+Notes list); the machine formats' are kmemscope/render/writers.py's (a `notes` field of
+JSON, the `kmemscope.notes` metadata of Parquet, stderr and --notes FILE for csv and jsonl).
 """
 import dataclasses
 import math
 
 from kmemscope.common.text import printable
-from kmemscope.queries.comparison_model import (BLOCKS, bounds_text, exactness_text,  # noqa: F401
-                                                verdict_color, verdict_text)  # (the report colours by it)
+from kmemscope.queries.comparison_model import BLOCKS
+from kmemscope.render.verdicts import (bounds_text, exactness_text, p_text,  # noqa: F401
+                                       verdict_color, verdict_text)  # (the report colours by it)
 
 # (the statistic row's key: the record's field with its value, its change, its name's field)
 STAT_ROWS = (("min", "min_change", None), ("value", "change", "statistic"),
@@ -238,12 +240,6 @@ def _interval(low, high, unit=""):
     return f"[{low:.2f}, {high:.2f}]{unit}"
 
 
-def _p(p):
-    if p is None:
-        return "n/a"
-    return f"{p:.4f}" if p >= 0.0001 else f"{p:.1e}"
-
-
 def format_text(sides, table, notes=()):
     """The per-metric table, then each side's verdicts against the baseline, as one string."""
     rows = table.rows
@@ -277,7 +273,7 @@ def format_text(sides, table, notes=()):
             if table.test == "band":
                 ps = "n/a" if rec.band_apart is None else ("apart" if rec.band_apart else "overlap")
             else:
-                ps = f"{_p(rec.p):<7} {_p(rec.p_adjusted)}"
+                ps = f"{p_text(rec.p):<7} {p_text(rec.p_adjusted)}"
             change = f"{pct_text(rec.change)}% {_interval(rec.change_low, rec.change_high, '%')}"
             out.append(f"{r.metric.name:<{width}}  {rec.direction:<6}  {change:<32}  {ps:<16}  "
                        f"{verdict_text(rec):<{vw}}  {source_text(rec)}")
@@ -386,7 +382,7 @@ def _disagreement_lines(sides, table):
                 continue
             band = ("apart" if b.band_apart else "overlap" if b.band_apart is not None
                     else f"no band test ({b.untested})")
-            called = (f"adjusted p {_p(w.p_adjusted)}" if w.p_adjusted is not None
+            called = (f"adjusted p {p_text(w.p_adjusted)}" if w.p_adjusted is not None
                       else f"not tested ({w.untested})")
             lines.append(f"  {row.metric.name}: bands {band}; {called}"
                          if b.band_apart is not None else f"  {row.metric.name}: {band}; {called}")
@@ -429,8 +425,8 @@ def format_markdown(sides, table, notes=()):
                 + (f" ({markdown_text(rec.interval_note)})" if rec.interval_note else ""))
             cells = [f"`{r.metric.name}`", markdown_text(source_text(rec)),
                      rec.direction, markdown_text(s), f"{rec.n}", rec.statistic, value, change,
-                     "" if rec.is_baseline else _p(rec.p),
-                     "" if rec.is_baseline else _p(rec.p_adjusted),
+                     "" if rec.is_baseline else p_text(rec.p),
+                     "" if rec.is_baseline else p_text(rec.p_adjusted),
                      markdown_text(verdict_text(rec))]
             if table.detect_pct:
                 cells.append("" if rec.detect_n is None else f"{rec.detect_n:,}")
