@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from kmemscope.queries import statistics as st
-from kmemscope.queries.comparison_model import compare_table, verdict_text
+from kmemscope.queries.comparison_model import compare_table
 from kmemscope.queries.metrics import MTHP_BETTER, VMSTAT_DIRECTIONS, Metric
 from kmemscope.queries.sides import SideSet
 from kmemscope.render import comparison as co
+from kmemscope.render.verdicts import verdict_text
 
 
 def sides_of(base, new, better="lower", unit="count", names=None):
