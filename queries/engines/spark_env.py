@@ -59,8 +59,9 @@ EXCLUDE = ("bin/pip*", "lib/python*/site-packages/pip/*", "lib/python*/site-pack
            "lib/python*/site-packages/pyarrow/*.pyx", "lib/python*/site-packages/pyarrow/*.pxi",
            "lib/python*/site-packages/pyarrow/includes/*")
 # What a task imports: the package, its native decoder, the engine's libraries.
-IMPORT_CHECK = ("import kmemscope, kmemscope.parsers._tracedat as t, duckdb, pyarrow, sys; "
-                "print(sys.version_info[:2], kmemscope.__version__)")
+IMPORT_CHECK = ("import sys, kmemscope, kmemscope.parsers._tracedat, duckdb, pyarrow; "
+                "print(f'Python {sys.version_info[0]}.{sys.version_info[1]}, kmemscope "
+                "{kmemscope.__version__}, duckdb {duckdb.__version__}, pyarrow {pyarrow.__version__}')")
 # pip's words for an index it cannot reach (it then says only that no version was found)
 OFFLINE = ("NewConnectionError", "Failed to establish a new connection", "Network is unreachable",
            "Temporary failure in name resolution", "ConnectTimeoutError", "ProxyError")
@@ -139,7 +140,7 @@ def pack(output, wheel=None, extras: Iterable[str] = (), python_prefix=None,
         checked = _run([str(python), "-I", "-c", IMPORT_CHECK],
                        "importing kmemscope, its native decoder, duckdb and pyarrow in the new environment",
                        "a wheel built with the native decoder: make dist", work)
-        say(f"packages import ({checked.strip()}); packing {output.name}")
+        say(f"{checked.strip()} import; packing {output.name}")
         packed = work / ("env" + next(s for s in SUFFIXES if output.name.endswith(s)))
         cmd = [str(python), "-m", "venv_pack", "-q", "-p", str(env), "-o", str(packed)]
         for pattern in EXCLUDE:
@@ -172,7 +173,11 @@ def _requirement(wheel, extras):
         if not path.name.endswith(".whl") or not path.is_file():
             raise SparkEnvError(f"{wheel}: not a wheel file", "make dist builds one in dist/")
         return f"{path.resolve()}{tail}"
-    dist = importlib.metadata.distribution("kmemscope")
+    # not the source tree's kmemscope.egg-info, which `python -c` in a checkout would find first
+    where = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]
+    dist = next(iter(importlib.metadata.distributions(name="kmemscope", path=where)), None)
+    if dist is None:
+        raise SparkEnvError("no installed kmemscope distribution found", "give --wheel")
     origin = json.loads(dist.read_text("direct_url.json") or "null")
     if origin is None:                        # installed from a package index
         return f"kmemscope{tail}=={dist.version}"
@@ -220,12 +225,14 @@ def _run(cmd, what, hint, cwd):
 
 
 def _reason(text):
-    """The line of a failed step's output that says why (pip's ERROR:, Python's last line)."""
+    """The line of a failed step's output that says why: a full disk's, else pip's ERROR:
+    line, else (a traceback: pip's "ERROR: Exception:") the last line."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in lines:
         if "No space left" in ln or "Errno 28" in ln:
             return ln[:300]
-    for ln in lines:
-        if ln.startswith("ERROR:"):
-            return ln[len("ERROR:"):].strip()[:300]
+    errors = [ln[len("ERROR:"):].strip() for ln in lines if ln.startswith("ERROR:")]
+    errors = [e for e in errors if e not in ("", "Exception:")]
+    if errors:
+        return errors[0][:300]
     return lines[-1][:300] if lines else "no output"
