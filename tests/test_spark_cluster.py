@@ -39,7 +39,7 @@ skip_without_spark(allow_module_level=True)
 # The cluster's driver runs every section in one fixture (its own bound: 1200 s).
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1500)]
 
-from kmrun import kmemscope as run_cli  # noqa: E402
+from kmrun import popen as popen_cli  # noqa: E402
 from parity_data import every_section  # noqa: E402
 from test_determinism import _assert_same_rows, _norm, _same  # noqa: E402
 
@@ -99,20 +99,28 @@ def _pack_env(folder):
     """The executors' environment: `kmemscope spark-env` over the newest built wheel, or one
     built here from the checkout (pip wheel: the native decoder linked to this machine's
     libtraceevent, which the workers on this machine have)."""
+    (folder / "tmp").mkdir()          # TMPDIR of what runs here: a stopped run leaves it here
+    env = dict(os.environ, TMPDIR=str(folder / "tmp"))
     wheels = sorted(PROJECT_ROOT.glob("dist/kmemscope-*.whl"), key=lambda p: p.stat().st_mtime)
     if wheels:
         wheel = wheels[-1]
     else:
         build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                                 "--disable-pip-version-check", "-w", str(folder), str(PROJECT_ROOT)],
-                               capture_output=True, text=True, timeout=600)
+                               capture_output=True, text=True, timeout=600, env=env)
         assert build.returncode == 0, f"pip wheel failed:\n{build.stderr[-2000:]}"
         (wheel,) = folder.glob("kmemscope-*.whl")
     archive = folder / "kmemscope-env.tar.gz"
-    # its temporary venv under the test run's folder: a run stopped mid-pack leaves it there
-    (folder / "tmp").mkdir()
-    run_cli("spark-env", "-q", "--wheel", wheel, "-o", archive, timeout=900,
-            env=dict(os.environ, TMPDIR=str(folder / "tmp")))
+    proc = popen_cli("spark-env", "-q", "--wheel", wheel, "-o", archive, env=env,
+                     start_new_session=True,
+                     preexec_fn=die_with_this_process)
+    try:
+        _out, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:          # the test run was stopped: so is the packing, which
+            os.killpg(proc.pid, signal.SIGTERM)      # removes its temporary venv and pip
+            proc.wait(60)
+    assert proc.returncode == 0, f"kmemscope spark-env failed: {err}"
     return archive
 
 
@@ -228,7 +236,7 @@ WORKER_COUNTS = (1, 2)
 
 
 @pytest.fixture(scope="module")
-def cluster_runs(mixed_dataset, packed_env, cluster, tmp_path_factory):
+def cluster_runs(mixed_dataset, cluster, packed_env, tmp_path_factory):
     """What the cluster's driver wrote, once per module: an application on one one-core
     worker, then one on both, in one driver process (a driver start and the dataset's
     parse are paid once, not once per count)."""

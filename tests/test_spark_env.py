@@ -171,3 +171,46 @@ def _processes():
         except OSError:
             continue
     return out
+
+
+class _Installed:
+    """A kmemscope distribution as importlib.metadata gives it: a version, a direct_url.json."""
+
+    def __init__(self, origin):
+        self.version, self.origin = "9.9.9", origin
+
+    def read_text(self, name):
+        return None if self.origin is None or name != "direct_url.json" else json.dumps(self.origin)
+
+
+@pytest.mark.parametrize("origin,expect", [
+    (None, "kmemscope[s3]==9.9.9"),                                   # from a package index
+    ({"url": "file://{wheel}", "archive_info": {}}, "{wheel}[s3]"),    # from a wheel file
+])
+def test_without_wheel_the_installed_kmemscope_is_what_gets_installed(tmp_path, monkeypatch,
+                                                                       origin, expect):
+    from kmemscope.queries.engines import spark_env
+
+    wheel = tmp_path / "kmemscope-9.9.9-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    origin = json.loads(json.dumps(origin).replace("{wheel}", str(wheel))) if origin else None
+    monkeypatch.setattr(spark_env.importlib.metadata, "distributions",
+                        lambda name, path: iter([_Installed(origin)]) if name == "kmemscope" else iter([]))
+    assert spark_env._requirement(None, ["s3"]) == expect.replace("{wheel}", str(wheel))
+    wheel.unlink()                       # the wheel it was installed from is gone: say so
+    if origin is not None:
+        with pytest.raises(spark_env.SparkEnvError, match="not from a wheel file.*--wheel"):
+            spark_env._requirement(None, [])
+
+
+@pytest.mark.parametrize("archives,python", [
+    ("/a/kmemscope-env.tar.gz#environment", "./environment/bin/python"),
+    ("hdfs:///x.zip#deps,/a/env.tar.gz#environment", "./environment/bin/python"),
+    ("/a/env.tar.gz", None),                       # unpacked as env.tar.gz: not ours to name
+    ("/a/environment.tar.gz#other", None),
+    (None, None),
+])
+def test_an_archive_unpacked_as_environment_names_the_executors_python(archives, python):
+    from kmemscope.queries.engines import spark_env
+
+    assert spark_env.executor_python(archives) == python

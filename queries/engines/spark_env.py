@@ -169,26 +169,25 @@ def _requirement(wheel, extras):
     version from the package index; with the extras."""
     tail = f"[{','.join(extras)}]" if extras else ""
     if wheel is not None:
-        path = Path(wheel)
-        if not path.name.endswith(".whl") or not path.is_file():
+        given = Path(wheel)
+        if not given.name.endswith(".whl") or not given.is_file():
             raise SparkEnvError(f"{wheel}: not a wheel file", "make dist builds one in dist/")
-        return f"{path.resolve()}{tail}"
+        return f"{given.resolve()}{tail}"
     # not the source tree's kmemscope.egg-info, which `python -c` in a checkout would find first
-    where = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]
-    dist = next(iter(importlib.metadata.distributions(name="kmemscope", path=where)), None)
+    search = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]
+    dist = next(iter(importlib.metadata.distributions(name="kmemscope", path=search)), None)
     if dist is None:
         raise SparkEnvError("no installed kmemscope distribution found", "give --wheel")
     origin = json.loads(dist.read_text("direct_url.json") or "null")
     if origin is None:                        # installed from a package index
         return f"kmemscope{tail}=={dist.version}"
     url = urllib.parse.urlsplit(origin.get("url", ""))
-    path = Path(urllib.request.url2pathname(url.path)) if url.scheme == "file" else None
-    if "archive_info" in origin and path and path.name.endswith(".whl") and path.is_file():
-        return f"{path}{tail}"
-    where = path or origin.get("url", "?")
+    source = Path(urllib.request.url2pathname(url.path)) if url.scheme == "file" else None
+    if "archive_info" in origin and source and source.name.endswith(".whl") and source.is_file():
+        return f"{source}{tail}"
     kind = "in editable mode" if origin.get("dir_info", {}).get("editable") else "not from a wheel file"
-    raise SparkEnvError(f"kmemscope {dist.version} is installed {kind} ({where}), which "
-                        "venv-pack cannot pack", "give --wheel: make dist builds one in dist/, "
+    raise SparkEnvError(f"kmemscope {dist.version} is installed {kind} ({source or origin.get('url', '?')}), "
+                        "which venv-pack cannot pack", "give --wheel: make dist builds one in dist/, "
                         "or pip wheel --no-deps -w DIR SOURCE")
 
 
