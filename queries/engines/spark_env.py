@@ -46,9 +46,13 @@ EXECUTOR_PYTHON = f"./{ARCHIVE_FOLDER}/bin/python"
 VENV_PACK = "venv-pack==0.2.0"
 # What Spark unpacks (spark.archives: .zip, .tar.gz, .tgz, .tar); venv-pack writes each.
 SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
-# Not needed to run tasks: the installers, venv-pack itself, and pyarrow's C++ headers,
-# Cython sources and tests (about 15 MB).
-EXCLUDE = ("bin/pip*", "lib/python*/site-packages/pip/*", "lib/python*/site-packages/pip-*",
+# Not needed to run tasks: the installers, venv-pack itself, pyarrow's C++ headers, Cython
+# sources and tests (about 15 MB), and scipy (140 MB: only compare's statistics use it, on the
+# driver; tests/test_spark_cluster.py runs every section, a parse and a compare on executors
+# without it).
+EXCLUDE = ("lib/python*/site-packages/scipy/*", "lib/python*/site-packages/scipy.libs/*",
+           "lib/python*/site-packages/scipy-*",
+           "bin/pip*", "lib/python*/site-packages/pip/*", "lib/python*/site-packages/pip-*",
            "lib/python*/site-packages/setuptools/*", "lib/python*/site-packages/setuptools-*",
            "lib/python*/site-packages/_distutils_hack/*", "lib/python*/site-packages/distutils-precedence.pth",
            "lib/python*/site-packages/pkg_resources/*",
@@ -157,11 +161,11 @@ def pack(output, wheel=None, extras: Iterable[str] = (), python_prefix=None,
         interpreter = os.path.realpath(env / "bin" / "python")
         if python_prefix:
             interpreter = str(Path(python_prefix) / "bin" / Path(interpreter).name)
-        say(f"wrote {output} ({size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s; "
-            f"the workers need {interpreter}")
-        return PackedEnv(output.resolve(), size, interpreter)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    say(f"wrote {output} ({size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s; "
+        f"the workers need {interpreter}")
+    return PackedEnv(output.resolve(), size, interpreter)
 
 
 def _requirement(wheel, extras):
