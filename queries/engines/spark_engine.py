@@ -304,8 +304,9 @@ class SparkEngine:
             if not module.startswith(("pyspark", "py4j")):
                 raise
             raise QueryError(f"query {plan.qname} failed on Spark: {_spark_reason(exc)}",
-                             "every executor needs kmemscope and duckdb, and the dataset at "
-                             "the same path (docs/fleet.md)") from None
+                             "every executor needs kmemscope and duckdb (kmemscope spark-env "
+                             "packs them for spark.archives), and the dataset at the same path "
+                             "(docs/fleet.md)") from None
         finally:
             sc.setJobDescription(None)
         by_group = {r[0]: r for r in out}
