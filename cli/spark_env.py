@@ -8,7 +8,7 @@ import click
 
 @click.command("spark-env")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              metavar="ARCHIVE", help="The archive to write: .tar.gz, .tgz, .tar or .zip.")
+              metavar="ARCHIVE", help="The archive to write: .tar.gz, .tgz or .tar.")
 @click.option("--wheel", type=click.Path(dir_okay=False), metavar="PATH",
               help="The kmemscope wheel to install (default: the wheel this kmemscope was "
                    "installed from; an editable install needs one: make dist).")

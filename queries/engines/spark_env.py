@@ -44,8 +44,8 @@ from kmemscope.common.outfile import NewFile
 ARCHIVE_FOLDER = "environment"
 EXECUTOR_PYTHON = f"./{ARCHIVE_FOLDER}/bin/python"
 VENV_PACK = "venv-pack==0.2.0"
-# What Spark unpacks (spark.archives: .zip, .tar.gz, .tgz, .tar); venv-pack writes each.
-SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
+# What Spark unpacks and venv-pack writes, keeping bin/python a link (a zip would not).
+SUFFIXES = (".tar.gz", ".tgz", ".tar")
 # Not needed to run tasks: the installers, venv-pack itself, pyarrow's C++ headers, Cython
 # sources and tests (about 15 MB), and scipy (140 MB: only compare's statistics use it, on the
 # driver; tests/test_spark_cluster.py runs every section, a parse and a compare on executors
@@ -101,7 +101,7 @@ def executor_python(archives: Optional[str]) -> Optional[str]:
 
 def pack(output, wheel=None, extras: Iterable[str] = (), python_prefix=None,
          progress: Optional[Callable[[str], None]] = None) -> PackedEnv:
-    """Make the executors' environment archive at `output` (.tar.gz, .tgz, .tar or .zip).
+    """Make the executors' environment archive at `output` (.tar.gz, .tgz or .tar).
 
     wheel: the kmemscope wheel to install (None: the one this kmemscope was installed from;
     an editable install has none). extras: kmemscope extras the executors need (e.g. s3).
