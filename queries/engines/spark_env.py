@@ -62,8 +62,10 @@ EXCLUDE = ("lib/python*/site-packages/scipy/*", "lib/python*/site-packages/scipy
            "lib/python*/site-packages/pyarrow/src/*", "lib/python*/site-packages/pyarrow/*.pxd",
            "lib/python*/site-packages/pyarrow/*.pyx", "lib/python*/site-packages/pyarrow/*.pxi",
            "lib/python*/site-packages/pyarrow/includes/*")
-# What a task imports: the package, its native decoder, the engine's libraries.
-IMPORT_CHECK = ("import sys, kmemscope, kmemscope.parsers._tracedat, duckdb, pyarrow; "
+# What a task imports: the modules its code lives in (a named analysis's, a parse's), the
+# native decoder, the engine's libraries.
+IMPORT_CHECK = ("import sys, kmemscope, kmemscope.parsers._tracedat, kmemscope.parsers.spark_parse, "
+                "kmemscope.queries.runner, kmemscope.queries.engines.spark_engine, duckdb, pyarrow; "
                 "print(f'Python {sys.version_info[0]}.{sys.version_info[1]}, kmemscope "
                 "{kmemscope.__version__}, duckdb {duckdb.__version__}, pyarrow {pyarrow.__version__}')")
 # pip's words for an index it cannot reach (it then says only that no version was found)
@@ -142,8 +144,9 @@ def pack(output, wheel=None, extras: Iterable[str] = (), python_prefix=None,
              "pip install", "pip needs the package index (PIP_INDEX_URL) or a folder of "
                             "wheels (PIP_FIND_LINKS) for duckdb, pyarrow and their kin", work)
         checked = _run([str(python), "-I", "-c", IMPORT_CHECK],
-                       "importing kmemscope, its native decoder, duckdb and pyarrow in the new environment",
-                       "a wheel built with the native decoder: make dist", work)
+                       "importing kmemscope's task modules, its native decoder, duckdb and "
+                       "pyarrow in the new environment",
+                       "a wheel with every kmemscope package and the native decoder: make dist", work)
         say(f"{checked.strip()} import; packing {output.name}")
         packed = work / ("env" + next(s for s in SUFFIXES if output.name.endswith(s)))
         cmd = [str(python), "-m", "venv_pack", "-q", "-p", str(env), "-o", str(packed)]
