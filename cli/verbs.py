@@ -13,6 +13,7 @@ import click
 
 from kmemscope.common.version import __version__
 from kmemscope.common.errors import KmemscopeError
+from kmemscope.common.text import printable
 from kmemscope.render import formats
 
 def utf8_path(ctx, param, value):
@@ -37,6 +38,11 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(formats.names(
 OUTPUT_OPTION = click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
                              callback=utf8_path,
                              help="Write the result to FILE instead of stdout.")
+NOTES_OPTION = click.option("--notes", "notes_file", type=click.Path(dir_okay=False, writable=True),
+                            callback=utf8_path,
+                            help="Also write the output's notes, with its schema_version and "
+                                 "kind, to FILE as JSON (for programs reading csv or jsonl, "
+                                 "which hold rows only).")
 
 
 def selection_options(f):
@@ -323,13 +329,13 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
             failures += 1
             continue
         if summary.concurrent:
-            click.echo(f"{source}: run {summary.run_id} was committed by another parse of the same "
-                       "trace while this one ran; kept that one", err=True)
+            click.echo(f"{printable(source)}: run {summary.run_id} was committed by another parse "
+                       "of the same trace while this one ran; kept that one", err=True)
         elif not quiet:
             verb = "replaced" if summary.replaced else "added"
             rate = summary.events / summary.seconds / 1e6 if summary.seconds else 0
-            click.echo(f"{source}: run {summary.run_id} {verb}: {summary.events:,} events "
-                       f"in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
+            click.echo(f"{printable(source)}: run {summary.run_id} {verb}: "
+                       f"{summary.events:,} events in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
                        f"{summary.lost_events:,} lost"
                        + (f", {summary.trimmed_events:,} outside the flight window trimmed"
                           if getattr(summary, "trimmed_events", 0) else ""), err=True)
@@ -337,19 +343,19 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
             # a finished or refused recovery is news; a removed empty work folder is not (a
             # parse running beside this one leaves one for a moment as it cleans up)
             if not line.startswith("removed "):
-                click.echo(f"kmemscope: note: {dataset}: {line}", err=True)
+                click.echo(f"kmemscope: note: {printable(dataset)}: {printable(line)}", err=True)
         for line in getattr(summary, "notes", None) or []:
-            click.echo(f"kmemscope: note: {source}: {line}", err=True)
+            click.echo(f"kmemscope: note: {printable(source)}: {printable(line)}", err=True)
         for key, was, now in summary.label_overrides:
-            click.echo(f"kmemscope: note: {source}: --label {key}={now} replaces the bundle's own "
-                       f"label {key}={was}", err=True)
+            click.echo(printable(f"kmemscope: note: {source}: --label {key}={now} replaces the "
+                                 f"bundle's own label {key}={was}"), err=True)
         if derive:
             _derive(ctx, dataset, summary.run_id, quiet)
         if summary.unknown_events:
             # A tracer that died can leave events enabled that the next trace
             # records without their format: say so rather than drop them quietly.
-            click.echo(f"kmemscope: warning: {source}: {summary.unknown_events:,} records of "
-                       "event types whose format the file lacks were skipped", err=True)
+            click.echo(f"kmemscope: warning: {printable(source)}: "
+                       f"{summary.unknown_events:,} records of event types whose format the file lacks were skipped", err=True)
     if failures:
         sys.exit(1)
 
@@ -365,8 +371,8 @@ def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng)
             verb = "replaced" if entry.replaced else "added"
             if entry.concurrent:
                 verb = "already committed by another parse; kept"
-            click.echo(f"{source}: run {entry.run_id} {verb}: {entry.events:,} events in "
-                       f"{entry.seconds:.2f} s on {entry.host}, {entry.lost_events:,} lost",
+            click.echo(f"{printable(source)}: run {entry.run_id} {verb}: {entry.events:,} events in "
+                       f"{entry.seconds:.2f} s on {printable(entry.host)}, {entry.lost_events:,} lost",
                        err=True)
         elif kind == "derived" and not quiet:
             if entry.derive_error is not None:
@@ -460,9 +466,10 @@ class _progress:
 @selection_options
 @FORMAT_OPTION
 @OUTPUT_OPTION
+@NOTES_OPTION
 @engine_options
 def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs, labels, fmt,
-        output, engine, spark_master, spark_conf):
+        output, notes_file, engine, spark_master, spark_conf):
     """Run SQL over DATASET; every table is a view of its own name.
 
     This is DuckDB's full SQL, which can read and write any file the user
@@ -482,7 +489,7 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
     10,000 rows.
     """
     from kmemscope.api import dataset_handle, run_sql, sql_statements
-    from kmemscope.render.writers import TABLE_MAX_ROWS, ResultWriter
+    from kmemscope.render.writers import TABLE_MAX_ROWS, Document
 
     dataset = dataset_handle(dataset)       # one handle, listed once, for the whole command
     statements = sql_statements(_sql_text(query, sql_file))
@@ -495,12 +502,12 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
     if timeout is None and not spark:
         timeout = 300.0 if read_only else 3600.0
     table = fmt == "table"
-    with ResultWriter(fmt, output) as writer:
+    notes: list[str] = []
+    with formats.result_writer(fmt, output, kind="sql") as writer:
         with _engine(engine, spark_master, spark_conf, dataset) as spec, \
                 _limits(None if spark else memory_limit, None if spark else timeout):
             # a text table is made of its first rows only, printed from Python rows when its
             # columns are plain (no pyarrow to import); other formats stream every row
-            notes: list[str] = []
             tables = run_sql(dataset, statements, engine=spec, runs=list(runs) or None,
                               label=list(labels) or None, params=bound or None,
                               read_only=read_only, timeout=None if spark else timeout,
@@ -512,6 +519,8 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
             _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
         for result in tables if table else ():
             writer.table(result)
+    if notes_file:
+        formats.write_notes(notes_file, Document("sql", None, notes=notes), fmt)
 
 
 def _interrupted_notes(dataset):
@@ -584,15 +593,17 @@ def verify(dataset, quiet, deep, memory_limit, timeout):
 @click.option("--per-run", is_flag=True, help="Also list every table's rows in every run.")
 @FORMAT_OPTION
 @OUTPUT_OPTION
+@NOTES_OPTION
 @limit_options
-def info(dataset, per_run, fmt, output, memory_limit, timeout):
+def info(dataset, per_run, fmt, output, notes_file, memory_limit, timeout):
     """Show the runs of DATASET and the rows of each table.
 
-    json writes one object {runs, tables, rows_per_run}; csv, jsonl and
-    parquet write the rows of every table in every run (run_id, table, rows).
+    json writes one object {schema_version, kmemscope_version, kind, runs,
+    tables, rows_per_run, notes}; csv, jsonl and parquet write the rows of
+    every table in every run (run_id, table, rows).
     """
     from kmemscope import api
-    from kmemscope.render.writers import write_document, write_result
+    from kmemscope.render.writers import Document, write_document
 
     dataset = api.dataset_handle(dataset)       # one handle, listed once, for the whole command
 
@@ -602,16 +613,20 @@ def info(dataset, per_run, fmt, output, memory_limit, timeout):
         for note in facts["notes"]:
             _note(note)
         _interrupted_notes(dataset)
-    if fmt in ("csv", "jsonl", "parquet"):
-        write_result(facts["rows_per_run"].arrow(), fmt, output)
-        return
     document = {}
     if facts["runs"] is not None:
         document["runs"] = facts["runs"].arrow()
     document["tables"] = facts["tables"].arrow()
-    if per_run or fmt == "json":
+    if per_run or formats.is_machine(fmt):
         document["rows_per_run"] = facts["rows_per_run"].arrow()
-    write_document(document, fmt, output)
+    doc = Document("info", document["rows_per_run"], notes=list(facts["notes"]), parts=document)
+    if notes_file:
+        formats.write_notes(notes_file, doc, fmt)
+    if formats.is_machine(fmt):
+        # json holds every table by name; the tabular formats the rows of every table per run
+        formats.write(fmt, doc, output)
+        return
+    write_document(document, output)
 
 
 # ---------------------------------------------------------------- record
@@ -641,11 +656,11 @@ def queries(name, fmt, output):
     csv, jsonl and parquet give one row per output column.
     """
     from kmemscope.api import analyses, describe
-    from kmemscope.render.writers import write_result
+    from kmemscope.render.writers import Document
 
     fmt = formats.resolve(fmt, output)
     if name is None:
-        write_result(analyses().arrow(), fmt, output, max_cell=None)
+        formats.write(fmt, Document("analyses", analyses().arrow()), output, max_cell=None)
         return
     doc = describe(name)
     if fmt in ("table", "json"):
@@ -654,7 +669,8 @@ def queries(name, fmt, output):
         text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if fmt == "json" else doc.text()
         _write_text(text, output)
         return
-    write_result(doc.columns().arrow(), fmt, output, max_cell=None)
+    formats.write(fmt, Document("analysis_columns", doc.columns().arrow(), meta={"query": name}),
+                  output, max_cell=None)
 
 
 @cli.command()
@@ -667,17 +683,18 @@ def queries(name, fmt, output):
                                  "folded: flame-graph lines, for alloc_origins.folded.")
 @click.option("-q", "--quiet", is_flag=True, help="No notes and no progress on stderr.")
 @OUTPUT_OPTION
+@NOTES_OPTION
 @limit_options
 @engine_options
-def query(name, dataset, runs, labels, params, fmt, quiet, output, memory_limit, timeout, engine,
-          spark_master, spark_conf):
+def query(name, dataset, runs, labels, params, fmt, quiet, output, notes_file, memory_limit,
+          timeout, engine, spark_master, spark_conf):
     """Run the named analysis NAME over DATASET.
 
     `kmemscope queries` lists the analyses; `kmemscope queries NAME` shows one's
     parameters, sections and output columns with units.
     """
     import kmemscope
-    from kmemscope.render.writers import write_result
+    from kmemscope.render.writers import Document
     from kmemscope.api import dataset_handle
 
     dataset = dataset_handle(dataset)       # one handle, listed once, for the whole command
@@ -693,7 +710,10 @@ def query(name, dataset, runs, labels, params, fmt, quiet, output, memory_limit,
     if not quiet:
         for note in result.notes:
             _note(note)
-    write_result(result.arrow(), fmt, output)
+    doc = Document("query", result.arrow(), meta={"query": name}, notes=list(result.notes))
+    if notes_file:
+        formats.write_notes(notes_file, doc, fmt)
+    formats.write(fmt, doc, output)
 
 
 # ---------------------------------------------------------------- compare / report
@@ -752,13 +772,16 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
 @click.option("--format", "fmt", type=click.Choice(formats.names("comparison")), default=None,
               help="Output format (default: from -o's extension, else text). mmtests: the "
                    "compare-kernels layout to paste into a patch.")
-@click.option("-q", "--quiet", is_flag=True, help="No notes on stderr (they stay in the output).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No notes on stderr (text, markdown, json and parquet keep them inside; "
+                   "--notes FILE writes them for programs).")
 @OUTPUT_OPTION
+@NOTES_OPTION
 @limit_options
 @engine_options
 def compare(dataset, by, baseline, metrics, test, alpha, correction, side_order, unit, detect, stat,
-            directions, over, runs, labels, fmt, quiet, output, memory_limit, timeout, engine,
-            spark_master, spark_conf):
+            directions, over, runs, labels, fmt, quiet, output, notes_file, memory_limit, timeout,
+            engine, spark_master, spark_conf):
     """Compare the metrics of the sides of label LABEL (mmtests style).
 
     Every run is one value per metric; each side is summarised (Min, Hmean or
@@ -776,7 +799,7 @@ def compare(dataset, by, baseline, metrics, test, alpha, correction, side_order,
     """
     import kmemscope
     from kmemscope.render import comparison as co
-    from kmemscope.render.writers import write_records
+    from kmemscope.render.writers import Document
     from kmemscope.api import dataset_handle
 
     dataset = dataset_handle(dataset)       # one handle, listed once, for the whole command
@@ -792,26 +815,26 @@ def compare(dataset, by, baseline, metrics, test, alpha, correction, side_order,
             label=list(labels) or None, correction=correction, sides=order, unit=unit,
             stat=stat, detect=detect, directions=_directions(directions))
         if over:
-            _compare_over(c, names, over, fmt, output, quiet)
+            _compare_over(c, names, over, fmt, output, quiet, notes_file)
             return
-        notes = c.notes
-    if output and not quiet:
-        for note in notes:
+    meta = {"label": c.sides.label, "baseline": c.sides.baseline, "sides": c.sides.sides,
+            "test": test, "alpha": alpha, "correction": c.table.correction_text(),
+            "tested": c.table.tested, "unit": unit}
+    method = formats.BY_NAME[fmt].method
+    doc = Document("comparison", None if method else co.records(c.sides, c.table), meta,
+                   list(c.notes), text=getattr(c, method)() if method else None)
+    _write_with_notes(fmt, doc, output, quiet, notes_file)
+
+
+def _write_with_notes(fmt, doc, output, quiet, notes_file):
+    """`doc` in `fmt`; its notes on stderr when the output does not hold them or goes to a
+    file, and in --notes FILE when asked."""
+    if not quiet and (output or not formats.BY_NAME[fmt].notes_inside):
+        for note in doc.notes:
             _note(note)
-    if fmt in ("csv", "json", "jsonl", "parquet"):
-        write_records(co.records(c.sides, c.table), notes, fmt, output,
-                      meta={"label": c.sides.label, "baseline": c.sides.baseline,
-                            "sides": c.sides.sides, "test": test, "alpha": alpha,
-                            "correction": c.table.correction_text(), "tested": c.table.tested,
-                            "unit": unit})
-        return
-    if fmt == "text":
-        text = c.text()
-    elif fmt == "mmtests":
-        text = c.mmtests()
-    else:
-        text = c.markdown()
-    _write_text(text, output)
+    if notes_file:
+        formats.write_notes(notes_file, doc, fmt)
+    formats.write(fmt, doc, output)
 
 
 def _percent(value):
@@ -877,23 +900,21 @@ def _write_text(text, output):
         click.echo(text, nl=False)
 
 
-def _compare_over(c, names, over, fmt, output, quiet):
+def _compare_over(c, names, over, fmt, output, quiet, notes_file):
     """compare --over run|minute: each metric's values over runs or minutes, per side."""
-    from kmemscope.render.writers import write_records
+    from kmemscope.render.writers import Document
 
     if fmt == "mmtests":
-        raise click.BadParameter("--over writes text, markdown, csv, json, jsonl or parquet, "
-                                 "not mmtests", param_hint="--format")
+        offered = [f for f in formats.names("comparison") if f != "mmtests"]
+        raise click.BadParameter(f"--over writes {formats.listed(offered)}, not mmtests",
+                                 param_hint="--format")
     trend = c.trend(over, names)
-    if output and not quiet:
-        for note in trend.notes:
-            _note(note)
-    if fmt in ("csv", "json", "jsonl", "parquet"):
-        write_records(trend.rows, trend.notes, fmt, output,
-                      meta={"label": c.sides.label, "baseline": c.sides.baseline,
-                            "sides": c.sides.sides, "over": over})
-        return
-    _write_text(trend.text(), output)
+    machine = formats.is_machine(fmt)
+    doc = Document("trend", trend.rows if machine else None,
+                   {"label": c.sides.label, "baseline": c.sides.baseline,
+                    "sides": c.sides.sides, "over": over}, list(trend.notes),
+                   text=None if machine else trend.text())
+    _write_with_notes(fmt, doc, output, quiet, notes_file)
 
 
 @cli.group()
@@ -943,15 +964,19 @@ def metrics_import(dataset, file, fmt, quiet, memory_limit, timeout):
 @selection_options
 @FORMAT_OPTION
 @OUTPUT_OPTION
-def metrics_list(dataset, runs, labels, fmt, output):
+@NOTES_OPTION
+def metrics_list(dataset, runs, labels, fmt, output, notes_file):
     """List the imported metrics of DATASET's runs (the run_metrics analysis)."""
     import kmemscope
-    from kmemscope.render.writers import write_result
+    from kmemscope.render.writers import Document
 
     fmt = formats.resolve(fmt, output)
     result = kmemscope.open(dataset).query("run_metrics", run=list(runs) or None,
                                            label=list(labels) or None)
-    write_result(result.arrow(), fmt, output)
+    doc = Document("query", result.arrow(), meta={"query": "run_metrics"}, notes=list(result.notes))
+    if notes_file:
+        formats.write_notes(notes_file, doc, fmt)
+    formats.write(fmt, doc, output)
 
 
 @cli.command()
@@ -1014,7 +1039,7 @@ def export_perfetto(dataset, run, output, quiet):
                    f"{done.tasks} task tracks, {slices:,} slices, {instants:,} instants, "
                    f"{len(done.counters)} counters", err=True)
         for note in done.notes:
-            click.echo(f"kmemscope: note: {note}", err=True)
+            _note(note)
 
 
 # ---------------------------------------------------------------- spark-env (cli/spark_env.py)
@@ -1144,8 +1169,8 @@ def main(argv=None):
     except MemoryError:
         if debug:
             raise
-        _error("out of memory (narrow the question; `kmemscope sql` with --format csv, "
-               "jsonl or parquet streams a result of any size)")
+        _error("out of memory (narrow the question; `kmemscope sql` with --format "
+               f"{formats.listed(formats.MACHINE)} streams a result of any size)")
         sys.exit(1)
     except Exception as exc:  # a bug in kmemscope: one line, the traceback on --debug
         if _stopped_by is not None:       # a stop signal that a library's error wrapped

@@ -8,8 +8,16 @@ Format 2: the columns kmemscope knows (dataset/schema.py TABLE_COLUMNS) are
   stored with their canonical type whatever the kernel, so each known table has
   one schema across runs. Other columns keep the trace's types.
 
-Readers (dataset/reader.py) accept formats up to FORMAT and refuse newer ones
-in one line. Writers call `ensure_format(dataset)` with the dataset's commit
+Compatibility (docs/dataset-format.md, "Which kmemscope reads which dataset"):
+readers (dataset/reader.py) accept formats OLDEST_FORMAT to FORMAT. A newer
+format is refused in one line naming both formats and the writer, with "upgrade
+kmemscope"; a format older than OLDEST_FORMAT (none yet: every format so far is
+read) would be refused in one line saying to parse the traces again. A change
+that an older kmemscope would misread raises FORMAT; one it reads correctly
+(a new table, a new optional file) does not. The writer field is information
+only: a dataset made by kmemscope 0.2.0 (format 2) is read as format 2.
+
+Writers call `ensure_format(dataset)` with the dataset's commit
 lock held, before a run becomes visible: a new dataset gets format FORMAT; one
 that already holds runs and has no file stays format 1 (its old runs are not
 rewritten; its new runs are canonical all the same).
@@ -31,6 +39,7 @@ from .safefs import HINT_LINK, RUN_PREFIX, Dir
 FORMAT_FILE = "_kmemscope.json"
 FORMAT = 2             # the format this kmemscope writes and the newest it reads
 LEGACY_FORMAT = 1      # a dataset without FORMAT_FILE
+OLDEST_FORMAT = 1      # the oldest format this kmemscope reads; older ones are parsed again
 MAX_FILE_BYTES = 4096
 MAX_WRITER_CHARS = 200
 RUNS_DIR = "runs"
@@ -113,14 +122,9 @@ def parse_format(data, path=FORMAT_FILE):
     version = doc["format"]
     if type(version) is not int or version < LEGACY_FORMAT:   # bool is not a version
         raise _bad(path, f"\"format\" is {_shown(version)}, not a whole number >= {LEGACY_FORMAT}")
-    if version > FORMAT:
+    if version > FORMAT or version < OLDEST_FORMAT:
         # A newer kmemscope may add fields: the version alone decides.
-        where = str(path)       # a path or a URL: no Path() that would fold "s3://"
-        dataset = where[:-len(FORMAT_FILE)].rstrip("/") if where.endswith(FORMAT_FILE) else where
-        raise DatasetError(
-            f"{dataset or '.'} is a kmemscope dataset of format {version}; {_writer()} "
-            f"reads formats {LEGACY_FORMAT} to {FORMAT}",
-            "upgrade kmemscope to read it or to add runs to it")
+        raise unreadable(path, version, doc.get("writer"))
     unknown = sorted(set(doc) - {"format", "writer"})
     if unknown:
         raise _bad(path, f"unexpected field {_shown(unknown[0])}")
@@ -131,12 +135,40 @@ def parse_format(data, path=FORMAT_FILE):
     return {"format": version, "writer": writer}
 
 
+def _written_by(writer):
+    """The error's ` (written by kmemscope X)` from the file's writer field, when that is a
+    short printable string; nothing otherwise (the field is untrusted, and only information)."""
+    if isinstance(writer, str) and 0 < len(writer) <= 40 and writer.isprintable():
+        return f" (written by {writer})"
+    return ""
+
+
+def unreadable(path, version, writer=None):
+    """The one-line error for a dataset of a `version` this kmemscope does not read: a newer
+    one asks for an upgrade, an older one for a new parse of its traces."""
+    where = str(path)       # a path or a URL: no Path() that would fold "s3://"
+    dataset = where[:-len(FORMAT_FILE)].rstrip("/") if where.endswith(FORMAT_FILE) else where
+    dataset = dataset or "."
+    what = f"{dataset} is a kmemscope dataset of format {version}{_written_by(writer)}"
+    reads = f"{_writer()} reads formats {OLDEST_FORMAT} to {FORMAT}"
+    if version > FORMAT:
+        return DatasetError(f"{what}; {reads}",
+                            "upgrade kmemscope to read it or to add runs to it")
+    return DatasetError(f"{what}, which is no longer read; {reads}",
+                        "parse its traces again into a new dataset")
+
+
 def read_format(dataset):
     """The dataset's format, validated: LEGACY_FORMAT without a file; raises DatasetError
-    for a damaged file or a format newer than this kmemscope reads."""
+    for a damaged file or a format this kmemscope does not read (newer than FORMAT, older
+    than OLDEST_FORMAT)."""
     path = Path(dataset) / FORMAT_FILE
     data = _read_bytes(path)
     if data is None:
+        # No file: a dataset of format 1 when it holds runs, else a new one (ensure_format
+        # gives it a file).
+        if LEGACY_FORMAT < OLDEST_FORMAT and _holds_runs(dataset):
+            raise unreadable(path, LEGACY_FORMAT)
         return LEGACY_FORMAT
     return parse_format(data, path)["format"]
 

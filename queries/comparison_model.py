@@ -6,7 +6,7 @@ the values came from and whether they are exact, which way is better, the change
 against the baseline and its interval, the test, its p-value before and after the
 correction across the table, and the verdict word. Text, mmtests, markdown,
 csv/json/parquet, the HTML report and the notebook display print these records
-(kmemscope/render/comparison.py, kmemscope/plots/sides.py) and compute nothing
+(kmemscope/render/: comparison.py, comparison_html.py, verdicts.py) and compute nothing
 of their own: no renderer reads a sign to choose a colour or a word.
 
 Record fields are public (`Comparison.records`, `Comparison.df()`): FIELDS lists
@@ -24,9 +24,9 @@ from . import statistics as st
 DEFAULT_TEST = "welch"
 DEFAULT_CORRECTION = "bh"
 
-# The verdict words, and the colour every HTML renderer gives each (one table, here).
-VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "higher": "#0550ae",
-                  "lower": "#0550ae"}
+# The verdicts of a significant change (the words people read, their colours and texts, are
+# kmemscope/render/verdicts.py's).
+SIGNIFICANT_VERDICTS = ("better", "worse", "higher", "lower")
 # What a verdict that is not significant says, whichever way it leans.
 NOT_SIGNIFICANT = "no significant change"
 
@@ -430,54 +430,3 @@ def _side_bounds(sides, metric, side, row_stat):
         xs = st.clean(values)
         out.append(st.mean_of(row_stat, xs) if xs else None)
     return tuple(out)
-
-
-def verdict_color(record):
-    """The colour of a record's verdict in HTML: green better, red worse, blue a significant
-    change of a metric without a direction; none otherwise (not significant, not tested)."""
-    return VERDICT_COLORS.get(record.verdict, "inherit")
-
-
-def verdict_text(record):
-    """'+688.80% worse *', '-4.09% (leans worse, not significant)', 'n/a': the words every
-    human output prints beside a change."""
-    if record.is_baseline:
-        return "baseline"
-    if record.change is None:       # no percent change (a baseline of 0): the words stay
-        if record.leaning is None or record.leaning == "same":
-            return "n/a"
-        if record.verdict in VERDICT_COLORS:
-            return f"n/a {record.verdict} *"
-        return f"n/a (leans {record.leaning}, {record.verdict})"
-    pct = f"{record.change:+.2f}%"
-    if record.verdict in VERDICT_COLORS:
-        return f"{pct} {record.verdict} *"
-    if record.verdict == NOT_SIGNIFICANT and record.leaning not in (None, "same"):
-        return f"{pct} (leans {record.leaning}, not significant)"
-    if record.verdict == "not tested" and record.untested:
-        return f"{pct} (not tested: {record.untested})"
-    return f"{pct} ({record.verdict})"
-
-
-def _amount(x):
-    return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
-
-
-def bounds_text(record):
-    """'+1/-0' on a model row whose side has bounds: how much higher and lower the kernel's
-    value can be than the statistic shown; '' on every other row."""
-    if record.exactness != "model" or record.value is None or record.bound_low is None:
-        return ""
-    up = max(record.bound_high - record.value, 0.0)
-    down = max(record.value - record.bound_low, 0.0)
-    return f"+{_amount(up)}/-{_amount(down)}"
-
-
-def exactness_text(record):
-    """'' (exact), 'model +1/-0' or 'lower bound': what every human output says of a row's
-    value beside its source."""
-    if record.exactness == "model":
-        return f"model {bounds_text(record)}".rstrip()
-    if record.exactness == "lower bound" or record.exact is False:
-        return "lower bound"
-    return ""

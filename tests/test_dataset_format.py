@@ -27,8 +27,9 @@ import pytest
 import requirements
 
 import kmdata as K
-from conftest import EXAMPLES
+from conftest import EXAMPLES, PROJECT_ROOT
 from kmrun import kmemscope, one_error_line
+from kmemscope import DatasetError, __version__
 from kmemscope.dataset import format as F
 
 SMALL = EXAMPLES / "memory-pressure"
@@ -116,11 +117,19 @@ def test_a_newer_format_is_refused_by_readers_and_by_parse(copy_of):
     for args in (("info", copy_of), ("query", "atomic_orders", copy_of),
                  ("parse", ALLOCS, "-o", copy_of)):
         line = one_error_line(kmemscope(*args, check=False))
-        assert "format 3" in line and "reads formats 1 to 2" in line and "upgrade kmemscope" in line, line
+        assert ("format 3 (written by kmemscope 9.0)" in line and "reads formats 1 to 2" in line
+                and "upgrade kmemscope" in line), line
     after = sorted(p.relative_to(copy_of) for p in copy_of.rglob("*")
                    if p.name != ".kmemscope.lock")
     assert after == [p for p in before if p.name != ".kmemscope.lock"]   # the parse added nothing
     assert (copy_of / F.FORMAT_FILE).read_text().startswith('{"format": 3')
+
+
+@pytest.mark.parametrize("writer", ["a\u001b[2Jb", "x" * 41, 7])
+def test_a_newer_formats_writer_is_named_only_when_short_and_printable(copy_of, writer):
+    (copy_of / F.FORMAT_FILE).write_text(json.dumps({"format": 4, "writer": writer}))
+    line = one_error_line(kmemscope("info", copy_of, check=False))
+    assert "format 4;" in line and "written by" not in line and "\x1b" not in line, line
 
 
 def test_a_failed_parse_writes_no_format_file(tmp_path):
@@ -136,6 +145,114 @@ def test_write_format_is_atomic_and_leaves_no_temporary(tmp_path):
     F.write_format(tmp_path, 2)
     assert [p.name for p in tmp_path.iterdir()] == [F.FORMAT_FILE]
     assert F.parse_format((tmp_path / F.FORMAT_FILE).read_bytes())["format"] == 2
+
+
+# ---------------------------------------------------------------- a dataset kmemscope 0.2.0 wrote
+#
+# tests/data/dataset-0.2.0: `kmemscope parse examples/memory-pressure` and `kmemscope query
+# vmstat_rates` by kmemscope 0.2.0 (commit 5fabb89), committed as they left it: its format
+# file, its runs' records of their files and the analysis rows 0.2.0 kept. Every later
+# kmemscope must read it as it is (docs/dataset-format.md, "Which kmemscope reads which
+# dataset").
+
+V020 = PROJECT_ROOT / "tests" / "data" / "dataset-0.2.0"
+
+
+@pytest.fixture
+def v020(tmp_path):
+    ds = tmp_path / "v020"
+    shutil.copytree(V020, ds)
+    return ds
+
+
+def _parquet_rows(ds, table):
+    """The rows of one table, read straight from its Parquet files (no kmemscope reader)."""
+    files = sorted((ds / table).glob("run_id=*/part-*.parquet"))
+    return [row for f in files for row in pq.read_table(f).to_pylist()]
+
+
+def test_the_0_2_0_dataset_is_what_0_2_0_wrote():
+    doc = json.loads((V020 / F.FORMAT_FILE).read_text())
+    assert doc == {"format": 2, "writer": "kmemscope 0.2.0"}
+    assert [p.name for p in (V020 / "runs").iterdir()] == ["run_id=01a9b1a2837f8c15"]
+    assert (V020 / "_derived" / "result_vmstat_rates").is_dir()
+
+
+def test_a_dataset_written_by_0_2_0_is_read_as_it_is(v020):
+    assert F.read_format(v020) == 2
+    tables = sorted(p.name for p in v020.iterdir()
+                    if p.is_dir() and not p.name.startswith(("_", ".")))
+    info = json.loads(kmemscope("info", v020, "--format", "json").stdout)
+    assert {r["table"]: r["rows"] for r in info["tables"]} == {
+        t: len(_parquet_rows(v020, t)) for t in tables}
+    got = {r["name"]: (int(r["first_value"]), int(r["last_value"]))
+           for r in _csv(kmemscope("query", "vmstat_rates", v020, "--format", "csv"))}
+    assert got == _first_and_last_samples(v020) and len(got) > 100
+    assert kmemscope("verify", v020, "--deep").returncode == 0
+
+
+def _first_and_last_samples(ds):
+    """vmstat_rates recounted from the vmstat rows: each counter's first and last value."""
+    samples = {}
+    for r in _parquet_rows(ds, "vmstat"):
+        samples.setdefault(r["name"], []).append((r["ts"], r["value"]))
+    return {name: (min(s)[1], max(s)[1]) for name, s in samples.items()}
+
+
+def test_rows_kept_by_0_2_0_are_computed_again_by_a_newer_kmemscope(v020, monkeypatch):
+    """0.2.0 kept vmstat_rates' rows, signed with its version: a newer kmemscope (stood in
+    for by another version string) finds them stale, computes and keeps them again."""
+    import kmemscope as api
+    from kmemscope.queries import result_cache
+
+    kept = next((v020 / "_derived" / "result_vmstat_rates").glob("run_id=*/part-0.parquet"))
+    before = kept.read_bytes()
+    monkeypatch.setenv(result_cache.ENV_SWITCH, "1")     # the suite turns kept rows off
+    monkeypatch.setattr(result_cache, "__version__", "0.2.0+newer")
+    # verify --deep asks the kept rows' question again and finds the same rows
+    assert api.verify(str(v020), deep=True).problems == []
+    assert kept.read_bytes() == before
+    rows = api.open(str(v020)).query("vmstat_rates").rows()
+    assert {r["name"]: (r["first_value"], r["last_value"]) for r in rows} == \
+        _first_and_last_samples(v020)
+    assert kept.read_bytes() != before                  # computed again and kept anew
+    assert api.verify(str(v020)).problems == []
+
+
+def test_runs_are_added_to_a_dataset_written_by_0_2_0(v020):
+    before = (v020 / F.FORMAT_FILE).read_bytes()
+    kmemscope("parse", ALLOCS, "-o", v020)
+    assert (v020 / F.FORMAT_FILE).read_bytes() == before      # still format 2, its writer kept
+    info = json.loads(kmemscope("info", v020, "--format", "json").stdout)
+    assert len(info["runs"]) == 2
+    allocs = {r["table"]: r["rows"] for r in info["tables"]}["mm_page_alloc"]
+    assert allocs == len(_parquet_rows(v020, "mm_page_alloc")) == 30_026
+    assert kmemscope("verify", v020).returncode == 0
+
+
+# ---------------------------------------------------------------- an older format
+
+def test_a_format_older_than_this_kmemscope_reads_is_refused(copy_of, tmp_path, monkeypatch):
+    """No format has been dropped yet (OLDEST_FORMAT is 1); the day one is, its datasets are
+    refused in one line that says to parse the traces again. Raised here to 2, format 1."""
+    assert F.OLDEST_FORMAT == F.LEGACY_FORMAT == 1
+    monkeypatch.setattr(F, "OLDEST_FORMAT", 2)
+    (copy_of / F.FORMAT_FILE).write_text('{"format": 1, "writer": "kmemscope 0.1.0"}')
+    legacy = tmp_path / "legacy"
+    _format1_dataset(legacy)            # no format file: format 1
+    for ds, written in ((copy_of, " (written by kmemscope 0.1.0)"), (legacy, "")):
+        for call in (F.read_format, F.ensure_format):
+            with pytest.raises(DatasetError) as err:
+                call(ds)
+            text = str(err.value)
+            assert text == (f"{ds} is a kmemscope dataset of format 1{written}, which is no "
+                            f"longer read; kmemscope {__version__} reads formats 2 to 2 "
+                            "(parse its traces again into a new dataset)"), text
+    assert not (legacy / F.FORMAT_FILE).exists()        # a refused dataset gets no file
+    new = tmp_path / "new"
+    new.mkdir()
+    assert F.ensure_format(new) == F.FORMAT           # a new dataset is no old one
+    assert F.read_format(new) == F.FORMAT
 
 
 # ---------------------------------------------------------------- format 1

@@ -25,7 +25,8 @@ FOLDERS = package_folders()
 # The package root holds the public API and nothing else.
 API_MODULES = {"kmemscope", "kmemscope.__main__", "kmemscope.api", "kmemscope.render",
                "kmemscope.render.formats", "kmemscope.render.tables", "kmemscope.render.writers",
-               "kmemscope.render.comparison", "kmemscope.render.perfetto", "kmemscope.plots",
+               "kmemscope.render.comparison", "kmemscope.render.comparison_html",
+               "kmemscope.render.verdicts", "kmemscope.render.perfetto", "kmemscope.plots",
                "kmemscope.plots.figure", "kmemscope.plots.scope", "kmemscope.plots.style",
                "kmemscope.plots.runs", "kmemscope.plots.sides", "kmemscope.plots.timeseries",
                "kmemscope.plots.origins", "kmemscope.plots.cost"}

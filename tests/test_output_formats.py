@@ -46,12 +46,9 @@ def read_back(fmt, data):
             return doc["rows"] if "rows" in doc else doc["rows_per_run"]
         return doc
     if fmt == "jsonl":
-        rows = [json.loads(line) for line in data.decode().splitlines()]
-        return [r for r in rows if set(r) != {"note"}]
+        return [json.loads(line) for line in data.decode().splitlines()]
     if fmt == "csv":
-        lines = [line for line in data.decode().splitlines(keepends=True)
-                 if not line.startswith("# ")]          # compare's notes: a comment block
-        return list(csv.DictReader(io.StringIO("".join(lines))))
+        return list(csv.DictReader(io.StringIO(data.decode())))
     if fmt == "parquet":
         return pq.read_table(io.BytesIO(data)).to_pylist()
     raise ValueError(fmt)
@@ -111,15 +108,13 @@ def test_every_verb_writes_every_format_as_one_valid_document(ds, tmp_path, verb
     assert canonical(rows) == canonical(reference)
 
 
-def notes_back(fmt, data):
-    """The notes a compare document carries, read with the format's own reader."""
+def notes_back(fmt, data, notes_file):
+    """The notes a compare document carries, read with the format's own reader; csv and jsonl
+    hold rows only, their notes are in the --notes file."""
     if fmt == "json":
         return json.loads(data)["notes"]
-    if fmt == "jsonl":
-        return [r["note"] for r in map(json.loads, data.decode().splitlines()) if set(r) == {"note"}]
-    if fmt == "csv":
-        return [line[len("# note: "):] for line in data.decode().splitlines()
-                if line.startswith("# note: ")]
+    if fmt in ("csv", "jsonl"):
+        return json.loads(notes_file.read_text())["notes"]
     if fmt == "parquet":
         meta = pq.read_schema(io.BytesIO(data)).metadata
         return json.loads(meta[b"kmemscope.notes"])
@@ -132,11 +127,13 @@ def notes_back(fmt, data):
 
 @pytest.mark.parametrize("fmt", ["text", "mmtests", "markdown", "csv", "json", "jsonl", "parquet"])
 def test_compare_notes_are_inside_every_format_also_with_o(ds, tmp_path, fmt):
-    """The caveats of a comparison travel with it: never only on stderr, where -o loses them."""
+    """The caveats of a comparison travel with it: never only on stderr, where -o loses them
+    (inside the document, or for csv and jsonl, which hold rows only, in --notes FILE)."""
     args = VERBS["compare"](ds)
-    out = tmp_path / "cmp.out"
-    proc = kmemscope(*args, "--format", fmt, "-o", out, text=False, timeout=300)
-    notes = notes_back(fmt, out.read_bytes())
+    out, notes_file = tmp_path / "cmp.out", tmp_path / "notes.json"
+    proc = kmemscope(*args, "--format", fmt, "-o", out, "--notes", notes_file, text=False,
+                     timeout=300)
+    notes = notes_back(fmt, out.read_bytes(), notes_file)
     # cross_cpu_free_pct needs mm_page_free, which the thp-faults run did not record
     assert any("cross_cpu_free_pct: no value for 1 of 1 on b" in n for n in notes), notes
     stderr_notes = [line.split("note: ", 1)[1] for line in proc.stderr.decode().splitlines()
@@ -146,7 +143,8 @@ def test_compare_notes_are_inside_every_format_also_with_o(ds, tmp_path, fmt):
 
 def test_info_json_is_one_object_with_runs_tables_and_rows(ds):
     doc = json.loads(run(["info", ds, "--format", "json"]))
-    assert set(doc) == {"runs", "tables", "rows_per_run"}
+    assert set(doc) == {"schema_version", "kmemscope_version", "kind", "runs", "tables",
+                        "rows_per_run", "notes"}
     assert {r["run_id"] for r in doc["runs"]} == {r["run_id"] for r in doc["rows_per_run"]}
     per_table = {}
     for r in doc["rows_per_run"]:
@@ -251,7 +249,7 @@ def test_json_written_by_columns_holds_what_row_by_row_json_holds():
 
     import pyarrow as pa
 
-    from kmemscope.render import writers
+    from kmemscope.render import formats, writers
 
     t = pa.table({
         "i": pa.array([1, None, -(2 ** 63), 2 ** 63 - 1], pa.int64()),
@@ -269,7 +267,7 @@ def test_json_written_by_columns_holds_what_row_by_row_json_holds():
 
     for fmt in ("json", "jsonl"):
         buf = io.BytesIO()
-        writers._write(t, fmt, buf)
+        formats.BY_NAME[fmt].writer(writers.Document("sql", t), buf)
         text = buf.getvalue().decode()
         got = json.loads(text) if fmt == "json" else [json.loads(line) for line in text.splitlines()]
         assert got == [json.loads(r) for r in writers._json_rows(t)]

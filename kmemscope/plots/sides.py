@@ -10,14 +10,17 @@ so. The tables have the shape of the evidence page-allocator patches publish:
 the high-atomic reserve (HighAtomic pageblocks, THP and compaction success,
 pgscan_kswapd, atomic allocations per side), the per-CPU lists (the five
 hottest pfns per run) and compaction and THP (the vmstat rows of a kernel A/B
-table, with percent difference and significance).
+table, with percent difference and significance). The comparison's own HTML table and the
+value and verdict spans these tables share are kmemscope/render/comparison_html.py's.
 """
 import html
 import math
 
 import pandas as pd
 
-from kmemscope.render.comparison import bounds_text, source_mark, source_text, verdict_color, verdict_text
+from kmemscope.queries.statistics import value_range
+from kmemscope.render.comparison import source_mark
+from kmemscope.render.comparison_html import comparison_html, number_text, value_html, verdict_html
 
 from .figure import (MAX_LINES, Drawn, Html, Missing, fig_text, finish, hex_pfn, new_figure,
                      plural)
@@ -99,8 +102,8 @@ class ComparisonFigures:
                 if rec.change is None:
                     continue
                 items.append(
-                    f"<li><b>{esc(r.metric.title)}</b>: {_value_html(r, base)} on {esc(base)}, "
-                    f"{_value_html(r, side)} on {esc(side)}: {_verdict_html(rec)} "
+                    f"<li><b>{esc(r.metric.title)}</b>: {value_html(r.records[base])} on {esc(base)}, "
+                    f"{value_html(r.records[side])} on {esc(side)}: {verdict_html(rec)} "
                     f"({esc(rec.statistic)}, {esc(_direction_text(rec))})</li>")
         swatches = " ".join(f"<span style='display:inline-block;width:0.9em;height:0.9em;"
                             f"background:{self.palette.color(s)}'></span> {esc(s)}"
@@ -235,7 +238,7 @@ class ComparisonFigures:
         def stat(m, unit=""):
             r = self.row(m)
             if r is None:
-                return lambda s: _range(values[m][s], unit)
+                return lambda s: value_range(values[m][s], unit)
             return lambda s: _stat_cell(r, s, unit)
 
         spec = [
@@ -293,10 +296,10 @@ class ComparisonFigures:
             for side in self.sides.sides:
                 x = r.stats[side]
                 sd = "" if x.stddev is None else f" ± {x.stddev:.2f}"
-                cells.append("n/a" if x.mean is None else f"{_value_html(r, side)}{sd}")
+                cells.append("n/a" if x.mean is None else f"{value_html(r.records[side])}{sd}")
             for side in self.sides.sides[1:]:
                 rec = r.records[side]
-                cells.append(_verdict_html(rec))
+                cells.append(verdict_html(rec))
                 cells.append("n/a" if rec.welch_p is None else f"{rec.welch_p:.3g}")
             out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         out.append("</tbody></table>")
@@ -320,16 +323,6 @@ def _unit_label(unit):
             "/1000": "per 1,000 allocations"}.get(unit, unit or "value")
 
 
-def _verdict_html(rec):
-    """The record's change and verdict, coloured by its verdict (never by a sign)."""
-    text = html.escape(verdict_text(rec))
-    if rec.significant:
-        text = f"<b>{text}</b>"
-    return (f"<span class='kmemscope-verdict' data-metric=\"{html.escape(rec.metric, quote=True)}\" "
-            f"data-side=\"{html.escape(rec.side, quote=True)}\" data-verdict='{html.escape(rec.verdict)}' "
-            f"style='color:{verdict_color(rec)}'>{text}</span>")
-
-
 def _direction_text(rec):
     return "no stated direction" if rec.direction == "none" else f"{rec.direction} is better"
 
@@ -349,85 +342,11 @@ def _test_text(comparison):
     return f"{name}, adjusted p < {table.alpha}; correction: {table.correction_text()}"
 
 
-def _value_html(row, side):
-    """'<span data-...>Hmean 31.67</span>': the side's statistic, named, with its value in data attributes."""
-    x = row.stats[side]
-    if x.mean is None:
-        return "n/a"
-    stat = stat_name(row, side)
-    return (f"<span class='kmemscope-value' data-metric=\"{html.escape(row.metric.name, quote=True)}\" "
-            f"data-side=\"{html.escape(side, quote=True)}\" data-stat='{stat}' "
-            f"data-value='{x.mean!r}'>{stat} {_num(x.mean)}</span>"
-            + (f" {html.escape(bounds_text(row.records[side]))}" if bounds_text(row.records[side]) else ""))
-
-
-def _num(v):
-    """Two decimals, or two significant digits below 0.1: a kcompactd CPU time of 0.075 s is
-    not 0.08, and 0.01 against 0.005 is not 0.01 against 0.01."""
-    if v and abs(v) < 0.1:
-        return f"{v:,.{1 - math.floor(math.log10(abs(v)))}f}"
-    return f"{v:,.2f}"
-
-
 def _stat_cell(row, side, unit=""):
     x = row.stats[side]
     if x.mean is None:
         return "n/a"
-    return f"{stat_name(row, side)} {_num(x.mean)}{unit}; range {_range(x.values, unit)}"
-
-
-def _range(values, unit=""):
-    if not values:
-        return "n/a"
-    lo, hi = min(values), max(values)
-    fmt = (lambda v: f"{v:,.0f}") if all(float(v).is_integer() for v in values) else _num
-    return f"{fmt(lo)}{unit}" if lo == hi else f"{fmt(lo)}{unit} to {fmt(hi)}{unit}"
-
-
-def comparison_html(sides, rows):
-    """The comparison as an HTML table: per side its statistic, named, with its 95% interval and the
-    range of the per-run values; against the baseline the change with its interval, the verdict
-    (green better, red worse, only where significant), the p-value and the adjusted one, the source."""
-    esc = html.escape
-    head = ["metric", "unit", "better", "source"] + [f"{esc(s)} (n={sides.unit_count(s)})"
-                                                      for s in sides.sides]
-    for s in sides.sides[1:]:
-        head += [f"{esc(s)} vs {esc(sides.baseline)} [95% interval]", "p", "adjusted p"]
-    out = ["<table class='kmemscope-compare'><thead><tr>"
-           + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
-    for r in rows:
-        base_rec = r.records[sides.baseline]
-        cells = [f"<code>{esc(r.metric.name)}</code>", esc(r.metric.unit), esc(base_rec.direction),
-                 esc(_source_text(r))]
-        for s in sides.sides:
-            rec = r.records[s]
-            cells.append("n/a" if rec.n == 0 else _value_html(r, s)
-                         + (f" [{_num(rec.value_low)}, {_num(rec.value_high)}]"
-                            if rec.value_low is not None else "")
-                         + f"<br><small>range {esc(_range(r.stats[s].values, r.metric.range_unit))}"
-                         + (f", {rec.n} of {rec.runs} runs" if rec.n != rec.runs and not sides.unit else "")
-                         + "</small>")
-        for s in sides.sides[1:]:
-            rec = r.records[s]
-            interval = ("" if rec.change_low is None
-                        else f"<br><small>[{rec.change_low:+.2f}%, {rec.change_high:+.2f}%]</small>")
-            cells += [_verdict_html(rec) + interval, _p(rec.p), _p(rec.p_adjusted)]
-        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
-
-
-def _source_text(row):
-    """The sources of a row's values over its sides, lower bounds named."""
-    found = {source_text(rec) if rec.exactness != "model" else f"{rec.source} (model)"
-             for rec in row.records.values() if rec.n}
-    return "; ".join(sorted(found)) or "n/a"
-
-
-def _p(p):
-    if p is None:
-        return "n/a"
-    return f"{p:.4f}" if p >= 0.0001 else f"{p:.1e}"
+    return f"{stat_name(row, side)} {number_text(x.mean)}{unit}; range {value_range(x.values, unit)}"
 
 
 def _runs_on_hosts(ids, host):

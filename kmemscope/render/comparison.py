@@ -24,15 +24,17 @@ A row whose values did not come from the block's usual source is marked
 `[trace, model +1/-0]` where a trace model met events it could not classify, and the
 value cell then carries the bounds: `85.00 +1/-0`: the kernel's count is up to 1 higher
 and 0 lower).
-Notes are part of every output: a block of lines at the end, a comment block at
-the top of CSV, a `notes` field of JSON, the `kmemscope.notes` metadata of Parquet.
+Notes are part of every output for people: a block of lines at the end (markdown: a
+Notes list); the machine formats' are kmemscope/render/writers.py's (a `notes` field of
+JSON, the `kmemscope.notes` metadata of Parquet, stderr and --notes FILE for csv and jsonl).
 """
 import dataclasses
 import math
 
-from kmemscope.common.text import printable
-from kmemscope.queries.comparison_model import (BLOCKS, bounds_text, exactness_text,  # noqa: F401
-                                                verdict_color, verdict_text)  # (the report colours by it)
+from kmemscope.common.text import number_text, printable
+from kmemscope.queries.comparison_model import BLOCKS
+from kmemscope.render.verdicts import (bounds_text, exactness_text, p_text,  # noqa: F401
+                                       verdict_color, verdict_text)  # (the report colours by it)
 
 # (the statistic row's key: the record's field with its value, its change, its name's field)
 STAT_ROWS = (("min", "min_change", None), ("value", "change", "statistic"),
@@ -143,7 +145,7 @@ def same_quantity_lines(sides, rows, side, titles=False):
 def pct_text(pct):
     if pct is None or (isinstance(pct, float) and not math.isfinite(pct)):
         return "n/a"
-    return f"{pct:.2f}"
+    return number_text(pct)
 
 
 def _cell(value, pct, significant, bounds=""):
@@ -151,10 +153,11 @@ def _cell(value, pct, significant, bounds=""):
     overflow) for values that need it."""
     if value is None:
         return f"{'n/a':>{VALUE_WIDTH}}" + " " * (CELL_WIDTH - VALUE_WIDTH)
-    v = f"{value:{VALUE_WIDTH}.2f}" + (f" {bounds}" if bounds else "")
+    v = f"{number_text(value):>{VALUE_WIDTH}}" + (f" {bounds}" if bounds else "")
     if pct is None:
         return f"{v} ({'n/a':>{PCT_WIDTH}} )"
-    return f"{v} *{pct:{PCT_WIDTH}.2f}%*" if significant else f"{v} ({pct:{PCT_WIDTH}.2f}%)"
+    shown = f"{number_text(pct):>{PCT_WIDTH}}"
+    return f"{v} *{shown}%*" if significant else f"{v} ({shown}%)"
 
 
 def _stat_name(row, key):
@@ -231,13 +234,7 @@ def _finish(out, notes):
 def _interval(low, high, unit=""):
     if low is None or high is None:
         return "n/a"
-    return f"[{low:.2f}, {high:.2f}]{unit}"
-
-
-def _p(p):
-    if p is None:
-        return "n/a"
-    return f"{p:.4f}" if p >= 0.0001 else f"{p:.1e}"
+    return f"[{number_text(low)}, {number_text(high)}]{unit}"
 
 
 def format_text(sides, table, notes=()):
@@ -273,7 +270,7 @@ def format_text(sides, table, notes=()):
             if table.test == "band":
                 ps = "n/a" if rec.band_apart is None else ("apart" if rec.band_apart else "overlap")
             else:
-                ps = f"{_p(rec.p):<7} {_p(rec.p_adjusted)}"
+                ps = f"{p_text(rec.p):<7} {p_text(rec.p_adjusted)}"
             change = f"{pct_text(rec.change)}% {_interval(rec.change_low, rec.change_high, '%')}"
             out.append(f"{r.metric.name:<{width}}  {rec.direction:<6}  {change:<32}  {ps:<16}  "
                        f"{verdict_text(rec):<{vw}}  {source_text(rec)}")
@@ -376,15 +373,15 @@ def format_markdown(sides, table, notes=()):
         for s in sides.sides:
             rec = r.records[s]
             value = "n/a" if rec.value is None else (
-                f"{rec.value:.2f} " + (markdown_text(bounds_text(rec)) + " " if bounds_text(rec) else "")
+                f"{number_text(rec.value)} " + (markdown_text(bounds_text(rec)) + " " if bounds_text(rec) else "")
                 + markdown_text(_interval(rec.value_low, rec.value_high)))
             change = "" if rec.is_baseline else (
                 f"{pct_text(rec.change)}% {markdown_text(_interval(rec.change_low, rec.change_high))}"
                 + (f" ({markdown_text(rec.interval_note)})" if rec.interval_note else ""))
             cells = [f"`{r.metric.name}`", markdown_text(source_text(rec)),
                      rec.direction, markdown_text(s), f"{rec.n}", rec.statistic, value, change,
-                     "" if rec.is_baseline else _p(rec.p),
-                     "" if rec.is_baseline else _p(rec.p_adjusted),
+                     "" if rec.is_baseline else p_text(rec.p),
+                     "" if rec.is_baseline else p_text(rec.p_adjusted),
                      markdown_text(verdict_text(rec))]
             if table.detect_pct:
                 cells.append("" if rec.detect_n is None else f"{rec.detect_n:,}")

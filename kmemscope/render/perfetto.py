@@ -16,6 +16,9 @@ the `perfetto` package's protobuf classes and StreamingTraceProtoBuilder:
 
 Timestamps are the run's own (CLOCK_MONOTONIC nanoseconds, as trace-cmd
 report prints them), so a slice can be found again in the raw trace.
+The trace says what wrote it: a `kmemscope` track whose one instant, `kmemscope export`
+at the run's first timestamp, carries schema_version, kmemscope_version, kind
+("perfetto") and run_id as arguments (render/schemas/perfetto.schema.json).
 Everything is read through the public Dataset (named analyses and SQL with
 bound parameters); nothing from the trace becomes a path or SQL text.
 """
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kmemscope.common.errors import KmemscopeError, QueryError
+from kmemscope.common.version import __version__
 
 # One writer, one sequence: Perfetto needs a non-zero id on every packet it did not make itself.
 SEQUENCE_ID = 1
@@ -39,6 +43,18 @@ SLICE_NAMES = {"direct_compaction": "direct compaction", "direct_reclaim": "dire
                "kcompactd": "kcompactd run", "kswapd": "kswapd awake"}
 # The instants' names.
 THP_SUCCESS, THP_FALLBACK, EXTFRAG = "THP fault: huge page", "THP fault: fallback", "migratetype fallback"
+# The instant that says what wrote the trace, on a track of this name.
+METADATA_TRACK = "kmemscope"
+METADATA_EVENT = "kmemscope export"
+
+
+def metadata(run_id):
+    """What the trace says of itself (perfetto.schema.json); the schema version is every
+    machine-readable output's (writers.SCHEMA_VERSION)."""
+    from kmemscope.render.writers import SCHEMA_VERSION
+
+    return {"schema_version": SCHEMA_VERSION, "kmemscope_version": __version__,
+            "kind": "perfetto", "run_id": run_id}
 
 
 @dataclass
@@ -217,6 +233,9 @@ def export_run(dataset, run: str, output, *, engine=None) -> ExportSummary:
 
 
 def _write(ds, run_id, w, summary):
+    first = _rows(ds, run_id, "SELECT first_ts FROM runs")
+    w.event(w.named_track(METADATA_TRACK), (first[0]["first_ts"] if first else None) or 0,
+            "TYPE_INSTANT", METADATA_EVENT, metadata(run_id))
     stalls = _stalls(ds, run_id)
     thp = _rows(ds, run_id, "SELECT ts, pid, comm, failed, is_retry, thp_order FROM thp_fault_attempts "
                             "ORDER BY ts, pid")

@@ -1,23 +1,58 @@
-"""Write query results the same way on every verb: table, csv, json, jsonl or parquet.
+"""Each output format's writer: a Document (a kind, rows, an envelope and notes) to a stream.
 
-(The formats themselves, their names and extensions, are kmemscope.render.formats'.)
+(The formats themselves, their names, extensions and which writer each has, are
+kmemscope.render.formats'; where the bytes go, stdout or an -o file, is kmemscope.render.output's.)
 
-The aligned table is for people; csv, json (one array of objects, in the style
-of sqlite-utils) and jsonl (one object per line, for streams) are for programs;
-parquet keeps the Arrow types. Every format writes one valid document. `-o FILE`
-takes its format from the file's extension when --format is not given, and a
-mismatch between the two is an error rather than a mislabelled file.
+The aligned table is for people; the rest are for programs and say which schema they follow:
+  json      one document: for the kinds of DOCUMENT_KINDS an object, the envelope
+            {schema_version, kmemscope_version, kind, ..., rows: [...], notes: [...]}; for a
+            query's and sql's rows one array of objects (in the style of sqlite-utils)
+  jsonl     one object per line, every line a row (for streams: jq, pandas, DuckDB)
+  csv       RFC 4180: a header line, then one line per row; no comment lines
+  parquet   the Arrow types, the envelope in the file's key-value metadata
+csv and jsonl hold rows only, so that every reader of those formats reads them whole: their
+envelope and notes go to stderr and to the --notes file (write_notes). Every format writes one
+valid document.
 """
 import json
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
-from kmemscope.render import formats
-from kmemscope.render.formats import OutputError
+from kmemscope.common.version import __version__
 from kmemscope.render.tables import MAX_CELL, format_table, jsonable, printable
 
-FORMATS = formats.ROWS
-FOLDED = formats.FOLDED
+# The version of every machine-readable output's layout (docs/output-schema.md): a field
+# renamed or removed, or a change of a field's meaning or unit, makes it "2"; a field added
+# at the end keeps it. The JSON Schema of each kind ships in kmemscope/render/schemas/.
+SCHEMA_VERSION = "1"
+# The kinds whose json is an object with the envelope (a query's and sql's json stay an array
+# of rows, their envelope in parquet's metadata and in the --notes file).
+DOCUMENT_KINDS = ("comparison", "trend", "info")
+
+
+class OutputError(ValueError):
+    """An output format that cannot be written (the CLI prints it as one line)."""
+
+
+@dataclass
+class Document:
+    """What an output holds, whatever its format: the kind of output (comparison, trend,
+    query, sql, info), its rows (an Arrow table, a RecordBatchReader, or a list of dicts),
+    the envelope's other fields (label, baseline, ...: `meta`) and the notes."""
+    kind: str
+    rows: Any
+    meta: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    text: str | None = None           # the text formats of a comparison: the text itself
+    parts: dict | None = None         # json: named tables in place of `rows` (info)
+
+
+def envelope(doc):
+    """The fields every machine-readable output of `doc` starts with, then its meta."""
+    return {"schema_version": SCHEMA_VERSION, "kmemscope_version": __version__,
+            "kind": doc.kind, **doc.meta}
 
 
 # Rows the sql verb prints as a text table at most: a table is for reading, and it is
@@ -29,6 +64,15 @@ TABLE_MAX_ROWS = 10_000
 def _batches(data, rows=8192):
     """Record batches of an Arrow table, or of a RecordBatchReader as it reads them."""
     return data.to_batches(max_chunksize=rows) if hasattr(data, "to_batches") else data
+
+
+def arrow_rows(rows):
+    """A Document's rows as Arrow (a list of dicts becomes a table)."""
+    if isinstance(rows, list):
+        import pyarrow as pa
+
+        return pa.Table.from_pylist(rows)
+    return rows
 
 
 # ---------------------------------------------------------------- JSON
@@ -102,7 +146,7 @@ def _json_column(col, pa, pc):
                      for v in col.to_pylist()], pa.string())
 
 
-def _write_json(data, out, lines):
+def _write_json_rows(data, out, lines, indent="\n  "):
     """JSON (one array) or JSON lines to the binary stream `out`, a batch of rows at a time."""
     import pyarrow.compute as pc
 
@@ -124,15 +168,15 @@ def _write_json(data, out, lines):
                 _write_strings(out, pc.binary_join_element_wise(rows, "\n", ""))
             continue
         if texts is not None:
-            out.write("".join(("\n  " if first and i == 0 else ",\n  ") + t
+            out.write("".join((indent if first and i == 0 else "," + indent) + t
                               for i, t in enumerate(texts)).encode())
         else:
-            _write_strings(out, pc.binary_join_element_wise("\n  " if first else ",\n  ",
+            _write_strings(out, pc.binary_join_element_wise(indent if first else "," + indent,
                                                             rows.slice(0, 1), ""))
-            _write_strings(out, pc.binary_join_element_wise(",\n  ", rows.slice(1), ""))
+            _write_strings(out, pc.binary_join_element_wise("," + indent, rows.slice(1), ""))
         first = False
     if not lines:
-        out.write(b"\n]\n" if not first else b"]\n")
+        out.write((indent[:-2] + "]" if not first else "]").encode())
 
 
 def _write_strings(out, arr):
@@ -220,19 +264,70 @@ def _write_csv(data, out):
     writer.close()
 
 
-# ---------------------------------------------------------------- writers
+# ---------------------------------------------------------------- each format's writer
+# Each takes (doc, out) with out a binary stream, and the table's max_cell and width; the
+# registry (formats.py) names the writer of every format.
 
-def _write_parquet(data, out):
-    """Parquet to `out` (a path or a binary stream), a record batch at a time."""
+def write_table(doc, out, max_cell=MAX_CELL, width=None):
+    """An aligned text table of the rows, for people."""
+    out.write(format_table(doc.rows, max_cell, width=width).encode())
+
+
+def write_csv(doc, out, **_):
+    """RFC 4180 CSV: a header line, then a line per row. Nothing else: no notes, no envelope
+    (a comment line is a row to pandas, DuckDB and Python's csv module)."""
+    _write_csv(arrow_rows(doc.rows), out)
+
+
+def write_jsonl(doc, out, **_):
+    """One JSON object per line, every line a row (the envelope and notes: --notes FILE)."""
+    _write_json_rows(arrow_rows(doc.rows), out, lines=True)
+
+
+def write_json(doc, out, **_):
+    """One JSON document: for DOCUMENT_KINDS the envelope object, its rows (or, for info, its
+    named tables) and its notes; for a query's and sql's rows one array of objects."""
+    if doc.kind not in DOCUMENT_KINDS:
+        _write_json_rows(arrow_rows(doc.rows), out, lines=False)
+        out.write(b"\n")
+        return
+    out.write(b"{")
+    for i, (key, value) in enumerate(envelope(doc).items()):
+        out.write(f"{',' if i else ''}\n {json.dumps(key)}: "
+                  f"{json.dumps(jsonable(value), ensure_ascii=False, default=str)}".encode())
+    parts = doc.parts if doc.parts is not None else {"rows": doc.rows}
+    for key, rows in parts.items():
+        out.write(f",\n {json.dumps(key)}: ".encode())
+        _write_json_rows(arrow_rows(rows), out, lines=False, indent="\n  ")
+    notes = json.dumps([str(n) for n in doc.notes], ensure_ascii=False)
+    out.write(f',\n "notes": {notes}\n}}\n'.encode())
+
+
+def parquet_metadata(doc):
+    """The envelope as Parquet key-value metadata: schema_version, kmemscope_version and kind
+    as plain text, the notes (kmemscope.notes) and every other field as JSON."""
+    head = envelope(doc)
+    meta = {key: str(head.pop(key)) for key in ("schema_version", "kmemscope_version", "kind")}
+    meta["kmemscope.notes"] = json.dumps([str(n) for n in doc.notes])
+    meta.update({key: json.dumps(jsonable(value), default=str) for key, value in head.items()})
+    return {k.encode(): v.encode() for k, v in meta.items()}
+
+
+def write_parquet(doc, out, **_):
+    """Parquet to `out` (a path or a binary stream), a record batch at a time, the envelope in
+    the file's key-value metadata."""
     import pyarrow.parquet as pq
 
-    with pq.ParquetWriter(out, data.schema) as writer:
+    data = arrow_rows(doc.rows)
+    schema = data.schema.with_metadata({**(data.schema.metadata or {}), **parquet_metadata(doc)})
+    with pq.ParquetWriter(out, schema) as writer:
         for batch in _batches(data, rows=1 << 20):
             writer.write_batch(batch)
 
 
-def _write_folded(table, out):
+def write_folded(doc, out, **_):
     """`stack samples` per row (flamegraph.pl, inferno, speedscope read it)."""
+    table = doc.rows
     if "stack" not in table.column_names or "samples" not in table.column_names:
         raise OutputError("--format folded needs a result with columns stack and samples, "
                           "such as alloc_origins.folded")
@@ -245,6 +340,19 @@ def _write_folded(table, out):
         out.write(f"{stack} {samples}\n".encode())
 
 
+def write_text(doc, out, **_):
+    """A comparison's text for people (text, mmtests, markdown), as its Document holds it."""
+    out.write(doc.text.encode())
+
+
+def notes_document(doc, fmt):
+    """What --notes FILE holds: the output's envelope and notes, without its rows: the one
+    place a csv's or jsonl's schema version and caveats go (docs/output-schema.md)."""
+    return {**envelope(doc), "format": fmt, "notes": [str(n) for n in doc.notes]}
+
+
+# ---------------------------------------------------------------- where the bytes go
+
 def terminal_width():
     """stdout's columns when it is a terminal (tables fit it), else None (pipes get whole lines)."""
     import shutil
@@ -254,42 +362,27 @@ def terminal_width():
     return shutil.get_terminal_size((100, 24)).columns
 
 
-def _write(data, fmt, out, max_cell=MAX_CELL, width=None):
-    """`data` (an Arrow table, a RecordBatchReader, or Rows for a table) to the binary `out`."""
-    if fmt == FOLDED:
-        _write_folded(data, out)
-    elif fmt == "parquet":
-        _write_parquet(data, out)
-    elif fmt == "csv":
-        _write_csv(data, out)
-    elif fmt in ("json", "jsonl"):
-        _write_json(data, out, lines=fmt == "jsonl")
-    elif fmt == "table":
-        out.write(format_table(data, max_cell, width=width).encode())
-    else:
-        raise OutputError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
-
-
-def _stdout_binary(fmt):
-    """stdout as a binary stream, after what was written to it as text."""
-    if fmt == "parquet" and sys.stdout.isatty():
-        raise OutputError("parquet output is binary: give -o FILE")
+def _stdout_binary(binary=None):
+    """stdout as a binary stream, after what was written to it as text (`binary`: the name of
+    a format no terminal shows, refused there)."""
+    if binary and sys.stdout.isatty():
+        raise OutputError(f"{binary} output is binary: give -o FILE")
     sys.stdout.flush()
     return sys.stdout.buffer
 
 
-def write_result(table, fmt="table", output=None, max_cell=MAX_CELL):
-    """Write an Arrow table to `output` (a path) or stdout in `fmt`."""
-    if fmt not in FORMATS + (FOLDED,):
-        raise OutputError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
+def write_to(writer, doc, output=None, binary=None, max_cell=MAX_CELL):
+    """`doc` through `writer` to `output` (a path: common/outfile.py, renamed into place when
+    written, removed on an error) or to stdout (binary: the format's name, refused on a
+    terminal)."""
     if output:
         from kmemscope.common.outfile import NewFile
 
         with NewFile(output) as out:
-            _write(table, fmt, out, max_cell)
+            writer(doc, out, max_cell=max_cell)
         return
-    out = _stdout_binary(fmt)
-    _write(table, fmt, out, max_cell, width=terminal_width())
+    out = _stdout_binary(binary)
+    writer(doc, out, max_cell=max_cell, width=terminal_width())
     out.flush()
 
 
@@ -300,17 +393,20 @@ class ResultWriter:
     stream(batches) writes a result as DuckDB hands it over, a batch at a time, so that a
     result of any size takes a batch's memory (csv, json, jsonl, parquet). table(rows)
     prints a text table of at most TABLE_MAX_ROWS rows, and says so under it when it cut the
-    result. csv and table results are separated by an empty line; json and parquet hold one
-    result.
+    result. csv and table results are separated by an empty line; a format that is one
+    document (json, parquet: `Format.one_result`) holds one result.
+
+    fmt: the registry's Format (kmemscope.render.formats), whose writer writes each result.
     """
 
-    def __init__(self, fmt, output=None):
-        self.fmt, self.output = fmt, output
+    def __init__(self, fmt, output=None, kind="sql", several="table, csv or jsonl"):
+        self.fmt, self.output, self.kind = fmt, output, kind
+        self.several = several          # the formats that hold several results, for a message
         self.results = 0
         self._out = None
         self._file = None       # the -o file being written (common/outfile.py)
-        if not output and fmt == "parquet" and sys.stdout.isatty():
-            raise OutputError("parquet output is binary: give -o FILE")
+        if not output and fmt.binary and sys.stdout.isatty():
+            raise OutputError(f"{fmt.name} output is binary: give -o FILE")
 
     def __enter__(self):
         return self
@@ -324,12 +420,12 @@ class ResultWriter:
 
     def _next(self):
         """The stream for the next result (an empty line after a previous csv or table)."""
-        if self.results and self.fmt in ("json", "parquet"):
+        if self.results and self.fmt.one_result:
             from kmemscope.common.errors import KmemscopeError
 
-            raise KmemscopeError(f"--format {self.fmt} holds one result and the SQL has more "
+            raise KmemscopeError(f"--format {self.fmt.name} holds one result and the SQL has more "
                                  "than one statement that returns rows",
-                                 "run them one at a time, or use --format table, csv or jsonl")
+                                 f"run them one at a time, or use --format {self.several}")
         if self._out is None:
             if self.output:
                 from kmemscope.common.outfile import NewFile
@@ -337,9 +433,9 @@ class ResultWriter:
                 self._file = NewFile(self.output)
                 self._out = self._file.__enter__()
             else:
-                self._out = _stdout_binary(self.fmt)
-        elif self.fmt in ("table", "csv"):
-            self._out.write(b"\n")
+                self._out = _stdout_binary(self.fmt.binary and self.fmt.name)
+        else:
+            self._out.write(self.fmt.between_results)
         self.results += 1
         return self._out
 
@@ -347,7 +443,7 @@ class ResultWriter:
         """Write one statement's result (a RecordBatchReader; None: the statement had none)."""
         if batches is not None:
             out = self._next()
-            _write(batches, self.fmt, out)
+            self.fmt.writer(Document(self.kind, batches), out)
             out.flush()
 
     def table(self, rows):
@@ -383,57 +479,9 @@ def _text_output(output, newline=None):
         text.detach()
 
 
-def write_document(parts, fmt, output=None):
-    """Several named tables as ONE document: a JSON object of arrays, or tables one after another."""
-    if fmt == "json":
-        with _text_output(output) as out:
-            out.write("{")
-            for i, (name, table) in enumerate(parts.items()):
-                out.write(("" if i == 0 else ",") + f"\n{json.dumps(name)}: ")
-                rows = [json.loads(r) for r in _json_rows(table)]
-                out.write(json.dumps(rows, indent=2, ensure_ascii=False, default=str)
-                          .replace("\n", "\n  "))
-            out.write("\n}\n")
-        return
-    if fmt != "table":
-        raise OutputError(f"write_document writes json or table, not {fmt}")
+def write_document(parts, output=None):
+    """Several named tables as one text document, each under its name and row count."""
     text = "\n".join(f"{printable(name)} ({table.num_rows})\n{format_table(table)}"
                      for name, table in parts.items())
     with _text_output(output) as out:
         out.write(text)
-
-
-# ---------------------------------------------------------------- comparisons
-
-def write_records(table_rows, notes, fmt, output, meta=None):
-    """csv/json/jsonl/parquet of `table_rows` (dicts) with the notes inside the file."""
-    import pyarrow as pa
-
-    table = pa.Table.from_pylist(table_rows)
-    if fmt == "parquet":
-        metadata = {b"kmemscope.notes": json.dumps(list(notes)).encode()}
-        metadata.update({k.encode(): json.dumps(v).encode() for k, v in (meta or {}).items()})
-        write_result(table.replace_schema_metadata(metadata), fmt, output)
-        return
-    with _text_output(output, newline="") as out:
-        if fmt == "json":
-            doc = dict(meta or {})
-            doc["rows"] = [{k: jsonable(v) for k, v in row.items()} for row in table_rows]
-            doc["notes"] = list(notes)
-            out.write(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
-        elif fmt == "jsonl":
-            for note in notes:
-                out.write(json.dumps({"note": note}, ensure_ascii=False) + "\n")
-            for row in table_rows:
-                out.write(json.dumps({k: jsonable(v) for k, v in row.items()},
-                                     ensure_ascii=False) + "\n")
-        elif fmt == "csv":
-            import io
-
-            for note in notes:
-                out.write("# note: " + printable(" ".join(str(note).split())) + "\n")
-            buf = io.BytesIO()
-            _write_csv(table, buf)
-            out.write(buf.getvalue().decode("utf-8"))
-        else:
-            raise ValueError(f"unknown format {fmt}")
