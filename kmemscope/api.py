@@ -976,6 +976,17 @@ def stop_engines() -> None:
     engines.shutdown()
 
 
+def pack_spark_env(output, wheel=None, extras: Sequence[str] = (), python_prefix=None,
+                   progress: Progress = None):
+    """Pack the Spark executors' Python environment (kmemscope with its native decoder, duckdb,
+    pyarrow) into the archive `output` for spark.archives; -> PackedEnv (.path, .size, .conf:
+    the two Spark settings that use it). wheel: the kmemscope wheel (None: the one this
+    kmemscope was installed from). SparkEnvError (a KmemscopeError) says why it could not."""
+    from kmemscope.queries.engines import spark_env
+
+    return spark_env.pack(output, wheel, extras, python_prefix, progress)
+
+
 def snapshot_times(text: str) -> tuple:
     """`START,END` Unix seconds (parse --procfs-times) -> (start, end); ValueError otherwise."""
     from kmemscope.parsers.snapshots import parse_times
