@@ -1,13 +1,16 @@
-"""Build the native trace.dat decoder against the system's libtraceevent.
+"""Build the native trace.dat decoder against the system's libtraceevent, and find the packages.
 
-Everything declarative lives in setup.cfg; this file exists only because the
-C extension's compile and link flags come from pkg-config at build time.
+Everything declarative lives in setup.cfg; this file exists because the C extension's
+compile and link flags come from pkg-config at build time, and because the packages are
+found under each folder that setup.cfg's package_dir maps (setup.cfg cannot find them
+under several roots), so a new sub-package is never left out of the wheel.
 """
+import configparser
 import shlex
 import subprocess
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 # libtracecmd is not used: parsers/layout.py reads the file format, and the decoder hands
 # the metadata to libtraceevent's public parsers (tep_parse_event, tep_parse_header_page,
@@ -51,8 +54,22 @@ def check_libtraceevent():
                  f"libtraceevent {LIBTRACEEVENT_SUPPORTED} and later (run `make setup`)")
 
 
+def mapped_packages(cfg="setup.cfg"):
+    """Every package (folder with __init__.py) under each root of setup.cfg's package_dir."""
+    parser = configparser.ConfigParser()
+    parser.read(cfg)
+    mapping = dict(line.split("=", 1) for line in parser["options"]["package_dir"].splitlines()
+                   if line.strip() and not line.lstrip().startswith("#"))
+    packages = []
+    for name, folder in ((n.strip(), f.strip()) for n, f in mapping.items()):
+        packages.append(name)
+        packages += [f"{name}.{sub}" for sub in find_packages(folder)]
+    return sorted(packages)
+
+
 check_libtraceevent()
 setup(
+    packages=mapped_packages(),
     ext_modules=[
         Extension(
             "kmemscope.parsers._tracedat",
