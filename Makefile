@@ -34,17 +34,21 @@ NATIVE_SRC  := parsers/_tracedat.c $(wildcard parsers/native/*.c parsers/native/
 $(BIN)/kmemscope: .debian-stamp setup.cfg setup.py pyproject.toml $(NATIVE_SRC)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	rm -f parsers/_tracedat.cpython-*.so    # a per-version build of before abi3 would be imported first
 	$(BIN)/pip install -q -e '.[report,test]'
 	@touch $@
 
-# Rebuild the C extension (parsers/_tracedat.*.so, where the editable install
+# Rebuild the C extension (parsers/_tracedat.abi3.so, where the editable install
 # keeps it) after editing its sources. Built aside and renamed into place, so a
-# running kmemscope keeps its mapped copy intact.
+# running kmemscope keeps its mapped copy intact; a build of another name (an older
+# per-version _tracedat.cpython-3XX-*.so) is removed, since Python would import it first.
 native: .debian-stamp
 	test -x $(BIN)/python || $(MAKE) setup
+	rm -f build/native/kmemscope/parsers/_tracedat*.so
 	$(BIN)/python setup.py -q build_ext --force --build-lib build/native --build-temp build/native-tmp
 	so=$$(cd build/native/kmemscope/parsers && ls _tracedat*.so) && \
-	cp build/native/kmemscope/parsers/$$so parsers/.$$so.new && mv -f parsers/.$$so.new parsers/$$so
+	cp build/native/kmemscope/parsers/$$so parsers/.$$so.new && mv -f parsers/.$$so.new parsers/$$so && \
+	for old in parsers/_tracedat*.so; do [ "$$old" = parsers/$$so ] || rm -f "$$old"; done
 
 # `kmemscope record` as one file for hosts that have only Python 3.8+ and trace-cmd.
 dist: dist/kmemscope-record.pyz

@@ -24,6 +24,10 @@ NATIVE_SOURCES = ["parsers/_tracedat.c", "parsers/native/alloc.c", "parsers/nati
 NATIVE_HEADERS = ["parsers/native/alloc.h", "parsers/native/arrow_c.h", "parsers/native/gbuf.h",
                   "parsers/native/plan.h", "parsers/native/decoder.h", "parsers/native/kallsyms.h",
                   "parsers/native/chunks.h", "parsers/native/fileio.h"]
+# The decoder uses only CPython's limited API of 3.10 (the stable ABI), so one build loads
+# in every CPython from 3.10 on; setup.cfg's [bdist_wheel] py_limited_api tags the wheel
+# cp310-abi3 to match.
+LIMITED_API = ("Py_LIMITED_API", "0x030A0000")
 # Hidden visibility: the module exports PyInit__tracedat (PyMODINIT_FUNC marks it
 # visible) and nothing else, so its helpers cannot clash with others' and it overrides
 # no library's function.
@@ -76,6 +80,8 @@ setup(
             sources=NATIVE_SOURCES,
             depends=NATIVE_HEADERS,
             include_dirs=["parsers/native"],
+            define_macros=[LIMITED_API],
+            py_limited_api=True,
             extra_compile_args=pkg_config("--cflags") + NATIVE_CFLAGS,
             extra_link_args=pkg_config("--libs") + ["-lpthread"],
         )
