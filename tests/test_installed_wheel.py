@@ -1,0 +1,266 @@
+"""The wheel of dist/ as a user installs it: in a fresh virtualenv, on a machine without libtraceevent.
+
+`make dist` builds the wheel (tagged cp310-abi3-manylinux_*, libtraceevent and libzstd inside).
+Here it is installed with its [report] extra into a virtualenv outside the checkout (pip and
+its cache; the dependencies held at the versions of the checkout's .venv, so that an answer
+that differs is kmemscope's and not a newer duckdb's), and every command runs from another
+folder, with no PYTHONPATH, in a mount namespace where an empty file is bound over the
+system's libtraceevent and libzstd: the checkout's own build cannot load there (a test below
+shows it), so what works came from the wheel. The installed commands must give the answers
+the checkout gives on the committed examples: parse, sql, query, compare in every format,
+export perfetto byte for byte (parquet as a table), and report must write its page.
+
+Without a wheel in dist/ the module skips (the `setup` requirement: `make test` builds dist/
+first); it is `slow`, for the minute pip takes to fill the virtualenv.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import requirements
+from conftest import EXAMPLES, PROJECT_ROOT
+from kmrun import KMEMSCOPE
+from project import package_folders
+
+from kmemscope.common.version import __version__
+
+# A virtualenv with the [report] extra (about a minute of pip), then every verb twice.
+pytestmark = pytest.mark.slow
+
+DIST = PROJECT_ROOT / "dist"
+WHEEL_NAME = re.compile(rf"kmemscope-{re.escape(__version__)}-cp310-abi3-"
+                        r"(manylinux_\d+_\d+_x86_64)\.whl")
+# The system's copies of the libraries the decoder links that manylinux does not allow.
+SYSTEM_LIBS = sorted(p for pattern in ("libtraceevent.so*", "libzstd.so*")
+                     for p in Path("/usr/lib/x86_64-linux-gnu").glob(pattern))
+# Binds an empty file over each library given after it, then runs the command after "--".
+HIDE = """#!/bin/sh
+empty=$1; shift
+while [ "$1" != -- ]; do mount --bind "$empty" "$1" || exit 97; shift; done
+shift
+exec "$@"
+"""
+COMPARE_FORMATS = ("text", "mmtests", "markdown", "csv", "json", "jsonl", "parquet")
+
+
+def _wheel():
+    wheels = sorted(DIST.glob(f"kmemscope-{__version__}-*.whl"))
+    if not wheels:
+        requirements.skip("setup", f"no kmemscope {__version__} wheel in {DIST} (make dist builds it)")
+    assert len(wheels) == 1, f"several wheels in dist/: {[w.name for w in wheels]}"
+    return wheels[0]
+
+
+def _unshare():
+    """The command that starts a program in a mount namespace of its own."""
+    if not shutil.which("unshare"):
+        requirements.skip("setup", "no unshare (util-linux) to hide the system's libtraceevent")
+    own_user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *own_user, "--mount", "--propagation", "private"]
+
+
+class Side:
+    """One installation of kmemscope and the folder its commands run in."""
+
+    def __init__(self, argv, cwd, env=None, prefix=()):
+        self.argv, self.cwd, self.env, self.prefix = list(argv), cwd, env, list(prefix)
+
+    def run(self, *args, timeout=600):
+        return subprocess.run([*self.prefix, *self.argv, *map(str, args)], cwd=self.cwd,
+                              env=self.env, capture_output=True, timeout=timeout)
+
+    def ok(self, *args, timeout=600):
+        proc = self.run(*args, timeout=timeout)
+        assert proc.returncode == 0, f"{self.argv[0]} {args}: {proc.stderr.decode(errors='replace')}"
+        return proc
+
+
+@pytest.fixture(scope="module")
+def wheel():
+    return _wheel()
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory):
+    """(venv, hidden: the command prefix that hides the system's libraries, env)."""
+    unshare = _unshare()
+    if not SYSTEM_LIBS:
+        requirements.skip("setup", "no libtraceevent in /usr/lib/x86_64-linux-gnu (make setup)")
+    tmp = tmp_path_factory.mktemp("installed-wheel")
+    venv, work = tmp / "venv", tmp / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, cwd=work, env=env, timeout=300)
+    freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
+                            check=True, capture_output=True, text=True, timeout=300).stdout
+    constraints = tmp / "constraints.txt"
+    constraints.write_text("".join(line + "\n" for line in freeze.splitlines()
+                                   if not line.lower().startswith("kmemscope")))
+    pip = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-compile",
+                          "--disable-pip-version-check", "-c", constraints, f"{wheel}[report]"],
+                         cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    hide = tmp / "hide.sh"
+    hide.write_text(HIDE)
+    hide.chmod(0o755)
+    empty = tmp / "empty"
+    empty.write_bytes(b"")
+    hidden = [*unshare, hide, empty, *SYSTEM_LIBS, "--"]
+    probe = subprocess.run([*hidden, "true"], capture_output=True, text=True, timeout=60)
+    if probe.returncode:
+        requirements.skip("setup", f"cannot bind-mount over the system's libraries in a mount "
+                          f"namespace ({probe.returncode}: {probe.stderr.strip()})")
+    return venv, [str(a) for a in hidden], env, work
+
+
+@pytest.fixture(scope="module")
+def sides(installed, tmp_path_factory):
+    """{"installed": Side, "checkout": Side}, each with the examples parsed in its folder:
+    ds (kmem-compaction) and abds (the A/B runs of ab-defrag-mode)."""
+    venv, hidden, env, work = installed
+    checkout_work = tmp_path_factory.mktemp("checkout-side")
+    both = {"installed": Side([venv / "bin" / "kmemscope"], work, env, hidden),
+            "checkout": Side(KMEMSCOPE, checkout_work)}
+    ab_runs = sorted((EXAMPLES / "ab-defrag-mode").glob("run*"))
+    if not (EXAMPLES / "kmem-compaction").is_dir() or not ab_runs:
+        requirements.skip("setup", f"the committed examples are missing from {EXAMPLES}")
+    for side in both.values():
+        side.ok("parse", "-q", EXAMPLES / "kmem-compaction", "-o", "ds", "--label", "kernel=example")
+        side.ok("parse", "-q", *ab_runs, "-o", "abds")
+    return both
+
+
+def _untimed(stderr):
+    """stderr without the durations its notes give ("built in 1.8 s")."""
+    return re.sub(rb"\b\d+(\.\d+)? ?(s|ms)\b", b"<duration>", stderr)
+
+
+def _same_answer(sides, *args, outputs=()):
+    """Run `kmemscope ARGS` on both sides: the same exit, stdout, stderr (but the durations
+    it notes) and output files."""
+    got = {name: side.run(*args) for name, side in sides.items()}
+    installed, checkout = got["installed"], got["checkout"]
+    assert checkout.returncode == 0, checkout.stderr.decode(errors="replace")
+    assert installed.returncode == 0, installed.stderr.decode(errors="replace")
+    assert installed.stdout == checkout.stdout, f"kmemscope {args}: stdout differs"
+    assert _untimed(installed.stderr) == _untimed(checkout.stderr), f"kmemscope {args}: stderr differs"
+    for name in outputs:
+        a, b = sides["installed"].cwd / name, sides["checkout"].cwd / name
+        if name.endswith(".parquet"):
+            assert pq.read_table(a).equals(pq.read_table(b)), f"{name} differs"
+        else:
+            assert a.read_bytes() == b.read_bytes(), f"{name} differs"
+    return installed
+
+
+def _mapped_packages():
+    """Every package of the checkout: each folder of setup.cfg's package_dir and each folder
+    with an __init__.py below it, as a path inside the wheel."""
+    out = set()
+    for folder, package in package_folders().items():
+        root = PROJECT_ROOT / folder
+        for init in root.rglob("__init__.py"):
+            if "__pycache__" not in init.parts:
+                out.add("/".join([*package.split("."), *init.parent.relative_to(root).parts]))
+    return out
+
+
+def test_the_wheel_is_abi3_and_manylinux_with_every_package_and_data_file(wheel):
+    m = WHEEL_NAME.fullmatch(wheel.name)
+    assert m, f"{wheel.name}: not kmemscope-{__version__}-cp310-abi3-manylinux_*_x86_64.whl"
+    auditwheel = Path(sys.executable).parent / "auditwheel"
+    if not auditwheel.exists():
+        requirements.skip("setup", "no auditwheel in .venv (make dist installs it)")
+    show = subprocess.run([auditwheel, "show", wheel], capture_output=True, text=True, timeout=300)
+    assert show.returncode == 0, show.stderr
+    assert re.search(rf'consistent\s+with\s+the\s+following\s+platform\s+tag:\s+"{m.group(1)}"',
+                     show.stdout), show.stdout
+    names = set(zipfile.ZipFile(wheel).namelist())
+    folders = {n.rsplit("/", 1)[0] for n in names if n.endswith("/__init__.py")}
+    assert _mapped_packages() <= folders, f"packages missing: {_mapped_packages() - folders}"
+    for pattern in (r"kmemscope\.libs/libtraceevent-[0-9a-f]+\.so\.1[.0-9]*",
+                    r"kmemscope\.libs/libzstd-[0-9a-f]+\.so\.1[.0-9]*",
+                    r"kmemscope/parsers/_tracedat\.abi3\.so", r"kmemscope/py\.typed",
+                    r"kmemscope/parsers/_tracedat\.pyi", r"kmemscope/queries/subsystems\.csv",
+                    r"kmemscope/queries/KERNEL-ERAS\.md"):
+        assert any(re.fullmatch(pattern, n) for n in names), f"no {pattern} in {wheel.name}"
+    for data in [*(PROJECT_ROOT / "queries").glob("*.sql"), *(PROJECT_ROOT / "queries" / "lib").glob("*.sql"),
+                 *(PROJECT_ROOT / "notebooks").glob("*.ipynb")]:
+        inside = "kmemscope/" + data.relative_to(PROJECT_ROOT).as_posix()
+        assert inside in names, f"{inside} is not in {wheel.name}"
+
+
+def test_the_system_libtraceevent_is_hidden_from_the_installed_commands(installed):
+    venv, hidden, env, work = installed
+    load = "import ctypes; ctypes.CDLL('libtraceevent.so.1')"
+    assert subprocess.run([sys.executable, "-c", load], timeout=60).returncode == 0
+    proc = subprocess.run([*hidden, sys.executable, "-c", load], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode != 0 and "libtraceevent.so.1" in proc.stderr, proc.stderr
+    # The checkout's own build needs the system's library: it loads outside, not there.
+    native = "import kmemscope.parsers._tracedat"
+    assert subprocess.run([sys.executable, "-c", native], cwd=PROJECT_ROOT, timeout=60).returncode == 0
+    proc = subprocess.run([*hidden, sys.executable, "-c", native], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "libtraceevent" in proc.stderr, proc.stderr
+
+
+def test_the_installed_kmemscope_is_the_wheels(installed):
+    venv, hidden, env, work = installed
+    where = ("import sys, kmemscope, kmemscope.parsers._tracedat as t; "
+             "print(kmemscope.__file__); print(t.__file__); "
+             "print('\\n'.join(sorted({l.split()[-1] for l in open('/proc/self/maps') if '.so' in l})))")
+    proc = subprocess.run([*hidden, venv / "bin" / "python", "-c", where], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    package, native, *mapped = proc.stdout.splitlines()
+    site = venv / "lib"
+    assert Path(package).is_relative_to(site) and Path(native).is_relative_to(site), proc.stdout
+    assert not Path(package).is_relative_to(PROJECT_ROOT)
+    libtraceevent = [m for m in mapped if "libtraceevent" in m]
+    assert libtraceevent and all("/kmemscope.libs/" in m for m in libtraceevent), mapped
+    version = subprocess.run([*hidden, venv / "bin" / "kmemscope", "--version"], cwd=work,
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == f"kmemscope, version {__version__}", version.stdout
+
+
+def test_parse_sql_and_query_answer_as_the_checkout(sides):
+    assert _same_answer(sides, "info", "ds").stdout
+    _same_answer(sides, "sql", "ds", "SELECT \"order\", count(*) AS n, count(*) FILTER (WHERE failed) "
+                 "AS failed FROM page_allocs GROUP BY 1 ORDER BY 1")
+    _same_answer(sides, "sql", "abds", "SELECT * FROM runs ORDER BY run_id", "--format", "csv")
+    for name in ("summary", "compaction", "fragmentation", "stalls"):
+        _same_answer(sides, "query", name, "ds", "--format", "json")
+    _same_answer(sides, "query", "summary", "abds", "--format", "parquet", "-o", "summary.parquet",
+                 outputs=["summary.parquet"])
+    _same_answer(sides, "verify", "ds")
+
+
+@pytest.mark.parametrize("fmt", COMPARE_FORMATS)
+def test_compare_answers_as_the_checkout(sides, fmt):
+    out = f"compare.{fmt}"
+    _same_answer(sides, "compare", "abds", "--by", "kernel", "--format", fmt, "-o", out, outputs=[out])
+
+
+def test_export_perfetto_writes_what_the_checkout_writes(sides):
+    run = sides["checkout"].ok("sql", "ds", "SELECT run_id FROM runs", "--format", "jsonl")
+    run_id = re.search(rb'"run_id": ?"([0-9a-f]+)"', run.stdout).group(1).decode()
+    _same_answer(sides, "export", "perfetto", "ds", "--run", run_id, "-o", "run.pftrace",
+                 outputs=["run.pftrace"])
+
+
+def test_report_runs_from_the_wheel(sides):
+    installed = sides["installed"]
+    installed.ok("report", "ds", "-o", "report.html", timeout=900)
+    page = (installed.cwd / "report.html").read_text()
+    run_id = installed.ok("sql", "ds", "SELECT run_id FROM runs", "--format", "csv").stdout.split()[-1]
+    assert run_id.decode().strip('"') in page
