@@ -26,7 +26,7 @@ import pytest
 
 import requirements
 from conftest import EXAMPLES, PROJECT_ROOT
-from kmrun import KMEMSCOPE
+import kmrun
 from project import package_folders
 
 from kmemscope.common.version import __version__
@@ -66,20 +66,39 @@ def _unshare():
     return ["unshare", *own_user, "--mount", "--propagation", "private"]
 
 
-class Side:
-    """One installation of kmemscope and the folder its commands run in."""
+class Here(str):
+    """A file or folder name in each side's own folder (ds, abds, an output)."""
 
-    def __init__(self, argv, cwd, env=None, prefix=()):
-        self.argv, self.cwd, self.env, self.prefix = list(argv), cwd, env, list(prefix)
+
+class Side:
+    """One installation of kmemscope and the folder its files are in. The installed one runs
+    as a program there, in the namespace that hides the system's libraries; the checkout's in
+    this process when it can (kmrun: a program start costs more than most commands here)."""
+
+    def __init__(self, folder, argv=None, env=None, prefix=()):
+        self.folder, self.argv, self.env, self.prefix = folder, argv, env, list(prefix)
 
     def run(self, *args, timeout=600):
-        return subprocess.run([*self.prefix, *self.argv, *map(str, args)], cwd=self.cwd,
-                              env=self.env, capture_output=True, timeout=timeout)
+        args = [str(self.folder / a) if isinstance(a, Here) else str(a) for a in args]
+        if self.argv is None:
+            proc = kmrun.kmemscope(*args, check=False, text=False, timeout=timeout)
+        else:
+            proc = subprocess.run([*self.prefix, *self.argv, *args], cwd=self.folder,
+                                  env=self.env, capture_output=True, timeout=timeout)
+        # The same answer names each side's own folder: the same words for both.
+        here = str(self.folder).encode()
+        proc.stdout, proc.stderr = (proc.stdout.replace(here, b"<here>"),
+                                    proc.stderr.replace(here, b"<here>"))
+        return proc
 
     def ok(self, *args, timeout=600):
         proc = self.run(*args, timeout=timeout)
-        assert proc.returncode == 0, f"{self.argv[0]} {args}: {proc.stderr.decode(errors='replace')}"
+        assert proc.returncode == 0, f"kmemscope {args}: {proc.stderr.decode(errors='replace')}"
         return proc
+
+    def read(self, name):
+        data = (self.folder / name).read_bytes()
+        return data.replace(str(self.folder).encode(), b"<here>")
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +107,30 @@ def wheel():
 
 
 @pytest.fixture(scope="module")
-def installed(wheel, tmp_path_factory):
-    """(venv, hidden: the command prefix that hides the system's libraries, env)."""
+def hidden(tmp_path_factory):
+    """The command prefix that runs a program where the system's libtraceevent and libzstd
+    are empty files (a mount namespace of its own)."""
     unshare = _unshare()
     if not SYSTEM_LIBS:
         requirements.skip("setup", "no libtraceevent in /usr/lib/x86_64-linux-gnu (make setup)")
+    tmp = tmp_path_factory.mktemp("hide")
+    hide = tmp / "hide.sh"
+    hide.write_text(HIDE)
+    hide.chmod(0o755)
+    empty = tmp / "empty"
+    empty.write_bytes(b"")
+    prefix = [str(a) for a in (*unshare, hide, empty, *SYSTEM_LIBS, "--")]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=60)
+    if probe.returncode:
+        requirements.skip("setup", f"cannot bind-mount over the system's libraries in a mount "
+                          f"namespace ({probe.returncode}: {probe.stderr.strip()})")
+    return prefix
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, hidden, tmp_path_factory):
+    """(venv, hidden, env, work): the virtualenv, the prefix that hides the system's libraries,
+    the environment and the folder (outside the checkout) its commands run in."""
     tmp = tmp_path_factory.mktemp("installed-wheel")
     venv, work = tmp / "venv", tmp / "work"
     work.mkdir()
@@ -109,17 +147,7 @@ def installed(wheel, tmp_path_factory):
                           "--disable-pip-version-check", "-c", constraints, f"{wheel}[report]"],
                          cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stdout + pip.stderr
-    hide = tmp / "hide.sh"
-    hide.write_text(HIDE)
-    hide.chmod(0o755)
-    empty = tmp / "empty"
-    empty.write_bytes(b"")
-    hidden = [*unshare, hide, empty, *SYSTEM_LIBS, "--"]
-    probe = subprocess.run([*hidden, "true"], capture_output=True, text=True, timeout=60)
-    if probe.returncode:
-        requirements.skip("setup", f"cannot bind-mount over the system's libraries in a mount "
-                          f"namespace ({probe.returncode}: {probe.stderr.strip()})")
-    return venv, [str(a) for a in hidden], env, work
+    return venv, hidden, env, work
 
 
 @pytest.fixture(scope="module")
@@ -127,15 +155,14 @@ def sides(installed, tmp_path_factory):
     """{"installed": Side, "checkout": Side}, each with the examples parsed in its folder:
     ds (kmem-compaction) and abds (the A/B runs of ab-defrag-mode)."""
     venv, hidden, env, work = installed
-    checkout_work = tmp_path_factory.mktemp("checkout-side")
-    both = {"installed": Side([venv / "bin" / "kmemscope"], work, env, hidden),
-            "checkout": Side(KMEMSCOPE, checkout_work)}
+    both = {"installed": Side(work, [venv / "bin" / "kmemscope"], env, hidden),
+            "checkout": Side(tmp_path_factory.mktemp("checkout-side"))}
     ab_runs = sorted((EXAMPLES / "ab-defrag-mode").glob("run*"))
     if not (EXAMPLES / "kmem-compaction").is_dir() or not ab_runs:
         requirements.skip("setup", f"the committed examples are missing from {EXAMPLES}")
     for side in both.values():
-        side.ok("parse", "-q", EXAMPLES / "kmem-compaction", "-o", "ds", "--label", "kernel=example")
-        side.ok("parse", "-q", *ab_runs, "-o", "abds")
+        side.ok("parse", "-q", EXAMPLES / "kmem-compaction", "-o", Here("ds"), "--label", "kernel=example")
+        side.ok("parse", "-q", *ab_runs, "-o", Here("abds"))
     return both
 
 
@@ -154,11 +181,11 @@ def _same_answer(sides, *args, outputs=()):
     assert installed.stdout == checkout.stdout, f"kmemscope {args}: stdout differs"
     assert _untimed(installed.stderr) == _untimed(checkout.stderr), f"kmemscope {args}: stderr differs"
     for name in outputs:
-        a, b = sides["installed"].cwd / name, sides["checkout"].cwd / name
+        a, b = sides["installed"], sides["checkout"]
         if name.endswith(".parquet"):
-            assert pq.read_table(a).equals(pq.read_table(b)), f"{name} differs"
+            assert pq.read_table(a.folder / name).equals(pq.read_table(b.folder / name)), f"{name} differs"
         else:
-            assert a.read_bytes() == b.read_bytes(), f"{name} differs"
+            assert a.read(name) == b.read(name), f"{name} differs"
     return installed
 
 
@@ -200,6 +227,50 @@ def test_the_wheel_is_abi3_and_manylinux_with_every_package_and_data_file(wheel)
         assert inside in names, f"{inside} is not in {wheel.name}"
 
 
+def _cpythons():
+    """{(3, minor): interpreter} for each CPython 3.10 or later found here: this one, python3.X
+    on PATH, pyenv's versions."""
+    candidates = [sys.executable, *(shutil.which(f"python3.{minor}") for minor in range(10, 20)),
+                  *map(str, sorted(Path.home().glob(".pyenv/versions/3.*/bin/python3")))]
+    found = {}
+    for python in filter(None, candidates):
+        proc = subprocess.run([python, "-c", "import platform, sys; "
+                               "print(platform.python_implementation(), *sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60)
+        kind, *version = (proc.stdout.split() or ["?"]) if proc.returncode == 0 else ["?"]
+        if kind == "CPython" and tuple(map(int, version)) >= (3, 10):
+            found.setdefault(tuple(map(int, version)), python)
+    return found
+
+
+# Loads the decoder from the unpacked wheel (on its own: the rest of kmemscope needs pyarrow)
+# and uses each type and a compression library.
+LOAD_DECODER = """
+import importlib.util, sys, zlib
+spec = importlib.util.spec_from_file_location("_tracedat", sys.argv[1])
+t = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(t)
+assert t.decompress("zlib", zlib.compress(b"abc" * 99), 297) == b"abc" * 99
+assert t.Stacks().count() == 0 and t.Trace.__module__ == "kmemscope.parsers._tracedat"
+assert issubclass(t.DecoderMemoryError, MemoryError)
+print(t.__file__)
+"""
+
+
+def test_the_decoder_loads_in_every_cpython_from_3_10(wheel, hidden, tmp_path):
+    """One abi3 build for all of them: the wheel's decoder, with the libraries inside the wheel,
+    in each CPython 3.10+ found here (this one at least), the system's libraries hidden."""
+    with zipfile.ZipFile(wheel) as whl:
+        whl.extractall(tmp_path, [n for n in whl.namelist() if n.endswith(".so") or ".so." in n])
+    native = tmp_path / "kmemscope" / "parsers" / "_tracedat.abi3.so"
+    pythons = _cpythons()
+    assert tuple(sys.version_info[:2]) in pythons
+    for version, python in sorted(pythons.items()):
+        proc = subprocess.run([*hidden, python, "-c", LOAD_DECODER, native], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"CPython {version} ({python}): {proc.stderr}"
+
+
 def test_the_system_libtraceevent_is_hidden_from_the_installed_commands(installed):
     venv, hidden, env, work = installed
     load = "import ctypes; ctypes.CDLL('libtraceevent.so.1')"
@@ -235,33 +306,35 @@ def test_the_installed_kmemscope_is_the_wheels(installed):
 
 
 def test_parse_sql_and_query_answer_as_the_checkout(sides):
-    assert _same_answer(sides, "info", "ds").stdout
-    _same_answer(sides, "sql", "ds", "SELECT \"order\", count(*) AS n, count(*) FILTER (WHERE failed) "
+    ds, abds = Here("ds"), Here("abds")
+    assert _same_answer(sides, "info", ds).stdout
+    _same_answer(sides, "sql", ds, "SELECT \"order\", count(*) AS n, count(*) FILTER (WHERE failed) "
                  "AS failed FROM page_allocs GROUP BY 1 ORDER BY 1")
-    _same_answer(sides, "sql", "abds", "SELECT * FROM runs ORDER BY run_id", "--format", "csv")
+    _same_answer(sides, "sql", abds, "SELECT * FROM runs ORDER BY run_id", "--format", "csv")
     for name in ("summary", "compaction", "fragmentation", "stalls"):
-        _same_answer(sides, "query", name, "ds", "--format", "json")
-    _same_answer(sides, "query", "summary", "abds", "--format", "parquet", "-o", "summary.parquet",
+        _same_answer(sides, "query", name, ds, "--format", "json")
+    _same_answer(sides, "query", "summary", abds, "--format", "parquet", "-o", Here("summary.parquet"),
                  outputs=["summary.parquet"])
-    _same_answer(sides, "verify", "ds")
+    _same_answer(sides, "verify", ds)
 
 
 @pytest.mark.parametrize("fmt", COMPARE_FORMATS)
 def test_compare_answers_as_the_checkout(sides, fmt):
     out = f"compare.{fmt}"
-    _same_answer(sides, "compare", "abds", "--by", "kernel", "--format", fmt, "-o", out, outputs=[out])
+    _same_answer(sides, "compare", Here("abds"), "--by", "kernel", "--format", fmt, "-o", Here(out),
+                 outputs=[out])
 
 
 def test_export_perfetto_writes_what_the_checkout_writes(sides):
-    run = sides["checkout"].ok("sql", "ds", "SELECT run_id FROM runs", "--format", "jsonl")
+    run = sides["checkout"].ok("sql", Here("ds"), "SELECT run_id FROM runs", "--format", "jsonl")
     run_id = re.search(rb'"run_id": ?"([0-9a-f]+)"', run.stdout).group(1).decode()
-    _same_answer(sides, "export", "perfetto", "ds", "--run", run_id, "-o", "run.pftrace",
+    _same_answer(sides, "export", "perfetto", Here("ds"), "--run", run_id, "-o", Here("run.pftrace"),
                  outputs=["run.pftrace"])
 
 
 def test_report_runs_from_the_wheel(sides):
     installed = sides["installed"]
-    installed.ok("report", "ds", "-o", "report.html", timeout=900)
-    page = (installed.cwd / "report.html").read_text()
-    run_id = installed.ok("sql", "ds", "SELECT run_id FROM runs", "--format", "csv").stdout.split()[-1]
+    installed.ok("report", Here("ds"), "-o", Here("report.html"), timeout=900)
+    page = (installed.folder / "report.html").read_text()
+    run_id = installed.ok("sql", Here("ds"), "SELECT run_id FROM runs", "--format", "csv").stdout.split()[-1]
     assert run_id.decode().strip('"') in page
