@@ -221,10 +221,15 @@ def test_the_wheel_is_abi3_and_manylinux_with_every_package_and_data_file(wheel)
                   ("queries", "subsystems.csv"), ("queries", "KERNEL-ERAS.md")):
         inside = "/".join(("kmemscope", *parts))
         assert inside in names, f"no {inside} in {wheel.name}"
-    for data in [*(PROJECT_ROOT / "queries").glob("*.sql"), *(PROJECT_ROOT / "queries" / "lib").glob("*.sql"),
-                 *(PROJECT_ROOT / "notebooks").glob("*.ipynb")]:
-        inside = "kmemscope/" + data.relative_to(PROJECT_ROOT).as_posix()
-        assert inside in names, f"{inside} is not in {wheel.name}"
+    # The data the commands read: each query's SQL, the report notebooks, the outputs' schemas.
+    for folder, pattern in (("queries", "*.sql"), ("queries", "lib/*.sql"),
+                            ("notebooks", "*.ipynb"), ("kmemscope", "render/schemas/*.json")):
+        files = sorted((PROJECT_ROOT / folder).glob(pattern))
+        assert files, f"no {folder}/{pattern} to look for"
+        for path in files:
+            inside = "/".join((package_folders()[folder].replace(".", "/"),
+                               path.relative_to(PROJECT_ROOT / folder).as_posix()))
+            assert inside in names, f"{inside} is not in {wheel.name}"
 
 
 def _cpythons():
@@ -307,7 +312,7 @@ def test_the_installed_kmemscope_is_the_wheels(installed):
 
 def test_parse_sql_and_query_answer_as_the_checkout(sides):
     ds, abds = Here("ds"), Here("abds")
-    assert _same_answer(sides, "info", ds).stdout
+    assert _same_answer(sides, "info", ds, "--format", "json").stdout
     _same_answer(sides, "sql", ds, "SELECT \"order\", count(*) AS n, count(*) FILTER (WHERE failed) "
                  "AS failed FROM page_allocs GROUP BY 1 ORDER BY 1")
     _same_answer(sides, "sql", abds, "SELECT * FROM runs ORDER BY run_id", "--format", "csv")
