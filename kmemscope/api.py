@@ -105,6 +105,11 @@ class Result:
 
     def df(self):
         """The rows as a pandas DataFrame; a `labels` column holds Labels dicts."""
+        try:
+            import pandas  # noqa: F401  (pyarrow's to_pandas imports it)
+        except ImportError:
+            raise KmemscopeError("Result.df() needs pandas",
+                                 "install the report extra: pip install 'kmemscope[report]'") from None
         frame = self._table.to_pandas()
         for name in frame.columns:
             if name == "labels" or name.endswith("_labels"):
