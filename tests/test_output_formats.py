@@ -156,6 +156,18 @@ def test_info_json_is_one_object_with_runs_tables_and_rows(ds):
         (r["run_id"], r["rows"]) for r in doc["rows_per_run"] if r["table"] == "mm_page_alloc")
 
 
+def test_info_as_text_lists_each_table_with_the_json_counts(ds, tmp_path):
+    """The default text of `info` (what `make demo` prints) names each table with its rows,
+    with and without --per-run, and --notes writes its notes file from the text view too."""
+    doc = json.loads(run(["info", ds, "--format", "json"]))
+    for extra in ([], ["--per-run"], ["--notes", str(tmp_path / "n.json")]):
+        text = run(["info", ds, *extra]).decode()
+        for t in doc["tables"]:
+            line = next(ln for ln in text.splitlines() if ln.split()[:1] == [t["table"]])
+            assert f"{t['rows']:,}" in line or str(t["rows"]) in line, (t, line)
+    assert json.loads((tmp_path / "n.json").read_text())["kind"] == "info"
+
+
 def test_compare_writes_markdown_and_text_by_extension(ds, tmp_path):
     args = VERBS["compare"](ds)
     run(args, "-o", tmp_path / "c.md")
