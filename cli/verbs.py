@@ -502,7 +502,7 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
         timeout = 300.0 if read_only else 3600.0
     table = fmt == "table"
     notes: list[str] = []
-    with formats.result_writer(fmt, output, kind="sql") as writer:
+    with formats.result_writer(fmt, output, kind="sql", notes=notes) as writer:
         with _engine(engine, spark_master, spark_conf, dataset) as spec, \
                 _limits(None if spark else memory_limit, None if spark else timeout):
             # a text table is made of its first rows only, printed from Python rows when its
