@@ -23,7 +23,7 @@ from kmemscope.common.errors import QueryError
 from kmemscope.queries import runner
 
 import kmdata as K
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 from kmemscope.dataset.handle import DatasetRef
 
 SEC = 1_000_000_000
@@ -95,7 +95,7 @@ def query_json(name, ds, *params):
     args = ["query", name, ds, "--format", "json"]
     for p in params:
         args += ["--param", p]
-    return json.loads(kmemscope(*args).stdout)
+    return rows_of(kmemscope(*args))
 
 
 def functions(frames):

@@ -12,7 +12,7 @@ import pytest
 import kmemscope
 from conftest import EXAMPLES
 from kmemscope.common.errors import DatasetError, QueryError, TraceFileError
-from kmrun import kmemscope as cli
+from kmrun import kmemscope as cli, rows_of
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,8 @@ def ds(tmp_path_factory):
 
 
 def cli_json(*args):
-    return json.loads(cli(*args, "--format", "json").stdout)
+    """The rows of a query's or sql's --format json."""
+    return rows_of(cli(*args, "--format", "json"))
 
 
 def test_runs_has_one_row_per_run_with_labels_that_group(ds):

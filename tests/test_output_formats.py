@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import EXAMPLES
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 FORMATS = ("table", "csv", "json", "jsonl", "parquet")
 
@@ -42,9 +42,9 @@ def read_back(fmt, data):
     """Rows of a written document, as dicts of strings where the format has no types."""
     if fmt == "json":
         doc = json.loads(data)
-        if isinstance(doc, dict):          # info: runs, tables, rows; compare: rows and notes
+        if isinstance(doc, dict):   # info: runs, tables, rows_per_run; the others: rows, notes
             return doc["rows"] if "rows" in doc else doc["rows_per_run"]
-        return doc
+        return doc                  # the queries catalogue: an array of rows
     if fmt == "jsonl":
         return [json.loads(line) for line in data.decode().splitlines()]
     if fmt == "csv":
@@ -150,8 +150,8 @@ def test_info_json_is_one_object_with_runs_tables_and_rows(ds):
     for r in doc["rows_per_run"]:
         per_table[r["table"]] = per_table.get(r["table"], 0) + r["rows"]
     assert {t["table"]: t["rows"] for t in doc["tables"]} == per_table
-    alloc_rows = json.loads(run(["sql", ds, "SELECT run_id, count(*) AS n FROM mm_page_alloc "
-                                            "GROUP BY 1", "--format", "json"]))
+    alloc_rows = rows_of(run(["sql", ds, "SELECT run_id, count(*) AS n FROM mm_page_alloc "
+                                         "GROUP BY 1", "--format", "json"]))
     assert sorted((r["run_id"], r["n"]) for r in alloc_rows) == sorted(
         (r["run_id"], r["rows"]) for r in doc["rows_per_run"] if r["table"] == "mm_page_alloc")
 
@@ -181,12 +181,12 @@ def test_table_output_shows_nulls_fixed_point_numbers_and_escaped_text(ds):
     assert all("e+" not in r and "e-" not in r for r in rows), "scientific notation in a table"
     assert all(" NULL " in r + " " for r in rows)
     assert all("a\\nb" in r for r in rows), "a newline in data must not start a new row"
-    assert len(rows) == len(json.loads(run(VERBS["sql"](ds), "--format", "json")))
+    assert len(rows) == len(rows_of(run(VERBS["sql"](ds), "--format", "json")))
 
 
 def test_bytes_are_base64_in_json_and_csv(ds):
     query = ["sql", ds, "SELECT 'hi'::BLOB AS b, 1 AS n"]
-    assert json.loads(run(query, "--format", "json")) == [{"b": "aGk=", "n": 1}]
+    assert rows_of(run(query, "--format", "json")) == [{"b": "aGk=", "n": 1}]
     assert read_back("csv", run(query, "--format", "csv")) == [{"b": "aGk=", "n": "1"}]
 
 
@@ -269,7 +269,7 @@ def test_json_written_by_columns_holds_what_row_by_row_json_holds():
         buf = io.BytesIO()
         formats.BY_NAME[fmt].writer(writers.Document("sql", t), buf)
         text = buf.getvalue().decode()
-        got = json.loads(text) if fmt == "json" else [json.loads(line) for line in text.splitlines()]
+        got = rows_of(text, "sql") if fmt == "json" else [json.loads(line) for line in text.splitlines()]
         assert got == [json.loads(r) for r in writers._json_rows(t)]
         assert [r["i"] for r in got] == t.column("i").to_pylist()
         assert [r["s"] for r in got] == t.column("s").to_pylist()
