@@ -485,7 +485,8 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
 
     csv, json, jsonl and parquet stream the rows as DuckDB makes them, so
     --memory-limit bounds a result of any size; a table shows its first
-    10,000 rows.
+    10,000 rows. json writes one object {schema_version, kmemscope_version,
+    kind, rows, notes}.
     """
     from kmemscope.api import dataset_handle, run_sql, sql_statements
     from kmemscope.render.writers import TABLE_MAX_ROWS, Document
@@ -679,7 +680,9 @@ def queries(name, fmt, output):
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A query parameter.")
 @click.option("--format", "fmt", type=click.Choice(formats.names("query")),
               default=None, help="Output format (default: from -o's extension, else table); "
-                                 "folded: flame-graph lines, for alloc_origins.folded.")
+                                 "json: one object {schema_version, kmemscope_version, kind, "
+                                 "query, rows, notes}; folded: flame-graph lines, for "
+                                 "alloc_origins.folded.")
 @click.option("-q", "--quiet", is_flag=True, help="No notes and no progress on stderr.")
 @OUTPUT_OPTION
 @NOTES_OPTION
@@ -965,7 +968,11 @@ def metrics_import(dataset, file, fmt, quiet, memory_limit, timeout):
 @OUTPUT_OPTION
 @NOTES_OPTION
 def metrics_list(dataset, runs, labels, fmt, output, notes_file):
-    """List the imported metrics of DATASET's runs (the run_metrics analysis)."""
+    """List the imported metrics of DATASET's runs (the run_metrics analysis).
+
+    json writes one object {schema_version, kmemscope_version, kind, query, rows, notes},
+    as `query run_metrics` does.
+    """
     import kmemscope
     from kmemscope.render.writers import Document
 
