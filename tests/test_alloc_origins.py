@@ -10,7 +10,6 @@ Two parts:
   rules of queries/alloc_origins.sql and queries/lib/callsites.sql, including
   nested stacks, a stack of another event and hostile symbol names.
 """
-import json
 import re
 import subprocess
 from collections import Counter, defaultdict

@@ -3,7 +3,6 @@
 The oracle for each call is the `kmemscope` command itself (its --format json output) and,
 for counts, a plain recount over the Parquet files with pyarrow.
 """
-import json
 from collections import Counter
 
 import pyarrow.parquet as pq

@@ -8,7 +8,6 @@ the Parquet files with pyarrow and plain Python, and against the `stalls`
 analysis whose slices it draws.
 """
 import importlib.util
-import json
 from collections import Counter, defaultdict
 from pathlib import Path
 

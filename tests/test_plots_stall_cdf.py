@@ -6,7 +6,6 @@ groups of kind and order; the panel limit is lowered to three so that four group
 out. Oracle: the stalls of `kmemscope query stalls.each` (one row per stall) recounted per
 kind and order in plain Python, as many as each panel says it drew.
 """
-import json
 import re
 from collections import Counter
 

@@ -1,7 +1,6 @@
 """The SQL modules of queries/lib/: declared dependencies, derived tables and includes, `_` for
 internals, only the included modules run, and each public view's documented columns are the
 ones DuckDB reports for it on a real dataset."""
-import json
 import re
 
 import pytest

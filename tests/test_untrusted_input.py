@@ -5,7 +5,6 @@ Hostile inputs are made here at run time (tests/hostile.py) from a public fixtur
 committed example bundles; the oracles are `trace-cmd report` (event counts of the original
 file), the file system (what exists outside the dataset) and /proc (what processes live).
 """
-import json
 import os
 import re
 import resource
