@@ -3,7 +3,6 @@
 Oracles: the row counts of the same SQL on the command line, and pandas'
 own frames joined in plain Python.
 """
-
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
