@@ -619,7 +619,8 @@ def info(dataset, per_run, fmt, output, notes_file, memory_limit, timeout):
     document["tables"] = facts["tables"].arrow()
     if per_run or formats.is_machine(fmt):
         document["rows_per_run"] = facts["rows_per_run"].arrow()
-    doc = Document("info", document["rows_per_run"], notes=list(facts["notes"]), parts=document)
+    doc = Document("info", document.get("rows_per_run"), notes=list(facts["notes"]),
+                   parts=document)
     if notes_file:
         formats.write_notes(notes_file, doc, fmt)
     if formats.is_machine(fmt):

@@ -157,6 +157,17 @@ def test_info_json_is_one_object_with_runs_tables_and_rows(ds):
         (r["run_id"], r["rows"]) for r in doc["rows_per_run"] if r["table"] == "mm_page_alloc")
 
 
+def test_info_as_a_table_shows_runs_and_tables_without_per_run(ds, tmp_path):
+    """The text table of info (and its --notes file) without --per-run, which alone asks
+    for the rows of each table per run."""
+    notes = tmp_path / "notes.json"
+    text = run(["info", ds, "--notes", notes]).decode()
+    tables = json.loads(run(["info", ds, "--format", "json"]))["tables"]
+    titles = [line for line in text.splitlines() if re.fullmatch(r"\w+ \(\d+\)", line)]
+    assert titles == ["runs (2)", f"tables ({len(tables)})"]
+    assert json.loads(notes.read_text())["format"] == "table"
+
+
 def test_compare_writes_markdown_and_text_by_extension(ds, tmp_path):
     args = VERBS["compare"](ds)
     run(args, "-o", tmp_path / "c.md")
