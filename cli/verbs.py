@@ -13,6 +13,7 @@ import click
 
 from kmemscope.common.version import __version__
 from kmemscope.common.errors import KmemscopeError
+from kmemscope.common.text import printable
 from kmemscope.render import formats
 
 def utf8_path(ctx, param, value):
@@ -328,13 +329,13 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
             failures += 1
             continue
         if summary.concurrent:
-            click.echo(f"{source}: run {summary.run_id} was committed by another parse of the same "
-                       "trace while this one ran; kept that one", err=True)
+            click.echo(f"{printable(source)}: run {summary.run_id} was committed by another parse "
+                       "of the same trace while this one ran; kept that one", err=True)
         elif not quiet:
             verb = "replaced" if summary.replaced else "added"
             rate = summary.events / summary.seconds / 1e6 if summary.seconds else 0
-            click.echo(f"{source}: run {summary.run_id} {verb}: {summary.events:,} events "
-                       f"in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
+            click.echo(f"{printable(source)}: run {summary.run_id} {verb}: "
+                       f"{summary.events:,} events in {summary.seconds:.2f} s ({rate:.1f} M events/s), "
                        f"{summary.lost_events:,} lost"
                        + (f", {summary.trimmed_events:,} outside the flight window trimmed"
                           if getattr(summary, "trimmed_events", 0) else ""), err=True)
@@ -342,19 +343,19 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
             # a finished or refused recovery is news; a removed empty work folder is not (a
             # parse running beside this one leaves one for a moment as it cleans up)
             if not line.startswith("removed "):
-                click.echo(f"kmemscope: note: {dataset}: {line}", err=True)
+                click.echo(f"kmemscope: note: {printable(dataset)}: {printable(line)}", err=True)
         for line in getattr(summary, "notes", None) or []:
-            click.echo(f"kmemscope: note: {source}: {line}", err=True)
+            click.echo(f"kmemscope: note: {printable(source)}: {printable(line)}", err=True)
         for key, was, now in summary.label_overrides:
-            click.echo(f"kmemscope: note: {source}: --label {key}={now} replaces the bundle's own "
-                       f"label {key}={was}", err=True)
+            click.echo(printable(f"kmemscope: note: {source}: --label {key}={now} replaces the "
+                                 f"bundle's own label {key}={was}"), err=True)
         if derive:
             _derive(ctx, dataset, summary.run_id, quiet)
         if summary.unknown_events:
             # A tracer that died can leave events enabled that the next trace
             # records without their format: say so rather than drop them quietly.
-            click.echo(f"kmemscope: warning: {source}: {summary.unknown_events:,} records of "
-                       "event types whose format the file lacks were skipped", err=True)
+            click.echo(f"kmemscope: warning: {printable(source)}: "
+                       f"{summary.unknown_events:,} records of event types whose format the file lacks were skipped", err=True)
     if failures:
         sys.exit(1)
 
@@ -370,8 +371,8 @@ def _parse_on_spark(ctx, sources, dataset, labels, patterns, derive, quiet, eng)
             verb = "replaced" if entry.replaced else "added"
             if entry.concurrent:
                 verb = "already committed by another parse; kept"
-            click.echo(f"{source}: run {entry.run_id} {verb}: {entry.events:,} events in "
-                       f"{entry.seconds:.2f} s on {entry.host}, {entry.lost_events:,} lost",
+            click.echo(f"{printable(source)}: run {entry.run_id} {verb}: {entry.events:,} events in "
+                       f"{entry.seconds:.2f} s on {printable(entry.host)}, {entry.lost_events:,} lost",
                        err=True)
         elif kind == "derived" and not quiet:
             if entry.derive_error is not None:
@@ -1046,7 +1047,7 @@ def export_perfetto(dataset, run, output, quiet):
                    f"{done.tasks} task tracks, {slices:,} slices, {instants:,} instants, "
                    f"{len(done.counters)} counters", err=True)
         for note in done.notes:
-            click.echo(f"kmemscope: note: {note}", err=True)
+            _note(note)
 
 
 # ---------------------------------------------------------------- entry point

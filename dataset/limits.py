@@ -19,18 +19,20 @@ import os
 import re
 import weakref
 from contextlib import contextmanager
+from typing import Any
 
 from kmemscope.common.errors import QueryError
 
 ENV_MEMORY = "KMEMSCOPE_MEMORY_LIMIT"
 DEFAULT_TIMEOUT = 3600.0        # a whole query over hundreds of runs takes minutes, not hours
+TIMEOUT_MAX = 1e9               # about 31 years: what an interval timer holds on every platform
 
 _MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*", re.I)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 _live: weakref.WeakSet = weakref.WeakSet()       # connections to interrupt when the time is up
-_spill = None
+_spill: Any = None              # this process's ScratchFolder, made on first use
 
 
 class Expired(BaseException):
@@ -62,15 +64,17 @@ def memory_limit():
 
 
 def _spill_dir():
+    """This process's spill folder: removed at exit, and by the next kmemscope after a
+    SIGKILL (common/scratch.py)."""
     global _spill
     if _spill is None:
         import atexit
-        import shutil
-        import tempfile
 
-        _spill = tempfile.mkdtemp(prefix="kmemscope-spill-")
-        atexit.register(shutil.rmtree, _spill, ignore_errors=True)
-    return _spill
+        from kmemscope.common.scratch import ScratchFolder
+
+        _spill = ScratchFolder("kmemscope-spill-")
+        atexit.register(_spill.remove)
+    return _spill.path
 
 
 def connect(**kwargs):
@@ -89,6 +93,20 @@ def connect(**kwargs):
     return con
 
 
+def check_timeout(timeout):
+    """QueryError unless `timeout` is a number of seconds an interval timer can hold (no
+    inf, NaN, or 1e18)."""
+    import math
+
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (0 < seconds <= TIMEOUT_MAX):
+        raise QueryError(f"a timeout of {timeout} s is not one kmemscope can keep",
+                         f"give a number of seconds above 0 and at most {TIMEOUT_MAX:.0e}")
+
+
 @contextmanager
 def bounded(memory=None, timeout=None):
     """Run a command within `memory` (bytes or text such as 4GB; default: the process's
@@ -98,6 +116,8 @@ def bounded(memory=None, timeout=None):
     import threading
     import time
 
+    if timeout is not None:
+        check_timeout(timeout)
     previous_env = os.environ.get(ENV_MEMORY)
     if memory is not None:
         os.environ[ENV_MEMORY] = str(memory if isinstance(memory, int) else memory_bytes(memory))

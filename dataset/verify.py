@@ -94,11 +94,16 @@ STALE_TEMP = ("(left by a write that did not finish: the next write into this fo
               "removes it)")
 
 
-def _extra(result, name, rel):
-    """Report the unrecorded entry `name` (shown as `rel`), saying what it is when readers
-    leave it out."""
-    if safefs.is_temp_file(name):
+def _extra(result, name, rel, mode):
+    """Report the unrecorded entry `name` (shown as `rel`, its lstat mode `mode`), saying
+    what it is when readers leave it out."""
+    if safefs.is_temp_file(name) and stat.S_ISREG(mode):
         result.problems.append(("extra", f"{rel} {STALE_TEMP}"))
+    elif safefs.is_temp_file(name):
+        # the writers' clean-up removes only regular files (safefs._writer_gone)
+        result.problems.append(("extra", f"{rel} ({safefs.kind_of(mode)} at a temporary file's "
+                                         "name: kmemscope never writes one there and no write "
+                                         "removes it; remove it)"))
     elif not safefs.is_data_file(name):
         result.problems.append(("extra", f"{rel} (not a file kmemscope writes: readers leave "
                                          "it out)"))
@@ -199,7 +204,7 @@ def _unrecorded(result, root, run, tables):
                 if table == safefs.RUNS_TABLE and name == digests.DIGESTS:
                     continue
                 if not safefs.is_data_file(name):
-                    _extra(result, name, f"{table}/{part}/{safefs.shown_name(name)}")
+                    _extra(result, name, f"{table}/{part}/{safefs.shown_name(name)}", mode)
                 elif stat.S_ISREG(mode):
                     result.files += 1
                     if not _crc_ok(d, name):
@@ -222,7 +227,7 @@ def _check_run(result, root, run, tables, recorded):
                 seen.add(key)
                 rel = f"{rel_part}/{safefs.shown_name(name)}"
                 if key not in recorded:
-                    _extra(result, name, rel)
+                    _extra(result, name, rel, mode)
                     continue
                 _check_file(result, d, name, mode, recorded[key], rel)
     for key in sorted(set(recorded) - seen):
@@ -259,7 +264,7 @@ def _walk_derived(result, folder, rel, recorded, seen, depth):
             continue
         key = f"{rel}/{entry.name}"
         if key not in recorded:
-            _extra(result, entry.name, path)
+            _extra(result, entry.name, path, mode)
             continue
         seen.add(key)
         if _check_file(result, folder, entry.name, mode, recorded[key][1], path):

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from kmemscope.common.errors import KmemscopeError
 from kmemscope.common.outfile import write_file
+from kmemscope.common.scratch import ScratchFolder
+from kmemscope.common.text import printable
 
 # lab's page with its CSS inlined, but no scripts fetched from elsewhere.
 _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
@@ -178,11 +180,6 @@ def _runs(n):
     return f"{n} run" if n == 1 else f"{n} runs"
 
 
-def _printable(text):
-    """A label value from a run, safe to print on a terminal (no control characters)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
-
-
 @contextmanager
 def _temp_files_in(folder):
     """Every temp file and folder made while the notebooks run goes into `folder`, inside the
@@ -221,12 +218,13 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
         # unknown label: one line, before any notebook runs (on DuckDB: one summary query)
         sides = ds.compare(compare, baseline or None, run=chosen).sides
         if progress:
-            progress(f"comparing {_printable(compare)}: "
-                     + ", ".join(f"{_printable(s)} ({_runs(len(r))})" for s, r in sides.runs.items()))
+            progress(f"comparing {printable(compare)}: "
+                     + ", ".join(f"{printable(s)} ({_runs(len(r))})" for s, r in sides.runs.items()))
     params = {"dataset": dataset, "runs": list(runs), "labels": list(labels), **engine.params()}
     if progress:
-        progress(f"{_runs(len(chosen))} of {dataset}")
-    with tempfile.TemporaryDirectory(prefix="kmemscope-report-") as tmp, \
+        progress(f"{_runs(len(chosen))} of {printable(dataset)}")
+    # removed however the report ends: a SIGKILLed report's by the next (common/scratch.py)
+    with ScratchFolder("kmemscope-report-") as tmp, \
             _temp_files_in(Path(tmp) / "tmp"):
         workdir = keep_dir or tmp
         os.makedirs(workdir, exist_ok=True)
@@ -244,5 +242,5 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
     # a reader never sees half a report; a planted link is never written through
     write_file(out, html)
     if progress:
-        progress(f"wrote {out} ({len(html) / 1e6:.1f} MB)")
+        progress(f"wrote {printable(str(out))} ({len(html) / 1e6:.1f} MB)")
     return out

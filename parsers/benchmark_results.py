@@ -23,6 +23,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -36,8 +37,11 @@ UNIT_MAX = 32
 BETTER = ("higher", "lower")
 COLUMNS = ("run", "metric", "value", "unit", "better")
 # Names the comparison gives its own metrics and groups: an imported metric may not take them.
-RESERVED_PREFIXES = ("vmstat.", "stalls.", "frag.")
-RESERVED_NAMES = ("headline", "vmstat", "stalls", "benchmark")
+RESERVED_PREFIXES = ("vmstat.", "stalls.", "frag.", "cost.", "mthp.")
+RESERVED_NAMES = ("headline", "vmstat", "stalls", "frag", "cost", "mthp", "benchmark")
+# A value written as text: ASCII decimal only (float() would also take `1_000` and the
+# digits of every script, which no benchmark writes and a reader would not see as a number).
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
 
 class MetricsError(KmemscopeError):
@@ -134,13 +138,19 @@ def _number(value, where):
     if isinstance(value, bool):
         raise MetricsError(f"{where}: value must be a number, not {str(value).lower()}")
     if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise MetricsError(f"{where}: value {value.strip()[:40]!r} is not a number") from None
+        if value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            raise MetricsError(f"{where}: value must be a finite number, not {value.strip()}")
+        if not _DECIMAL.fullmatch(value.strip()):
+            raise MetricsError(f"{where}: value {value.strip()[:40]!r} is not a number",
+                               "write it in ASCII decimal digits, like 12.5 or 1e6")
+        value = float(value.strip())
     if not isinstance(value, (int, float)):
         raise MetricsError(f"{where}: value must be a number, not {type(value).__name__}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:           # a JSON integer of hundreds of digits
+        raise MetricsError(f"{where}: value must be a finite number, not one of "
+                           f"{len(str(value))} digits") from None
     if not math.isfinite(value):
         raise MetricsError(f"{where}: value must be a finite number, not {value}")
     return value

@@ -24,6 +24,12 @@
 -- bare trace.dat, or a bundle of a kernel or kmemscope that has none) have no
 -- row, or NULL where one source is missing.
 --
+-- A sample no kernel writes (a counter that went backwards, more time than
+-- its window holds, a value beyond 64 bits: a damaged or forged bundle) makes
+-- the values it feeds NULL, and per_run's `impossible` names them: the
+-- arithmetic is done in HUGEINT and DOUBLE, so one such run never stops the
+-- others' rows.
+--
 -- @optional psi_memory cpu_stat kthread_cpu mthp_stats
 
 -- @section per_run: per run: pressure, system CPU and the background threads' CPU over the capture
@@ -43,31 +49,66 @@
 --   khugepaged_cpu_s   s      user plus system time of khugepaged
 --   kthreads           count  kernel threads sampled (a thread that appeared later counts too)
 --   kthread_window_s   s      between the first and last kernel-thread sample
+--   impossible         text   the columns above made NULL because their samples are impossible
+--                             (comma-separated; NULL when none)
 WITH psi AS (
   SELECT run_id, kind,
-         max_by(total_us, ts) - min_by(total_us, ts) AS total_us,
+         max_by(total_us::HUGEINT, ts) - min_by(total_us::HUGEINT, ts) AS total_us,
          (max(ts) - min(ts)) / 1e9 AS window_s
   FROM psi_memory
   GROUP BY run_id, kind
+),
+-- a stall total grows by at most the wall-clock time between its samples (and never falls)
+psi_checked AS (
+  SELECT run_id, kind, window_s,
+         total_us < 0 OR total_us > (window_s + 1.0) * 1e6 AS impossible,
+         CASE WHEN total_us >= 0 AND total_us <= (window_s + 1.0) * 1e6
+              THEN total_us::DOUBLE END AS total_us
+  FROM psi
 ),
 psi_per_run AS (
   SELECT run_id,
          max(CASE WHEN kind = 'some' THEN total_us END) / 1e3 AS psi_some_ms,
          max(CASE WHEN kind = 'full' THEN total_us END) / 1e3 AS psi_full_ms,
-         max(window_s) AS psi_window_s
-  FROM psi
+         max(window_s) AS psi_window_s,
+         bool_or(impossible AND kind = 'some') AS psi_some_impossible,
+         bool_or(impossible AND kind = 'full') AS psi_full_impossible
+  FROM psi_checked
   GROUP BY run_id
 ),
 -- each CPU's line (and the aggregate `cpu` line, cpu -1): first and last sample
-cpu_lines AS (
+cpu_deltas AS (
   SELECT run_id, cpu,
-         max_by(system, ts) - min_by(system, ts) AS system_ticks,
-         max_by(softirq, ts) - min_by(softirq, ts) AS softirq_ticks,
-         max_by(iowait, ts) - min_by(iowait, ts) AS iowait_ticks,
+         max_by(system::HUGEINT, ts) - min_by(system::HUGEINT, ts) AS system_ticks,
+         max_by(softirq::HUGEINT, ts) - min_by(softirq::HUGEINT, ts) AS softirq_ticks,
+         max_by(iowait::HUGEINT, ts) - min_by(iowait::HUGEINT, ts) AS iowait_ticks,
          max(ticks_per_s) AS ticks_per_s,
          (max(ts) - min(ts)) / 1e9 AS window_s
   FROM cpu_stat
   GROUP BY run_id, cpu
+),
+-- what a line can hold: its window on one CPU (the aggregate line: on every CPU listed, or
+-- on 4096 where the run lists none); more, or less than nothing, is impossible
+cpu_bounds AS (
+  SELECT d.*,
+         (d.window_s + 1.0) * greatest(d.ticks_per_s, 1)
+           * CASE WHEN d.cpu = -1 THEN coalesce(nullif(n.cpus, 0), 4096) ELSE 1 END AS most_ticks
+  FROM cpu_deltas AS d
+  LEFT JOIN (SELECT run_id, count(DISTINCT cpu) FILTER (WHERE cpu >= 0) AS cpus
+             FROM cpu_stat GROUP BY run_id) AS n ON n.run_id = d.run_id
+),
+cpu_lines AS (
+  SELECT run_id, cpu, ticks_per_s, window_s,
+         CASE WHEN system_ticks BETWEEN 0 AND most_ticks THEN system_ticks::DOUBLE END
+           AS system_ticks,
+         CASE WHEN softirq_ticks BETWEEN 0 AND most_ticks THEN softirq_ticks::DOUBLE END
+           AS softirq_ticks,
+         CASE WHEN iowait_ticks BETWEEN 0 AND most_ticks THEN iowait_ticks::DOUBLE END
+           AS iowait_ticks,
+         NOT (system_ticks BETWEEN 0 AND most_ticks) AS system_impossible,
+         NOT (softirq_ticks BETWEEN 0 AND most_ticks) AS softirq_impossible,
+         NOT (iowait_ticks BETWEEN 0 AND most_ticks) AS iowait_impossible
+  FROM cpu_bounds
 ),
 -- the aggregate line where the run has one, else the sum of the CPUs' lines
 cpu_per_run AS (
@@ -81,24 +122,45 @@ cpu_per_run AS (
          coalesce(sum(CASE WHEN cpu = -1 THEN iowait_ticks END),
                   sum(CASE WHEN cpu >= 0 THEN iowait_ticks END))
            / max(nullif(ticks_per_s, 0)) AS iowait_s,
-         max(window_s) AS cpu_window_s
+         max(window_s) AS cpu_window_s,
+         bool_or(system_impossible) AS system_impossible,
+         bool_or(softirq_impossible) AS softirq_impossible,
+         bool_or(iowait_impossible) AS iowait_impossible
   FROM cpu_lines
   GROUP BY run_id
 ),
 -- each kernel thread (a pid and its name: a pid reused by another thread is another thread)
-threads AS (
+thread_deltas AS (
   SELECT run_id, pid, comm, kind,
-         (max_by(utime + stime, ts) - min_by(utime + stime, ts))
-           / nullif(max(ticks_per_s), 0) AS cpu_s,
+         max_by(utime::HUGEINT + stime, ts) - min_by(utime::HUGEINT + stime, ts) AS ticks,
+         nullif(max(ticks_per_s), 0) AS ticks_per_s,
          min(ts) AS first_ts, max(ts) AS last_ts
   FROM kthread_cpu
   GROUP BY run_id, pid, comm, kind
 ),
+-- a thread runs on one CPU at a time: its CPU time grows by at most its sampling window
+threads AS (
+  SELECT run_id, pid, comm, kind, first_ts, last_ts,
+         coalesce(ticks < 0 OR ticks / ticks_per_s > (last_ts - first_ts) / 1e9 + 1.0, false)
+           AS impossible,
+         CASE WHEN ticks >= 0 AND ticks / ticks_per_s <= (last_ts - first_ts) / 1e9 + 1.0
+              THEN ticks / ticks_per_s END AS cpu_s
+  FROM thread_deltas
+),
 threads_per_run AS (
   SELECT run_id,
-         coalesce(sum(CASE WHEN kind = 'kswapd' THEN cpu_s END), 0.0) AS kswapd_cpu_s,
-         coalesce(sum(CASE WHEN kind = 'kcompactd' THEN cpu_s END), 0.0) AS kcompactd_cpu_s,
-         coalesce(sum(CASE WHEN kind = 'khugepaged' THEN cpu_s END), 0.0) AS khugepaged_cpu_s,
+         CASE WHEN NOT bool_or(impossible AND kind = 'kswapd')
+              THEN coalesce(sum(CASE WHEN kind = 'kswapd' THEN cpu_s END), 0.0) END
+           AS kswapd_cpu_s,
+         CASE WHEN NOT bool_or(impossible AND kind = 'kcompactd')
+              THEN coalesce(sum(CASE WHEN kind = 'kcompactd' THEN cpu_s END), 0.0) END
+           AS kcompactd_cpu_s,
+         CASE WHEN NOT bool_or(impossible AND kind = 'khugepaged')
+              THEN coalesce(sum(CASE WHEN kind = 'khugepaged' THEN cpu_s END), 0.0) END
+           AS khugepaged_cpu_s,
+         bool_or(impossible AND kind = 'kswapd') AS kswapd_impossible,
+         bool_or(impossible AND kind = 'kcompactd') AS kcompactd_impossible,
+         bool_or(impossible AND kind = 'khugepaged') AS khugepaged_impossible,
          count(*) AS kthreads,
          (max(last_ts) - min(first_ts)) / 1e9 AS kthread_window_s
   FROM threads
@@ -125,7 +187,16 @@ SELECT
   t.kcompactd_cpu_s,
   t.khugepaged_cpu_s,
   t.kthreads,
-  t.kthread_window_s
+  t.kthread_window_s,
+  nullif(concat_ws(', ',
+    CASE WHEN p.psi_some_impossible THEN 'psi_some_ms' END,
+    CASE WHEN p.psi_full_impossible THEN 'psi_full_ms' END,
+    CASE WHEN c.system_impossible THEN 'system_cpu_s' END,
+    CASE WHEN c.softirq_impossible THEN 'softirq_cpu_s' END,
+    CASE WHEN c.iowait_impossible THEN 'iowait_s' END,
+    CASE WHEN t.kswapd_impossible THEN 'kswapd_cpu_s' END,
+    CASE WHEN t.kcompactd_impossible THEN 'kcompactd_cpu_s' END,
+    CASE WHEN t.khugepaged_impossible THEN 'khugepaged_cpu_s' END), '') AS impossible
 FROM sampled AS s
 JOIN run_facts AS f ON f.run_id = s.run_id
 LEFT JOIN psi_per_run AS p ON p.run_id = s.run_id
@@ -138,23 +209,34 @@ ORDER BY f.run_id
 --   pid        code   the thread's pid
 --   comm       text   its name (kswapd0, kcompactd0, khugepaged)
 --   kind       text   kswapd, kcompactd or khugepaged
---   cpu_s      s      user plus system time between its first and last sample
+--   cpu_s      s      user plus system time between its first and last sample (NULL, and
+--                     utime_s and stime_s too, where the samples are impossible: more time
+--                     than the window holds, or less than nothing)
 --   utime_s    s      of which in user mode (0 for a kernel thread but for accounting noise)
 --   stime_s    s      of which in kernel mode
 --   first_ts   ns     its first sample
 --   last_ts    ns     its last sample
-WITH threads AS (
+WITH thread_deltas AS (
   SELECT run_id, pid, comm, kind,
-         (max_by(utime + stime, ts) - min_by(utime + stime, ts))
-           / nullif(max(ticks_per_s), 0) AS cpu_s,
-         (max_by(utime, ts) - min_by(utime, ts)) / nullif(max(ticks_per_s), 0) AS utime_s,
-         (max_by(stime, ts) - min_by(stime, ts)) / nullif(max(ticks_per_s), 0) AS stime_s,
+         max_by(utime::HUGEINT + stime, ts) - min_by(utime::HUGEINT + stime, ts) AS ticks,
+         max_by(utime::HUGEINT, ts) - min_by(utime::HUGEINT, ts) AS uticks,
+         max_by(stime::HUGEINT, ts) - min_by(stime::HUGEINT, ts) AS sticks,
+         nullif(max(ticks_per_s), 0) AS ticks_per_s,
          min(ts) AS first_ts,
          max(ts) AS last_ts
   FROM kthread_cpu
   GROUP BY run_id, pid, comm, kind
+),
+threads AS (
+  SELECT *,
+         uticks >= 0 AND sticks >= 0
+           AND ticks / ticks_per_s <= (last_ts - first_ts) / 1e9 + 1.0 AS possible
+  FROM thread_deltas
 )
-SELECT f.run_id, f.labels, t.pid, t.comm, t.kind, t.cpu_s, t.utime_s, t.stime_s,
+SELECT f.run_id, f.labels, t.pid, t.comm, t.kind,
+       CASE WHEN t.possible THEN t.ticks / t.ticks_per_s END AS cpu_s,
+       CASE WHEN t.possible THEN t.uticks / t.ticks_per_s END AS utime_s,
+       CASE WHEN t.possible THEN t.sticks / t.ticks_per_s END AS stime_s,
        t.first_ts, t.last_ts
 FROM threads AS t
 JOIN run_facts AS f ON f.run_id = t.run_id
@@ -166,16 +248,25 @@ ORDER BY f.run_id, t.kind, t.comm, t.pid, t.first_ts
 --   counter       text   the stats file (anon_fault_alloc, anon_fault_fallback, swpout, split...)
 --   first_value   count  the counter at the first sample
 --   last_value    count  the counter at the last sample
---   delta         count  last_value - first_value (a net change for the nr_anon* gauges)
+--   delta         count  last_value - first_value (a net change for the nr_anon* gauges);
+--                        NULL where that is impossible: a counter that fell, or a change
+--                        beyond 64 bits
 --   window_s      s      between the first and last sample
-WITH counters AS (
+WITH counter_deltas AS (
   SELECT run_id, size_kb, counter,
          min_by(value, ts) AS first_value,
          max_by(value, ts) AS last_value,
-         max_by(value, ts) - min_by(value, ts) AS delta,
+         max_by(value::HUGEINT, ts) - min_by(value::HUGEINT, ts) AS delta,
          (max(ts) - min(ts)) / 1e9 AS window_s
   FROM mthp_stats
   GROUP BY run_id, size_kb, counter
+),
+counters AS (
+  SELECT run_id, size_kb, counter, first_value, last_value, window_s,
+         CASE WHEN delta BETWEEN -9223372036854775807 AND 9223372036854775807
+                   AND (delta >= 0 OR counter IN ('nr_anon', 'nr_anon_partially_mapped'))
+              THEN delta::BIGINT END AS delta
+  FROM counter_deltas
 )
 SELECT f.run_id, f.labels, c.size_kb, c.counter, c.first_value, c.last_value, c.delta,
        c.window_s

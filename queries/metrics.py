@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 
 from kmemscope.common.errors import DatasetError, QueryError
+from kmemscope.common.text import printable
 
 from .selection import labels_dict
 
@@ -1219,10 +1220,14 @@ def _add_cost(g, with_mthp=True):
     rows, notes = _cost_rows(g.dataset, g.run_ids, g.labels, g.engine, "cost.per_run")
     g.notes += notes
     by_run = {r["run_id"]: r for r in rows}
+    impossible: dict = {}          # column -> runs whose samples of it are impossible
     for run_id, target in g.runs.items():
         row = by_run.get(run_id)
         if row is not None:
             g.cost_sampled.add(run_id)
+            for column in (row.get("impossible") or "").split(", "):
+                if column:
+                    impossible.setdefault(column, []).append(run_id)
         for name in COST_SAMPLED:
             spec = COST[name]
             value = row.get(spec.column) if row else None
@@ -1239,6 +1244,7 @@ def _add_cost(g, with_mthp=True):
         if kcompactd is not None and direct is not None and kcompactd * 1000.0 + direct > 0:
             share = 100.0 * kcompactd * 1000.0 / (kcompactd * 1000.0 + direct)
         target["cost.background_compaction_share_pct"] = share
+    g.notes += [impossible_note(f"cost.{column}", runs) for column, runs in impossible.items()]
     if with_mthp:
         _add_mthp(g)
 
@@ -1252,8 +1258,21 @@ def _add_mthp(g):
     rows, notes = _cost_rows(g.dataset, g.run_ids, g.labels, g.engine, "cost.mthp")
     g.notes += notes
     per_run: dict = {}
+    impossible: dict = {}          # mthp.* name -> runs whose samples of it are impossible
+    unnamed = sorted({f"{r['size_kb']}kB {r['counter']}" for r in rows
+                      if not _MTHP_NAME.fullmatch(f"mthp.{r['size_kb']}kB.{r['counter']}")})
+    if unnamed:                    # a row shown must be one a user can ask for by its name
+        g.notes.append(f"mthp.*: {len(unnamed)} size and counter pair{'s' if len(unnamed) > 1 else ''}"
+                       f" that no kernel names left out ({printable(', '.join(unnamed[:3]))}"
+                       f"{' ...' if len(unnamed) > 3 else ''}): a size of at most 8 digits and a "
+                       "counter that starts with a letter")
+        rows = [r for r in rows
+                if _MTHP_NAME.fullmatch(f"mthp.{r['size_kb']}kB.{r['counter']}")]
     for r in rows:
         per_run.setdefault(r["run_id"], {}).setdefault(r["size_kb"], {})[r["counter"]] = r["delta"]
+        if r["delta"] is None:
+            impossible.setdefault(f"mthp.{r['size_kb']}kB.{r['counter']}", []).append(r["run_id"])
+    g.notes += [impossible_note(name, runs) for name, runs in impossible.items()]
     for run_id, sizes in per_run.items():
         target = g.runs.get(run_id)
         if target is None:
@@ -1271,6 +1290,14 @@ def _add_mthp(g):
                 g.mthp_counters[size].add("anon_fault_success_pct")
                 target[f"mthp.{size}kB.anon_fault_success_pct"] = (
                     100.0 * alloc / (alloc + fallback) if alloc + fallback else None)
+
+
+def impossible_note(name, runs):
+    """Why `name` is n/a for `runs`, whose samples no kernel writes (cost.sql's checks)."""
+    shown = ", ".join(printable(r) for r in runs[:3]) + (" ..." if len(runs) > 3 else "")
+    return (f"{printable(name)}: n/a for {len(runs)} run{'s' if len(runs) > 1 else ''} whose "
+            f"samples of it are impossible ({shown}): a counter that fell, more time than its "
+            "window holds, or a value beyond 64 bits (a damaged or edited bundle)")
 
 
 def mthp_group(g, everything=True):

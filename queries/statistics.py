@@ -25,6 +25,8 @@ equal to scipy.stats) without importing scipy.stats, which costs half a second.
 import math
 from dataclasses import dataclass, field
 
+from kmemscope.common.text import number_text
+
 # The metric catalogue lives in metrics.py; METRICS are the summary analysis's metrics.
 from .metrics import SUMMARY as METRICS  # noqa: F401
 from .metrics import Metric  # noqa: F401
@@ -200,7 +202,9 @@ def _ratio(new, base):
 
 
 def format_number(x, decimals):
-    text = f"{x:.{decimals}f}"
+    text = number_text(x, decimals)
+    if "e" in text or "n" in text:          # 1.7e+308, inf, nan: no zeros to trim
+        return text
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
@@ -218,7 +222,7 @@ def value_range(xs, unit=""):
     if lo == hi:
         return f"{format_number(lo, decimals)}{unit}"
     # Both ends with the same decimals ("2.0-2.1"), unless they are whole ("309-312").
-    return f"{lo:.{decimals}f}-{hi:.{decimals}f}{unit}"
+    return f"{number_text(lo, decimals)}-{number_text(hi, decimals)}{unit}"
 
 
 @dataclass

@@ -16,6 +16,7 @@ it and the totals move the same way as the per-unit means, so a total that grew 
 because a side has more hosts is never called a change.
 """
 import dataclasses
+import math
 
 STAT = "Sum"
 # Units of a share or a rate of something else: a total of them means nothing; such a row
@@ -34,7 +35,7 @@ def as_totals(sides, table, leaning_of, not_significant):
     _leaning, NOT_SIGNIFICANT = leaning_of, not_significant
 
     base_side = sides.baseline
-    shares = []
+    shares, beyond = [], []
     for row in table.rows:
         if row.metric.unit in NOT_SUMMED:
             shares.append(row.metric.name)
@@ -42,6 +43,9 @@ def as_totals(sides, table, leaning_of, not_significant):
         n = {s: row.stats[s].n for s in sides.sides}
         mean = {s: row.stats[s].mean for s in sides.sides}
         total = {s: None if mean[s] is None else mean[s] * n[s] for s in sides.sides}
+        if any(t is not None and not math.isfinite(t) for t in total.values()):
+            beyond.append(row.metric.name)       # two values near 1.7e308 add up to inf
+            total = {s: t if t is None or math.isfinite(t) else None for s, t in total.items()}
         for s in sides.sides:
             rec = row.records[s]
             is_base = s == base_side
@@ -74,6 +78,9 @@ def as_totals(sides, table, leaning_of, not_significant):
         notes = [note, more]
     else:
         notes = [note]
+    if beyond:
+        notes.append(f"--stat sum: {', '.join(beyond[:6])}{' ...' if len(beyond) > 6 else ''}: "
+                     "a side's total is beyond the largest double (1.8e308): n/a")
     sides.notes += [n for n in notes if n not in sides.notes]
     return table
 

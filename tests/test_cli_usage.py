@@ -214,3 +214,18 @@ def test_label_on_parse_adds_and_says_when_it_replaces_the_bundles_own(tmp_path)
     labels = rows_of(run("sql", tmp_path / "ds", "SELECT labels FROM runs",
                          "--format", "json"))[0]["labels"]
     assert labels == {"kernel": "patched", "host_class": "web", "rack": "r7"}
+
+
+def test_a_label_with_escapes_reaches_the_terminal_inert(tmp_path):
+    """A manifest's label holding a terminal escape (retitle, clear screen) and a typed label
+    holding a tab are printed escaped by the one inert-text rule, not raw."""
+    bundle = tmp_path / "b"
+    shutil.copytree(EXAMPLES / "memory-pressure", bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["labels"] = {"kernel": "van\x1b]0;owned\x07\x1b[2Jilla\u202e"}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    proc = run("parse", bundle, "-o", tmp_path / "ds", "--label", "kernel=pat\tched")
+    assert proc.returncode == 0, proc.stderr
+    assert not any(c in proc.stderr for c in "\x1b\x07\t\u202e"), repr(proc.stderr)
+    assert ("--label kernel=pat\\tched replaces the bundle's own label "
+            "kernel=van\\x1b]0;owned\\x07\\x1b[2Jilla\\u202e") in proc.stderr

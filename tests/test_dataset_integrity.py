@@ -409,3 +409,23 @@ def test_verify_names_every_missing_changed_and_extra_file(ds):
     assert ("extra", rel(orphan)) in got
     assert ("changed", f"{rel(linked)} (a symbolic link)") in got
     assert len(got) == 5, got
+
+
+def test_verify_says_of_each_temporary_name_what_the_next_write_does_with_it(ds, tmp_path):
+    ds, ids = ds
+    honest = ids["honest"]
+    metrics = tmp_path / "m.csv"
+    metrics.write_text(f"run,metric,value,unit,better\n{honest},tps,1,,higher\n")
+    kmemscope("metrics", "import", ds, metrics)
+    folder = ds / "run_metrics" / f"run_id={honest}"
+    stale = folder / f".part-0.parquet.{'a' * 16}.tmp"        # a killed writer's
+    stale.write_bytes(b"half")
+    planted = folder / f".part-0.parquet.{'b' * 16}.tmp"      # no writer's: a link
+    planted.symlink_to(tmp_path / "elsewhere")
+    said = [line.split("\t", 1)[1] for line in run("verify", ds).stdout.splitlines()
+            if ".tmp" in line]
+    by_name = {text.split(" ", 1)[0].rsplit("/", 1)[-1]: text for text in said}
+    assert "the next write into this folder removes it" in by_name[stale.name]
+    assert "no write removes it" in by_name[planted.name]
+    kmemscope("metrics", "import", ds, metrics)                # the next write
+    assert not stale.exists() and planted.is_symlink()

@@ -104,6 +104,17 @@ BAD = [
     ("reserved.csv", "run,metric,value,unit,better\n{a},vmstat.compact_stall,1,,lower\n",
      "prefix kmemscope uses"),
     ("control.csv", "run,metric,value,unit,better\n{a},\"t\x1bps\",1,,higher\n", "control characters"),
+    ("cost.csv", "run,metric,value,unit,better\n{a},cost.kswapd_cpu_s,1,s,lower\n",
+     "prefix kmemscope uses"),
+    ("mthp.csv", "run,metric,value,unit,better\n{a},mthp.2048kB.anon_fault_alloc,1,,higher\n",
+     "prefix kmemscope uses"),
+    ("group.csv", "run,metric,value,unit,better\n{a},mthp,1,,higher\n", "name of a group"),
+    ("underscore.csv", "run,metric,value,unit,better\n{a},tps,1_000,,higher\n", "is not a number"),
+    ("arabic.csv", "run,metric,value,unit,better\n{a},tps,\u0661\u0662,,higher\n", "is not a number"),
+    ("fullwidth.csv", "run,metric,value,unit,better\n{a},tps,\uff11\uff12,,higher\n",
+     "is not a number"),
+    ("huge.json", '[{{"run": "{a}", "metric": "x", "value": 10000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000, "better": "higher"}}]',
+     "finite number"),
     ("empty.csv", "", "lacks run"),
     ("bool.json", '[{{"run": "{a}", "metric": "x", "value": true, "unit": "", "better": "higher"}}]',
      "value must be a number"),
@@ -268,3 +279,14 @@ def test_import_does_not_write_through_a_linked_table_folder(ds, tmp_path):
     line = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(line) == 1 and "run_metrics" in line[0], proc.stderr
     assert not any(outside.iterdir())
+
+
+def test_every_group_and_prefix_of_the_comparison_is_reserved():
+    """An imported metric may take no name of kmemscope's own groups or rows (oracle: the
+    comparison's own table of groups, queries/metrics.py GROUPS)."""
+    from kmemscope.parsers.benchmark_results import RESERVED_NAMES, RESERVED_PREFIXES
+    from kmemscope.queries.metrics import GROUPS
+
+    assert set(GROUPS) <= set(RESERVED_NAMES)
+    own = {g for g, kind in GROUPS.items() if kind not in ("summary", "imported")}
+    assert {f"{g}." for g in own} <= set(RESERVED_PREFIXES)

@@ -31,7 +31,7 @@ JSON, the `kmemscope.notes` metadata of Parquet, stderr and --notes FILE for csv
 import dataclasses
 import math
 
-from kmemscope.common.text import printable
+from kmemscope.common.text import number_text, printable
 from kmemscope.queries.comparison_model import BLOCKS
 from kmemscope.render.verdicts import (bounds_text, exactness_text, p_text,  # noqa: F401
                                        verdict_color, verdict_text)  # (the report colours by it)
@@ -145,7 +145,7 @@ def same_quantity_lines(sides, rows, side, titles=False):
 def pct_text(pct):
     if pct is None or (isinstance(pct, float) and not math.isfinite(pct)):
         return "n/a"
-    return f"{pct:.2f}"
+    return number_text(pct)
 
 
 def _cell(value, pct, significant, bounds=""):
@@ -153,10 +153,11 @@ def _cell(value, pct, significant, bounds=""):
     overflow) for values that need it."""
     if value is None:
         return f"{'n/a':>{VALUE_WIDTH}}" + " " * (CELL_WIDTH - VALUE_WIDTH)
-    v = f"{value:{VALUE_WIDTH}.2f}" + (f" {bounds}" if bounds else "")
+    v = f"{number_text(value):>{VALUE_WIDTH}}" + (f" {bounds}" if bounds else "")
     if pct is None:
         return f"{v} ({'n/a':>{PCT_WIDTH}} )"
-    return f"{v} *{pct:{PCT_WIDTH}.2f}%*" if significant else f"{v} ({pct:{PCT_WIDTH}.2f}%)"
+    shown = f"{number_text(pct):>{PCT_WIDTH}}"
+    return f"{v} *{shown}%*" if significant else f"{v} ({shown}%)"
 
 
 def _stat_name(row, key):
@@ -233,7 +234,7 @@ def _finish(out, notes):
 def _interval(low, high, unit=""):
     if low is None or high is None:
         return "n/a"
-    return f"[{low:.2f}, {high:.2f}]{unit}"
+    return f"[{number_text(low)}, {number_text(high)}]{unit}"
 
 
 def format_text(sides, table, notes=()):
@@ -372,7 +373,7 @@ def format_markdown(sides, table, notes=()):
         for s in sides.sides:
             rec = r.records[s]
             value = "n/a" if rec.value is None else (
-                f"{rec.value:.2f} " + (markdown_text(bounds_text(rec)) + " " if bounds_text(rec) else "")
+                f"{number_text(rec.value)} " + (markdown_text(bounds_text(rec)) + " " if bounds_text(rec) else "")
                 + markdown_text(_interval(rec.value_low, rec.value_high)))
             change = "" if rec.is_baseline else (
                 f"{pct_text(rec.change)}% {markdown_text(_interval(rec.change_low, rec.change_high))}"
