@@ -503,7 +503,13 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
     if timeout is None and not spark:
         timeout = 300.0 if read_only else 3600.0
     table = fmt == "table"
-    notes: list[str] = []
+    notes: list[str] = []       # json and parquet hold them, and --notes FILE: stderr's notes
+
+    def stream(batches):
+        # the dataset is listed by now: what its readers left out is known before the rows
+        _add_reader_notes(notes, dataset)
+        writer.stream(batches)
+
     with formats.result_writer(fmt, output, kind="sql", notes=notes) as writer:
         with _engine(engine, spark_master, spark_conf, dataset) as spec, \
                 _limits(None if spark else memory_limit, None if spark else timeout):
@@ -514,10 +520,10 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
                               read_only=read_only, timeout=None if spark else timeout,
                               memory_limit=None if spark else memory_limit, notes=notes,
                               plain_rows=table, max_rows=TABLE_MAX_ROWS + 1,
-                              on_result=None if table else writer.stream)
+                              on_result=None if table else stream)
+            _add_reader_notes(notes, dataset)     # the query ran: the caveat, not a second error
             for note in notes:
                 _note(note)
-            _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
         for result in tables if table else ():
             writer.table(result)
     if notes_file:
@@ -530,6 +536,14 @@ def _interrupted_notes(dataset):
 
     for note in reader_notes(dataset):
         _note(note)
+
+
+def _add_reader_notes(notes, dataset):
+    """The notes of _interrupted_notes (and of folders the readers left out) added to `notes`,
+    each once."""
+    from kmemscope.api import reader_notes
+
+    notes += [note for note in reader_notes(dataset) if note not in notes]
 
 
 def _note(note):

@@ -149,6 +149,10 @@ def test_an_odd_run_folder_is_left_out_with_a_note_and_the_runs_answer(ds, name)
         if args[0] == "query":
             got = {r["run_id"]: r["allocs"] for r in rows_of(proc)}
             assert set(got) == {allocs, other} and got[allocs] >= oracle, got
+        if args[0] != "info":      # the json carries the notes stderr shows, word for word
+            shown = [line.split("note: ", 1)[1] for line in proc.stderr.splitlines()
+                     if line.startswith("kmemscope: note: ")]
+            assert json.loads(proc.stdout)["notes"] == shown and shown
 
 
 # ---------------------------------------------------------------- 4. forged caches
