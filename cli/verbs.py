@@ -759,8 +759,10 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
 @click.option("--baseline", metavar="VALUE", help="The side to compare against (default: the first value).")
 @click.option("--metrics", metavar="M1,M2", help=METRICS_HELP)
 @click.option("--test", type=click.Choice(["welch", "mannwhitney", "band"]), default=None,
-              help="The test whose verdict marks a change *x%* (default: welch; band, mmtests' "
-                   "test, with --format mmtests).")
+              help="The test whose verdict marks a change *x%*: welch (the default), the "
+                   "permutation test of the means, exact up to 20,000 splits of the pooled "
+                   "values, else 100,000 random ones; mannwhitney, the same test of the ranks; "
+                   "band, mmtests' test (the default with --format mmtests).")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Level of the verdict: adjusted p < alpha.")
 @click.option("--correction", type=click.Choice(["bh", "holm", "none"]), default="bh",
@@ -804,7 +806,7 @@ def compare(dataset, by, baseline, metrics, test, alpha, correction, side_order,
 
     Every run is one value per metric; each side is summarised (Min, Hmean or
     Amean, Stddev, CoeffVar, Max, BHmean-95) and compared with the baseline:
-    the change with its 95% bootstrap interval, Welch's p-value adjusted
+    the change with its 95% interval, the permutation test's p-value adjusted
     across the table (Benjamini-Hochberg), and the verdict, better or worse
     only where significant. Three or more sides are each compared with the
     baseline.

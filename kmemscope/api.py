@@ -201,7 +201,8 @@ class Comparison:
     def notes(self) -> list[str]:
         from kmemscope.queries.sides import condense_notes, missing_notes
 
-        return condense_notes(self.sides.notes) + missing_notes(self.sides, self.rows)
+        return (condense_notes(self.sides.notes) + missing_notes(self.sides, self.rows)
+                + list(self.table.notes))
 
     def result(self) -> Result:
         """One row per metric and side: every field of the records (the csv/json rows of compare)."""

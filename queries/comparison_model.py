@@ -55,7 +55,7 @@ class ComparisonRecord:
     missing: int | None            # runs (units) without a value, left out of n
     statistic: str | None          # Hmean, Amean or Median: the centre in `value`
     value: float | None            # the side's statistic
-    value_low: float | None        # 95% bootstrap interval of `value`, within what the values can take
+    value_low: float | None        # 95% interval of `value` (t, or order statistics for a median)
     value_high: float | None
     min: float | None
     max: float | None
@@ -95,7 +95,8 @@ class ComparisonRecord:
     best_change: float | None = None
     welch_p: float | None = None   # both tests' raw p-values, whichever decides
     mannwhitney_p: float | None = None
-    band_apart: bool | None = None  # the mmtests band test: the bands do not overlap
+    band_apart: bool | None = None  # the mmtests band test: the bands do not overlap; None where
+                            # it is not applied (a side without spread, a size no test can call)
     direction_reason: str | None = None  # why `direction` is the better way, or why a row has
                             # none (every row has one: queries/metrics.py, the metric's definition)
     method: str | None = None      # what computed `p`: welch, permutation (exact, at small n),
@@ -113,6 +114,9 @@ class ComparisonRecord:
     same_as: str | None = None     # the other rows of this table that measure the same quantity
                             # (metric names, ", "-joined), perhaps in another block's convention
     same_quantity: str | None = None  # what those rows and this one all measure
+    value_note: str | None = None  # why `value` has no interval (too few values, no spread)
+    p_error: float | None = None   # the standard error of a Monte-Carlo permutation p (method
+                            # permutation-mc: random splits); None where p is exact
 
     @property
     def lower_bound(self):
@@ -238,7 +242,9 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
     for k, (i, s) in enumerate(keys):
         tests = partial[i]["tests"][s]
         na, nb = tests["sizes"]
-        why = None if test == "band" else st.out_of_reach(na, nb, alpha)
+        why = st.out_of_reach(na, nb, alpha)
+        if why:                     # no band mark where no test of this size could call one
+            tests["band"] = None
         if why and tests["untested"] is None:
             tests["untested"], raw[k] = why, None
     if test == "band":
@@ -250,11 +256,34 @@ def compare_table(sides, metrics=None, test=DEFAULT_TEST, alpha=0.05, correction
         partial[i]["tests"][s]["p_adjusted"] = p_adj
     table = ComparisonTable([], test, alpha, correction, tested, sides.unit, detect,
                             options={"metrics": metrics, "stat": stat, "directions": directions})
+    table.notes += _reach_notes(partial, keys, raw, test, alpha, correction)
     detect_alpha = alpha / max(tested, 1) if correction != "none" else alpha
     for part in partial:
         table.rows.append(_finish_row(sides, part, table, detect_alpha))
     _cross_reference(table.rows)
     return table
+
+
+def _reach_notes(partial, keys, raw, test, alpha, correction):
+    """A note where the correction can call nothing unless many rows sit at the smallest p
+    their size can give (4 v 4: 0.029; with 44 tests Benjamini-Hochberg needs 26 there)."""
+    if test == "band":
+        return []
+    floors = [st.reachable_p(*partial[i]["tests"][s]["sizes"])
+              for (i, s), p in zip(keys, raw) if p is not None]
+    need = st.calls_need(floors, alpha, correction)
+    if need == 1 or not floors:
+        return []
+    low = min(floors)
+    sizes = sorted({"{} v {}".format(*partial[i]["tests"][s]["sizes"])
+                    for (i, s), p in zip(keys, raw) if p is not None})
+    what = st.CORRECTIONS[correction]
+    if need is None:
+        return [f"no row can be called: at {', '.join(sizes)} no p can fall below {low:.2g}, "
+                f"and {what} over {len(floors)} tests asks less of the first call"]
+    return [f"{what} over {len(floors)} tests can call a row only where at least {need} rows "
+            f"reach the smallest p their size gives ({low:.2g} at {', '.join(sizes)}): more "
+            f"runs a side, or fewer rows (--metrics), let one change be called alone"]
 
 
 def _cross_reference(rows):
@@ -285,13 +314,18 @@ def _row_parts(sides, metric, stat, test=DEFAULT_TEST):
         a, b = (st.reciprocals(base.values, new.values)
                 if row_stat == "Hmean" and base.values and new.values else (base.values, new.values))
         welch, mw = st.two_sample("welch", a, b, what), st.two_sample("mannwhitney", a, b, what)
-        # mmtests' band test as mmtests defines it, but not below the size any test needs
-        band = st.band_test(base, new) if min(base.n, new.n) >= st.MIN_TEST_N else None
+        # mmtests' band test as mmtests defines it, but not below the size any test needs nor
+        # on a side without spread (its band is a point: 5,5,5 v 6,6,6 would be "apart")
+        band, band_why = None, welch.reason
+        if band_why is None and (base.stddev == 0 or new.stddev == 0):
+            band_why = "a side has no spread: the band test's band is a point"
+        elif band_why is None:
+            band = st.band_test(base, new)
         chosen = {"welch": welch, "mannwhitney": mw}.get(test)
         tests[s] = {"welch": welch.p, "mannwhitney": mw.p, "band": band,
                     "method": chosen.method if chosen else ("band" if band is not None else None),
-                    "untested": (chosen.reason if chosen else
-                                 (welch.reason if band is None else None)),
+                    "untested": chosen.reason if chosen else band_why,
+                    "p_error": chosen.error if chosen else None,
                     "sizes": (len(a), len(b))}
     return {"metric": metric, "stat": row_stat, "note": note, "stats": stats, "tests": tests}
 
@@ -309,7 +343,8 @@ def _finish_row(sides, part, table, detect_alpha):
     for s in sides.sides:
         x = stats[s]
         seed = _seed(metric.name, s)
-        side_ci = st.side_interval(row_stat, x.values, seed)
+        side_ci, value_note = st.side_interval(row_stat, x.values,
+                                               most=100.0 if metric.unit == "%" else None)
         if s == sides.baseline:
             change_ci, interval_note, test_result = None, None, {}
         else:
@@ -317,8 +352,10 @@ def _finish_row(sides, part, table, detect_alpha):
                                                           metric.convention, metric.better,
                                                           seed=seed)
             test_result = part["tests"][s]
-        records[s] = _record(sides, metric, row_stat, base, x, s, side_ci, change_ci, test_result,
-                             table, detect_alpha, interval_note)
+        records[s] = dataclasses.replace(
+            _record(sides, metric, row_stat, base, x, s, side_ci, change_ci, test_result,
+                    table, detect_alpha, interval_note),
+            value_note=value_note if x.n else None, p_error=test_result.get("p_error"))
     return MetricRow(metric, stats, records, row_stat, part["note"])
 
 

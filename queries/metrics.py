@@ -86,6 +86,8 @@ class Metric:
 # `compare --direction NAME=higher|lower` states a direction for a row that has none.
 _DEMAND = ("the workload's demand, not the allocator's answer to it: a change says the runs "
            "asked for something else, which is no gain or loss by itself")
+_FOLLOWS_DEMAND = ("the success rate (alloc / (alloc + fallback)) is the allocator's answer, and "
+                   "it carries the direction")
 _BACKGROUND = ("{what} stalls no task: more or less of it is background work, which some "
                "patches move there on purpose (direct stalls fall as it rises) and others cut; "
                "no gain or loss by itself. What it costs is the row cost.{cpu}")
@@ -144,8 +146,8 @@ HEADLINE = [name for name in SUMMARY if name not in ("duration_s", "allocs")]
 _EVICTS = ("reclaim work and the evictions behind refaults; fewer is less reclaim pressure "
            "for the same work")
 VMSTAT_DIRECTIONS = {
-    "thp_fault_alloc": ("higher", "a fault served with a huge page (read with THP fault "
-                                  "fallback: how many faults there were is the workload's)"),
+    "thp_fault_alloc": ("none", "faults served with a huge page follow how many THP faults "
+                                "the workload took: " + _FOLLOWS_DEMAND),
     "thp_fault_fallback": ("lower", "a THP fault that fell back to base pages"),
     "thp_collapse_alloc": ("higher", "khugepaged got the huge page it asked for to collapse into"),
     "thp_collapse_alloc_failed": ("lower", "khugepaged failed to get a huge page"),
@@ -1171,7 +1173,9 @@ def _parse_cost_name(name):
 # mTHP counters (/sys/kernel/mm/transparent_hugepage/hugepages-<size>kB/stats/): which way is
 # better, and why. A counter not named here (a later kernel's) has no direction.
 MTHP_BETTER = {
-    "anon_fault_alloc": ("higher", "an anonymous fault got a folio of this size"),
+    "anon_fault_alloc": ("none", "anonymous faults served at this size follow how many faults "
+                                 "tried it, and faults that fell back from a larger size land "
+                                 "here (64 kB rises when 256 kB fails): " + _FOLLOWS_DEMAND),
     "anon_fault_fallback": ("lower", "an anonymous fault at this size fell back to a smaller one"),
     "anon_fault_fallback_charge": ("lower", "a fault fell back because the memcg charge failed"),
     "anon_fault_success_pct": ("higher", "alloc / (alloc + fallback): faults served at this size"),

@@ -18,10 +18,15 @@ everywhere the metric appears (table cell, figure, verdict):
   direction.
 mmtests' band test: significant when the bands mean +/- 1.96*s of the two
 sides do not overlap (s is not divided by sqrt(n), as mmtests does).
-Beside it: Welch's t-test and the Mann-Whitney U test, two-sided, computed as
-scipy.stats computes them (its Student t from scipy.special; the tests hold both
-equal to scipy.stats) without importing scipy.stats, which costs half a second.
+Beside it, what decides a verdict: the permutation test of the means (--test welch) or of
+the average ranks (--test mannwhitney), two-sided, exact up to EXACT_MAX_SPLITS splits and
+over PERMUTATION_DRAWS random splits above (two_sample()). Welch's t-test and the
+Mann-Whitney U test stay here as scipy.stats computes them (its Student t from
+scipy.special; the tests hold both equal to scipy.stats), without importing scipy.stats,
+which costs half a second; no verdict uses them.
 """
+import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -139,7 +144,9 @@ def spread(stat, xs):
 
     About an Hmean H (mmtests' HStddev and HCoeffVar): sqrt(H^4 * sum((1/x - 1/H)^2) / n),
     the delta-method spread of a harmonic mean; otherwise the sample standard deviation.
-    The coefficient of variation divides by the row's own statistic. None below two values.
+    The coefficient of variation divides by the row's own statistic, except about a median,
+    where it divides by the Amean, as mmtests' Stat.pm computes CoeffVar whatever the centre
+    (a median of 0 would give none). None below two values.
     HStddev is computed as H * sqrt(sum((H/x - 1)^2) / n), the same number, whose every term
     stays finite for any finite input (H^4 overflows from H = 1.2e77 up).
     """
@@ -150,6 +157,8 @@ def spread(stat, xs):
         sd = centre * math.sqrt(math.fsum((centre / x - 1) ** 2 for x in xs) / len(xs))
     else:
         sd = stddev(xs)
+    if stat == "Median":
+        centre = amean(xs)
     return sd, (100.0 * (sd / abs(centre)) if centre else None)
 
 
@@ -174,21 +183,18 @@ def change(metric, base, new, better=None):
 
 
 def pct_diff(base, new, better):
-    """mmtests' percent difference, positive = better.
+    """mmtests' percent difference, positive = better: (new - base) / |base| in %, negated
+    where lower is better (mmtests' `new*100/base - 100` and `100 - new*100/base` for a
+    positive baseline; over a negative one the sign still follows the direction, where
+    mmtests' formula would call a rise from -0.9 to -0.35 a fall).
 
     0 when both are 0; None when either is missing or only the baseline is 0
     (no finite percentage: the outputs print n/a and a note says why).
     """
-    if base is None or new is None:
+    up = percent_change(base, new)
+    if up is None:
         return None
-    if base == 0:
-        return 0.0 if new == 0 else None
-    ratio = _ratio(new, base)
-    if ratio is None:
-        return None
-    if better == "higher":
-        return ratio * 100.0 - 100.0
-    return 100.0 - ratio * 100.0
+    return up if better == "higher" else -up
 
 
 def _ratio(new, base):
@@ -390,8 +396,6 @@ _SPLIT_CACHE: dict = {}
 
 def _split_indexes(n, k):
     """Every k-subset of range(n) as rows of an array (cached: a table asks for few sizes)."""
-    import itertools
-
     import numpy as np
 
     key = (n, k)
@@ -400,14 +404,19 @@ def _split_indexes(n, k):
     return _SPLIT_CACHE[key]
 
 
-def permutation_p(a, b, ranks=False):
-    """Exact two-sided permutation p-value of the difference in means of a and b (of their
-    average ranks with ranks=True: the Mann-Whitney U test, exact with ties): over every
-    split of the pooled values into sides of len(a) and len(b), twice the smaller share of
-    splits whose difference is at least as low, or as high, as the observed one, as
+def permutation_p(a, b, ranks=False, draws=None):
+    """Two-sided permutation p-value of the difference in means of a and b (of their average
+    ranks with ranks=True: the Mann-Whitney U test, exact with ties): twice the smaller share
+    of splits of the pooled values into sides of len(a) and len(b) whose difference is at
+    least as low, or as high, as the observed one. None below 2 values a side.
+
+    Up to EXACT_MAX_SPLITS splits every split is enumerated: the exact p, as
     scipy.stats.permutation_test(permutation_type="independent", n_resamples=inf) computes it
-    (differences within a relative 1e-12 count as equal). Never below smallest_p(). None below
-    2 values a side or above EXACT_MAX_SPLITS splits.
+    (differences within a relative 1e-12 count as equal), never below smallest_p(). Above,
+    `draws` (PERMUTATION_DRAWS) random splits (_random_subsets(), seeded from the sizes),
+    counted as Phipson & Smyth do, the observed split among them: each tail is
+    (1 + splits as extreme) / (draws + 1), so p is never 0 nor below 2 / (draws + 1), and it
+    lies within a standard error of sqrt(p (2 - p) / draws) of the exact p (mc_error()).
 
     The difference in means is a monotone function of side a's sum (the pooled sum is
     fixed), so each split is judged by its sum, over values shifted and scaled into [-1, 1].
@@ -415,40 +424,104 @@ def permutation_p(a, b, ranks=False):
     import numpy as np
 
     na, nb = len(a), len(b)
-    if na < 2 or nb < 2 or splits(na, nb) > EXACT_MAX_SPLITS:
+    if na < 2 or nb < 2:
         return None
     pooled = _average_ranks([*a, *b])[0] if ranks else [*a, *b]
     scale = _scale(pooled)
     z = np.array([x / scale for x in pooled])
     z -= np.median(z)
-    sums = z[_split_indexes(na + nb, na)].sum(axis=1)
-    observed = z[:na].sum()
     tol = 1e-12 * max(1.0, float(np.abs(z).sum()))
-    low = int(np.count_nonzero(sums <= observed + tol))
-    high = int(np.count_nonzero(sums >= observed - tol))
-    return min(1.0, 2.0 * min(low, high) / len(sums))
+    observed = z[:na].sum()
+    if splits(na, nb) <= EXACT_MAX_SPLITS:
+        sums = z[_split_indexes(na + nb, na)].sum(axis=1)
+        low = int(np.count_nonzero(sums <= observed + tol))
+        high = int(np.count_nonzero(sums >= observed - tol))
+        return min(1.0, 2.0 * min(low, high) / len(sums))
+    draws = draws or PERMUTATION_DRAWS
+    # side a's sum over random splits: the smaller side drawn (the fewest indexes), and
+    # side a's sum the pooled sum less it where that side is b
+    k = min(na, nb)
+    subsets = _random_subsets(na + nb, k, draws)
+    step = max(1, 1_000_000 // k)           # gathered a million values at a time
+    drawn = np.concatenate([z[subsets[i:i + step]].sum(axis=1)
+                            for i in range(0, draws, step)])
+    sums = drawn if k == na else z.sum() - drawn
+    low = 1 + int(np.count_nonzero(sums <= observed + tol))
+    high = 1 + int(np.count_nonzero(sums >= observed - tol))
+    return min(1.0, 2.0 * min(low, high) / (draws + 1))
+
+
+# Above EXACT_MAX_SPLITS splits, this many random ones: the p's standard error
+# sqrt(p (2 - p) / draws) is at most 0.0032 (p = 1), 0.0019 at p = 0.2, 0.0007 at p = 0.05,
+# so a p is within 0.01 of the exact one by over 3 standard errors at any p.
+PERMUTATION_DRAWS = 100_000
+
+
+PERMUTATION_SEED = 20_251_207
+
+
+def mc_error(p, draws=PERMUTATION_DRAWS):
+    """The standard error of a Monte-Carlo permutation p: twice a tail share q = p / 2 of
+    `draws` splits, 2 sqrt(q (1 - q) / draws) = sqrt(p (2 - p) / draws)."""
+    return math.sqrt(max(p * (2.0 - p), 0.0) / draws)
+
+
+@functools.lru_cache(maxsize=4)
+def _random_subsets(n, k, draws):
+    """`draws` random k-subsets of range(n), uniform, as rows of an array: the same for every
+    row of a table with these sizes (drawn once, cached), and seeded from the sizes, so that
+    one comparison prints the same p every time. Few indexes out of many (a canary of 3 hosts
+    against 60): k indexes drawn with replacement, the rows that repeat one drawn again;
+    otherwise the k smallest of n random keys, in chunks that keep the keys to a few
+    megabytes."""
+    import numpy as np
+
+    rng = np.random.default_rng([PERMUTATION_SEED, n, k, draws])
+    dtype = np.int16 if n < 2 ** 15 else np.int32
+    if k * (k - 1) <= n:                  # at most about half the rows repeat an index
+        out = rng.integers(0, n, size=(draws, k), dtype=dtype)
+        again = np.arange(draws)
+        while len(again):
+            rows = out[again]
+            repeats = np.zeros(len(again), dtype=bool)
+            for i, j in itertools.combinations(range(k), 2):
+                repeats |= rows[:, i] == rows[:, j]
+            again = again[repeats]
+            out[again] = rng.integers(0, n, size=(len(again), k), dtype=dtype)
+        return out
+    out = np.empty((draws, k), dtype=dtype)
+    chunk = max(1, 2_000_000 // n)
+    for start in range(0, draws, chunk):
+        keys = rng.random((min(chunk, draws - start), n))
+        out[start:start + len(keys)] = np.argpartition(keys, k - 1, axis=1)[:, :k]
+    return out
 
 
 @dataclass
 class PValue:
     p: float | None           # two-sided p; None: not tested
-    method: str | None        # what computed p: welch, permutation, mannwhitney, permutation-ranks
+    method: str | None        # what computed p: permutation, permutation-ranks (exact), or
+                              # permutation-mc, permutation-ranks-mc (random splits)
     reason: str | None = None  # why there is no p (None when there is one)
+    error: float | None = None  # the standard error of a Monte-Carlo p (None: exact)
 
 
 def two_sample(test, a, b, what="runs"):
-    """The p-value of `test` ("welch" or "mannwhitney") for samples a, b, by the method that
-    holds at their size:
+    """The p-value of `test` ("welch" or "mannwhitney") for samples a, b: the permutation test
+    of the difference in means (welch) or in average ranks (mannwhitney), at every size:
 
     - fewer than MIN_TEST_N values a side: not tested, and the reason says so;
     - every value on both sides equal: not tested ("all values are equal"), as a test of
       nothing;
-    - up to EXACT_MAX_SPLITS splits of the pooled values: the exact permutation test, of the
-      means for welch, of the ranks for mannwhitney (no normal approximation, no t
-      distribution fitted to two or three values, no p below 2 / C(n_a + n_b, n_a));
-    - above: Welch's t-test or the Mann-Whitney U test; two constant sides that differ,
-      where Welch's t is undefined, get the exact permutation p 2 / C(n_a + n_b, n_a) (only
-      the observed split, and for equal sides its mirror, is as extreme).
+    - up to EXACT_MAX_SPLITS splits of the pooled values: exact, every split enumerated (no
+      normal approximation, no t distribution fitted to two or three values, no p below
+      2 / C(n_a + n_b, n_a));
+    - two constant sides that differ, at any size: the exact p 2 / C(n_a + n_b, n_a) (only
+      the observed split, and for equal sides its mirror, is as extreme);
+    - above: PERMUTATION_DRAWS random splits (permutation_p()), with the p's standard error.
+      Welch's t and the normal approximation of the U test are not used: with sides as
+      unequal as a canary of 3 hosts against 60, Welch's t on the canary's three values
+      called a null row changed in most tables of 20 count rows.
     """
     if len(a) < MIN_TEST_N or len(b) < MIN_TEST_N:
         few = min(len(a), len(b))
@@ -457,36 +530,71 @@ def two_sample(test, a, b, what="runs"):
     if len(set(a) | set(b)) == 1:
         return PValue(None, None, f"all values are equal ({a[0]:g})")
     ranks = test == "mannwhitney"
-    exact = permutation_p(a, b, ranks=ranks)
-    if exact is not None:
-        return PValue(exact, "permutation-ranks" if ranks else "permutation")
-    if len(set(a)) == 1 and len(set(b)) == 1:
-        return PValue(smallest_p(len(a), len(b)), "permutation")
-    if ranks:
-        return PValue(mannwhitney_p(a, b), "mannwhitney")
-    return PValue(welch_p(a, b), "welch")
+    method = "permutation-ranks" if ranks else "permutation"
+    exact = splits(len(a), len(b)) <= EXACT_MAX_SPLITS
+    if not exact and len(set(a)) == 1 and len(set(b)) == 1:
+        return PValue(smallest_p(len(a), len(b)), method)
+    p = permutation_p(a, b, ranks=ranks)
+    if exact:
+        return PValue(p, method)
+    return PValue(p, method + "-mc", error=mc_error(p))
+
+
+def reachable_p(na, nb):
+    """The smallest p a test of na v nb values can give: 2 / C(na + nb, na) where every split
+    is enumerated, 2 / (PERMUTATION_DRAWS + 1) where they are drawn."""
+    if splits(na, nb) <= EXACT_MAX_SPLITS:
+        return smallest_p(na, nb)
+    return 2.0 / (PERMUTATION_DRAWS + 1)
 
 
 def out_of_reach(na, nb, alpha):
     """Why a test of na v nb values can say nothing at `alpha` (its smallest p is not below
     alpha), or None when it can."""
-    if na < MIN_TEST_N or nb < MIN_TEST_N or splits(na, nb) > EXACT_MAX_SPLITS:
+    if na < MIN_TEST_N or nb < MIN_TEST_N:
         return None
-    low = smallest_p(na, nb)
+    low = reachable_p(na, nb)
     if low < alpha:
         return None
+    if splits(na, nb) > EXACT_MAX_SPLITS:
+        return (f"{na} v {nb}: {PERMUTATION_DRAWS:,} random splits give no p below {low:.2g}, "
+                f"so p < {alpha:g} cannot be reached")
     return (f"{na} v {nb}: no split of {na + nb} values gives p below {low:.2g} "
             f"(2 of {splits(na, nb)} splits), so p < {alpha:g} cannot be reached")
 
 
+def calls_need(floors, alpha, method="bh"):
+    """How many rows must sit at their smallest reachable p (`floors`, one per test of the
+    table) before the correction can call any: 1 where one row can be called alone, None
+    where none can at all. Benjamini-Hochberg calls the k smallest where the k-th is at most
+    k * alpha / m, so with every p at least its floor it needs the least k whose k-th
+    smallest floor is at most that; Holm needs the smallest floor below alpha / m."""
+    m = len(floors)
+    if not m:
+        return None
+    ordered = sorted(floors)
+    if method == "none":
+        return 1 if ordered[0] < alpha else None
+    if method == "holm":
+        return 1 if ordered[0] < alpha / m else None
+    for k, floor in enumerate(ordered, 1):
+        if floor <= k * alpha / m:
+            return k
+    return None
+
+
 def percent_change(base, new):
-    """Plain change new/base - 1 in %, without direction; None from a zero baseline."""
+    """Plain change (new - base) / |base| in %, without direction (new/base - 1 for a positive
+    baseline; positive always means higher, over a negative baseline too); None from a zero
+    baseline."""
     if base is None or new is None:
         return None
     if base == 0:
         return 0.0 if new == 0 else None
     ratio = _ratio(new, base)
-    return None if ratio is None else (ratio - 1.0) * 100.0
+    if ratio is None:
+        return None
+    return (ratio - 1.0) * 100.0 if base > 0 else (1.0 - ratio) * 100.0
 
 
 # ---------------------------------------------------------------- across the rows of a table
@@ -625,10 +733,13 @@ def change_interval(stat, base, new, convention, better, level=CI_LEVEL, seed=0)
         return None, why or "no interval"
     if min(base) >= 0 and min(new) >= 0:
         lo, hi = max(lo, 0.0), max(hi, 0.0)
-    if convention == "mmtests" and better == "lower":
-        interval = (100.0 - float(hi) * 100.0, 100.0 - float(lo) * 100.0)
-    else:
+    # in % up from the baseline, (new - base) / |base|, as percent_change() and pct_diff()
+    if (mean_of(stat, base) or 0) >= 0:
         interval = (float(lo) * 100.0 - 100.0, float(hi) * 100.0 - 100.0)
+    else:
+        interval = (100.0 - float(hi) * 100.0, 100.0 - float(lo) * 100.0)
+    if convention == "mmtests" and better == "lower":
+        interval = (-interval[1], -interval[0])
     if not all(math.isfinite(x) for x in interval):
         return None, "the interval is beyond what a float holds"
     note = None
@@ -658,24 +769,74 @@ def _bootstrap_ratio(stat, base, new, seed, level, resamples=BOOTSTRAP_RESAMPLES
     return _quantiles(sn / sb, level)
 
 
-def side_interval(stat, xs, seed=0, resamples=BOOTSTRAP_RESAMPLES, level=CI_LEVEL):
-    """(low, high) percentile-bootstrap interval of one side's statistic; None below 2 values.
+# A side's interval is printed from this many values; below, the record says why not.
+SIDE_INTERVAL_FROM = 3
+# A median's distribution-free interval holds 95% from 6 values (2 / 2^6 = 0.031).
+MEDIAN_INTERVAL_FROM = 6
 
-    Each side's runs (or hosts) resampled with replacement, the row's statistic taken of
-    every resample, so that the interval never leaves what the values can take (a count's
-    mean stays >= 0, a percentage's within 0-100). Over the values divided by their largest
-    magnitude, so that any finite input gives finite means. The seed makes every output of
-    one comparison print the same numbers."""
-    import numpy as np
 
-    if len(xs) < 2:
-        return None
+def side_interval(stat, xs, level=CI_LEVEL, most=None):
+    """((low, high) or None, why none or None): a 95% interval of one side's statistic.
+
+    Amean: Student's t interval, mean +/- t(n-1) s / sqrt(n), whose 95% is exact for normal
+    values at any n (a percentile bootstrap is [min, max] at two values and held 51% there,
+    80% at four). Hmean: the same interval of the mean of 1/x, inverted (none where it
+    reaches 0). Median: the distribution-free interval between two order statistics, the
+    widest pair whose binomial coverage is at least 95% (from MEDIAN_INTERVAL_FROM values).
+    None below SIDE_INTERVAL_FROM values or where every value is equal (no spread to go
+    by: five hosts at 0 say little of a mean that is rarely 0). Where every value is >= 0 the
+    interval stops at 0, and at `most` (100 for a share in %) where none is above it. Over values divided by their largest magnitude, so that any finite
+    input gives a finite interval."""
+    interval, why = _side_interval(stat, xs, level)
+    if interval and most is not None and max(xs) <= most:
+        interval = (min(interval[0], most), min(interval[1], most))
+    return interval, why
+
+
+def _side_interval(stat, xs, level):
+    n = len(xs)
+    if n < SIDE_INTERVAL_FROM:
+        return None, f"{n} value{'' if n == 1 else 's'}: an interval needs {SIDE_INTERVAL_FROM}"
+    if len(set(xs)) == 1:
+        return None, "every value is equal: no spread to go by"
+    if stat == "Median":
+        return _median_interval(xs, level)
     scale = _scale(xs)
-    with np.errstate(divide="ignore", over="ignore"):
-        rows = _stat_rows(stat, _resample(np.random.default_rng(seed), [x / scale for x in xs],
-                                          resamples))
-    lo, hi = _quantiles(rows, level)
-    return lo * scale, hi * scale
+    if stat == "Hmean":
+        m = min(xs)
+        lo, hi = _t_interval([m / x for x in xs], level)
+        if lo <= 0:
+            return None, "the interval of the mean of 1/x reaches 0: no bounded interval"
+        return (m / hi, m / lo), None
+    lo, hi = _t_interval([x / scale for x in xs], level)
+    if min(xs) >= 0:
+        lo = max(lo, 0.0)
+    return (lo * scale, hi * scale), None
+
+
+def _t_interval(xs, level):
+    from scipy.special import stdtrit
+
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    half = float(stdtrit(n - 1, (1 + level) / 2)) * math.sqrt(_sample_variance(xs) / n)
+    return mean - half, mean + half
+
+
+def _median_interval(xs, level):
+    """The order statistics x_(j) .. x_(n+1-j) with the largest j whose coverage,
+    1 - 2 P(Binomial(n, 1/2) < j), is at least `level`."""
+    n = len(xs)
+    if n < MEDIAN_INTERVAL_FROM:
+        return None, (f"{n} values: a median's 95% interval needs {MEDIAN_INTERVAL_FROM}")
+    ordered = sorted(xs)
+    below, j = 0.0, 0
+    while True:
+        below_next = below + math.comb(n, j) / 2.0 ** n      # P(B <= j)
+        if 1 - 2 * below_next < level:
+            break
+        below, j = below_next, j + 1
+    return (ordered[j - 1], ordered[n - j]), None
 
 
 def _quantiles(values, level):

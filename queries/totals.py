@@ -7,8 +7,8 @@ and the Sum is the total of those; without --unit, the total of the side's runs.
 
 The Sum row is the comparison of the per-unit values (queries/comparison_model.py,
 with the arithmetic mean as each row's centre) made into totals: the value and its
-95% interval are n times the mean's (a bootstrap of a sum over n resampled units is
-n times that of their mean), the change is the change of the totals in the row's
+95% interval are n times the mean's (the t interval of a total of n units is n times
+that of their mean), the change is the change of the totals in the row's
 convention, and its interval follows from the means' by the ratio of the unit counts.
 The test still compares the per-unit values (a total is not a sample statistic that
 a two-sample test speaks to): a change is called only where the per-unit test calls

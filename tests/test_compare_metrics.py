@@ -97,9 +97,11 @@ def test_imported_metrics_compare_across_three_sides_against_one_baseline(fleet)
         r = by[("latency_ms", name)]
         assert r["statistic"] == "Amean"
         assert r["change"] == pytest.approx(100 - statistics.fmean(values) * 100 / base_lat)
-    # bands: thp-faults' tps 129-131 lies far above 96-104; memory-pressure's overlaps
-    assert by[("tps", "thp-faults")]["band_apart"] is True
-    assert by[("tps", "memory-pressure")]["band_apart"] is False
+    # bands: thp-faults' tps 129-131 lies far above 96-104, but at 3 v 3 no test can reach
+    # p < 0.05 (2 of 20 splits): the band test is not applied there, and the row says why
+    for name in ("thp-faults", "memory-pressure"):
+        r = by[("tps", name)]
+        assert r["band_apart"] is None and "cannot be reached" in r["untested"], name
     assert by[("tps", "kmem-compaction")]["is_baseline"] is True
 
 
@@ -158,7 +160,8 @@ def test_mmtests_format_has_the_blocks_a_patch_shows(fleet):
         assert float(value) == pytest.approx(statistics.harmonic_mean(TPS[name]), abs=0.005)
     assert hmean[0][1] == "(   0.00%)"
     thp = order.index("thp-faults")
-    assert hmean[thp][1].startswith("*") and hmean[thp][1].endswith("%*")     # significant
+    # apart bands, but at 3 v 3 no test can call a change: no mark (the json says untested)
+    assert hmean[thp][1].startswith("(") and hmean[thp][1].endswith("%)")
     # the vmstat block: mmtests names, the derived total row
     for name in TPS:
         d = vmstat_deltas(EXAMPLES / name)

@@ -364,7 +364,8 @@ def test_intervals_stay_within_what_the_values_can_take(ds):
         if r["value_low"] is None:
             continue
         assert r["value_low"] <= r["value"] <= r["value_high"], r["metric"]
-        assert r["min"] <= r["value_low"] and r["value_high"] <= r["max"], r["metric"]
+        # a t interval may reach past the runs' own range (a percentile bootstrap, which never
+        # did, held 51% at two runs a side); never past what a value can be
         if r["unit"] == "%":
             assert 0 <= r["value_low"] and r["value_high"] <= 100
         if r["unit"] == "count":

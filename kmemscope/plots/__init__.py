@@ -262,7 +262,7 @@ def hot_pfns_table(cmp, runs_per_side=3) -> Html:
 
 def vmstat_table(cmp) -> Html:
     """The vmstat rows of `cmp` as a kernel A/B table: per side the statistic and its stddev, the
-    change against the baseline, and Welch's p."""
+    change against the baseline, and the p of the permutation test of the means."""
     return _table(_sides(cmp).vmstat_table)
 
 

@@ -36,9 +36,9 @@ def stat_name(row, side=None):
 
 
 def side_interval(row, side):
-    """(low, high) of the side's statistic: the comparison model's 95% bootstrap interval, within
-    what the values can take (never below 0 for a count, past 100 for a percentage, or outside
-    the runs' own range); None below two runs."""
+    """(low, high) of the side's statistic: the comparison model's 95% interval (Student's t;
+    order statistics for a median), never below 0 for a count nor past 100 for a percentage;
+    None where the model prints none (fewer than 3 values, no spread: its value_note)."""
     rec = row.records[side]
     if rec.value_low is None or rec.value_high is None:
         return None
@@ -210,7 +210,7 @@ class ComparisonFigures:
                    for side in sides for run in self.sides.runs[side]][:MAX_LINES]
         handles.append(Line2D([], [], color="0.3", lw=2.2, label="the side's statistic (Hmean/Amean)"))
         handles.append(Line2D([], [], color="0.3", lw=1.2, marker="_", markersize=8,
-                              label="95% bootstrap interval of\nthe side's statistic"))
+                              label="95% interval of\nthe side's statistic"))
         fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
         fig._kmemscope_alt = ("Per-metric panels: one point per run, the side's statistic as a bar "
                               "with its 95% confidence interval")
@@ -279,7 +279,8 @@ class ComparisonFigures:
     def vmstat_table(self):
         """Compaction and THP: the vmstat rows of a kernel A/B table: per side the comparison's
         statistic ± stddev (named), the raw relative change (new/baseline - 1, as the vmstat block),
-        marked better or worse where the row has a direction (its reason on hover), and Welch's p."""
+        marked better or worse where the row has a direction (its reason on hover), and the p of the
+        permutation test of the means (--test welch)."""
         rows = [r for r in self.rows if r.metric.kind == "vmstat"]
         if not rows:
             raise Missing("No vmstat samples in these runs (bare trace.dat): no vmstat table.")
@@ -338,7 +339,8 @@ def _test_text(comparison):
     table = comparison.table
     if table.test == "band":
         return "the mmtests band test (no correction)"
-    name = {"welch": "Welch's t-test", "mannwhitney": "the Mann-Whitney U test"}[table.test]
+    name = {"welch": "the permutation test of the means",
+            "mannwhitney": "the permutation test of the ranks"}[table.test]
     return f"{name}, adjusted p < {table.alpha}; correction: {table.correction_text()}"
 
 

@@ -42,12 +42,14 @@ STAT_ROWS = (("min", "min_change", None), ("value", "change", "statistic"),
              ("coeffvar", "coeffvar_change", "coeffvar_name"), ("max", "max_change", None),
              ("best_mean", "best_change", "best_name"))
 STAT_TITLES = {"min": "Min", "max": "Max"}
+# mmtests' names (Stat.pm) where the model's differ: a median is its 2nd quartile
+MMTESTS_STAT_NAMES = {"Median": "2nd-qrtle"}
 VALUE_WIDTH, PCT_WIDTH = 12, 7
 CELL_WIDTH = VALUE_WIDTH + PCT_WIDTH + 4          # "%12.2f (%7.2f%)"
 TEST_TEXT = {
     "band": "the mmtests band test (mean +/- 1.96*s bands do not overlap)",
-    "welch": "Welch's t-test",
-    "mannwhitney": "the Mann-Whitney U test",
+    "welch": "the permutation test of the means (--test welch)",
+    "mannwhitney": "the permutation test of the ranks (--test mannwhitney: Mann-Whitney's U)",
 }
 # How each block's rows are laid out in --format mmtests, and the source its rows usually have.
 LAYOUT = {"headline": "stats", "vmstat": "means", "stalls": "means", "cost": "means",
@@ -163,7 +165,8 @@ def _cell(value, pct, significant, bounds=""):
 def _stat_name(row, key):
     rec = next(iter(row.records.values()))
     value_key, _change, name_field = next(k for k in STAT_ROWS if k[0] == key)
-    return getattr(rec, name_field) if name_field else STAT_TITLES[value_key]
+    name = getattr(rec, name_field) if name_field else STAT_TITLES[value_key]
+    return MMTESTS_STAT_NAMES.get(name, name)
 
 
 def _cells(sides, r, key):
@@ -204,7 +207,8 @@ def _join(cells, sides, w=None):
 def _intro(sides, table):
     """Who is the baseline, what marks a change and what the correction covered."""
     if table.test == "band":
-        how = f"*x%*: significant by {TEST_TEXT['band']}"
+        how = (f"*x%*: significant by {TEST_TEXT['band']}, only where both sides have spread "
+               f"and a test of the row's size can reach p < {table.alpha}")
     else:
         how = (f"*x%*: significant by {TEST_TEXT[table.test]}, adjusted p < {table.alpha}; "
                f"correction: {table.correction_text()}")
@@ -276,6 +280,7 @@ def format_text(sides, table, notes=()):
                        f"{verdict_text(rec):<{vw}}  {source_text(rec)}")
         out.append("")
         out += _interval_lines(rows, s)
+        out += _sampled_p_lines(rows, s)
         out += same_quantity_lines(sides, rows, s)
     out += _detect_lines(sides, table)
     out += _one_run_line(sides)
@@ -297,6 +302,18 @@ def _interval_lines(rows, side):
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
         out.append(f"  {note}: {shown}")
     return out + [""]
+
+
+def _sampled_p_lines(rows, side):
+    """The rows whose p was counted over random splits, with the largest standard error."""
+    sampled = [r for r in rows if r.records[side].p_error is not None]
+    if not sampled:
+        return []
+    names = [r.metric.name for r in sampled]
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    worst = max(r.records[side].p_error for r in sampled)
+    return [f"p over random splits (too many to enumerate; standard error at most {worst:.4f}): "
+            f"{shown}", ""]
 
 
 def _detect_lines(sides, table):
@@ -344,8 +361,36 @@ def format_mmtests(sides, table, notes=()):
     for s in sides.sides[1:]:
         same = same_quantity_lines(sides, table.rows, s, titles=True)
         out += [""] + same[:-1] if same else []
+    out += _disagreement_lines(sides, table)
     out += [""] + _one_run_line(sides) if _one_run_line(sides) else []
     return _finish(out, notes)
+
+
+def _disagreement_lines(sides, table):
+    """Under a band-test table: the rows where the band test and the default test, after the
+    correction, do not agree (one marks what the other does not), so that a pasted table
+    never hides what `compare` itself calls."""
+    if table.test != "band":
+        return []
+    other = table.retested(sides, "welch")
+    default = f"{TEST_TEXT['welch']} with {other.correction_text()}"
+    out = []
+    for s in sides.sides[1:]:
+        lines = []
+        for band_row, row in zip(table.rows, other.rows):
+            b, w = band_row.records[s], row.records[s]
+            if bool(b.significant) == bool(w.significant):
+                continue
+            band = ("apart" if b.band_apart else "overlap" if b.band_apart is not None
+                    else f"no band test ({b.untested})")
+            called = (f"adjusted p {p_text(w.p_adjusted)}" if w.p_adjusted is not None
+                      else f"not tested ({w.untested})")
+            lines.append(f"  {row.metric.name}: bands {band}; {called}"
+                         if b.band_apart is not None else f"  {row.metric.name}: {band}; {called}")
+        if lines:
+            out += ["", f"the band test and {default} disagree ({printable(s)} vs "
+                        f"{printable(sides.baseline)}; at adjusted p < {table.alpha}):"] + lines
+    return out
 
 
 def _title(row, sides):
@@ -374,7 +419,8 @@ def format_markdown(sides, table, notes=()):
             rec = r.records[s]
             value = "n/a" if rec.value is None else (
                 f"{number_text(rec.value)} " + (markdown_text(bounds_text(rec)) + " " if bounds_text(rec) else "")
-                + markdown_text(_interval(rec.value_low, rec.value_high)))
+                + markdown_text(_interval(rec.value_low, rec.value_high))
+                + (f" ({markdown_text(rec.value_note)})" if rec.value_note else ""))
             change = "" if rec.is_baseline else (
                 f"{pct_text(rec.change)}% {markdown_text(_interval(rec.change_low, rec.change_high))}"
                 + (f" ({markdown_text(rec.interval_note)})" if rec.interval_note else ""))
