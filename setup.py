@@ -1,13 +1,16 @@
-"""Build the native trace.dat decoder against the system's libtraceevent.
+"""Build the native trace.dat decoder against the system's libtraceevent, and find the packages.
 
-Everything declarative lives in setup.cfg; this file exists only because the
-C extension's compile and link flags come from pkg-config at build time.
+Everything declarative lives in setup.cfg; this file exists because the C extension's
+compile and link flags come from pkg-config at build time, and because the packages are
+found under each folder that setup.cfg's package_dir maps (setup.cfg cannot find them
+under several roots), so a new sub-package is never left out of the wheel.
 """
+import configparser
 import shlex
 import subprocess
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 # libtracecmd is not used: parsers/layout.py reads the file format, and the decoder hands
 # the metadata to libtraceevent's public parsers (tep_parse_event, tep_parse_header_page,
@@ -21,6 +24,10 @@ NATIVE_SOURCES = ["parsers/_tracedat.c", "parsers/native/alloc.c", "parsers/nati
 NATIVE_HEADERS = ["parsers/native/alloc.h", "parsers/native/arrow_c.h", "parsers/native/gbuf.h",
                   "parsers/native/plan.h", "parsers/native/decoder.h", "parsers/native/kallsyms.h",
                   "parsers/native/chunks.h", "parsers/native/fileio.h"]
+# The decoder uses only CPython's limited API of 3.10 (the stable ABI), so one build loads
+# in every CPython from 3.10 on; setup.cfg's [bdist_wheel] py_limited_api tags the wheel
+# cp310-abi3 to match.
+LIMITED_API = ("Py_LIMITED_API", "0x030A0000")
 # Hidden visibility: the module exports PyInit__tracedat (PyMODINIT_FUNC marks it
 # visible) and nothing else, so its helpers cannot clash with others' and it overrides
 # no library's function.
@@ -51,14 +58,30 @@ def check_libtraceevent():
                  f"libtraceevent {LIBTRACEEVENT_SUPPORTED} and later (run `make setup`)")
 
 
+def mapped_packages(cfg="setup.cfg"):
+    """Every package (folder with __init__.py) under each root of setup.cfg's package_dir."""
+    parser = configparser.ConfigParser()
+    parser.read(cfg)
+    mapping = dict(line.split("=", 1) for line in parser["options"]["package_dir"].splitlines()
+                   if line.strip() and not line.lstrip().startswith("#"))
+    packages = []
+    for name, folder in ((n.strip(), f.strip()) for n, f in mapping.items()):
+        packages.append(name)
+        packages += [f"{name}.{sub}" for sub in find_packages(folder)]
+    return sorted(packages)
+
+
 check_libtraceevent()
 setup(
+    packages=mapped_packages(),
     ext_modules=[
         Extension(
             "kmemscope.parsers._tracedat",
             sources=NATIVE_SOURCES,
             depends=NATIVE_HEADERS,
             include_dirs=["parsers/native"],
+            define_macros=[LIMITED_API],
+            py_limited_api=True,
             extra_compile_args=pkg_config("--cflags") + NATIVE_CFLAGS,
             extra_link_args=pkg_config("--libs") + ["-lpthread"],
         )

@@ -1066,6 +1066,13 @@ def export_perfetto(dataset, run, output, quiet):
             _note(note)
 
 
+# ---------------------------------------------------------------- spark-env (cli/spark_env.py)
+
+from kmemscope.cli.spark_env import spark_env  # noqa: E402  (click only: no heavy import)
+
+cli.add_command(spark_env)
+
+
 # ---------------------------------------------------------------- entry point
 
 def _report_error(ctx, exc):

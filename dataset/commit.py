@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import uuid
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -56,6 +57,16 @@ JOURNAL_MAX_BYTES = 1 << 16           # a real journal names a few dozen tables
 LEGACY_PREFIXES = (".staging-", ".trash-")
 # What kmemscope itself names things: anything else in those places is not its own.
 WORK_NAME = re.compile(r"\.parse-[0-9a-f]{12}")
+
+
+def _rmtree_at(name, dir_fd):
+    """Remove folder `name` of the opened folder `dir_fd`, quietly, never following a link.
+    Python 3.10's rmtree has no dir_fd: there the folder is named through /proc/self/fd, the
+    same opened folder whatever its path has become since (rmtree works by fd inside)."""
+    if sys.version_info >= (3, 11):
+        shutil.rmtree(name, ignore_errors=True, dir_fd=dir_fd)
+    else:
+        shutil.rmtree(f"/proc/self/fd/{dir_fd}/{name}", ignore_errors=True)
 
 
 def _entry_kind(entry):
@@ -151,7 +162,7 @@ class WorkDir:
     def remove(self):
         self._close()
         # By name in the opened dataset folder; rmtree never follows a link.
-        shutil.rmtree(self.path.name, ignore_errors=True, dir_fd=self.root.fd)
+        _rmtree_at(self.path.name, self.root.fd)
         self._release()
 
     def abandon(self):
@@ -400,7 +411,7 @@ def _drop_caches(root, work, part, stack):
                 os.mkdir(entry.name, 0o700, dir_fd=into.fd)
             with into.sub(entry.name, "a derived trash folder") as dest:
                 if dest.lstat(part) is not None:       # an earlier roll forward's, cut short
-                    shutil.rmtree(part, ignore_errors=True, dir_fd=dest.fd)
+                    _rmtree_at(part, dest.fd)
                 os.rename(part, part, src_dir_fd=table.fd, dst_dir_fd=dest.fd)
 
 
@@ -506,7 +517,7 @@ def _recover_work(root, name):
         else:
             said = f"removed {name}, left by a parse that did not finish"
     # By name in the opened dataset folder; rmtree never follows a link, at the top or inside.
-    shutil.rmtree(name, ignore_errors=True, dir_fd=root.fd)
+    _rmtree_at(name, root.fd)
     return said
 
 
@@ -514,7 +525,7 @@ def _recover_legacy(root, name):
     with root.sub(name, "a work folder") as legacy:
         if name.startswith(".trash-"):
             _restore_legacy_trash(root, legacy)
-    shutil.rmtree(name, ignore_errors=True, dir_fd=root.fd)
+    _rmtree_at(name, root.fd)
     return f"removed {name}, left by an earlier kmemscope"
 
 

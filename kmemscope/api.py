@@ -105,6 +105,11 @@ class Result:
 
     def df(self):
         """The rows as a pandas DataFrame; a `labels` column holds Labels dicts."""
+        try:
+            import pandas  # noqa: F401  (pyarrow's to_pandas imports it)
+        except ImportError:
+            raise KmemscopeError("Result.df() needs pandas",
+                                 "install the report extra: pip install 'kmemscope[report]'") from None
         frame = self._table.to_pandas()
         for name in frame.columns:
             if name == "labels" or name.endswith("_labels"):
@@ -974,6 +979,17 @@ def stop_engines() -> None:
     from kmemscope.queries import engines
 
     engines.shutdown()
+
+
+def pack_spark_env(output, wheel=None, extras: Sequence[str] = (), python_prefix=None,
+                   progress: Progress = None):
+    """Pack the Spark executors' Python environment (kmemscope with its native decoder, duckdb,
+    pyarrow) into the archive `output` for spark.archives; -> PackedEnv (.path, .size, .conf:
+    the two Spark settings that use it). wheel: the kmemscope wheel (None: the one this
+    kmemscope was installed from). SparkEnvError (a KmemscopeError) says why it could not."""
+    from kmemscope.queries.engines import spark_env
+
+    return spark_env.pack(output, wheel, extras, python_prefix, progress)
 
 
 def snapshot_times(text: str) -> tuple:

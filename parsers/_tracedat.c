@@ -19,7 +19,15 @@
  * is in native/: plan.c (formats -> columns), decoder.c (pages -> column
  * builders -> batches), kallsyms.c (symbols for stacks), arrow_c.c (the C data
  * interface), gbuf.h (buffers).
+ *
+ * Only CPython's limited API (3.10) is used, so one build (an abi3 wheel) loads in
+ * every CPython from 3.10 on: the types are made from PyType_Spec at import, and
+ * only functions of the stable ABI are called (no PyList_SET_ITEM, no Py_buffer).
+ * setup.py defines Py_LIMITED_API as well, for the wheel's tag.
  */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030A0000
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -64,6 +72,31 @@ static PyObject *DecoderMemoryError;
 /* common_type is an unsigned short in every kernel: no record names a larger id. */
 #define MAX_EVENT_ID 0xffff
 
+/* The types, made from their specs when the module is imported. */
+static PyTypeObject *TraceType, *DecoderType, *StacksType;
+
+/* Free an instance of one of the heap types above and drop its reference to its type
+ * (an instance of a heap type holds one). */
+static void free_instance(PyObject *self)
+{
+	PyTypeObject *type = Py_TYPE(self);
+	freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+	tp_free(self);
+	Py_DECREF(type);
+}
+
+/* Size and borrowed item i of a list or tuple from PySequence_Fast (its macros are not
+ * in the limited API; like them, these skip a subclass's __getitem__). */
+static Py_ssize_t fast_size(PyObject *seq)
+{
+	return PyList_Check(seq) ? PyList_Size(seq) : PyTuple_Size(seq);
+}
+
+static PyObject *fast_item(PyObject *seq, Py_ssize_t i)
+{
+	return PyList_Check(seq) ? PyList_GetItem(seq, i) : PyTuple_GetItem(seq, i);
+}
+
 static PyObject *no_memory(const char *what)
 {
 	PyErr_Format(DecoderMemoryError, "out of memory %s", what);
@@ -90,7 +123,7 @@ static void Trace_dealloc(TraceObject *self)
 	ksyms_release(&self->meta.ksyms);
 	if (self->initialised)
 		pthread_mutex_destroy(&self->meta.lookup_lock);
-	Py_TYPE(self)->tp_free((PyObject *)self);
+	free_instance((PyObject *)self);
 }
 
 /* A bytes attribute of the metadata object: its data and size (data NULL: missing). */
@@ -229,7 +262,7 @@ static int load_metadata(TraceObject *self, const char *path, PyObject *meta, in
 	Py_XDECREF(list);
 	if (!seq)
 		return -1;
-	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	Py_ssize_t n = fast_size(seq);
 	/* The kallsyms text is kept for the first stack (the open's first counted allocation). */
 	if (kallsyms_size > 0 && !(self->meta.ksyms.text = text_copy(kallsyms, kallsyms_size)))
 		goto no_memory;
@@ -237,7 +270,8 @@ static int load_metadata(TraceObject *self, const char *path, PyObject *meta, in
 	if (!formats)
 		goto no_memory;
 	for (Py_ssize_t i = 0; i < n; i++) {
-		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "sy#", &formats[i].system,
+		PyObject *item = fast_item(seq, i);
+		if (!item || !PyArg_ParseTuple(item, "sy#", &formats[i].system,
 				      &formats[i].data, &formats[i].size)) {
 			free(formats);
 			Py_DECREF(seq);
@@ -378,7 +412,10 @@ static PyObject *Trace_events(TraceObject *self, PyObject *Py_UNUSED(noargs))
 				Py_DECREF(cols);
 				goto fail;
 			}
-			PyList_SET_ITEM(cols, i, col);
+			if (PyList_SetItem(cols, i, col)) {	/* steals col */
+				Py_DECREF(cols);
+				goto fail;
+			}
 		}
 		PyObject *t = Py_BuildValue("(issO)", id, p->system, p->name, cols);
 		Py_DECREF(cols);
@@ -516,8 +553,6 @@ typedef struct {
 	bool ready;		/* __init__ succeeded */
 } StacksObject;
 
-static PyTypeObject StacksType;
-
 static int Stacks_init(StacksObject *self, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = { NULL };
@@ -539,7 +574,7 @@ static void Stacks_dealloc(StacksObject *self)
 {
 	if (self->ready)
 		stack_intern_release(&self->st);
-	Py_TYPE(self)->tp_free((PyObject *)self);
+	free_instance((PyObject *)self);
 }
 
 static PyObject *batches_to_python(struct batch *ready, int n, bool *failed);
@@ -789,10 +824,8 @@ static void Decoder_dealloc(DecoderObject *self)
 	Py_XDECREF(self->lost);
 	Py_XDECREF(self->stacks);
 	Py_XDECREF(self->trace);
-	Py_TYPE(self)->tp_free((PyObject *)self);
+	free_instance((PyObject *)self);
 }
-
-static PyTypeObject TraceType;
 
 static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 {
@@ -807,13 +840,13 @@ static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 		PyErr_SetString(PyExc_RuntimeError, "Decoder is already initialised");
 		return -1;
 	}
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!sis|LLOO", kwlist, &TraceType, &trace, &path,
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!sis|LLOO", kwlist, TraceType, &trace, &path,
 					 &page_size, &compression, &batch_rows, &ts_offset, &ids,
 					 &stacks))
 		return -1;
 	if (!trace_ready((TraceObject *)trace))
 		return -1;
-	if (stacks != Py_None && (!PyObject_TypeCheck(stacks, &StacksType) ||
+	if (stacks != Py_None && (!PyObject_TypeCheck(stacks, StacksType) ||
 				  !((StacksObject *)stacks)->ready)) {
 		PyErr_SetString(PyExc_TypeError, "stacks must be an initialised Stacks");
 		return -1;
@@ -864,7 +897,7 @@ static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 		return -1;
 	/* A decoder on its own (no decode shares its stacks) gets a table of its own. */
 	self->stacks = (StacksObject *)(stacks != Py_None ? Py_NewRef(stacks) :
-					PyObject_CallNoArgs((PyObject *)&StacksType));
+					PyObject_CallNoArgs((PyObject *)StacksType));
 	if (!self->stacks)
 		return -1;
 	d->stacks = &self->stacks->st;
@@ -883,36 +916,60 @@ static int Decoder_init(DecoderObject *self, PyObject *args, PyObject *kwds)
 	return 0;
 }
 
+/* The bytes of a bytes-like object: itself when it is bytes (a new reference), else a
+ * copy through a memoryview (Py_buffer is not in the 3.10 limited API). */
+static PyObject *as_bytes(PyObject *data)
+{
+	if (PyBytes_Check(data))
+		return Py_NewRef(data);
+	if (PyUnicode_Check(data)) {
+		PyErr_SetString(PyExc_TypeError, "a bytes-like object is required, not 'str'");
+		return NULL;
+	}
+	PyObject *view = PyMemoryView_FromObject(data);	/* TypeError unless bytes-like */
+	PyObject *copy = view ? PyBytes_FromObject(view) : NULL;
+	Py_XDECREF(view);
+	return copy;
+}
+
 /* decompress(proto, data, size): inflate a compressed metadata section. */
 static PyObject *mod_decompress(PyObject *Py_UNUSED(mod), PyObject *args)
 {
 	const char *proto;
-	Py_buffer in;
+	PyObject *data;
 	Py_ssize_t out_len;
-	if (!PyArg_ParseTuple(args, "sy*n", &proto, &in, &out_len))
+	if (!PyArg_ParseTuple(args, "sOn", &proto, &data, &out_len))
+		return NULL;
+	PyObject *in = as_bytes(data);
+	if (!in)
 		return NULL;
 	if (out_len < 0 || out_len > (1LL << 31)) {
-		PyBuffer_Release(&in);
+		Py_DECREF(in);
 		PyErr_SetString(TraceFileError, "corrupt compressed section size");
 		return NULL;
 	}
-	PyObject *out = PyBytes_FromStringAndSize(NULL, out_len);
-	if (!out) {
-		PyBuffer_Release(&in);
+	char *in_buf;
+	Py_ssize_t in_len;
+	PyObject *out = PyBytes_AsStringAndSize(in, &in_buf, &in_len) ? NULL :
+			PyBytes_FromStringAndSize(NULL, out_len);
+	char *out_buf = out ? PyBytes_AsString(out) : NULL;
+	if (!out_buf) {
+		Py_DECREF(in);
+		Py_XDECREF(out);
 		return NULL;
 	}
 	int ok;
 	if (!strcmp(proto, "zstd")) {
-		size_t r = ZSTD_decompress(PyBytes_AS_STRING(out), out_len, in.buf, in.len);
+		size_t r = ZSTD_decompress(out_buf, out_len, in_buf, in_len);
 		ok = !ZSTD_isError(r) && (Py_ssize_t)r == out_len;
 	} else if (!strcmp(proto, "zlib")) {
 		uLongf got = out_len;
-		ok = uncompress((Bytef *)PyBytes_AS_STRING(out), &got, in.buf, in.len) == Z_OK &&
+		ok = uncompress((Bytef *)out_buf, &got, (const Bytef *)in_buf, in_len) == Z_OK &&
 		     (Py_ssize_t)got == out_len;
 	} else {
 		ok = 0;
 	}
-	PyBuffer_Release(&in);
+	Py_DECREF(in);
 	if (!ok) {
 		Py_DECREF(out);
 		PyErr_Format(TraceFileError, "cannot decompress a %s section", proto);
@@ -1002,8 +1059,8 @@ static PyObject *Trace_resolve(TraceObject *self, PyObject *args, PyObject *kwds
 	PyObject *seq = PySequence_Fast(addrs, "addresses must be a sequence");
 	if (!seq)
 		return NULL;
-	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-	PyObject *out = PyList_New(n);
+	Py_ssize_t n = fast_size(seq);
+	PyObject *out = n < 0 ? NULL : PyList_New(n);
 	struct trace_meta *m = &self->meta;
 	pthread_mutex_lock(&m->lookup_lock);
 	if (out && reference && m->ksyms.text && !self->reference_symbols) {
@@ -1011,7 +1068,8 @@ static PyObject *Trace_resolve(TraceObject *self, PyObject *args, PyObject *kwds
 		self->reference_symbols = true;
 	}
 	for (Py_ssize_t i = 0; out && i < n; i++) {
-		unsigned long long a = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+		PyObject *addr = fast_item(seq, i);
+		unsigned long long a = addr ? PyLong_AsUnsignedLongLong(addr) : (unsigned long long)-1;
 		if (a == (unsigned long long)-1 && PyErr_Occurred()) {
 			Py_CLEAR(out);
 			break;
@@ -1029,7 +1087,10 @@ static PyObject *Trace_resolve(TraceObject *self, PyObject *args, PyObject *kwds
 			Py_CLEAR(out);
 			break;
 		}
-		PyList_SET_ITEM(out, i, item);
+		if (PyList_SetItem(out, i, item)) {	/* steals item */
+			Py_CLEAR(out);
+			break;
+		}
 	}
 	pthread_mutex_unlock(&m->lookup_lock);
 	Py_DECREF(seq);
@@ -1056,30 +1117,38 @@ static PyMethodDef Stacks_methods[] = {
 	{ NULL, NULL, 0, NULL }
 };
 
-static PyTypeObject StacksType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "kmemscope.parsers._tracedat.Stacks",
-	.tp_basicsize = sizeof(StacksObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "The stacks table of one decode, shared by its Decoders: stack_id, frames, "
-		  "addresses per distinct kernel stack.",
-	.tp_new = PyType_GenericNew,
-	.tp_init = (initproc)Stacks_init,
-	.tp_dealloc = (destructor)Stacks_dealloc,
-	.tp_methods = Stacks_methods,
+static PyType_Slot Stacks_slots[] = {
+	{ Py_tp_doc, (void *)"The stacks table of one decode, shared by its Decoders: stack_id, frames, "
+			      "addresses per distinct kernel stack." },
+	{ Py_tp_new, PyType_GenericNew },
+	{ Py_tp_init, Stacks_init },
+	{ Py_tp_dealloc, Stacks_dealloc },
+	{ Py_tp_methods, Stacks_methods },
+	{ 0, NULL }
 };
 
-static PyTypeObject TraceType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "kmemscope.parsers._tracedat.Trace",
-	.tp_basicsize = sizeof(TraceObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "A trace.dat's event formats and symbols, given to libtraceevent: "
-		  "Trace(path, metadata, cpus, long_size, big_endian).",
-	.tp_new = PyType_GenericNew,
-	.tp_init = (initproc)Trace_init,
-	.tp_dealloc = (destructor)Trace_dealloc,
-	.tp_methods = Trace_methods,
+static PyType_Spec Stacks_spec = {
+	.name = "kmemscope.parsers._tracedat.Stacks",
+	.basicsize = sizeof(StacksObject),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+	.slots = Stacks_slots,
+};
+
+static PyType_Slot Trace_slots[] = {
+	{ Py_tp_doc, (void *)"A trace.dat's event formats and symbols, given to libtraceevent: "
+			      "Trace(path, metadata, cpus, long_size, big_endian)." },
+	{ Py_tp_new, PyType_GenericNew },
+	{ Py_tp_init, Trace_init },
+	{ Py_tp_dealloc, Trace_dealloc },
+	{ Py_tp_methods, Trace_methods },
+	{ 0, NULL }
+};
+
+static PyType_Spec Trace_spec = {
+	.name = "kmemscope.parsers._tracedat.Trace",
+	.basicsize = sizeof(TraceObject),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+	.slots = Trace_slots,
 };
 
 static PyMethodDef Decoder_methods[] = {
@@ -1090,16 +1159,20 @@ static PyMethodDef Decoder_methods[] = {
 	{ NULL, NULL, 0, NULL }
 };
 
-static PyTypeObject DecoderType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "kmemscope.parsers._tracedat.Decoder",
-	.tp_basicsize = sizeof(DecoderObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "Decodes segments of one trace.dat's ring-buffer pages into Arrow batches.",
-	.tp_new = PyType_GenericNew,
-	.tp_init = (initproc)Decoder_init,
-	.tp_dealloc = (destructor)Decoder_dealloc,
-	.tp_methods = Decoder_methods,
+static PyType_Slot Decoder_slots[] = {
+	{ Py_tp_doc, (void *)"Decodes segments of one trace.dat's ring-buffer pages into Arrow batches." },
+	{ Py_tp_new, PyType_GenericNew },
+	{ Py_tp_init, Decoder_init },
+	{ Py_tp_dealloc, Decoder_dealloc },
+	{ Py_tp_methods, Decoder_methods },
+	{ 0, NULL }
+};
+
+static PyType_Spec Decoder_spec = {
+	.name = "kmemscope.parsers._tracedat.Decoder",
+	.basicsize = sizeof(DecoderObject),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+	.slots = Decoder_slots,
 };
 
 /* _alloc_fault(at, persistent=False) -> allocations counted since the last call.
@@ -1165,8 +1238,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__tracedat(void)
 {
-	if (PyType_Ready(&TraceType) < 0 || PyType_Ready(&DecoderType) < 0 ||
-	    PyType_Ready(&StacksType) < 0)
+	if ((!TraceType && !(TraceType = (PyTypeObject *)PyType_FromSpec(&Trace_spec))) ||
+	    (!DecoderType && !(DecoderType = (PyTypeObject *)PyType_FromSpec(&Decoder_spec))) ||
+	    (!StacksType && !(StacksType = (PyTypeObject *)PyType_FromSpec(&Stacks_spec))))
 		return NULL;
 	/* Batch buffers are a few MB, handed to Arrow and freed batch after batch.
 	 * Keep such blocks on the heap instead of fresh mmaps so their pages are
@@ -1184,9 +1258,9 @@ PyMODINIT_FUNC PyInit__tracedat(void)
 	Py_XDECREF(bases);
 	if (!DecoderMemoryError || PyModule_AddObjectRef(m, "TraceFileError", TraceFileError) ||
 	    PyModule_AddObjectRef(m, "DecoderMemoryError", DecoderMemoryError) ||
-	    PyModule_AddObjectRef(m, "Trace", (PyObject *)&TraceType) ||
-	    PyModule_AddObjectRef(m, "Decoder", (PyObject *)&DecoderType) ||
-	    PyModule_AddObjectRef(m, "Stacks", (PyObject *)&StacksType)) {
+	    PyModule_AddObjectRef(m, "Trace", (PyObject *)TraceType) ||
+	    PyModule_AddObjectRef(m, "Decoder", (PyObject *)DecoderType) ||
+	    PyModule_AddObjectRef(m, "Stacks", (PyObject *)StacksType)) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -12,8 +12,10 @@ as the runs finish.
 
 The dataset must therefore be on a file system that the driver and every
 executor see at the same path (NFS, CephFS, Lustre, a local disk for local[N]),
-with flock() working across hosts. Executors need kmemscope installed (its
-native decoder and libtraceevent) and must be able to read every input path.
+with flock() working across hosts. Executors need kmemscope (its native
+decoder and libtraceevent): the archive of `kmemscope spark-env` on
+spark.archives, or kmemscope installed on every node; and they must be able to
+read every input path.
 
 Crash safety is that of `kmemscope parse`: the job works in one directory,
 DATASET/.parse-<id>/, whose owner lock the driver holds; each task attempt
@@ -283,8 +285,10 @@ def _probe_executors(sc, job):
         raise KmemscopeError(
             f"Spark executors cannot run kmemscope: {_first_line(said[-1] if said else exc)}",
             # sql-safe: a hint for the user, not SQL ("install" is also a DuckDB statement)
-            "install kmemscope on every executor and point PYSPARK_PYTHON at that Python "
-            f"(for local masters: PYSPARK_PYTHON={sys.executable})") from None
+            "ship it to the executors: kmemscope spark-env -o env.tar.gz, then "
+            "spark.archives=env.tar.gz#environment (docs/fleet.md); or install kmemscope on "
+            f"every executor and point PYSPARK_PYTHON at that Python (for local masters: "
+            f"PYSPARK_PYTHON={sys.executable})") from None
     problems = sorted({p for p in found if p})
     if problems:
         raise DatasetError(problems[0], "install kmemscope on every executor and put the "

@@ -27,7 +27,8 @@ SWITCHES = {
     "python38": ("KMEMSCOPE_REQUIRE_PYTHON38", "a Python 3.8 interpreter for the record .pyz"),
     "setup": ("KMEMSCOPE_REQUIRE_SETUP",
               "what `make setup` installs (trace-cmd, zstd, gcc, pkg-config, binutils, the "
-              "[report] and [test] extras) and the committed examples/"),
+              "[report] and [test] extras) and the committed examples/; for the installed-wheel "
+              "test, the wheel `make dist` writes into dist/"),
 }
 
 # Requirements that were demanded but missing, where failing on the spot was not possible

@@ -17,7 +17,8 @@ largest groups go out first; each task gives DuckDB the task's cores
     table = runner.run_query("pfn_reuse.cross_cpu", "ds", engine=spec)   # pyarrow.Table
     engines.release(spec)
 
-Executors need kmemscope and DuckDB (a venv archive passed with --archives, or
+Executors need kmemscope and DuckDB (the archive of `kmemscope spark-env` passed as
+spark.archives=ENV.tar.gz#environment, whose Python the executors then run, or
 kmemscope installed on every node: docs/fleet.md) and the dataset at the same
 path (a shared mount) or URL (s3://, read with the AWS settings of the
 executors' environment). FILE parameters (at most 1 MiB) travel with the task.
@@ -57,7 +58,7 @@ from kmemscope.dataset.handle import DatasetRef
 from kmemscope.dataset.schema import TABLE_COLUMNS
 from kmemscope.common.errors import KmemscopeError, QueryError
 
-from . import spark_sql
+from . import spark_env, spark_sql
 from .base import PlanRows, plan_of_runs
 
 DEFAULT_CONF = {
@@ -131,11 +132,22 @@ def session(master="local[*]", conf=None, app="kmemscope"):
         settings[k] = v
     if "spark.sql.warehouse.dir" not in settings:    # (made only when none is given)
         settings["spark.sql.warehouse.dir"] = _private_warehouse()
+    if not settings.get("spark.pyspark.python") and not master.startswith("local"):
+        # An environment archive of `kmemscope spark-env` (spark_env.py) unpacked as
+        # ./environment: the executors' workers run its Python. (A local master's workers
+        # start in the driver's folder, not where Spark unpacks archives: they run this
+        # Python, which has kmemscope.)
+        python = spark_env.executor_python(settings.get("spark.archives"))
+        if python:
+            settings["spark.pyspark.python"] = python
     if settings.get("spark.pyspark.python"):
         # The Python of the executors' workers (kmemscope installed there, or a venv archive
         # on spark.archives: docs/fleet.md). pyspark reads it from the environment when the
-        # driver is a Python program rather than spark-submit.
+        # driver is a Python program rather than spark-submit. The driver is this Python,
+        # whatever the executors run: said so for Spark too (a relative path such as
+        # ./environment/bin/python exists only in an executor's folder).
         launch_env["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
+        settings.setdefault("spark.pyspark.driver.python", sys.executable)
     builder = SparkSession.builder.master(master).appName(app)
     for k, v in settings.items():
         builder = builder.config(k, v)
@@ -292,8 +304,9 @@ class SparkEngine:
             if not module.startswith(("pyspark", "py4j")):
                 raise
             raise QueryError(f"query {plan.qname} failed on Spark: {_spark_reason(exc)}",
-                             "every executor needs kmemscope and duckdb, and the dataset at "
-                             "the same path (docs/fleet.md)") from None
+                             "every executor needs kmemscope and duckdb (kmemscope spark-env "
+                             "packs them for spark.archives), and the dataset at the same path "
+                             "(docs/fleet.md)") from None
         finally:
             sc.setJobDescription(None)
         by_group = {r[0]: r for r in out}
