@@ -486,7 +486,8 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
 
     csv, json, jsonl and parquet stream the rows as DuckDB makes them, so
     --memory-limit bounds a result of any size; a table shows its first
-    10,000 rows.
+    10,000 rows. json writes one object {schema_version, kmemscope_version,
+    kind, rows, notes}.
     """
     from kmemscope.api import dataset_handle, run_sql, sql_statements
     from kmemscope.render.writers import TABLE_MAX_ROWS, Document
@@ -502,8 +503,14 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
     if timeout is None and not spark:
         timeout = 300.0 if read_only else 3600.0
     table = fmt == "table"
-    notes: list[str] = []
-    with formats.result_writer(fmt, output, kind="sql") as writer:
+    notes: list[str] = []       # json and parquet hold them, and --notes FILE: stderr's notes
+
+    def stream(batches):
+        # the dataset is listed by now: what its readers left out is known before the rows
+        _add_reader_notes(notes, dataset)
+        writer.stream(batches)
+
+    with formats.result_writer(fmt, output, kind="sql", notes=notes) as writer:
         with _engine(engine, spark_master, spark_conf, dataset) as spec, \
                 _limits(None if spark else memory_limit, None if spark else timeout):
             # a text table is made of its first rows only, printed from Python rows when its
@@ -513,10 +520,10 @@ def sql(dataset, query, sql_file, read_only, timeout, memory_limit, params, runs
                               read_only=read_only, timeout=None if spark else timeout,
                               memory_limit=None if spark else memory_limit, notes=notes,
                               plain_rows=table, max_rows=TABLE_MAX_ROWS + 1,
-                              on_result=None if table else writer.stream)
+                              on_result=None if table else stream)
+            _add_reader_notes(notes, dataset)     # the query ran: the caveat, not a second error
             for note in notes:
                 _note(note)
-            _interrupted_notes(dataset)           # the query ran: the caveat, not a second error
         for result in tables if table else ():
             writer.table(result)
     if notes_file:
@@ -529,6 +536,14 @@ def _interrupted_notes(dataset):
 
     for note in reader_notes(dataset):
         _note(note)
+
+
+def _add_reader_notes(notes, dataset):
+    """The notes of _interrupted_notes (and of folders the readers left out) added to `notes`,
+    each once."""
+    from kmemscope.api import reader_notes
+
+    notes += [note for note in reader_notes(dataset) if note not in notes]
 
 
 def _note(note):
@@ -619,9 +634,8 @@ def info(dataset, per_run, fmt, output, notes_file, memory_limit, timeout):
     document["tables"] = facts["tables"].arrow()
     if per_run or formats.is_machine(fmt):
         document["rows_per_run"] = facts["rows_per_run"].arrow()
-    # The rows of a tabular info output are its per-run counts; the text view shows them only
-    # with --per-run, but a notes file describes the same document either way.
-    doc = Document("info", facts["rows_per_run"].arrow(), notes=list(facts["notes"]), parts=document)
+    doc = Document("info", document.get("rows_per_run"), notes=list(facts["notes"]),
+                   parts=document)
     if notes_file:
         formats.write_notes(notes_file, doc, fmt)
     if formats.is_machine(fmt):
@@ -682,7 +696,9 @@ def queries(name, fmt, output):
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A query parameter.")
 @click.option("--format", "fmt", type=click.Choice(formats.names("query")),
               default=None, help="Output format (default: from -o's extension, else table); "
-                                 "folded: flame-graph lines, for alloc_origins.folded.")
+                                 "json: one object {schema_version, kmemscope_version, kind, "
+                                 "query, rows, notes}; folded: flame-graph lines, for "
+                                 "alloc_origins.folded.")
 @click.option("-q", "--quiet", is_flag=True, help="No notes and no progress on stderr.")
 @OUTPUT_OPTION
 @NOTES_OPTION
@@ -970,7 +986,11 @@ def metrics_import(dataset, file, fmt, quiet, memory_limit, timeout):
 @OUTPUT_OPTION
 @NOTES_OPTION
 def metrics_list(dataset, runs, labels, fmt, output, notes_file):
-    """List the imported metrics of DATASET's runs (the run_metrics analysis)."""
+    """List the imported metrics of DATASET's runs (the run_metrics analysis).
+
+    json writes one object {schema_version, kmemscope_version, kind, query, rows, notes},
+    as `query run_metrics` does.
+    """
     import kmemscope
     from kmemscope.render.writers import Document
 

@@ -2,7 +2,8 @@
 
 The one way a test runs the command line: `kmemscope(...)` for a run to its end, `popen(...)`
 for one the test signals or reads while it runs, `one_error_line(proc)` for the promise
-that every failure is one line on stderr.
+that every failure is one line on stderr, `rows_of(proc)` for the rows of a query's or
+sql's --format json.
 
 `kmemscope(...)` runs the command in this process (kmemscope.cli.verbs.main with its own
 stdin, stdout, stderr, working folder and signal handlers, put back afterwards) when the
@@ -116,6 +117,22 @@ def kmemscope(*args, check=True, timeout=600, text=True, process=False, **popen)
         stderr = proc.stderr if text else proc.stderr.decode(errors="replace")
         raise AssertionError(f"kmemscope {' '.join(map(str, args))} failed ({proc.returncode}): {stderr}")
     return proc
+
+
+def rows_of(json_text, kind=None):
+    """The rows of a `query`, `metrics list` or `sql` --format json document (text, bytes or a
+    CompletedProcess), after holding its envelope: an object whose `schema_version`,
+    `kmemscope_version` and `kind` (query or sql; `kind` if given) come first, its `rows` a list."""
+    import json
+
+    if isinstance(json_text, subprocess.CompletedProcess):
+        json_text = json_text.stdout
+    doc = json.loads(json_text)
+    assert isinstance(doc, dict), f"not an object: {str(json_text)[:200]}"
+    assert list(doc)[:3] == ["schema_version", "kmemscope_version", "kind"], list(doc)
+    assert doc["kind"] in ((kind,) if kind else ("query", "sql")), doc["kind"]
+    assert isinstance(doc["rows"], list) and isinstance(doc["notes"], list), list(doc)
+    return doc["rows"]
 
 
 def popen(*args, **popen_args):

@@ -10,7 +10,6 @@ Two parts:
   rules of queries/alloc_origins.sql and queries/lib/callsites.sql, including
   nested stacks, a stack of another event and hostile symbol names.
 """
-import json
 import re
 import subprocess
 from collections import Counter, defaultdict
@@ -23,7 +22,7 @@ from kmemscope.common.errors import QueryError
 from kmemscope.queries import runner
 
 import kmdata as K
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 from kmemscope.dataset.handle import DatasetRef
 
 SEC = 1_000_000_000
@@ -95,7 +94,7 @@ def query_json(name, ds, *params):
     args = ["query", name, ds, "--format", "json"]
     for p in params:
         args += ["--param", p]
-    return json.loads(kmemscope(*args).stdout)
+    return rows_of(kmemscope(*args))
 
 
 def functions(frames):

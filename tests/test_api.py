@@ -3,7 +3,6 @@
 The oracle for each call is the `kmemscope` command itself (its --format json output) and,
 for counts, a plain recount over the Parquet files with pyarrow.
 """
-import json
 from collections import Counter
 
 import pyarrow.parquet as pq
@@ -12,7 +11,7 @@ import pytest
 import kmemscope
 from conftest import EXAMPLES
 from kmemscope.common.errors import DatasetError, QueryError, TraceFileError
-from kmrun import kmemscope as cli
+from kmrun import kmemscope as cli, rows_of
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +24,8 @@ def ds(tmp_path_factory):
 
 
 def cli_json(*args):
-    return json.loads(cli(*args, "--format", "json").stdout)
+    """The rows of a query's or sql's --format json."""
+    return rows_of(cli(*args, "--format", "json"))
 
 
 def test_runs_has_one_row_per_run_with_labels_that_group(ds):

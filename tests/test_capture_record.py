@@ -24,6 +24,7 @@ import requirements
 from capture_helpers import (WORKLOAD, finish, interrupt, kmemscope_parse_available, manifest,
                              recorded_event_names, report_records, run_record, start_record,
                              trace_cmd_processes, trace_cmd_report, tracing_state, wait_for)
+from kmrun import rows_of
 
 pytestmark = pytest.mark.usefixtures("live_tracefs", "tracing_lock")
 
@@ -128,7 +129,7 @@ def test_bundle_parses_with_samples_on_the_trace_timeline(tmp_path, before, work
         out = subprocess.run(kmemscope + ["sql", str(dataset), query, "--format", "json"],
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
+        return rows_of(out)
 
     assert sql("SELECT count(*) AS n FROM mm_page_alloc")[0]["n"] > 0
     window = sql("SELECT count(DISTINCT v.ts) AS n FROM vmstat v, runs r "

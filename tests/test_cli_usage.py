@@ -17,7 +17,7 @@ import sys
 import pytest
 from conftest import EXAMPLES
 from kmdata import run_rows
-from kmrun import KMEMSCOPE, kmemscope, one_error_line
+from kmrun import KMEMSCOPE, kmemscope, one_error_line, rows_of
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_empty_or_comment_only_sql_is_one_clean_error(ds, sql):
 
 def test_sql_from_stdin_and_from_a_file(ds, tmp_path):
     want = run("sql", ds, "SELECT count(*) AS n FROM mm_page_alloc", "--format", "json").stdout
-    assert json.loads(want)[0]["n"] > 0
+    assert rows_of(want)[0]["n"] > 0
     assert run("sql", ds, "-", "--format", "json",
                stdin="SELECT count(*) AS n FROM mm_page_alloc").stdout == want
     f = tmp_path / "q.sql"
@@ -51,7 +51,7 @@ def test_sql_from_stdin_and_from_a_file(ds, tmp_path):
 def test_a_leading_sql_comment_is_sql_not_an_option(ds):
     proc = run("sql", ds, "-- the answer\nSELECT 42 AS answer", "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == [{"answer": 42}]
+    assert rows_of(proc) == [{"answer": 42}]
 
 
 def test_every_statements_result_is_shown_in_turn(ds):
@@ -109,7 +109,7 @@ def test_sql_takes_runs_labels_and_bound_parameters_as_the_api_does(ds):
     def n(*args):
         proc = run("sql", ds, *args, "--format", "json")
         assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)[0]["n"]
+        return rows_of(proc)[0]["n"]
 
     assert n(count, "--run", run_a) == len(orders)
     assert n(count, "--label", "kernel=a") == len(orders)
@@ -138,7 +138,7 @@ def test_csv_cells_cannot_act_on_a_terminal_or_a_spreadsheet(ds):
     assert got == want
     assert not any(ord(ch) < 0x20 for ch in proc.stdout.replace("\n", "").replace("\r", ""))
     # json keeps the data as it is: the way to the raw values
-    as_json = json.loads(run("sql", ds, sql + " ORDER BY i", "--format", "json").stdout)
+    as_json = rows_of(run("sql", ds, sql + " ORDER BY i", "--format", "json"))
     assert [r["cell"] for r in as_json] == cells
 
 
@@ -189,7 +189,7 @@ def test_tables_fit_the_terminal_and_pfns_print_in_hex(ds):
     assert "…" in lines[0]                       # wide columns were cut, visibly
     hot = run("query", "hot_pfns", ds, "--param", "top_n=3").stdout
     assert "0x603f4b" in hot                     # the example's hottest frame, as perf prints it
-    as_json = json.loads(run("query", "hot_pfns", ds, "--param", "top_n=1", "--format", "json").stdout)
+    as_json = rows_of(run("query", "hot_pfns", ds, "--param", "top_n=1", "--format", "json"))
     assert 0x603f4b in [r["pfn"] for r in as_json]   # machine formats keep the number
 
 
@@ -211,8 +211,8 @@ def test_label_on_parse_adds_and_says_when_it_replaces_the_bundles_own(tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "--label kernel=patched replaces the bundle's own label kernel=vanilla" in proc.stderr
     assert "host_class" not in proc.stderr and "rack" not in proc.stderr
-    labels = json.loads(run("sql", tmp_path / "ds", "SELECT labels FROM runs",
-                            "--format", "json").stdout)[0]["labels"]
+    labels = rows_of(run("sql", tmp_path / "ds", "SELECT labels FROM runs",
+                         "--format", "json"))[0]["labels"]
     assert labels == {"kernel": "patched", "host_class": "web", "rack": "r7"}
 
 

@@ -15,7 +15,7 @@ import statistics
 
 import pytest
 from conftest import EXAMPLES
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 AB = EXAMPLES / "ab-defrag-mode"
 SIDES = ("defrag0", "defrag1")
@@ -101,8 +101,8 @@ def test_direct_compaction_stalls_row_is_vmstat_compact_stall(datasets):
 
 
 def test_per_run_stalls_equal_compact_stall_on_every_capture(datasets):
-    rows = json.loads(kmemscope("query", "stalls.per_run", datasets["procfs"], "--format",
-                                "json").stdout)
+    rows = rows_of(kmemscope("query", "stalls.per_run", datasets["procfs"], "--format",
+                             "json"))
     mine = {r["labels"]["kernel"]: [] for r in rows}
     for r in rows:
         if r["kind"] == "direct_compaction":
@@ -204,7 +204,7 @@ def imported(datasets, tmp_path):
     """A copy of the dataset with a higher-is-better metric that is negative, and one with a 0."""
     ds = tmp_path / "ds"
     shutil.copytree(datasets["procfs"], ds)
-    runs = json.loads(kmemscope("query", "run_metrics.runs", ds, "--format", "json").stdout)
+    runs = rows_of(kmemscope("query", "run_metrics.runs", ds, "--format", "json"))
     lines = ["run,metric,value,unit,better"]
     for i, r in enumerate(sorted(runs, key=lambda r: r["run_id"])):
         negative = -3.0 if r["labels"]["kernel"] == "defrag0" and i % 2 == 0 else 5.0 + i
@@ -262,8 +262,8 @@ def test_samples_outside_the_trace_get_a_note_and_do_not_empty_the_trace_counts(
     moved = {r["metric"]: r for r in doc["rows"] if r["side"] == "moved"}
     # the samples' own window still gives vmstat's delta; the trace still counts its stalls
     assert moved["vmstat.compact_stall"]["value"] == vmstat_deltas(RUNS["defrag0"][0])["compact_stall"]
-    rows = json.loads(kmemscope("query", "vmstat_trace.counters", tmp_path / "ds", "--format",
-                                "json").stdout)
+    rows = rows_of(kmemscope("query", "vmstat_trace.counters", tmp_path / "ds", "--format",
+                             "json"))
     stalls = [r for r in rows if r["labels"]["kernel"] == "moved" and r["name"] == "compact_stall"]
     assert stalls[0]["trace_window"] == "capture" and stalls[0]["value"] > 0
 
@@ -289,7 +289,7 @@ def test_bad_compare_arguments_are_one_line_and_a_failure(datasets, tmp_path, ar
 def test_metrics_import_refuses_a_builtin_metric_name(datasets, tmp_path):
     ds = tmp_path / "ds"
     shutil.copytree(datasets["procfs"], ds)
-    run = json.loads(kmemscope("query", "run_metrics.runs", ds, "--format", "json").stdout)[0]
+    run = rows_of(kmemscope("query", "run_metrics.runs", ds, "--format", "json"))[0]
     (tmp_path / "m.csv").write_text(f"run,metric,value,unit,better\n"
                                     f"{run['run_id']},thp_fault_success_pct,50,%,higher\n")
     proc = kmemscope("metrics", "import", ds, tmp_path / "m.csv", check=False)
@@ -297,8 +297,8 @@ def test_metrics_import_refuses_a_builtin_metric_name(datasets, tmp_path):
 
 
 def test_one_run_a_side_is_stated_and_wide_values_keep_their_column(datasets):
-    runs = json.loads(kmemscope("query", "run_metrics.runs", datasets["procfs"], "--format",
-                                "json").stdout)
+    runs = rows_of(kmemscope("query", "run_metrics.runs", datasets["procfs"], "--format",
+                             "json"))
     one_each = [next(r["run_id"] for r in runs if r["labels"]["kernel"] == s) for s in SIDES]
     proc = kmemscope("compare", datasets["procfs"], "--by", "kernel", "--format", "mmtests",
                      *[a for r in one_each for a in ("--run", r)])

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from conftest import EXAMPLES, PROJECT_ROOT
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 import cost_data
 
@@ -46,7 +46,7 @@ def costds(tmp_path_factory):
         rows = cost_data.add_cost_samples(ds, run_id, seed) if seed is not None else None
         runs[run_id] = {"side": side, "rows": rows, "source": source}
     kmemscope("verify", ds)          # the samples were committed with their digests
-    stalls = json.loads(kmemscope("query", "stalls.per_run", ds, "--format", "json").stdout)
+    stalls = rows_of(kmemscope("query", "stalls.per_run", ds, "--format", "json"))
     for r in stalls["rows"] if isinstance(stalls, dict) else stalls:
         runs[r["run_id"]].setdefault("stalls", {})[r["kind"]] = r["total_ms"]
     return ds, runs

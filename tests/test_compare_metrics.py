@@ -16,7 +16,7 @@ import sys
 
 import pytest
 from conftest import EXAMPLES, PROJECT_ROOT
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
 import fleet_dataset  # noqa: E402
@@ -270,7 +270,7 @@ def test_a_run_that_recorded_a_stall_kind_and_never_stalled_counts_zero(fleet):
 
     found = gather(fleet["ds"], ["stalls.direct_reclaim.stalls", "stalls.kswapd.runs"])
     per_run = {r["run_id"]: r for r in found.runs}
-    rows = json.loads(kmemscope("query", "stalls.per_run", fleet["ds"], "--format", "json").stdout)
+    rows = rows_of(kmemscope("query", "stalls.per_run", fleet["ds"], "--format", "json"))
     has_row = {(r["run_id"], r["kind"]): r["stalls"] for r in rows}
     for run_id, values in per_run.items():
         for kind in ("direct_reclaim", "kswapd"):

@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 
 import pytest
 from conftest import EXAMPLES
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 AB = EXAMPLES / "ab-defrag-mode"
 GREEN, RED = "#1a7f37", "#cf222e"
@@ -268,7 +268,7 @@ def test_002s_average_tps_is_the_mean_asked_for(ds, tmp_path):
     base = [90_000.0, 113_959.5, 95_000.0, 108_959.5]        # mean 101,979.75
     new = [120_000.0, 167_727.64, 140_000.0, 147_727.64]     # mean 143,863.82
     runs = {}
-    for r in json.loads(kmemscope("query", "run_metrics.runs", ds, "--format", "json").stdout):
+    for r in rows_of(kmemscope("query", "run_metrics.runs", ds, "--format", "json")):
         runs.setdefault(r["labels"]["kernel"], []).append(r["run_id"])
     lines = ["run,metric,value,unit,better"]
     for side, values in (("defrag0", base), ("defrag1", new)):
@@ -420,7 +420,7 @@ def test_pollution_counts_fragmenting_fallbacks_only(ds):
     claims = count("mm_page_alloc_extfrag", "fallback_order >= 9")
     ok = count("mm_page_alloc", "pfn NOT IN (18446744073709551615, 4294967295)")
     assert sum(claims.values()) > 0          # the examples have claims to leave out
-    rows = json.loads(kmemscope("query", "summary", ds, "--format", "json").stdout)
+    rows = rows_of(kmemscope("query", "summary", ds, "--format", "json"))
     for r in rows:
         want = 1000.0 * fragmenting.get(r["run_id"], 0) / ok[r["run_id"]]
         assert r["pollution_per_1000_allocs"] == pytest.approx(want), r["run_id"]
@@ -434,7 +434,7 @@ def test_thread_runs_are_not_called_stalls(ds):
     bad = kmemscope("compare", ds, "--by", "kernel", "--metrics", "stalls.kswapd.stalls", check=False)
     assert bad.returncode != 0 and "stalls.kswapd.runs" in bad.stderr
     # the default section of `query stalls` counts timed stalls, which is not vmstat's count
-    cols = json.loads(kmemscope("query", "stalls", ds, "--format", "json").stdout)[0]
+    cols = rows_of(kmemscope("query", "stalls", ds, "--format", "json"))[0]
     assert "timed" in cols and "stalls" not in cols
 
 
@@ -442,7 +442,7 @@ def test_thread_runs_are_not_called_stalls(ds):
 
 def _runs_by_side(ds):
     runs = {}
-    for r in json.loads(kmemscope("query", "run_metrics.runs", ds, "--format", "json").stdout):
+    for r in rows_of(kmemscope("query", "run_metrics.runs", ds, "--format", "json")):
         runs.setdefault(r["labels"]["kernel"], []).append(r["run_id"])
     return {side: sorted(ids) for side, ids in runs.items()}
 

@@ -17,7 +17,7 @@ import pytest
 
 import hostile
 from conftest import EXAMPLES
-from kmrun import kmemscope, KMEMSCOPE, one_error_line
+from kmrun import kmemscope, KMEMSCOPE, one_error_line, rows_of
 
 ALLOCS = EXAMPLES / "thp-faults"          # its run has mm_page_alloc events
 OTHER = EXAMPLES / "memory-pressure"
@@ -48,7 +48,7 @@ def pfn_allocs_oracle(ds, run_id):
 def hot(ds, *extra):
     proc = run("query", "hot_pfns", ds, "--param", "top_n=5", "--format", "json", *extra)
     assert proc.returncode == 0, proc.stderr
-    return proc, json.loads(proc.stdout)
+    return proc, rows_of(proc)
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +56,8 @@ def base(tmp_path_factory):
     ds = tmp_path_factory.mktemp("confined") / "ds"
     kmemscope("parse", "-q", ALLOCS, "-o", ds, "--label", "kernel=a")
     kmemscope("parse", "-q", OTHER, "-o", ds, "--label", "kernel=b")
-    runs = json.loads(kmemscope("sql", ds, "SELECT run_id, source FROM runs",
-                                "--format", "json").stdout)
+    runs = rows_of(kmemscope("sql", ds, "SELECT run_id, source FROM runs",
+                             "--format", "json"))
     allocs = next(r["run_id"] for r in runs if "thp-faults" in r["source"])
     other = next(r["run_id"] for r in runs if r["run_id"] != allocs)
     return ds, allocs, other
@@ -117,7 +117,7 @@ def test_a_derived_folder_swapped_with_a_link_during_rebuilds_writes_nothing_out
         # The reader may lose its own cache file to the swap (one clean line); it never
         # answers otherwise than the honest run, and never writes through the link.
         if proc.returncode == 0:
-            assert json.loads(proc.stdout) == honest
+            assert rows_of(proc) == honest
             answered += 1
         else:
             assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -145,10 +145,14 @@ def test_an_odd_run_folder_is_left_out_with_a_note_and_the_runs_answer(ds, name)
         assert proc.returncode == 0, proc.stderr
         assert "is left out" in proc.stderr and "\x1b" not in proc.stderr, proc.stderr
         if args[0] == "sql":
-            assert json.loads(proc.stdout) == [{"run_id": r} for r in sorted([allocs, other])]
+            assert rows_of(proc) == [{"run_id": r} for r in sorted([allocs, other])]
         if args[0] == "query":
-            got = {r["run_id"]: r["allocs"] for r in json.loads(proc.stdout)}
+            got = {r["run_id"]: r["allocs"] for r in rows_of(proc)}
             assert set(got) == {allocs, other} and got[allocs] >= oracle, got
+        if args[0] != "info":      # the json carries the notes stderr shows, word for word
+            shown = [line.split("note: ", 1)[1] for line in proc.stderr.splitlines()
+                     if line.startswith("kmemscope: note: ")]
+            assert json.loads(proc.stdout)["notes"] == shown and shown
 
 
 # ---------------------------------------------------------------- 4. forged caches
@@ -247,7 +251,7 @@ def test_a_row_bomb_query_stays_within_its_memory_limit(ds):
         assert err.strip().splitlines()[-1].startswith("kmemscope: error: "), err
         assert "internal error" not in err
     else:
-        assert json.loads(out)[0]["allocs"] == 40_000_000
+        assert rows_of(out)[0]["allocs"] == 40_000_000
     assert rss < 1500, f"the query peaked at {rss:.0f} MiB with a 500 MB limit"
 
 

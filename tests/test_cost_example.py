@@ -19,7 +19,7 @@ import json
 
 import pytest
 from conftest import EXAMPLES
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 import requirements
 
@@ -148,8 +148,8 @@ def costex(tmp_path_factory):
         requirements.skip("setup", f"the committed example {SET} is missing or incomplete")
     ds = tmp_path_factory.mktemp("costex") / "ds"
     kmemscope("parse", "-q", *BUNDLES, "-o", ds)
-    runs = json.loads(kmemscope("sql", ds, "SELECT run_id, source FROM runs",
-                                "--format", "json").stdout)
+    runs = rows_of(kmemscope("sql", ds, "SELECT run_id, source FROM runs",
+                             "--format", "json"))
     by_name = {b.name: b for b in BUNDLES}
     out = {}
     for r in runs:
@@ -157,7 +157,7 @@ def costex(tmp_path_factory):
         want, windows = recount(bundle)
         out[r["run_id"]] = (bundle, want, windows, {})
     assert len(out) == 8
-    stalls = json.loads(kmemscope("query", "stalls.per_run", ds, "--format", "json").stdout)
+    stalls = rows_of(kmemscope("query", "stalls.per_run", ds, "--format", "json"))
     for r in stalls["rows"] if isinstance(stalls, dict) else stalls:
         out[r["run_id"]][3][r["kind"]] = r["total_ms"]
     return ds, out

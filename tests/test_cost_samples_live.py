@@ -18,7 +18,7 @@ import pytest
 
 import requirements
 from conftest import record_lock
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 THP = Path("/sys/kernel/mm/transparent_hugepage")
 PMD_STATS = THP / "hugepages-2048kB" / "stats"
@@ -70,8 +70,8 @@ def readings(kswapd):
 def sampled(ds, sql):
     """The increase from a run's first sample to its last, of the one value `sql` selects
     per ts (columns ts, v)."""
-    rows = json.loads(kmemscope("sql", ds, f"SELECT ts, v FROM ({sql}) ORDER BY ts",
-                                "--format", "json").stdout)
+    rows = rows_of(kmemscope("sql", ds, f"SELECT ts, v FROM ({sql}) ORDER BY ts",
+                             "--format", "json"))
     assert len(rows) >= 2, rows
     return rows[-1]["v"] - rows[0]["v"]
 
@@ -114,13 +114,13 @@ def test_recorded_cost_samples_lie_within_readings_taken_around_the_recording(li
     assert inside["mthp_alloc"] + inside["mthp_fallback"] > 0, inside
     assert inside["user"] > 0, inside
 
-    got = json.loads(kmemscope("sql", ds, "SELECT DISTINCT pid, comm, kind, ticks_per_s FROM "
-                               "kthread_cpu ORDER BY pid", "--format", "json").stdout)
+    got = rows_of(kmemscope("sql", ds, "SELECT DISTINCT pid, comm, kind, ticks_per_s FROM "
+                            "kthread_cpu ORDER BY pid", "--format", "json"))
     assert {r["pid"]: r["comm"] for r in got} == threads
     assert {r["kind"] for r in got} <= {"kswapd", "kcompactd", "khugepaged"}
     assert {r["ticks_per_s"] for r in got} == {os.sysconf("SC_CLK_TCK")}
     sizes = sorted(int(p.name[len("hugepages-"):-2]) for p in THP.glob("hugepages-*kB")
                    if (p / "stats").is_dir())
-    got_sizes = json.loads(kmemscope("sql", ds, "SELECT DISTINCT size_kb FROM mthp_stats ORDER BY 1",
-                                     "--format", "json").stdout)
+    got_sizes = rows_of(kmemscope("sql", ds, "SELECT DISTINCT size_kb FROM mthp_stats ORDER BY 1",
+                                  "--format", "json"))
     assert [r["size_kb"] for r in got_sizes] == sizes

@@ -14,7 +14,7 @@ import pytest
 
 import hostile
 from conftest import EXAMPLES
-from kmrun import kmemscope, one_error_line
+from kmrun import kmemscope, one_error_line, rows_of
 
 HONEST = EXAMPLES / "kmem-compaction"
 OTHER = EXAMPLES / "thp-faults"
@@ -26,8 +26,8 @@ def run(*args, timeout=300):
 
 
 def run_ids(ds):
-    rows = json.loads(kmemscope("sql", ds, "SELECT run_id, labels['side'] AS side FROM runs",
-                                "--format", "json").stdout)
+    rows = rows_of(kmemscope("sql", ds, "SELECT run_id, labels['side'] AS side FROM runs",
+                             "--format", "json"))
     return {r["side"]: r["run_id"] for r in rows}
 
 
@@ -122,10 +122,10 @@ def test_a_run_that_does_not_fit_is_left_out_and_the_others_answer(ds, kind):
         assert proc.returncode == 0, f"{name}: {proc.stderr}"
         assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
         assert f"run {hostile_run} is left out" in proc.stderr, proc.stderr
-        answered = {r["run_id"] for r in json.loads(proc.stdout)}
+        answered = {r["run_id"] for r in rows_of(proc)}
         assert answered == {honest}, (name, answered)
     proc = run("query", "summary", ds, "--format", "json")
-    allocs = {r["run_id"]: r["allocs"] for r in json.loads(proc.stdout)}
+    allocs = {r["run_id"]: r["allocs"] for r in rows_of(proc)}
     assert allocs[honest] == alloc_rows(ds, honest)
     proc = run("compare", ds, "--by", "side", "--metrics", "allocs")
     if proc.returncode:                  # one side is left: a clean refusal, not a crash
@@ -133,7 +133,7 @@ def test_a_run_that_does_not_fit_is_left_out_and_the_others_answer(ds, kind):
     proc = run("sql", ds, "SELECT run_id, count(*) AS n FROM mm_page_alloc GROUP BY 1",
                "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == [{"run_id": honest, "n": alloc_rows(ds, honest)}]
+    assert rows_of(proc) == [{"run_id": honest, "n": alloc_rows(ds, honest)}]
     assert f"run {hostile_run} is left out" in proc.stderr
 
 
@@ -154,7 +154,7 @@ def test_a_run_whose_format_lacks_a_field_an_analysis_reads_is_left_out_of_it(ds
         assert proc.returncode == 0, f"{name}: {proc.stderr}"
         note = [line for line in proc.stderr.splitlines() if f"run {renamed} is left out" in line]
         assert note and "no field order" in note[0], proc.stderr
-        assert json.loads(proc.stdout) == json.loads(before[name].stdout), name
+        assert rows_of(proc) == rows_of(before[name]), name
     proc = run("compare", ds, "--by", "side", "--metrics", "allocs")
     assert proc.returncode == 0, proc.stderr
     assert f"run {renamed} is left out" in proc.stdout + proc.stderr
@@ -162,7 +162,7 @@ def test_a_run_whose_format_lacks_a_field_an_analysis_reads_is_left_out_of_it(ds
     assert counts == ["N", "allocs", "1", "1", "0"], proc.stdout      # honest, hostile, renamed
     proc = run("sql", ds, "SELECT run_id FROM runs ORDER BY 1", "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    assert {r["run_id"] for r in json.loads(proc.stdout)} == {*ids.values(), renamed}
+    assert {r["run_id"] for r in rows_of(proc)} == {*ids.values(), renamed}
 
 
 def test_info_notes_a_run_with_an_unreadable_footer_and_shows_the_rest(ds):
@@ -251,7 +251,7 @@ def test_when_every_chosen_run_does_not_fit_the_error_names_why(ds):
 def _hot(ds):
     proc = run("query", "hot_pfns", ds, "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return rows_of(proc)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import pytest
 import hostile
 import requirements
 from conftest import EXAMPLES
-from kmrun import default_signals, KMEMSCOPE, kmemscope, one_error_line, popen
+from kmrun import default_signals, KMEMSCOPE, kmemscope, one_error_line, popen, rows_of
 from kmemscope.dataset.handle import DatasetRef
 
 SMALL = EXAMPLES / "memory-pressure"      # the run every dataset here holds
@@ -46,8 +46,8 @@ def part_rows(ds, run_id="*"):
 
 
 def answered_runs(ds):
-    return json.loads(kmemscope("sql", ds, "SELECT run_id FROM runs ORDER BY run_id",
-                                "--format", "json").stdout)
+    return rows_of(kmemscope("sql", ds, "SELECT run_id FROM runs ORDER BY run_id",
+                             "--format", "json"))
 
 
 @pytest.fixture(scope="module")
@@ -303,8 +303,8 @@ def test_readers_leave_an_interrupted_commit_to_the_next_parse(ds):
 
     kmemscope("parse", "-q", OTHER, "-o", ds)       # any parse finishes it
     assert not [p for p in ds.iterdir() if p.name.startswith(".parse-")]
-    sides = json.loads(kmemscope("sql", ds, "SELECT labels['side'] AS side FROM runs "
-                                 f"WHERE run_id = '{run_id}'", "--format", "json").stdout)
+    sides = rows_of(kmemscope("sql", ds, "SELECT labels['side'] AS side FROM runs "
+                              f"WHERE run_id = '{run_id}'", "--format", "json"))
     assert sides == [{"side": "new"}]
     assert part_rows(ds, run_id) == rows
     assert finish_interrupted_commits(DatasetRef.of(ds)) == []
@@ -345,12 +345,12 @@ def test_a_replacement_killed_at_any_rename_leaves_readers_the_old_run_whole(ds)
         proc = run("sql", "--read-only", copy, "SELECT run_id, labels['side'] AS side FROM runs",
                    "--format", "json")
         assert proc.returncode == 0, proc.stderr
-        assert json.loads(proc.stdout) == [{"run_id": run_id, "side": "base"}], n
+        assert rows_of(proc) == [{"run_id": run_id, "side": "base"}], n
         assert "replacement was interrupted" in proc.stderr, proc.stderr
         assert hostile.tree_state(copy) == before
         kmemscope("parse", "-q", OTHER, "-o", copy)      # the next parse finishes it
-        sides = json.loads(kmemscope("sql", copy, "SELECT labels['side'] AS side FROM runs "
-                                     f"WHERE run_id = '{run_id}'", "--format", "json").stdout)
+        sides = rows_of(kmemscope("sql", copy, "SELECT labels['side'] AS side FROM runs "
+                                  f"WHERE run_id = '{run_id}'", "--format", "json"))
         assert sides == [{"side": "new"}]
         assert part_rows(copy, run_id) == rows
 
@@ -399,7 +399,7 @@ def test_sql_spills_into_a_private_directory_it_removes(ds, tmp_path):
                      "current_setting('memory_limit') AS m", "--format", "json",
                      check=False, cwd=work, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    row = json.loads(proc.stdout)[0]
+    row = rows_of(proc)[0]
     assert Path(row["t"]).is_absolute() and not Path(row["t"]).is_relative_to(work), row
     assert not os.path.lexists(row["t"]), "the temporary directory is left behind"
     assert row["m"].startswith(("61.0 MiB", "64.0 MB", "61.0MiB")), row

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from conftest import PROJECT_ROOT
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
 import fleet_dataset  # noqa: E402
@@ -26,7 +26,7 @@ def source(tmp_path_factory):
 
 def _summary(dataset):
     proc = kmemscope("query", "summary", dataset, "--format", "json")
-    return json.loads(proc.stdout)
+    return rows_of(proc)
 
 
 def _same(a, b):

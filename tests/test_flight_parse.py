@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -107,11 +107,11 @@ def windowed_bundle(tmp_path, src, keep_s, after_s, covered_from=None):
 
 def event_span(ds):
     """(first, last) ts over every event table of the dataset, by SQL over the Parquet."""
-    tables = json.loads(kmemscope("sql", ds, 'SELECT "table" FROM event_tables WHERE rows > 0',
-                                  "--format", "json").stdout)
+    tables = rows_of(kmemscope("sql", ds, 'SELECT "table" FROM event_tables WHERE rows > 0',
+                               "--format", "json"))
     union = " UNION ALL ".join('SELECT ts FROM "%s"' % t["table"] for t in tables)
-    (row,) = json.loads(kmemscope("sql", ds, "SELECT min(ts) AS lo, max(ts) AS hi FROM (%s)" % union,
-                                  "--format", "json").stdout)
+    (row,) = rows_of(kmemscope("sql", ds, "SELECT min(ts) AS lo, max(ts) AS hi FROM (%s)" % union,
+                               "--format", "json"))
     return row["lo"], row["hi"]
 
 

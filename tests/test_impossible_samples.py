@@ -6,12 +6,11 @@ The dataset: two committed example bundles (examples/ab-defrag-mode-cost), one e
 after copying. Oracle: each value recounted in plain Python from the bundles' procfs
 sample text.
 """
-import json
 import shutil
 
 import pytest
 from conftest import EXAMPLES
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 COST = EXAMPLES / "ab-defrag-mode-cost"
 BIG = 2**63 - 1
@@ -76,7 +75,7 @@ def test_compare_succeeds_and_says_which_run_is_impossible(hostile):
 
 def test_the_impossible_value_is_null_and_every_other_value_stands(hostile):
     rows = {r["labels"]["kernel"]: r for r in
-            json.loads(kmemscope("query", "cost", hostile / "ds", "--format", "json").stdout)}
+            rows_of(kmemscope("query", "cost", hostile / "ds", "--format", "json"))}
     good, bad = hostile / "run1-defrag0" / "procfs", hostile / "run1-defrag1" / "procfs"
     assert rows["defrag1"]["kswapd_cpu_s"] is None
     assert rows["defrag1"]["impossible"] == "kswapd_cpu_s"
@@ -84,7 +83,7 @@ def test_the_impossible_value_is_null_and_every_other_value_stands(hostile):
     assert rows["defrag0"]["impossible"] is None
     for column, thread in (("kswapd_cpu_s", "45 kswapd0"), ("kcompactd_cpu_s", "36 kcompactd0")):
         assert rows["defrag0"][column] == pytest.approx(_cpu_s(good / "kthreads", thread))
-    mthp = json.loads(kmemscope("query", "cost.mthp", hostile / "ds", "--format", "json").stdout)
+    mthp = rows_of(kmemscope("query", "cost.mthp", hostile / "ds", "--format", "json"))
     for r in mthp:
         if r["size_kb"] != 16 or r["counter"] != "anon_fault_alloc":
             continue
@@ -92,7 +91,7 @@ def test_the_impossible_value_is_null_and_every_other_value_stands(hostile):
         values = [s[f"16 {r['counter']}"][0] for s in _samples(procfs / "mthp")]
         expected = values[-1] - values[0]
         assert r["delta"] == (expected if -BIG <= expected <= BIG else None)
-    kthreads = json.loads(kmemscope("query", "cost.kthreads", hostile / "ds", "--format", "json").stdout)
+    kthreads = rows_of(kmemscope("query", "cost.kthreads", hostile / "ds", "--format", "json"))
     assert [r["cpu_s"] for r in kthreads if r["labels"]["kernel"] == "defrag1"
             and r["comm"] == "kswapd0"] == [None]
 

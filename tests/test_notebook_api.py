@@ -3,13 +3,11 @@
 Oracles: the row counts of the same SQL on the command line, and pandas'
 own frames joined in plain Python.
 """
-import json
-
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from kmrun import kmemscope as km_cli
+from kmrun import kmemscope as km_cli, rows_of
 
 import kmemscope
 from kmemscope.common.errors import DatasetError, QueryError
@@ -23,8 +21,8 @@ def ds_path(examples_dataset):
 
 def test_result_html_says_how_many_rows_it_shows_and_carries_the_notes(ds_path):
     ds = kmemscope.open(ds_path)
-    n = json.loads(km_cli("sql", ds_path, "SELECT count(*) AS n FROM mm_page_alloc",
-                          "--format", "json").stdout)[0]["n"]
+    n = rows_of(km_cli("sql", ds_path, "SELECT count(*) AS n FROM mm_page_alloc",
+                       "--format", "json"))[0]["n"]
     res = ds.sql("SELECT pfn FROM mm_page_alloc")
     html = res._repr_html_()
     assert f"showing 50 of {n:,} rows" in html

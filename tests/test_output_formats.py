@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import EXAMPLES
-from kmrun import kmemscope
+from kmemscope.common.version import __version__
+from kmrun import kmemscope, rows_of
 
 FORMATS = ("table", "csv", "json", "jsonl", "parquet")
 
@@ -42,9 +43,9 @@ def read_back(fmt, data):
     """Rows of a written document, as dicts of strings where the format has no types."""
     if fmt == "json":
         doc = json.loads(data)
-        if isinstance(doc, dict):          # info: runs, tables, rows; compare: rows and notes
+        if isinstance(doc, dict):   # info: runs, tables, rows_per_run; the others: rows, notes
             return doc["rows"] if "rows" in doc else doc["rows_per_run"]
-        return doc
+        return doc                  # the queries catalogue: an array of rows
     if fmt == "jsonl":
         return [json.loads(line) for line in data.decode().splitlines()]
     if fmt == "csv":
@@ -150,8 +151,8 @@ def test_info_json_is_one_object_with_runs_tables_and_rows(ds):
     for r in doc["rows_per_run"]:
         per_table[r["table"]] = per_table.get(r["table"], 0) + r["rows"]
     assert {t["table"]: t["rows"] for t in doc["tables"]} == per_table
-    alloc_rows = json.loads(run(["sql", ds, "SELECT run_id, count(*) AS n FROM mm_page_alloc "
-                                            "GROUP BY 1", "--format", "json"]))
+    alloc_rows = rows_of(run(["sql", ds, "SELECT run_id, count(*) AS n FROM mm_page_alloc "
+                                         "GROUP BY 1", "--format", "json"]))
     assert sorted((r["run_id"], r["n"]) for r in alloc_rows) == sorted(
         (r["run_id"], r["rows"]) for r in doc["rows_per_run"] if r["table"] == "mm_page_alloc")
 
@@ -166,6 +167,17 @@ def test_info_as_text_lists_each_table_with_the_json_counts(ds, tmp_path):
             line = next(ln for ln in text.splitlines() if ln.split()[:1] == [t["table"]])
             assert f"{t['rows']:,}" in line or str(t["rows"]) in line, (t, line)
     assert json.loads((tmp_path / "n.json").read_text())["kind"] == "info"
+
+
+def test_info_as_a_table_shows_runs_and_tables_without_per_run(ds, tmp_path):
+    """The text table of info (and its --notes file) without --per-run, which alone asks
+    for the rows of each table per run."""
+    notes = tmp_path / "notes.json"
+    text = run(["info", ds, "--notes", notes]).decode()
+    tables = json.loads(run(["info", ds, "--format", "json"]))["tables"]
+    titles = [line for line in text.splitlines() if re.fullmatch(r"\w+ \(\d+\)", line)]
+    assert titles == ["runs (2)", f"tables ({len(tables)})"]
+    assert json.loads(notes.read_text())["format"] == "table"
 
 
 def test_compare_writes_markdown_and_text_by_extension(ds, tmp_path):
@@ -193,12 +205,12 @@ def test_table_output_shows_nulls_fixed_point_numbers_and_escaped_text(ds):
     assert all("e+" not in r and "e-" not in r for r in rows), "scientific notation in a table"
     assert all(" NULL " in r + " " for r in rows)
     assert all("a\\nb" in r for r in rows), "a newline in data must not start a new row"
-    assert len(rows) == len(json.loads(run(VERBS["sql"](ds), "--format", "json")))
+    assert len(rows) == len(rows_of(run(VERBS["sql"](ds), "--format", "json")))
 
 
 def test_bytes_are_base64_in_json_and_csv(ds):
     query = ["sql", ds, "SELECT 'hi'::BLOB AS b, 1 AS n"]
-    assert json.loads(run(query, "--format", "json")) == [{"b": "aGk=", "n": 1}]
+    assert rows_of(run(query, "--format", "json")) == [{"b": "aGk=", "n": 1}]
     assert read_back("csv", run(query, "--format", "csv")) == [{"b": "aGk=", "n": "1"}]
 
 
@@ -230,6 +242,9 @@ def _limited():
     # 1.1 GB of rows, which csv and parquet once held whole as an Arrow table before writing
     ("csv", "SELECT range, repeat('x', 100) AS pad FROM range(10000000)"),
     ("parquet", "SELECT range, repeat('x', 100) AS pad FROM range(10000000)"),
+    # json's envelope object around the rows: its rows still stream (2-3x csv's time)
+    pytest.param("json", "SELECT range, repeat('x', 100) AS pad FROM range(10000000)",
+                 marks=pytest.mark.slow),
 ])
 def test_sql_results_stream_within_the_memory_limit(ds, tmp_path, fmt, select):
     out = tmp_path / f"out.{fmt}"
@@ -245,6 +260,19 @@ def test_sql_results_stream_within_the_memory_limit(ds, tmp_path, fmt, select):
         assert meta.num_rows == 10_000_000
         last = pq.ParquetFile(out).read_row_group(meta.num_row_groups - 1, columns=["range"])
         assert last.column("range")[-1].as_py() == 9_999_999
+    elif fmt == "json":             # read as lines: json.load would hold 1.3 GB here
+        with open(out) as f:
+            head = "".join(next(f) for _ in range(5))        # the envelope, then "rows": [
+            assert json.loads(head + "]}") == {"schema_version": "1", "kind": "sql", "rows": [],
+                                              "kmemscope_version": __version__}
+            rows, last, end = 0, None, []
+            for line in f:
+                if line.startswith('  {"range":'):
+                    rows, last = rows + 1, line
+                else:
+                    end.append(line)
+            assert rows == 10_000_000 and last.startswith('  {"range":9999999,')
+            assert json.loads("{" + "".join(end[1:])) == {"notes": []}   # after "]," the notes
     else:
         with open(out) as f:
             assert next(f) == '"range","pad"\n'
@@ -281,7 +309,7 @@ def test_json_written_by_columns_holds_what_row_by_row_json_holds():
         buf = io.BytesIO()
         formats.BY_NAME[fmt].writer(writers.Document("sql", t), buf)
         text = buf.getvalue().decode()
-        got = json.loads(text) if fmt == "json" else [json.loads(line) for line in text.splitlines()]
+        got = rows_of(text, "sql") if fmt == "json" else [json.loads(line) for line in text.splitlines()]
         assert got == [json.loads(r) for r in writers._json_rows(t)]
         assert [r["i"] for r in got] == t.column("i").to_pylist()
         assert [r["s"] for r in got] == t.column("s").to_pylist()

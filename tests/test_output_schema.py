@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kmemscope.common.version import __version__
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 METRICS = "thp_fault_success_pct,cross_cpu_free_pct,vmstat.thp_fault_alloc"
 COMPARE = ["compare", "--by", "kernel", "--metrics", METRICS]
@@ -162,19 +162,27 @@ def test_metrics_list_is_the_run_metrics_query(examples_ab, tmp_path):
     validator("query", "notes_file").validate(notes_doc)
     envelope, _notes = parquet_envelope(data)
     assert (envelope["kind"], envelope["query"]) == ("query", "run_metrics")
+    doc = json.loads(kmemscope("metrics", "list", examples_ab, "--format", "json").stdout)
+    validator("query").validate(doc)
+    table = pq.read_table(io.BytesIO(data))
+    assert doc["query"] == "run_metrics" and len(doc["rows"]) == table.num_rows
 
 
 @pytest.mark.parametrize("verb", ["query", "sql"])
-def test_query_and_sql_say_their_schema_in_parquet_and_notes(examples_dataset, tmp_path, verb):
+def test_query_and_sql_say_their_schema_in_json_parquet_and_notes(examples_dataset, tmp_path, verb):
     args = (["query", "hot_pfns", examples_dataset, "--param", "top_n=3"] if verb == "query"
             else ["sql", examples_dataset, "SELECT run_id, count(*) AS n FROM mm_page_alloc "
                                            "GROUP BY 1 ORDER BY 1"])
-    rows = json.loads(kmemscope(*args, "--format", "json").stdout)
-    validator(verb, "rows").validate(rows)
+    doc = json.loads(kmemscope(*args, "--format", "json").stdout)
+    validator(verb).validate(doc)
+    rows = doc["rows"]
     data, notes_doc = written(tmp_path, args, "parquet")
     envelope, notes = parquet_envelope(data)
-    validator(verb, "notes_file").validate({**envelope, "format": "parquet", "notes": notes})
+    validator(verb).validate({**envelope, "rows": rows, "notes": notes})
     validator(verb, "notes_file").validate(notes_doc)
+    # one envelope and one set of notes, whichever format carries them
+    assert {k: v for k, v in doc.items() if k != "rows"} == {**envelope, "notes": notes}
+    assert {k: v for k, v in notes_doc.items() if k != "format"} == {**envelope, "notes": notes}
     assert envelope["kind"] == verb and envelope["kmemscope_version"] == __version__
     table = pq.read_table(io.BytesIO(data))
     assert rows and (table.column_names, table.num_rows) == (list(rows[0]), len(rows))
@@ -184,7 +192,7 @@ def test_the_perfetto_trace_says_what_wrote_it(examples_ab, tmp_path):
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
     run = kmemscope("sql", examples_ab, "SELECT min(run_id) AS r FROM runs", "--format", "json")
-    run_id = json.loads(run.stdout)[0]["r"]
+    run_id = rows_of(run)[0]["r"]
     kmemscope("export", "perfetto", examples_ab, "--run", run_id, "-o", tmp_path / "t.pftrace")
     trace = pb.Trace()
     trace.ParseFromString((tmp_path / "t.pftrace").read_bytes())
@@ -228,7 +236,7 @@ def test_compare_csv_reads_whole_in_pandas_duckdb_and_csv(comparison, tmp_path):
 
 def test_query_csv_reads_whole_in_pandas_duckdb_and_csv(examples_dataset, tmp_path):
     args = ["query", "hot_pfns", examples_dataset, "--param", "top_n=5"]
-    want = json.loads(kmemscope(*args, "--format", "json").stdout)
+    want = rows_of(kmemscope(*args, "--format", "json"))
     kmemscope(*args, "--format", "csv", "-o", tmp_path / "q.csv")
     assert want
     for reader, (names, count) in _readers(tmp_path / "q.csv").items():

@@ -5,7 +5,7 @@ Oracles: the kernel's interval timer limits (setitimer), the file system (os.lis
 numbers written by Python's own repr.
 """
 import pytest
-from kmrun import kmemscope, one_error_line
+from kmrun import kmemscope, one_error_line, rows_of
 
 from kmemscope.common.errors import QueryError
 from kmemscope.dataset import limits
@@ -36,13 +36,12 @@ def test_sql_output_into_a_missing_folder_is_one_line(examples_dataset, tmp_path
 def near_max(examples_ab, tmp_path):
     """A copy of the A/B examples with an imported metric `big` near the largest double:
     1.6e308 on side a's run, 1.7e308 on each of side b's two runs."""
-    import json
     import shutil
 
     ds = tmp_path / "ds"
     shutil.copytree(examples_ab, ds, symlinks=True)
-    runs = json.loads(kmemscope("sql", ds, "SELECT run_id, labels FROM runs ORDER BY run_id",
-                                "--format", "json").stdout)
+    runs = rows_of(kmemscope("sql", ds, "SELECT run_id, labels FROM runs ORDER BY run_id",
+                             "--format", "json"))
     lines = ["run,metric,value,unit,better"]
     for r in runs:
         side = dict(r["labels"]) if isinstance(r["labels"], dict) else dict(

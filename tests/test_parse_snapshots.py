@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from conftest import EXAMPLES
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 THP = EXAMPLES / "thp-faults"
 OTHER = EXAMPLES / "kmem-compaction"
@@ -87,10 +87,10 @@ def test_compare_s_vmstat_rows_are_the_snapshots_deltas(dataset):
 
 def test_the_snapshots_sit_around_the_trace_with_their_own_interval(dataset):
     ds, start, end = dataset
-    rows = json.loads(kmemscope("sql", ds, "SELECT r.first_ts, r.last_ts, min(v.ts) AS lo, "
-                                "max(v.ts) AS hi, count(DISTINCT v.ts) AS n FROM runs r JOIN vmstat v "
-                                "USING (run_id) WHERE r.labels['kernel'] = 'a' GROUP BY ALL",
-                                "--format", "json").stdout)
+    rows = rows_of(kmemscope("sql", ds, "SELECT r.first_ts, r.last_ts, min(v.ts) AS lo, "
+                             "max(v.ts) AS hi, count(DISTINCT v.ts) AS n FROM runs r JOIN vmstat v "
+                             "USING (run_id) WHERE r.labels['kernel'] = 'a' GROUP BY ALL",
+                             "--format", "json"))
     (r,) = rows
     interval = os.stat(end / "vmstat").st_mtime_ns - os.stat(start / "vmstat").st_mtime_ns
     assert r["n"] == 2 and r["hi"] - r["lo"] == interval

@@ -8,7 +8,6 @@ the Parquet files with pyarrow and plain Python, and against the `stalls`
 analysis whose slices it draws.
 """
 import importlib.util
-import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -120,7 +119,7 @@ def test_slice_counts_equal_the_stalls_analysis(exported):
         out = kmemscope("query", "stalls", ds, "--run", run, "--format", "json")
         assert out.returncode == 0, out.stderr
         want = Counter()
-        for r in json.loads(out.stdout):
+        for r in kmrun.rows_of(out):
             want[r["kind"]] += r["timed"]
         got = Counter(KIND_OF_SLICE[name] for _, name, *_ in slices(trace))
         assert got == want, (run, got, want)

@@ -15,7 +15,7 @@ import kmemscope
 import requirements
 from conftest import EXAMPLES
 from kmemscope import plots
-from kmrun import kmemscope as km
+from kmrun import kmemscope as km, rows_of
 
 MATH = r"$\undef$ $\frac{1"
 SIDES = [f"a{MATH}", f"b<b>x</b>{MATH}"]
@@ -118,7 +118,7 @@ def test_every_plots_function_is_covered():
 
 def test_extreme_imported_values_are_read_shown_and_drawn_without_an_internal_error(hostile):
     listed = km("metrics", "list", hostile, "--format", "json")
-    values = {(r["metric"], r["value"]) for r in json.loads(listed.stdout)}
+    values = {(r["metric"], r["value"]) for r in rows_of(listed)}
     assert {("m_extreme", v) for v in EXTREME} | {("m_tiny", v) for v in TINY} <= values
     table = km("metrics", "list", hostile).stdout
     assert "1.7e+308" in table and "-1.7e+308" in table and "4.94066e-324" in table

@@ -6,7 +6,6 @@ groups of kind and order; the panel limit is lowered to three so that four group
 out. Oracle: the stalls of `kmemscope query stalls.each` (one row per stall) recounted per
 kind and order in plain Python, as many as each panel says it drew.
 """
-import json
 import re
 from collections import Counter
 
@@ -15,13 +14,13 @@ import pytest
 import kmemscope
 from kmemscope import plots
 from kmemscope.plots import timeseries
-from kmrun import kmemscope as km
+from kmrun import kmemscope as km, rows_of
 
 
 @pytest.fixture(scope="module")
 def recount(examples_ab):
     """{(kind, order): stalls with a duration} from the analysis' rows, in plain Python."""
-    rows = json.loads(km("query", "stalls.each", examples_ab, "--format", "json").stdout)
+    rows = rows_of(km("query", "stalls.each", examples_ab, "--format", "json"))
     count = Counter((r["kind"], -1 if r["order"] is None else r["order"])
                     for r in rows if r["duration_ms"] and r["duration_ms"] > 0)
     assert len(count) > 3 and len(set(count.values())) > 2      # enough groups, of unlike sizes

@@ -16,7 +16,7 @@ import pytest
 
 import hostile
 from conftest import EXAMPLES
-from kmrun import KMEMSCOPE, kmemscope
+from kmrun import KMEMSCOPE, kmemscope, rows_of
 
 BUNDLE = EXAMPLES / "thp-faults"
 # thp-faults parses at about 150 MiB; the bombs took 2.8-5.5 GB before streaming.
@@ -41,7 +41,7 @@ def first_sample(name):
 
 
 def events_of(ds):
-    return json.loads(kmemscope("sql", ds, "SELECT events FROM runs", "--format", "json").stdout)
+    return rows_of(kmemscope("sql", ds, "SELECT events FROM runs", "--format", "json"))
 
 
 def parse_measured(archive, ds):
@@ -80,7 +80,7 @@ def test_a_sample_past_the_line_bound_is_cut_with_a_note_in_bounded_memory(
     table = "vmstat" if name == "vmstat" else "buddyinfo"
     rows = kmemscope("sql", tmp_path / "ds", f"SELECT count(*) AS n FROM {table}",
                      "--format", "json").stdout
-    assert json.loads(rows) == [{"n": 0}]     # the one sample is past the bound: none kept
+    assert rows_of(rows) == [{"n": 0}]     # the one sample is past the bound: none kept
 
 
 # slow: 64 MiB of samples parsed (~5 s); the line bound's own tests stay in make check
@@ -100,8 +100,8 @@ def test_many_real_samples_are_all_kept_in_bounded_memory(tmp_path):
     counters = [ln.split() for ln in body.splitlines()]
     expected = {"rows": copies * len(counters), "samples": copies,
                 "total": copies * sum(int(v) for _n, v in counters)}
-    got = json.loads(kmemscope("sql", tmp_path / "ds", "SELECT count(*) AS rows, count(DISTINCT ts)"
-                               " AS samples, CAST(sum(value) AS BIGINT) AS total FROM vmstat", "--format", "json").stdout)
+    got = rows_of(kmemscope("sql", tmp_path / "ds", "SELECT count(*) AS rows, count(DISTINCT ts)"
+                            " AS samples, CAST(sum(value) AS BIGINT) AS total FROM vmstat", "--format", "json"))
     assert got == [expected]
 
 

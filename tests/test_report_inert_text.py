@@ -18,6 +18,7 @@ import pytest
 
 import requirements
 from conftest import EXAMPLES
+from kmrun import rows_of
 
 MARK = "attacker.example"
 PAYLOAD = ("[click](javascript:alert(1)) ![x](http://attacker.example/i.png) "
@@ -74,7 +75,7 @@ def test_report_renders_trace_and_manifest_text_inert(hostile_dataset, tmp_path)
     ds = hostile_dataset
     runs = kmemscope("sql", ds, "SELECT host, labels, kernel_release FROM runs", "--format", "json")
     assert runs.returncode == 0, runs.stderr
-    shown = json.loads(runs.stdout)
+    shown = rows_of(runs)
     assert all(MARK in r["host"] for r in shown), "the hostile host did not reach the dataset"
     out = tmp_path / "report.html"
     proc = kmemscope("report", ds, "-o", out, "--compare", "kernel")

@@ -13,7 +13,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 from conftest import EXAMPLES
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 
 def snapshot(root):
@@ -35,8 +35,8 @@ def parsed(tmp_path_factory):
     ds = base / "ds"
     kmemscope("parse", "-q", EXAMPLES / "kmem-compaction", "-o", ds, "--label", "kernel=a")
     kmemscope("parse", "-q", EXAMPLES / "thp-faults", "-o", ds, "--label", "kernel=b")
-    runs = json.loads(kmemscope("sql", ds, "SELECT run_id, host FROM runs ORDER BY run_id",
-                                "--format", "json").stdout)
+    runs = rows_of(kmemscope("sql", ds, "SELECT run_id, host FROM runs ORDER BY run_id",
+                             "--format", "json"))
     return base, [r["run_id"] for r in runs]
 
 
@@ -75,7 +75,7 @@ def test_csv_and_json_import_and_reimport_replaces_that_metric(ds, tmp_path):
     assert partition(ds, a) == [("p99_ms", 3.25, "ms", "lower", "import"),
                                 ("tps", 999.0, "tps", "higher", "import")]
     assert partition(ds, b) == [("tps", 1100.0, "tps", "higher", "import")]
-    listed = json.loads(kmemscope("metrics", "list", ds, "--format", "json").stdout)
+    listed = rows_of(kmemscope("metrics", "list", ds, "--format", "json"))
     assert [(r["run_id"], r["metric"], r["value"]) for r in listed] == [
         (a, "p99_ms", 3.25), (a, "tps", 999.0), (b, "tps", 1100.0)]
     assert {r["labels"]["kernel"] for r in listed} == {"a", "b"}
@@ -84,11 +84,11 @@ def test_csv_and_json_import_and_reimport_replaces_that_metric(ds, tmp_path):
 def test_a_run_is_named_by_its_host_when_the_host_has_one_run(tmp_path):
     ds = tmp_path / "ds"
     kmemscope("parse", "-q", EXAMPLES / "thp-faults", "-o", ds)
-    host = json.loads(kmemscope("sql", ds, "SELECT host FROM runs", "--format", "json").stdout)[0]["host"]
+    host = rows_of(kmemscope("sql", ds, "SELECT host FROM runs", "--format", "json"))[0]["host"]
     f = tmp_path / "m.csv"
     f.write_text(f"run,metric,value,unit,better\n{host},tps,5,,higher\n")
     assert run_cli("metrics", "import", ds, f).returncode == 0
-    rows = json.loads(kmemscope("sql", ds, "SELECT value, unit FROM run_metrics", "--format", "json").stdout)
+    rows = rows_of(kmemscope("sql", ds, "SELECT value, unit FROM run_metrics", "--format", "json"))
     assert rows == [{"value": 5.0, "unit": ""}]
 
 
@@ -179,7 +179,7 @@ def test_bundle_metrics_json_is_loaded_at_parse_and_imports_survive_a_reparse(tm
         {"metric": "tps", "value": 10, "unit": "tps", "better": "higher"}]}))
     ds = tmp_path / "ds"
     kmemscope("parse", "-q", bundle, "-o", ds)
-    run = json.loads(kmemscope("sql", ds, "SELECT run_id FROM runs", "--format", "json").stdout)[0]["run_id"]
+    run = rows_of(kmemscope("sql", ds, "SELECT run_id FROM runs", "--format", "json"))[0]["run_id"]
     assert partition(ds, run) == [("fault_ms", 12.5, "ms", "lower", "bundle"),
                                   ("tps", 10.0, "tps", "higher", "bundle")]
     f = tmp_path / "m.csv"
@@ -263,7 +263,7 @@ def test_record_metrics_end_to_end(live_tracefs, tracing_lock, tmp_path):
     assert "added metrics.json: 1 metric" in proc.stderr
     ds = tmp_path / "ds"
     kmemscope("parse", "-q", bundle, "-o", ds)
-    rows = json.loads(kmemscope("metrics", "list", ds, "--format", "json").stdout)
+    rows = rows_of(kmemscope("metrics", "list", ds, "--format", "json"))
     assert [(r["metric"], r["value"], r["source"]) for r in rows] == [("loop_s", 0.5, "bundle")]
 
 

@@ -171,7 +171,7 @@ def test_compare_by_kernel_equals_the_local_compare(s3, datasets):
 def test_sql_reads_the_bucket_and_read_only_stays_under_the_prefix(s3, datasets):
     local, url, counts = datasets
     query = "SELECT run_id, count(*) AS allocs FROM mm_page_alloc GROUP BY 1 ORDER BY 1"
-    remote = json.loads(cli(s3, "sql", "--read-only", url, query, "--format", "json").stdout)
+    remote = kmrun.rows_of(cli(s3, "sql", "--read-only", url, query, "--format", "json"))
     assert {r["run_id"]: r["allocs"] for r in remote} == \
         {run: tables["mm_page_alloc"] for run, tables in counts.items()}
     # a sibling prefix that shares the name's start, and a local file, are refused

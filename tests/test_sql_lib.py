@@ -1,7 +1,6 @@
 """The SQL modules of queries/lib/: declared dependencies, derived tables and includes, `_` for
 internals, only the included modules run, and each public view's documented columns are the
 ones DuckDB reports for it on a real dataset."""
-import json
 import re
 
 import pytest
@@ -11,7 +10,7 @@ from kmemscope.common.errors import QueryError
 from kmemscope.queries import catalog, runner, sql_lib
 
 from conftest import EXAMPLES
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 
 def _refs(sql, names):
@@ -170,7 +169,7 @@ def test_only_the_included_modules_and_what_they_require_run(example_ds):
 def test_adhoc_sql_gets_every_module_that_needs_no_derived_table(example_ds):
     out = kmemscope("sql", example_ds, "SELECT table_name FROM information_schema.tables",
                     "--format", "json").stdout
-    made = {r["table_name"] for r in json.loads(out)}
+    made = {r["table_name"] for r in rows_of(out)}
     for m in sql_lib.modules().values():
         if m.derived:
             assert not made & set(m.views), m.name

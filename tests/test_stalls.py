@@ -28,7 +28,7 @@ import pytest
 
 import requirements
 from conftest import PROJECT_ROOT, TRACEFS, _hold_tracing_lock
-from kmrun import kmemscope
+from kmrun import kmemscope, rows_of
 
 BUNDLE = PROJECT_ROOT / "tests" / "data" / "stalls" / "costly-stalls-6.18.tar.zst"
 KINDS = ("direct_compaction", "direct_reclaim", "kcompactd", "kswapd")
@@ -340,7 +340,7 @@ def case(request):
 
 def query(name, ds, source=None):
     """The rows of a query (as JSON), those of the run labelled source=SOURCE if given."""
-    rows = json.loads(kmemscope("query", name, ds, "--format", "json").stdout)
+    rows = rows_of(kmemscope("query", name, ds, "--format", "json"))
     return [r for r in rows if source is None or r["labels"].get("source") == source]
 
 

@@ -5,7 +5,6 @@ Hostile inputs are made here at run time (tests/hostile.py) from a public fixtur
 committed example bundles; the oracles are `trace-cmd report` (event counts of the original
 file), the file system (what exists outside the dataset) and /proc (what processes live).
 """
-import json
 import os
 import re
 import resource
@@ -23,7 +22,7 @@ import requirements
 
 import hostile
 from conftest import EXAMPLES, PUBLIC_FIXTURES
-from kmrun import default_signals, kmemscope, one_error_line, popen
+from kmrun import default_signals, kmemscope, one_error_line, popen, rows_of
 from oracle_compare import work_dirs_left
 
 LISA = PUBLIC_FIXTURES / "lisa_sched_load_v6_le_l8_6cpu.dat"
@@ -55,7 +54,7 @@ def files_under(root, skip=None):
 
 
 def sql_rows(ds, query):
-    return json.loads(kmemscope("sql", ds, query, "--format", "json").stdout)
+    return rows_of(kmemscope("sql", ds, query, "--format", "json"))
 
 
 # ---------------------------------------------------------------- names from the trace
@@ -367,8 +366,8 @@ def test_a_commit_killed_between_any_two_renames_is_left_by_readers_and_finished
         reader = kmemscope("sql", ds, "SELECT labels['side'] AS side FROM runs",
                            "--format", "json", check=False)
         # A reader sees the old run or the new one whole, or no run and says why; it never writes.
-        assert (reader.returncode == 0 and json.loads(reader.stdout) in ([{"side": "old"}],
-                                                                          [{"side": "new"}])
+        assert (reader.returncode == 0 and rows_of(reader) in ([{"side": "old"}],
+                                                               [{"side": "new"}])
                 or "its commit was interrupted" in one_error_line(reader)), reader.stderr
         assert work_dirs_left(ds) == left
         kmemscope("parse", "-q", EXAMPLE / "trace.dat", "-o", ds, "--events", "compaction:*")
@@ -463,9 +462,9 @@ def test_sql_read_only_reads_the_dataset_and_nothing_else(small_ds, tmp_path):
                                     "SELECT * FROM read_csv('/etc/passwd')", check=False))
     assert "disabled" in line
     n = sql_rows(small_ds, "SELECT count(*) AS n FROM mm_compaction_begin")
-    ro = json.loads(kmemscope("sql", "--read-only", small_ds,
-                              "SELECT count(*) AS n FROM mm_compaction_begin",
-                              "--format", "json").stdout)
+    ro = rows_of(kmemscope("sql", "--read-only", small_ds,
+                           "SELECT count(*) AS n FROM mm_compaction_begin",
+                           "--format", "json"))
     assert ro == n
     # Without --read-only it is DuckDB's full SQL, as documented.
     kmemscope("sql", small_ds, copy)

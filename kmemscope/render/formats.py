@@ -65,8 +65,8 @@ REGISTRY = (
            "lines: notes on stderr and in --notes FILE)", writers.write_csv, machine=True,
            between_results=b"\n", notes_inside=False),
     Format("json", (".json",), _TABULAR,
-           "one JSON document (compare, info: an object with schema_version and rows; "
-           "query, sql: an array of objects)", writers.write_json, machine=True,
+           "one JSON object: schema_version and the envelope, its rows, its notes",
+           writers.write_json, machine=True,
            one_result=True),
     Format("jsonl", (".jsonl", ".ndjson"), _TABULAR,
            "one JSON object per line, a row each, for streams", writers.write_jsonl,
@@ -117,10 +117,11 @@ def write_notes(path, doc, fmt):
                                 ensure_ascii=False) + "\n")
 
 
-def result_writer(fmt, output=None, kind="sql"):
-    """The sql verb's writer of one result after another in format `fmt`."""
+def result_writer(fmt, output=None, kind="sql", notes=None):
+    """The sql verb's writer of one result after another in format `fmt` (notes: the list of
+    the command's notes, which json and parquet hold)."""
     several = listed(f.name for f in REGISTRY if _ROWS in f.kinds and not f.one_result)
-    return writers.ResultWriter(BY_NAME[fmt], output, kind, several)
+    return writers.ResultWriter(BY_NAME[fmt], output, kind, several, notes=notes)
 
 
 def names(kind):

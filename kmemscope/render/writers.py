@@ -4,9 +4,9 @@
 kmemscope.render.formats'; where the bytes go, stdout or an -o file, is kmemscope.render.output's.)
 
 The aligned table is for people; the rest are for programs and say which schema they follow:
-  json      one document: for the kinds of DOCUMENT_KINDS an object, the envelope
-            {schema_version, kmemscope_version, kind, ..., rows: [...], notes: [...]}; for a
-            query's and sql's rows one array of objects (in the style of sqlite-utils)
+  json      one document: an object, the envelope
+            {schema_version, kmemscope_version, kind, ..., rows: [...], notes: [...]}
+            (the kinds of DOCUMENT_KINDS; the queries catalogue's stays an array of rows)
   jsonl     one object per line, every line a row (for streams: jq, pandas, DuckDB)
   csv       RFC 4180: a header line, then one line per row; no comment lines
   parquet   the Arrow types, the envelope in the file's key-value metadata
@@ -27,9 +27,10 @@ from kmemscope.render.tables import MAX_CELL, format_table, jsonable, printable
 # renamed or removed, or a change of a field's meaning or unit, makes it "2"; a field added
 # at the end keeps it. The JSON Schema of each kind ships in kmemscope/render/schemas/.
 SCHEMA_VERSION = "1"
-# The kinds whose json is an object with the envelope (a query's and sql's json stay an array
-# of rows, their envelope in parquet's metadata and in the --notes file).
-DOCUMENT_KINDS = ("comparison", "trend", "info")
+# The kinds whose json is an object with the envelope: every kind with a schema in
+# render/schemas/. The queries catalogue (analyses, analysis_columns: documentation, not data)
+# stays an array of rows.
+DOCUMENT_KINDS = ("comparison", "trend", "info", "query", "sql")
 
 
 class OutputError(ValueError):
@@ -286,7 +287,8 @@ def write_jsonl(doc, out, **_):
 
 def write_json(doc, out, **_):
     """One JSON document: for DOCUMENT_KINDS the envelope object, its rows (or, for info, its
-    named tables) and its notes; for a query's and sql's rows one array of objects."""
+    named tables) and its notes, the rows streamed a batch at a time; for the other kinds
+    (the queries catalogue) one array of objects."""
     if doc.kind not in DOCUMENT_KINDS:
         _write_json_rows(arrow_rows(doc.rows), out, lines=False)
         out.write(b"\n")
@@ -399,8 +401,11 @@ class ResultWriter:
     fmt: the registry's Format (kmemscope.render.formats), whose writer writes each result.
     """
 
-    def __init__(self, fmt, output=None, kind="sql", several="table, csv or jsonl"):
+    def __init__(self, fmt, output=None, kind="sql", several="table, csv or jsonl", notes=None):
         self.fmt, self.output, self.kind = fmt, output, kind
+        # the command's notes, a list it keeps adding to: json writes those there are when a
+        # result's rows are written (after them), parquet those there are when it starts
+        self.notes = notes if notes is not None else []
         self.several = several          # the formats that hold several results, for a message
         self.results = 0
         self._out = None
@@ -443,7 +448,7 @@ class ResultWriter:
         """Write one statement's result (a RecordBatchReader; None: the statement had none)."""
         if batches is not None:
             out = self._next()
-            self.fmt.writer(Document(self.kind, batches), out)
+            self.fmt.writer(Document(self.kind, batches, notes=self.notes), out)
             out.flush()
 
     def table(self, rows):
