@@ -109,12 +109,28 @@ def _run_docs(ref, run_ids):
             except (DatasetError, OSError):
                 out[run] = None
         return out
+    listed = ref.listing.get("runs", {})
+    pins = ref.snapshot
+    for run in run_ids:
+        if run not in listed or pins is None or not pins.open \
+                or pins.pinned(listed[run][0]) is None:
+            continue
+        # the record as it was when the run was listed, not one a later commit wrote
+        record = Path(listed[run][0]).parent / DIGESTS
+        try:
+            data = pins.read(record, DIGESTS_MAX_BYTES)
+            out[run] = None if data is None else parse_digests(data, record)
+        except (DatasetError, OSError):
+            out[run] = None
+    todo = [run for run in run_ids if run not in out]
+    if not todo:
+        return out
     try:
         root = Dir.root(dataset)
     except OSError:
-        return {run: None for run in run_ids}
+        return {**out, **{run: None for run in todo}}
     with root:
-        for run in run_ids:
+        for run in todo:
             try:
                 out[run] = run_digests(root, run)
             except (DatasetError, OSError):
@@ -141,7 +157,7 @@ def _cached(ref, name, run, sig, doc):
             return path if storage.size(path) == entry["bytes"] else None
         except (DatasetError, OSError):
             return None
-    return _checked_local(dataset, name, run, entry)
+    return _checked_local(dataset, name, run, entry, ref.snapshot)
 
 
 def read_checked(ref, name, wanted, max_bytes):
@@ -217,31 +233,40 @@ def _read_part(top, run, entry, max_bytes=None):
     return data if len(data) == size else None
 
 
-def _checked_local(dataset, name, run, entry):
-    """The path of the dataset's cache file when its contents match `entry`, else None."""
+def _checked_local(dataset, name, run, entry, snapshot=None):
+    """The path of the dataset's cache file when its contents match `entry`, else None.
+
+    snapshot: the command's pinned listing (dataset/snapshot.py): the file checked is held
+    open in it and read as checked, even when a parse replaces the run meanwhile (its
+    commit moves the run's caches away)."""
     from .digests import file_digest
 
+    path = Path(dataset) / _key(name, run)
+    held = snapshot.pinned(path) if snapshot is not None else None
+    if held is not None:
+        return held
     try:
         with Dir.root(dataset) as root:
             part = root.walk([DERIVED_DIR, name, RUN_PREFIX + run], "a derived cache folder")
             if part is None:
                 return None
-            with part:
-                st = part.lstat(PART)
-                if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != entry["bytes"]:
+            with part, part.open_file(PART, "a derived cache file") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_size != entry["bytes"]:
                     return None
-                path = Path(dataset) / _key(name, run)
                 ident = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
                          st.st_ctime_ns)
                 if _CHECKED.get(ident) != entry["sha256"]:
                     sha, _size = file_digest(part.fd, PART, entry["bytes"])
-                    if sha != entry["sha256"]:
+                    now = part.lstat(PART)
+                    if sha != entry["sha256"] or now is None or now.st_ino != st.st_ino:
+                        return None        # hashed another file than the one held
+                    if not _signed(f, entry):
                         return None
-                    with part.open_file(PART, "a derived cache file") as f:
-                        if not _signed(f, entry):
-                            return None
                     _CHECKED[ident] = sha
-                return path
+                if snapshot is None:
+                    return path
+                return snapshot.pin(path, _key(name, run), os.dup(f.fileno()))
     except (DatasetError, OSError):
         return None
 
@@ -326,7 +351,7 @@ def derived_files(ref, family, name, run_ids, parts=None, threads=None, progress
     if "runs" not in parts:
         raise DatasetError(f"dataset {dataset} has no runs table")
     shas = _run_shas(dataset, parts, run_ids)
-    docs = _run_docs(ref, run_ids)
+    docs = ref.run_docs(run_ids)
     out, todo = {}, []
     for run in run_ids:
         if not family.applies(parts, run):
@@ -441,7 +466,7 @@ def same_as_rederived(ref, family, name, run, cached):
     parts = ref.listing
     dataset = ref.location
     shas = _run_shas(dataset, parts, [run])
-    doc = _run_docs(ref, [run]).get(run)
+    doc = ref.run_docs([run]).get(run)
     scratch = Path(tempfile.mkdtemp(prefix="kmemscope-verify-"))
     try:
         sig = _signature(parts, run, shas.get(run), doc, family.sources(parts, run), family.version)
@@ -451,7 +476,7 @@ def same_as_rederived(ref, family, name, run, cached):
             raise DatasetError(ds.sql_error_text(exc)) from None
         con = limits.connect()
         try:
-            a, b = ds.quote_literal(cached), ds.quote_literal(fresh)
+            a, b = ds.quote_literal(os.fspath(cached)), ds.quote_literal(os.fspath(fresh))
             # sql-safe: a and b are quote_literal() paths
             differ = con.execute(
                 f"SELECT count(*) FROM ((FROM read_parquet({a}) EXCEPT ALL FROM read_parquet({b})) "
@@ -499,7 +524,7 @@ def rows_with_rid(src, files, columns):
         # sql-safe: columns are the caller's constants; src and k are ints; f is quoted
         parts.append(f"SELECT {columns}, (CAST({int(src)} AS BIGINT) << 48) | "
                      f"(CAST({k} AS BIGINT) << 32) | file_row_number AS rid "
-                     f"FROM read_parquet({ds.quote_literal(f)}, file_row_number = true)")
+                     f"FROM read_parquet({ds.quote_literal(os.fspath(f))}, file_row_number = true)")
     return " UNION ALL ".join(parts)
 
 

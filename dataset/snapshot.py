@@ -1,0 +1,168 @@
+"""One committed state of a local dataset, held open for as long as a command reads it.
+
+A parse that commits a run again moves the old run's partitions away and deletes
+them (dataset/commit.py); a reader that listed them before would then find its
+files gone, or read the new run's files under the old listing. So a reader pins
+what it lists: `reader.table_runs` lists the dataset holding the commit lock
+shared (commit.readers_lock, so no commit is half done in what it sees) and opens
+every listed file (and each run's `_files.json`) before it lets go. An open file
+stays readable after a rename or an unlink: the listing keeps answering with the
+state it was taken in, whatever writers do afterwards, and writers never wait for
+readers beyond the listing itself.
+
+A pinned file is a `PinnedFile`: a Path whose text (str) is where it was listed,
+`DATASET/<table>/run_id=<id>/part-<n>.parquet`, for messages, records and the run
+id, and whose os.fspath() is where to open it: a link in the snapshot's private
+folder (`/tmp/kmemscope-snapshot-*/<table>/run_id=<id>/part-<n>.parquet`) to
+`/proc/<pid>/fd/<fd>`. The link keeps the listing's `run_id=<id>/<file>` tail, which
+scan_sql reads a row's run from, and any process of this user can open it (Spark's
+JVM too); open() follows it to the file this process holds, even when that file has
+no name any more. Code that opens a listed file says os.fspath(f) (pyarrow, os.stat
+and open() do it themselves); code that names it says str(f).
+
+The pins go when nothing holds the Snapshot any more (every PinnedFile holds it):
+the fds are closed and the private folder removed. A file beyond the process's
+open-file limit is left unpinned (a plain Path): it is read by its name, as before,
+and a file of it that a parse removes meanwhile is ListedFileGone (kmemscope/api.py
+lists again). s3 datasets are not pinned: nothing writes them (docs/safety.md).
+"""
+import os
+import resource
+import shutil
+import stat
+import tempfile
+import weakref
+from pathlib import PosixPath
+
+# Pins are kept this far below the process's open-file limit: DuckDB, pyarrow and the
+# engines open files of their own.
+SPARE_FDS = 256
+
+
+class PinnedFile(PosixPath):
+    """A listed file: str() is its place in the dataset, os.fspath() the file as listed."""
+
+    _pin = None      # (Snapshot, readable path, fd); paths derived from it (.parent) have none
+
+    def __fspath__(self):
+        return self._pin[1] if self._held() else str(self)
+
+    @property
+    def fd(self):
+        """The open fd of the file as listed (None for a path derived from one, or once its
+        snapshot is closed: then it is read by its name)."""
+        return self._pin[2] if self._held() else None
+
+    def _held(self):
+        return self._pin is not None and self._pin[0].open
+
+    def __reduce__(self):
+        # Another process gets the listed place (a pickled fd means nothing there).
+        return (PosixPath, tuple(self.parts))
+
+
+def _close_all(fds, folder):
+    # The links first: a link left to a closed fd would open whatever file gets its number.
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    del fds[:]
+
+
+class Snapshot:
+    """The pinned files of one listing of a local dataset."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+        self._fds: list = []
+        self._folder = None
+        self._by_name: dict = {}          # str(listed path) -> PinnedFile
+        self._finalizer = weakref.finalize(self, _close_all, self._fds, None)
+        self._room = None
+
+    @property
+    def folder(self):
+        """The private folder of links (None before the first pin)."""
+        return self._folder
+
+    def _make_folder(self):
+        if self._folder is None:
+            self._folder = tempfile.mkdtemp(prefix="kmemscope-snapshot-")
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(self, _close_all, self._fds, self._folder)
+        return self._folder
+
+    def _has_room(self):
+        if self._room is None:
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            if hard != resource.RLIM_INFINITY and soft < hard:
+                try:        # a dataset of thousands of runs pins thousands of files
+                    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+                    soft = hard
+                except (ValueError, OSError):
+                    pass
+            self._room = soft - SPARE_FDS if soft != resource.RLIM_INFINITY else 1 << 20
+        return len(self._fds) < self._room
+
+    def pin(self, path, rel, fd=None):
+        """`path` (a file under the dataset, `rel` its path inside it) opened and pinned ->
+        a PinnedFile; the plain Path when it cannot be (gone: FileNotFoundError is raised;
+        no fd left: a Path). fd: an fd of the file opened already, which the snapshot takes."""
+        key = str(path)
+        if not self.open:
+            if fd is not None:
+                os.close(fd)
+            return PosixPath(path)
+        if key in self._by_name:
+            if fd is not None:
+                os.close(fd)
+            return self._by_name[key]
+        if fd is None:
+            if not self._has_room():
+                return PosixPath(path)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise FileNotFoundError(f"{path} is not a regular file")
+            link = os.path.join(self._make_folder(), rel)
+            os.makedirs(os.path.dirname(link), 0o700, exist_ok=True)
+            os.symlink(f"/proc/{os.getpid()}/fd/{fd}", link)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fds.append(fd)
+        pinned = PinnedFile(path)
+        pinned._pin = (self, link, fd)
+        self._by_name[key] = pinned
+        return pinned
+
+    def pinned(self, path):
+        """The PinnedFile of `path` (its place in the dataset), or None."""
+        return self._by_name.get(str(path))
+
+    def read(self, path, limit):
+        """Up to `limit` + 1 bytes of the pinned file at `path`, from its start; None when
+        it is not pinned."""
+        pinned = self._by_name.get(str(path))
+        if pinned is None or pinned.fd is None:
+            return None
+        chunks, at = [], 0
+        while at <= limit:
+            chunk = os.pread(pinned.fd, min(1 << 20, limit + 1 - at), at)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            at += len(chunk)
+        return b"".join(chunks)
+
+    @property
+    def open(self):
+        return self._finalizer.alive
+
+    def close(self):
+        """Close every pin now (the files are read by their names again)."""
+        self._finalizer()
