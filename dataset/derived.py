@@ -198,7 +198,13 @@ def read_part(ref, name, run, max_bytes):
     """The bytes of `run`'s cache file of table `name` in the local dataset, read through the
     confined folder walk (no link followed), or None when it is missing, unreadable or
     larger than `max_bytes`. Nothing is checked against the digests: for a caller that has
-    (verify)."""
+    (verify). A file the command's snapshot holds (verify pins what it checked) is read as
+    held, whatever a parse moved since."""
+    pins = ref.snapshot
+    if pins is not None:
+        data = pins.read(Path(ref.location) / _key(name, run), max_bytes)
+        if data is not None:
+            return data if len(data) <= max_bytes else None
     return _in_table_folder(ref.location, name, lambda top: _read_part(top, run, None, max_bytes))
 
 

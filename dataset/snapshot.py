@@ -80,7 +80,7 @@ class Snapshot:
         self.dataset = dataset
         self._fds: list = []
         self._folder = None
-        self._by_name: dict = {}          # str(listed path) -> PinnedFile
+        self._by_name: dict = {}          # absolute listed path -> PinnedFile
         self._finalizer = weakref.finalize(self, _close_all, self._fds, None)
         self._room = None
 
@@ -112,7 +112,7 @@ class Snapshot:
         """`path` (a file under the dataset, `rel` its path inside it) opened and pinned ->
         a PinnedFile; the plain Path when it cannot be (gone: FileNotFoundError is raised;
         no fd left: a Path). fd: an fd of the file opened already, which the snapshot takes."""
-        key = str(path)
+        key = os.path.abspath(path)
         if not self.open:
             if fd is not None:
                 os.close(fd)
@@ -142,12 +142,12 @@ class Snapshot:
 
     def pinned(self, path):
         """The PinnedFile of `path` (its place in the dataset), or None."""
-        return self._by_name.get(str(path))
+        return self._by_name.get(os.path.abspath(path))
 
     def read(self, path, limit):
         """Up to `limit` + 1 bytes of the pinned file at `path`, from its start; None when
         it is not pinned."""
-        pinned = self._by_name.get(str(path))
+        pinned = self._by_name.get(os.path.abspath(path))
         if pinned is None or pinned.fd is None:
             return None
         chunks, at = [], 0

@@ -1,0 +1,118 @@
+"""A command reads the committed state it listed, whatever a parse commits meanwhile
+(dataset/snapshot.py, docs/safety.md "A run replaced while a command reads it").
+
+The oracle of every test: the same question asked of each committed state with no writer
+running. The deterministic tests list, replace a run, then read; the concurrency test
+(slow) runs readers in a loop while another process re-parses the same trace with other
+labels and other procfs samples, and checks every answer against the states' answers.
+"""
+import shutil
+
+import pytest
+
+import kmemscope
+from conftest import EXAMPLES
+from kmemscope.api import REREAD_NOTE
+from kmemscope.dataset.handle import DatasetRef
+
+COST = EXAMPLES / "ab-defrag-mode-cost"
+# run -> its label in the dataset as first parsed
+RUNS = {"run1-defrag0": "0", "run1-defrag1": "1", "run2-defrag0": "0", "run2-defrag1": "1"}
+REPLACED = "run1-defrag1"
+
+
+def fewer_samples(bundle, into):
+    """A copy of `bundle` whose procfs files lack their last sample: the same trace (the
+    same run id), so parsing it replaces the run, with other vmstat, PSI and CPU values."""
+    shutil.copytree(bundle, into)
+    for f in (into / "procfs").iterdir():
+        text = f.read_text()
+        last = text.rfind("#kmemscope-sample ")
+        if last > 0:
+            f.write_text(text[:last])
+    return into
+
+
+def parse_ab(ds):
+    for run, label in RUNS.items():
+        kmemscope.parse([COST / run], ds, labels={"defrag": label})
+
+
+def records(comparison):
+    return sorted(comparison.records, key=lambda r: (r.metric, r.side))
+
+
+@pytest.fixture()
+def ab_cost(tmp_path):
+    if not COST.is_dir():
+        pytest.skip(f"the committed example {COST} is missing")
+    ds = tmp_path / "ds"
+    parse_ab(ds)
+    return ds, fewer_samples(COST / REPLACED, tmp_path / "variant")
+
+
+def test_a_run_replaced_after_the_listing_is_compared_as_listed(ab_cost):
+    """List, replace a run (another label, other samples), then compare: every row equals
+    the state listed, stalls.* and the direct-compaction cost rows included, with no note;
+    the state after the replacement answers otherwise (the replacement matters)."""
+    ds, variant = ab_cost
+    want = kmemscope.open(ds).compare("defrag")
+    assert any(r.metric.startswith("stalls.") for r in want.records)
+    cost = [r for r in want.records if r.metric == "cost.direct_compaction_ms"]
+    assert cost and all(r.value is not None for r in cost)
+    ref = DatasetRef.of(ds)
+    ref.listing
+    kmemscope.parse([variant], ds, labels={"defrag": "0"})
+    got = kmemscope.open(ref).compare("defrag")
+    assert records(got) == records(want)
+    assert REREAD_NOTE not in got.notes and got.notes == want.notes
+    after = kmemscope.open(ds).compare("defrag")
+    assert records(after) != records(want)
+    assert {r.side: r.runs for r in after.records if r.metric == "cost.direct_compaction_ms"} \
+        == {"0": 3, "1": 1}
+
+
+def test_sql_and_query_read_the_listed_state_after_a_replacement(ab_cost):
+    """sql and query through a handle listed before the replacement answer as before it:
+    the replaced run is neither left out nor read with the new run's files or labels."""
+    ds, variant = ab_cost
+    sql = ("SELECT run_id, labels['defrag'] AS defrag, (SELECT count(*) FROM mm_page_alloc a "
+           "WHERE a.run_id = r.run_id) AS allocs FROM runs r ORDER BY run_id")
+    before = kmemscope.open(ds)
+    want_sql, want_cost = before.sql(sql).rows(), before.query("cost").arrow()
+    ref = DatasetRef.of(ds)
+    ref.listing
+    kmemscope.parse([variant], ds, labels={"defrag": "0"})
+    opened = kmemscope.open(ref)
+    assert opened.sql(sql).rows() == want_sql
+    got_cost = opened.query("cost")
+    assert got_cost.arrow().equals(want_cost) and REREAD_NOTE not in got_cost.notes
+    assert kmemscope.open(ds).sql(sql).rows() != want_sql
+
+
+def test_verify_deep_checks_the_state_it_listed(ab_cost):
+    """verify --deep while the dataset changes between its walk and its derivations checks
+    the files it pinned: a replacement is no damage."""
+    from kmemscope.dataset import verify as verify_mod
+
+    ds, variant = ab_cost
+    kmemscope.open(ds).compare("defrag")            # caches to check deeply
+    ref = DatasetRef.of(ds)
+    walked = verify_mod.verify
+    calls = []
+
+    def replace_then_derive(result, ref_, recorded, recompute):
+        if not calls:
+            kmemscope.parse([variant], ds, labels={"defrag": "0"})
+        calls.append(1)
+        return rederive(result, ref_, recorded, recompute)
+
+    rederive = verify_mod._rederive
+    verify_mod._rederive = replace_then_derive
+    try:
+        result = kmemscope.verify(ref, deep=True)
+    finally:
+        verify_mod._rederive = rederive
+    assert calls and walked is verify_mod.verify
+    assert result.ok, result.problems
+    assert kmemscope.verify(ds, deep=True).ok
