@@ -377,8 +377,22 @@ def derived_files(ref, family, name, run_ids, parts=None, threads=None, progress
             if progress:
                 progress(f"run {run}: {family.doing}, once (cached under "
                          f"{where if _is_private(where) else where / DERIVED_DIR})")
-            out[run] = _build(family, parts, dataset, where, run, sig, threads, progress)[name]
+            built = _build(family, parts, dataset, where, run, sig, threads, progress)[name]
+            out[run] = _held(ref, family, parts, name, run, sig, built, threads)
     return out
+
+
+def _held(ref, family, parts, name, run, sig, built, threads):
+    """The cache file just written into the dataset, held open in the command's snapshot
+    (dataset/snapshot.py) before the query reads it: a parse that replaces the run moves
+    its caches away. Moved already (between its write and now): built again privately."""
+    pins = ref.snapshot
+    if pins is None or _is_private(Path(built).parent.parent.parent):
+        return built
+    try:
+        return pins.pin(built, _key(name, run))
+    except OSError:
+        return family.build(parts, (ref.location, _private_root()), run, sig, threads)[name]
 
 
 def _build(family, parts, dataset, where, run, sig, threads, progress):

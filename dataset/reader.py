@@ -71,7 +71,11 @@ def table_runs(ref):
         _read_url_format(where)
         return _visible(_url_tables(where))
     from .commit import readers_lock
+    from .snapshot import adopted_listing
 
+    shared = adopted_listing(where, ref.snapshot)      # the report's notebooks: its listing
+    if shared is not None:
+        return shared
     # Listed with no commit half done, and every file opened before a commit may move it:
     # the listing reads the state it was taken in to the end (dataset/snapshot.py).
     with readers_lock(where):

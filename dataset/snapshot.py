@@ -166,3 +166,66 @@ class Snapshot:
     def close(self):
         """Close every pin now (the files are read by their names again)."""
         self._finalizer()
+
+
+# ---------------------------------------------------------------- shared with child processes
+
+# A snapshot handed to the processes a command starts (the report's notebook kernels): the
+# path of a file written by export(). A child lists a dataset of that location from it (its
+# files opened through the parent's links) instead of the dataset, so every call of every
+# notebook reads the state the command listed.
+ENV = "KMEMSCOPE_SNAPSHOT"
+_EXPORT = "snapshot.json"
+
+
+def export(snapshot, listing):
+    """Write the listing and every pin of `snapshot` for child processes -> the file's path
+    (in the snapshot's private folder: it goes with the pins)."""
+    import json
+
+    doc = {"dataset": os.path.abspath(snapshot.dataset),
+           "pins": {key: [os.path.relpath(pinned._pin[1], snapshot.folder)]
+                    for key, pinned in snapshot._by_name.items() if pinned.fd is not None},
+           "listing": {table: {run: [os.path.abspath(f) for f in files]
+                               for run, files in runs.items()}
+                       for table, runs in listing.items()}}
+    path = os.path.join(snapshot._make_folder(), _EXPORT)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    return path
+
+
+def adopted_listing(dataset, snapshot):
+    """The listing a parent process exported (ENV) for `dataset`, its files pinned in this
+    process's `snapshot`; None when none was exported for this dataset."""
+    import json
+
+    from kmemscope.common.errors import DatasetError
+
+    path = os.environ.get(ENV)
+    if not path or snapshot is None:
+        return None
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        raise DatasetError(f"the snapshot of the dataset in ${ENV} ({path}) cannot be read",
+                           "its command has ended: run this one on its own") from None
+    if doc.get("dataset") != os.path.abspath(dataset):
+        return None
+    folder = os.path.dirname(path)
+    for key, (rel,) in doc["pins"].items():
+        try:
+            # the parent's link to its open file: this process opens the same file
+            fd = os.open(os.path.join(folder, rel), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise DatasetError(f"the snapshot of the dataset in ${ENV} cannot be read: {exc}",
+                               "its command has ended: run this one on its own") from None
+        snapshot.pin(key, rel, fd)
+    listing = {}
+    for table, runs in doc["listing"].items():
+        listing[table] = {}
+        for run, files in runs.items():
+            listing[table][run] = [snapshot.pinned(f) or PosixPath(f) for f in files]
+    return listing

@@ -116,3 +116,103 @@ def test_verify_deep_checks_the_state_it_listed(ab_cost):
     assert calls and walked is verify_mod.verify
     assert result.ok, result.problems
     assert kmemscope.verify(ds, deep=True).ok
+
+
+def test_a_child_process_reads_the_listing_its_command_shared(ab_cost):
+    """The report's notebook kernels read the state the report listed: a process started
+    inside shared_with_children lists the dataset from the parent's pins, so a run replaced
+    after the listing is read as listed there, on every call."""
+    import json
+    import subprocess
+    import sys
+
+    from kmemscope.api import shared_with_children
+
+    ds, variant = ab_cost
+    sql = "SELECT run_id, labels['defrag'] AS defrag, events FROM runs ORDER BY run_id"
+    want = kmemscope.open(ds).sql(sql).rows()
+    ref = DatasetRef.of(ds)
+    ref.listing
+    kmemscope.parse([variant], ds, labels={"defrag": "0"})
+    child = ("import json, sys, kmemscope\n"
+             "ds = kmemscope.open(sys.argv[1])\n"
+             "print(json.dumps([ds.sql(sys.argv[2]).rows(), ds.sql(sys.argv[2]).rows()]))\n")
+    with shared_with_children(ref):
+        out = subprocess.run([sys.executable, "-c", child, str(ds), sql], check=True,
+                             capture_output=True, text=True, timeout=120).stdout
+    first, second = json.loads(out)
+    assert first == second == json.loads(json.dumps(want))
+    alone = subprocess.run([sys.executable, "-c", child, str(ds), sql], check=True,
+                           capture_output=True, text=True, timeout=120).stdout
+    assert json.loads(alone)[0] != first           # without it: the state committed now
+
+
+# The writer of the concurrency test: parses the replaced run's two versions in turn until
+# told to stop, and counts its commits in a file.
+WRITER = """
+import pathlib, sys, kmemscope
+ds, original, variant, stop, count = sys.argv[1:]
+n = 0
+while not pathlib.Path(stop).exists():
+    for bundle, label in ((variant, "0"), (original, "1")):
+        kmemscope.parse([bundle], ds, labels={"defrag": label})
+        n += 1
+        pathlib.Path(count).write_text(str(n))
+"""
+
+READERS = {
+    "sql": lambda ds: ds.sql(
+        "SELECT r.run_id, r.labels['defrag'] AS defrag, count(a.ts) AS allocs FROM runs r "
+        "LEFT JOIN mm_page_alloc a USING (run_id) GROUP BY ALL ORDER BY r.run_id").rows(),
+    "query cost": lambda ds: ds.query("cost").arrow().to_pylist(),
+    "compare": lambda ds: [(r.metric, r.side, r.runs, r.n, r.value, r.stddev)
+                           for r in records(ds.compare("defrag"))],
+}
+
+
+@pytest.mark.slow
+def test_readers_answer_for_a_committed_state_while_a_parse_replaces_runs(ab_cost, tmp_path):
+    """sql, query and compare in a loop while another process parses the same trace again
+    and again, with another label and other procfs samples each time: every answer is the
+    answer of one of the two committed states, each computed alone beforehand (the oracle).
+    KMEMSCOPE_SNAPSHOT_ROUNDS sets the rounds of each reader (40 for a measurement)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    ds, variant = ab_cost
+    rounds = int(os.environ.get("KMEMSCOPE_SNAPSHOT_ROUNDS", "5"))
+    oracle = {name: [] for name in READERS}
+    for bundle, label in ((variant, "0"), (COST / REPLACED, "1")):
+        kmemscope.parse([bundle], ds, labels={"defrag": label})
+        for name, read in READERS.items():
+            oracle[name].append(read(kmemscope.open(ds)))
+    for name, (a, b) in oracle.items():
+        assert a != b, f"{name}: both states answer alike, the test would prove nothing"
+    stop, count = tmp_path / "stop", tmp_path / "commits"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(ds), str(COST / REPLACED),
+                               str(variant), str(stop), str(count)])
+    seen = {name: [0, 0] for name in READERS}
+    wrong = []
+    try:
+        deadline = time.monotonic() + 60
+        while not count.exists():       # the writer is committing before the first read
+            assert writer.poll() is None and time.monotonic() < deadline, "the writer died"
+            time.sleep(0.05)
+        first = int(count.read_text())
+        for _ in range(rounds):
+            for name, read in READERS.items():
+                got = read(kmemscope.open(ds))
+                if got in oracle[name]:
+                    seen[name][oracle[name].index(got)] += 1
+                else:
+                    wrong.append(name)
+        commits = int(count.read_text()) - first
+    finally:
+        stop.touch()
+        writer.wait(timeout=120)
+    assert writer.returncode == 0
+    print(f"{rounds} rounds, {commits} commits meanwhile, answers per state: {seen}")
+    assert not wrong, f"answers of no committed state: {wrong}"
+    assert commits >= rounds, "the writer did not commit while the readers read"
