@@ -42,19 +42,23 @@ SPARE_FDS = 256
 class PinnedFile(PosixPath):
     """A listed file: str() is its place in the dataset, os.fspath() the file as listed."""
 
-    _pin = None      # (Snapshot, readable path, fd); paths derived from it (.parent) have none
+    # (Snapshot, readable path, fd); paths derived from one (.parent) have none
+    _pin: "tuple | None" = None
 
     def __fspath__(self):
-        return self._pin[1] if self._held() else str(self)
+        pin = self._held()
+        return pin[1] if pin is not None else str(self)
 
     @property
     def fd(self):
         """The open fd of the file as listed (None for a path derived from one, or once its
         snapshot is closed: then it is read by its name)."""
-        return self._pin[2] if self._held() else None
+        pin = self._held()
+        return pin[2] if pin is not None else None
 
     def _held(self):
-        return self._pin is not None and self._pin[0].open
+        pin = self._pin
+        return pin if pin is not None and pin[0].open else None
 
     def __reduce__(self):
         # Another process gets the listed place (a pickled fd means nothing there).
@@ -223,7 +227,7 @@ def adopted_listing(dataset, snapshot):
             raise DatasetError(f"the snapshot of the dataset in ${ENV} cannot be read: {exc}",
                                "its command has ended: run this one on its own") from None
         snapshot.pin(key, rel, fd)
-    listing = {}
+    listing: dict = {}
     for table, runs in doc["listing"].items():
         listing[table] = {}
         for run, files in runs.items():
