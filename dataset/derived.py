@@ -94,8 +94,13 @@ def _key(name, run):
     return f"{DERIVED_DIR}/{name}/{RUN_PREFIX}{run}/{PART}"
 
 
-def _run_docs(ref, run_ids):
-    """{run: the run's recorded digests, or None} (unreadable digests count as none)."""
+def _run_docs(ref, run_ids, as_listed=True):
+    """{run: the run's recorded digests, or None} (unreadable digests count as none).
+
+    as_listed: the digests as they were when the command listed the run (held open by its
+    snapshot, dataset/snapshot.py): what its files are. Else as they are now: the caches
+    recorded since (by this command too) are in them, and so, when a parse replaced the
+    run, are the new run's files, which no signature of the listed run matches."""
     from .digests import DIGESTS, DIGESTS_MAX_BYTES, parse_digests, run_digests
 
     out = {}
@@ -109,7 +114,7 @@ def _run_docs(ref, run_ids):
             except (DatasetError, OSError):
                 out[run] = None
         return out
-    listed = ref.listing.get("runs", {})
+    listed = ref.listing.get("runs", {}) if as_listed else {}
     pins = ref.snapshot
     for run in run_ids:
         if run not in listed or pins is None or not pins.open \
@@ -357,22 +362,23 @@ def derived_files(ref, family, name, run_ids, parts=None, threads=None, progress
     if "runs" not in parts:
         raise DatasetError(f"dataset {dataset} has no runs table")
     shas = _run_shas(dataset, parts, run_ids)
-    docs = ref.run_docs(run_ids)
+    docs = ref.run_docs(run_ids)                    # the files as listed: the signatures
+    now = _run_docs(ref, run_ids, as_listed=False)  # the caches recorded until now
     out, todo = {}, []
     for run in run_ids:
         if not family.applies(parts, run):
             continue
         sig = _signature(parts, run, shas.get(run), docs.get(run), family.sources(parts, run),
                          family.version)
-        found = _cached(ref, name, run, sig, docs.get(run))
+        found = _cached(ref, name, run, sig, now.get(run))
         if found:
             out[run] = found
         else:
             todo.append((run, sig))
     if todo:
-        root = _target(ref, [r for r, _ in todo if docs.get(r)], read_only)
+        root = _target(ref, [r for r, _ in todo if now.get(r)], read_only)
         for run, sig in todo:
-            where = root if _may_cache_in_dataset(dataset, docs.get(run), name, run, sig) \
+            where = root if _may_cache_in_dataset(dataset, now.get(run), name, run, sig) \
                 else _private_root()
             if progress:
                 progress(f"run {run}: {family.doing}, once (cached under "
