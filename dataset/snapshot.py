@@ -15,9 +15,9 @@ A pinned file is a `PinnedFile`: a Path whose text (str) is where it was listed,
 id, and whose os.fspath() is where to open it: a link in the snapshot's private
 folder (`/tmp/kmemscope-snapshot-*/<table>/run_id=<id>/part-<n>.parquet`) to
 `/proc/<pid>/fd/<fd>`. The link keeps the listing's `run_id=<id>/<file>` tail, which
-scan_sql reads a row's run from, and any process of this user can open it (Spark's
-JVM too); open() follows it to the file this process holds, even when that file has
-no name any more. Code that opens a listed file says os.fspath(f) (pyarrow, os.stat
+scan_sql reads a row's run from, and any process of this user on this host can open it;
+open() follows it to the file this process holds, even when that file has no name any
+more. (The Spark engine reads by name: its executors may run elsewhere.) Code that opens a listed file says os.fspath(f) (pyarrow, os.stat
 and open() do it themselves); code that names it says str(f).
 
 The pins go when nothing holds the Snapshot any more (every PinnedFile holds it):
