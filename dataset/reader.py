@@ -19,7 +19,10 @@ A local dataset is untrusted: before DuckDB opens anything, every table folder,
 `run_id=` folder and part file that a view would read is checked without
 following links, and a symbolic link, FIFO, device or socket among them is an
 error naming it (a FIFO would block the reader forever; a link would read, or
-let a later parse write, outside the dataset). Readers write nothing: an
+let a later parse write, outside the dataset). A local listing is taken holding the
+commit lock shared and its files are held open for the command (dataset/snapshot.py):
+whatever a parse commits afterwards, the command reads the state it listed; open a
+listed file through os.fspath(f), name it with str(f). Readers write nothing: an
 interrupted commit is left to the next parse (dataset/commit.py) and only
 reported by finish_interrupted_commits().
 """
