@@ -84,7 +84,9 @@ class Snapshot:
         self.dataset = dataset
         self._fds: list = []
         self._folder = None
-        self._by_name: dict = {}          # absolute listed path -> PinnedFile
+        # absolute listed path -> (link, fd); the PinnedFiles hold the snapshot, never the
+        # other way round: no cycle, so the fds go as soon as the last user lets go
+        self._by_name: dict = {}
         self._finalizer = weakref.finalize(self, _close_all, self._fds, None)
         self._room = None
 
@@ -124,7 +126,7 @@ class Snapshot:
         if key in self._by_name:
             if fd is not None:
                 os.close(fd)
-            return self._by_name[key]
+            return self._file(path, *self._by_name[key])
         if fd is None:
             if not self._has_room():
                 return PosixPath(path)
@@ -139,19 +141,23 @@ class Snapshot:
             os.close(fd)
             raise
         self._fds.append(fd)
+        self._by_name[key] = (link, fd)
+        return self._file(path, link, fd)
+
+    def _file(self, path, link, fd):
         pinned = PinnedFile(path)
         pinned._pin = (self, link, fd)
-        self._by_name[key] = pinned
         return pinned
 
     def pinned(self, path):
         """The PinnedFile of `path` (its place in the dataset), or None."""
-        return self._by_name.get(os.path.abspath(path))
+        held = self._by_name.get(os.path.abspath(path))
+        return self._file(path, *held) if held is not None else None
 
     def read(self, path, limit):
         """Up to `limit` + 1 bytes of the pinned file at `path`, from its start; None when
         it is not pinned."""
-        pinned = self._by_name.get(os.path.abspath(path))
+        pinned = self.pinned(path)
         if pinned is None or pinned.fd is None:
             return None
         chunks, at = [], 0
@@ -188,8 +194,8 @@ def export(snapshot, listing):
     import json
 
     doc = {"dataset": os.path.abspath(snapshot.dataset),
-           "pins": {key: [os.path.relpath(pinned._pin[1], snapshot.folder)]
-                    for key, pinned in snapshot._by_name.items() if pinned.fd is not None},
+           "pins": {key: [os.path.relpath(link, snapshot.folder)]
+                    for key, (link, _fd) in snapshot._by_name.items()},
            "listing": {table: {run: [os.path.abspath(f) for f in files]
                                for run, files in runs.items()}
                        for table, runs in listing.items()}}
