@@ -77,6 +77,35 @@ def _close_all(fds, folder):
     del fds[:]
 
 
+PREFIX = "kmemscope-snapshot-"
+_swept = False
+
+
+def _sweep():
+    """Remove the link folders of this user's commands that were killed (SIGKILL runs no
+    finalizer): once per process, only folders whose process is gone."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    top = tempfile.gettempdir()
+    try:
+        names = os.listdir(top)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if not name.startswith(PREFIX) or not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        path = os.path.join(top, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 class Snapshot:
     """The pinned files of one listing of a local dataset."""
 
@@ -97,7 +126,8 @@ class Snapshot:
 
     def _make_folder(self):
         if self._folder is None:
-            self._folder = tempfile.mkdtemp(prefix="kmemscope-snapshot-")
+            _sweep()
+            self._folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
             self._finalizer.detach()
             self._finalizer = weakref.finalize(self, _close_all, self._fds, self._folder)
         return self._folder
