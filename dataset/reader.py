@@ -579,7 +579,8 @@ def scan_sql(files, by_name=True):
     safefs.RUN_FOLDER's alphabet: DuckDB's own hive partitioning (off here) would read any
     `key=value` folder on the path, the dataset's parents too, as a column.
     """
-    listed = ", ".join(quote_literal(os.fspath(f)) for f in files)     # pinned: the file as listed
+    # a pinned file as listed, under a path ending like its place (dataset/snapshot.py)
+    listed = ", ".join(quote_literal(getattr(f, "scan_path", None) or os.fspath(f)) for f in files)
     # sql-safe: listed joins quote_literal() paths; by_name is a bool; the rest are constants
     return (f"(SELECT * EXCLUDE ({FILE_COLUMN}), "
             f"regexp_extract({FILE_COLUMN}, '{_RUN_OF_FILE}', 1) AS run_id "

@@ -12,12 +12,13 @@ readers beyond the listing itself.
 
 A pinned file is a `PinnedFile`: a Path whose text (str) is where it was listed,
 `DATASET/<table>/run_id=<id>/part-<n>.parquet`, for messages, records and the run
-id, and whose os.fspath() is where to open it: a link in the snapshot's private
-folder (`/tmp/kmemscope-snapshot-*/<table>/run_id=<id>/part-<n>.parquet`) to
-`/proc/<pid>/fd/<fd>`. The link keeps the listing's `run_id=<id>/<file>` tail, which
-scan_sql reads a row's run from, and any process of this user on this host can open it;
-open() follows it to the file this process holds, even when that file has no name any
-more. (The Spark engine reads by name: its executors may run elsewhere.) Code that opens a listed file says os.fspath(f) (pyarrow, os.stat
+id, and whose os.fspath() is where to open it, `/proc/<pid>/fd/<fd>`: open() reads the
+file this process holds, even when that file has no name any more. Its `scan_path` is
+a link to that in the snapshot's private folder
+(`/tmp/kmemscope-snapshot-<pid>-*/<table>/run_id=<id>/part-<n>.parquet`), which keeps the
+listing's `run_id=<id>/<file>` tail that scan_sql reads a row's run from; any process of
+this user on this host can open either. (The Spark engine reads by name: its executors
+may run elsewhere.) Code that opens a listed file says os.fspath(f) (pyarrow, os.stat
 and open() do it themselves); code that names it says str(f).
 
 The pins go when nothing holds the Snapshot any more (every PinnedFile holds it):
@@ -40,12 +41,21 @@ SPARE_FDS = 256
 
 
 class PinnedFile(PosixPath):
-    """A listed file: str() is its place in the dataset, os.fspath() the file as listed."""
+    """A listed file: str() is its place in the dataset, os.fspath() the file as listed
+    (/proc/<pid>/fd/<fd>: open() reads it; os.link() of it fails, EXDEV, rather than link
+    a link), scan_path the same file under a path that ends like its place."""
 
-    # (Snapshot, readable path, fd); paths derived from one (.parent) have none
+    # (Snapshot, link in the snapshot's folder, fd); paths derived from one (.parent) have none
     _pin: "tuple | None" = None
 
     def __fspath__(self):
+        pin = self._held()
+        return f"/proc/{os.getpid()}/fd/{pin[2]}" if pin is not None else str(self)
+
+    @property
+    def scan_path(self):
+        """The file as listed under a path ending `<table>/run_id=<id>/<file>`, the link in
+        the snapshot's folder: what DuckDB reads a row's run from (reader.scan_sql)."""
         pin = self._held()
         return pin[1] if pin is not None else str(self)
 
