@@ -502,7 +502,7 @@ def same_as_rederived(ref, family, name, run, cached):
             raise DatasetError(ds.sql_error_text(exc)) from None
         con = limits.connect()
         try:
-            a, b = ds.quote_literal(os.fspath(cached)), ds.quote_literal(os.fspath(fresh))
+            a, b = ds.quote_literal(ds.scan_path(cached)), ds.quote_literal(ds.scan_path(fresh))
             # sql-safe: a and b are quote_literal() paths
             differ = con.execute(
                 f"SELECT count(*) FROM ((FROM read_parquet({a}) EXCEPT ALL FROM read_parquet({b})) "
@@ -550,7 +550,7 @@ def rows_with_rid(src, files, columns):
         # sql-safe: columns are the caller's constants; src and k are ints; f is quoted
         parts.append(f"SELECT {columns}, (CAST({int(src)} AS BIGINT) << 48) | "
                      f"(CAST({k} AS BIGINT) << 32) | file_row_number AS rid "
-                     f"FROM read_parquet({ds.quote_literal(os.fspath(f))}, file_row_number = true)")
+                     f"FROM read_parquet({ds.quote_literal(ds.scan_path(f))}, file_row_number = true)")
     return " UNION ALL ".join(parts)
 
 

@@ -579,8 +579,7 @@ def scan_sql(files, by_name=True):
     safefs.RUN_FOLDER's alphabet: DuckDB's own hive partitioning (off here) would read any
     `key=value` folder on the path, the dataset's parents too, as a column.
     """
-    # a pinned file as listed, under a path ending like its place (dataset/snapshot.py)
-    listed = ", ".join(quote_literal(getattr(f, "scan_path", None) or os.fspath(f)) for f in files)
+    listed = ", ".join(quote_literal(scan_path(f)) for f in files)
     # sql-safe: listed joins quote_literal() paths; by_name is a bool; the rest are constants
     return (f"(SELECT * EXCLUDE ({FILE_COLUMN}), "
             f"regexp_extract({FILE_COLUMN}, '{_RUN_OF_FILE}', 1) AS run_id "
@@ -589,6 +588,12 @@ def scan_sql(files, by_name=True):
 
 
 _scan = scan_sql
+
+
+def scan_path(f):
+    """The path DuckDB reads a listed file by: a pinned file as listed, under a path ending
+    like its place (`<table>/run_id=<id>/<file>`, dataset/snapshot.py); else the file."""
+    return getattr(f, "scan_path", None) or os.fspath(f)
 
 
 def sql_error_text(exc):

@@ -88,6 +88,12 @@ def _close_all(fds, folder):
 
 
 PREFIX = "kmemscope-snapshot-"
+
+
+def _key(path):
+    """A listed file's place as the snapshot knows it: str(), never os.fspath(), which is
+    the held file's /proc path for a PinnedFile."""
+    return os.path.abspath(str(path))
 _swept = False
 
 
@@ -158,7 +164,7 @@ class Snapshot:
         """`path` (a file under the dataset, `rel` its path inside it) opened and pinned ->
         a PinnedFile; the plain Path when it cannot be (gone: FileNotFoundError is raised;
         no fd left: a Path). fd: an fd of the file opened already, which the snapshot takes."""
-        key = os.path.abspath(path)
+        key = _key(path)
         if not self.open:
             if fd is not None:
                 os.close(fd)
@@ -191,7 +197,7 @@ class Snapshot:
 
     def pinned(self, path):
         """The PinnedFile of `path` (its place in the dataset), or None."""
-        held = self._by_name.get(os.path.abspath(path))
+        held = self._by_name.get(_key(path))
         return self._file(path, *held) if held is not None else None
 
     def read(self, path, limit):
@@ -236,7 +242,7 @@ def export(snapshot, listing):
     doc = {"dataset": os.path.abspath(snapshot.dataset),
            "pins": {key: [os.path.relpath(link, snapshot.folder)]
                     for key, (link, _fd) in snapshot._by_name.items()},
-           "listing": {table: {run: [os.path.abspath(f) for f in files]
+           "listing": {table: {run: [_key(f) for f in files]
                                for run, files in runs.items()}
                        for table, runs in listing.items()}}
     path = os.path.join(snapshot._make_folder(), _EXPORT)
