@@ -160,6 +160,18 @@ while not pathlib.Path(stop).exists():
         pathlib.Path(count).write_text(str(n))
 """
 
+def report(ds):
+    """The HTML of `kmemscope report DATASET --compare defrag` (byte for byte the same for one
+    state: the oracle compares the bytes)."""
+    import tempfile
+
+    from kmemscope.notebooks.report import build_report
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = build_report(str(ds.path), f"{tmp}/report.html", compare="defrag")
+        return out.read_bytes()
+
+
 READERS = {
     "sql": lambda ds: ds.sql(
         "SELECT r.run_id, r.labels['defrag'] AS defrag, count(a.ts) AS allocs FROM runs r "
@@ -175,44 +187,53 @@ def test_readers_answer_for_a_committed_state_while_a_parse_replaces_runs(ab_cos
     """sql, query and compare in a loop while another process parses the same trace again
     and again, with another label and other procfs samples each time: every answer is the
     answer of one of the two committed states, each computed alone beforehand (the oracle).
-    KMEMSCOPE_SNAPSHOT_ROUNDS sets the rounds of each reader (40 for a measurement)."""
+    KMEMSCOPE_SNAPSHOT_ROUNDS sets the rounds of each reader (40 for a measurement), and
+    KMEMSCOPE_SNAPSHOT_REPORT_ROUNDS those of `report` (minutes each: none in the suite, where
+    test_a_child_process_reads_the_listing_its_command_shared checks how its kernels list)."""
     import os
     import subprocess
     import sys
     import time
 
     ds, variant = ab_cost
-    rounds = int(os.environ.get("KMEMSCOPE_SNAPSHOT_ROUNDS", "5"))
-    oracle = {name: [] for name in READERS}
+    rounds = {name: int(os.environ.get("KMEMSCOPE_SNAPSHOT_ROUNDS", "3")) for name in READERS}
+    readers = dict(READERS)
+    if int(os.environ.get("KMEMSCOPE_SNAPSHOT_REPORT_ROUNDS", "0")):
+        readers["report"] = report
+        rounds["report"] = int(os.environ["KMEMSCOPE_SNAPSHOT_REPORT_ROUNDS"])
+    oracle = {name: [] for name in readers}
     for bundle, label in ((variant, "0"), (COST / REPLACED, "1")):
         kmemscope.parse([bundle], ds, labels={"defrag": label})
-        for name, read in READERS.items():
+        for name, read in readers.items():
             oracle[name].append(read(kmemscope.open(ds)))
     for name, (a, b) in oracle.items():
         assert a != b, f"{name}: both states answer alike, the test would prove nothing"
     stop, count = tmp_path / "stop", tmp_path / "commits"
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(ds), str(COST / REPLACED),
                                str(variant), str(stop), str(count)])
-    seen = {name: [0, 0] for name in READERS}
+    seen = {name: [0, 0] for name in readers}
     wrong = []
     try:
         deadline = time.monotonic() + 60
         while not count.exists():       # the writer is committing before the first read
             assert writer.poll() is None and time.monotonic() < deadline, "the writer died"
             time.sleep(0.05)
-        first = int(count.read_text())
-        for _ in range(rounds):
-            for name, read in READERS.items():
+        first, started = int(count.read_text()), time.monotonic()
+        for i in range(max(rounds.values())):
+            for name, read in readers.items():
+                if i >= rounds[name]:
+                    continue
                 got = read(kmemscope.open(ds))
                 if got in oracle[name]:
                     seen[name][oracle[name].index(got)] += 1
                 else:
                     wrong.append(name)
-        commits = int(count.read_text()) - first
+        commits, took = int(count.read_text()) - first, time.monotonic() - started
     finally:
         stop.touch()
         writer.wait(timeout=120)
     assert writer.returncode == 0
-    print(f"{rounds} rounds, {commits} commits meanwhile, answers per state: {seen}")
+    print(f"rounds {rounds}: {commits} commits in {took:.0f} s meanwhile; answers per state "
+          f"(variant, original): {seen}; answers of no state: {len(wrong)}")
     assert not wrong, f"answers of no committed state: {wrong}"
-    assert commits >= rounds, "the writer did not commit while the readers read"
+    assert commits >= max(rounds.values()), "the writer did not commit while the readers read"
