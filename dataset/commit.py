@@ -221,15 +221,70 @@ def _take_lock(path, blocking):
         os.close(fd)
 
 
+# Datasets whose commit lock this process holds (exclusive): {absolute path: depth}. A
+# reader of one of them in this process (readers_lock) must not wait for itself.
+_HELD: dict = {}
+
+
 @contextmanager
 def dataset_lock(dataset, blocking=True):
     """Hold the dataset's commit lock; yields False when not blocking and it is busy."""
     fd = _take_lock(Path(dataset) / LOCK_NAME, blocking)
+    key = os.path.abspath(dataset)
+    if fd is not None:
+        _HELD[key] = _HELD.get(key, 0) + 1
     try:
         yield fd is not None
     finally:
         if fd is not None:
+            _HELD[key] -= 1
+            if not _HELD[key]:
+                del _HELD[key]
             os.close(fd)
+
+
+# How long a reader waits for a commit to end before it lists anyway (a commit is a few
+# renames; a writer stuck that long is better met with the old behaviour than a hang).
+READERS_WAIT_S = 60.0
+
+
+@contextmanager
+def readers_lock(dataset):
+    """Hold the dataset's commit lock shared while a reader lists and pins its files
+    (dataset/snapshot.py): no commit or cache record is half done in what it sees, and
+    readers do not wait for each other. Opens the lock file read-only and creates nothing
+    (readers write nothing): a dataset without one (never written by a parse, or on
+    read-only media without it) is listed as it is. A lock file that is a link or not a
+    regular file is not used either (a reader must not block on a FIFO); writers refuse it.
+    Yields True when the lock is held."""
+    import time
+
+    if os.path.abspath(dataset) in _HELD:      # this process is the writer: nothing moves
+        yield True
+        return
+    try:
+        fd = os.open(Path(dataset) / LOCK_NAME,
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        yield False
+        return
+    try:
+        held = False
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            deadline = time.monotonic() + READERS_WAIT_S
+            pause = 0.001
+            while not held:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    held = True
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(pause)       # a commit takes milliseconds
+                    pause = min(pause * 2, 0.05)
+        yield held
+    finally:
+        os.close(fd)
 
 
 def _write_journal(work, run_id, tables):

@@ -94,8 +94,13 @@ def _key(name, run):
     return f"{DERIVED_DIR}/{name}/{RUN_PREFIX}{run}/{PART}"
 
 
-def _run_docs(ref, run_ids):
-    """{run: the run's recorded digests, or None} (unreadable digests count as none)."""
+def _run_docs(ref, run_ids, as_listed=True):
+    """{run: the run's recorded digests, or None} (unreadable digests count as none).
+
+    as_listed: the digests as they were when the command listed the run (held open by its
+    snapshot, dataset/snapshot.py): what its files are. Else as they are now: the caches
+    recorded since (by this command too) are in them, and so, when a parse replaced the
+    run, are the new run's files, which no signature of the listed run matches."""
     from .digests import DIGESTS, DIGESTS_MAX_BYTES, parse_digests, run_digests
 
     out = {}
@@ -109,12 +114,28 @@ def _run_docs(ref, run_ids):
             except (DatasetError, OSError):
                 out[run] = None
         return out
+    listed = ref.listing.get("runs", {}) if as_listed else {}
+    pins = ref.snapshot
+    for run in run_ids:
+        if run not in listed or pins is None or not pins.open \
+                or pins.pinned(listed[run][0]) is None:
+            continue
+        # the record as it was when the run was listed, not one a later commit wrote
+        record = Path(listed[run][0]).parent / DIGESTS
+        try:
+            data = pins.read(record, DIGESTS_MAX_BYTES)
+            out[run] = None if data is None else parse_digests(data, record)
+        except (DatasetError, OSError):
+            out[run] = None
+    todo = [run for run in run_ids if run not in out]
+    if not todo:
+        return out
     try:
         root = Dir.root(dataset)
     except OSError:
-        return {run: None for run in run_ids}
+        return {**out, **{run: None for run in todo}}
     with root:
-        for run in run_ids:
+        for run in todo:
             try:
                 out[run] = run_digests(root, run)
             except (DatasetError, OSError):
@@ -141,7 +162,7 @@ def _cached(ref, name, run, sig, doc):
             return path if storage.size(path) == entry["bytes"] else None
         except (DatasetError, OSError):
             return None
-    return _checked_local(dataset, name, run, entry)
+    return _checked_local(dataset, name, run, entry, ref.snapshot)
 
 
 def read_checked(ref, name, wanted, max_bytes):
@@ -182,7 +203,13 @@ def read_part(ref, name, run, max_bytes):
     """The bytes of `run`'s cache file of table `name` in the local dataset, read through the
     confined folder walk (no link followed), or None when it is missing, unreadable or
     larger than `max_bytes`. Nothing is checked against the digests: for a caller that has
-    (verify)."""
+    (verify). A file the command's snapshot holds (verify pins what it checked) is read as
+    held, whatever a parse moved since."""
+    pins = ref.snapshot
+    if pins is not None:
+        data = pins.read(Path(ref.location) / _key(name, run), max_bytes)
+        if data is not None:
+            return data if len(data) <= max_bytes else None
     return _in_table_folder(ref.location, name, lambda top: _read_part(top, run, None, max_bytes))
 
 
@@ -217,31 +244,40 @@ def _read_part(top, run, entry, max_bytes=None):
     return data if len(data) == size else None
 
 
-def _checked_local(dataset, name, run, entry):
-    """The path of the dataset's cache file when its contents match `entry`, else None."""
+def _checked_local(dataset, name, run, entry, snapshot=None):
+    """The path of the dataset's cache file when its contents match `entry`, else None.
+
+    snapshot: the command's pinned listing (dataset/snapshot.py): the file checked is held
+    open in it and read as checked, even when a parse replaces the run meanwhile (its
+    commit moves the run's caches away)."""
     from .digests import file_digest
 
+    path = Path(dataset) / _key(name, run)
+    held = snapshot.pinned(path) if snapshot is not None else None
+    if held is not None:
+        return held
     try:
         with Dir.root(dataset) as root:
             part = root.walk([DERIVED_DIR, name, RUN_PREFIX + run], "a derived cache folder")
             if part is None:
                 return None
-            with part:
-                st = part.lstat(PART)
-                if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != entry["bytes"]:
+            with part, part.open_file(PART, "a derived cache file") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_size != entry["bytes"]:
                     return None
-                path = Path(dataset) / _key(name, run)
                 ident = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
                          st.st_ctime_ns)
                 if _CHECKED.get(ident) != entry["sha256"]:
                     sha, _size = file_digest(part.fd, PART, entry["bytes"])
-                    if sha != entry["sha256"]:
+                    now = part.lstat(PART)
+                    if sha != entry["sha256"] or now is None or now.st_ino != st.st_ino:
+                        return None        # hashed another file than the one held
+                    if not _signed(f, entry):
                         return None
-                    with part.open_file(PART, "a derived cache file") as f:
-                        if not _signed(f, entry):
-                            return None
                     _CHECKED[ident] = sha
-                return path
+                if snapshot is None:
+                    return path
+                return snapshot.pin(path, _key(name, run), os.dup(f.fileno()))
     except (DatasetError, OSError):
         return None
 
@@ -326,28 +362,43 @@ def derived_files(ref, family, name, run_ids, parts=None, threads=None, progress
     if "runs" not in parts:
         raise DatasetError(f"dataset {dataset} has no runs table")
     shas = _run_shas(dataset, parts, run_ids)
-    docs = _run_docs(ref, run_ids)
+    docs = ref.run_docs(run_ids)                    # the files as listed: the signatures
+    now = _run_docs(ref, run_ids, as_listed=False)  # the caches recorded until now
     out, todo = {}, []
     for run in run_ids:
         if not family.applies(parts, run):
             continue
         sig = _signature(parts, run, shas.get(run), docs.get(run), family.sources(parts, run),
                          family.version)
-        found = _cached(ref, name, run, sig, docs.get(run))
+        found = _cached(ref, name, run, sig, now.get(run))
         if found:
             out[run] = found
         else:
             todo.append((run, sig))
     if todo:
-        root = _target(ref, [r for r, _ in todo if docs.get(r)], read_only)
+        root = _target(ref, [r for r, _ in todo if now.get(r)], read_only)
         for run, sig in todo:
-            where = root if _may_cache_in_dataset(dataset, docs.get(run), name, run, sig) \
+            where = root if _may_cache_in_dataset(dataset, now.get(run), name, run, sig) \
                 else _private_root()
             if progress:
                 progress(f"run {run}: {family.doing}, once (cached under "
                          f"{where if _is_private(where) else where / DERIVED_DIR})")
-            out[run] = _build(family, parts, dataset, where, run, sig, threads, progress)[name]
+            built = _build(family, parts, dataset, where, run, sig, threads, progress)[name]
+            out[run] = _held(ref, family, parts, name, run, sig, built, threads)
     return out
+
+
+def _held(ref, family, parts, name, run, sig, built, threads):
+    """The cache file just written into the dataset, held open in the command's snapshot
+    (dataset/snapshot.py) before the query reads it: a parse that replaces the run moves
+    its caches away. Moved already (between its write and now): built again privately."""
+    pins = ref.snapshot
+    if pins is None or _is_private(Path(built).parent.parent.parent):
+        return built
+    try:
+        return pins.pin(built, _key(name, run))
+    except OSError:
+        return family.build(parts, (ref.location, _private_root()), run, sig, threads)[name]
 
 
 def _build(family, parts, dataset, where, run, sig, threads, progress):
@@ -441,7 +492,7 @@ def same_as_rederived(ref, family, name, run, cached):
     parts = ref.listing
     dataset = ref.location
     shas = _run_shas(dataset, parts, [run])
-    doc = _run_docs(ref, [run]).get(run)
+    doc = ref.run_docs([run]).get(run)
     scratch = Path(tempfile.mkdtemp(prefix="kmemscope-verify-"))
     try:
         sig = _signature(parts, run, shas.get(run), doc, family.sources(parts, run), family.version)
@@ -451,7 +502,7 @@ def same_as_rederived(ref, family, name, run, cached):
             raise DatasetError(ds.sql_error_text(exc)) from None
         con = limits.connect()
         try:
-            a, b = ds.quote_literal(cached), ds.quote_literal(fresh)
+            a, b = ds.quote_literal(ds.scan_path(cached)), ds.quote_literal(ds.scan_path(fresh))
             # sql-safe: a and b are quote_literal() paths
             differ = con.execute(
                 f"SELECT count(*) FROM ((FROM read_parquet({a}) EXCEPT ALL FROM read_parquet({b})) "
@@ -499,7 +550,7 @@ def rows_with_rid(src, files, columns):
         # sql-safe: columns are the caller's constants; src and k are ints; f is quoted
         parts.append(f"SELECT {columns}, (CAST({int(src)} AS BIGINT) << 48) | "
                      f"(CAST({k} AS BIGINT) << 32) | file_row_number AS rid "
-                     f"FROM read_parquet({ds.quote_literal(f)}, file_row_number = true)")
+                     f"FROM read_parquet({ds.quote_literal(ds.scan_path(f))}, file_row_number = true)")
     return " UNION ALL ".join(parts)
 
 

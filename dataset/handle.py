@@ -16,7 +16,9 @@ to a public function of the API becomes a handle there (`DatasetRef.of`), and a
 handle given where a handle is taken is passed on as it is. A handle is not a
 path (it has no __fspath__): code that wants the local folder says ref.location.
 
-The snapshot is what readers may trust about the layout: the committed runs'
+The listing of a local dataset is taken with no commit half done and its files held
+open (dataset/snapshot.py): a parse that commits one of its runs again meanwhile
+changes nothing the command reads. The snapshot is what readers may trust about the layout: the committed runs'
 files (reader.table_runs), what their runs' own records state about those
 files' footers (reader.recorded_footers: schema and rows, each checked against
 the file's size), and the notes about what readers leave out. The part files'
@@ -57,6 +59,7 @@ class DatasetRef:
     def __init_state(self, kind, location):
         self.storage, self.location = kind, location
         self._listing = None
+        self._snapshot = None
         self._footers = None
         self._notes = None
         self._docs = {}
@@ -67,9 +70,22 @@ class DatasetRef:
         return self.storage == S3
 
     @property
+    def snapshot(self):
+        """The files of a local dataset's listing held open (dataset/snapshot.py), so that
+        the command reads the state it listed whatever a parse commits meanwhile; None for
+        an s3 dataset (nothing writes one)."""
+        if self._snapshot is None and not self.is_s3:
+            from .snapshot import Snapshot
+
+            self._snapshot = Snapshot(self.location)
+        return self._snapshot
+
+    @property
     def listing(self):
         """{table: {run_id: [parquet files]}} of the committed runs (reader.table_runs),
-        listed on first use and then kept: one snapshot for everything the command does."""
+        listed on first use and then kept: one snapshot for everything the command does.
+        A local dataset's files are pinned (snapshot.PinnedFile): str() names them,
+        os.fspath() opens them as they were listed."""
         if self._listing is None:
             from .reader import table_runs
 
@@ -82,9 +98,14 @@ class DatasetRef:
         Lists the dataset again: for after a read failed, not before every read."""
         if self._listing is None:
             return False
-        now = self.renewed().listing
-        return any(not set(map(str, files)) <= set(map(str, now.get(table, {}).get(run, ())))
-                   for table, runs in self._listing.items() for run, files in runs.items())
+        again = self.renewed()
+        now = again.listing
+        try:
+            return any(not set(map(str, files)) <= set(map(str, now.get(table, {}).get(run, ())))
+                       for table, runs in self._listing.items() for run, files in runs.items())
+        finally:
+            if again.snapshot is not None:
+                again.snapshot.close()
 
     def footers(self):
         """{file: (Arrow schema, rows)} the runs' own records state (reader.recorded_footers),

@@ -19,7 +19,10 @@ A local dataset is untrusted: before DuckDB opens anything, every table folder,
 `run_id=` folder and part file that a view would read is checked without
 following links, and a symbolic link, FIFO, device or socket among them is an
 error naming it (a FIFO would block the reader forever; a link would read, or
-let a later parse write, outside the dataset). Readers write nothing: an
+let a later parse write, outside the dataset). A local listing is taken holding the
+commit lock shared and its files are held open for the command (dataset/snapshot.py):
+whatever a parse commits afterwards, the command reads the state it listed; open a
+listed file through os.fspath(f), name it with str(f). Readers write nothing: an
 interrupted commit is left to the next parse (dataset/commit.py) and only
 reported by finish_interrupted_commits().
 """
@@ -70,13 +73,52 @@ def table_runs(ref):
     if ref.is_s3:
         _read_url_format(where)
         return _visible(_url_tables(where))
-    out = _with_replaced_runs(where, _local_tables(where))
-    if "runs" not in out:
-        # Every run hidden: say why when a parse was interrupted while committing one.
-        pending = finish_interrupted_commits(ref)
-        if pending:
-            raise DatasetError(f"dataset {where} holds no finished run: {pending[0]}")
-    return _visible(out)
+    from .commit import readers_lock
+    from .snapshot import adopted_listing
+
+    shared = adopted_listing(where, ref.snapshot)      # the report's notebooks: its listing
+    if shared is not None:
+        return shared
+    # Listed with no commit half done, and every file opened before a commit may move it:
+    # the listing reads the state it was taken in to the end (dataset/snapshot.py).
+    with readers_lock(where):
+        out = _with_replaced_runs(where, _local_tables(where))
+        if "runs" not in out:
+            # Every run hidden: say why when a parse was interrupted while committing one.
+            pending = finish_interrupted_commits(ref)
+            if pending:
+                raise DatasetError(f"dataset {where} holds no finished run: {pending[0]}")
+        out = _visible(out)
+        snapshot = ref.snapshot
+        return out if snapshot is None else _pinned(snapshot, where, out)
+
+
+def _pinned(snapshot, where, listing):
+    """`listing` with each file pinned in `snapshot` (a PinnedFile), and each run's recorded
+    digests (runs/run_id=<id>/_files.json) pinned beside them. A file gone since it was
+    listed (removed by hand: commits wait for the lock) is ListedFileGone."""
+    from .digests import DIGESTS
+
+    root = os.path.abspath(where)
+
+    def pin(f, required=True):
+        try:
+            return snapshot.pin(f, os.path.relpath(os.path.abspath(f), root))
+        except FileNotFoundError:
+            if not required:
+                return None
+            raise ListedFileGone(f"{f} is gone since the dataset was listed: a parse replaced "
+                                 "or removed its run while this command read it",
+                                 "run the command again") from None
+        except OSError as exc:
+            raise DatasetError(f"cannot read {printable(str(f))}: {exc.strerror or exc}") from None
+
+    out = {table: {run: [pin(f) for f in files] for run, files in runs.items()}
+           for table, runs in listing.items()}
+    for run, files in listing.get("runs", {}).items():
+        if files:
+            pin(Path(files[0]).parent / DIGESTS, required=False)
+    return out
 
 
 def _with_replaced_runs(dataset, tables):
@@ -227,7 +269,8 @@ def _file_key(f):
     if storage.is_url_file(str(f)):
         return None
     try:
-        st = os.stat(f, follow_symlinks=False)
+        fd = getattr(f, "fd", None)      # a pinned file: the file as listed, not its place now
+        st = os.fstat(fd) if fd is not None else os.stat(f, follow_symlinks=False)
     except OSError:
         return None
     return (str(f), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -254,7 +297,7 @@ def _file_schema(f, footer=False):
     if not footer and key is not None and key in _FROM_RECORDS:
         return _FROM_RECORDS[key], None
     try:
-        got: tuple = (storage.read_schema(str(f)), None)
+        got: tuple = (storage.read_schema(os.fspath(f)), None)
     except DatasetError:
         raise
     except FileNotFoundError:
@@ -462,7 +505,7 @@ def _rows_of(files):
         key = _file_key(f)
         if key is None or key not in _ROWS:
             try:
-                n = storage.parquet_bytes(str(f))
+                n = storage.parquet_bytes(os.fspath(f))
             except DatasetError:
                 raise
             except Exception:   # a footer _file_schema could read but not count: not one row
@@ -536,7 +579,7 @@ def scan_sql(files, by_name=True):
     safefs.RUN_FOLDER's alphabet: DuckDB's own hive partitioning (off here) would read any
     `key=value` folder on the path, the dataset's parents too, as a column.
     """
-    listed = ", ".join(quote_literal(f) for f in files)
+    listed = ", ".join(quote_literal(scan_path(f)) for f in files)
     # sql-safe: listed joins quote_literal() paths; by_name is a bool; the rest are constants
     return (f"(SELECT * EXCLUDE ({FILE_COLUMN}), "
             f"regexp_extract({FILE_COLUMN}, '{_RUN_OF_FILE}', 1) AS run_id "
@@ -545,6 +588,12 @@ def scan_sql(files, by_name=True):
 
 
 _scan = scan_sql
+
+
+def scan_path(f):
+    """The path DuckDB reads a listed file by: a pinned file as listed, under a path ending
+    like its place (`<table>/run_id=<id>/<file>`, dataset/snapshot.py); else the file."""
+    return getattr(f, "scan_path", None) or os.fspath(f)
 
 
 def sql_error_text(exc):
@@ -703,10 +752,15 @@ def confine(con, ref, sql):
     if refused:
         raise QueryError(f"--read-only allows SELECT statements only, not {', '.join(refused)}")
     if _ref(ref).is_s3:
-        root = storage.url(*storage.split(ref.location)) + "/"
+        roots = [storage.url(*storage.split(ref.location)) + "/"]
     else:
-        root = os.path.realpath(ref.location) + os.sep
-    con.execute(f"SET allowed_directories = [{quote_literal(root)}]")
+        roots = [os.path.realpath(ref.location) + os.sep]
+        pins = ref.snapshot.folder if ref.snapshot is not None else None
+        if pins is not None:
+            # the links to the files the command pinned (dataset/snapshot.py): nothing else
+            roots.append(os.path.realpath(pins) + os.sep)
+    listed = ", ".join(quote_literal(r) for r in roots)
+    con.execute(f"SET allowed_directories = [{listed}]")       # sql-safe: quoted paths
     for setting in ("autoinstall_known_extensions", "autoload_known_extensions",
                     "enable_external_access"):
         con.execute(f"SET {setting} = false")      # sql-safe: setting names are constants
@@ -776,7 +830,7 @@ def add_views(con, parts, run_ids=None, columns=None, tables=None):
 def _first_names(f):
     schema, error = _file_schema(f)
     if error is not None:
-        return storage.read_schema(str(f)).names      # the reader's own error
+        return storage.read_schema(os.fspath(f)).names      # the reader's own error
     return schema.names
 
 

@@ -160,7 +160,16 @@ def verify(dataset, deep=False, recompute=None):
     if not root_path.is_dir():
         raise DatasetError(f"dataset {dataset} does not exist or is not a directory")
     result = Verification()
-    with safefs.Dir.root(dataset) as root:
+    from .commit import readers_lock
+
+    # The walk holds the commit lock shared: a parse's commit waits, so the walk sees one
+    # committed state. A deep check reads that state after the walk, from the files the
+    # walk held open (the listing's and each cache checked), whatever is committed since.
+    with readers_lock(dataset), safefs.Dir.root(dataset) as root:
+        pins = None
+        if deep:
+            ref.listing
+            pins = ref.snapshot
         parts, odd = _partitions(root)
         for name in odd:
             result.problems.append(("extra", f"{safefs.shown_name(name)} (not a name kmemscope "
@@ -187,7 +196,7 @@ def verify(dataset, deep=False, recompute=None):
                 continue
             recorded_derived.update({k: (run, v) for k, v in doc.get("derived", {}).items()})
             _check_run(result, root, run, tables, doc["files"])
-        _check_derived(result, root, recorded_derived)
+        _check_derived(result, root, recorded_derived, pins)
     if deep:
         _rederive(result, ref, recorded_derived, recompute or {})
     return result
@@ -235,8 +244,9 @@ def _check_run(result, root, run, tables, recorded):
         result.problems.append(("missing", f"{table}/{safefs.RUN_PREFIX}{run}/{name}"))
 
 
-def _check_derived(result, root, recorded):
-    """Every file under _derived is recorded by its run and matches; nothing else is there."""
+def _check_derived(result, root, recorded, pins=None):
+    """Every file under _derived is recorded by its run and matches; nothing else is there.
+    pins: a snapshot (dataset/snapshot.py) that each matching file is held open in."""
     seen: set = set()
     if root.lstat(DERIVED_DIR) is not None:
         try:
@@ -246,12 +256,12 @@ def _check_derived(result, root, recorded):
             top = None
         if top is not None:
             with top:
-                _walk_derived(result, top, DERIVED_DIR, recorded, seen, depth=0)
+                _walk_derived(result, top, DERIVED_DIR, recorded, seen, depth=0, pins=pins)
     for key in sorted(set(recorded) - seen):
         result.problems.append(("missing", key))
 
 
-def _walk_derived(result, folder, rel, recorded, seen, depth):
+def _walk_derived(result, folder, rel, recorded, seen, depth, pins=None):
     live = _live_temps(folder)
     for entry in folder.entries():
         if entry.name in live:
@@ -260,7 +270,7 @@ def _walk_derived(result, folder, rel, recorded, seen, depth):
         mode = entry.stat(follow_symlinks=False).st_mode
         if stat.S_ISDIR(mode) and depth < 2 and not entry.name.startswith("."):
             with folder.sub(entry.name, "a derived cache folder") as sub:
-                _walk_derived(result, sub, f"{rel}/{entry.name}", recorded, seen, depth + 1)
+                _walk_derived(result, sub, f"{rel}/{entry.name}", recorded, seen, depth + 1, pins)
             continue
         key = f"{rel}/{entry.name}"
         if key not in recorded:
@@ -268,7 +278,9 @@ def _walk_derived(result, folder, rel, recorded, seen, depth):
             continue
         seen.add(key)
         if _check_file(result, folder, entry.name, mode, recorded[key][1], path):
-            _check_signed(result, folder, entry.name, recorded[key][1], path)
+            if _check_signed(result, folder, entry.name, recorded[key][1], path) and pins:
+                fd = os.open(entry.name, safefs.FILE_FLAGS, dir_fd=folder.fd)
+                pins.pin(root_path_of(pins.dataset) / key, key, fd)
 
 
 def _check_signed(result, folder, name, recorded, rel):
@@ -281,6 +293,8 @@ def _check_signed(result, folder, name, recorded, rel):
     if said != recorded["from"].encode():
         result.problems.append(("changed", f"{rel} (it was derived from other sources or "
                                 "another question than its record says)"))
+        return False
+    return True
 
 
 def _rederive(result, ref, recorded, recompute):
@@ -291,8 +305,10 @@ def _rederive(result, ref, recorded, recompute):
         name = key.split("/")[1]
         check = next((f for prefix, f in recompute.items() if name.startswith(prefix)),
                      _no_check)
+        path = root_path_of(ref.location) / key
+        held = ref.snapshot.pinned(path) if ref.snapshot is not None else None
         try:
-            same = check(ref, name, run, root_path_of(ref.location) / key, entry)
+            same = check(ref, name, run, held or path, entry)
         except DatasetError as exc:
             result.problems.append(("changed", f"{key} (cannot derive it again: {exc.args[0]})"))
             continue

@@ -18,6 +18,8 @@ needs none of them.
 """
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -898,6 +900,28 @@ def dataset_handle(dataset):
     from kmemscope.dataset.handle import DatasetRef
 
     return DatasetRef.of(dataset)
+
+
+@contextmanager
+def shared_with_children(ref):
+    """While in the block, processes started from this one (the report's notebook kernels,
+    which inherit the environment) read `ref`'s dataset as `ref` listed it: every call
+    of theirs, whatever a parse commits meanwhile (kmemscope.dataset.snapshot). Nothing
+    is shared for an s3 dataset (nothing writes one)."""
+    from kmemscope.dataset import snapshot
+
+    if ref.snapshot is None:
+        yield
+        return
+    saved = os.environ.get(snapshot.ENV)
+    os.environ[snapshot.ENV] = snapshot.export(ref.snapshot, ref.listing)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(snapshot.ENV, None)
+        else:
+            os.environ[snapshot.ENV] = saved
 
 
 def expand_inputs(sources: Iterable) -> list:

@@ -212,7 +212,10 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
     engine = EngineSpec.of(engine)
     _need_report_extra()
     dataset = os.path.abspath(dataset)
-    ds = kmemscope.open(dataset)                  # a missing, empty or foreign dataset: one line
+    from kmemscope.api import dataset_handle, shared_with_children
+
+    ref = dataset_handle(dataset)
+    ds = kmemscope.open(ref)                      # a missing, empty or foreign dataset: one line
     chosen = ds.run_ids(list(runs) or None, list(labels) or None)
     if compare:
         # unknown label: one line, before any notebook runs (on DuckDB: one summary query)
@@ -225,7 +228,8 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
         progress(f"{_runs(len(chosen))} of {printable(dataset)}")
     # removed however the report ends: a SIGKILLed report's by the next (common/scratch.py)
     with ScratchFolder("kmemscope-report-") as tmp, \
-            _temp_files_in(Path(tmp) / "tmp"):
+            _temp_files_in(Path(tmp) / "tmp"), shared_with_children(ref):
+        # the notebooks' kernels read the state listed here, whatever a parse commits now
         workdir = keep_dir or tmp
         os.makedirs(workdir, exist_ok=True)
         executed = []

@@ -84,7 +84,7 @@ def _derive_pages(parts, target, run, sig, threads):
     scans = {}
     for table, is_alloc in (("mm_page_alloc", 1), ("mm_page_free", 0)):
         files = parts.get(table, {}).get(run, [])
-        listed = ", ".join(ds.quote_literal(f) for f in files)
+        listed = ", ".join(ds.quote_literal(ds.scan_path(f)) for f in files)
         if not files:
             # sql-safe: is_alloc is 0 or 1
             scans[table] = ('SELECT CAST(NULL AS UBIGINT) AS pfn, CAST(NULL AS BIGINT) AS ts, '
@@ -275,7 +275,7 @@ def _stack_shape(con, run, files, stacks_files):
     Anything else, or files of both shapes in one run, is refused in one line."""
     import duckdb
 
-    listed = ", ".join(ds.quote_literal(f) for f in files)
+    listed = ", ".join(ds.quote_literal(ds.scan_path(f)) for f in files)
     try:
         # sql-safe: listed joins quote_literal() paths
         rows = con.execute(f"SELECT file_name, list(name) FROM parquet_schema([{listed}]) "
@@ -318,7 +318,7 @@ def _derive_stacks(parts, target, run, sig, threads):
     out = {}
     try:
         if _stack_shape(con, run, stack_files, stacks_files) == "interned":
-            listed = ", ".join(ds.quote_literal(f) for f in stacks_files)
+            listed = ", ".join(ds.quote_literal(ds.scan_path(f)) for f in stacks_files)
             # sql-safe: derived.rows_with_rid() builds from constants, ints and quoted paths; listed likewise
             con.execute("CREATE TEMP TABLE ks AS " + derived.rows_with_rid(
                 index["kernel_stack"], stack_files, "cpu, ts, CAST(stack_id AS INTEGER) AS sid"))

@@ -28,9 +28,10 @@ one dict of values per run. The statistics are in statistics.py.
 import re
 from dataclasses import dataclass
 
-from kmemscope.common.errors import DatasetError, QueryError
+from kmemscope.common.errors import QueryError
 from kmemscope.common.text import printable
 
+from .runner import NoSuchEvents
 from .selection import labels_dict
 
 
@@ -861,7 +862,7 @@ def _trace_counter_rows(dataset, run_ids, engine):
     none of its events)."""
     try:
         return _run_query("vmstat_trace.counters", dataset, run_ids, None, engine)
-    except DatasetError:
+    except NoSuchEvents:
         return [], []
 
 
@@ -973,7 +974,7 @@ def _gather_frag(found, dataset, names, run_ids, labels, engine):
     """Add the frag.* values of fragmentation.metrics to gather()'s runs and metrics."""
     try:
         rows, notes = _run_query("fragmentation.metrics", dataset, run_ids, labels, engine)
-    except DatasetError as exc:
+    except NoSuchEvents as exc:
         if "buddyinfo" in str(exc):
             raise QueryError("no selected run has buddyinfo samples: no frag.* metrics",
                              "record the runs with `kmemscope record`, which samples "
@@ -992,7 +993,7 @@ def _gather_frag(found, dataset, names, run_ids, labels, engine):
 def _vmstat_rows(dataset, run_ids, labels, engine):
     try:
         return _run_query("vmstat_rates", dataset, run_ids, labels, engine)
-    except DatasetError as exc:
+    except NoSuchEvents as exc:
         if "vmstat" in str(exc):        # no run has procfs samples: no vmstat metrics
             return [], ["no selected run has vmstat samples: no vmstat metrics"]
         raise
@@ -1040,7 +1041,7 @@ def _stall_rows(dataset, run_ids, labels, engine, required):
         return [], []
     try:
         return _run_query("stalls.per_run", dataset, run_ids, labels, engine)
-    except DatasetError:
+    except NoSuchEvents:
         if required:
             raise
         return [], []        # no run recorded stall events: nothing to add by default
@@ -1064,7 +1065,7 @@ def minute_series(dataset, sides, names, engine=None):
     run_ids = [r for rs in sides.runs.values() for r in rs]
     try:
         rows, more = _run_query("vmstat_rates.per_minute", dataset, run_ids, None, engine)
-    except DatasetError:
+    except NoSuchEvents:
         rows, more = [], []
     if not rows:
         raise QueryError("--over minute needs vmstat samples, and no selected run has any",
@@ -1215,7 +1216,7 @@ def _mthp_order(counter):
 def _cost_rows(dataset, run_ids, labels, engine, section):
     try:
         return _run_query(section, dataset, run_ids, labels, engine)
-    except DatasetError:
+    except NoSuchEvents:
         return [], []
 
 

@@ -51,6 +51,14 @@ COST_TABLES = {"psi_memory": "/proc/pressure/memory (CONFIG_PSI, Linux 4.20+)",
                "cpu_stat": "/proc/stat",
                "kthread_cpu": "kswapd, kcompactd or khugepaged threads",
                "mthp_stats": "per-size mTHP statistics (Linux 6.10+)"}
+
+
+class NoSuchEvents(DatasetError):
+    """No chosen run has a table the analysis requires: the runs did not record those
+    events (or procfs samples). The one dataset error a caller may read as "no rows"; a
+    file that cannot be read or is gone is never one."""
+
+
 _PARAM_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -99,19 +107,19 @@ def _check_tables(needs, parts, chosen):
         procfs = t in PROCFS_TABLES
         if not runs_with(t):
             if procfs:
-                raise DatasetError(f"{_runs_text(chosen)} {verb} no procfs tables (no {t})",
+                raise NoSuchEvents(f"{_runs_text(chosen)} {verb} no procfs tables (no {t})",
                                    "capture with `kmemscope record`")
             if t not in parts:
-                raise DatasetError(f"dataset has no {t} events",
+                raise NoSuchEvents(f"dataset has no {t} events",
                                    f"record with the {t} tracepoint enabled")
-            raise DatasetError(f"{_runs_text(chosen)} {verb} no {t} events",
+            raise NoSuchEvents(f"{_runs_text(chosen)} {verb} no {t} events",
                                f"record with the {t} tracepoint enabled")
         for r in lacking(t):
             notes.append(f"run {r} has no procfs tables (capture with `kmemscope record`): "
                          "it is left out" if procfs else
                          f"run {r} has no {t} events: its rows are empty or zero")
     if needs.any_of and not any(runs_with(t) for t in needs.any_of):
-        raise DatasetError(f"{_runs_text(chosen)}: no events of any of {', '.join(needs.any_of)}",
+        raise NoSuchEvents(f"{_runs_text(chosen)}: no events of any of {', '.join(needs.any_of)}",
                            "record with those tracepoints enabled")
     cost = [t for t in COST_TABLES if t in needs.any_of + needs.optional]
     for r in chosen:

@@ -173,18 +173,47 @@ def _remove_run(ds, run):
         shutil.rmtree(folder)
 
 
-def test_a_snapshot_whose_files_went_away_is_read_again_with_a_note(tmp_path):
-    """A command's handle lists once; a run removed (or committed again under other file
-    names) meanwhile leaves the listing naming files that are gone. The call is read again
-    on a new snapshot and says so, instead of calling the run unreadable or leaving it out."""
+def _three_runs(tmp_path):
     from conftest import EXAMPLES
 
     ds = tmp_path / "ds"
     for example, kernel in (("kmem-compaction", "a"), ("thp-faults", "b"),
                             ("memory-pressure", "b")):
-        [gone] = kmemscope.parse([EXAMPLES / example], ds, labels={"kernel": kernel})
+        [last] = kmemscope.parse([EXAMPLES / example], ds, labels={"kernel": kernel})
+    return ds, last
+
+
+def test_a_run_removed_after_the_listing_is_still_read_as_listed(tmp_path):
+    """A command's handle lists once and holds the files it listed open (dataset/snapshot.py):
+    a run removed (or committed again) meanwhile is still read as it was listed, whole, with
+    no note; the command answers for the state it started on. A new open sees the removal."""
+    ds, gone = _three_runs(tmp_path)
+    before = kmemscope.open(ds)
+    want_runs = before.sql("SELECT run_id FROM runs ORDER BY run_id").rows()
+    want_summary, want_compare = before.query("summary").arrow(), before.compare("kernel").records
     ref = DatasetRef.of(ds)
     ref.listing                                                     # the command's snapshot
+    _remove_run(ds, gone.run_id)
+    assert ref.outdated()
+    opened = kmemscope.open(ref)
+    runs = opened.sql("SELECT run_id FROM runs ORDER BY run_id")
+    assert runs.rows() == want_runs and len(want_runs) == 3 and REREAD_NOTE not in runs.notes
+    again = opened.query("summary")
+    assert again.arrow().equals(want_summary) and REREAD_NOTE not in again.notes
+    compared = opened.compare("kernel")
+    assert compared.records == want_compare and REREAD_NOTE not in compared.notes
+    assert len(kmemscope.open(ds).sql("SELECT run_id FROM runs").rows()) == 2
+
+
+def test_an_unpinned_snapshot_whose_files_went_away_is_read_again_with_a_note(tmp_path):
+    """Files the listing could not hold open (beyond the process's open-file limit, here
+    all of them: the snapshot closed) are read by their names: a run removed meanwhile
+    leaves the listing naming files that are gone. The call is read again on a new snapshot
+    and says so, instead of calling the run unreadable or leaving it out."""
+    ds, gone = _three_runs(tmp_path)
+    ref = DatasetRef.of(ds)
+    ref.listing
+    ref.snapshot.close()
     _remove_run(ds, gone.run_id)
     assert ref.outdated()
     opened = kmemscope.open(ref)
@@ -200,10 +229,9 @@ def test_a_snapshot_whose_files_went_away_is_read_again_with_a_note(tmp_path):
     assert compared.records == fresh.compare("kernel").records
 
 
-def test_a_run_parsed_again_is_read_as_it_is_now(tmp_path):
-    """The same trace parsed again replaces its run; its part files may or may not keep
-    their names (one per decoder worker that had rows). Either way the answer is the new
-    run's, and the note is there exactly when the listing named files that are gone."""
+def test_a_run_parsed_again_after_the_listing_is_read_as_listed(tmp_path):
+    """The same trace parsed again replaces its run while a command holds its listing: the
+    command answers with the run as listed (its old label), a new open with the new one."""
     from conftest import EXAMPLES
 
     ds = tmp_path / "ds"
@@ -211,12 +239,12 @@ def test_a_run_parsed_again_is_read_as_it_is_now(tmp_path):
     ref = DatasetRef.of(ds)
     ref.listing
     kmemscope.parse([EXAMPLES / "kmem-compaction"], ds, labels={"kernel": "c"})
-    outdated = ref.outdated()
-    got = kmemscope.open(ref).sql("SELECT labels['kernel'] AS kernel, events FROM runs")
-    assert got.rows() == kmemscope.open(ds).sql(
-        "SELECT labels['kernel'] AS kernel, events FROM runs").rows()
-    assert got.rows()[0]["kernel"] == "c"
-    assert (REREAD_NOTE in got.notes) == outdated
+    sql = "SELECT labels['kernel'] AS kernel, events FROM runs"
+    got = kmemscope.open(ref).sql(sql)
+    now = kmemscope.open(ds).sql(sql)
+    assert [r["kernel"] for r in got.rows()] == ["a"] and REREAD_NOTE not in got.notes
+    assert [r["kernel"] for r in now.rows()] == ["c"]
+    assert got.rows()[0]["events"] == now.rows()[0]["events"]
 
 
 def test_a_damaged_file_of_a_current_snapshot_is_not_read_again(tmp_path):

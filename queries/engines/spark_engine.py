@@ -369,6 +369,8 @@ class SparkBackend:
     def read_table(self, name, runs=None):
         """DataFrame of dataset table `name` over `runs` (default: the chosen runs), or None."""
         runs = self.chosen if runs is None else runs
+        # by name, not through this process's pins (dataset/snapshot.py): executors may run
+        # on other hosts, where its /proc/<pid>/fd means nothing
         files = [str(f) for r in runs for f in self.parts.get(name, {}).get(r, [])]
         if not files:
             return None
