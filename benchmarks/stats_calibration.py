@@ -151,12 +151,12 @@ def main(argv=None):
             print(f"  {kind:<12} {c['called']:5.3f} / {c['tested']:4.2f} / "
                   f"{c['change_miss']:5.3f} / {c['change_shown']:4.2f} / "
                   f"{c['side_miss']:5.3f} / {c['side_shown']:4.2f} / {c['band']:5.3f}")
-        print(f"  (load {load1():.2f})")
+        print(f"  (load {load1():.2f})")  # sql-safe: a printed line, not SQL
     print()
     print(f"one normal row of {ROWS} moved by {SHIFT} sd: share of tables where it is called")
     print("  " + "  ".join(f"{a} v {b}: {power(rng, (a, b), args.trials):.3f}"
                            for a, b in args.sizes))
-    print(f"(load {load1():.2f}; {time.monotonic() - start:.0f} s)")
+    print(f"(load {load1():.2f}; {time.monotonic() - start:.0f} s)")  # sql-safe: a printed line
 
 
 if __name__ == "__main__":

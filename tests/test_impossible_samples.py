@@ -9,6 +9,8 @@ sample text.
 import shutil
 
 import pytest
+
+import requirements
 from conftest import EXAMPLES
 from kmrun import kmemscope, rows_of
 
@@ -48,7 +50,7 @@ def hostile(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
     for run in ("run1-defrag0", "run1-defrag1"):
         if not (COST / run).is_dir():
-            pytest.skip(f"the committed example {COST / run} is missing")
+            requirements.skip("setup", f"the committed example {COST / run} is missing")
         shutil.copytree(COST / run, root / run)
     bad = root / "run1-defrag1" / "procfs"
     _edit_last(bad / "kthreads", "45 kswapd0", f"{BIG} {BIG}")

@@ -14,6 +14,7 @@ import tarfile
 
 import pytest
 
+import requirements
 from conftest import PROJECT_ROOT
 from kmemscope.common import outfile
 from kmrun import _argv, kmemscope
@@ -126,7 +127,7 @@ def test_writers_of_output_files_use_the_one_helper(rel):
 def _device(folder, name, minor):
     """A character device of the kernel's memory driver (major 1): 3 null, 7 full."""
     if os.geteuid() != 0:
-        pytest.skip("making a device node needs root")
+        requirements.skip("tracefs", "making a device node needs root")
     import stat
 
     path = folder / name
@@ -214,7 +215,7 @@ def test_an_overwritten_file_keeps_its_mode(tmp_path):
 
 def test_an_overwritten_file_keeps_its_owner_where_root_writes_it(tmp_path):
     if os.geteuid() != 0:
-        pytest.skip("giving a file to another owner needs root")
+        requirements.skip("tracefs", "giving a file to another owner needs root")
     out = tmp_path / "r.csv"
     out.write_text("old")
     os.chown(out, 4321, 4321)

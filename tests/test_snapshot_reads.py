@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 import kmemscope
+import requirements
 from conftest import EXAMPLES
 from kmemscope.api import REREAD_NOTE
 from kmemscope.dataset.handle import DatasetRef
@@ -45,7 +46,7 @@ def records(comparison):
 @pytest.fixture()
 def ab_cost(tmp_path):
     if not COST.is_dir():
-        pytest.skip(f"the committed example {COST} is missing")
+        requirements.skip("setup", f"the committed example {COST} is missing")
     ds = tmp_path / "ds"
     parse_ab(ds)
     return ds, fewer_samples(COST / REPLACED, tmp_path / "variant")

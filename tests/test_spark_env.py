@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+import requirements
 from conftest import PROJECT_ROOT
 from kmrun import kmemscope, one_error_line, popen
 
@@ -85,7 +86,7 @@ def test_an_editable_install_without_a_wheel_says_how_to_get_one(dirs):
     dist = next(iter(importlib.metadata.distributions(name="kmemscope", path=here)))
     origin = dist.read_text("direct_url.json")
     if not origin or not json.loads(origin).get("dir_info", {}).get("editable"):
-        pytest.skip("kmemscope is not an editable install here")
+        requirements.skip("setup", "kmemscope is not an editable install here (make setup makes one)")
     proc = kmemscope("spark-env", "-o", dirs / "out" / "env.tar.gz", check=False, env=_env(dirs))
     line = one_error_line(proc)
     assert "editable" in line and "--wheel" in line and "make dist" in line

@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import kmemscope
-from conftest import PROJECT_ROOT, SPARK_MASTER, SPARK_TEST_CONF
+from conftest import PROJECT_ROOT, SPARK_MASTER, SPARK_TEST_CONF, skip_without_spark
 from kmemscope.queries.engines import EngineSpec
 
 
@@ -38,8 +40,10 @@ def test_the_private_warehouse_is_removed_at_exit():
     assert folder.name.startswith("kmemscope-spark-warehouse-") and not folder.exists()
 
 
+@pytest.mark.spark
 def test_a_stopped_session_leaves_no_warehouse():
     """A test worker ends without atexit: the folder goes when its session stops."""
+    skip_without_spark()
     run = subprocess.run(
         [sys.executable, "-c",
          "import os\nfrom kmemscope.queries.engines import spark_engine as s\n"

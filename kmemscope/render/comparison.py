@@ -373,6 +373,7 @@ def _disagreement_lines(sides, table):
     if table.test != "band":
         return []
     other = table.retested(sides, "welch")
+    # sql-safe: a sentence for people (the test's and the correction's names), not SQL
     default = f"{TEST_TEXT['welch']} with {other.correction_text()}"
     out = []
     for s in sides.sides[1:]:
