@@ -7,7 +7,7 @@ only while memory allows; the --after instance gets its whole share at start.
 """
 import time
 
-from kmemscope.capture import hostinfo, ringsize
+from kmemscope.capture import hostinfo, instance, ringsize
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture import triggers as trig
 from kmemscope.capture.flight_instances import AFTER_INSTANCE, BEFORE_INSTANCE, mono_ns
@@ -15,7 +15,8 @@ from kmemscope.capture.flight_state import FlightState
 from kmemscope.capture.units import format_size
 from kmemscope.common.errors import CaptureError
 
-POLL_S = 0.1
+POLL_S = 0.1         # the loop's wake-ups while a bundle is pending (its --after watched)
+IDLE_POLL_S = 0.2    # and while it waits for a trigger: each wake-up costs an idle host CPU
 MARGIN = ringsize.MARGIN
 MIN_BUFFER_KB = ringsize.MIN_BUFFER_KB
 DEFAULT_EVENT_BYTES = ringsize.DEFAULT_EVENT_BYTES
@@ -134,6 +135,7 @@ class BufferSizer(FlightState):
             grew |= self._resize(size)
         if grew:
             self._update_rate()
+        self.growing = grew    # the loop takes the next step at once, else at the next reading
         return grew
 
     def _memory_short(self, grow_kb):
@@ -163,9 +165,11 @@ class BufferSizer(FlightState):
         t0 = time.monotonic()
         try:
             tfs.write(where, "buffer_size_kb", str(size))
+            self.want[name]["buffer_size_kb"] = size   # our own change: not a drift
             text = tfs.read(where, "buffer_size_kb")
-            got = int(tfs.parse_buffer_size(text)[0])
-            self.want[name]["buffer_size_kb"] = text   # our own change: not a drift
+            # what the kernel gave, unless another write landed meanwhile (the next check
+            # sees that as a drift): never adopted as asked
+            got = int(tfs.parse_buffer_size(text)[0]) if instance.buffer_fits(size, text) else size
             # the write holds the kernel's writers and this loop: the longest says what a step costs
             self.longest_resize_s = max(self.longest_resize_s, time.monotonic() - t0)
         except (OSError, ValueError) as exc:

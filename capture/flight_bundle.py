@@ -17,8 +17,10 @@ from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import instance, state
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture.flight_disk import BUNDLE_ROOM, PeakDisk, bundle_bound
-from kmemscope.capture.flight_instances import (AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES,
-                                               changed_since, mono_ns)
+from kmemscope.capture.flight_heartbeat import HEARTBEAT_S
+from kmemscope.capture.flight_instances import (AFTER_INSTANCE, BEFORE_INSTANCE, CHECK_S,
+                                                EVENTS_CHECK_S, INSTANCES, changed_since,
+                                                mono_ns)
 from kmemscope.capture.flight_state import FlightState
 from kmemscope.capture.tracecmd import (buffer_stats_by_buffer, failure_reason, run_once,
                                         trace_dat_complete)
@@ -230,6 +232,14 @@ class BundleWriter(FlightState):
                 # stretches in which something else had changed the instances (or a skipped
                 # bundle had frozen them): what the trace holds there is not the whole
                 "blind": blind, "blind_s": round(blind_s, 3),
+                # what "complete" promises: a change to the instances that something else
+                # undid within this many seconds can be missing from `blind` (tracing_on off
+                # and the instance removed show within HEARTBEAT_S by a refused or missing
+                # heartbeat; the first instance's events within EVENTS_CHECK_S; its buffer
+                # size, clock, filters and the --after instance within CHECK_S)
+                "detection_granularity_s": CHECK_S,
+                "detection_granularity": {"tracing_on_s": HEARTBEAT_S,
+                                          "events_s": EVENTS_CHECK_S, "settings_s": CHECK_S},
                 # the heartbeats that went into the instances inside the window: one missing
                 # from trace.dat is a stretch the instance lost (parse finds them)
                 "heartbeat": self._heartbeats_of(max(window_start, tracing_since_before), frozen,

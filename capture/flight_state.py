@@ -87,6 +87,10 @@ class FlightState:
     heart: "Heartbeat"
     beat_ok: Dict[str, int]
     beat_gap: Dict[str, Any]
+    setup_changes: List[str]       # what differed at each failed try of the last setup
+    last_events_check_ns: int
+    last_check_ns: int
+    growing: bool
 
     if TYPE_CHECKING:      # the parts' methods another part calls (defined in their modules)
         def warn(self, text: str) -> None: ...
