@@ -7,11 +7,12 @@ only while memory allows; the --after instance gets its whole share at start.
 """
 import time
 
-from kmemscope.capture import hostinfo, instance, ringsize
+from kmemscope.capture import hostinfo, ringsize
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture import triggers as trig
 from kmemscope.capture.flight_instances import AFTER_INSTANCE, BEFORE_INSTANCE, mono_ns
 from kmemscope.capture.flight_state import FlightState
+from kmemscope.capture.instance import buffer_fits
 from kmemscope.capture.units import format_size
 from kmemscope.common.errors import CaptureError
 
@@ -169,7 +170,7 @@ class BufferSizer(FlightState):
             text = tfs.read(where, "buffer_size_kb")
             # what the kernel gave, unless another write landed meanwhile (the next check
             # sees that as a drift): never adopted as asked
-            got = int(tfs.parse_buffer_size(text)[0]) if instance.buffer_fits(size, text) else size
+            got = int(tfs.parse_buffer_size(text)[0]) if buffer_fits(size, text) else size
             # the write holds the kernel's writers and this loop: the longest says what a step costs
             self.longest_resize_s = max(self.longest_resize_s, time.monotonic() - t0)
         except (OSError, ValueError) as exc:

@@ -34,9 +34,12 @@ MAX_BLIND = 100
 # manifest states it (window.detection_granularity_s).
 CHECK_S = 4.0
 EVENTS_CHECK_S = 1.0
-# Setting the instances up again while something else changes them: tries after the first
-# one, each after this pause (about 6 s in all), before the recorder gives up.
+# Setting the instances up again while something else changes them: the pause after the
+# Nth try in a row that failed the same way; SETUP_TRIES such tries (6.3 s of pauses) end
+# the recorder. The problems kept for the blind stretch's text are bounded.
 SETUP_BACKOFF_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+SETUP_TRIES = len(SETUP_BACKOFF_S) + 1
+MAX_SETUP_CHANGES = 10
 # How long one try waits for trace-cmd start's events and tracing_on to show.
 SETUP_WAIT_S = 3.0
 
@@ -82,25 +85,32 @@ class InstanceKeeper(FlightState):
 
     def _start_tracing(self, kb, after_kb):
         """`trace-cmd start` into the instances; returns once the kernel traces into the first
-        as asked, or raises CaptureError when it refused SETUP_TRIES times.
+        as asked (or a stop signal came), or raises CaptureError when the kernel refused.
 
         What the instances should hold comes from the options (_wanted()), never from
         reading them back: a change that lands while they are set up (another tool's
         write, a `trace-cmd reset`) shows as a difference, and the setup is tried again
-        after a backoff. The stretch it took, and every change seen meanwhile, is left
-        in self.setup_changes for the caller's blind stretch.
+        after a backoff. Only the same problem SETUP_TRIES times in a row ends the
+        recorder (a refusal for good: a rejected filter, a trace-cmd that fails, a size
+        the kernel will not give); another tool's changes, each different, do not. Every
+        problem seen is left in self.setup_changes for the caller's blind stretch.
         """
         self.setup_changes = []
-        for attempt, backoff in enumerate(SETUP_BACKOFF_S + (None,)):
+        same = 0
+        while True:
             problem = self._setup_once(kb, after_kb)
             if problem is None:
                 return
+            same = same + 1 if self.setup_changes and problem == self.setup_changes[-1] else 1
             self.setup_changes.append(problem)
-            if backoff is None:
+            del self.setup_changes[:-MAX_SETUP_CHANGES]
+            if same >= SETUP_TRIES:
                 raise CaptureError("the tracefs instances of the flight recorder could not be set "
-                                   "up in %d tries: %s" % (attempt + 1, problem),
+                                   "up in %d tries: %s" % (same, problem),
                                    "see %s" % os.path.join(self.out, ".trace-cmd.log"))
-            time.sleep(backoff)
+            if self.stop_reason is not None:
+                return     # stopping: the instances go anyway
+            time.sleep(SETUP_BACKOFF_S[min(same, len(SETUP_BACKOFF_S)) - 1])
 
     def _wanted(self, kb, after_kb):
         """{instance: instance.wanted()} as the options ask, idle (no trigger pending)."""
@@ -112,8 +122,17 @@ class InstanceKeeper(FlightState):
 
     def _setup_once(self, kb, after_kb):
         """One try of _start_tracing: None when the instances are as asked, else what differs."""
+        kept = []
         for name in INSTANCES:   # a restart after something else changed them: from scratch
-            tfs.remove_instance(self.tracefs, name)
+            for pause in (0.01, 0.05, None):
+                # (another process reading one of its files holds it: EBUSY for a moment)
+                problem = tfs.remove_instance(self.tracefs, name)
+                if problem is None:
+                    break
+                if pause is None:
+                    kept.append(problem)
+                    break
+                time.sleep(pause)
         log = os.path.join(self.out, ".trace-cmd.log")
         status, output = run_once(self._start_args(kb, after_kb), log, cwd=self.out, timeout=60)
         if status != 0:
@@ -122,6 +141,14 @@ class InstanceKeeper(FlightState):
         want = self._wanted(kb, after_kb)
         before = self._before_dir()
         try:
+            # an instance that could not be removed keeps the filters written into it, and
+            # trace-cmd start writes only those it is given: clear the others
+            for name in want:
+                for event, texts in want[name]["filters"].items():
+                    if texts == ("none",):
+                        rel = "events/%s/filter" % event.replace(":", "/")
+                        if tfs.read(tfs.instance_dir(self.tracefs, name), rel) != "none":
+                            tfs.write(tfs.instance_dir(self.tracefs, name), rel, "0")
             tfs.write(before, "options/overwrite", "1")
             if self.opt.after > 0:
                 inst = self._after_dir()
@@ -144,7 +171,7 @@ class InstanceKeeper(FlightState):
         checked = mono_ns()
         differs = self._drift(want)
         if differs:
-            return differs
+            return differs + ("" if not kept else " (not removed before: %s)" % ", ".join(kept))
         self.want = want
         self.after_events = sorted(want.get(AFTER_INSTANCE, {}).get("filters", ()))
         self.tracing_since = checked

@@ -114,7 +114,9 @@ def drift(want, now):
     changed = sorted(e for e in set(want["filters"]) & set(now["filters"])
                      if not filter_fits(want["filters"][e], now["filters"][e]))
     if changed:
-        out.append("filters changed: " + ", ".join(changed))
+        out.append("filters changed: " + ", ".join(
+            "%s (%s)" % (e, now["filters"][e].splitlines()[0][:80] if now["filters"][e] else "")
+            for e in changed))
     return out
 
 

@@ -466,7 +466,7 @@ def _settings(**changes):
     (_settings(tracing_on="0"), ["tracing_on 0 (was 1)"], True),
     (_settings(events=["kmem:mm_page_alloc"]), ["events disabled: kmem:mm_page_free"], False),
     (_settings(filters={"kmem:mm_page_alloc": "order > 3", "kmem:mm_page_free": "none"}),
-     ["filters changed: kmem:mm_page_alloc"], False),
+     ["filters changed: kmem:mm_page_alloc (order > 3)"], False),
     (_settings(tracing_on="0", buffer_size_kb="2050"),
      ["tracing_on 0 (was 1)", "buffer_size_kb 2050 (was 4096)"], False),
     # the kernel rounds a size up to whole sub-buffers: not a change; more than that is
