@@ -247,7 +247,7 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
                                "(trace.dat's kallsyms, event formats and headers, and empty ring "
                                "buffers)" % (format_size(opt.max_disk), format_size(least)),
                                "use --max-disk %dM or more" % (-(-least // (1 << 20)) + 1))
-        self.plan = self._buffer_plan(ncpu)
+        self.plan = self._buffer_plan(ncpu, self._samples_bound())
         start_kb = opt.buffer_kb or min(presets.PRESETS.get(preset, {}).get("buffer_kb", 8192),
                                         self.plan.top_ceiling_kb)
         after_kb = self.plan.after_ceiling_kb   # the burst after a trigger: its whole share
@@ -315,6 +315,18 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
                     "; PSI wake-ups not counted: %d before a whole window was measured, %d not "
                     "confirmed by the readings" % (self.not_armed, self.unconfirmed)
                     if self.not_armed or self.unconfirmed else ""))
+
+    def _samples_bound(self):
+        """The most bytes the rolling samples can hold (every source read at every sample,
+        each as large as now, with a quarter more room): what a bundle copies of them."""
+        opt = self.opt
+        try:
+            probe = RollingSampler(opt.interval, 1, opt.zoneinfo)
+            row = sum(len(probe._read(name) or "") + 64 for name in probe.sources)
+        except (OSError, ValueError):
+            return 0    # the sampler says what it cannot read once it starts
+        rows = int((opt.keep + opt.after + 2 * opt.interval + 1) / opt.interval) + 4
+        return row * rows * 5 // 4
 
     def _announce(self):
         opt = self.opt

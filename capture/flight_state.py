@@ -81,6 +81,8 @@ class FlightState:
     growth_refused: int
     longest_resize_s: float
     want: Dict[str, Any]
+    buffer_limit: str              # what holds the buffers' ceiling, for the warnings
+    max_buffer_kb: int
     blind: "collections.deque[Any]"
     instance_restored: int
     after_filled: Dict[int, int]

@@ -56,6 +56,10 @@ class TriggerHandler(FlightState):
             if len(also) < 20:
                 also.append(dict(reason=info["reason"], mono_ns=when,
                                  **({"value": detail["value"]} if "value" in detail else {})))
+            if len(also) <= 20 or info["reason"] == "manual":
+                self.say("trigger %s (%s) while the bundle of trigger %s is pending: noted in "
+                         "its trigger.also_fired, no bundle of its own"
+                         % (info["reason"], _value_text(detail), self.pending["trigger"]["reason"]))
             return
         while self.trigger_times and self.trigger_times[0] < when - 3600e9:
             self.trigger_times.popleft()

@@ -702,6 +702,8 @@ def test_a_max_disk_below_any_bundle_is_refused_at_start_in_one_line(tmp_path, b
 
 
 def test_a_bundle_whose_buffers_cannot_fit_max_disk_is_refused_with_one_line(tmp_path, before):
+    """--max-disk 3M cannot hold a bundle of the smallest ring buffers once they fill: start
+    says so in one line with the cap that would, and a bundle of full buffers is refused."""
     cpu = 1 if os.cpu_count() > 1 else 0
     load = tmp_path / "load.py"
     load.write_text(PINNED_WORKLOAD)
@@ -719,10 +721,44 @@ def test_a_bundle_whose_buffers_cannot_fit_max_disk_is_refused_with_one_line(tmp
         work.kill()
         work.wait()
     assert rc == 0, stderr
+    (said,) = [l for l in stderr.splitlines() if "holds a bundle only while" in l]
+    m = re.search(r"--max-disk 3\.0 MiB holds a bundle only while the smallest ring buffers .* "
+                  r"\(--max-disk (\d+)M holds a bundle of full buffers\)", said)
+    assert m and int(m.group(1)) > 3, said
     (line,) = [l for l in stderr.splitlines() if "not written" in l]
     assert re.search(r"bundle for trigger manual not written: writing it may take [\d.]+ MiB .*"
                      r"more than --max-disk 3\.0 MiB", line), line
     assert bundles(tmp_path / "flight") == [] and "suppressed: 1 by max-disk" in stderr
+
+
+def test_the_default_preset_under_max_disk_64m_writes_bundles_under_it(tmp_path, before):
+    """--max-disk 64M with the default preset under churn: the ring buffers are held so that
+    a bundle fits (said at start); bundles are written, and the folder, measured here every
+    20 ms with trace-cmd's temporary copies, never takes more than 64 MiB."""
+    cpu = 1 if os.cpu_count() > 1 else 0
+    out = tmp_path / "flight"
+    load = tmp_path / "load.py"
+    load.write_text(PINNED_WORKLOAD)
+    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
+    try:
+        with DiskWatch(out) as watch:
+            flight = Flight("-o", out, "--keep", "10s", "--after", "1s", "--measure", "1s",
+                            "--cooldown", "0", "--max-disk", "64M")
+            assert "held to" in flight.text() and "--max-disk 64.0 MiB" in flight.text()
+            time.sleep(3)
+            for n in range(1, 3):
+                flight.signal(signal.SIGUSR1)
+                assert flight.wait_for("wrote /", 120, count=n), flight.text()
+                time.sleep(1.1)       # bundle names carry the second
+            flight.signal(signal.SIGINT)
+            rc, stderr = flight.finish()
+    finally:
+        work.kill()
+        work.wait()
+    assert rc == 0, stderr
+    assert "not written" not in stderr
+    assert 0 < watch.peak <= 64 << 20 and disk_used(out) <= 64 << 20, (watch.peak, stderr)
+    assert len(check_disk_estimates(out, watch)) == 2
 
 
 def test_a_light_recorder_writes_under_max_disk_8m(tmp_path, before):

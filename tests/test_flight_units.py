@@ -721,3 +721,25 @@ def test_peak_disk_sums_each_files_largest_size(tmp_path):
     (d / "trace.dat.cpu0").unlink()
     peak.read()
     assert du(d) < with_copy < at_peak == peak.peak
+
+
+@pytest.mark.parametrize("max_disk, ncpu, instances", [
+    (64 << 20, 2, 2), (8 << 20, 2, 1), (1 << 30, 64, 2), (200 << 20, 7, 2)])
+def test_buffers_sized_for_max_disk_give_bundles_that_fit_it(max_disk, ncpu, instances):
+    """Full buffers of the size --max-disk allows give a bundle_bound() (what the recorder
+    checks before it writes a bundle) under --max-disk with the directory's own files; 1%
+    more buffer would not fit; smallest_disk_for() is a cap that holds them."""
+    from kmemscope.capture import flight_disk
+    samples, room = 300000, 2 << 20
+    kb = flight_disk.buffer_kb_for_disk(max_disk, ncpu, instances, samples, room)
+
+    def bound(total_kb):
+        per_cpu = (total_kb << 10) // (ncpu * instances)     # data bytes of each full buffer
+        stats = [{cpu: {"bytes": per_cpu} for cpu in range(ncpu)}] * instances
+        return flight_disk.bundle_bound(stats, samples, room)
+
+    assert bound(kb) + flight_disk.DIRECTORY_ROOM <= max_disk
+    assert bound(kb * 101 // 100) + flight_disk.DIRECTORY_ROOM > max_disk
+    need = flight_disk.smallest_disk_for(kb, ncpu, instances, samples, room)
+    assert max_disk <= need <= max_disk + (64 << 10)
+    assert flight_disk.buffer_kb_for_disk(need, ncpu, instances, samples, room) >= kb
