@@ -18,7 +18,7 @@ from kmemscope.capture.units import format_size
 from kmemscope.common.errors import CaptureError
 
 POLL_S = 0.1         # the loop's wake-ups while a bundle is pending (its --after watched)
-IDLE_POLL_S = 0.2    # and while it waits for a trigger: each wake-up costs an idle host CPU
+IDLE_POLL_S = 0.25   # and while it waits for a trigger: each wake-up costs an idle host CPU
 MARGIN = ringsize.MARGIN
 MIN_BUFFER_KB = ringsize.MIN_BUFFER_KB
 DEFAULT_EVENT_BYTES = ringsize.DEFAULT_EVENT_BYTES

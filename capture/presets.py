@@ -290,6 +290,12 @@ def resolve(tracefs, preset, extra_events):
     return specs, missing, stacktrace
 
 
+# What a flight recorder's own process costs while it waits for a trigger, beside the cost of
+# the preset's tracepoints in the traced tasks (the rates above): benchmarks/flight_idle.py.
+FLIGHT_IDLE_COST = ("--flight, idle: the recorder's own checks, heartbeats and /proc samples "
+                    "took IDLE_FIGURES")
+
+
 def describe():
     """Text for `--list-presets`: each preset's purpose, expected rate and events."""
     lines = []
@@ -300,4 +306,5 @@ def describe():
         lines.append("%s\n  purpose: %s\n  rate:    %s\n  events:  %s%s\n  buffer:  %d KiB per CPU"
                      % (name, p["purpose"], p["rate"], events,
                         " (with kernel stacks)" if p.get("stacktrace") else "", p["buffer_kb"]))
+    lines.append(FLIGHT_IDLE_COST)
     return "\n\n".join(lines)
