@@ -50,7 +50,8 @@ from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import cleanup, lock, presets, state, triggers as trig
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture.flight_buffers import (  # noqa: F401 (the flight recorder's names)
-    COVERAGE_WARN_EVERY_S, DEFAULT_EVENT_BYTES, MARGIN, MIN_BUFFER_KB, POLL_S, BufferSizer,
+    COVERAGE_WARN_EVERY_S, DEFAULT_EVENT_BYTES, IDLE_POLL_S, MARGIN, MIN_BUFFER_KB, POLL_S,
+    BufferSizer,
     buffer_size_for, measured_rates)
 from kmemscope.capture.flight_bundle import (  # noqa: F401
     EXTRACT_TIMEOUT_S, PARTIAL, BundleWriter, _gaps_text, _start_text, bundle_name, stamp_at,
@@ -60,7 +61,8 @@ from kmemscope.capture.flight_disk import (  # noqa: F401
     smallest_bundle, trace_cmd_compresses, trace_dat_metadata, tree_bytes)
 from kmemscope.capture.flight_heartbeat import Heartbeat
 from kmemscope.capture.flight_instances import (  # noqa: F401
-    AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES, MAX_BLIND, InstanceKeeper, changed_since, mono_ns)
+    AFTER_INSTANCE, BEFORE_INSTANCE, CHECK_S, EVENTS_CHECK_S, INSTANCES, MAX_BLIND,
+    InstanceKeeper, changed_since, mono_ns)
 from kmemscope.capture.flight_state import FlightOptions  # noqa: F401 (command.py's name)
 from kmemscope.capture.flight_triggers import (  # noqa: F401
     SLOW_SOURCE_S, SLOW_SOURCES, TriggerHandler, _value_text)
@@ -72,7 +74,8 @@ from kmemscope.capture.units import format_size
 from kmemscope.common.errors import CaptureError
 
 FLIGHT_FILE = "flight.json"        # marks DIR as a flight directory (parse looks for it)
-# How often the rate is read, the buffers' sizes reconsidered and the instances checked.
+# How often the rate is read and the buffers' sizes reconsidered (the instances are
+# checked every CHECK_S, their enabled events every EVENTS_CHECK_S).
 RATE_CHECK_S = 2.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 MAX_WARNINGS = 50
@@ -134,6 +137,10 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
         self.heart = Heartbeat(options.keep + options.after + 10)
         self.beat_ok = {}              # instance -> mono_ns of the last heartbeat that went in
         self.beat_gap = {}             # instance -> (since, what) while its heartbeats are refused
+        self.last_events_check_ns = 0
+        self.last_check_ns = 0
+        self.growing = False           # the last _adjust_buffers() grew a buffer
+        self.setup_changes = []        # what differed at each failed try of the last setup
 
     def _check_conflicts(self, tracefs):
         """Another tool's use of the top level takes nothing from the recorder's own instances
@@ -240,7 +247,7 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
                                "(trace.dat's kallsyms, event formats and headers, and empty ring "
                                "buffers)" % (format_size(opt.max_disk), format_size(least)),
                                "use --max-disk %dM or more" % (-(-least // (1 << 20)) + 1))
-        self.plan = self._buffer_plan(ncpu)
+        self.plan = self._buffer_plan(ncpu, self._samples_bound())
         start_kb = opt.buffer_kb or min(presets.PRESETS.get(preset, {}).get("buffer_kb", 8192),
                                         self.plan.top_ceiling_kb)
         after_kb = self.plan.after_ceiling_kb   # the burst after a trigger: its whole share
@@ -309,6 +316,18 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
                     "confirmed by the readings" % (self.not_armed, self.unconfirmed)
                     if self.not_armed or self.unconfirmed else ""))
 
+    def _samples_bound(self):
+        """The most bytes the rolling samples can hold (every source read at every sample,
+        each as large as now, with a quarter more room): what a bundle copies of them."""
+        opt = self.opt
+        try:
+            probe = RollingSampler(opt.interval, 1, opt.zoneinfo)
+            row = sum(len(probe._read(name) or "") + 64 for name in probe.sources)
+        except (OSError, ValueError):
+            return 0    # the sampler says what it cannot read once it starts
+        rows = int((opt.keep + opt.after + 2 * opt.interval + 1) / opt.interval) + 4
+        return row * rows * 5 // 4
+
     def _announce(self):
         opt = self.opt
         holds = self.rate["holds_s"]
@@ -354,7 +373,7 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
                     self.say("stopping: writing the pending bundle first")
                     self._write_bundle()
                 return
-            for watch in poller.wait(POLL_S):
+            for watch in poller.wait(POLL_S if self.pending is not None else IDLE_POLL_S):
                 self._on_psi(watch, mono_ns())
             self._heartbeat()
             now = mono_ns()
@@ -378,14 +397,25 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
                     self._watch_after(now)
             elif opt.duration and now - start >= opt.duration * 1e9:
                 self.stop_reason = "duration %g s reached" % opt.duration
-            elif time.monotonic() - self.last_rate_s >= RATE_CHECK_S:
-                self.last_rate_s = time.monotonic()
-                self._check_guard()
-                self._check_instances()
-                self._read_rate()
-                self._update_rate()
-                if not self._adjust_buffers() and self.plan.capped() and self.rate["holds_s"] \
-                        and self.rate["holds_s"] < opt.keep:
-                    self._say_capped()
             else:
-                self._adjust_buffers()   # the next step, if the buffers are growing
+                self._idle_checks(now)
+
+    def _idle_checks(self, now):
+        """What the recorder reads while it waits for a trigger, each at its own pace (an
+        idle recorder's cost is mostly this: docs/record.md)."""
+        if now - self.last_check_ns >= CHECK_S * 1e9:
+            self.last_check_ns = self.last_events_check_ns = now
+            self._check_guard()
+            self._check_instances()
+        elif now - self.last_events_check_ns >= EVENTS_CHECK_S * 1e9:
+            self.last_events_check_ns = now
+            self._check_events()
+        if time.monotonic() - self.last_rate_s >= RATE_CHECK_S:
+            self.last_rate_s = time.monotonic()
+            self._read_rate()
+            self._update_rate()
+            if not self._adjust_buffers() and self.plan.capped() and self.rate["holds_s"] \
+                    and self.rate["holds_s"] < self.opt.keep:
+                self._say_capped()
+        elif self.growing:
+            self._adjust_buffers()   # the next step, as soon as the last one is done

@@ -11,11 +11,14 @@ from kmemscope.capture import hostinfo, ringsize
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture import triggers as trig
 from kmemscope.capture.flight_instances import AFTER_INSTANCE, BEFORE_INSTANCE, mono_ns
+from kmemscope.capture.flight_disk import buffer_kb_for_disk, smallest_disk_for
 from kmemscope.capture.flight_state import FlightState
+from kmemscope.capture.instance import buffer_fits
 from kmemscope.capture.units import format_size
 from kmemscope.common.errors import CaptureError
 
-POLL_S = 0.1
+POLL_S = 0.1         # the loop's wake-ups while a bundle is pending (its --after watched)
+IDLE_POLL_S = 0.25   # and while it waits for a trigger: each wake-up costs an idle host CPU
 MARGIN = ringsize.MARGIN
 MIN_BUFFER_KB = ringsize.MIN_BUFFER_KB
 DEFAULT_EVENT_BYTES = ringsize.DEFAULT_EVENT_BYTES
@@ -55,14 +58,42 @@ def _events(before, after):
 class BufferSizer(FlightState):
     """The FlightRecorder's part that measures the event rate and sizes its buffers."""
 
-    def _buffer_plan(self, ncpu):
-        """The buffers' ceilings from --max-buffer (default: a small share of RAM)."""
+    def _buffer_plan(self, ncpu, samples_bytes=0):
+        """The buffers' ceilings from --max-buffer (default: a small share of RAM) and from
+        --max-disk: a bundle takes twice its buffers' pages while written (bundle_bound()),
+        so buffers larger than half of --max-disk would fill with what no bundle can hold."""
         opt = self.opt
         total_kb = hostinfo.meminfo_kb("MemTotal") or 0
         if opt.max_buffer is not None:
             max_kb = opt.max_buffer >> 10
         else:
             max_kb = ringsize.default_max_buffer_kb(total_kb, ncpu)
+        self.buffer_limit = "--max-buffer %s" % format_size(max_kb << 10) \
+            if opt.max_buffer is not None else "the default --max-buffer %s (%g%% of RAM)" % (
+                format_size(max_kb << 10), 100 * ringsize.DEFAULT_MAX_SHARE)
+        instances = 2 if opt.after > 0 else 1
+        if opt.max_disk is not None:
+            disk_kb = buffer_kb_for_disk(opt.max_disk, ncpu, instances, samples_bytes,
+                                         self.bundle_room)
+            least = instances * (MIN_BUFFER_KB + ringsize.ROUNDING_KB) * ncpu
+            if disk_kb < least:
+                # (a quiet preset's buffers never fill: its bundles may fit all the same)
+                need = smallest_disk_for(least, ncpu, instances, samples_bytes, self.bundle_room)
+                self.warn("--max-disk %s holds a bundle only while the smallest ring buffers "
+                          "(%s on %d CPUs) are not full: a bundle takes twice its buffers' data "
+                          "while written, and one that would not fit is refused (--max-disk "
+                          "%dM holds a bundle of full buffers)"
+                          % (format_size(opt.max_disk), format_size(least << 10), ncpu,
+                             -(-need // (1 << 20))))
+                max_kb = min(max_kb, least)
+                self.buffer_limit = "--max-disk %s" % format_size(opt.max_disk)
+            elif disk_kb < max_kb:
+                max_kb = disk_kb
+                self.buffer_limit = "--max-disk %s" % format_size(opt.max_disk)
+                self.say("the ring buffers are held to %s in all so that a bundle fits "
+                         "--max-disk %s while written (twice its buffers, the samples and %s "
+                         "of metadata)" % (format_size(max_kb << 10), format_size(opt.max_disk),
+                                           format_size(self.bundle_room)))
         self._min_buffer_check(max_kb, ncpu)
         plan = ringsize.BufferPlan(opt.keep, opt.after, ncpu, max_kb, fixed_top_kb=opt.buffer_kb)
         if opt.buffer_kb and opt.buffer_kb > plan.top_ceiling_kb:
@@ -134,6 +165,7 @@ class BufferSizer(FlightState):
             grew |= self._resize(size)
         if grew:
             self._update_rate()
+        self.growing = grew    # the loop takes the next step at once, else at the next reading
         return grew
 
     def _memory_short(self, grow_kb):
@@ -163,9 +195,11 @@ class BufferSizer(FlightState):
         t0 = time.monotonic()
         try:
             tfs.write(where, "buffer_size_kb", str(size))
+            self.want[name]["buffer_size_kb"] = size   # our own change: not a drift
             text = tfs.read(where, "buffer_size_kb")
-            got = int(tfs.parse_buffer_size(text)[0])
-            self.want[name]["buffer_size_kb"] = text   # our own change: not a drift
+            # what the kernel gave, unless another write landed meanwhile (the next check
+            # sees that as a drift): never adopted as asked
+            got = int(tfs.parse_buffer_size(text)[0]) if buffer_fits(size, text) else size
             # the write holds the kernel's writers and this loop: the longest says what a step costs
             self.longest_resize_s = max(self.longest_resize_s, time.monotonic() - t0)
         except (OSError, ValueError) as exc:
@@ -184,8 +218,10 @@ class BufferSizer(FlightState):
         if last is not None and time.monotonic() - last < COVERAGE_WARN_EVERY_S:
             return
         self.last_coverage_warning = time.monotonic()
-        self.warn("the ring buffer (%d KiB per CPU, the most --max-buffer %s allows) holds about "
+        self.warn("the ring buffer (%d KiB per CPU, the most %s allows) holds about "
                   "%.1f s at the busiest CPU's %s/s, less than the %g s of --keep (raise "
-                  "--max-buffer, lower --keep, or use a lighter preset)"
-                  % (self.buffer_kb, format_size(self.max_buffer_kb << 10), self.rate["holds_s"],
-                     format_size(self.rate["busiest_cpu_bytes_per_s"]), self.opt.keep))
+                  "%s, lower --keep, or use a lighter preset)"
+                  % (self.buffer_kb, self.buffer_limit, self.rate["holds_s"],
+                     format_size(self.rate["busiest_cpu_bytes_per_s"]), self.opt.keep,
+                     self.buffer_limit.split()[-2] if self.buffer_limit.startswith("the default")
+                     else self.buffer_limit.split()[0]))

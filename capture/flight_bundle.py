@@ -17,8 +17,10 @@ from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import instance, state
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture.flight_disk import BUNDLE_ROOM, PeakDisk, bundle_bound
-from kmemscope.capture.flight_instances import (AFTER_INSTANCE, BEFORE_INSTANCE, INSTANCES,
-                                               changed_since, mono_ns)
+from kmemscope.capture.flight_heartbeat import HEARTBEAT_S
+from kmemscope.capture.flight_instances import (AFTER_INSTANCE, BEFORE_INSTANCE, CHECK_S,
+                                                EVENTS_CHECK_S, INSTANCES, changed_since,
+                                                mono_ns)
 from kmemscope.capture.flight_state import FlightState
 from kmemscope.capture.tracecmd import (buffer_stats_by_buffer, failure_reason, run_once,
                                         trace_dat_complete)
@@ -196,7 +198,8 @@ class BundleWriter(FlightState):
         file_after = by_buffer.get(AFTER_INSTANCE, {})
         blind = instance.blind_in(self.blind, window_start, stop)
         blind_s = sum(b["to_mono_ns"] - b["from_mono_ns"] for b in blind) / 1e9
-        after_kept_s = self._after_kept_s(when, stop) if opt.after > 0 else None
+        after_kept_s = self._after_kept_s(when, stop, tracing_since_before) \
+            if opt.after > 0 else None
         manifest = json.loads(json.dumps(self.head))
         labels = dict(manifest.get("labels") or {})
         labels["trigger"] = trigger["reason"]
@@ -222,14 +225,28 @@ class BundleWriter(FlightState):
                 "after_buffer_kb": self.after_kb,
                 "tracing_since_mono_ns": tracing_since_before,
                 "covered_from_mono_ns": covered_from,
-                "complete": covered_from <= window_start and not after_dropped and not blind,
+                "complete": covered_from <= window_start and not after_dropped and not blind
+                and (after_kept_s is None or after_kept_s >= opt.after),
                 "before_complete": covered_from <= window_start and not any(
                     b["from_mono_ns"] < when for b in blind),
+                # the seconds after the trigger held from it on: none lost, nothing blind,
+                # the instances tracing at the trigger (a trigger that came while they were
+                # set up again has none), and the whole --after held
                 "after_complete": not after_dropped and not any(b["to_mono_ns"] > when
-                                                                for b in blind),
+                                                                for b in blind)
+                and tracing_since_before <= when
+                and (after_kept_s is None or after_kept_s >= opt.after),
                 # stretches in which something else had changed the instances (or a skipped
                 # bundle had frozen them): what the trace holds there is not the whole
                 "blind": blind, "blind_s": round(blind_s, 3),
+                # what "complete" promises: a change to the instances that something else
+                # undid within this many seconds can be missing from `blind` (tracing_on off
+                # and the instance removed show within HEARTBEAT_S by a refused or missing
+                # heartbeat; the first instance's events within EVENTS_CHECK_S; its buffer
+                # size, clock, filters and the --after instance within CHECK_S)
+                "detection_granularity_s": CHECK_S,
+                "detection_granularity": {"tracing_on_s": HEARTBEAT_S,
+                                          "events_s": EVENTS_CHECK_S, "settings_s": CHECK_S},
                 # the heartbeats that went into the instances inside the window: one missing
                 # from trace.dat is a stretch the instance lost (parse finds them)
                 "heartbeat": self._heartbeats_of(max(window_start, tracing_since_before), frozen,
@@ -298,9 +315,13 @@ class BundleWriter(FlightState):
                     _gaps_text(manifest)))
         self.disk.prune(final)
 
-    def _after_kept_s(self, when, stop):
-        """Seconds after the trigger that the --after instance held: to when its first CPU
-        filled (seen to POLL_S), else to the end."""
+    def _after_kept_s(self, when, stop, tracing_since):
+        """Seconds after the trigger that the bundle holds from the trigger on: the first
+        instance up to its freeze, then the --after one, to when its first CPU filled (seen
+        to POLL_S), else to the end. 0 when the instances were not tracing at the trigger
+        (it came while they were set up again after the previous bundle)."""
+        if tracing_since > when:
+            return 0.0
         end = min(self.after_filled.values()) if self.after_filled else stop
         return round(max(0, end - when) / 1e9, 2)
 

@@ -18,6 +18,8 @@ from kmemscope.capture.units import format_size
 # (trace_dat_metadata()): the manifest, the log, trace.dat's options and CPU tables, and each
 # file's last block.
 BUNDLE_ROOM = 256 << 10
+# The flight directory's own files (flight.json, the trace-cmd log), counted under --max-disk.
+DIRECTORY_ROOM = 64 << 10
 # The metadata trace-cmd stores in every trace.dat, read from tracefs and /proc at start.
 METADATA_SOURCES = ("/proc/kallsyms", "printk_formats", "saved_cmdlines", "events/header_page",
                     "events/header_event")
@@ -130,6 +132,22 @@ def trace_dat_metadata(tracefs, compressed):
     for data in parts:
         total += len(zlib.compress(data, 1)) if compressed else len(data)
     return total
+
+
+def buffer_kb_for_disk(max_disk, ncpu, instances, samples_bytes, room):
+    """KiB of ring buffer (all CPUs, both instances) whose bundle fits `max_disk` while
+    written: bundle_bound() solved for the pages (0 or less: no buffer fits)."""
+    partial = 2 * 4096 * ncpu * instances          # a partial page at each end, per CPU
+    pages_bytes = (max_disk - DIRECTORY_ROOM - room - 2 * samples_bytes) // 2 - partial
+    # bundle_bound counts a page header per 4000 data bytes: 4096 bytes of disk each
+    return pages_bytes * 4000 // 4096 >> 10
+
+
+def smallest_disk_for(buffer_kb, ncpu, instances, samples_bytes, room):
+    """The least --max-disk whose buffer_kb_for_disk() is at least buffer_kb, in bytes."""
+    partial = 2 * 4096 * ncpu * instances
+    pages_bytes = -(-(buffer_kb << 10) * 4096 // 4000)
+    return 2 * (pages_bytes + partial) + 2 * samples_bytes + room + DIRECTORY_ROOM + 2048
 
 
 def smallest_bundle(ncpu, instances, room):

@@ -26,6 +26,22 @@ AFTER_INSTANCE = "kmemscope-flight-after"
 INSTANCES = (BEFORE_INSTANCE, AFTER_INSTANCE)
 # Blind stretches kept for the manifests (a window reaches back --keep seconds at most).
 MAX_BLIND = 100
+# How often the whole of what the recorder set is read back (about ten reads per instance
+# and one per event filter: settings(); 1.3 ms of CPU on a loaded 2-CPU VM), and how often
+# the first instance's enabled events, tracing_on and buffer size are (set_event lists the
+# enabled events in the kernel, one read: 40 us, where opening each of 2,300 events'
+# enable files took 60 ms). A change undone inside these can go unseen: a bundle's
+# manifest states it (window.detection_granularity_s).
+CHECK_S = 4.0
+EVENTS_CHECK_S = 1.0
+# Setting the instances up again while something else changes them: the pause after the
+# Nth try in a row that failed the same way; SETUP_TRIES such tries (6.3 s of pauses) end
+# the recorder. The problems kept for the blind stretch's text are bounded.
+SETUP_BACKOFF_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+SETUP_TRIES = len(SETUP_BACKOFF_S) + 1
+MAX_SETUP_CHANGES = 10
+# How long one try waits for trace-cmd start's events and tracing_on to show.
+SETUP_WAIT_S = 3.0
 
 
 def mono_ns():
@@ -68,50 +84,122 @@ class InstanceKeeper(FlightState):
         return tfs.instance_dir(self.tracefs, AFTER_INSTANCE)
 
     def _start_tracing(self, kb, after_kb):
-        """`trace-cmd start` into the instances; blocks until the kernel traces into the first.
+        """`trace-cmd start` into the instances; returns once the kernel traces into the first
+        as asked (or a stop signal came), or raises CaptureError when the kernel refused.
 
-        The --after instance is left idle: tracing_on 0, no overwrite, its events off
-        (enabled again at a trigger, _arm()) so that no tracepoint runs for it meanwhile.
+        What the instances should hold comes from the options (_wanted()), never from
+        reading them back: a change that lands while they are set up (another tool's
+        write, a `trace-cmd reset`) shows as a difference, and the setup is tried again
+        after a backoff. Only the same problem SETUP_TRIES times in a row ends the
+        recorder (a refusal for good: a rejected filter, a trace-cmd that fails, a size
+        the kernel will not give); another tool's changes, each different, do not. Every
+        problem seen is left in self.setup_changes for the caller's blind stretch.
         """
+        self.setup_changes = []
+        same = 0
+        while True:
+            problem = self._setup_once(kb, after_kb)
+            if problem is None:
+                return
+            same = same + 1 if self.setup_changes and problem == self.setup_changes[-1] else 1
+            self.setup_changes.append(problem)
+            del self.setup_changes[:-MAX_SETUP_CHANGES]
+            if same >= SETUP_TRIES:
+                raise CaptureError("the tracefs instances of the flight recorder could not be set "
+                                   "up in %d tries: %s" % (same, problem),
+                                   "see %s" % os.path.join(self.out, ".trace-cmd.log"))
+            if self.stop_reason is not None:
+                return     # stopping: the instances go anyway
+            time.sleep(SETUP_BACKOFF_S[min(same, len(SETUP_BACKOFF_S)) - 1])
+
+    def _wanted(self, kb, after_kb):
+        """{instance: instance.wanted()} as the options ask, idle (no trigger pending)."""
+        events = instance.spec_events(self.tracefs, self.specs)
+        want = {BEFORE_INSTANCE: instance.wanted(events, kb, True, True, True)}
+        if self.opt.after > 0:
+            want[AFTER_INSTANCE] = instance.wanted(events, after_kb, False, False, False)
+        return want
+
+    def _setup_once(self, kb, after_kb):
+        """One try of _start_tracing: None when the instances are as asked, else what differs."""
+        kept = []
         for name in INSTANCES:   # a restart after something else changed them: from scratch
-            tfs.remove_instance(self.tracefs, name)
+            for pause in (0.01, 0.05, None):
+                # (another process reading one of its files holds it: EBUSY for a moment)
+                problem = tfs.remove_instance(self.tracefs, name)
+                if problem is None:
+                    break
+                if pause is None:
+                    kept.append(problem)
+                    break
+                time.sleep(pause)
         log = os.path.join(self.out, ".trace-cmd.log")
         status, output = run_once(self._start_args(kb, after_kb), log, cwd=self.out, timeout=60)
         if status != 0:
-            raise CaptureError("trace-cmd start failed with status %s: %s"
-                               % (status, failure_reason(status, output)), "see %s" % log)
+            return "trace-cmd start failed with status %s: %s" % (status,
+                                                                  failure_reason(status, output))
+        want = self._wanted(kb, after_kb)
         before = self._before_dir()
-        tfs.write(before, "options/overwrite", "1")
-        if self.opt.after > 0:
-            inst = self._after_dir()
-            tfs.write(inst, "tracing_on", "0")
-            # Keep the first events after a trigger: a full instance drops, never overwrites.
-            tfs.write(inst, "options/overwrite", "0")
-            self.after_events = tfs.enabled_events(inst)
-            tfs.write(inst, "events/enable", "0")
-            tfs.write(inst, "trace", "")   # what it took before tracing_on went to 0
-        deadline = time.monotonic() + 10
+        try:
+            # an instance that could not be removed keeps the filters written into it, and
+            # trace-cmd start writes only those it is given: clear the others
+            for name in want:
+                for event, texts in want[name]["filters"].items():
+                    if texts == ("none",):
+                        rel = "events/%s/filter" % event.replace(":", "/")
+                        if tfs.read(tfs.instance_dir(self.tracefs, name), rel) != "none":
+                            tfs.write(tfs.instance_dir(self.tracefs, name), rel, "0")
+            tfs.write(before, "options/overwrite", "1")
+            if self.opt.after > 0:
+                inst = self._after_dir()
+                tfs.write(inst, "tracing_on", "0")
+                # Keep the first events after a trigger: a full instance drops, never overwrites.
+                tfs.write(inst, "options/overwrite", "0")
+                tfs.write(inst, "events/enable", "0")
+                tfs.write(inst, "trace", "")   # what it took before tracing_on went to 0
+        except OSError as exc:
+            return "setting up %s: %s" % (exc.filename or "an instance", exc.strerror)
+        deadline = time.monotonic() + SETUP_WAIT_S
         while not (_tracing_on(before) and all(_spec_enabled(before, s) for s in self.specs)):
             if time.monotonic() > deadline:
-                raise CaptureError("tracing did not start after trace-cmd start", "see %s" % log)
+                return "tracing did not start after trace-cmd start"
             time.sleep(0.05)
-        check_filters(before, self.specs)
-        self.tracing_since = mono_ns()
-        self.buffer_kb = int(tfs.parse_buffer_size(tfs.read(before, "buffer_size_kb"))[0])
+        try:
+            check_filters(before, self.specs)
+        except CaptureError as exc:
+            return str(exc)
+        checked = mono_ns()
+        differs = self._drift(want)
+        if differs:
+            return differs + ("" if not kept else " (not removed before: %s)" % ", ".join(kept))
+        self.want = want
+        self.after_events = sorted(want.get(AFTER_INSTANCE, {}).get("filters", ()))
+        self.tracing_since = checked
+        self.buffer_kb = self._kernel_kb(before, kb)
         if self.opt.after > 0:
-            self.after_kb = int(tfs.parse_buffer_size(tfs.read(self._after_dir(),
-                                                               "buffer_size_kb"))[0])
-        self._note_settings()
-        self.last_good_ns = self.tracing_since
-        self.beat_ok[BEFORE_INSTANCE] = self.tracing_since
-        self.last_rate_check = (self.tracing_since, tfs.cpu_stats(before))
+            self.after_kb = self._kernel_kb(self._after_dir(), after_kb)
+        self.last_good_ns = checked
+        self.beat_ok[BEFORE_INSTANCE] = checked
+        self.last_rate_check = (checked, tfs.cpu_stats(before))
+        return None
 
-    def _note_settings(self):
-        """Remember the instances as they are now set, for _check_instances to compare."""
-        self.want = {BEFORE_INSTANCE: instance.settings(self._before_dir())}
-        if self.opt.after > 0:
-            self.want[AFTER_INSTANCE] = instance.settings(self._after_dir(),
-                                                          filtered=self.after_events)
+    def _kernel_kb(self, inst, asked):
+        """The buffer size the kernel gave for `asked` (checked to fit by _drift), KiB per CPU."""
+        try:
+            text = tfs.read(inst, "buffer_size_kb")
+        except OSError:
+            return asked
+        return int(tfs.parse_buffer_size(text)[0]) if instance.buffer_fits(asked, text) else asked
+
+    def _drift(self, want):
+        """What differs between the instances and `want`, in one line ('' when nothing)."""
+        out = []
+        for name, wanted in want.items():
+            now = instance.settings(tfs.instance_dir(self.tracefs, name), list(wanted["filters"]))
+            differs = instance.drift(wanted, now)
+            if differs:
+                out.append("%s: %s" % (name, ", ".join(differs)))
+        return "; ".join(out)
 
     def _arm(self):
         """Enable the --after instance's events (its tracing_on still 0): a few writes."""
@@ -124,17 +212,17 @@ class InstanceKeeper(FlightState):
     def _check_instances(self):
         """Read back the instances; undo what something else changed, and count it as blind.
 
-        tracing_on alone is written back; anything else (events, filters, buffer size,
-        clock, the instance removed) sets both instances up again: what the first held
-        since it changed cannot be trusted, and the stretch from the last good reading
-        to now is blind either way.
+        About ten small reads per instance (instance.settings()). tracing_on alone is
+        written back; anything else (events, filters, buffer size, clock, the instance
+        removed) sets both instances up again: what the first held since it changed
+        cannot be trusted, and the stretch from the last good reading to now is blind
+        either way.
         """
         checked = mono_ns()   # before reading: the instances were as set up at least until then
         changed = {}
         for name, want in self.want.items():
             inst = tfs.instance_dir(self.tracefs, name)
-            now = instance.settings(inst, filtered=list(want["filters"]) if name == AFTER_INSTANCE
-                                    else None)
+            now = instance.settings(inst, list(want["filters"]))
             differs = instance.drift(want, now)
             if differs:
                 changed[name] = (inst, want, now, differs)
@@ -150,8 +238,14 @@ class InstanceKeeper(FlightState):
             # the last heartbeat that went in says tracing was on later than the last check
             since = max(since, self.beat_ok.get(BEFORE_INSTANCE, since))
         else:
-            self._start_tracing(self.buffer_kb, self.after_kb)
-            how = "set both instances up again (the first starts empty)"
+            try:
+                self._start_tracing(self.buffer_kb, self.after_kb)
+            finally:
+                # every change seen while setting up again is part of the same stretch
+                for more in self.setup_changes:
+                    what += "; then, while setting up again: " + more
+            how = "set both instances up again (the first starts empty%s)" % (
+                ", after %d tries" % (len(self.setup_changes) + 1) if self.setup_changes else "")
         blind = self._add_blind(since, mono_ns(), what)
         self.beat_gap.pop(BEFORE_INSTANCE, None)     # this stretch covers the refused heartbeats
         self.last_good_ns = blind["to_mono_ns"]
@@ -160,6 +254,23 @@ class InstanceKeeper(FlightState):
                   "(%s); %s. Bundles whose window includes the %.1f s since the last check say "
                   "they are incomplete" % (what, how, (blind["to_mono_ns"] - blind["from_mono_ns"])
                                            / 1e9))
+
+    def _check_events(self):
+        """Between the checks of everything: the first instance's enabled events, tracing_on
+        and buffer size (an events/enable write does not stop the heartbeat, a trace_marker
+        print: only reading them finds it)."""
+        want = self.want.get(BEFORE_INSTANCE)
+        if want is None:
+            return
+        inst = self._before_dir()
+        try:
+            ok = tfs.set_events(inst) == want["events"] and \
+                tfs.read(inst, "tracing_on") == want["tracing_on"] and \
+                instance.buffer_fits(want["buffer_size_kb"], tfs.read(inst, "buffer_size_kb"))
+        except OSError:
+            ok = False
+        if not ok:
+            self._check_instances()   # blind from the last whole check: the safe side
 
     def _freeze(self):
         """Stop the first instance (the seconds before the trigger) and start the --after one.

@@ -81,12 +81,18 @@ class FlightState:
     growth_refused: int
     longest_resize_s: float
     want: Dict[str, Any]
+    buffer_limit: str              # what holds the buffers' ceiling, for the warnings
+    max_buffer_kb: int
     blind: "collections.deque[Any]"
     instance_restored: int
     after_filled: Dict[int, int]
     heart: "Heartbeat"
     beat_ok: Dict[str, int]
     beat_gap: Dict[str, Any]
+    setup_changes: List[str]       # what differed at each failed try of the last setup
+    last_events_check_ns: int
+    last_check_ns: int
+    growing: bool
 
     if TYPE_CHECKING:      # the parts' methods another part calls (defined in their modules)
         def warn(self, text: str) -> None: ...

@@ -290,6 +290,15 @@ def resolve(tracefs, preset, extra_events):
     return specs, missing, stacktrace
 
 
+# What a flight recorder's own process costs while it waits for a trigger, beside the cost of
+# the preset's tracepoints in the traced tasks (the rates above): benchmarks/flight_idle.py.
+FLIGHT_IDLE_COST = ("--flight, waiting for a trigger: the recorder's own checks, heartbeats "
+                    "and /proc samples took 0.32-0.36% of a CPU with light or standard "
+                    "(120-180 s each at load average 2-14 on 2 shared cores; 0.24-0.36% beside "
+                    "page-fault churn; benchmarks/flight_idle.py, docs/record.md), "
+                    "beside the preset's tracepoints above")
+
+
 def describe():
     """Text for `--list-presets`: each preset's purpose, expected rate and events."""
     lines = []
@@ -300,4 +309,5 @@ def describe():
         lines.append("%s\n  purpose: %s\n  rate:    %s\n  events:  %s%s\n  buffer:  %d KiB per CPU"
                      % (name, p["purpose"], p["rate"], events,
                         " (with kernel stacks)" if p.get("stacktrace") else "", p["buffer_kb"]))
+    lines.append(FLIGHT_IDLE_COST)
     return "\n\n".join(lines)

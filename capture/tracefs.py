@@ -203,6 +203,14 @@ def enabled_events(tracefs):
     return out
 
 
+def set_events(tracefs):
+    """Sorted 'system:event' names the kernel lists in set_event: the enabled events of the
+    top level or of an instance, in one read (enabled_events() opens every event's enable
+    file: thousands of opens on a current kernel). A soft-enabled event may carry a '*'."""
+    with open(os.path.join(tracefs, "set_event")) as f:
+        return sorted(line.strip().rstrip("*") for line in f if line.strip())
+
+
 def ring_buffer_readers(tracefs, exclude_pids=()):
     """[(pid, comm, path)] of processes holding the top-level trace_pipe(_raw) open.
 

@@ -445,6 +445,13 @@ def test_window_trims_events_and_passes_the_stacks_table_whole():
 
 # ---------------------------------------------------------------- its own instances (instance.py)
 
+def _wanted():
+    return {"tracing_on": "1", "trace_clock": "mono", "buffer_size_kb": 4096, "overwrite": "1",
+            "events": ["kmem:mm_page_alloc", "kmem:mm_page_free"],
+            "filters": {"kmem:mm_page_alloc": ("order > 0", "(order > 0)"),
+                        "kmem:mm_page_free": ("none",)}}
+
+
 def _settings(**changes):
     base = {"tracing_on": "1", "trace_clock": "mono", "buffer_size_kb": "4100", "overwrite": "1",
             "events": ["kmem:mm_page_alloc", "kmem:mm_page_free"],
@@ -457,38 +464,67 @@ def _settings(**changes):
     (_settings(), [], False),
     (None, ["the instance was removed"], False),
     (_settings(tracing_on="0"), ["tracing_on 0 (was 1)"], True),
-    (_settings(events=["kmem:mm_page_alloc"], filters={"kmem:mm_page_alloc": "order > 0"}),
-     ["events disabled: kmem:mm_page_free"], False),
+    (_settings(events=["kmem:mm_page_alloc"]), ["events disabled: kmem:mm_page_free"], False),
     (_settings(filters={"kmem:mm_page_alloc": "order > 3", "kmem:mm_page_free": "none"}),
-     ["filters changed: kmem:mm_page_alloc"], False),
-    (_settings(tracing_on="0", buffer_size_kb="1410"),
-     ["tracing_on 0 (was 1)", "buffer_size_kb 1410 (was 4100)"], False),
+     ["filters changed: kmem:mm_page_alloc (order > 3)"], False),
+    (_settings(tracing_on="0", buffer_size_kb="2050"),
+     ["tracing_on 0 (was 1)", "buffer_size_kb 2050 (was 4096)"], False),
+    # the kernel rounds a size up to whole sub-buffers: not a change; more than that is
+    (_settings(buffer_size_kb="4096"), [], False),
+    (_settings(buffer_size_kb="8192"), ["buffer_size_kb 8192 (was 4096)"], False),
+    (_settings(buffer_size_kb="X"), ["buffer_size_kb X (was 4096)"], False),
 ])
 def test_what_something_else_changed_in_an_instance(now, said, only_on):
+    """drift() compares a reading with what the options ask for (wanted()), never with an
+    earlier reading: a halved buffer read back at setup is still a change."""
     from kmemscope.capture import instance
-    assert instance.drift(_settings(), now) == said
-    assert instance.only_tracing_on(_settings(), now) is only_on
+    assert instance.drift(_wanted(), now) == said
+    assert instance.only_tracing_on(_wanted(), now) is only_on
+
+
+def test_what_the_recorder_wants_comes_from_its_specs(tmp_path):
+    """A whole system's events from the catalog's directories; a filtered system's events may
+    read 'none' (the kernel skips the events whose fields the filter lacks)."""
+    from kmemscope.capture import instance
+    from kmemscope.capture.presets import EventSpec
+    for rel in ("kmem/mm_page_alloc", "kmem/mm_page_free", "compaction/mm_compaction_begin",
+                "compaction/mm_compaction_end"):
+        (tmp_path / "events" / rel).mkdir(parents=True)
+    (tmp_path / "events" / "compaction" / "enable").write_text("0\n")   # a file, not an event
+    events = instance.spec_events(str(tmp_path), [
+        EventSpec("kmem", "mm_page_alloc", "order > 0"), EventSpec("kmem", "mm_absent"),
+        EventSpec("compaction", "*", "nr_scanned > 0")])
+    assert events == {"kmem:mm_page_alloc": ("order > 0", "(order > 0)"),
+                      "compaction:mm_compaction_begin": ("nr_scanned > 0", "(nr_scanned > 0)",
+                                                         "none"),
+                      "compaction:mm_compaction_end": ("nr_scanned > 0", "(nr_scanned > 0)",
+                                                       "none")}
+    idle = instance.wanted(events, 1000, False, False, False)
+    assert (idle["tracing_on"], idle["overwrite"], idle["events"]) == ("0", "0", [])
+    assert sorted(instance.wanted(events, 1000, True, True, True)["events"]) == sorted(events)
 
 
 def test_settings_of_an_instance_directory(tmp_path):
-    """A directory laid out as tracefs lays out an instance: what the recorder checks."""
+    """A directory laid out as tracefs lays out an instance: what the recorder checks, the
+    enabled events from set_event (one read) whatever the enable files say."""
     from kmemscope.capture import instance
     inst = tmp_path / "inst"
     for rel, text in {"tracing_on": "1\n", "trace_clock": "local [mono] boot\n",
                       "buffer_size_kb": "4100\n", "options/overwrite": "0\n",
-                      "events/enable": "X\n", "events/kmem/mm_page_alloc/enable": "1\n",
+                      "set_event": "kmem:mm_page_alloc\ncompaction:mm_compaction_end*\n",
+                      "events/kmem/mm_page_alloc/enable": "0\n",
                       "events/kmem/mm_page_alloc/filter": "order > 0\n",
-                      "events/kmem/mm_page_free/enable": "0\n",
                       "events/kmem/mm_page_free/filter": "none\n"}.items():
         (inst / rel).parent.mkdir(parents=True, exist_ok=True)
         (inst / rel).write_text(text)
-    got = instance.settings(str(inst))
+    got = instance.settings(str(inst), ["kmem:mm_page_alloc"])
     assert got == {"tracing_on": "1", "trace_clock": "mono", "buffer_size_kb": "4100",
-                   "overwrite": "0", "events": ["kmem:mm_page_alloc"],
+                   "overwrite": "0", "events": ["compaction:mm_compaction_end",
+                                                "kmem:mm_page_alloc"],
                    "filters": {"kmem:mm_page_alloc": "order > 0"}}
-    idle = instance.settings(str(inst), filtered=["kmem:mm_page_free"])
+    idle = instance.settings(str(inst), ["kmem:mm_page_free"])
     assert idle["filters"] == {"kmem:mm_page_free": "none"}
-    assert instance.settings(str(tmp_path / "gone")) is None
+    assert instance.settings(str(tmp_path / "gone"), []) is None
 
 
 def test_blind_stretches_are_clipped_to_the_window():
@@ -685,3 +721,25 @@ def test_peak_disk_sums_each_files_largest_size(tmp_path):
     (d / "trace.dat.cpu0").unlink()
     peak.read()
     assert du(d) < with_copy < at_peak == peak.peak
+
+
+@pytest.mark.parametrize("max_disk, ncpu, instances", [
+    (64 << 20, 2, 2), (8 << 20, 2, 1), (1 << 30, 64, 2), (200 << 20, 7, 2)])
+def test_buffers_sized_for_max_disk_give_bundles_that_fit_it(max_disk, ncpu, instances):
+    """Full buffers of the size --max-disk allows give a bundle_bound() (what the recorder
+    checks before it writes a bundle) under --max-disk with the directory's own files; 1%
+    more buffer would not fit; smallest_disk_for() is a cap that holds them."""
+    from kmemscope.capture import flight_disk
+    samples, room = 300000, 2 << 20
+    kb = flight_disk.buffer_kb_for_disk(max_disk, ncpu, instances, samples, room)
+
+    def bound(total_kb):
+        per_cpu = (total_kb << 10) // (ncpu * instances)     # data bytes of each full buffer
+        stats = [{cpu: {"bytes": per_cpu} for cpu in range(ncpu)}] * instances
+        return flight_disk.bundle_bound(stats, samples, room)
+
+    assert bound(kb) + flight_disk.DIRECTORY_ROOM <= max_disk
+    assert bound(kb * 101 // 100) + flight_disk.DIRECTORY_ROOM > max_disk
+    need = flight_disk.smallest_disk_for(kb, ncpu, instances, samples, room)
+    assert max_disk <= need <= max_disk + (64 << 10)
+    assert flight_disk.buffer_kb_for_disk(need, ncpu, instances, samples, room) >= kb
