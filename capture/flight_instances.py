@@ -244,6 +244,7 @@ class InstanceKeeper(FlightState):
                 # every change seen while setting up again is part of the same stretch
                 for more in self.setup_changes:
                     what += "; then, while setting up again: " + more
+            # sql-safe: a sentence of the manifest, not SQL
             how = "set both instances up again (the first starts empty%s)" % (
                 ", after %d tries" % (len(self.setup_changes) + 1) if self.setup_changes else "")
         blind = self._add_blind(since, mono_ns(), what)

@@ -47,7 +47,7 @@ def spec_events(tracefs, specs):
     it lacks)."""
     out = {}
     for spec in specs:
-        texts = (spec.filter, "(%s)" % spec.filter) if spec.filter else ("none",)
+        texts = (spec.filter, "(%s)" % spec.filter) if spec.filter else ("none",)  # type: tuple
         if spec.event != "*":
             if os.path.isdir(os.path.join(tracefs, "events", spec.system, spec.event)):
                 out[spec.name] = texts

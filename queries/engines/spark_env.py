@@ -216,9 +216,14 @@ def _run(cmd, what, hint, cwd):
     """Run a step in the temporary folder (a source tree in the caller's folder would shadow
     the installed package); its stdout, or SparkEnvError with the line of its output that
     says why."""
+    # The step's own temporary files (pip's build tracker and unpacked wheels) go inside the
+    # folder the caller removes, so a step killed by an interrupt leaves none in $TMPDIR.
+    tmp = Path(cwd) / "tmp"
+    tmp.mkdir(exist_ok=True)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
-                              stdin=subprocess.DEVNULL, cwd=cwd)
+                              stdin=subprocess.DEVNULL, cwd=cwd,
+                              env={**os.environ, "TMPDIR": str(tmp)})
     except OSError as exc:
         raise SparkEnvError(f"{what}: {exc.strerror or exc}", hint) from None
     if proc.returncode == 0:
