@@ -213,6 +213,14 @@ while time.monotonic() < end:
     time.sleep(pause)
 """
 
+
+def busy_cpu(folder, cpu, seconds=600, pause=0.002):
+    """PINNED_WORKLOAD on `cpu` for at most `seconds` (the caller kills it), its script
+    written into `folder`: churn that fills that CPU's ring buffer at a steady rate."""
+    load = folder / "load.py"
+    load.write_text(PINNED_WORKLOAD)
+    return subprocess.Popen([sys.executable, str(load), str(seconds), str(cpu), str(pause)])
+
 # Direct compaction stalls on demand (argv: MiB left free, MiB of THP to fault): hugetlb
 # pages reserved through vm.nr_hugepages leave little free memory, 4 KiB pages fill it
 # and a quarter of it is freed again in 64 KiB pieces (no free 2 MiB block), then

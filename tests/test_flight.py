@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import requirements
-from capture_helpers import (PINNED_WORKLOAD, SQUEEZE, TRACEFS, Flight, children, manifest,
+from capture_helpers import (SQUEEZE, TRACEFS, Flight, busy_cpu, children, manifest,
                              run_record, sample_headers, stop_all_flights, trace_cmd_processes_under,
                              trace_cmd_report, tracing_state, vmstat_now, vmstat_samples, wait_for)
 
@@ -234,9 +234,7 @@ def last_error_line(stderr):
 
 def test_sigusr1_bundle_holds_keep_before_and_after_the_trigger(tmp_path, before):
     keep, after, cpu = 4.0, 2.0, 1 if os.cpu_count() > 1 else 0
-    load = tmp_path / "load.py"
-    load.write_text(PINNED_WORKLOAD)
-    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
+    work = busy_cpu(tmp_path, cpu)
     try:
         flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "4s",
                         "--after", "2s", "--measure", "2s", "--interval", "0.5s")
@@ -656,9 +654,7 @@ def test_max_disk_holds_while_triggers_fill_it(tmp_path, before):
     estimate holds its peak and is at most twice it."""
     max_disk, cpu = 24 << 20, 1 if os.cpu_count() > 1 else 0
     out = tmp_path / "flight"
-    load = tmp_path / "load.py"
-    load.write_text(PINNED_WORKLOAD)
-    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
+    work = busy_cpu(tmp_path, cpu)
     try:
         with DiskWatch(out) as watch:
             flight = Flight("-o", out, "-e", "kmem:mm_page_free", "--keep", "2s", "--after", "0.5s",
@@ -705,9 +701,7 @@ def test_a_bundle_whose_buffers_cannot_fit_max_disk_is_refused_with_one_line(tmp
     """--max-disk 3M cannot hold a bundle of the smallest ring buffers once they fill: start
     says so in one line with the cap that would, and a bundle of full buffers is refused."""
     cpu = 1 if os.cpu_count() > 1 else 0
-    load = tmp_path / "load.py"
-    load.write_text(PINNED_WORKLOAD)
-    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
+    work = busy_cpu(tmp_path, cpu)
     try:
         flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "2s",
                         "--after", "0.5s", "--measure", "1s", "--max-buffer", "16M",
@@ -738,9 +732,7 @@ def test_the_default_preset_under_max_disk_64m_writes_bundles_under_it(tmp_path,
     20 ms with trace-cmd's temporary copies, never takes more than 64 MiB."""
     cpu = 1 if os.cpu_count() > 1 else 0
     out = tmp_path / "flight"
-    load = tmp_path / "load.py"
-    load.write_text(PINNED_WORKLOAD)
-    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
+    work = busy_cpu(tmp_path, cpu)
     try:
         with DiskWatch(out) as watch:
             flight = Flight("-o", out, "--keep", "10s", "--after", "1s", "--measure", "1s",
@@ -976,9 +968,7 @@ def test_another_tracers_record_and_reset_do_not_blind_it(tmp_path, before, top_
     recorder runs: the next bundle still holds every second before its trigger (trace-cmd's own
     decoding of the bundle), and its manifest says nothing was blind."""
     keep, cpu = 6.0, 1 if os.cpu_count() > 1 else 0
-    load = tmp_path / "load.py"
-    load.write_text(PINNED_WORKLOAD)
-    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
+    work = busy_cpu(tmp_path, cpu)
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     try:
@@ -1169,9 +1159,7 @@ def test_parse_of_a_real_bundle_counts_only_the_losses_inside_its_window(tmp_pat
     of the window none of them, and keeps exactly the events trace-cmd prints inside it."""
     from kmrun import kmemscope
     keep, after, cpu = 2.0, 1.0, 1 if os.cpu_count() > 1 else 0
-    load = tmp_path / "load.py"
-    load.write_text(PINNED_WORKLOAD)
-    work = subprocess.Popen([sys.executable, str(load), "600", str(cpu), "0.002"])
+    work = busy_cpu(tmp_path, cpu)
     try:
         flight = Flight("-o", tmp_path / "flight", "-e", "kmem:mm_page_free", "--keep", "2s",
                         "--after", "1s", "--measure", "1s", "--max-buffer", "32M")
