@@ -473,6 +473,10 @@ def _settings(**changes):
     (_settings(buffer_size_kb="4096"), [], False),
     (_settings(buffer_size_kb="8192"), ["buffer_size_kb 8192 (was 4096)"], False),
     (_settings(buffer_size_kb="X"), ["buffer_size_kb X (was 4096)"], False),
+    # a freshly booted host's unexpanded buffer reads as its token size, not as the size
+    # tracing would expand it to: an instance that reads so was not set up as asked
+    (_settings(buffer_size_kb="7 (expanded: 4096)"),
+     ["buffer_size_kb 7 (expanded: 4096) (was 4096)"], False),
 ])
 def test_what_something_else_changed_in_an_instance(now, said, only_on):
     """drift() compares a reading with what the options ask for (wanted()), never with an
