@@ -34,12 +34,12 @@ signature only (reading them whole to hash them would cost what rebuilding does)
 import json
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from kmemscope.common.errors import DatasetError
+from kmemscope.common.scratch import ScratchFolder
 
 from . import reader as ds
 from . import cache_write, limits, storage
@@ -50,6 +50,7 @@ SIG_KEY = b"kmemscope.derived_from"
 PART = "part-0.parquet"
 
 _private_dir = None
+_private_folder: list = []      # its ScratchFolder, which holds the folder's lock
 # sha256 of cache files already checked by this process: {(path, dev, ino, size, mtime, ctime)}
 _CHECKED: dict = {}
 # Tables built privately by this process: {(name, run, signature): path}.
@@ -323,12 +324,22 @@ def _private_root():
     global _private_dir
     if _private_dir is None:
         import atexit
-        import shutil
 
-        _private_dir = tempfile.mkdtemp(prefix="kmemscope-derived-")
-        # every query of an s3 dataset comes here: leave no directory behind
-        atexit.register(shutil.rmtree, _private_dir, ignore_errors=True)
+        # every query of an s3 dataset comes here: leave no directory behind, not even when
+        # killed (the next process's ScratchFolder removes a folder whose owner is gone)
+        folder = ScratchFolder("kmemscope-derived-")
+        atexit.register(folder.remove)
+        _private_dir, _private_folder[:] = folder.path, [folder]
     return Path(_private_dir)
+
+
+def forget_private_root():
+    """Remove the private folder now (a program run in-process ends here, not at exit)."""
+    global _private_dir
+    for folder in _private_folder:
+        folder.remove()
+    _private_folder.clear()
+    _private_dir = None
 
 
 def _target(ref, runs_with_digests, read_only):
@@ -485,15 +496,14 @@ def same_as_rederived(ref, family, name, run, cached):
     deriving run `run` again gives (`kmemscope verify --deep`); the new table is built in a
     private folder removed after, and rows are compared in DuckDB (within its memory limit).
     What a derived table answers is its name and run: its record adds nothing to ask."""
-    import shutil
-
     import duckdb
 
     parts = ref.listing
     dataset = ref.location
     shas = _run_shas(dataset, parts, [run])
     doc = ref.run_docs([run]).get(run)
-    scratch = Path(tempfile.mkdtemp(prefix="kmemscope-verify-"))
+    scratch_folder = ScratchFolder("kmemscope-verify-")      # a killed verify leaves none
+    scratch = Path(scratch_folder.path)
     try:
         sig = _signature(parts, run, shas.get(run), doc, family.sources(parts, run), family.version)
         try:
@@ -514,7 +524,7 @@ def same_as_rederived(ref, family, name, run, cached):
             con.close()
         return differ == 0
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch_folder.remove()
 
 
 def derive_runs(ref, families, run_ids=None, threads=None):

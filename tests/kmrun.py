@@ -17,7 +17,6 @@ must not share. `process=True` asks for a program of its own.
 """
 import io
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -94,9 +93,7 @@ def _end_of_program():
     later run here would find its caches there and write none into a copy of the same runs."""
     from kmemscope.dataset import derived
 
-    if derived._private_dir is not None:
-        shutil.rmtree(derived._private_dir, ignore_errors=True)
-        derived._private_dir = None
+    derived.forget_private_root()
     derived._CHECKED.clear()
 
 

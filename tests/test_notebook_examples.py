@@ -302,7 +302,7 @@ def test_ab_notebook_figures_draw_the_analyses(ab_dataset, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_fleet_notebook_simulates_distinct_hosts_and_no_significance_from_copies(ab_dataset):
+def test_fleet_notebook_simulates_distinct_hosts_and_no_significance_from_copies(ab_dataset, tmp_path):
     """The fleet notebook's hosts are copies of the eight real runs: its verdicts on measured
     rows count the real runs (copy_of), and each host's own numbers are simulated, seeded,
     distinct and labelled so. Oracles: the real runs' summary (their mean and standard
@@ -317,7 +317,7 @@ def test_fleet_notebook_simulates_distinct_hosts_and_no_significance_from_copies
 
     hosts, seed = 24, 7
     values, space = run_notebook("fleet.ipynb", {"dataset": str(ab_dataset), "hosts": hosts,
-                                                 "seed": seed,
+                                                 "seed": seed, "scratch": str(tmp_path),
                                                  "benchmarks": str(PROJECT_ROOT / "benchmarks")})
     text = " ".join("".join(c["source"]) for c in json.loads((NOTEBOOKS / "fleet.ipynb").read_text())["cells"]
                     if c["cell_type"] == "markdown")
@@ -406,7 +406,8 @@ def test_examples_execute_headless(name, ab_dataset, one_run, tmp_path):
     import papermill
     params = {"examples": str(EXAMPLES), "dataset": str(one_run if name.startswith("one-run") else ab_dataset)}
     if name == "fleet.ipynb":
-        params.update(benchmarks=str(PROJECT_ROOT / "benchmarks"), hosts=16)
+        params.update(benchmarks=str(PROJECT_ROOT / "benchmarks"), hosts=16,
+                      scratch=str(tmp_path / "fleet-scratch"))
     nb = papermill.execute_notebook(str(NOTEBOOKS / name), str(tmp_path / name), parameters=params,
                                     kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
     html = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
