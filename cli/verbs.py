@@ -245,7 +245,7 @@ def cli(ctx, debug):
 @cli.command()
 @click.argument("sources", nargs=-1, required=True, metavar="TRACE_OR_BUNDLE...", callback=utf8_path)
 @click.option("-o", "--output", "dataset", required=True, metavar="DATASET", callback=utf8_path,
-              help="Dataset directory to write (created if missing).")
+              help="Dataset directory to write (created if missing), or s3://bucket/prefix.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="Label the run(s), e.g. --label kernel=patched. Repeatable.")
 @click.option("--events", "events", multiple=True, metavar="PATTERN",

@@ -133,28 +133,29 @@ class Bucket:
             raise _write_error(self.dataset, exc) from None
 
     def find(self, rel):
-        """{key relative to the dataset} of every object under `rel`/."""
-        self.fs.invalidate_cache()
-        try:
-            found = self.fs.find(self.path(rel))
-        except FileNotFoundError:
-            return set()
-        except Exception as exc:
-            raise _write_error(self.dataset, exc) from None
-        base = self.path() + "/"
-        return {p[len(base):] for p in found if p.startswith(base)}
+        """{key relative to the dataset} of every object under `rel`/: ListObjectsV2 page by
+        page (one request for a partition; s3fs's find asks a HEAD first)."""
+        out, token = set(), None
+        strip = len(self.key("")) if self.prefix else 0
+        while True:
+            kwargs = {"ContinuationToken": token} if token else {}
+            page = self.call("list_objects_v2", Prefix=self.key(rel) + "/", **kwargs)
+            out |= {o["Key"][strip:] for o in page.get("Contents", [])}
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return out
 
     def folders(self, rel=""):
-        """Names of the 'folders' directly under `rel` (one delimited listing)."""
-        self.fs.invalidate_cache()
-        try:
-            listed = self.fs.ls(self.path(rel), detail=True)
-        except FileNotFoundError:
-            return []
-        except Exception as exc:
-            raise _write_error(self.dataset, exc) from None
-        return [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in listed
-                if e.get("type") == "directory"]
+        """Names of the 'folders' directly under `rel` (delimited listings, page by page)."""
+        out, token = [], None
+        base = f"{self.key(rel)}/" if rel else (f"{self.prefix}/" if self.prefix else "")
+        while True:
+            kwargs = {"ContinuationToken": token} if token else {}
+            page = self.call("list_objects_v2", Prefix=base, Delimiter="/", **kwargs)
+            out += [p["Prefix"][len(base):].rstrip("/") for p in page.get("CommonPrefixes", [])]
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return out
 
     def delete(self, rels):
         rels = sorted(rels)
@@ -331,15 +332,15 @@ def committed(b, run_id):
 def run_keys(b, run_id):
     """Every key of run `run_id`: its partitions in each table and in each derived cache."""
     part = f"{RUN_PREFIX}{run_id}"
-    keys = set()
-    for table in b.folders():
-        if table == "_derived":
-            for cache in b.folders("_derived"):
-                if SAFE_TABLE.fullmatch(cache):
-                    keys |= b.find(f"_derived/{cache}/{part}")
-        elif SAFE_TABLE.fullmatch(table):
-            keys |= b.find(f"{table}/{part}")
-    return keys
+    from concurrent.futures import ThreadPoolExecutor
+
+    top = b.folders()
+    folders = [t for t in top if SAFE_TABLE.fullmatch(t)]
+    if "_derived" in top:
+        folders += [f"_derived/{c}" for c in b.folders("_derived") if SAFE_TABLE.fullmatch(c)]
+    with ThreadPoolExecutor(8) as pool:       # a request each: listed side by side
+        found = list(pool.map(lambda folder: b.find(f"{folder}/{part}"), folders))
+    return set().union(*found)
 
 
 def local_run_files(local, run_id):

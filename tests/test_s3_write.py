@@ -201,6 +201,7 @@ def test_parse_into_s3_answers_as_the_local_parse(s3, answers, examples_dataset)
         json.loads((local / "_kmemscope.json").read_text())["format"]
 
 
+@pytest.mark.slow   # two compares (~2 s of CPU each, as test_s3_dataset.py's); make test runs it
 def test_compare_of_the_s3_parse_equals_the_local_compare(s3, answers, examples_dataset):
     remote = kmrun.kmemscope("compare", answers, "--by", "kernel", "--format", "json")
     here = kmrun.kmemscope("compare", examples_dataset, "--by", "kernel", "--format", "json")
