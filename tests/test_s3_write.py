@@ -384,3 +384,37 @@ def test_a_dataset_of_another_format_is_refused(s3):
     proc = kmrun.kmemscope("parse", EXAMPLES / "thp-faults", "-o", url, check=False)
     assert "format 99" in kmrun.one_error_line(proc)
     assert _keys("other-format/ds") == ["_kmemscope.json"]
+
+
+def test_a_claim_is_one_ingesters_until_it_goes_stale(s3):
+    """The claim protocol itself: If-None-Match gives one holder; a live claim is not taken;
+    a stale one is taken over with If-Match on its ETag, after which the old holder's
+    If-Match fails and it stops before showing its run."""
+    from kmemscope.common.errors import KmemscopeError
+    from kmemscope.dataset import s3_commit
+
+    b = s3_commit.Bucket(f"s3://{BUCKET}/claims/ds")
+    first = s3_commit.try_claim(b, "00aa00aa00aa00aa", ttl=600)
+    assert first is not None
+    try:
+        assert s3_commit.try_claim(b, "00aa00aa00aa00aa", ttl=600) is None      # live
+        first._stop.set()                      # its owner stops renewing it: as if dead
+        first._thread.join()
+        deadline = time.monotonic() + 30
+        taken = None
+        while taken is None:                   # stale once older than 1 s by the server's clock
+            assert time.monotonic() < deadline
+            taken = s3_commit.try_claim(b, "00aa00aa00aa00aa", ttl=1)
+            time.sleep(0.1)
+        assert taken.etag != first.etag
+        with pytest.raises(Exception) as refused:    # a second taker with the stale ETag loses
+            b.put("_ingest/00aa00aa00aa00aa", b"{}", IfMatch=first.etag)
+        assert s3_commit._precondition_failed(refused.value)
+        with pytest.raises(KmemscopeError, match="taken over"):
+            first.check()
+        first.release()                        # not its claim any more: left in place
+        assert _keys("claims/ds") == ["_ingest/00aa00aa00aa00aa"]
+        taken.release()
+        assert _keys("claims/ds") == []
+    finally:
+        first._stop.set()
