@@ -202,26 +202,34 @@ def _write_error(dataset, exc):
 
 # ---------------------------------------------------------------- the format file
 
+# Datasets (endpoint, bucket/prefix) whose format file this process wrote or checked: once
+# per process, not per input.
+_FORMAT_CHECKED: set = set()
+
+
 def ensure_format(b):
     """Create the dataset's format file once (If-None-Match), or check the one there."""
     from .format import FORMAT, FORMAT_FILE, MAX_FILE_BYTES, _writer, parse_format
 
+    where_key = (os.environ.get("AWS_ENDPOINT_URL"), b.path())
+    if where_key in _FORMAT_CHECKED:
+        return
     body = (json.dumps({"format": int(FORMAT), "writer": _writer()}, sort_keys=True)
             + "\n").encode()
     try:
         b.put(FORMAT_FILE, body, IfNoneMatch="*")
-        return
     except Exception as exc:
         if not _precondition_failed(exc):
             raise _write_error(b.dataset, exc) from None
-    data = b.get(FORMAT_FILE, MAX_FILE_BYTES)
-    where = f"{b.dataset.rstrip('/')}/{FORMAT_FILE}"
-    if data is None or len(data) > MAX_FILE_BYTES:
-        raise DatasetError(f"{where}: not a valid kmemscope dataset format file")
-    found = parse_format(data, where)["format"]
-    if found != FORMAT:
-        raise DatasetError(f"{where}: dataset format {found}; this kmemscope adds runs of "
-                           f"format {FORMAT} only", "write to another prefix")
+        data = b.get(FORMAT_FILE, MAX_FILE_BYTES)
+        where = f"{b.dataset.rstrip('/')}/{FORMAT_FILE}"
+        if data is None or len(data) > MAX_FILE_BYTES:
+            raise DatasetError(f"{where}: not a valid kmemscope dataset format file") from None
+        found = parse_format(data, where)["format"]
+        if found != FORMAT:
+            raise DatasetError(f"{where}: dataset format {found}; this kmemscope adds runs of "
+                               f"format {FORMAT} only", "write to another prefix") from None
+    _FORMAT_CHECKED.add(where_key)
 
 
 # ---------------------------------------------------------------- claims

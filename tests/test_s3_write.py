@@ -339,17 +339,16 @@ def test_a_reader_never_lists_a_run_replaced_while_it_lists(s3):
     assert prefixes.count("replaced/ds/runs/") == 2       # before and after the listing
 
 
-@pytest.mark.parametrize("bad", ["s3://Bad_Bucket/ds", f"s3://{BUCKET}/../ds",
-                                 f"s3://{BUCKET}/ds/*", f"s3://{BUCKET}/a//b",
-                                 f"s3://{BUCKET}/a\tb", "s3://no-such-bucket-here/ds"])
-def test_a_bad_url_or_missing_bucket_is_one_line(s3, bad, tmp_path):
+def test_a_bad_url_or_missing_bucket_is_one_line(s3):
     before = set(_keys(""))
-    proc = kmrun.kmemscope("parse", EXAMPLES / "thp-faults", "-o", bad, check=False)
-    line = kmrun.one_error_line(proc)
-    assert "s3://" in line
-    if "no-such" in bad:
-        assert "no bucket no-such-bucket-here" in line
-    assert set(_keys("")) == before
+    for bad in ("s3://Bad_Bucket/ds", f"s3://{BUCKET}/../ds", f"s3://{BUCKET}/ds/*",
+                f"s3://{BUCKET}/a//b", f"s3://{BUCKET}/a\tb", "s3://no-such-bucket-here/ds"):
+        proc = kmrun.kmemscope("parse", EXAMPLES / "thp-faults", "-o", bad, check=False)
+        line = kmrun.one_error_line(proc)
+        assert "s3://" in line, bad
+        if "no-such" in bad:
+            assert "no bucket no-such-bucket-here" in line
+    assert set(_keys("")) == before                             # nothing written
     assert not (Path(kmrun.PROJECT_ROOT) / "s3:").exists()     # no local folder made of it
 
 
