@@ -82,7 +82,10 @@ def _error_code(exc):
 
 
 def _precondition_failed(exc):
-    return isinstance(exc, FileExistsError) or _error_code(exc) in ("PreconditionFailed", "412")
+    """True for a conditional write refused: the object is there or changed (412), or another
+    conditional write of it is in flight (S3's 409 ConditionalRequestConflict: this one lost)."""
+    return isinstance(exc, FileExistsError) or _error_code(exc) in (
+        "PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 
 
 class Bucket:
@@ -138,7 +141,7 @@ class Bucket:
         out, token = set(), None
         strip = len(self.key("")) if self.prefix else 0
         while True:
-            kwargs = {"ContinuationToken": token} if token else {}
+            kwargs: dict = {"ContinuationToken": token} if token else {}
             page = self.call("list_objects_v2", Prefix=self.key(rel) + "/", **kwargs)
             out |= {o["Key"][strip:] for o in page.get("Contents", [])}
             token = page.get("NextContinuationToken")
@@ -150,7 +153,7 @@ class Bucket:
         out, token = [], None
         base = f"{self.key(rel)}/" if rel else (f"{self.prefix}/" if self.prefix else "")
         while True:
-            kwargs = {"ContinuationToken": token} if token else {}
+            kwargs: dict = {"ContinuationToken": token} if token else {}
             page = self.call("list_objects_v2", Prefix=base, Delimiter="/", **kwargs)
             out += [p["Prefix"][len(base):].rstrip("/") for p in page.get("CommonPrefixes", [])]
             token = page.get("NextContinuationToken")

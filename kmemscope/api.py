@@ -727,16 +727,17 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
         refuse_a_bundle(sources[0])
         snapshots = read_snapshots(procfs_start, procfs_end, procfs_times)
     ref = DatasetRef.of(dataset)            # local or s3, decided once for every input
+    write: Callable = ingest
     options = {}
     if ref.is_s3:                           # conditional writes, not rename and flock
         from kmemscope.dataset.s3_commit import ingest_s3, refuse_derive
 
         refuse_derive(derive)
-        ingest, options = ingest_s3, {"force": force}
+        write, options = ingest_s3, {"force": force}
     out: list = []
     for source in sources:
         try:
-            summary = ingest(source, ref.location, labels=dict(labels or {}),
+            summary = write(source, ref.location, labels=dict(labels or {}),
                              events=list(events or []), threads=threads, progress=progress,
                              whole_bundle=whole_bundle, snapshots=snapshots, **options)
             if derive:
@@ -762,6 +763,11 @@ def parse_on_spark(inputs: Sequence, dataset, *, engine: EngineSpec | str = "spa
     from kmemscope.queries.derived_tables import derive_runs
     from kmemscope.queries.engines import EngineSpec, engine_for
 
+    from kmemscope.dataset.storage import is_url
+
+    if is_url(str(dataset)):
+        raise KmemscopeError("parsing on Spark commits to a file system; parse into an s3:// "
+                             "dataset with parse()")
     spark = getattr(engine_for(EngineSpec.of(engine)), "spark", None)
     if spark is None:
         raise KmemscopeError("parsing on Spark needs the spark engine")
