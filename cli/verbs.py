@@ -245,7 +245,7 @@ def cli(ctx, debug):
 @cli.command()
 @click.argument("sources", nargs=-1, required=True, metavar="TRACE_OR_BUNDLE...", callback=utf8_path)
 @click.option("-o", "--output", "dataset", required=True, metavar="DATASET", callback=utf8_path,
-              help="Dataset directory to write (created if missing).")
+              help="Dataset directory to write (created if missing), or s3://bucket/prefix.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="Label the run(s), e.g. --label kernel=patched. Repeatable.")
 @click.option("--events", "events", multiple=True, metavar="PATTERN",
@@ -256,6 +256,9 @@ def cli(ctx, debug):
               help="Also pair frees with reallocations now (hot_pfns and pfn_reuse need it; "
                    "otherwise their first query does it).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
+@click.option("--force", is_flag=True,
+              help="Into an s3:// dataset: parse a trace again even when its run is already "
+                   "in the dataset (replacing it).")
 @click.option("--whole-bundle", is_flag=True,
               help="Keep every event of a flight bundle, also those outside its trigger's window "
                    "(by default they are trimmed and counted).")
@@ -270,7 +273,7 @@ def cli(ctx, debug):
                    "(`date +%s.%N`); default: their files' modification times.")
 @engine_options
 @click.pass_context
-def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_bundle,
+def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, whole_bundle,
           procfs_start, procfs_end, procfs_times, engine, spark_master, spark_conf):
     """Parse trace.dat files or bundles into a Parquet dataset.
 
@@ -286,7 +289,11 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
 
     A bare trace.dat with /proc copies taken before and after it (mmtests'
     monitors, hand captures): --procfs-start DIR --procfs-end DIR.
+
+    -o s3://bucket/prefix writes into an object store, safe beside other
+    ingesters: a trace whose run is already there is skipped unless --force.
     """
+    from kmemscope.dataset.storage import is_url
     from kmemscope.api import expand_inputs, parse as parse_inputs
 
     labels = _key_values(labels, "--label")
@@ -306,6 +313,9 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
         _report_error(ctx, exc)
         sys.exit(1)
     if engine == "spark":
+        if is_url(dataset):
+            raise click.UsageError("parse --engine spark commits to a file system; parse into "
+                                   "an s3:// dataset without it")
         if threads:
             raise click.BadParameter("--threads is for the local decoder; Spark runs one "
                                      "task per input", param_hint="--threads")
@@ -317,16 +327,31 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
         return
     _engine(engine, spark_master, spark_conf)
     show_progress = not quiet and sys.stderr.isatty()
-    failures = 0
+    failures = skipped = 0
+    remote = is_url(dataset)
+    if remote and derive:
+        from kmemscope.dataset.s3_commit import refuse_derive
+
+        try:
+            refuse_derive(derive)
+        except KmemscopeError as exc:
+            _report_error(ctx, exc)
+            sys.exit(1)
     for source in sources:
         try:
             with _progress(source, show_progress) as progress:
                 [summary] = parse_inputs(source, dataset, labels=labels, events=patterns,
                                          threads=threads, progress=progress,
-                                         whole_bundle=whole_bundle, **snapshots)
+                                         whole_bundle=whole_bundle, force=force, **snapshots)
         except KmemscopeError as exc:
             _report_error(ctx, exc)
             failures += 1
+            continue
+        if summary.skipped:
+            skipped += 1
+            if not quiet:
+                click.echo(f"{printable(source)}: run {summary.run_id} already in the dataset "
+                           "(--force parses it again)", err=True)
             continue
         if summary.concurrent:
             click.echo(f"{printable(source)}: run {summary.run_id} was committed by another parse "
@@ -356,6 +381,9 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
             # records without their format: say so rather than drop them quietly.
             click.echo(f"kmemscope: warning: {printable(source)}: "
                        f"{summary.unknown_events:,} records of event types whose format the file lacks were skipped", err=True)
+    if remote and not quiet and len(sources) > 1:     # one input: its own line said it
+        click.echo(f"kmemscope: added {len(sources) - skipped - failures}, skipped {skipped}, "
+                   f"refused {failures}", err=True)
     if failures:
         sys.exit(1)
 

@@ -73,7 +73,7 @@ class DatasetRef:
     def snapshot(self):
         """The files of a local dataset's listing held open (dataset/snapshot.py), so that
         the command reads the state it listed whatever a parse commits meanwhile; None for
-        an s3 dataset (nothing writes one)."""
+        an s3 dataset (objects cannot be held open; dataset/s3_commit.py adds runs whole)."""
         if self._snapshot is None and not self.is_s3:
             from .snapshot import Snapshot
 

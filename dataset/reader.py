@@ -617,7 +617,7 @@ def finish_interrupted_commits(ref):
     from kmemscope.dataset import commit
 
     if _ref(ref).is_s3:
-        return []                  # read only: nothing is committed to an object store
+        return []                  # no commit to finish: an s3 run is shown by one PUT
     root = Path(ref.location)
     if not root.is_dir():
         return []

@@ -1,4 +1,4 @@
-"""Where a dataset lives: a local directory, or an S3 (or S3-compatible) prefix, read only.
+"""Where a dataset lives: a local directory, or an S3 (or S3-compatible) prefix.
 
     kmemscope query hot_pfns s3://bucket/prefix/ds
 
@@ -14,7 +14,9 @@ them through the same s3fs filesystem registered on its connection (no DuckDB
 extension is needed), Spark through hadoop-aws as `s3a://bucket/key`
 (`spark_conf()` gives the session settings). A URL is untrusted text: the
 bucket must be a valid S3 bucket name and the key a plain path; listed keys
-that DuckDB or Spark would take for a glob pattern are left out.
+that DuckDB or Spark would take for a glob pattern are left out. Readers write
+nothing to an s3 dataset; `kmemscope parse -o s3://...` writes runs into one
+(dataset/s3_commit.py).
 """
 import os
 import re
@@ -120,8 +122,9 @@ def _guard(dataset, fn, *args, **kwargs):
 def list_tables(dataset):
     """{table: {run_id: [file URLs]}} of an s3 dataset, tables and runs as in dataset.table_runs.
 
-    One recursive listing of the prefix; tables starting with "." or "_" are
-    not dataset tables, and only `<table>/run_id=<id>/<name>.parquet` keys count.
+    One recursive listing of the prefix between two of its runs table; tables starting
+    with "." or "_" are not dataset tables, only `<table>/run_id=<id>/<name>.parquet` keys
+    count, and only of the runs whose runs partition both listings found unchanged.
     """
     bucket, key = split(dataset)
     fs = filesystem()
@@ -133,7 +136,14 @@ def list_tables(dataset):
                                f"that prefix", "copy a dataset that `kmemscope parse -o` wrote there")
         raise DatasetError(f"dataset {_shown(dataset)} does not exist: no bucket {bucket} "
                            "(or no access to it)", S3_HINT)
+    # A run counts when its runs partition is listed, unchanged, before and after the
+    # listing of everything (dataset/s3_commit.py writes it last and deletes it first): a
+    # listing over many pages, or a run replaced meanwhile, never shows half a run.
+    before = _runs_objects(dataset, fs, root)
+    fs.invalidate_cache()
     found = _guard(dataset, fs.find, root, detail=True)
+    after = _runs_objects(dataset, fs, root)
+    whole = {run for run, objects in before.items() if objects and after.get(run) == objects}
     out: dict = {}
     for path, info in sorted(found.items()):
         rel = path[len(root):].lstrip("/").split("/")
@@ -146,10 +156,23 @@ def list_tables(dataset):
                 or any(_UNSAFE.search(p) for p in rel)):
             continue
         run = part[len("run_id="):]
-        if run:
+        if run in whole:
             file = url(bucket, path[len(bucket) + 1:])
             _sizes[file] = info.get("size")
             out.setdefault(table, {}).setdefault(run, []).append(file)
+    return out
+
+
+def _runs_objects(dataset, fs, root):
+    """{run_id: {(key, ETag, size)} of its runs partition's data files}, freshly listed."""
+    fs.invalidate_cache()
+    found = _guard(dataset, fs.find, f"{root}/runs", detail=True)
+    out: dict = {}
+    for path, info in found.items():
+        rel = path[len(root):].lstrip("/").split("/")
+        if len(rel) == 3 and RUN_FOLDER.fullmatch(rel[1]) and is_data_file(rel[2]):
+            out.setdefault(rel[1][len("run_id="):], set()).add(
+                (path, info.get("ETag"), info.get("size")))
     return out
 
 

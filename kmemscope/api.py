@@ -694,7 +694,7 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
           events: Sequence[str] | None = None, threads: int | None = None,
           derive: bool = False, on_error: str = "raise", progress: Callable | None = None,
           whole_bundle: bool = False, procfs_start=None, procfs_end=None,
-          procfs_times: tuple | None = None) -> list:
+          procfs_times: tuple | None = None, force: bool = False) -> list:
     """Parse trace.dat files or bundles into `dataset`; returns one RunSummary per run.
 
     A flight directory (record --flight) is one run per bundle, each keeping only its
@@ -705,6 +705,9 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
     procfs_start, procfs_end: folders of /proc copies taken before and after a bare
     trace.dat, taken at procfs_times ((start, end) Unix seconds; default their files'
     mtimes): they become the run's samples (parsers/snapshots.py).
+    An s3:// dataset is written with conditional writes, safe beside other ingesters
+    (dataset/s3_commit.py): a run already there is skipped (its RunSummary's skipped is
+    True) unless force.
     """
     from kmemscope.dataset.handle import DatasetRef
     from kmemscope.parsers.ingest import ingest
@@ -724,12 +727,19 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
         refuse_a_bundle(sources[0])
         snapshots = read_snapshots(procfs_start, procfs_end, procfs_times)
     ref = DatasetRef.of(dataset)            # local or s3, decided once for every input
+    write: Callable = ingest
+    options = {}
+    if ref.is_s3:                           # conditional writes, not rename and flock
+        from kmemscope.dataset.s3_commit import ingest_s3, refuse_derive
+
+        refuse_derive(derive)
+        write, options = ingest_s3, {"force": force}
     out: list = []
     for source in sources:
         try:
-            summary = ingest(source, ref.location, labels=dict(labels or {}),
+            summary = write(source, ref.location, labels=dict(labels or {}),
                              events=list(events or []), threads=threads, progress=progress,
-                             whole_bundle=whole_bundle, snapshots=snapshots)
+                             whole_bundle=whole_bundle, snapshots=snapshots, **options)
             if derive:
                 from kmemscope.queries.derived_tables import derive_runs
 
@@ -753,6 +763,11 @@ def parse_on_spark(inputs: Sequence, dataset, *, engine: EngineSpec | str = "spa
     from kmemscope.queries.derived_tables import derive_runs
     from kmemscope.queries.engines import EngineSpec, engine_for
 
+    from kmemscope.dataset.storage import is_url
+
+    if is_url(str(dataset)):
+        raise KmemscopeError("parsing on Spark commits to a file system; parse into an s3:// "
+                             "dataset with parse()")
     spark = getattr(engine_for(EngineSpec.of(engine)), "spark", None)
     if spark is None:
         raise KmemscopeError("parsing on Spark needs the spark engine")

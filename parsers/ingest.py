@@ -61,6 +61,7 @@ class RunSummary:
     seconds: float = 0.0
     replaced: bool = False
     concurrent: bool = False    # another parse of the same trace committed it first
+    skipped: bool = False       # already in the dataset: not decoded (dataset/s3_commit.py)
     # labels given at parse that replaced the bundle's own: [(key, bundle's value, new value)]
     label_overrides: list = field(default_factory=list)
     # what this parse's recovery did with what dead parses left (commit.recover)
