@@ -75,9 +75,11 @@ class DatasetRef:
         the command reads the state it listed whatever a parse commits meanwhile; None for
         an s3 dataset (nothing writes one)."""
         if self._snapshot is None and not self.is_s3:
-            from .snapshot import Snapshot
+            from .snapshot import Snapshot, adopted
 
-            self._snapshot = Snapshot(self.location)
+            # a notebook of `kmemscope report`: the report's snapshot, adopted once per process
+            shared = adopted(self.location)
+            self._snapshot = shared[0] if shared is not None else Snapshot(self.location)
         return self._snapshot
 
     @property

@@ -74,11 +74,12 @@ def table_runs(ref):
         _read_url_format(where)
         return _visible(_url_tables(where))
     from .commit import readers_lock
-    from .snapshot import adopted_listing
+    from .snapshot import adopted
 
-    shared = adopted_listing(where, ref.snapshot)      # the report's notebooks: its listing
+    shared = adopted(where)             # the report's notebooks: its listing, pinned once
     if shared is not None:
-        return shared
+        # (a copy per handle: the tables' dicts are the handle's own)
+        return {table: dict(runs) for table, runs in shared[1].items()}
     # Listed with no commit half done, and every file opened before a commit may move it:
     # the listing reads the state it was taken in to the end (dataset/snapshot.py).
     with readers_lock(where):

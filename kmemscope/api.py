@@ -914,10 +914,11 @@ def shared_with_children(ref):
         yield
         return
     saved = os.environ.get(snapshot.ENV)
-    os.environ[snapshot.ENV] = snapshot.export(ref.snapshot, ref.listing)
+    exported = os.environ[snapshot.ENV] = snapshot.export(ref.snapshot, ref.listing)
     try:
         yield
     finally:
+        snapshot.forget_adopted(exported)      # this process's own listings in the block
         if saved is None:
             os.environ.pop(snapshot.ENV, None)
         else:

@@ -148,6 +148,39 @@ def test_a_child_process_reads_the_listing_its_command_shared(ab_cost):
     assert json.loads(alone)[0] != first           # without it: the state committed now
 
 
+def test_a_child_pins_the_shared_listing_once_for_all_its_calls(ab_cost):
+    """A notebook kernel makes a listing per call; the listing it is given cannot change while
+    its command lives, so it opens and links the shared files once: the links the child makes
+    over five calls are as many as the files the command shared (read from the exported file
+    itself), not five times as many."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from kmemscope.api import shared_with_children
+    from kmemscope.dataset import snapshot
+
+    ds, _variant = ab_cost
+    ref = DatasetRef.of(ds)
+    ref.listing
+    child = ("import os, sys, kmemscope\n"
+             "made = []\n"
+             "link = os.symlink\n"
+             "os.symlink = lambda *a, **k: (made.append(a[1]), link(*a, **k))[1]\n"
+             "ds = kmemscope.open(sys.argv[1])\n"
+             "counts = [ds.sql('SELECT count(*) AS n FROM mm_page_alloc').rows() for _ in range(5)]\n"
+             "print(len(made), len({str(c) for c in counts}))\n")
+    with shared_with_children(ref):
+        with open(os.environ[snapshot.ENV]) as f:
+            shared = len(json.load(f)["pins"])
+        out = subprocess.run([sys.executable, "-c", child, str(ds)], check=True,
+                             capture_output=True, text=True, timeout=120).stdout
+    links, answers = map(int, out.split())
+    assert shared > 20 and answers == 1
+    assert links == shared, (links, shared)
+
+
 # The writer of the concurrency test: parses the replaced run's two versions in turn until
 # told to stop, and counts its commits in a file.
 WRITER = """

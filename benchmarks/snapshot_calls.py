@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""What snapshot reads cost per API call (dataset/snapshot.py): the figures docs/benchmarks.md
+gives for them, rerunnable here.
+
+The dataset: the eight runs of examples/ab-defrag-mode parsed into a scratch folder. Then:
+
+1. open: `kmemscope.open(DS)` and N `Dataset.sql` calls on it, in this process (each call
+   takes its snapshot, docs/architecture.md "Snapshot reads").
+2. kernel: the same N calls in a child process started inside `shared_with_children` (what
+   a notebook kernel of `kmemscope report` does: its calls read the report's listing), with
+   TMPDIR set as the report sets it for its kernels.
+
+Each is timed as wall seconds and as the child's user + system CPU seconds, the median of
+--repeat rounds, with the 1-minute load average beside it. Nothing is asserted.
+
+usage: benchmarks/snapshot_calls.py [--calls 20] [--repeat 5]
+"""
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+AB = ROOT / "examples" / "ab-defrag-mode"
+SQL = "SELECT count(*) FROM mm_page_alloc"
+
+CALLS = """
+import sys, time, kmemscope
+ds = kmemscope.open(sys.argv[1])
+start = time.perf_counter()
+for _ in range(int(sys.argv[2])):
+    ds.sql(sys.argv[3]).rows()
+print(time.perf_counter() - start)
+"""
+
+
+def child_seconds(args, env=None):
+    """(wall seconds of the calls, user + system CPU seconds of the whole child)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([sys.executable, "-c", CALLS, *map(str, args)], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return float(out.split()[-1]), cpu
+
+
+def report(name, rounds):
+    walls, cpus = zip(*rounds)
+    print(f"{name:8} {statistics.median(walls):6.2f} s of calls, {statistics.median(cpus):6.2f} s "
+          f"CPU (median of {len(rounds)})   load {os.getloadavg()[0]:.2f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    import kmemscope
+    from kmemscope.api import dataset_handle, shared_with_children
+    from kmemscope.common.scratch import ScratchFolder
+
+    with ScratchFolder("kmemscope-bench-") as tmp:
+        ds = Path(tmp) / "ds"
+        kmemscope.parse(sorted(AB.glob("run*")), ds)
+        print(f"{args.calls} Dataset.sql calls over {ds.name} (8 runs):")
+        report("open", [child_seconds([ds, args.calls, SQL]) for _ in range(args.repeat)])
+        ref = dataset_handle(str(ds))
+        kernel_tmp = Path(tmp) / "tmp"
+        kernel_tmp.mkdir()
+        with shared_with_children(ref):
+            env = dict(os.environ, TMPDIR=str(kernel_tmp))    # as the report's kernels have
+            report("kernel", [child_seconds([ds, args.calls, SQL], env)
+                              for _ in range(args.repeat)])
+
+
+if __name__ == "__main__":
+    main()
