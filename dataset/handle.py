@@ -56,6 +56,23 @@ class DatasetRef:
         new.__init_state(self.storage, self.location)
         return new
 
+    def again(self):
+        """The handle of an open Dataset's next call: one that reads this handle's snapshot
+        while the dataset's folders are as this handle listed them (a stat per folder: no
+        listing, no file opened again), else a renewed one, which lists again."""
+        snap = self._snapshot
+        if self._listing is not None and snap is not None and snap.open:
+            from .reader import unchanged_since
+
+            if unchanged_since(snap.stamp):
+                new = self.renewed()
+                # the same snapshot: its listing, footers and records (what a command's
+                # layers work out over it, memo(), starts afresh)
+                new._listing, new._snapshot = self._listing, snap
+                new._footers, new._docs, new._notes = self._footers, self._docs, self._notes
+                return new
+        return self.renewed()
+
     def __init_state(self, kind, location):
         self.storage, self.location = kind, location
         self._listing = None

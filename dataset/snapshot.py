@@ -153,6 +153,7 @@ class Snapshot:
         self._room = None
         self._dirs: set = set()     # link folders made already (one mkdir each, not per file)
         self.shared = False         # adopted from a parent (adopted()): close() leaves it open
+        self.stamp: "dict | None" = None     # its folders when listed (reader.folders_stamp)
 
     @property
     def folder(self):
