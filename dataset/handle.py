@@ -56,6 +56,23 @@ class DatasetRef:
         new.__init_state(self.storage, self.location)
         return new
 
+    def again(self):
+        """The handle of an open Dataset's next call: one that reads this handle's snapshot
+        while the dataset's folders are as this handle listed them (a stat per folder: no
+        listing, no file opened again), else a renewed one, which lists again."""
+        snap = self._snapshot
+        if self._listing is not None and snap is not None and snap.open:
+            from .reader import unchanged_since
+
+            if unchanged_since(snap.stamp):
+                new = self.renewed()
+                # the same snapshot: its listing, footers and records (what a command's
+                # layers work out over it, memo(), starts afresh)
+                new._listing, new._snapshot = self._listing, snap
+                new._footers, new._docs, new._notes = self._footers, self._docs, self._notes
+                return new
+        return self.renewed()
+
     def __init_state(self, kind, location):
         self.storage, self.location = kind, location
         self._listing = None
@@ -75,9 +92,11 @@ class DatasetRef:
         the command reads the state it listed whatever a parse commits meanwhile; None for
         an s3 dataset (objects cannot be held open; dataset/s3_commit.py adds runs whole)."""
         if self._snapshot is None and not self.is_s3:
-            from .snapshot import Snapshot
+            from .snapshot import Snapshot, adopted
 
-            self._snapshot = Snapshot(self.location)
+            # a notebook of `kmemscope report`: the report's snapshot, adopted once per process
+            shared = adopted(self.location)
+            self._snapshot = shared[0] if shared is not None else Snapshot(self.location)
         return self._snapshot
 
     @property

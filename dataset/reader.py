@@ -28,6 +28,7 @@ reported by finish_interrupted_commits().
 """
 import os
 import re
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -74,11 +75,12 @@ def table_runs(ref):
         _read_url_format(where)
         return _visible(_url_tables(where))
     from .commit import readers_lock
-    from .snapshot import adopted_listing
+    from .snapshot import adopted
 
-    shared = adopted_listing(where, ref.snapshot)      # the report's notebooks: its listing
+    shared = adopted(where)             # the report's notebooks: its listing, pinned once
     if shared is not None:
-        return shared
+        # (a copy per handle: the tables' dicts are the handle's own)
+        return {table: dict(runs) for table, runs in shared[1].items()}
     # Listed with no commit half done, and every file opened before a commit may move it:
     # the listing reads the state it was taken in to the end (dataset/snapshot.py).
     with readers_lock(where):
@@ -90,7 +92,71 @@ def table_runs(ref):
                 raise DatasetError(f"dataset {where} holds no finished run: {pending[0]}")
         out = _visible(out)
         snapshot = ref.snapshot
-        return out if snapshot is None else _pinned(snapshot, where, out)
+        if snapshot is None:
+            return out
+        out = _pinned(snapshot, where, out)
+        # taken under the lock, with the listing: what DatasetRef.again compares
+        snapshot.stamp = folders_stamp(where, out)
+        return out
+
+
+# A listing is served again to the next call of an open Dataset (DatasetRef.again) only when
+# the folders it was read from are as they were, and had been for this long when it was taken:
+# a change made after the listing then bears a later time than any the stamp holds, whatever
+# the file system's timestamp granularity (a second or two on some).
+SETTLED_NS = 2 * 10**9
+# A larger listing (a fleet's) is not kept between calls: its pins would hold thousands of fds
+# that another Dataset's snapshot may need, and listing it again costs little beside its queries.
+MAX_KEPT_FOLDERS = 2000
+
+
+def folders_stamp(where, listing):
+    """(inode, mtime, ctime) of every folder a local listing was read from: the dataset's, its
+    table folders and each listed run's partition folders; None when one of them changed too
+    recently to tell a later change from it, or a listed file is not held open. Whatever
+    changes the listing renames something in one of them: a commit or a removal (the runs
+    folder), a metrics import or a recorded cache (a run's partition folder), a new table (the
+    dataset's folder)."""
+    from .snapshot import PinnedFile
+
+    root = os.path.abspath(where)
+    folders = {root}
+    try:
+        with os.scandir(root) as entries:
+            folders.update(e.path for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return None
+    for runs in listing.values():
+        for files in runs.values():
+            for f in files:
+                if not isinstance(f, PinnedFile) or f.fd is None:
+                    return None        # read by its name: a later call must list again
+            if files:
+                folders.add(os.path.dirname(os.path.abspath(str(files[0]))))
+    if len(folders) > MAX_KEPT_FOLDERS:
+        return None
+    stamp = _stat_folders(folders)
+    if stamp is None or time.time_ns() - max(c for _i, _m, c in stamp.values()) < SETTLED_NS:
+        return None
+    return stamp
+
+
+def _stat_folders(folders):
+    out = {}
+    for folder in folders:
+        try:
+            st = os.stat(folder, follow_symlinks=False)
+        except OSError:
+            return None
+        out[folder] = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    return out
+
+
+def unchanged_since(stamp):
+    """True when the dataset's folders are as `stamp` (folders_stamp) found them: nothing
+    committed, removed, imported or recorded since, no table folder added (the dataset's
+    folder would have changed)."""
+    return stamp is not None and _stat_folders(stamp) == stamp
 
 
 def _pinned(snapshot, where, listing):

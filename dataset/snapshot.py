@@ -152,6 +152,8 @@ class Snapshot:
         self._finalizer = weakref.finalize(self, _close_all, self._fds, None)
         self._room = None
         self._dirs: set = set()     # link folders made already (one mkdir each, not per file)
+        self.shared = False         # adopted from a parent (adopted()): close() leaves it open
+        self.stamp: "dict | None" = None     # its folders when listed (reader.folders_stamp)
 
     @property
     def folder(self):
@@ -241,8 +243,10 @@ class Snapshot:
         return self._finalizer.alive
 
     def close(self):
-        """Close every pin now (the files are read by their names again)."""
-        self._finalizer()
+        """Close every pin now (the files are read by their names again); a snapshot adopted
+        from a parent (adopted()) stays open: every listing of this process reads it."""
+        if not self.shared:
+            self._finalizer()
 
 
 # ---------------------------------------------------------------- shared with child processes
@@ -271,6 +275,38 @@ def export(snapshot, listing):
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f)
     return path
+
+
+# Adopted once per process: {(the export's file, dataset): (Snapshot, listing) or None}. The
+# parent's snapshot stays as it was listed for as long as the parent lives, so every listing
+# of the dataset in this process (a notebook makes one per call) is the same one: opening
+# and linking each pinned file once, not once per call, is what makes it cheap.
+_adopted: dict = {}
+
+
+def adopted(dataset):
+    """(this process's Snapshot of the listing a parent exported (ENV) for `dataset`, that
+    listing) or None when none was exported for it; adopted on the first call, then kept."""
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    key = (path, os.path.abspath(dataset))
+    if key not in _adopted:
+        snapshot = Snapshot(dataset)
+        listing = adopted_listing(dataset, snapshot)
+        if listing is not None:
+            snapshot.shared = True
+        _adopted[key] = None if listing is None else (snapshot, listing)
+    return _adopted[key]
+
+
+def forget_adopted(path):
+    """Drop what this process adopted from the export file `path` (its exporter ends the
+    export: shared_with_children): those pins then go when no handle holds them, as any."""
+    for key in [k for k in _adopted if k[0] == path]:
+        held = _adopted.pop(key)
+        if held is not None:
+            held[0].shared = False
 
 
 def adopted_listing(dataset, snapshot):

@@ -329,7 +329,7 @@ class Dataset:
         # listing taken to check it serves the first call, and later calls list again, so a
         # Dataset kept open in a notebook sees the runs parsed since.
         self._pinned = ref if isinstance(path, DatasetRef) else None
-        self._ref = self._fresh = ref
+        self._ref = self._fresh = self._last = ref
         if "runs" not in tables:
             from kmemscope.common.errors import DatasetError
 
@@ -342,8 +342,12 @@ class Dataset:
         if self._pinned is not None:
             return self._pinned
         ref, self._fresh = self._fresh, None
-        # a new listing, where the dataset lives and local or s3 as decided at the open
-        return ref if ref is not None else self._ref.renewed()
+        if ref is None:
+            # the last call's snapshot while nothing changed in the dataset's folders since,
+            # else a new listing (where it lives and local or s3 as decided at the open)
+            ref = self._last.again()
+        self._last = ref
+        return ref
 
     def _on_a_snapshot(self, work):
         """work(handle) on this call's snapshot -> (its answer, a note or None). When a parse
@@ -929,10 +933,11 @@ def shared_with_children(ref):
         yield
         return
     saved = os.environ.get(snapshot.ENV)
-    os.environ[snapshot.ENV] = snapshot.export(ref.snapshot, ref.listing)
+    exported = os.environ[snapshot.ENV] = snapshot.export(ref.snapshot, ref.listing)
     try:
         yield
     finally:
+        snapshot.forget_adopted(exported)      # this process's own listings in the block
         if saved is None:
             os.environ.pop(snapshot.ENV, None)
         else:

@@ -259,3 +259,37 @@ def test_a_damaged_file_of_a_current_snapshot_is_not_read_again(tmp_path):
     assert not ref.outdated()
     with pytest.raises(DatasetError, match="cannot be read"):
         kmemscope.open(ref).sql("SELECT count(*) FROM mm_page_alloc")
+
+
+def test_an_open_dataset_keeps_its_snapshot_until_its_folders_change(tmp_path, listings,
+                                                                    monkeypatch):
+    """Calls of an open Dataset read one snapshot while nothing in the dataset's folders
+    changed (no listing, no file opened again); an imported metric, a recorded cache and a
+    parsed run each change a folder, and the next call lists again and reads them. The
+    oracles: the listing counter, the imported value as written, the run ids parse returned.
+    (Settled at once here: the dataset is parsed just before, within the 2 s a listing waits
+    for its folders to be older than.)"""
+    from conftest import EXAMPLES
+
+    monkeypatch.setattr(reader, "SETTLED_NS", 0)
+    ds, _last = _three_runs(tmp_path)
+    listings["n"] = 0
+    opened = kmemscope.open(ds)
+    runs = opened.run_ids()
+    count = "SELECT count(*) AS n FROM mm_page_alloc"
+    want = opened.sql(count).rows()
+    for _ in range(3):
+        assert opened.sql(count).rows() == want
+    assert listings["n"] == 1
+    metrics = tmp_path / "m.csv"
+    metrics.write_text(f"run,metric,value,unit,better\n{runs[0]},tps,12.5,tps,higher\n")
+    opened.import_metrics(metrics)                  # lists under its lock, as before
+    n = listings["n"]
+    got = opened.sql("SELECT run_id, value FROM run_metrics WHERE metric = 'tps'").rows()
+    assert got == [{"run_id": runs[0], "value": 12.5}] and listings["n"] == n + 1
+    opened.query("summary")                         # records its caches in the runs' folders
+    n = listings["n"]
+    opened.sql(count)
+    assert listings["n"] == n + 1
+    added = kmemscope.parse(EXAMPLES / "thp-faults", ds, labels={"kernel": "c"})[0].run_id
+    assert set(opened.run_ids()) == set(runs) | {added}

@@ -148,6 +148,39 @@ def test_a_child_process_reads_the_listing_its_command_shared(ab_cost):
     assert json.loads(alone)[0] != first           # without it: the state committed now
 
 
+def test_a_child_pins_the_shared_listing_once_for_all_its_calls(ab_cost):
+    """A notebook kernel makes a listing per call; the listing it is given cannot change while
+    its command lives, so it opens and links the shared files once: the links the child makes
+    over five calls are as many as the files the command shared (read from the exported file
+    itself), not five times as many."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from kmemscope.api import shared_with_children
+    from kmemscope.dataset import snapshot
+
+    ds, _variant = ab_cost
+    ref = DatasetRef.of(ds)
+    ref.listing
+    child = ("import os, sys, kmemscope\n"
+             "made = []\n"
+             "link = os.symlink\n"
+             "os.symlink = lambda *a, **k: (made.append(a[1]), link(*a, **k))[1]\n"
+             "ds = kmemscope.open(sys.argv[1])\n"
+             "counts = [ds.sql('SELECT count(*) AS n FROM mm_page_alloc').rows() for _ in range(5)]\n"
+             "print(len(made), len({str(c) for c in counts}))\n")
+    with shared_with_children(ref):
+        with open(os.environ[snapshot.ENV]) as f:
+            shared = len(json.load(f)["pins"])
+        out = subprocess.run([sys.executable, "-c", child, str(ds)], check=True,
+                             capture_output=True, text=True, timeout=120).stdout
+    links, answers = map(int, out.split())
+    assert shared > 20 and answers == 1
+    assert links == shared, (links, shared)
+
+
 # The writer of the concurrency test: parses the replaced run's two versions in turn until
 # told to stop, and counts its commits in a file.
 WRITER = """
@@ -183,19 +216,31 @@ READERS = {
 }
 
 
+# The reader that keeps one Dataset open for all its rounds: its calls reuse a snapshot while
+# the dataset's folders are unchanged (DatasetRef.again), and list again after a commit.
+KEPT = "sql, one open Dataset"
+
+
 @pytest.mark.slow
-def test_readers_answer_for_a_committed_state_while_a_parse_replaces_runs(ab_cost, tmp_path):
+def test_readers_answer_for_a_committed_state_while_a_parse_replaces_runs(ab_cost, tmp_path,
+                                                                          monkeypatch):
     """sql, query and compare in a loop while another process parses the same trace again
     and again, with another label and other procfs samples each time: every answer is the
     answer of one of the two committed states, each computed alone beforehand (the oracle).
     KMEMSCOPE_SNAPSHOT_ROUNDS sets the rounds of each reader (40 for a measurement), and
     KMEMSCOPE_SNAPSHOT_REPORT_ROUNDS those of `report` (minutes each: none in the suite, where
-    test_a_child_process_reads_the_listing_its_command_shared checks how its kernels list)."""
+    test_a_child_process_reads_the_listing_its_command_shared checks how its kernels list).
+    One more reader keeps one Dataset open for all its rounds, its snapshot kept between calls
+    from the first moment its folders are unchanged (no settling time here: a snapshot kept
+    too long is still one committed state, which the oracle accepts)."""
     import os
     import subprocess
     import sys
     import time
 
+    from kmemscope.dataset import reader
+
+    monkeypatch.setattr(reader, "SETTLED_NS", 0)
     ds, variant = ab_cost
     rounds = {name: int(os.environ.get("KMEMSCOPE_SNAPSHOT_ROUNDS", "3")) for name in READERS}
     readers = dict(READERS)
@@ -209,6 +254,8 @@ def test_readers_answer_for_a_committed_state_while_a_parse_replaces_runs(ab_cos
             oracle[name].append(read(kmemscope.open(ds)))
     for name, (a, b) in oracle.items():
         assert a != b, f"{name}: both states answer alike, the test would prove nothing"
+    readers[KEPT], oracle[KEPT], rounds[KEPT] = readers["sql"], oracle["sql"], rounds["sql"]
+    kept = kmemscope.open(ds)
     stop, count = tmp_path / "stop", tmp_path / "commits"
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(ds), str(COST / REPLACED),
                                str(variant), str(stop), str(count)])
@@ -224,7 +271,7 @@ def test_readers_answer_for_a_committed_state_while_a_parse_replaces_runs(ab_cos
             for name, read in readers.items():
                 if i >= rounds[name]:
                     continue
-                got = read(kmemscope.open(ds))
+                got = read(kept if name == KEPT else kmemscope.open(ds))
                 if got in oracle[name]:
                     seen[name][oracle[name].index(got)] += 1
                 else:
