@@ -256,6 +256,9 @@ def cli(ctx, debug):
               help="Also pair frees with reallocations now (hot_pfns and pfn_reuse need it; "
                    "otherwise their first query does it).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
+@click.option("--force", is_flag=True,
+              help="Parse inputs again that the dataset holds already (same content, labels "
+                   "and options), replacing their runs; by default they are skipped.")
 @click.option("--whole-bundle", is_flag=True,
               help="Keep every event of a flight bundle, also those outside its trigger's window "
                    "(by default they are trimmed and counted).")
@@ -270,12 +273,15 @@ def cli(ctx, debug):
                    "(`date +%s.%N`); default: their files' modification times.")
 @engine_options
 @click.pass_context
-def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_bundle,
+def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, whole_bundle,
           procfs_start, procfs_end, procfs_times, engine, spark_master, spark_conf):
     """Parse trace.dat files or bundles into a Parquet dataset.
 
-    Each input becomes one run, named by a hash of its trace.dat; parsing the
-    same trace again replaces its run. A run appears only when complete. A
+    Each input becomes one run, named by a hash of its trace.dat. An input the
+    dataset holds already (the same files, labels and options) is skipped
+    without decoding ("already in the dataset"; --force parses it again); the
+    same trace with other labels or samples replaces its run. A run appears
+    only when complete. A folder of bundles gives each bundle in it. A
     flight directory (record --flight) gives one run per bundle, each labelled
     trigger=<reason>, holding the events of its window: from --keep before the
     trigger (or from when every CPU has events) to --after after it.
@@ -317,17 +323,24 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
         return
     _engine(engine, spark_master, spark_conf)
     show_progress = not quiet and sys.stderr.isatty()
-    failures = 0
+    failures = added = skipped = 0
     for source in sources:
         try:
             with _progress(source, show_progress) as progress:
                 [summary] = parse_inputs(source, dataset, labels=labels, events=patterns,
                                          threads=threads, progress=progress,
-                                         whole_bundle=whole_bundle, **snapshots)
+                                         whole_bundle=whole_bundle, force=force, **snapshots)
         except KmemscopeError as exc:
             _report_error(ctx, exc)
             failures += 1
             continue
+        if summary.skipped:
+            skipped += 1
+            if not quiet:
+                click.echo(f"{printable(source)}: already in the dataset (run {summary.run_id}); "
+                           "skipped", err=True)
+            continue
+        added += 1
         if summary.concurrent:
             click.echo(f"{printable(source)}: run {summary.run_id} was committed by another parse "
                        "of the same trace while this one ran; kept that one", err=True)
@@ -356,6 +369,8 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, whole_b
             # records without their format: say so rather than drop them quietly.
             click.echo(f"kmemscope: warning: {printable(source)}: "
                        f"{summary.unknown_events:,} records of event types whose format the file lacks were skipped", err=True)
+    if not quiet and len(sources) > 1:
+        click.echo(f"kmemscope: added {added}, skipped {skipped}, refused {failures}", err=True)
     if failures:
         sys.exit(1)
 

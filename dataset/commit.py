@@ -470,10 +470,11 @@ def _drop_caches(root, work, part, stack):
                 os.rename(part, part, src_dir_fd=table.fd, dst_dir_fd=dest.fd)
 
 
-def commit(workdir, run_id, footers=None):
+def commit(workdir, run_id, footers=None, ingest_key=None):
     """Move the staged run of `workdir` into its dataset; returns True if it replaced one.
 
     footers: digests.staged_footers() of the stage, when the parse has them.
+    ingest_key: what the parse was given (dataset/ingested.py), recorded with the digests.
     Works through the work folder's own handles (WorkDir.dir, stage_dir).
 
     Raises UnsafeEntry, with nothing moved, when a table folder of the dataset
@@ -485,7 +486,8 @@ def commit(workdir, run_id, footers=None):
     stage, work = workdir.stage_dir, workdir.dir
     run_metrics.keep_imported(workdir.dataset, stage, run_id)   # imports outlive re-parses
     tables = [e.name for e in stage.entries() if _entry_kind(e) == "dir"]
-    record_digests(stage, run_id, tables, footers)
+    record_digests(stage, run_id, tables, footers,
+                   {"ingest": ingest_key} if ingest_key is not None else None)
     os.fsync(stage.fd)
     _write_journal(work, run_id, tables)
     try:

@@ -694,11 +694,14 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
           events: Sequence[str] | None = None, threads: int | None = None,
           derive: bool = False, on_error: str = "raise", progress: Callable | None = None,
           whole_bundle: bool = False, procfs_start=None, procfs_end=None,
-          procfs_times: tuple | None = None) -> list:
+          procfs_times: tuple | None = None, force: bool = False) -> list:
     """Parse trace.dat files or bundles into `dataset`; returns one RunSummary per run.
 
     A flight directory (record --flight) is one run per bundle, each keeping only its
-    window's events unless whole_bundle. derive=True builds each run's derived tables
+    window's events unless whole_bundle; a folder of bundles is each of its bundles. An
+    input the dataset holds already, parsed with the same labels and options, is not
+    decoded again: its summary says `skipped` (force=True parses it again, replacing
+    its run). derive=True builds each run's derived tables
     now, not on first query. on_error="skip" goes on past a bad input (its exception is
     in the returned list in its place); "raise" stops at the first. progress(("total",
     bytes)) then progress(("advance", bytes)) as each trace is decoded.
@@ -729,8 +732,8 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
         try:
             summary = ingest(source, ref.location, labels=dict(labels or {}),
                              events=list(events or []), threads=threads, progress=progress,
-                             whole_bundle=whole_bundle, snapshots=snapshots)
-            if derive:
+                             whole_bundle=whole_bundle, snapshots=snapshots, force=force)
+            if derive and not summary.skipped:
                 from kmemscope.queries.derived_tables import derive_runs
 
                 derive_runs(ref.renewed(), [summary.run_id])    # the listing with the new run
