@@ -620,6 +620,47 @@ def verify(dataset, quiet, deep, memory_limit, timeout):
 
 @cli.command()
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
+@click.option("--older-than", metavar="AGE",
+              help="Runs that started longer ago than AGE (30d, 12h, 90m, 3600s, 2w), by the "
+                   "start their bundle recorded.")
+@click.option("--run", "runs", multiple=True, metavar="ID", help="This run. Repeatable.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
+@click.option("--dry-run", is_flag=True, help="List the runs that would go; remove nothing.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
+def prune(dataset, older_than, runs, labels, dry_run, quiet):
+    """Remove runs from DATASET, whole: their data and every derived cache.
+
+    The runs removed are those every option given selects (--older-than 7d
+    --label kernel=old: the old runs of that kernel). One line per run on
+    stdout: its id, recorded start and labels. Removal holds the dataset's
+    commit lock; a command reading meanwhile answers for what it listed.
+
+    \b
+    kmemscope prune ds --older-than 30d --dry-run
+    kmemscope prune ds --older-than 30d
+    """
+    import datetime
+
+    from kmemscope.api import prune as prune_runs
+
+    result = prune_runs(dataset, older_than=older_than, run=list(runs), label=list(labels),
+                        dry_run=dry_run)
+    for r in result.runs:
+        started = ("-" if r.started_ns is None else datetime.datetime.fromtimestamp(
+            r.started_ns / 1e9, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        shown = ",".join(f"{k}={v}" for k, v in sorted(r.labels.items())) or "-"
+        click.echo(printable(f"{r.run_id}  {started}  {shown}"))
+    for note in result.notes:
+        _note(note)
+    if not quiet:
+        verb = "would remove" if dry_run else "removed"
+        click.echo(f"kmemscope: {verb} {len(result.runs)} run(s) ({len(result.paths)} "
+                   f"folder(s)), kept {result.kept}" + ("; nothing removed (--dry-run)"
+                                                        if dry_run else ""), err=True)
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
 @click.option("--per-run", is_flag=True, help="Also list every table's rows in every run.")
 @FORMAT_OPTION
 @OUTPUT_OPTION

@@ -500,6 +500,103 @@ def commit(workdir, run_id, footers=None, ingest_key=None):
         raise
 
 
+# ---------------------------------------------------------------- removing runs (prune)
+
+PRUNE_JOURNAL = "prune.json"         # the runs a removal retires, in its work folder
+
+
+def run_paths(dataset, run_ids):
+    """{run_id: [paths relative to the dataset]} of what each committed run has: its
+    partition of every table (`runs` first) and every derived cache folder of it. Reads only."""
+    out = {run: [] for run in run_ids}
+    with _Dir.root(dataset) as root, ExitStack() as stack:
+        folders = _table_folders(root)
+        for d in folders.values():
+            stack.enter_context(d)
+        names = sorted(folders, key=lambda t: (t != RUNS_TABLE, t))
+        derived = []
+        if root.lstat(DERIVED_DIR) is not None:
+            top = stack.enter_context(root.sub(DERIVED_DIR, "the derived cache folder"))
+            derived = [(e.name, stack.enter_context(top.sub(e.name, "a derived cache folder")))
+                       for e in top.entries()
+                       if SAFE_TABLE.fullmatch(e.name) and _entry_kind(e) == "dir"]
+        for run in run_ids:
+            part = RUN_PREFIX + run
+            out[run] += [f"{t}/{part}" for t in names if folders[t].lstat(part) is not None]
+            out[run] += [f"{DERIVED_DIR}/{t}/{part}" for t, d in sorted(derived)
+                         if d.lstat(part) is not None]
+    return out
+
+
+def retire_runs(dataset, run_ids):
+    """Take committed runs out of `dataset`; returns the WorkDir holding what was moved,
+    for the caller to remove once it has let go of the lock (call holding dataset_lock).
+
+    A journal naming the runs is written first, then each run is hidden (its `runs`
+    partition first: readers list a run by it), and its other partitions and derived
+    caches follow it into the work folder's trash. Rolling it forward again is
+    idempotent: a removal cut short is finished by the next writer's recovery. Readers
+    that listed a run before keep reading the files they hold open (dataset/snapshot.py).
+    """
+    for run in run_ids:
+        if not SAFE_RUN_ID.fullmatch(run):
+            raise ValueError(f"not a run id: {run!r}")
+    work = WorkDir(dataset)
+    try:
+        work.dir.write_atomic(PRUNE_JOURNAL, lambda f: f.write(
+            json.dumps({"runs": sorted(run_ids)}).encode()))
+        os.fsync(work.dir.fd)
+        _retire(work.root, work.dir, sorted(run_ids))
+    except BaseException:
+        work._close()          # the journal stays: recovery finishes the removal
+        work._release()
+        raise
+    return work
+
+
+def _read_prune_journal(work):
+    with work.open_file(PRUNE_JOURNAL, "a removal journal") as f:
+        data = f.read(JOURNAL_MAX_BYTES * 64 + 1)
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        doc = None
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if (len(data) > JOURNAL_MAX_BYTES * 64 or not isinstance(runs, list)
+            or not all(isinstance(r, str) and SAFE_RUN_ID.fullmatch(r) for r in runs)):
+        raise UnsafeEntry(f"{work.path / PRUNE_JOURNAL} is not a removal journal kmemscope "
+                          "wrote", _HINT)
+    return runs
+
+
+def _retire(root, work, run_ids):
+    with ExitStack() as stack:
+        folders = _table_folders(root)
+        for d in folders.values():
+            stack.enter_context(d)
+        trash = stack.enter_context(work.sub_or_make("trash", "the trash folder", 0o700))
+        names = sorted(folders, key=lambda t: (t != RUNS_TABLE, t))      # runs first
+        for run in run_ids:
+            part = RUN_PREFIX + run
+            for name in names:
+                folder = folders[name]
+                if folder.lstat(part) is None:
+                    continue
+                with trash.sub_or_make(name, "a trash folder", 0o700) as into:
+                    if into.lstat(part) is not None:      # a removal cut short put one there
+                        _rmtree_at(part, into.fd)
+                    os.rename(part, part, src_dir_fd=folder.fd, dst_dir_fd=into.fd)
+                if name == RUNS_TABLE:
+                    os.fsync(folder.fd)               # hidden before anything else moves
+            _drop_caches(root, work, part, stack)
+        for name, folder in folders.items():          # a table only the removed runs had
+            if name != RUNS_TABLE and not folder.entries():
+                try:
+                    os.rmdir(name, dir_fd=root.fd)
+                except OSError:
+                    pass
+
+
 def committed_since(dataset, run_id, since_ns):
     """True if run `run_id`'s runs partition was written after `since_ns` (wall clock)."""
     part = Path(dataset) / RUNS_TABLE / (RUN_PREFIX + run_id)
@@ -571,6 +668,9 @@ def _recover_work(root, name):
         if work.lstat(JOURNAL) is not None:
             _roll_forward(root, work)
             said = f"finished the interrupted commit of {name}"
+        elif work.lstat(PRUNE_JOURNAL) is not None:
+            _retire(root, work, _read_prune_journal(work))
+            said = f"finished the interrupted removal of runs ({name})"
         else:
             said = f"removed {name}, left by a parse that did not finish"
     # By name in the opened dataset folder; rmtree never follows a link, at the top or inside.

@@ -495,6 +495,12 @@ class Dataset:
         """{table: the ids of the runs that have it}."""
         return {name: set(runs) for name, runs in self._handle().listing.items()}
 
+    def prune(self, *, older_than: str | float | None = None,
+              run: str | Sequence[str] | None = None, label: LabelsArg = None,
+              dry_run: bool = False):
+        """Remove runs from this (local) dataset: see kmemscope.prune."""
+        return prune(self.path, older_than=older_than, run=run, label=label, dry_run=dry_run)
+
     def import_metrics(self, path, fmt: str | None = None) -> dict:
         """Import benchmark results (CSV or JSON: run,metric,value,unit,better) for the runs.
 
@@ -762,6 +768,31 @@ def parse_on_spark(inputs: Sequence, dataset, *, engine: EngineSpec | str = "spa
     return _parse(list(inputs), dataset, spark=spark, labels=dict(labels or {}),
                   events=list(events or []), derive=derive_runs if derive else None,
                   progress=progress)
+
+
+def prune(dataset, *, older_than: str | float | None = None, run: str | Sequence[str] | None = None,
+          label: LabelsArg = None, dry_run: bool = False, now: float | None = None):
+    """Remove runs from a local dataset, whole: every table's partition and every derived
+    cache of each -> kmemscope.dataset.retention.Pruned (.runs: [PrunedRun(run_id,
+    started_ns, labels, paths)], .kept, .notes). The runs are those that every criterion
+    given selects: older_than (an age such as "30d", "12h", or seconds: runs whose recorded
+    start is longer ago than that before `now`, Unix seconds, default this moment), run
+    (ids or unique prefixes), label (as for queries). dry_run: say what would go, remove
+    nothing. Runs under the commit lock; readers mid-answer keep what they listed."""
+    from kmemscope.dataset.retention import parse_age, prune as _prune
+    from kmemscope.queries.selection import select_runs
+
+    if older_than is None and not run and not label:
+        raise KmemscopeError("prune needs to be told which runs: an age, run ids or labels",
+                             "give --older-than AGE, --run ID or --label KEY=VALUE")
+    age = parse_age(older_than) if older_than is not None else None
+    runs = [run] if isinstance(run, str) else run
+    labels = [label] if isinstance(label, str) else label
+
+    def choose(ref):
+        return select_runs(ref, ref.listing, runs or None, labels or None)
+
+    return _prune(dataset, choose, older_than=age, dry_run=dry_run, now=now)
 
 
 def derive(dataset, run_ids: Sequence[str] | None = None, threads: int | None = None) -> None:
