@@ -45,6 +45,13 @@ NOTES_OPTION = click.option("--notes", "notes_file", type=click.Path(dir_okay=Fa
                                  "which hold rows only).")
 
 
+PROGRESS_OPTION = click.option("--progress", is_flag=True,
+                               help="A line on stderr per step of the answer (each analysis "
+                                    "it runs) and per run whose derived tables it builds, "
+                                    "with the time so far: for a log. On a terminal the "
+                                    "steps show on one line without it.")
+
+
 def selection_options(f):
     """--run, --label: the runs a reading command reads (all when neither is given)."""
     f = click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
@@ -144,12 +151,13 @@ class _status:
             click.echo(f"kmemscope: {_shown(self.message)} ...", err=True)
         return self
 
-    def update(self, message):
-        """A new step (a run's derived tables): the spinner shows it; a log gets a line."""
+    def update(self, message, count=None):
+        """A new step (a run's derived tables): the spinner shows it (and `count`, what is
+        done so far); a log gets a line."""
         if self.quiet:
             return
         if self.live is not None:
-            self.live.update(f"kmemscope: {_shown(message)}")
+            self.live.update(f"kmemscope: {_shown(message)}" + (f" ({count})" if count else ""))
         else:
             click.echo(f"kmemscope: {_shown(message)}", err=True)
 
@@ -170,16 +178,20 @@ class _status:
 
 class _Steps:
     """The progress callback of a query: the first slow step (building a run's derived
-    tables) opens a _status; later steps update it; it closes with the time they took."""
+    tables) opens a _status; later steps update it; it closes with the time they took.
+    On a terminal the spinner also counts the runs built so far."""
 
     def __init__(self, quiet=False):
         self.status, self.quiet = None, quiet
+        self.built = 0
 
     def __call__(self, message):
+        if message.startswith("run "):
+            self.built += 1
         if self.status is None:
             self.status = _status(message, self.quiet).__enter__()
         else:
-            self.status.update(message)
+            self.status.update(message, f"{self.built} run(s) built")
 
     def __enter__(self):
         return self
@@ -189,6 +201,62 @@ class _Steps:
             if exc_type is None:
                 self.status.done("derived tables built")
             self.status.__exit__(exc_type, *exc)
+        return False
+
+
+class _LongAnswer:
+    """The progress of a long answer (compare, a report's comparison): each analysis it
+    runs is a step, each run whose one-time work is done is a run built. On a terminal, a
+    spinner line with both that goes when the answer is there (as parse's bar does); with
+    --progress, a line per step and per run on stderr, for a log; nothing otherwise
+    (quiet, or stderr not a terminal)."""
+
+    def __init__(self, what, quiet=False, lines=False):
+        import time
+
+        self.what, self.lines = what, lines
+        self.live = None
+        self.on_terminal = not lines and not quiet and sys.stderr.isatty()
+        self.steps = self.built = 0
+        self.started = time.monotonic()
+
+    def __call__(self, message):
+        if message.startswith("run "):
+            self.built += 1
+        else:
+            self.steps += 1
+        if self.lines:
+            click.echo(f"kmemscope: {self.what}: {self._elapsed()} {_shown(message)}", err=True)
+        elif self.on_terminal:
+            text = (f"kmemscope: {self.what}: step {self.steps}, {self.built} run(s) built: "
+                    f"{_shown(message)}")
+            if self.live is None:
+                from rich.console import Console
+
+                self.live = Console(stderr=True).status(text)
+                self.live.start()
+            else:
+                self.live.update(text)
+
+    def _elapsed(self):
+        import time
+
+        return f"[{time.monotonic() - self.started:6.1f} s]"
+
+    def close(self, done=True):
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        if self.lines and done and self.steps:
+            click.echo(f"kmemscope: {self.what}: {self._elapsed()} done: {self.steps} step(s), "
+                       f"{self.built} run(s) built", err=True)
+        self.lines = self.on_terminal = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        self.close(done=exc_type is None)
         return False
 
 
@@ -850,14 +918,15 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
                    "compare-kernels layout to paste into a patch.")
 @click.option("-q", "--quiet", is_flag=True,
               help="No notes on stderr (text, markdown, json and parquet keep them inside; "
-                   "--notes FILE writes them for programs).")
+                   "--notes FILE writes them for programs), and no progress.")
+@PROGRESS_OPTION
 @OUTPUT_OPTION
 @NOTES_OPTION
 @limit_options
 @engine_options
 def compare(dataset, by, baseline, metrics, test, alpha, correction, side_order, unit, detect, stat,
-            directions, over, runs, labels, fmt, quiet, output, notes_file, memory_limit, timeout,
-            engine, spark_master, spark_conf):
+            directions, over, runs, labels, fmt, quiet, progress, output, notes_file, memory_limit,
+            timeout, engine, spark_master, spark_conf):
     """Compare the metrics of the sides of label LABEL (mmtests style).
 
     Every run is one value per metric; each side is summarised (Min, Hmean or
@@ -886,10 +955,11 @@ def compare(dataset, by, baseline, metrics, test, alpha, correction, side_order,
     order = _side_names(side_order)
     with _engine(engine, spark_master, spark_conf, dataset) as spec, \
             _limits(memory_limit, timeout):
-        c = kmemscope.open(dataset, spec).compare(
-            by, baseline, metrics=names, test=test, alpha=alpha, run=list(runs) or None,
-            label=list(labels) or None, correction=correction, sides=order, unit=unit,
-            stat=stat, detect=detect, directions=_directions(directions))
+        with _LongAnswer("compare", quiet, progress) as steps:
+            c = kmemscope.open(dataset, spec).compare(
+                by, baseline, metrics=names, test=test, alpha=alpha, run=list(runs) or None,
+                label=list(labels) or None, correction=correction, sides=order, unit=unit,
+                stat=stat, detect=detect, directions=_directions(directions), progress=steps)
         if over:
             _compare_over(c, names, over, fmt, output, quiet, notes_file)
             return
@@ -1069,23 +1139,27 @@ def metrics_list(dataset, runs, labels, fmt, output, notes_file):
 @selection_options
 @click.option("--keep-notebooks", type=click.Path(file_okay=False),
               help="Also keep the executed notebooks in this directory.")
+@PROGRESS_OPTION
 @limit_options
 @engine_options
-def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks, memory_limit,
-           timeout, engine, spark_master, spark_conf):
+def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks, progress,
+           memory_limit, timeout, engine, spark_master, spark_conf):
     """Execute the report notebooks over DATASET and write one self-contained HTML file."""
     from kmemscope.notebooks.report import build_report
 
-    def progress(message):
+    lines = progress
+
+    def say(message):
         from kmemscope.common.text import printable
 
         click.echo(f"kmemscope report: {printable(message)}", err=True)
 
     spec = _engine(engine, spark_master, spark_conf).spec    # the notebooks start Spark
     with _limits(memory_limit, timeout):       # the notebooks' kernels inherit the memory limit
-        build_report(dataset, output, compare=compare_label, baseline=baseline, runs=list(runs),
-                     labels=list(labels), keep_dir=keep_notebooks, progress=progress,
-                     engine=spec, cell_bar=sys.stderr.isatty())
+        with _LongAnswer("report", lines=lines) as steps:
+            build_report(dataset, output, compare=compare_label, baseline=baseline,
+                         runs=list(runs), labels=list(labels), keep_dir=keep_notebooks,
+                         progress=say, engine=spec, cell_bar=sys.stderr.isatty(), steps=steps)
 
 
 @cli.group()

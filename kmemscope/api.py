@@ -448,7 +448,7 @@ class Dataset:
                 test: str = "welch", alpha: float = 0.05, run=None, label: LabelsArg = None,
                 correction: str = "bh", sides: Sequence[str] | None = None,
                 unit: str | None = None, stat: str | None = None, detect: float | None = None,
-                directions: dict | None = None) -> Comparison:
+                directions: dict | None = None, progress: Progress = None) -> Comparison:
         """Compare the sides of label `by`: per metric and side a ComparisonRecord.
 
         metrics: summary columns, "vmstat.NAME" (a counter's increase over the
@@ -462,21 +462,29 @@ class Dataset:
         side's runs, or units with `unit`, of each one's value); detect: a change in % for which rows
         without a significant one get the runs per side needed at 80% power;
         directions: {metric: "higher"|"lower"} for metrics without a direction.
+        progress(message): each analysis the comparison runs, as it starts ("summary over
+        40 runs"), and each run's one-time work ("run ID: pairing ...").
         """
         from kmemscope.queries.comparison_model import compare_table
-        from kmemscope.queries.sides import load_sides
+        from kmemscope.queries.runner import reporting
 
         names = [metrics] if isinstance(metrics, str) else (list(metrics) if metrics else None)
-        (found, ref), reread = self._on_a_snapshot(
-            lambda ref: (load_sides(ref, by, baseline,
-                                    run_ids=[run] if isinstance(run, str) else run,
-                                    labels=label, engine=self.spec, metrics=names,
-                                    order=list(sides) if sides else None, unit=unit), ref))
+        with reporting(progress):
+            (found, ref), reread = self._compared(by, baseline, run, label, names, sides, unit)
         if reread:
             found.notes.append(reread)
         table = compare_table(found, names, test, alpha, correction, stat, detect, directions)
         # the comparison keeps its snapshot: a trend over it reads the same runs
         return Comparison(found, table, ref, self.spec)
+
+    def _compared(self, by, baseline, run, label, names, sides, unit):
+        from kmemscope.queries.sides import load_sides
+
+        return self._on_a_snapshot(
+            lambda ref: (load_sides(ref, by, baseline,
+                                    run_ids=[run] if isinstance(run, str) else run,
+                                    labels=label, engine=self.spec, metrics=names,
+                                    order=list(sides) if sides else None, unit=unit), ref))
 
     def describe(self, name: str) -> AnalysisDoc:
         """The documentation of analysis `name` (see kmemscope.describe)."""
