@@ -28,6 +28,10 @@ read only as a small regular file naming a hex run id and tables of the safe
 alphabet, and a work folder, journal, stage or table folder that does not fit
 is reported and left alone: never moved, never deleted.
 
+Removing runs (`kmemscope prune`, retire_runs) works in a work folder too: its journal,
+`prune.json`, names the runs; each run's `runs` partition goes first, then its other
+partitions and derived caches, into the folder's trash; recovery rolls it forward the same way.
+
 Commits and recovery hold the dataset's lock file, `.kmemscope.lock`.
 """
 import errno
