@@ -512,7 +512,7 @@ PRUNE_JOURNAL = "prune.json"         # the runs a removal retires, in its work f
 def run_paths(dataset, run_ids):
     """{run_id: [paths relative to the dataset]} of what each committed run has: its
     partition of every table (`runs` first) and every derived cache folder of it. Reads only."""
-    out = {run: [] for run in run_ids}
+    out: dict = {run: [] for run in run_ids}
     with _Dir.root(dataset) as root, ExitStack() as stack:
         folders = _table_folders(root)
         for d in folders.values():

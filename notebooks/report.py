@@ -224,8 +224,8 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
     if compare:
         # unknown label: one line, before any notebook runs (on DuckDB: one summary query)
         sides = ds.compare(compare, baseline or None, run=chosen, progress=steps).sides
-    if hasattr(steps, "close"):
-        steps.close()
+        if hasattr(steps, "close"):
+            steps.close()           # its line goes before the notebooks' own progress
         if progress:
             progress(f"comparing {printable(compare)}: "
                      + ", ".join(f"{printable(s)} ({_runs(len(r))})" for s, r in sides.runs.items()))

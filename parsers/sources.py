@@ -162,7 +162,7 @@ def folder_inputs(path):
 def expand_inputs(sources):
     """Inputs with every flight directory and every folder of bundles replaced by its
     bundles (one run each)."""
-    out = []
+    out: list = []
     for source in sources:
         inside = folder_inputs(source)
         if inside is not None:
