@@ -402,14 +402,14 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, 
             _report_error(ctx, exc)
             failures += 1
             continue
+        # another parse's commit of the same trace is in the dataset, not this one's
+        skipped += summary.skipped or summary.concurrent
+        added += not (summary.skipped or summary.concurrent)
         if summary.skipped:
-            skipped += 1
             if not quiet:
                 click.echo(f"{printable(source)}: already in the dataset (run {summary.run_id}); "
                            "skipped", err=True)
-            continue
-        added += 1
-        if summary.concurrent:
+        elif summary.concurrent:
             click.echo(f"{printable(source)}: run {summary.run_id} was committed by another parse "
                        "of the same trace while this one ran; kept that one", err=True)
         elif not quiet:
@@ -430,7 +430,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, 
         for key, was, now in summary.label_overrides:
             click.echo(printable(f"kmemscope: note: {source}: --label {key}={now} replaces the "
                                  f"bundle's own label {key}={was}"), err=True)
-        if derive:
+        if derive and not summary.skipped:
             _derive(ctx, dataset, summary.run_id, quiet)
         if summary.unknown_events:
             # A tracer that died can leave events enabled that the next trace
