@@ -579,19 +579,29 @@ def _retire(root, work, run_ids):
         for d in folders.values():
             stack.enter_context(d)
         trash = stack.enter_context(work.sub_or_make("trash", "the trash folder", 0o700))
-        names = sorted(folders, key=lambda t: (t != RUNS_TABLE, t))      # runs first
+        into: dict = {}
+
+        def retire(name, part):
+            folder = folders[name]
+            if folder.lstat(part) is None:
+                return
+            if name not in into:
+                into[name] = stack.enter_context(trash.sub_or_make(name, "a trash folder", 0o700))
+            if into[name].lstat(part) is not None:      # a removal cut short put one there
+                _rmtree_at(part, into[name].fd)
+            os.rename(part, part, src_dir_fd=folder.fd, dst_dir_fd=into[name].fd)
+
+        # Every run hidden first (readers list a run by its runs partition), synced once;
+        # then the rest of each run follows.
+        if RUNS_TABLE in folders:
+            for run in run_ids:
+                retire(RUNS_TABLE, RUN_PREFIX + run)
+            os.fsync(folders[RUNS_TABLE].fd)
+        others = sorted(t for t in folders if t != RUNS_TABLE)
         for run in run_ids:
             part = RUN_PREFIX + run
-            for name in names:
-                folder = folders[name]
-                if folder.lstat(part) is None:
-                    continue
-                with trash.sub_or_make(name, "a trash folder", 0o700) as into:
-                    if into.lstat(part) is not None:      # a removal cut short put one there
-                        _rmtree_at(part, into.fd)
-                    os.rename(part, part, src_dir_fd=folder.fd, dst_dir_fd=into.fd)
-                if name == RUNS_TABLE:
-                    os.fsync(folder.fd)               # hidden before anything else moves
+            for name in others:
+                retire(name, part)
             _drop_caches(root, work, part, stack)
         for name, folder in folders.items():          # a table only the removed runs had
             if name != RUNS_TABLE and not folder.entries():
