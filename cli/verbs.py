@@ -45,6 +45,13 @@ NOTES_OPTION = click.option("--notes", "notes_file", type=click.Path(dir_okay=Fa
                                  "which hold rows only).")
 
 
+PROGRESS_OPTION = click.option("--progress", is_flag=True,
+                               help="A line on stderr per step of the answer (each analysis "
+                                    "it runs) and per run whose derived tables it builds, "
+                                    "with the time so far: for a log. On a terminal the "
+                                    "steps show on one line without it.")
+
+
 def selection_options(f):
     """--run, --label: the runs a reading command reads (all when neither is given)."""
     f = click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
@@ -144,12 +151,13 @@ class _status:
             click.echo(f"kmemscope: {_shown(self.message)} ...", err=True)
         return self
 
-    def update(self, message):
-        """A new step (a run's derived tables): the spinner shows it; a log gets a line."""
+    def update(self, message, count=None):
+        """A new step (a run's derived tables): the spinner shows it (and `count`, what is
+        done so far); a log gets a line."""
         if self.quiet:
             return
         if self.live is not None:
-            self.live.update(f"kmemscope: {_shown(message)}")
+            self.live.update(f"kmemscope: {_shown(message)}" + (f" ({count})" if count else ""))
         else:
             click.echo(f"kmemscope: {_shown(message)}", err=True)
 
@@ -170,16 +178,20 @@ class _status:
 
 class _Steps:
     """The progress callback of a query: the first slow step (building a run's derived
-    tables) opens a _status; later steps update it; it closes with the time they took."""
+    tables) opens a _status; later steps update it; it closes with the time they took.
+    On a terminal the spinner also counts the runs built so far."""
 
     def __init__(self, quiet=False):
         self.status, self.quiet = None, quiet
+        self.built = 0
 
     def __call__(self, message):
+        if message.startswith("run "):
+            self.built += 1
         if self.status is None:
             self.status = _status(message, self.quiet).__enter__()
         else:
-            self.status.update(message)
+            self.status.update(message, f"{self.built} run(s) built")
 
     def __enter__(self):
         return self
@@ -189,6 +201,62 @@ class _Steps:
             if exc_type is None:
                 self.status.done("derived tables built")
             self.status.__exit__(exc_type, *exc)
+        return False
+
+
+class _LongAnswer:
+    """The progress of a long answer (compare, a report's comparison): each analysis it
+    runs is a step, each run whose one-time work is done is a run built. On a terminal, a
+    spinner line with both that goes when the answer is there (as parse's bar does); with
+    --progress, a line per step and per run on stderr, for a log; nothing otherwise
+    (quiet, or stderr not a terminal)."""
+
+    def __init__(self, what, quiet=False, lines=False):
+        import time
+
+        self.what, self.lines = what, lines
+        self.live = None
+        self.on_terminal = not lines and not quiet and sys.stderr.isatty()
+        self.steps = self.built = 0
+        self.started = time.monotonic()
+
+    def __call__(self, message):
+        if message.startswith("run "):
+            self.built += 1
+        else:
+            self.steps += 1
+        if self.lines:
+            click.echo(f"kmemscope: {self.what}: {self._elapsed()} {_shown(message)}", err=True)
+        elif self.on_terminal:
+            text = (f"kmemscope: {self.what}: step {self.steps}, {self.built} run(s) built: "
+                    f"{_shown(message)}")
+            if self.live is None:
+                from rich.console import Console
+
+                self.live = Console(stderr=True).status(text)
+                self.live.start()
+            else:
+                self.live.update(text)
+
+    def _elapsed(self):
+        import time
+
+        return f"[{time.monotonic() - self.started:6.1f} s]"
+
+    def close(self, done=True):
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        if self.lines and done and self.steps:
+            click.echo(f"kmemscope: {self.what}: {self._elapsed()} done: {self.steps} step(s), "
+                       f"{self.built} run(s) built", err=True)
+        self.lines = self.on_terminal = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        self.close(done=exc_type is None)
         return False
 
 
@@ -257,8 +325,8 @@ def cli(ctx, debug):
                    "otherwise their first query does it).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
 @click.option("--force", is_flag=True,
-              help="Into an s3:// dataset: parse a trace again even when its run is already "
-                   "in the dataset (replacing it).")
+              help="Parse inputs again that the dataset holds already (same content, labels "
+                   "and options), replacing their runs; by default they are skipped.")
 @click.option("--whole-bundle", is_flag=True,
               help="Keep every event of a flight bundle, also those outside its trigger's window "
                    "(by default they are trimmed and counted).")
@@ -277,8 +345,11 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, 
           procfs_start, procfs_end, procfs_times, engine, spark_master, spark_conf):
     """Parse trace.dat files or bundles into a Parquet dataset.
 
-    Each input becomes one run, named by a hash of its trace.dat; parsing the
-    same trace again replaces its run. A run appears only when complete. A
+    Each input becomes one run, named by a hash of its trace.dat. An input the
+    dataset holds already (the same files, labels and options) is skipped
+    without decoding ("already in the dataset"; --force parses it again); the
+    same trace with other labels or samples replaces its run. A run appears
+    only when complete. A folder of bundles gives each bundle in it. A
     flight directory (record --flight) gives one run per bundle, each labelled
     trigger=<reason>, holding the events of its window: from --keep before the
     trigger (or from when every CPU has events) to --after after it.
@@ -327,7 +398,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, 
         return
     _engine(engine, spark_master, spark_conf)
     show_progress = not quiet and sys.stderr.isatty()
-    failures = skipped = 0
+    failures = added = skipped = 0
     remote = is_url(dataset)
     if remote and derive:
         from kmemscope.dataset.s3_commit import refuse_derive
@@ -347,13 +418,14 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, 
             _report_error(ctx, exc)
             failures += 1
             continue
+        # another parse's commit of the same trace is in the dataset, not this one's
+        skipped += summary.skipped or summary.concurrent
+        added += not (summary.skipped or summary.concurrent)
         if summary.skipped:
-            skipped += 1
             if not quiet:
-                click.echo(f"{printable(source)}: run {summary.run_id} already in the dataset "
-                           "(--force parses it again)", err=True)
-            continue
-        if summary.concurrent:
+                click.echo(f"{printable(source)}: already in the dataset (run {summary.run_id}); "
+                           "skipped", err=True)
+        elif summary.concurrent:
             click.echo(f"{printable(source)}: run {summary.run_id} was committed by another parse "
                        "of the same trace while this one ran; kept that one", err=True)
         elif not quiet:
@@ -374,16 +446,15 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, 
         for key, was, now in summary.label_overrides:
             click.echo(printable(f"kmemscope: note: {source}: --label {key}={now} replaces the "
                                  f"bundle's own label {key}={was}"), err=True)
-        if derive:
+        if derive and not summary.skipped:
             _derive(ctx, dataset, summary.run_id, quiet)
         if summary.unknown_events:
             # A tracer that died can leave events enabled that the next trace
             # records without their format: say so rather than drop them quietly.
             click.echo(f"kmemscope: warning: {printable(source)}: "
                        f"{summary.unknown_events:,} records of event types whose format the file lacks were skipped", err=True)
-    if remote and not quiet and len(sources) > 1:     # one input: its own line said it
-        click.echo(f"kmemscope: added {len(sources) - skipped - failures}, skipped {skipped}, "
-                   f"refused {failures}", err=True)
+    if not quiet and len(sources) > 1:
+        click.echo(f"kmemscope: added {added}, skipped {skipped}, refused {failures}", err=True)
     if failures:
         sys.exit(1)
 
@@ -633,6 +704,47 @@ def verify(dataset, quiet, deep, memory_limit, timeout):
 
 @cli.command()
 @click.argument("dataset", type=click.Path(), callback=utf8_path)
+@click.option("--older-than", metavar="AGE",
+              help="Runs that started longer ago than AGE (30d, 12h, 90m, 3600s, 2w), by the "
+                   "start their bundle recorded.")
+@click.option("--run", "runs", multiple=True, metavar="ID", help="This run. Repeatable.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help=LABEL_FILTER_HELP)
+@click.option("--dry-run", is_flag=True, help="List the runs that would go; remove nothing.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
+def prune(dataset, older_than, runs, labels, dry_run, quiet):
+    """Remove runs from DATASET, whole: their data and every derived cache.
+
+    The runs removed are those every option given selects (--older-than 7d
+    --label kernel=old: the old runs of that kernel). One line per run on
+    stdout: its id, recorded start and labels. Removal holds the dataset's
+    commit lock; a command reading meanwhile answers for what it listed.
+
+    \b
+    kmemscope prune ds --older-than 30d --dry-run
+    kmemscope prune ds --older-than 30d
+    """
+    import datetime
+
+    from kmemscope.api import prune as prune_runs
+
+    result = prune_runs(dataset, older_than=older_than, run=list(runs), label=list(labels),
+                        dry_run=dry_run)
+    for r in result.runs:
+        started = ("-" if r.started_ns is None else datetime.datetime.fromtimestamp(
+            r.started_ns / 1e9, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        shown = ",".join(f"{k}={v}" for k, v in sorted(r.labels.items())) or "-"
+        click.echo(printable(f"{r.run_id}  {started}  {shown}"))
+    for note in result.notes:
+        _note(note)
+    if not quiet:
+        verb = "would remove" if dry_run else "removed"
+        click.echo(f"kmemscope: {verb} {len(result.runs)} run(s) ({len(result.paths)} "
+                   f"folder(s)), kept {result.kept}" + ("; nothing removed (--dry-run)"
+                                                        if dry_run else ""), err=True)
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path(), callback=utf8_path)
 @click.option("--per-run", is_flag=True, help="Also list every table's rows in every run.")
 @FORMAT_OPTION
 @OUTPUT_OPTION
@@ -822,14 +934,15 @@ METRICS_HELP = ("Only these metrics, in this order (default: the headline metric
                    "compare-kernels layout to paste into a patch.")
 @click.option("-q", "--quiet", is_flag=True,
               help="No notes on stderr (text, markdown, json and parquet keep them inside; "
-                   "--notes FILE writes them for programs).")
+                   "--notes FILE writes them for programs), and no progress.")
+@PROGRESS_OPTION
 @OUTPUT_OPTION
 @NOTES_OPTION
 @limit_options
 @engine_options
 def compare(dataset, by, baseline, metrics, test, alpha, correction, side_order, unit, detect, stat,
-            directions, over, runs, labels, fmt, quiet, output, notes_file, memory_limit, timeout,
-            engine, spark_master, spark_conf):
+            directions, over, runs, labels, fmt, quiet, progress, output, notes_file, memory_limit,
+            timeout, engine, spark_master, spark_conf):
     """Compare the metrics of the sides of label LABEL (mmtests style).
 
     Every run is one value per metric; each side is summarised (Min, Hmean or
@@ -858,10 +971,11 @@ def compare(dataset, by, baseline, metrics, test, alpha, correction, side_order,
     order = _side_names(side_order)
     with _engine(engine, spark_master, spark_conf, dataset) as spec, \
             _limits(memory_limit, timeout):
-        c = kmemscope.open(dataset, spec).compare(
-            by, baseline, metrics=names, test=test, alpha=alpha, run=list(runs) or None,
-            label=list(labels) or None, correction=correction, sides=order, unit=unit,
-            stat=stat, detect=detect, directions=_directions(directions))
+        with _LongAnswer("compare", quiet, progress) as steps:
+            c = kmemscope.open(dataset, spec).compare(
+                by, baseline, metrics=names, test=test, alpha=alpha, run=list(runs) or None,
+                label=list(labels) or None, correction=correction, sides=order, unit=unit,
+                stat=stat, detect=detect, directions=_directions(directions), progress=steps)
         if over:
             _compare_over(c, names, over, fmt, output, quiet, notes_file)
             return
@@ -1041,23 +1155,27 @@ def metrics_list(dataset, runs, labels, fmt, output, notes_file):
 @selection_options
 @click.option("--keep-notebooks", type=click.Path(file_okay=False),
               help="Also keep the executed notebooks in this directory.")
+@PROGRESS_OPTION
 @limit_options
 @engine_options
-def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks, memory_limit,
-           timeout, engine, spark_master, spark_conf):
+def report(dataset, output, compare_label, baseline, runs, labels, keep_notebooks, progress,
+           memory_limit, timeout, engine, spark_master, spark_conf):
     """Execute the report notebooks over DATASET and write one self-contained HTML file."""
     from kmemscope.notebooks.report import build_report
 
-    def progress(message):
+    lines = progress
+
+    def say(message):
         from kmemscope.common.text import printable
 
         click.echo(f"kmemscope report: {printable(message)}", err=True)
 
     spec = _engine(engine, spark_master, spark_conf).spec    # the notebooks start Spark
     with _limits(memory_limit, timeout):       # the notebooks' kernels inherit the memory limit
-        build_report(dataset, output, compare=compare_label, baseline=baseline, runs=list(runs),
-                     labels=list(labels), keep_dir=keep_notebooks, progress=progress,
-                     engine=spec, cell_bar=sys.stderr.isatty())
+        with _LongAnswer("report", lines=lines) as steps:
+            build_report(dataset, output, compare=compare_label, baseline=baseline,
+                         runs=list(runs), labels=list(labels), keep_dir=keep_notebooks,
+                         progress=say, engine=spec, cell_bar=sys.stderr.isatty(), steps=steps)
 
 
 @cli.group()

@@ -28,6 +28,10 @@ read only as a small regular file naming a hex run id and tables of the safe
 alphabet, and a work folder, journal, stage or table folder that does not fit
 is reported and left alone: never moved, never deleted.
 
+Removing runs (`kmemscope prune`, retire_runs) works in a work folder too: its journal,
+`prune.json`, names the runs; each run's `runs` partition goes first, then its other
+partitions and derived caches, into the folder's trash; recovery rolls it forward the same way.
+
 Commits and recovery hold the dataset's lock file, `.kmemscope.lock`.
 """
 import errno
@@ -470,10 +474,11 @@ def _drop_caches(root, work, part, stack):
                 os.rename(part, part, src_dir_fd=table.fd, dst_dir_fd=dest.fd)
 
 
-def commit(workdir, run_id, footers=None):
+def commit(workdir, run_id, footers=None, ingest_key=None):
     """Move the staged run of `workdir` into its dataset; returns True if it replaced one.
 
     footers: digests.staged_footers() of the stage, when the parse has them.
+    ingest_key: what the parse was given (dataset/ingested.py), recorded with the digests.
     Works through the work folder's own handles (WorkDir.dir, stage_dir).
 
     Raises UnsafeEntry, with nothing moved, when a table folder of the dataset
@@ -485,7 +490,8 @@ def commit(workdir, run_id, footers=None):
     stage, work = workdir.stage_dir, workdir.dir
     run_metrics.keep_imported(workdir.dataset, stage, run_id)   # imports outlive re-parses
     tables = [e.name for e in stage.entries() if _entry_kind(e) == "dir"]
-    record_digests(stage, run_id, tables, footers)
+    record_digests(stage, run_id, tables, footers,
+                   {"ingest": ingest_key} if ingest_key is not None else None)
     os.fsync(stage.fd)
     _write_journal(work, run_id, tables)
     try:
@@ -496,6 +502,113 @@ def commit(workdir, run_id, footers=None):
         if work.lstat("trash") is None and all(stage.lstat(t) is not None for t in tables):
             work.unlink(JOURNAL)
         raise
+
+
+# ---------------------------------------------------------------- removing runs (prune)
+
+PRUNE_JOURNAL = "prune.json"         # the runs a removal retires, in its work folder
+
+
+def run_paths(dataset, run_ids):
+    """{run_id: [paths relative to the dataset]} of what each committed run has: its
+    partition of every table (`runs` first) and every derived cache folder of it. Reads only."""
+    out: dict = {run: [] for run in run_ids}
+    with _Dir.root(dataset) as root, ExitStack() as stack:
+        folders = _table_folders(root)
+        for d in folders.values():
+            stack.enter_context(d)
+        names = sorted(folders, key=lambda t: (t != RUNS_TABLE, t))
+        derived = []
+        if root.lstat(DERIVED_DIR) is not None:
+            top = stack.enter_context(root.sub(DERIVED_DIR, "the derived cache folder"))
+            derived = [(e.name, stack.enter_context(top.sub(e.name, "a derived cache folder")))
+                       for e in top.entries()
+                       if SAFE_TABLE.fullmatch(e.name) and _entry_kind(e) == "dir"]
+        for run in run_ids:
+            part = RUN_PREFIX + run
+            out[run] += [f"{t}/{part}" for t in names if folders[t].lstat(part) is not None]
+            out[run] += [f"{DERIVED_DIR}/{t}/{part}" for t, d in sorted(derived)
+                         if d.lstat(part) is not None]
+    return out
+
+
+def retire_runs(dataset, run_ids):
+    """Take committed runs out of `dataset`; returns the WorkDir holding what was moved,
+    for the caller to remove once it has let go of the lock (call holding dataset_lock).
+
+    A journal naming the runs is written first, then each run is hidden (its `runs`
+    partition first: readers list a run by it), and its other partitions and derived
+    caches follow it into the work folder's trash. Rolling it forward again is
+    idempotent: a removal cut short is finished by the next writer's recovery. Readers
+    that listed a run before keep reading the files they hold open (dataset/snapshot.py).
+    """
+    for run in run_ids:
+        if not SAFE_RUN_ID.fullmatch(run):
+            raise ValueError(f"not a run id: {run!r}")
+    work = WorkDir(dataset)
+    try:
+        work.dir.write_atomic(PRUNE_JOURNAL, lambda f: f.write(
+            json.dumps({"runs": sorted(run_ids)}).encode()))
+        os.fsync(work.dir.fd)
+        _retire(work.root, work.dir, sorted(run_ids))
+    except BaseException:
+        work._close()          # the journal stays: recovery finishes the removal
+        work._release()
+        raise
+    return work
+
+
+def _read_prune_journal(work):
+    with work.open_file(PRUNE_JOURNAL, "a removal journal") as f:
+        data = f.read(JOURNAL_MAX_BYTES * 64 + 1)
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        doc = None
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if (len(data) > JOURNAL_MAX_BYTES * 64 or not isinstance(runs, list)
+            or not all(isinstance(r, str) and SAFE_RUN_ID.fullmatch(r) for r in runs)):
+        raise UnsafeEntry(f"{work.path / PRUNE_JOURNAL} is not a removal journal kmemscope "
+                          "wrote", _HINT)
+    return runs
+
+
+def _retire(root, work, run_ids):
+    with ExitStack() as stack:
+        folders = _table_folders(root)
+        for d in folders.values():
+            stack.enter_context(d)
+        trash = stack.enter_context(work.sub_or_make("trash", "the trash folder", 0o700))
+        into: dict = {}
+
+        def retire(name, part):
+            folder = folders[name]
+            if folder.lstat(part) is None:
+                return
+            if name not in into:
+                into[name] = stack.enter_context(trash.sub_or_make(name, "a trash folder", 0o700))
+            if into[name].lstat(part) is not None:      # a removal cut short put one there
+                _rmtree_at(part, into[name].fd)
+            os.rename(part, part, src_dir_fd=folder.fd, dst_dir_fd=into[name].fd)
+
+        # Every run hidden first (readers list a run by its runs partition), synced once;
+        # then the rest of each run follows.
+        if RUNS_TABLE in folders:
+            for run in run_ids:
+                retire(RUNS_TABLE, RUN_PREFIX + run)
+            os.fsync(folders[RUNS_TABLE].fd)
+        others = sorted(t for t in folders if t != RUNS_TABLE)
+        for run in run_ids:
+            part = RUN_PREFIX + run
+            for name in others:
+                retire(name, part)
+            _drop_caches(root, work, part, stack)
+        for name, folder in folders.items():          # a table only the removed runs had
+            if name != RUNS_TABLE and not folder.entries():
+                try:
+                    os.rmdir(name, dir_fd=root.fd)
+                except OSError:
+                    pass
 
 
 def committed_since(dataset, run_id, since_ns):
@@ -569,6 +682,9 @@ def _recover_work(root, name):
         if work.lstat(JOURNAL) is not None:
             _roll_forward(root, work)
             said = f"finished the interrupted commit of {name}"
+        elif work.lstat(PRUNE_JOURNAL) is not None:
+            _retire(root, work, _read_prune_journal(work))
+            said = f"finished the interrupted removal of runs ({name})"
         else:
             said = f"removed {name}, left by a parse that did not finish"
     # By name in the opened dataset folder; rmtree never follows a link, at the top or inside.

@@ -125,9 +125,10 @@ def _write_digests(folder, doc):
                                                               indent=0).encode()))
 
 
-def record_digests(stage, run_id, tables, footers=None):
+def record_digests(stage, run_id, tables, footers=None, extra=None):
     """Write the staged run's digests into its staged runs partition (footers: see
-    staged_footers; without them each Parquet footer is read here)."""
+    staged_footers; without them each Parquet footer is read here). extra: more keys of
+    the document (`ingest`: dataset/ingested.py)."""
     files = {}
     with Dir.of(stage) as st:
         for table in sorted(tables):
@@ -135,7 +136,7 @@ def record_digests(stage, run_id, tables, footers=None):
                 for name, digest in _table_digests(d, footers).items():
                     files[f"{table}/{name}"] = digest
         with st.sub(RUNS_TABLE, "the staged runs folder") as runs:
-            _write_digests(runs, {"run_id": run_id, "files": files})
+            _write_digests(runs, {**(extra or {}), "run_id": run_id, "files": files})
 
 
 def _read_doc(f, shown):

@@ -14,7 +14,7 @@ from kmemscope.common.errors import (  # noqa: F401  (leaves: nothing circles ba
 from kmemscope.common.version import __version__  # noqa: F401
 
 # the public API (kmemscope.api), one name a verb: open, parse, derive, verify, info...
-_API = ("open", "parse", "parse_on_spark", "derive", "verify", "info", "bounded", "analyses",
+_API = ("open", "parse", "parse_on_spark", "prune", "derive", "verify", "info", "bounded", "analyses",
         "describe", "Dataset", "Result", "Comparison", "Labels", "EngineSpec")
 
 

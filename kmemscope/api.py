@@ -452,7 +452,7 @@ class Dataset:
                 test: str = "welch", alpha: float = 0.05, run=None, label: LabelsArg = None,
                 correction: str = "bh", sides: Sequence[str] | None = None,
                 unit: str | None = None, stat: str | None = None, detect: float | None = None,
-                directions: dict | None = None) -> Comparison:
+                directions: dict | None = None, progress: Progress = None) -> Comparison:
         """Compare the sides of label `by`: per metric and side a ComparisonRecord.
 
         metrics: summary columns, "vmstat.NAME" (a counter's increase over the
@@ -466,21 +466,29 @@ class Dataset:
         side's runs, or units with `unit`, of each one's value); detect: a change in % for which rows
         without a significant one get the runs per side needed at 80% power;
         directions: {metric: "higher"|"lower"} for metrics without a direction.
+        progress(message): each analysis the comparison runs, as it starts ("summary over
+        40 runs"), and each run's one-time work ("run ID: pairing ...").
         """
         from kmemscope.queries.comparison_model import compare_table
-        from kmemscope.queries.sides import load_sides
+        from kmemscope.queries.runner import reporting
 
         names = [metrics] if isinstance(metrics, str) else (list(metrics) if metrics else None)
-        (found, ref), reread = self._on_a_snapshot(
-            lambda ref: (load_sides(ref, by, baseline,
-                                    run_ids=[run] if isinstance(run, str) else run,
-                                    labels=label, engine=self.spec, metrics=names,
-                                    order=list(sides) if sides else None, unit=unit), ref))
+        with reporting(progress):
+            (found, ref), reread = self._compared(by, baseline, run, label, names, sides, unit)
         if reread:
             found.notes.append(reread)
         table = compare_table(found, names, test, alpha, correction, stat, detect, directions)
         # the comparison keeps its snapshot: a trend over it reads the same runs
         return Comparison(found, table, ref, self.spec)
+
+    def _compared(self, by, baseline, run, label, names, sides, unit):
+        from kmemscope.queries.sides import load_sides
+
+        return self._on_a_snapshot(
+            lambda ref: (load_sides(ref, by, baseline,
+                                    run_ids=[run] if isinstance(run, str) else run,
+                                    labels=label, engine=self.spec, metrics=names,
+                                    order=list(sides) if sides else None, unit=unit), ref))
 
     def describe(self, name: str) -> AnalysisDoc:
         """The documentation of analysis `name` (see kmemscope.describe)."""
@@ -498,6 +506,12 @@ class Dataset:
     def table_runs(self) -> dict[str, set[str]]:
         """{table: the ids of the runs that have it}."""
         return {name: set(runs) for name, runs in self._handle().listing.items()}
+
+    def prune(self, *, older_than: str | float | None = None,
+              run: str | Sequence[str] | None = None, label: LabelsArg = None,
+              dry_run: bool = False):
+        """Remove runs from this (local) dataset: see kmemscope.prune."""
+        return prune(self.path, older_than=older_than, run=run, label=label, dry_run=dry_run)
 
     def import_metrics(self, path, fmt: str | None = None) -> dict:
         """Import benchmark results (CSV or JSON: run,metric,value,unit,better) for the runs.
@@ -702,7 +716,10 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
     """Parse trace.dat files or bundles into `dataset`; returns one RunSummary per run.
 
     A flight directory (record --flight) is one run per bundle, each keeping only its
-    window's events unless whole_bundle. derive=True builds each run's derived tables
+    window's events unless whole_bundle; a folder of bundles is each of its bundles. An
+    input the dataset holds already, parsed with the same labels and options, is not
+    decoded again: its summary says `skipped` (force=True parses it again, replacing
+    its run). derive=True builds each run's derived tables
     now, not on first query. on_error="skip" goes on past a bad input (its exception is
     in the returned list in its place); "raise" stops at the first. progress(("total",
     bytes)) then progress(("advance", bytes)) as each trace is decoded.
@@ -732,19 +749,18 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
         snapshots = read_snapshots(procfs_start, procfs_end, procfs_times)
     ref = DatasetRef.of(dataset)            # local or s3, decided once for every input
     write: Callable = ingest
-    options = {}
     if ref.is_s3:                           # conditional writes, not rename and flock
         from kmemscope.dataset.s3_commit import ingest_s3, refuse_derive
 
         refuse_derive(derive)
-        write, options = ingest_s3, {"force": force}
+        write = ingest_s3
     out: list = []
     for source in sources:
         try:
             summary = write(source, ref.location, labels=dict(labels or {}),
                              events=list(events or []), threads=threads, progress=progress,
-                             whole_bundle=whole_bundle, snapshots=snapshots, **options)
-            if derive:
+                             whole_bundle=whole_bundle, snapshots=snapshots, force=force)
+            if derive and not summary.skipped:
                 from kmemscope.queries.derived_tables import derive_runs
 
                 derive_runs(ref.renewed(), [summary.run_id])    # the listing with the new run
@@ -778,6 +794,31 @@ def parse_on_spark(inputs: Sequence, dataset, *, engine: EngineSpec | str = "spa
     return _parse(list(inputs), dataset, spark=spark, labels=dict(labels or {}),
                   events=list(events or []), derive=derive_runs if derive else None,
                   progress=progress)
+
+
+def prune(dataset, *, older_than: str | float | None = None, run: str | Sequence[str] | None = None,
+          label: LabelsArg = None, dry_run: bool = False, now: float | None = None):
+    """Remove runs from a local dataset, whole: every table's partition and every derived
+    cache of each -> kmemscope.dataset.retention.Pruned (.runs: [PrunedRun(run_id,
+    started_ns, labels, paths)], .kept, .notes). The runs are those that every criterion
+    given selects: older_than (an age such as "30d", "12h", or seconds: runs whose recorded
+    start is longer ago than that before `now`, Unix seconds, default this moment), run
+    (ids or unique prefixes), label (as for queries). dry_run: say what would go, remove
+    nothing. Runs under the commit lock; readers mid-answer keep what they listed."""
+    from kmemscope.dataset.retention import parse_age, prune as _prune
+    from kmemscope.queries.selection import select_runs
+
+    if older_than is None and not run and not label:
+        raise KmemscopeError("prune needs to be told which runs: an age, run ids or labels",
+                             "give --older-than AGE, --run ID or --label KEY=VALUE")
+    age = parse_age(older_than) if older_than is not None else None
+    runs = [run] if isinstance(run, str) else run
+    labels = [label] if isinstance(label, str) else label
+
+    def choose(ref):
+        return select_runs(ref, ref.listing, runs or None, labels or None)
+
+    return _prune(dataset, choose, older_than=age, dry_run=dry_run, now=now)
 
 
 def derive(dataset, run_ids: Sequence[str] | None = None, threads: int | None = None) -> None:

@@ -200,8 +200,12 @@ def _temp_files_in(folder):
 
 
 def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(), keep_dir=None,
-                 progress=None, engine=None, cell_bar=False):
+                 progress=None, engine=None, cell_bar=False, steps=None):
     """Execute overview.ipynb (and compare.ipynb with `compare`) and write `output` (HTML).
+
+    steps: the progress of the comparison computed here before the notebooks run (its
+    analyses and the runs whose derived tables it builds: Dataset.compare's progress);
+    closed, when it has a close(), before the first notebook starts.
 
     engine: an EngineSpec (or "duckdb"/"spark"), handed to the notebooks as
     parameters; their kernels start their own Spark session.
@@ -219,7 +223,9 @@ def build_report(dataset, output, compare=None, baseline=None, runs=(), labels=(
     chosen = ds.run_ids(list(runs) or None, list(labels) or None)
     if compare:
         # unknown label: one line, before any notebook runs (on DuckDB: one summary query)
-        sides = ds.compare(compare, baseline or None, run=chosen).sides
+        sides = ds.compare(compare, baseline or None, run=chosen, progress=steps).sides
+        if hasattr(steps, "close"):
+            steps.close()           # its line goes before the notebooks' own progress
         if progress:
             progress(f"comparing {printable(compare)}: "
                      + ", ".join(f"{printable(s)} ({_runs(len(r))})" for s, r in sides.runs.items()))

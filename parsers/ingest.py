@@ -25,11 +25,13 @@ from pathlib import Path
 from kmemscope.capture.tracefs import parse_cpu_stats
 from kmemscope.dataset import commit as commit_mod
 from kmemscope.dataset import digests
+from kmemscope.dataset import ingested
 from kmemscope.dataset import format as dataset_format
 from kmemscope.dataset import run_metrics as metrics_store
 from kmemscope.dataset.commit import RUNS_TABLE
 from kmemscope.common.errors import KmemscopeError, TraceFileError
 from kmemscope.parsers import benchmark_results
+from kmemscope.parsers.ingest_key import ingest_key
 from kmemscope.parsers.sources import open_source, read_manifest
 # Snappy: about 20% larger files than zstd level 1 on page-allocator tables, but
 # 40% less CPU to write them, and writing is half of what parsing costs.
@@ -61,7 +63,9 @@ class RunSummary:
     seconds: float = 0.0
     replaced: bool = False
     concurrent: bool = False    # another parse of the same trace committed it first
-    skipped: bool = False       # already in the dataset: not decoded (dataset/s3_commit.py)
+    # the dataset holds this input already, parsed with the same options: not decoded again
+    # (an s3:// dataset: its run is there already, dataset/s3_commit.py)
+    skipped: bool = False
     # labels given at parse that replaced the bundle's own: [(key, bundle's value, new value)]
     label_overrides: list = field(default_factory=list)
     # what this parse's recovery did with what dead parses left (commit.recover)
@@ -224,9 +228,17 @@ def _known_events_once(trace, event_ids):
                 "the trace's event formats are altered: the run is refused")
 
 
+# Test hook: every decode appends its input's path, one line, to this file (the ingest tests
+# count decodes with it, whichever process decoded).
+_DECODE_LOG = "KMEMSCOPE_TEST_DECODE_LOG"
+
+
 def _stage_run(source, staging, labels, events, threads, progress, scratch, whole_bundle=False,
                snapshots=None):
     started = time.monotonic()
+    if os.environ.get(_DECODE_LOG):
+        with open(os.environ[_DECODE_LOG], "a", encoding="utf-8") as log:
+            log.write(f"{source}\n")
     if scratch is None:
         if hasattr(staging, "fd"):
             raise ValueError("a stage given as a folder handle needs its scratch folder too")
@@ -489,10 +501,14 @@ def writable_dataset(dataset):
 
 
 def ingest(source, dataset, labels=None, events=None, threads=None, progress=None, isolate=True,
-           whole_bundle=False, snapshots=None):
+           whole_bundle=False, snapshots=None, force=False):
     """Parse `source` into `dataset`; returns a RunSummary. Raises KmemscopeError on bad input.
 
-    snapshots: a Snapshots (parsers/snapshots.py) of /proc taken before and after a bare trace.
+    An input whose ingest key (parsers/ingest_key.py: its content and these options) a
+    committed run records is not decoded again (summary.skipped) unless `force`; one that a
+    live parse is decoding is waited for (dataset/ingested.py).
+    snapshots: a Snapshots (parsers/snapshots.py) of /proc taken before and after a bare trace
+    (such a parse has no ingest key: it is always decoded).
     A parse that fails leaves the dataset as it found it: a path that did not
     exist is gone again, and an existing dataset gets no lock file it lacked.
     """
@@ -505,21 +521,42 @@ def ingest(source, dataset, labels=None, events=None, threads=None, progress=Non
     had_lock = os.path.lexists(dataset / commit_mod.LOCK_NAME)
     try:
         return _ingest(source, dataset, labels, events, threads, progress, isolate, whole_bundle,
-                       snapshots)
+                       snapshots, force)
     except BaseException:
         _leave_as_found(dataset, created, had_lock)
         raise
 
 
 def _ingest(source, dataset, labels, events, threads, progress, isolate, whole_bundle=False,
-            snapshots=None):
+            snapshots=None, force=False):
     started_ns = time.time_ns()
     dataset_format.read_format(dataset)     # a newer format is refused before decoding
+    key = None if snapshots is not None else ingest_key(source, labels, events, whole_bundle)
+    recovered: list = []
     try:
-        with commit_mod.dataset_lock(dataset):
-            recovered = commit_mod.recover(dataset)
-            commit_mod.check_layout(dataset)     # a linked table folder fails before decoding
-            work = commit_mod.WorkDir(dataset)
+        while True:
+            with commit_mod.dataset_lock(dataset):
+                recovered += commit_mod.recover(dataset)
+                commit_mod.check_layout(dataset)     # a linked table folder fails before decoding
+                if key is not None and not force:
+                    run_id = ingested.committed_keys(dataset).get(key)
+                    if run_id is not None:
+                        return RunSummary(run_id=run_id, source=str(source), events=0,
+                                          skipped=True, recovered=recovered)
+                    busy = ingested.live_claim(dataset, key)
+                else:
+                    busy = None
+                if busy is None:
+                    work = commit_mod.WorkDir(dataset)
+                    if key is not None:
+                        try:
+                            ingested.write_claim(work.dir, key)
+                        except BaseException:
+                            work.remove()
+                            raise
+                    break
+            # Another parse is decoding this very input: its run, once committed, is ours.
+            ingested.wait_for_owner(dataset, busy)
     except OSError as exc:
         raise KmemscopeError(f"writing {dataset}: {exc.strerror or exc}",
                              _disk_hint(exc)) from None
@@ -538,7 +575,8 @@ def _ingest(source, dataset, labels, events, threads, progress, isolate, whole_b
                 summary.concurrent = True      # the same trace, committed while this parse ran
             else:
                 dataset_format.ensure_format(dataset)
-                summary.replaced = commit_mod.commit(work, summary.run_id, summary.footers)
+                summary.replaced = commit_mod.commit(work, summary.run_id, summary.footers,
+                                                     ingest_key=key)
         committed = True
         return summary
     except OSError as exc:

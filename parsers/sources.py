@@ -124,10 +124,50 @@ def flight_bundles(path):
     return out
 
 
-def expand_inputs(sources):
-    """Inputs with every flight directory replaced by its bundles (one run each)."""
+FOLDER_MAX_INPUTS = 100000
+
+
+def folder_inputs(path):
+    """The inputs of a folder of bundles, by name; None when `path` is no such folder.
+
+    A folder that holds no trace.dat and no flight.json, but bundle folders (with a
+    trace.dat), packed bundles (.tar.gz, .tar.zst) or trace files (*.dat): a day's bundles
+    copied off a fleet. Hidden entries (a copy still being written) and links are left out,
+    and so is anything else (a README). A folder with none of these is not one: the parse
+    then says what it lacks."""
+    p = Path(path)
+    try:
+        if not p.is_dir() or (p / "trace.dat").exists() or (p / FLIGHT_FILE).exists():
+            return None
+        names = sorted(os.listdir(p))
+    except OSError as exc:
+        raise TraceFileError(f"{path}: {exc.strerror}") from None
+    if len(names) > FOLDER_MAX_INPUTS:
+        raise TraceFileError(f"{path}: more than {FOLDER_MAX_INPUTS} entries in a folder of "
+                             "bundles", "parse it in parts")
     out = []
+    for name in names:
+        child = p / name
+        if name.startswith(".") or child.is_symlink():
+            continue
+        if child.is_dir():
+            trace = child / "trace.dat"
+            if trace.is_file() and not trace.is_symlink():
+                out.append(child)
+        elif child.is_file() and name.endswith(PACKED_SUFFIXES + (".dat",)):
+            out.append(child)
+    return out or None
+
+
+def expand_inputs(sources):
+    """Inputs with every flight directory and every folder of bundles replaced by its
+    bundles (one run each)."""
+    out: list = []
     for source in sources:
+        inside = folder_inputs(source)
+        if inside is not None:
+            out.extend(str(b) if isinstance(source, str) else b for b in inside)
+            continue
         bundles = flight_bundles(source)
         if bundles is None:
             out.append(source)

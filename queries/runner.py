@@ -29,6 +29,7 @@ table. Results
 start with run_id and labels; notes about what a run lacks travel in the schema
 metadata under b"kmemscope.notes" (a JSON list of strings; see `notes_of`).
 """
+import contextvars
 import json
 import re
 from contextlib import contextmanager
@@ -491,6 +492,22 @@ def _params_table(plan):
     return pa.table({p.name: pa.array([plan.bound[p.name]], types[p.type]) for p in ps})
 
 
+# The steps of a long answer (compare, a report's comparison): every analysis run under
+# reporting(progress) tells `progress` that it starts, over how many runs, and what slow
+# one-time work it does. A plain query's progress hears only of that work.
+_STEPS: "contextvars.ContextVar" = contextvars.ContextVar("kmemscope_steps", default=None)
+
+
+@contextmanager
+def reporting(progress):
+    """Every run_query inside tells progress(message) of its step and of its slow work."""
+    token = _STEPS.set(progress)
+    try:
+        yield
+    finally:
+        _STEPS.reset(token)
+
+
 def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=None,
               progress=None, engine=None):
     """Run analysis `name` (or `name.section`) over `dataset` -> pyarrow.Table.
@@ -505,6 +522,10 @@ def run_query(name, dataset, run_ids=None, labels=None, params=None, threads=Non
     """
     ref = DatasetRef.of(dataset)
     plan = prepare(name, ref, run_ids, labels, params)
+    steps = _STEPS.get()
+    if steps is not None:
+        steps(f"{plan.qname} over {len(plan.chosen)} run{'s' if len(plan.chosen) != 1 else ''}")
+        progress = progress or steps
     eng = engines.resolve(engine)
     rows = eng.run_plan(plan, ref, run_local_cached, threads, progress)
     facts = sorted(rows.facts, key=lambda f: f["run_id"])

@@ -34,7 +34,7 @@ def _argv(args):
 
 
 # Verbs that read or write a dataset in this process and leave nothing running.
-IN_PROCESS_VERBS = {"parse", "sql", "query", "queries", "compare", "info", "verify", "metrics",
+IN_PROCESS_VERBS = {"parse", "sql", "query", "queries", "compare", "info", "verify", "prune", "metrics",
                     "limits", "derive", "export"}
 # Options whose subject is the process: alarms and limits, tracebacks, other engines.
 PROCESS_OPTIONS = ("--engine", "--spark-master", "--spark-conf", "--timeout", "--memory-limit",
