@@ -216,7 +216,7 @@ def test_a_committed_run_is_skipped_and_force_replaces_it(s3, tmp_path):
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     before = fs.find(f"{BUCKET}/again/ds", detail=True)
     again = kmrun.kmemscope("parse", bundle, "-o", url)
-    assert f"run {first.run_id} already in the dataset" in again.stderr
+    assert f"already in the dataset (run {first.run_id})" in again.stderr
     assert fs.find(f"{BUCKET}/again/ds", detail=True) == before        # nothing written
     [skipped] = kmemscope.parse(bundle, url)
     assert skipped.skipped and skipped.run_id == first.run_id
