@@ -227,8 +227,10 @@ def main():
 
     names = ("RSS MB", "open files", "instances", "bundles", "disk MB", "CPU s")
     # bundles and disk stop growing at the recorder's caps: their extrapolations are held there
-    caps = {"bundles": float(args.max_bundles), "disk MB": parse_size(args.max_disk) / 1e6}
     last = rows[-1]
+    caps = {"bundles": float(args.max_bundles), "disk MB": parse_size(args.max_disk) / 1e6}
+    if last[4]:    # --max-bundles holds the disk to that many bundles of the size seen
+        caps["disk MB"] = min(caps["disk MB"], last[5] / last[4] * float(args.max_bundles))
     hours = last[0] / 3600
     half = [r for r in rows if r[0] >= last[0] / 2]
     print("\nover %.1f minutes, %d readings (load average %.2f-%.2f); the other tracer started "
@@ -245,7 +247,7 @@ def main():
         print("%-11s %9.2f %9.2f %11.3f %11.3f %11.2f %11.2f%s"
               % (name, rows[0][i], last[i], slope, late, min(cap, last[i] + late * (24 - hours)),
                  min(cap, last[i] + late * (168 - hours)),
-                 " (held at its cap %g)" % cap if name in caps else ""))
+                 " (held at its cap %.4g)" % cap if name in caps else ""))
     cpu_share = 100 * last[6] / last[0] if last[0] else 0.0
     print("recorder CPU: %.2f s in %.1f minutes = %.3f%% of a CPU (%.1f s an hour)"
           % (last[6], last[0] / 60, cpu_share, cpu_share * 36))
