@@ -141,6 +141,8 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
         self.last_check_ns = 0
         self.growing = False           # the last _adjust_buffers() grew a buffer
         self.setup_changes = []        # what differed at each failed try of the last setup
+        self.wake_fds = ()             # set with the signal handlers (_install_signals)
+        self.old_wakeup_fd = None
 
     def _check_conflicts(self, tracefs):
         """Another tool's use of the top level takes nothing from the recorder's own instances
@@ -158,7 +160,22 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
     def _install_signals(self):
         old = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
         old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_usr1)
+        # A signal also writes to this pipe, which the loop polls: a trigger or a stop is
+        # handled at once, however long the loop waits between its idle checks.
+        self.wake_fds = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            self.old_wakeup_fd = signal.set_wakeup_fd(self.wake_fds[1], warn_on_full_buffer=False)
+        except ValueError:       # not the main thread (a test's): the loop's timeout serves
+            self.old_wakeup_fd = None
         return old
+
+    def _restore_signals(self, old_handlers):
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
+        if self.old_wakeup_fd is not None:
+            signal.set_wakeup_fd(self.old_wakeup_fd)
+        for fd in self.wake_fds:
+            os.close(fd)
 
     # ------------------------------------------------------------ the run
 
@@ -183,8 +200,7 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
         finally:
             if self.guard is not None:    # (a new one, when the first died)
                 self.guard.done()
-            for signum, handler in old_handlers.items():
-                signal.signal(signum, handler)
+            self._restore_signals(old_handlers)
             os.umask(old_umask)
 
     def _check_options(self, tracefs):
@@ -241,16 +257,13 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
         ncpu = len(tfs.cpu_dirs(tracefs)) or os.cpu_count() or 1
         self.ncpu = ncpu
         self.bundle_room = BUNDLE_ROOM + trace_dat_metadata(tracefs, trace_cmd_compresses(trace_cmd))
-        least = smallest_bundle(ncpu, 2 if opt.after > 0 else 1, self.bundle_room)
-        if opt.max_disk is not None and opt.max_disk < least:
-            raise CaptureError("--max-disk %s is less than the smallest bundle this host writes, %s "
-                               "(trace.dat's kallsyms, event formats and headers, and empty ring "
-                               "buffers)" % (format_size(opt.max_disk), format_size(least)),
-                               "use --max-disk %dM or more" % (-(-least // (1 << 20)) + 1))
-        self.plan = self._buffer_plan(ncpu, self._samples_bound())
+        samples_bytes = self._samples_bound()
+        self._check_max_disk(ncpu, samples_bytes)
+        self.plan = self._buffer_plan(ncpu, samples_bytes)
         start_kb = opt.buffer_kb or min(presets.PRESETS.get(preset, {}).get("buffer_kb", 8192),
                                         self.plan.top_ceiling_kb)
-        after_kb = self.plan.after_ceiling_kb   # the burst after a trigger: its whole share
+        # the --after buffer until the rate is measured (then sized from it: ringsize.AFTER_BURST)
+        after_kb = min(self.plan.after_ceiling_kb, max(start_kb, MIN_BUFFER_KB))
         watches = [trig.PsiWatch(t).open() for t in opt.triggers if t.kind == "psi"]
         if self.stop_reason:
             raise Interrupted()
@@ -289,7 +302,8 @@ class FlightRecorder(InstanceKeeper, BufferSizer, TriggerHandler, BundleWriter, 
                                       every_s={name: max(opt.interval, SLOW_SOURCE_S)
                                                for name in SLOW_SOURCES})
         self.psi = trig.PsiHistory(max([t.window_s for t in opt.triggers if t.kind == "psi"] or [0]) + 2)
-        poller = trig.PsiPoller(watches)
+        poller = trig.PsiPoller(watches, self.wake_fds[0] if self.old_wakeup_fd is not None
+                                else None)
         self.psi_conditions = bool(watches)
         try:
             self._start_tracing(start_kb, after_kb)

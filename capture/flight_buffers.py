@@ -11,14 +11,16 @@ from kmemscope.capture import hostinfo, ringsize
 from kmemscope.capture import tracefs as tfs
 from kmemscope.capture import triggers as trig
 from kmemscope.capture.flight_instances import AFTER_INSTANCE, BEFORE_INSTANCE, mono_ns
-from kmemscope.capture.flight_disk import buffer_kb_for_disk, smallest_disk_for
+from kmemscope.capture.flight_disk import buffer_kb_for_disk, smallest_bundle, smallest_disk_for
 from kmemscope.capture.flight_state import FlightState
 from kmemscope.capture.instance import buffer_fits
 from kmemscope.capture.units import format_size
 from kmemscope.common.errors import CaptureError
 
 POLL_S = 0.1         # the loop's wake-ups while a bundle is pending (its --after watched)
-IDLE_POLL_S = 0.25   # and while it waits for a trigger: each wake-up costs an idle host CPU
+# and while it waits for a trigger: each wake-up costs an idle host CPU (a signal ends the
+# wait at once: flight.py's wake-up pipe)
+IDLE_POLL_S = 0.5
 MARGIN = ringsize.MARGIN
 MIN_BUFFER_KB = ringsize.MIN_BUFFER_KB
 DEFAULT_EVENT_BYTES = ringsize.DEFAULT_EVENT_BYTES
@@ -72,30 +74,30 @@ class BufferSizer(FlightState):
             if opt.max_buffer is not None else "the default --max-buffer %s (%g%% of RAM)" % (
                 format_size(max_kb << 10), 100 * ringsize.DEFAULT_MAX_SHARE)
         instances = 2 if opt.after > 0 else 1
+        min_kb = MIN_BUFFER_KB
         if opt.max_disk is not None:
             disk_kb = buffer_kb_for_disk(opt.max_disk, ncpu, instances, samples_bytes,
                                          self.bundle_room)
-            least = instances * (MIN_BUFFER_KB + ringsize.ROUNDING_KB) * ncpu
-            if disk_kb < least:
-                # (a quiet preset's buffers never fill: its bundles may fit all the same)
-                need = smallest_disk_for(least, ncpu, instances, samples_bytes, self.bundle_room)
-                self.warn("--max-disk %s holds a bundle only while the smallest ring buffers "
-                          "(%s on %d CPUs) are not full: a bundle takes twice its buffers' data "
-                          "while written, and one that would not fit is refused (--max-disk "
-                          "%dM holds a bundle of full buffers)"
-                          % (format_size(opt.max_disk), format_size(least << 10), ncpu,
-                             -(-need // (1 << 20))))
-                max_kb = min(max_kb, least)
-                self.buffer_limit = "--max-disk %s" % format_size(opt.max_disk)
-            elif disk_kb < max_kb:
+            if disk_kb < instances * (MIN_BUFFER_KB + ringsize.ROUNDING_KB) * ncpu:
+                # Buffers smaller than the usual least, so that a bundle of full ones fits
+                # (_check_max_disk refused a --max-disk below even DISK_FLOOR_KB's).
+                min_kb = max(ringsize.DISK_FLOOR_KB,
+                             disk_kb // (instances * ncpu) - ringsize.ROUNDING_KB)
+            if disk_kb < max_kb:
                 max_kb = disk_kb
                 self.buffer_limit = "--max-disk %s" % format_size(opt.max_disk)
-                self.say("the ring buffers are held to %s in all so that a bundle fits "
+                self.say("the ring buffers are held to %s in all%s so that a bundle fits "
                          "--max-disk %s while written (twice its buffers, the samples and %s "
-                         "of metadata)" % (format_size(max_kb << 10), format_size(opt.max_disk),
+                         "of metadata)" % (format_size(max_kb << 10),
+                                           " (%d KiB per CPU and instance, under the usual %d)"
+                                           % (min_kb, MIN_BUFFER_KB)
+                                           if min_kb < MIN_BUFFER_KB else "",
+                                           format_size(opt.max_disk),
                                            format_size(self.bundle_room)))
-        self._min_buffer_check(max_kb, ncpu)
-        plan = ringsize.BufferPlan(opt.keep, opt.after, ncpu, max_kb, fixed_top_kb=opt.buffer_kb)
+        self._min_buffer_check(max_kb, ncpu, min_kb)
+        self.min_kb = min_kb
+        plan = ringsize.BufferPlan(opt.keep, opt.after, ncpu, max_kb, fixed_top_kb=opt.buffer_kb,
+                                   min_kb=min_kb)
         if opt.buffer_kb and opt.buffer_kb > plan.top_ceiling_kb:
             raise CaptureError("--buffer-kb %d does not fit under --max-buffer %s on %d CPUs (at most "
                                "%d KiB per CPU before the trigger)"
@@ -105,12 +107,38 @@ class BufferSizer(FlightState):
         self.max_buffer_kb = max_kb
         return plan
 
-    def _min_buffer_check(self, max_kb, ncpu):
-        least = (2 if self.opt.after > 0 else 1) * (MIN_BUFFER_KB + ringsize.ROUNDING_KB) * ncpu
+    def _min_buffer_check(self, max_kb, ncpu, min_kb=MIN_BUFFER_KB):
+        least = (2 if self.opt.after > 0 else 1) * (min_kb + ringsize.ROUNDING_KB) * ncpu
         if max_kb < least:
             raise CaptureError("--max-buffer %s is less than the %s that %d CPUs need at least"
                                % (format_size(max_kb << 10), format_size(least << 10), ncpu),
                                "raise --max-buffer")
+
+    def _check_max_disk(self, ncpu, samples_bytes):
+        """Refuse a --max-disk that cannot hold a bundle of full ring buffers of the least
+        size it allows (DISK_FLOOR_KB per CPU and instance): every bundle the recorder writes
+        must fit it while written, temporary copies included. The line names the smallest
+        --max-disk that does, for these options on this host."""
+        opt = self.opt
+        if opt.max_disk is None:
+            return
+        instances = 2 if opt.after > 0 else 1
+        floor_kb = instances * (ringsize.DISK_FLOOR_KB + ringsize.ROUNDING_KB) * ncpu
+        need = smallest_disk_for(floor_kb, ncpu, instances, samples_bytes, self.bundle_room)
+        if opt.max_disk >= need:
+            return
+        works = "use --max-disk %dM or more" % -(-need // (1 << 20))
+        least = smallest_bundle(ncpu, instances, self.bundle_room)
+        if opt.max_disk < least:
+            raise CaptureError("--max-disk %s is less than the smallest bundle this host writes, %s "
+                               "(trace.dat's kallsyms, event formats and headers, and empty ring "
+                               "buffers)" % (format_size(opt.max_disk), format_size(least)), works)
+        raise CaptureError("--max-disk %s cannot hold a bundle of the smallest ring buffers once "
+                           "full (%d KiB per CPU in %d instance(s) on %d CPUs): a bundle takes "
+                           "twice its buffers' data while written, twice the /proc samples (%s "
+                           "for --keep and --after) and %s of metadata"
+                           % (format_size(opt.max_disk), ringsize.DISK_FLOOR_KB, instances, ncpu,
+                              format_size(samples_bytes), format_size(self.bundle_room)), works)
 
     def _measure_and_size(self):
         """Measure the event rate for --measure seconds; start sizing the buffers for it."""
@@ -143,6 +171,7 @@ class BufferSizer(FlightState):
     def _update_rate(self):
         busiest = self.current_rate["bytes_per_s"]
         holds = self.plan.holds_s(self.buffer_kb, busiest)
+        after_holds = self.plan.holds_s(self.after_kb, busiest) if self.after_kb else None
         self.rate = {"events_per_s": round(self.current_rate["events_per_s"], 1),
                      "busiest_cpu_bytes_per_s": round(busiest, 1),
                      "peak_busiest_cpu_bytes_per_s": round(self.plan.peak_rate(), 1),
@@ -150,7 +179,12 @@ class BufferSizer(FlightState):
                      "max_buffer_kb": self.max_buffer_kb,
                      "ceiling_kb": self.plan.top_ceiling_kb,
                      "after_ceiling_kb": self.plan.after_ceiling_kb,
-                     "holds_s": round(holds, 1) if holds else None}
+                     "holds_s": round(holds, 1) if holds else None,
+                     # the --after buffer: what it was sized for, and what it holds at the
+                     # busiest CPU's rate now
+                     "after_sized_for_bytes_per_s": round(self.plan.peak_rate()
+                                                          * ringsize.AFTER_BURST, 1),
+                     "after_holds_s": round(after_holds, 1) if after_holds else None}
 
     def _adjust_buffers(self):
         """One step of each buffer toward its target; growth only while memory allows."""

@@ -254,6 +254,12 @@ class BundleWriter(FlightState):
                 # seconds after the trigger that the --after buffer held before it filled
                 # (to POLL_S; the whole --after when it did not fill), per CPU that filled
                 "after_kept_s": after_kept_s,
+                # from the trigger to the first instance's freeze (it recorded that part: a
+                # trigger that came while the recorder was busy is handled late), and how
+                # long the --after instance recorded: after_kept_s is their sum, or less
+                "trigger_to_freeze_s": round(max(0, frozen - when) / 1e9, 3),
+                "after_ran_s": round(max(0, stop - pending["after_on_ns"]) / 1e9, 3)
+                if pending["after_on_ns"] is not None else None,
                 "after_filled_mono_ns": {str(cpu): t for cpu, t in sorted(self.after_filled.items())},
                 "missing_s": round(max(0, covered_from - window_start) / 1e9, 3),
                 # what the ring buffer held before the trigger at that moment
@@ -338,6 +344,9 @@ def _gaps_text(manifest):
     if manifest["lost"].get("dropped_after_trigger"):
         parts.append("the --after buffer filled after about %.1f s and dropped %d events"
                      % (w.get("after_kept_s") or 0, manifest["lost"]["dropped_after_trigger"]))
+    if w.get("trigger_to_freeze_s", 0) >= 1.0:
+        parts.append("the trigger was handled %.1f s after it came (the first instance recorded "
+                     "until then)" % w["trigger_to_freeze_s"])
     if w.get("blind"):
         parts.append("blind for %.1f s of the window: %s" % (
             w["blind_s"], "; ".join(b["what"] for b in w["blind"])))

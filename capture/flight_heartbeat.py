@@ -12,17 +12,19 @@ removed, or off between two of the recorder's checks). A bundle's manifest
 lists the heartbeats that went in (window.heartbeat); parse finds the missing
 ones (parsers/flight_window.py).
 
-Cost: one open, write and close of a ~40-byte text, 4 times a second (9 µs of
-the recorder's CPU each over 2000 writes in a row, 110 µs each in an idle
-recorder on a loaded host, where the caches are cold: most of an idle
-recorder's cost, with the wake-up that writes it), and 4 print events a second
-in the buffer (65 bytes each: 0.25 KiB/s). No tracepoint is enabled for it.
+Cost: one open, write and close of a ~40-byte text, twice a second (9 µs of
+the recorder's CPU each over 2000 writes in a row, 55 µs each in an idle
+recorder on a loaded host, where the caches are cold, and as much again for
+the wake-up that writes it: an idle recorder's wake-ups are most of what it
+costs, so HEARTBEAT_S is the tracing_on granularity a bundle states and no
+less), and 2 print events a second in the buffer (65 bytes each: 0.13 KiB/s).
+No tracepoint is enabled for it.
 """
 import collections
 import errno
 import os
 
-HEARTBEAT_S = 0.25
+HEARTBEAT_S = 0.5
 PREFIX = "kmemscope-heartbeat"
 
 

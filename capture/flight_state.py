@@ -83,6 +83,7 @@ class FlightState:
     want: Dict[str, Any]
     buffer_limit: str              # what holds the buffers' ceiling, for the warnings
     max_buffer_kb: int
+    min_kb: int                    # the least KiB per CPU a buffer is sized to
     blind: "collections.deque[Any]"
     instance_restored: int
     after_filled: Dict[int, int]
@@ -93,6 +94,8 @@ class FlightState:
     last_events_check_ns: int
     last_check_ns: int
     growing: bool
+    wake_fds: Any                  # the pipe a signal wakes the loop through
+    old_wakeup_fd: Optional[int]
 
     if TYPE_CHECKING:      # the parts' methods another part calls (defined in their modules)
         def warn(self, text: str) -> None: ...

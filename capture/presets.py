@@ -293,8 +293,8 @@ def resolve(tracefs, preset, extra_events):
 # What a flight recorder's own process costs while it waits for a trigger, beside the cost of
 # the preset's tracepoints in the traced tasks (the rates above): benchmarks/flight_idle.py.
 FLIGHT_IDLE_COST = ("--flight, waiting for a trigger: the recorder's own checks, heartbeats "
-                    "and /proc samples took 0.32-0.36% of a CPU with light or standard "
-                    "(120-180 s each at load average 2-14 on 2 shared cores; 0.24-0.36% beside "
+                    "and /proc samples took 0.23% of a CPU with light, 0.26% with standard "
+                    "(600 s each at load average 2.7-8.3 on 2 shared cores; 0.20-0.22% beside "
                     "page-fault churn; benchmarks/flight_idle.py, docs/record.md), "
                     "beside the preset's tracepoints above")
 

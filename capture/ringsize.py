@@ -17,6 +17,9 @@ stayed low for RATE_HISTORY_S.
 import collections
 
 MIN_BUFFER_KB = 1024
+# Below MIN_BUFFER_KB only when --max-disk asks for less (a bundle must fit it while written):
+# the least a buffer is sized to, per CPU and instance (16 pages; the kernel's least is 2).
+DISK_FLOOR_KB = 64
 # Bytes per event assumed when the buffer holds none to measure.
 DEFAULT_EVENT_BYTES = 32
 # The buffer holds this much more than the seconds asked, for the rate's jitter.
@@ -24,6 +27,11 @@ MARGIN = 1.15
 # Default --max-buffer: this share of MemTotal for all ring buffers of all CPUs.
 DEFAULT_MAX_SHARE = 0.02
 GROW_STEP_KB = 16 << 10
+# What follows a trigger is often a burst far above the rate before it: the --after buffer
+# holds --after seconds at this many times the highest rate of the last minute, within its
+# share of --max-buffer (a quiet host's --after buffer so stays small: the whole share was
+# 35 MiB per CPU that an idle recorder kept for nothing).
+AFTER_BURST = 8
 RATE_HISTORY_S = 60.0
 # Grow only by more than this factor (a buffer is not resized for every wobble) and
 # shrink only when the buffer is more than SHRINK_FACTOR times what it needs.
@@ -44,11 +52,11 @@ def default_max_buffer_kb(memtotal_kb, ncpu):
 ROUNDING_KB = 8
 
 
-def split_ceiling(max_total_kb, ncpu, keep, after):
+def split_ceiling(max_total_kb, ncpu, keep, after, min_kb=MIN_BUFFER_KB):
     """(top KiB, after KiB) per CPU that --max-buffer allows, shared in proportion to the seconds."""
     per_cpu = max_total_kb // ncpu
-    after_kb = max(MIN_BUFFER_KB, int(per_cpu * after / (keep + after))) if after > 0 else 0
-    top_kb = max(MIN_BUFFER_KB, per_cpu - after_kb - (2 if after > 0 else 1) * ROUNDING_KB)
+    after_kb = max(min_kb, int(per_cpu * after / (keep + after))) if after > 0 else 0
+    top_kb = max(min_kb, per_cpu - after_kb - (2 if after > 0 else 1) * ROUNDING_KB)
     return top_kb, after_kb
 
 
@@ -107,9 +115,10 @@ class BufferPlan:
     target, or None when it is close enough.
     """
 
-    def __init__(self, keep, after, ncpu, max_total_kb, fixed_top_kb=None):
-        self.keep, self.after, self.ncpu = keep, after, ncpu
-        self.top_ceiling_kb, self.after_ceiling_kb = split_ceiling(max_total_kb, ncpu, keep, after)
+    def __init__(self, keep, after, ncpu, max_total_kb, fixed_top_kb=None, min_kb=MIN_BUFFER_KB):
+        self.keep, self.after, self.ncpu, self.min_kb = keep, after, ncpu, min_kb
+        self.top_ceiling_kb, self.after_ceiling_kb = split_ceiling(max_total_kb, ncpu, keep, after,
+                                                                   min_kb)
         self.fixed_top_kb = fixed_top_kb
         self.history: collections.deque = collections.deque()   # (mono_ns, busiest CPU bytes/s)
 
@@ -127,11 +136,16 @@ class BufferPlan:
         return max((r for _, r in self.history), default=0.0)
 
     def wanted(self):
-        """(before KiB, after KiB) per CPU: the first for the peak rate, before the ceilings;
-        the --after one its whole share."""
+        """(before KiB, after KiB) per CPU, before the ceilings: the first for --keep at the
+        peak rate, the --after one for --after at AFTER_BURST times it (its whole share
+        until a rate was read)."""
         rate = self.peak_rate()
-        top = self.fixed_top_kb or max(MIN_BUFFER_KB, size_for(rate, self.keep))
-        return top, (self.after_ceiling_kb if self.after > 0 else 0)
+        top = self.fixed_top_kb or max(self.min_kb, size_for(rate, self.keep))
+        if self.after <= 0:
+            return top, 0
+        if not self.history:
+            return top, self.after_ceiling_kb
+        return top, max(self.min_kb, size_for(rate * AFTER_BURST, self.after))
 
     def targets(self):
         top, after = self.wanted()
@@ -149,7 +163,7 @@ class BufferPlan:
             return min(target_kb, current_kb + GROW_STEP_KB)
         if (target_kb * SHRINK_FACTOR < current_kb and self.history_s() >= RATE_HISTORY_S * 0.9
                 and self.fixed_top_kb is None):
-            return max(target_kb, MIN_BUFFER_KB)
+            return max(target_kb, self.min_kb)
         return None
 
     def holds_s(self, top_kb, bytes_per_s):

@@ -246,22 +246,38 @@ def stall_share(rows, name, window_s):
 
 
 class PsiPoller:
-    """poll(2) over the PSI fds: which triggers fired within a timeout."""
+    """poll(2) over the PSI fds: which triggers fired within a timeout.
 
-    def __init__(self, watches):
+    wake_fd: the read end of a pipe that signal.set_wakeup_fd() writes to: a signal
+    (SIGUSR1, a stop signal) ends the wait at once, so the wait between idle checks can
+    be long without delaying a trigger.
+    """
+
+    def __init__(self, watches, wake_fd=None):
         self.watches = {w.fd: w for w in watches}
+        self.wake_fd = wake_fd
         self.poll = select.poll()
         for fd in self.watches:
             self.poll.register(fd, select.POLLPRI)
+        if wake_fd is not None:
+            self.poll.register(wake_fd, select.POLLIN)
 
     def wait(self, timeout_s):
-        """Sleep up to timeout_s; returns the PsiWatches whose condition held."""
-        if not self.watches:
+        """Sleep up to timeout_s, or until a PSI trigger or a signal; returns the PsiWatches
+        whose condition held."""
+        if not self.watches and self.wake_fd is None:
             import time
             time.sleep(timeout_s)
             return []
         fired = []
         for fd, mask in self.poll.poll(int(timeout_s * 1000)):
+            if fd == self.wake_fd:
+                try:
+                    while os.read(fd, 512):
+                        pass
+                except (BlockingIOError, InterruptedError):
+                    pass
+                continue
             if mask & (select.POLLERR | select.POLLNVAL):
                 raise CaptureError("the kernel dropped the PSI trigger %s"
                                    % self.watches[fd].trigger.condition)

@@ -747,3 +747,20 @@ def test_buffers_sized_for_max_disk_give_bundles_that_fit_it(max_disk, ncpu, ins
     need = flight_disk.smallest_disk_for(kb, ncpu, instances, samples, room)
     assert max_disk <= need <= max_disk + (64 << 10)
     assert flight_disk.buffer_kb_for_disk(need, ncpu, instances, samples, room) >= kb
+
+
+def test_the_after_buffer_is_sized_from_the_measured_rate_within_its_share():
+    """Until a rate is read the --after buffer wants its whole share; then --after seconds at
+    AFTER_BURST times the peak rate (a recount here), at least the least size, at most the share."""
+    from kmemscope.capture import ringsize
+    plan = ringsize.BufferPlan(keep=30, after=5, ncpu=2, max_total_kb=1 << 20)
+    assert plan.targets()[1] == plan.after_ceiling_kb
+    plan.observe(0, 100.0)                    # a quiet host: 100 bytes/s
+    assert plan.targets()[1] == ringsize.MIN_BUFFER_KB
+    plan.observe(1_000_000_000, 200e3)        # 200 kB/s: 8 x 200e3 x 5 x 1.15 bytes
+    assert plan.targets()[1] == int(200e3 * ringsize.AFTER_BURST * 5 * 1.15 / 1024) + 1
+    plan.observe(2_000_000_000, 1e9)          # far beyond the share
+    assert plan.targets()[1] == plan.after_ceiling_kb
+    small = ringsize.BufferPlan(keep=2, after=1, ncpu=2, max_total_kb=600, min_kb=64)
+    small.observe(0, 10.0)
+    assert small.targets() == (64, 64)
