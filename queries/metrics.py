@@ -36,7 +36,7 @@ from .selection import labels_dict
 
 
 # Kinds of metric that are the kernel's own counters: arithmetic means, raw relative change.
-COUNTER_KINDS = ("vmstat", "stalls", "cost", "mthp")
+COUNTER_KINDS = ("vmstat", "stalls", "cost", "mthp", "shifted")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ class Metric:
     better: str          # "higher", "lower" or "none" (the change is no gain or loss by itself)
     unit: str            # "%", "count", "/min", "ms", an imported unit, ...
     title: str           # what a table calls the row (mmtests' name for the vmstat rows)
-    kind: str            # "summary", "vmstat", "stalls", "cost", "mthp", "frag" or "imported"
+    kind: str            # "summary", "vmstat", "stalls", "cost", "mthp", "shifted", "frag" or
+                         # "imported"
     reason: str = ""     # why `better` is the better way, or why there is none (every row has one)
 
     @property
@@ -373,6 +374,8 @@ def parse_name(name):
         return _parse_cost_name(name)
     if name.startswith("mthp."):
         return _parse_mthp_name(name)
+    if name.startswith("shifted."):
+        return _parse_shifted_name(name)
     return ("imported", name)
 
 
@@ -588,6 +591,9 @@ class _Gathering:
             return {f"cost.{name}": cost_metric(name) for name in COST}
         if kind == "mthp":
             return mthp_group(self)
+        if kind == "shifted":
+            return {f"shifted.{name}": shifted_metric(name) for name in SHIFTED
+                    if any(r.get(f"shifted.{name}") is not None for r in self.runs.values())}
         if kind == "stalls":
             return {m.name: m for kind in STALL_KINDS if kind in self.stall_kinds
                     for m in (stall_metric(kind, stat) for stat in STALL_HEADLINE
@@ -610,6 +616,8 @@ class _Gathering:
             return stall_metric(p[1], p[2])
         if p[0] == "cost":
             return cost_metric(p[1], p[2])
+        if p[0] == "shifted":
+            return shifted_metric(p[1])
         if p[0] == "mthp":
             if p[2] not in self.mthp_counters.get(p[1], ()):
                 have = ", ".join(f"{s}kB" for s in sorted(self.mthp_counters)) or "none"
@@ -657,8 +665,11 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
     if defaults or "summary" in kinds:
         g.add_summary()
     # the trace's counters also bound a bare trace's summary rates (SUMMARY_MODEL_PARTS)
-    if defaults or "vmstat" in kinds or ("summary" in kinds and _summary_from_trace(g.runs)):
+    if defaults or kinds & {"vmstat", "shifted"} or ("summary" in kinds
+                                                    and _summary_from_trace(g.runs)):
         g.add_vmstat()
+    if "shifted" in kinds:
+        _add_shifted(g)
     if defaults or "stalls" in kinds:
         g.add_stalls(required="stalls" in kinds)
     if defaults or "cost" in kinds or "mthp" in kinds:
@@ -712,6 +723,8 @@ _EMPTY_GROUP_HINT = {
     "benchmark": "no benchmark result was imported: kmemscope metrics import DATASET FILE",
     "mthp": "no selected run has per-size mTHP samples that moved (6.10+ kernels; kmemscope "
             "record samples /sys/kernel/mm/transparent_hugepage/hugepages-*/stats/)",
+    "shifted": "the runs have neither vmstat's compaction scan counters nor the "
+               "mm_compaction_isolate_* events that count them",
 }
 
 # A run's key naming the vmstat counters that its values came from the trace for, and the
@@ -767,6 +780,8 @@ def value_exactness(metric, run):
         return COST[parse_name(metric.name)[1]].source, "exact"
     if metric.kind == "mthp":
         return "sysfs sample", "exact"
+    if metric.kind == "shifted":
+        return value_exactness(vmstat_metric(SHIFTED[parse_name(metric.name)[1]].counter), run)
     if metric.kind == "summary":
         name = metric.name
         recorded = run.get((name[:-4] if name.endswith("_pct") else name) + "_source")
@@ -1131,14 +1146,21 @@ COST = {
                                     _WAIT_IS_COST),
     "direct_reclaim_ms": CostRow("ms", "Direct reclaim time ms", "lower", "trace", None, None,
                                  "every kernel with the vmscan tracepoints", _WAIT_IS_COST),
+    "kcompactd_compaction_ms": CostRow(
+        "ms", "kcompactd compaction time ms", "none", "trace", None, None,
+        "4.6+ (kcompactd), with mm_compaction_begin and mm_compaction_end",
+        "kcompactd's compaction stalls no task: more of it is compaction moved out of the "
+        "allocation path (the share below) or more compaction (its CPU is kcompactd_cpu_s)"),
     "background_compaction_share_pct": CostRow(
-        "%", "Background compaction share %", "higher", "procfs sample+trace", None, None,
-        "4.6+ (kcompactd), with kcompactd CPU samples and the compaction tracepoints",
-        "compaction done by kcompactd is compaction no allocating task waits for; what it "
+        "%", "Background compaction share %", "higher", "trace", None, None,
+        "4.6+ (kcompactd), with mm_compaction_begin and mm_compaction_end",
+        "kcompactd compaction time / (kcompactd compaction time + direct compaction time), "
+        "both the trace's compact_zone() time: compaction no allocating task waits for; what it "
         "costs in CPU is the kcompactd_cpu_s row"),
 }
 # The trace-timed rows: stalls.per_run's total time of a kind.
-COST_FROM_STALLS = {"direct_compaction_ms": "direct_compaction", "direct_reclaim_ms": "direct_reclaim"}
+COST_FROM_STALLS = {"direct_compaction_ms": "direct_compaction", "direct_reclaim_ms": "direct_reclaim",
+                    "kcompactd_compaction_ms": "kcompactd"}
 COST_SAMPLED = [name for name, row in COST.items() if row.column is not None]
 GROUPS["cost"] = "cost"
 GROUPS["mthp"] = "mthp"
@@ -1244,14 +1266,20 @@ def _add_cost(g, with_mthp=True):
             _set_cost(target, name, value, duration)
             if value is not None:
                 g.cost_traced.add(run_id)
-        kcompactd, direct = target.get("cost.kcompactd_cpu_s"), target.get("cost.direct_compaction_ms")
-        share = None
-        if kcompactd is not None and direct is not None and kcompactd * 1000.0 + direct > 0:
-            share = 100.0 * kcompactd * 1000.0 / (kcompactd * 1000.0 + direct)
-        target["cost.background_compaction_share_pct"] = share
+        target["cost.background_compaction_share_pct"] = background_share(
+            target.get("cost.kcompactd_compaction_ms"), target.get("cost.direct_compaction_ms"))
     g.notes += [impossible_note(f"cost.{column}", runs) for column, runs in impossible.items()]
     if with_mthp:
         _add_mthp(g)
+
+
+def background_share(kcompactd_ms, direct_ms):
+    """kcompactd's share of the compaction time, both from the trace (time over time: the
+    compact_zone() runs of kcompactd threads, and those inside direct compaction stalls); None
+    where either is unknown or there was no compaction."""
+    if kcompactd_ms is None or direct_ms is None or kcompactd_ms + direct_ms <= 0:
+        return None
+    return 100.0 * kcompactd_ms / (kcompactd_ms + direct_ms)
 
 
 def _set_cost(target, name, value, window_s):
@@ -1325,15 +1353,17 @@ def cost_notes(g, cost_rows=True):
         shown = ", ".join(bare[:3]) + (" ..." if len(bare) > 3 else "")
         notes.append(
             f"cost.psi_some_ms, cost.psi_full_ms, cost.system_cpu_s, cost.kswapd_cpu_s, "
-            f"cost.kcompactd_cpu_s, cost.khugepaged_cpu_s, cost.background_compaction_share_pct: "
+            f"cost.kcompactd_cpu_s, cost.khugepaged_cpu_s: "
             f"n/a for {len(bare)} run{'s' if len(bare) > 1 else ''} without cost samples "
             f"({shown}): no tracepoint gives pressure or CPU time; only samples of "
             "/proc/pressure/memory, /proc/stat and the kernel threads' /proc/PID/stat "
             "(kmemscope record takes them) answer those rows; the trace-timed rows "
-            "(direct_compaction_ms, direct_reclaim_ms) stay")
+            "(direct_compaction_ms, direct_reclaim_ms, kcompactd_compaction_ms, "
+            "background_compaction_share_pct) stay")
     untimed = [r for r in g.runs if r not in g.cost_traced]
     if cost_rows and untimed and (g.cost_sampled or g.cost_asked):
-        notes.append(f"cost.direct_compaction_ms, cost.direct_reclaim_ms: n/a for {len(untimed)} "
+        notes.append(f"cost.direct_compaction_ms, cost.direct_reclaim_ms, "
+                     f"cost.kcompactd_compaction_ms: n/a for {len(untimed)} "
                      f"run{'s' if len(untimed) > 1 else ''} that recorded neither kind's begin and "
                      "end events (kmemscope queries stalls says which)")
     if g.mthp_asked and not g.mthp_moved:
@@ -1347,6 +1377,53 @@ def cost_notes(g, cost_rows=True):
                          "without per-size mTHP samples (a bare trace, or a kernel before 6.10): "
                          "the trace's THP fault model counts the PMD order only")
     return notes
+
+
+# ---------------------------------------------------------------- shifted.*: where compaction ran
+
+@dataclass(frozen=True)
+class ShiftedRow:
+    counter: str         # the vmstat counter (or kmemscope's derived one) whose value it is
+    title: str
+
+
+# "Direct compaction shifted": the pages compaction scanned, direct and kcompactd's apart, in
+# the unit postings give a shift of compaction work into kcompactd in (pages scanned, migrate
+# and free scanner). Each is the vmstat row of the same counter (sampled, or from the trace on a
+# bare trace: a lower bound there), shown together so that their changes read side by side.
+SHIFTED = {
+    "direct_migrate_scanned": ShiftedRow("compact_direct_migrate_scanned",
+                                         "Direct compaction scanned migrate"),
+    "direct_free_scanned": ShiftedRow("compact_direct_free_scanned",
+                                      "Direct compaction scanned free"),
+    "kcompactd_migrate_scanned": ShiftedRow("compact_daemon_migrate_scanned",
+                                            "kcompactd scanned migrate"),
+    "kcompactd_free_scanned": ShiftedRow("compact_daemon_free_scanned", "kcompactd scanned free"),
+}
+GROUPS["shifted"] = "shifted"
+_SHIFTED_NAME = re.compile(r"shifted\.([a-z_]+)")
+
+
+def shifted_metric(name):
+    row = SHIFTED[name]
+    better, reason = vmstat_direction(row.counter)
+    return Metric(f"shifted.{name}", better, "count", row.title, "shifted",
+                  f"{reason} (vmstat's {row.counter})")
+
+
+def _parse_shifted_name(name):
+    m = _SHIFTED_NAME.fullmatch(name)
+    if not m or m.group(1) not in SHIFTED:
+        raise QueryError(f"bad shifted metric {name!r}",
+                         "write shifted.NAME, NAME one of " + ", ".join(SHIFTED))
+    return ("shifted", m.group(1))
+
+
+def _add_shifted(g):
+    """shifted.* values of gather()'s runs: their vmstat rows' (g: after add_vmstat)."""
+    for target in g.runs.values():
+        for name, row in SHIFTED.items():
+            target[f"shifted.{name}"] = target.get(f"vmstat.{row.counter}")
 
 
 # ---------------------------------------------------------------- one quantity, several rows
@@ -1367,7 +1444,10 @@ SAME_QUANTITY = (
      "the time tasks spent in direct compaction, from the trace"),
     (("stalls.direct_reclaim.total_ms", "cost.direct_reclaim_ms"),
      "the time tasks spent in direct reclaim, from the trace"),
-)
+    (("stalls.kcompactd.total_ms", "cost.kcompactd_compaction_ms"),
+     "the time kcompactd spent compacting, from the trace"),
+) + tuple(((f"vmstat.{row.counter}", f"shifted.{name}"), f"vmstat's {row.counter}")
+          for name, row in SHIFTED.items())
 _SAME = {name: (names, what) for names, what in SAME_QUANTITY for name in names}
 
 

@@ -106,7 +106,7 @@ def add_cost_samples(ds, run_id, seed, tables=None, **kw):
     return rows
 
 
-def expected(rows, direct_compaction_ms=None):
+def expected(rows):
     """The cost.* and mthp.* values of one run, recounted from its rows in plain Python."""
     def first_last(samples, key):
         ordered = sorted(samples, key=lambda r: r["ts"])
@@ -135,8 +135,12 @@ def expected(rows, direct_compaction_ms=None):
                                if r["size_kb"] == size and r["counter"] == counter], "value")
             deltas[(size, counter)] = b - a
     out["mthp"] = deltas
-    if direct_compaction_ms is not None and out["cost.kcompactd_cpu_s"] is not None:
-        k_ms = out["cost.kcompactd_cpu_s"] * 1000.0
-        out["cost.background_compaction_share_pct"] = (
-            None if k_ms + direct_compaction_ms == 0 else 100.0 * k_ms / (k_ms + direct_compaction_ms))
     return out
+
+
+def background_share(kcompactd_ms, direct_compaction_ms):
+    """kcompactd's compaction time over itself plus direct compaction's (both the trace's)."""
+    if kcompactd_ms is None or direct_compaction_ms is None:
+        return None
+    total = kcompactd_ms + direct_compaction_ms
+    return None if total == 0 else 100.0 * kcompactd_ms / total
