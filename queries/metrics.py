@@ -500,7 +500,8 @@ class _Gathering:
                                       "host": r["host"],
                                       "started_ns": _int_or_none(r["started_ns"]),
                                       "first_ts": r["first_ts"],
-                                      "duration_s": r.get("duration_s")}
+                                      "duration_s": r.get("duration_s"),
+                                      LOST: _int_or_none(r.get("lost_events"))}
             self.trace_spans[r["run_id"]] = (r["first_ts"], r.get("last_ts"))
 
     def add_imported(self):
@@ -678,6 +679,7 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
             g.add_stalls(required=False)        # the trace-timed rows: stalls.per_run's times
         _add_cost(g)
         g.notes += cost_notes(g, cost_rows=defaults or "cost" in kinds)
+    g.notes += _lost_events_rows(g.runs)
     chosen = g.choose(names, defaults)
     # each analysis gives its notes about the same runs: one of each
     return RunValues(list(g.runs.values()), chosen, list(dict.fromkeys(g.notes)), g.counters,
@@ -727,6 +729,76 @@ _EMPTY_GROUP_HINT = {
                "mm_compaction_isolate_* events that count them",
 }
 
+# A run's key holding how many events its trace lost (the run's record; None: not recorded).
+LOST = "@lost_events"
+# The rows timed by pairing a begin with its end: a lost end pairs a begin with a later end
+# (one lost-event run gave 18.6 times its span of direct reclaim), so no bound holds there.
+PAIRED_COST = ("direct_compaction_ms", "direct_reclaim_ms", "kcompactd_compaction_ms",
+               "background_compaction_share_pct")
+
+
+def _lost_events_rows(runs):
+    """Rows from a trace that lost events are never exact: the rows timed from begin and end
+    pairs (stalls.*, the cost block's trace rows) and the trace's ratios are n/a, the counts
+    from the trace lower bounds (an event lost is a count missed; value_exactness says so).
+    Returns the notes that say which runs."""
+    lost = {run_id: target[LOST] for run_id, target in runs.items() if target.get(LOST)}
+    timed, counted, ratios = [], [], []       # the runs each note names
+    for run_id in sorted(lost):
+        target = runs[run_id]
+        for name in list(target):
+            if name.startswith("stalls.") or (name.startswith("cost.") and
+                                              name[5:].split("/")[0] in PAIRED_COST):
+                if target[name] is not None and run_id not in timed:
+                    timed.append(run_id)
+                target[name] = None
+        traced = target.get(TRACE_SOURCE)
+        if traced:
+            counted.append(run_id)
+            target[TRACE_INEXACT] = set(target.get(TRACE_INEXACT) or ()) | set(traced)
+            target.pop(TRACE_MODEL, None)
+        for name in [n for n in target if n.endswith((BOUND_LOW, BOUND_HIGH))]:
+            del target[name]          # a model's bounds assume every event was seen
+        for name in SUMMARY:
+            if (_summary_source(name, target) == "trace" and name.endswith(_RATIOS)
+                    and target.get(name) is not None):
+                if run_id not in ratios:
+                    ratios.append(run_id)
+                target[name] = None
+
+    def named(run_ids):
+        shown = ", ".join(f"{printable(r)}: {lost[r]:,}" for r in run_ids[:3])
+        more = " ..." if len(run_ids) > 3 else ""
+        return (f"{len(run_ids)} run{'s' if len(run_ids) > 1 else ''} whose trace lost events "
+                f"({shown}{more})")
+
+    notes = []
+    if timed:
+        notes.append(f"stalls.*, cost.{', cost.'.join(PAIRED_COST)}: n/a for {named(timed)}: "
+                     "a time paired from a begin and an end is then no bound either way (a "
+                     "lost end pairs a begin with a later one)")
+    if counted:
+        notes.append(f"vmstat rows [trace]: lower bounds for {named(counted)}: each lost event "
+                     "is a count the trace missed")
+    if ratios:
+        rates = ", ".join(n for n in SUMMARY if n.endswith(_RATIOS))
+        notes.append(f"the headline rates from the trace ({rates}): n/a for {named(ratios)}: a "
+                     "ratio of two counts that each missed events is no bound either way; the "
+                     "headline counts from the trace are lower bounds there")
+    return notes
+
+
+# Summary rows a lost event cannot change (the count itself, the capture's length) and the
+# ratios it makes meaningless.
+LOST_EXACT = ("lost_events", "duration_s")
+_RATIOS = ("_pct", "_per_1000_allocs")
+
+
+def _summary_source(name, run):
+    recorded = run.get((name[:-4] if name.endswith("_pct") else name) + "_source")
+    return recorded or SUMMARY_FROM_PROCFS.get(name, "trace")
+
+
 # A run's key naming the vmstat counters that its values came from the trace for, and the
 # key naming those of them the trace counts only in part (vmstat_trace.counters' exact).
 TRACE_SOURCE = "vmstat_from_trace"
@@ -774,6 +846,14 @@ def value_exactness(metric, run):
         return "imported", "exact"
     if metric.kind == "frag":
         return "procfs sample", "exact"
+    if run.get(LOST) and metric.name not in LOST_EXACT:
+        source, exactness = _exactness_seen_whole(metric, run)
+        return source, "lower bound" if "trace" in source else exactness
+    return _exactness_seen_whole(metric, run)
+
+
+def _exactness_seen_whole(metric, run):
+    """value_exactness of a run whose trace lost no events."""
     if metric.kind == "stalls":
         return "trace", "exact"
     if metric.kind == "cost":
@@ -784,8 +864,7 @@ def value_exactness(metric, run):
         return value_exactness(vmstat_metric(SHIFTED[parse_name(metric.name)[1]].counter), run)
     if metric.kind == "summary":
         name = metric.name
-        recorded = run.get((name[:-4] if name.endswith("_pct") else name) + "_source")
-        source = recorded or SUMMARY_FROM_PROCFS.get(name, "trace")
+        source = _summary_source(name, run)
         successes = SUMMARY_MODEL_PARTS.get(name, (None,))[0]
         if source == "trace" and successes in (run.get(TRACE_MODEL) or {}):
             return source, "model"

@@ -42,6 +42,7 @@ ORDER BY f.run_id, m.metric, m.source, m.value, m.unit, m.better
 --   first_ts        ns     first event (the trace clock)
 --   duration_s      s      capture window
 --   last_ts         ns     last event (the trace clock)
+--   lost_events     count  events the ring buffer dropped, as the run's record counts them
 SELECT
   f.run_id,
   f.labels,
@@ -50,7 +51,8 @@ SELECT
   json_extract_string(r.manifest, '$.start.realtime_ns') AS started_ns,
   f.first_ts,
   f.duration_s,
-  f.last_ts
+  f.last_ts,
+  r.lost_events
 FROM run_facts AS f
 LEFT JOIN runs AS r ON r.run_id = f.run_id
 ORDER BY f.run_id
