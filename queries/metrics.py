@@ -36,7 +36,7 @@ from .selection import labels_dict
 
 
 # Kinds of metric that are the kernel's own counters: arithmetic means, raw relative change.
-COUNTER_KINDS = ("vmstat", "stalls", "cost", "mthp", "shifted")
+COUNTER_KINDS = ("vmstat", "stalls", "cost", "mthp", "shifted", "workload")
 
 
 @dataclass(frozen=True)
@@ -376,6 +376,8 @@ def parse_name(name):
         return _parse_mthp_name(name)
     if name.startswith("shifted."):
         return _parse_shifted_name(name)
+    if name.startswith("workload."):
+        return _parse_workload_name(name)
     return ("imported", name)
 
 
@@ -502,6 +504,7 @@ class _Gathering:
                                       "first_ts": r["first_ts"],
                                       "duration_s": r.get("duration_s"),
                                       LOST: _int_or_none(r.get("lost_events"))}
+            self.runs[r["run_id"]].update(workload_values(r.get("workload_rusage")))
             self.trace_spans[r["run_id"]] = (r["first_ts"], r.get("last_ts"))
 
     def add_imported(self):
@@ -595,6 +598,9 @@ class _Gathering:
         if kind == "shifted":
             return {f"shifted.{name}": shifted_metric(name) for name in SHIFTED
                     if any(r.get(f"shifted.{name}") is not None for r in self.runs.values())}
+        if kind == "workload":
+            return {f"workload.{name}": workload_metric(name) for name in WORKLOAD
+                    if any(r.get(f"workload.{name}") is not None for r in self.runs.values())}
         if kind == "stalls":
             return {m.name: m for kind in STALL_KINDS if kind in self.stall_kinds
                     for m in (stall_metric(kind, stat) for stat in STALL_HEADLINE
@@ -619,6 +625,8 @@ class _Gathering:
             return cost_metric(p[1], p[2])
         if p[0] == "shifted":
             return shifted_metric(p[1])
+        if p[0] == "workload":
+            return workload_metric(p[1])
         if p[0] == "mthp":
             if p[2] not in self.mthp_counters.get(p[1], ()):
                 have = ", ".join(f"{s}kB" for s in sorted(self.mthp_counters)) or "none"
@@ -643,6 +651,7 @@ class _Gathering:
                 chosen.update(self.group(kind))
             if self.cost_sampled:        # runs with cost samples: the cost block beside the counts
                 chosen.update(self.group("cost"))
+            chosen.update(self.group("workload"))   # runs recorded with a command: its rusage
             chosen.update(mthp_group(self, everything=False))
             chosen.update(self.group("imported"))
         for name in names or []:
@@ -727,6 +736,8 @@ _EMPTY_GROUP_HINT = {
             "record samples /sys/kernel/mm/transparent_hugepage/hugepages-*/stats/)",
     "shifted": "the runs have neither vmstat's compaction scan counters nor the "
                "mm_compaction_isolate_* events that count them",
+    "workload": "no selected run was recorded with a command (kmemscope record ... -- COMMAND "
+                "keeps what the command used)",
 }
 
 # A run's key holding how many events its trace lost (the run's record; None: not recorded).
@@ -818,7 +829,7 @@ def _exactness(row):
     return row.get("exactness") or ("exact" if row.get("exact") else "lower bound")
 
 # Where a metric's per-run value comes from: the sources a comparison names.
-SOURCES = ("vmstat", "procfs sample", "sysfs sample", "trace", "imported")
+SOURCES = ("vmstat", "procfs sample", "sysfs sample", "trace", "imported", "rusage")
 # Summary columns read from /proc samples rather than the trace.
 SUMMARY_FROM_PROCFS = {"pgscan_kswapd_per_min": "vmstat",
                        "highatomic_pageblocks_max": "procfs sample"}
@@ -862,6 +873,8 @@ def _exactness_seen_whole(metric, run):
         return "sysfs sample", "exact"
     if metric.kind == "shifted":
         return value_exactness(vmstat_metric(SHIFTED[parse_name(metric.name)[1]].counter), run)
+    if metric.kind == "workload":
+        return "rusage", "exact"
     if metric.kind == "summary":
         name = metric.name
         source = _summary_source(name, run)
@@ -1503,6 +1516,69 @@ def _add_shifted(g):
     for target in g.runs.values():
         for name, row in SHIFTED.items():
             target[f"shifted.{name}"] = target.get(f"vmstat.{row.counter}")
+
+
+# ---------------------------------------------------------------- workload.*: the command's own use
+
+@dataclass(frozen=True)
+class WorkloadRow:
+    key: str             # the manifest's command.rusage key
+    unit: str
+    title: str
+    reason: str
+
+
+# What `kmemscope record ... -- COMMAND` kept of its command (wait4's rusage: the command and
+# the children it waited for), the workload's own cost beside the host's: a posting's "System
+# time" of a benchmark is this, where host-wide system CPU follows the capture's length.
+WORKLOAD = {
+    "user_cpu_s": WorkloadRow("user_s", "s", "Workload user CPU s",
+                              "user-mode CPU time the workload needed for the same work"),
+    "system_cpu_s": WorkloadRow("system_s", "s", "Workload system CPU s",
+                                "kernel-mode CPU time of the workload (its page faults, "
+                                "reclaim and compaction in its own context)"),
+    "max_rss_kb": WorkloadRow("max_rss_kb", "kB", "Workload max RSS kB",
+                              "the largest resident set of the workload or a child it waited "
+                              "for: memory the same work held"),
+    "major_faults": WorkloadRow("major_faults", "count", "Workload major faults",
+                                "page faults that waited for I/O (swap-in, a file's page read)"),
+}
+GROUPS["workload"] = "workload"
+_WORKLOAD_NAME = re.compile(r"workload\.([a-z_]+)")
+
+
+def workload_metric(name):
+    row = WORKLOAD[name]
+    return Metric(f"workload.{name}", "lower", row.unit, row.title, "workload", row.reason)
+
+
+def _parse_workload_name(name):
+    m = _WORKLOAD_NAME.fullmatch(name)
+    if not m or m.group(1) not in WORKLOAD:
+        raise QueryError(f"bad workload metric {name!r}",
+                         "write workload.NAME, NAME one of " + ", ".join(WORKLOAD))
+    return ("workload", m.group(1))
+
+
+def workload_values(text):
+    """{workload.NAME: value} of a run's command.rusage (JSON text from its manifest, which is
+    not trusted: a value that is not a finite number >= 0 is left out)."""
+    import json
+    import math
+
+    try:
+        usage = json.loads(text) if text else None
+    except ValueError:
+        usage = None
+    if not isinstance(usage, dict):
+        return {}
+    out = {}
+    for name, row in WORKLOAD.items():
+        value = usage.get(row.key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and math.isfinite(value) and value >= 0:
+            out[f"workload.{name}"] = float(value)
+    return out
 
 
 # ---------------------------------------------------------------- one quantity, several rows

@@ -53,10 +53,11 @@ TEST_TEXT = {
 }
 # How each block's rows are laid out in --format mmtests, and the source its rows usually have.
 LAYOUT = {"headline": "stats", "vmstat": "means", "stalls": "means", "cost": "means",
-          "shifted": "means",
+          "shifted": "means", "workload": "means",
           "mthp": "means", "benchmark": "stats", "fragmentation": "stats"}
 USUAL_SOURCE = {"headline": "trace", "vmstat": "vmstat", "stalls": "trace",
-                "cost": "procfs sample", "shifted": "vmstat", "mthp": "sysfs sample",
+                "cost": "procfs sample", "shifted": "vmstat", "workload": "rusage",
+                "mthp": "sysfs sample",
                 "benchmark": "imported",
                 "fragmentation": "procfs sample"}
 # What a block's header calls it, where that is more than its name.
