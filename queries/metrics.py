@@ -505,6 +505,9 @@ class _Gathering:
                                       "duration_s": r.get("duration_s"),
                                       LOST: _int_or_none(r.get("lost_events"))}
             self.runs[r["run_id"]].update(workload_values(r.get("workload_rusage")))
+            page, order = _int_or_none(r.get("page_size")), _int_or_none(r.get("pageblock_order"))
+            if page and order is not None and 0 <= order < 20 and page % 1024 == 0:
+                self.runs[r["run_id"]][PMD_KB] = (page >> 10) << order
             self.trace_spans[r["run_id"]] = (r["first_ts"], r.get("last_ts"))
 
     def add_imported(self):
@@ -607,6 +610,12 @@ class _Gathering:
                               if stat != "compaction_runs" or kind == "direct_compaction")}
         return dict(self.imported)
 
+    def pmd_kb(self):
+        """The PMD (THP) size of the runs in kB: page size << pageblock order, as most runs
+        record it (2048 where none does)."""
+        sizes = [r[PMD_KB] for r in self.runs.values() if r.get(PMD_KB)]
+        return max(set(sizes), key=sizes.count) if sizes else 2048
+
     def metric(self, name):
         """The Metric of one name the user gave, or an error saying what there is instead."""
         p = parse_name(name)
@@ -659,6 +668,11 @@ class _Gathering:
                 chosen[name] = self.metric(name)
                 continue
             found = self.group(GROUPS[name])
+            if not found and name == "mthp":
+                # runs without per-size samples (bare traces): the PMD size's fault rows, n/a,
+                # and cost_notes' reason, not an error that hides the other rows asked for
+                found = {f"mthp.{self.pmd_kb()}kB.{c}": mthp_metric(self.pmd_kb(), c)
+                         for c in MTHP_FIRST}
             if not found:
                 raise QueryError(f"no selected run has a metric of the group {name!r}",
                                  _EMPTY_GROUP_HINT[name])
@@ -742,6 +756,8 @@ _EMPTY_GROUP_HINT = {
 
 # A run's key holding how many events its trace lost (the run's record; None: not recorded).
 LOST = "@lost_events"
+# ... and its PMD size in kB (the mTHP rows a run without per-size samples is n/a for).
+PMD_KB = "@pmd_kb"
 # The rows timed by pairing a begin with its end: a lost end pairs a begin with a later end
 # (one lost-event run gave 18.6 times its span of direct reclaim), so no bound holds there.
 PAIRED_COST = ("direct_compaction_ms", "direct_reclaim_ms", "kcompactd_compaction_ms",

@@ -240,3 +240,20 @@ def test_free_pages_blocks_figure_draws_the_vmstat_samples(costds):
         for name, want in values.items():
             got = fig.drawn.panels[name][run_id[:8]].dropna().tolist()
             assert got == want and want, name
+
+
+def test_an_all_bare_dataset_asked_for_mthp_gives_na_rows_with_the_reason(tmp_path):
+    """Bare traces have no per-size mTHP samples: `--metrics cost,mthp` shows the cost rows
+    (the trace-timed ones with values) and the PMD size's mTHP rows n/a, with the reason,
+    instead of an error that hid the cost rows too."""
+    ds = tmp_path / "ds"
+    for side, run in (("a", "run1-defrag0"), ("b", "run1-defrag1")):
+        kmemscope("parse", "-q", AB / run / "trace.dat", "-o", ds, "--label", f"kernel={side}")
+    doc = json.loads(kmemscope("compare", ds, "--by", "kernel", "--metrics", "cost,mthp",
+                               "--format", "json").stdout)
+    recs = {(r["metric"], r["side"]): r for r in _rows(doc)}
+    assert recs[("cost.direct_compaction_ms", "a")]["value"] > 0
+    for counter in ("anon_fault_alloc", "anon_fault_fallback", "anon_fault_success_pct"):
+        assert recs[(f"mthp.2048kB.{counter}", "a")]["value"] is None
+    assert any(n.startswith("mthp.*: no selected run has per-size mTHP samples") and
+               "a bare trace gives none" in n for n in doc["notes"])
