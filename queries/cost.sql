@@ -68,10 +68,10 @@ GROUP BY run_id, pid, comm, kind;
 --                             sampled, else user plus system ticks)
 --   kcompactd_cpu_s    s      CPU time of every kcompactdN thread (the same)
 --   khugepaged_cpu_s   s      CPU time of khugepaged (the same)
---   kthread_clock      text   'schedstat ns' when every thread's time came from schedstat,
---                             'ticks' when none did, 'mixed' otherwise
 --   kthreads           count  kernel threads sampled (a thread that appeared later counts too)
 --   kthread_window_s   s      between the first and last kernel-thread sample
+--   kthread_clock      text   'schedstat ns' when every thread's time came from schedstat,
+--                             'ticks' when none did, 'mixed' otherwise
 --   impossible         text   the columns above made NULL because their samples are impossible
 --                             (comma-separated; NULL when none)
 WITH psi AS (

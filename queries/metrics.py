@@ -505,9 +505,9 @@ class _Gathering:
                                       "duration_s": r.get("duration_s"),
                                       LOST: _int_or_none(r.get("lost_events"))}
             self.runs[r["run_id"]].update(workload_values(r.get("workload_rusage")))
-            page, order = _int_or_none(r.get("page_size")), _int_or_none(r.get("pageblock_order"))
-            if page and order is not None and 0 <= order < 20 and page % 1024 == 0:
-                self.runs[r["run_id"]][PMD_KB] = (page >> 10) << order
+            order = _int_or_none(r.get("pageblock_order"))
+            if order is not None and 0 <= order < 20:
+                self.runs[r["run_id"]][PMD_KB] = 4 << order      # 4 kB pages: what it is named
             self.trace_spans[r["run_id"]] = (r["first_ts"], r.get("last_ts"))
 
     def add_imported(self):
@@ -611,8 +611,8 @@ class _Gathering:
         return dict(self.imported)
 
     def pmd_kb(self):
-        """The PMD (THP) size of the runs in kB: page size << pageblock order, as most runs
-        record it (2048 where none does)."""
+        """The PMD (THP) size of the runs in kB, as most runs' pageblock order gives it with
+        4 kB pages (2048 where none does): the size the n/a mTHP rows of bare traces name."""
         sizes = [r[PMD_KB] for r in self.runs.values() if r.get(PMD_KB)]
         return max(set(sizes), key=sizes.count) if sizes else 2048
 

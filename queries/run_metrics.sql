@@ -43,8 +43,7 @@ ORDER BY f.run_id, m.metric, m.source, m.value, m.unit, m.better
 --   duration_s      s      capture window
 --   last_ts         ns     last event (the trace clock)
 --   lost_events     count  events the ring buffer dropped, as the run's record counts them
---   page_size       count  the run's page size in bytes (NULL: not recorded)
---   pageblock_order order  its pageblock order (NULL: not recorded)
+--   pageblock_order order  its pageblock order (run_facts: recorded, or assumed)
 --   workload_rusage text   what `kmemscope record -- COMMAND` recorded its command used (the
 --                          manifest's command.rusage as JSON text; NULL: no command, or a
 --                          bundle from before kmemscope kept it)
@@ -58,8 +57,7 @@ SELECT
   f.duration_s,
   f.last_ts,
   r.lost_events,
-  r.page_size,
-  r.pageblock_order,
+  f.pageblock_order,
   json_extract(r.manifest, '$.command.rusage')::VARCHAR AS workload_rusage
 FROM run_facts AS f
 LEFT JOIN runs AS r ON r.run_id = f.run_id
