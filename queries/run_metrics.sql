@@ -58,7 +58,7 @@ SELECT
   f.last_ts,
   r.lost_events,
   f.pageblock_order,
-  json_extract(r.manifest, '$.command.rusage')::VARCHAR AS workload_rusage
+  json_extract_string(r.manifest, '$.command.rusage') AS workload_rusage
 FROM run_facts AS f
 LEFT JOIN runs AS r ON r.run_id = f.run_id
 ORDER BY f.run_id
