@@ -63,7 +63,7 @@ def _trace_series(scope, runs, span):
     compaction stalls that succeeded and failed (direct_compactions, vmstat's compact_success and
     compact_fail as the trace models them) and THP fault success % (thp_fault_attempts)."""
     bare = [r for r in runs if r not in scope.runs_with("vmstat")]
-    out = {"success": {}, "fail": {}, "thp": {}}
+    out: dict = {"success": {}, "fail": {}, "thp": {}}
     if bare and scope.runs_with("mm_compaction_try_to_compact_pages"):
         tries = scope.sql("SELECT d.run_id, (d.ts - f.first_ts) / 1e9 AS t_s, d.succeeded "
                           "FROM direct_compactions AS d JOIN run_facts AS f USING (run_id) "
