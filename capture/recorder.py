@@ -15,6 +15,7 @@ import time
 from kmemscope.capture import BUNDLE_FORMAT_VERSION
 from kmemscope.capture import bundle as bundle_mod
 from kmemscope.capture import cleanup, hostinfo, lock, presets, state
+from kmemscope.capture.workload_command import Command
 from kmemscope.capture import tracefs as tfs
 from kmemscope.common.errors import CaptureError
 from kmemscope.capture.sampler import ProcfsSampler
@@ -290,14 +291,15 @@ class Recorder:
         if not self.opt.command:
             return None
         try:
-            return subprocess.Popen(self.opt.command)
+            return Command(self.opt.command)
         except OSError as exc:
             self.stop_reason = "command failed to start"
             raise CaptureError("cannot run %s: %s" % (self.opt.command[0], exc.strerror),
                                "check the COMMAND after --")
 
     def _finish_command(self, command):
-        """Stop the command if it still runs; its argv and exit status for the manifest."""
+        """Stop the command if it still runs; its argv, exit status and rusage (what it and
+        the children it waited for used) for the manifest."""
         if command is None:
             return None
         if command.poll() is None:
@@ -309,7 +311,8 @@ class Recorder:
                 command.wait()
         code = command.returncode
         return {"argv": self.opt.command, "exit_status": code,
-                "signal": signal.Signals(-code).name if code < 0 else None}
+                "signal": signal.Signals(-code).name if code < 0 else None,
+                "rusage": command.rusage()}
 
     def _monitor(self, tc, sampler, command, start_ns):
         """Poll until a limit, the command, a signal or a failure ends the recording."""

@@ -23,7 +23,9 @@ the manifest, and one that fails mid-capture stops alone, the capture goes on):
     stat             the `cpu` and `cpuN` lines of /proc/stat (clock ticks)
     kthreads         one line `PID COMM UTIME STIME` (clock ticks, fields 14 and 15
                      of /proc/PID/stat) per kswapd*, kcompactd* and khugepaged kernel
-                     thread; the threads are found by name at start and again when
+                     thread, followed by ` ns=RUN_NS` where /proc/PID/schedstat exists
+                     (its first field: the thread's time on a CPU in nanoseconds, which
+                     a 10 ms tick cannot resolve); the threads are found by name at start and again when
                      kthreadd's children change (or every KTHREAD_RESCAN_S without
                      CONFIG_PROC_CHILDREN), and a thread that exits is dropped
     mthp             one line `SIZE_KB COUNTER VALUE` per file of
@@ -124,7 +126,8 @@ class KernelThreads:
             return False
 
     def _thread(self, pid):
-        """(comm, utime, stime) of a kernel thread of ours with `pid`, else None."""
+        """(comm, utime, stime, run_ns) of a kernel thread of ours with `pid`, else None;
+        run_ns None where the kernel has no schedstat (CONFIG_SCHED_INFO)."""
         try:
             comm, fields = stat_fields(_read_text(os.path.join(self.proc, str(pid), "stat")))
         except (OSError, UnicodeDecodeError):
@@ -137,7 +140,15 @@ class KernelThreads:
             return None
         if not flags & PF_KTHREAD:
             return None               # a user task that named itself like one
-        return comm, utime, stime
+        return comm, utime, stime, self._run_ns(pid)
+
+    def _run_ns(self, pid):
+        """The first field of /proc/PID/schedstat (sum_exec_runtime: ns on a CPU), or None."""
+        try:
+            fields = _read_text(os.path.join(self.proc, str(pid), "schedstat")).split()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return int(fields[0]) if fields and fields[0].isdigit() else None
 
     def _candidates(self):
         """The pids to look at for new threads now, or () when nothing may have appeared."""
@@ -160,7 +171,7 @@ class KernelThreads:
             return ()
 
     def read(self):
-        """One line `PID COMM UTIME STIME` per thread, pids in order."""
+        """One line `PID COMM UTIME STIME[ ns=RUN_NS]` per thread, pids in order."""
         for pid in self._candidates():
             if pid not in self.pids:
                 found = self._thread(pid)
@@ -173,7 +184,9 @@ class KernelThreads:
                 del self.pids[pid]       # exited (or its pid reused): look again next time
                 self._children = None
                 continue
-            lines.append("%d %s %d %d\n" % ((pid,) + found))
+            comm, utime, stime, run_ns = found
+            ns = "" if run_ns is None else " ns=%d" % run_ns
+            lines.append("%d %s %d %d%s\n" % (pid, comm, utime, stime, ns))
         return "".join(lines)
 
 

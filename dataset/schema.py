@@ -97,7 +97,8 @@ TABLE_COLUMNS = {
                  "system": "BIGINT", "idle": "BIGINT", "iowait": "BIGINT", "irq": "BIGINT",
                  "softirq": "BIGINT", "steal": "BIGINT", "ticks_per_s": "INTEGER"},
     "kthread_cpu": {"ts": "BIGINT", "pid": "INTEGER", "comm": "VARCHAR", "kind": "VARCHAR",
-                    "utime": "BIGINT", "stime": "BIGINT", "ticks_per_s": "INTEGER"},
+                    "utime": "BIGINT", "stime": "BIGINT", "run_ns": "BIGINT",
+                    "ticks_per_s": "INTEGER"},
     "mthp_stats": {"ts": "BIGINT", "size_kb": "INTEGER", "counter": "VARCHAR", "value": "BIGINT"},
     # Benchmark results of the run (parsers/benchmark_results.py): a bundle's metrics.json, or
     # `kmemscope metrics import`.

@@ -288,14 +288,21 @@ def parse_cpu_stat(body):
 
 
 def parse_kthreads(body):
-    """procfs/kthreads text (lines `PID COMM UTIME STIME`, capture/sampler.py) ->
-    [(pid, comm, kind, utime, stime)]. A line whose comm names none of the threads
-    sampled, or whose numbers are not counts, is skipped."""
+    """procfs/kthreads text (lines `PID COMM UTIME STIME[ ns=RUN_NS]`, capture/sampler.py) ->
+    [(pid, comm, kind, utime, stime, run_ns)], run_ns None where the line has none (a kernel
+    without schedstat, or a bundle sampled before kmemscope read it). A line whose comm names
+    none of the threads sampled, or whose numbers are not counts, is skipped."""
     from kmemscope.capture.sampler import kthread_kind
 
     rows = []
     for i, line in enumerate(body.splitlines()):
         parts = line.split()
+        run_ns = None
+        if parts and parts[-1].startswith("ns="):
+            if not _digits(parts[-1][3:]):
+                continue
+            run_ns = _int(parts[-1][3:], i, _INT64)
+            parts = parts[:-1]
         if len(parts) < 4 or not _digits(parts[0]) or not (_digits(parts[-2])
                                                              and _digits(parts[-1])):
             continue
@@ -304,7 +311,7 @@ def parse_kthreads(body):
         if kind is None:
             continue
         rows.append((_int(parts[0], i, _INT32), comm, kind, _int(parts[-2], i, _INT64),
-                     _int(parts[-1], i, _INT64)))
+                     _int(parts[-1], i, _INT64), run_ns))
     return rows
 
 
@@ -403,7 +410,8 @@ def table_schemas():
                               + [("ticks_per_s", pa.int32())]),
         "kthread_cpu": pa.schema([ts, ("pid", pa.int32()), ("comm", pa.string()),
                                   ("kind", pa.string()), ("utime", pa.int64()),
-                                  ("stime", pa.int64()), ("ticks_per_s", pa.int32())]),
+                                  ("stime", pa.int64()), ("run_ns", pa.int64()),
+                                  ("ticks_per_s", pa.int32())]),
         "mthp_stats": pa.schema([ts, ("size_kb", pa.int32()), ("counter", pa.string()),
                                  ("value", pa.int64())]),
     }

@@ -32,7 +32,8 @@ NOT_SIGNIFICANT = "no significant change"
 
 # Blocks of a table: which metric kinds go in which (--format mmtests prints them in order).
 BLOCKS = (("headline", ("summary",)), ("vmstat", ("vmstat",)), ("stalls", ("stalls",)),
-          ("cost", ("cost",)), ("mthp", ("mthp",)),
+          ("cost", ("cost",)), ("shifted", ("shifted",)), ("workload", ("workload",)),
+          ("mthp", ("mthp",)),
           ("benchmark", ("imported",)), ("fragmentation", ("frag",)))
 BLOCK_OF = {kind: block for block, kinds in BLOCKS for kind in kinds}
 

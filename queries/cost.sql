@@ -16,8 +16,11 @@
 -- (or all non-idle) tasks stalled on memory, summed over nothing: they are not
 -- per CPU. /proc/stat and /proc/PID/stat count in clock ticks (USER_HZ,
 -- ticks_per_s, 100 on most hosts): a value is good to one tick per thread
--- and sample (10 ms). A kernel thread found only after the first sample
--- counts from its first sample. The per-size mTHP stats exist from 6.10
+-- and sample (10 ms). A kernel thread's CPU time is taken in nanoseconds
+-- from /proc/PID/schedstat instead (run_ns: its time on a CPU) where every
+-- sample of it has that (kernels with CONFIG_SCHED_INFO,
+-- bundles of a kmemscope that reads it); else from the ticks. A kernel
+-- thread found only after the first sample counts from its first sample. The per-size mTHP stats exist from 6.10
 -- (swpin and the *_charge, split and nr_anon* counters from later 6.1x
 -- kernels); nr_anon and nr_anon_partially_mapped are gauges (folios now), so
 -- their increase is a net change, not a flow. Runs without these samples (a
@@ -31,6 +34,23 @@
 -- others' rows.
 --
 -- @optional psi_memory cpu_stat kthread_cpu mthp_stats
+--
+-- @prelude
+-- Each kernel thread's first-to-last change (a pid and its name: a pid reused by another
+-- thread is another thread): ticks, and schedstat's nanoseconds where every sample of it
+-- has them (run_ns NULL otherwise).
+CREATE TEMP VIEW _kthread_deltas AS
+SELECT run_id, pid, comm, kind,
+       max_by(utime::HUGEINT + stime, ts) - min_by(utime::HUGEINT + stime, ts) AS ticks,
+       max_by(utime::HUGEINT, ts) - min_by(utime::HUGEINT, ts) AS uticks,
+       max_by(stime::HUGEINT, ts) - min_by(stime::HUGEINT, ts) AS sticks,
+       CASE WHEN bool_and(run_ns IS NOT NULL)
+            THEN max_by(run_ns::HUGEINT, ts) - min_by(run_ns::HUGEINT, ts) END AS run_ns,
+       nullif(max(ticks_per_s), 0) AS ticks_per_s,
+       min(ts) AS first_ts,
+       max(ts) AS last_ts
+FROM kthread_cpu
+GROUP BY run_id, pid, comm, kind;
 
 -- @section per_run: per run: pressure, system CPU and the background threads' CPU over the capture
 -- @columns
@@ -44,11 +64,14 @@
 --   softirq_cpu_s      s      CPU time in softirq, every CPU
 --   iowait_s           s      idle CPU time while I/O was outstanding, every CPU
 --   cpu_window_s       s      between the first and last /proc/stat sample
---   kswapd_cpu_s       s      user plus system time of every kswapdN thread
---   kcompactd_cpu_s    s      user plus system time of every kcompactdN thread
---   khugepaged_cpu_s   s      user plus system time of khugepaged
+--   kswapd_cpu_s       s      CPU time of every kswapdN thread (schedstat's nanoseconds where
+--                             sampled, else user plus system ticks)
+--   kcompactd_cpu_s    s      CPU time of every kcompactdN thread (the same)
+--   khugepaged_cpu_s   s      CPU time of khugepaged (the same)
 --   kthreads           count  kernel threads sampled (a thread that appeared later counts too)
 --   kthread_window_s   s      between the first and last kernel-thread sample
+--   kthread_clock      text   'schedstat ns' when every thread's time came from schedstat,
+--                             'ticks' when none did, 'mixed' otherwise
 --   impossible         text   the columns above made NULL because their samples are impossible
 --                             (comma-separated; NULL when none)
 WITH psi AS (
@@ -131,20 +154,17 @@ cpu_per_run AS (
 ),
 -- each kernel thread (a pid and its name: a pid reused by another thread is another thread)
 thread_deltas AS (
-  SELECT run_id, pid, comm, kind,
-         max_by(utime::HUGEINT + stime, ts) - min_by(utime::HUGEINT + stime, ts) AS ticks,
-         nullif(max(ticks_per_s), 0) AS ticks_per_s,
-         min(ts) AS first_ts, max(ts) AS last_ts
-  FROM kthread_cpu
-  GROUP BY run_id, pid, comm, kind
+  SELECT run_id, pid, comm, kind, first_ts, last_ts,
+         CASE WHEN run_ns IS NOT NULL THEN run_ns / 1e9 ELSE ticks / ticks_per_s END AS cpu_s,
+         run_ns IS NOT NULL AS from_schedstat
+  FROM _kthread_deltas
 ),
 -- a thread runs on one CPU at a time: its CPU time grows by at most its sampling window
 threads AS (
-  SELECT run_id, pid, comm, kind, first_ts, last_ts,
-         coalesce(ticks < 0 OR ticks / ticks_per_s > (last_ts - first_ts) / 1e9 + 1.0, false)
-           AS impossible,
-         CASE WHEN ticks >= 0 AND ticks / ticks_per_s <= (last_ts - first_ts) / 1e9 + 1.0
-              THEN ticks / ticks_per_s END AS cpu_s
+  SELECT run_id, pid, comm, kind, first_ts, last_ts, from_schedstat,
+         coalesce(cpu_s < 0 OR cpu_s > (last_ts - first_ts) / 1e9 + 1.0, false) AS impossible,
+         CASE WHEN cpu_s >= 0 AND cpu_s <= (last_ts - first_ts) / 1e9 + 1.0 THEN cpu_s END
+           AS cpu_s
   FROM thread_deltas
 ),
 threads_per_run AS (
@@ -162,7 +182,9 @@ threads_per_run AS (
          bool_or(impossible AND kind = 'kcompactd') AS kcompactd_impossible,
          bool_or(impossible AND kind = 'khugepaged') AS khugepaged_impossible,
          count(*) AS kthreads,
-         (max(last_ts) - min(first_ts)) / 1e9 AS kthread_window_s
+         (max(last_ts) - min(first_ts)) / 1e9 AS kthread_window_s,
+         CASE WHEN bool_and(from_schedstat) THEN 'schedstat ns'
+              WHEN NOT bool_or(from_schedstat) THEN 'ticks' ELSE 'mixed' END AS kthread_clock
   FROM threads
   GROUP BY run_id
 ),
@@ -188,6 +210,7 @@ SELECT
   t.khugepaged_cpu_s,
   t.kthreads,
   t.kthread_window_s,
+  t.kthread_clock,
   nullif(concat_ws(', ',
     CASE WHEN p.psi_some_impossible THEN 'psi_some_ms' END,
     CASE WHEN p.psi_full_impossible THEN 'psi_full_ms' END,
@@ -209,36 +232,33 @@ ORDER BY f.run_id
 --   pid        code   the thread's pid
 --   comm       text   its name (kswapd0, kcompactd0, khugepaged)
 --   kind       text   kswapd, kcompactd or khugepaged
---   cpu_s      s      user plus system time between its first and last sample (NULL, and
---                     utime_s and stime_s too, where the samples are impossible: more time
---                     than the window holds, or less than nothing)
---   utime_s    s      of which in user mode (0 for a kernel thread but for accounting noise)
---   stime_s    s      of which in kernel mode
+--   cpu_s      s      its CPU time between its first and last sample: schedstat's
+--                     nanoseconds where every sample has them, else user plus system ticks (NULL,
+--                     and utime_s and stime_s too, where the samples are impossible: more
+--                     time than the window holds, or less than nothing)
+--   clock      text   'schedstat ns' or 'ticks': which cpu_s came from
+--   utime_s    s      user-mode ticks (0 for a kernel thread but for accounting noise)
+--   stime_s    s      kernel-mode ticks
 --   first_ts   ns     its first sample
 --   last_ts    ns     its last sample
-WITH thread_deltas AS (
-  SELECT run_id, pid, comm, kind,
-         max_by(utime::HUGEINT + stime, ts) - min_by(utime::HUGEINT + stime, ts) AS ticks,
-         max_by(utime::HUGEINT, ts) - min_by(utime::HUGEINT, ts) AS uticks,
-         max_by(stime::HUGEINT, ts) - min_by(stime::HUGEINT, ts) AS sticks,
-         nullif(max(ticks_per_s), 0) AS ticks_per_s,
-         min(ts) AS first_ts,
-         max(ts) AS last_ts
-  FROM kthread_cpu
-  GROUP BY run_id, pid, comm, kind
-),
-threads AS (
+WITH threads AS (
   SELECT *,
-         uticks >= 0 AND sticks >= 0
-           AND ticks / ticks_per_s <= (last_ts - first_ts) / 1e9 + 1.0 AS possible
-  FROM thread_deltas
+         CASE WHEN run_ns IS NOT NULL THEN run_ns / 1e9 ELSE ticks / ticks_per_s END AS time_s
+  FROM _kthread_deltas
+),
+checked AS (
+  SELECT *,
+         uticks >= 0 AND sticks >= 0 AND time_s >= 0
+           AND time_s <= (last_ts - first_ts) / 1e9 + 1.0 AS possible
+  FROM threads
 )
 SELECT f.run_id, f.labels, t.pid, t.comm, t.kind,
-       CASE WHEN t.possible THEN t.ticks / t.ticks_per_s END AS cpu_s,
+       CASE WHEN t.possible THEN t.time_s END AS cpu_s,
+       CASE WHEN t.run_ns IS NOT NULL THEN 'schedstat ns' ELSE 'ticks' END AS clock,
        CASE WHEN t.possible THEN t.uticks / t.ticks_per_s END AS utime_s,
        CASE WHEN t.possible THEN t.sticks / t.ticks_per_s END AS stime_s,
        t.first_ts, t.last_ts
-FROM threads AS t
+FROM checked AS t
 JOIN run_facts AS f ON f.run_id = t.run_id
 ORDER BY f.run_id, t.kind, t.comm, t.pid, t.first_ts
 

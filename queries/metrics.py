@@ -36,7 +36,7 @@ from .selection import labels_dict
 
 
 # Kinds of metric that are the kernel's own counters: arithmetic means, raw relative change.
-COUNTER_KINDS = ("vmstat", "stalls", "cost", "mthp")
+COUNTER_KINDS = ("vmstat", "stalls", "cost", "mthp", "shifted", "workload")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ class Metric:
     better: str          # "higher", "lower" or "none" (the change is no gain or loss by itself)
     unit: str            # "%", "count", "/min", "ms", an imported unit, ...
     title: str           # what a table calls the row (mmtests' name for the vmstat rows)
-    kind: str            # "summary", "vmstat", "stalls", "cost", "mthp", "frag" or "imported"
+    kind: str            # "summary", "vmstat", "stalls", "cost", "mthp", "shifted", "frag" or
+                         # "imported"
     reason: str = ""     # why `better` is the better way, or why there is none (every row has one)
 
     @property
@@ -373,6 +374,10 @@ def parse_name(name):
         return _parse_cost_name(name)
     if name.startswith("mthp."):
         return _parse_mthp_name(name)
+    if name.startswith("shifted."):
+        return _parse_shifted_name(name)
+    if name.startswith("workload."):
+        return _parse_workload_name(name)
     return ("imported", name)
 
 
@@ -497,7 +502,12 @@ class _Gathering:
                                       "host": r["host"],
                                       "started_ns": _int_or_none(r["started_ns"]),
                                       "first_ts": r["first_ts"],
-                                      "duration_s": r.get("duration_s")}
+                                      "duration_s": r.get("duration_s"),
+                                      LOST: _int_or_none(r.get("lost_events"))}
+            self.runs[r["run_id"]].update(workload_values(r.get("workload_rusage")))
+            order = _int_or_none(r.get("pageblock_order"))
+            if order is not None and 0 <= order < 20:
+                self.runs[r["run_id"]][PMD_KB] = 4 << order      # 4 kB pages: what it is named
             self.trace_spans[r["run_id"]] = (r["first_ts"], r.get("last_ts"))
 
     def add_imported(self):
@@ -588,11 +598,23 @@ class _Gathering:
             return {f"cost.{name}": cost_metric(name) for name in COST}
         if kind == "mthp":
             return mthp_group(self)
+        if kind == "shifted":
+            return {f"shifted.{name}": shifted_metric(name) for name in SHIFTED
+                    if any(r.get(f"shifted.{name}") is not None for r in self.runs.values())}
+        if kind == "workload":
+            return {f"workload.{name}": workload_metric(name) for name in WORKLOAD
+                    if any(r.get(f"workload.{name}") is not None for r in self.runs.values())}
         if kind == "stalls":
             return {m.name: m for kind in STALL_KINDS if kind in self.stall_kinds
                     for m in (stall_metric(kind, stat) for stat in STALL_HEADLINE
                               if stat != "compaction_runs" or kind == "direct_compaction")}
         return dict(self.imported)
+
+    def pmd_kb(self):
+        """The PMD (THP) size of the runs in kB, as most runs' pageblock order gives it with
+        4 kB pages (2048 where none does): the size the n/a mTHP rows of bare traces name."""
+        sizes = [r[PMD_KB] for r in self.runs.values() if r.get(PMD_KB)]
+        return max(set(sizes), key=sizes.count) if sizes else 2048
 
     def metric(self, name):
         """The Metric of one name the user gave, or an error saying what there is instead."""
@@ -610,6 +632,10 @@ class _Gathering:
             return stall_metric(p[1], p[2])
         if p[0] == "cost":
             return cost_metric(p[1], p[2])
+        if p[0] == "shifted":
+            return shifted_metric(p[1])
+        if p[0] == "workload":
+            return workload_metric(p[1])
         if p[0] == "mthp":
             if p[2] not in self.mthp_counters.get(p[1], ()):
                 have = ", ".join(f"{s}kB" for s in sorted(self.mthp_counters)) or "none"
@@ -634,6 +660,7 @@ class _Gathering:
                 chosen.update(self.group(kind))
             if self.cost_sampled:        # runs with cost samples: the cost block beside the counts
                 chosen.update(self.group("cost"))
+            chosen.update(self.group("workload"))   # runs recorded with a command: its rusage
             chosen.update(mthp_group(self, everything=False))
             chosen.update(self.group("imported"))
         for name in names or []:
@@ -641,6 +668,11 @@ class _Gathering:
                 chosen[name] = self.metric(name)
                 continue
             found = self.group(GROUPS[name])
+            if not found and name == "mthp":
+                # runs without per-size samples (bare traces): the PMD size's fault rows, n/a,
+                # and cost_notes' reason, not an error that hides the other rows asked for
+                found = {f"mthp.{self.pmd_kb()}kB.{c}": mthp_metric(self.pmd_kb(), c)
+                         for c in MTHP_FIRST}
             if not found:
                 raise QueryError(f"no selected run has a metric of the group {name!r}",
                                  _EMPTY_GROUP_HINT[name])
@@ -657,8 +689,11 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
     if defaults or "summary" in kinds:
         g.add_summary()
     # the trace's counters also bound a bare trace's summary rates (SUMMARY_MODEL_PARTS)
-    if defaults or "vmstat" in kinds or ("summary" in kinds and _summary_from_trace(g.runs)):
+    if defaults or kinds & {"vmstat", "shifted"} or ("summary" in kinds
+                                                    and _summary_from_trace(g.runs)):
         g.add_vmstat()
+    if "shifted" in kinds:
+        _add_shifted(g)
     if defaults or "stalls" in kinds:
         g.add_stalls(required="stalls" in kinds)
     if defaults or "cost" in kinds or "mthp" in kinds:
@@ -667,6 +702,7 @@ def _gather(dataset, names, run_ids, labels, engine, with_defaults):
             g.add_stalls(required=False)        # the trace-timed rows: stalls.per_run's times
         _add_cost(g)
         g.notes += cost_notes(g, cost_rows=defaults or "cost" in kinds)
+    g.notes += _lost_events_rows(g.runs)
     chosen = g.choose(names, defaults)
     # each analysis gives its notes about the same runs: one of each
     return RunValues(list(g.runs.values()), chosen, list(dict.fromkeys(g.notes)), g.counters,
@@ -712,7 +748,83 @@ _EMPTY_GROUP_HINT = {
     "benchmark": "no benchmark result was imported: kmemscope metrics import DATASET FILE",
     "mthp": "no selected run has per-size mTHP samples that moved (6.10+ kernels; kmemscope "
             "record samples /sys/kernel/mm/transparent_hugepage/hugepages-*/stats/)",
+    "shifted": "the runs have neither vmstat's compaction scan counters nor the "
+               "mm_compaction_isolate_* events that count them",
+    "workload": "no selected run was recorded with a command (kmemscope record ... -- COMMAND "
+                "keeps what the command used)",
 }
+
+# A run's key holding how many events its trace lost (the run's record; None: not recorded).
+LOST = "@lost_events"
+# ... and its PMD size in kB (the mTHP rows a run without per-size samples is n/a for).
+PMD_KB = "@pmd_kb"
+# The rows timed by pairing a begin with its end: a lost end pairs a begin with a later end
+# (one lost-event run gave 18.6 times its span of direct reclaim), so no bound holds there.
+PAIRED_COST = ("direct_compaction_ms", "direct_reclaim_ms", "kcompactd_compaction_ms",
+               "background_compaction_share_pct")
+
+
+def _lost_events_rows(runs):
+    """Rows from a trace that lost events are never exact: the rows timed from begin and end
+    pairs (stalls.*, the cost block's trace rows) and the trace's ratios are n/a, the counts
+    from the trace lower bounds (an event lost is a count missed; value_exactness says so).
+    Returns the notes that say which runs."""
+    lost = {run_id: target[LOST] for run_id, target in runs.items() if target.get(LOST)}
+    timed, counted, ratios = [], [], []       # the runs each note names
+    for run_id in sorted(lost):
+        target = runs[run_id]
+        for name in list(target):
+            if name.startswith("stalls.") or (name.startswith("cost.") and
+                                              name[5:].split("/")[0] in PAIRED_COST):
+                if target[name] is not None and run_id not in timed:
+                    timed.append(run_id)
+                target[name] = None
+        traced = target.get(TRACE_SOURCE)
+        if traced:
+            counted.append(run_id)
+            target[TRACE_INEXACT] = set(target.get(TRACE_INEXACT) or ()) | set(traced)
+            target.pop(TRACE_MODEL, None)
+        for name in [n for n in target if n.endswith((BOUND_LOW, BOUND_HIGH))]:
+            del target[name]          # a model's bounds assume every event was seen
+        for name in SUMMARY:
+            if (_summary_source(name, target) == "trace" and name.endswith(_RATIOS)
+                    and target.get(name) is not None):
+                if run_id not in ratios:
+                    ratios.append(run_id)
+                target[name] = None
+
+    def named(run_ids):
+        shown = ", ".join(f"{printable(r)}: {lost[r]:,}" for r in run_ids[:3])
+        more = " ..." if len(run_ids) > 3 else ""
+        return (f"{len(run_ids)} run{'s' if len(run_ids) > 1 else ''} whose trace lost events "
+                f"({shown}{more})")
+
+    notes = []
+    if timed:
+        notes.append(f"stalls.*, cost.{', cost.'.join(PAIRED_COST)}: n/a for {named(timed)}: "
+                     "a time paired from a begin and an end is then no bound either way (a "
+                     "lost end pairs a begin with a later one)")
+    if counted:
+        notes.append(f"vmstat rows [trace]: lower bounds for {named(counted)}: each lost event "
+                     "is a count the trace missed")
+    if ratios:
+        rates = ", ".join(n for n in SUMMARY if n.endswith(_RATIOS))
+        notes.append(f"the headline rates from the trace ({rates}): n/a for {named(ratios)}: a "
+                     "ratio of two counts that each missed events is no bound either way; the "
+                     "headline counts from the trace are lower bounds there")
+    return notes
+
+
+# Summary rows a lost event cannot change (the count itself, the capture's length) and the
+# ratios it makes meaningless.
+LOST_EXACT = ("lost_events", "duration_s")
+_RATIOS = ("_pct", "_per_1000_allocs")
+
+
+def _summary_source(name, run):
+    recorded = run.get((name[:-4] if name.endswith("_pct") else name) + "_source")
+    return recorded or SUMMARY_FROM_PROCFS.get(name, "trace")
+
 
 # A run's key naming the vmstat counters that its values came from the trace for, and the
 # key naming those of them the trace counts only in part (vmstat_trace.counters' exact).
@@ -733,7 +845,7 @@ def _exactness(row):
     return row.get("exactness") or ("exact" if row.get("exact") else "lower bound")
 
 # Where a metric's per-run value comes from: the sources a comparison names.
-SOURCES = ("vmstat", "procfs sample", "sysfs sample", "trace", "imported")
+SOURCES = ("vmstat", "procfs sample", "sysfs sample", "trace", "imported", "rusage")
 # Summary columns read from /proc samples rather than the trace.
 SUMMARY_FROM_PROCFS = {"pgscan_kswapd_per_min": "vmstat",
                        "highatomic_pageblocks_max": "procfs sample"}
@@ -761,16 +873,27 @@ def value_exactness(metric, run):
         return "imported", "exact"
     if metric.kind == "frag":
         return "procfs sample", "exact"
+    if run.get(LOST) and metric.name not in LOST_EXACT:
+        source, exactness = _exactness_seen_whole(metric, run)
+        return source, "lower bound" if "trace" in source else exactness
+    return _exactness_seen_whole(metric, run)
+
+
+def _exactness_seen_whole(metric, run):
+    """value_exactness of a run whose trace lost no events."""
     if metric.kind == "stalls":
         return "trace", "exact"
     if metric.kind == "cost":
         return COST[parse_name(metric.name)[1]].source, "exact"
     if metric.kind == "mthp":
         return "sysfs sample", "exact"
+    if metric.kind == "shifted":
+        return value_exactness(vmstat_metric(SHIFTED[parse_name(metric.name)[1]].counter), run)
+    if metric.kind == "workload":
+        return "rusage", "exact"
     if metric.kind == "summary":
         name = metric.name
-        recorded = run.get((name[:-4] if name.endswith("_pct") else name) + "_source")
-        source = recorded or SUMMARY_FROM_PROCFS.get(name, "trace")
+        source = _summary_source(name, run)
         successes = SUMMARY_MODEL_PARTS.get(name, (None,))[0]
         if source == "trace" and successes in (run.get(TRACE_MODEL) or {}):
             return source, "model"
@@ -1131,14 +1254,21 @@ COST = {
                                     _WAIT_IS_COST),
     "direct_reclaim_ms": CostRow("ms", "Direct reclaim time ms", "lower", "trace", None, None,
                                  "every kernel with the vmscan tracepoints", _WAIT_IS_COST),
+    "kcompactd_compaction_ms": CostRow(
+        "ms", "kcompactd compaction time ms", "none", "trace", None, None,
+        "4.6+ (kcompactd), with mm_compaction_begin and mm_compaction_end",
+        "kcompactd's compaction stalls no task: more of it is compaction moved out of the "
+        "allocation path (the share below) or more compaction (its CPU is kcompactd_cpu_s)"),
     "background_compaction_share_pct": CostRow(
-        "%", "Background compaction share %", "higher", "procfs sample+trace", None, None,
-        "4.6+ (kcompactd), with kcompactd CPU samples and the compaction tracepoints",
-        "compaction done by kcompactd is compaction no allocating task waits for; what it "
+        "%", "Background compaction share %", "higher", "trace", None, None,
+        "4.6+ (kcompactd), with mm_compaction_begin and mm_compaction_end",
+        "kcompactd compaction time / (kcompactd compaction time + direct compaction time), "
+        "both the trace's compact_zone() time: compaction no allocating task waits for; what it "
         "costs in CPU is the kcompactd_cpu_s row"),
 }
 # The trace-timed rows: stalls.per_run's total time of a kind.
-COST_FROM_STALLS = {"direct_compaction_ms": "direct_compaction", "direct_reclaim_ms": "direct_reclaim"}
+COST_FROM_STALLS = {"direct_compaction_ms": "direct_compaction", "direct_reclaim_ms": "direct_reclaim",
+                    "kcompactd_compaction_ms": "kcompactd"}
 COST_SAMPLED = [name for name, row in COST.items() if row.column is not None]
 GROUPS["cost"] = "cost"
 GROUPS["mthp"] = "mthp"
@@ -1244,14 +1374,20 @@ def _add_cost(g, with_mthp=True):
             _set_cost(target, name, value, duration)
             if value is not None:
                 g.cost_traced.add(run_id)
-        kcompactd, direct = target.get("cost.kcompactd_cpu_s"), target.get("cost.direct_compaction_ms")
-        share = None
-        if kcompactd is not None and direct is not None and kcompactd * 1000.0 + direct > 0:
-            share = 100.0 * kcompactd * 1000.0 / (kcompactd * 1000.0 + direct)
-        target["cost.background_compaction_share_pct"] = share
+        target["cost.background_compaction_share_pct"] = background_share(
+            target.get("cost.kcompactd_compaction_ms"), target.get("cost.direct_compaction_ms"))
     g.notes += [impossible_note(f"cost.{column}", runs) for column, runs in impossible.items()]
     if with_mthp:
         _add_mthp(g)
+
+
+def background_share(kcompactd_ms, direct_ms):
+    """kcompactd's share of the compaction time, both from the trace (time over time: the
+    compact_zone() runs of kcompactd threads, and those inside direct compaction stalls); None
+    where either is unknown or there was no compaction."""
+    if kcompactd_ms is None or direct_ms is None or kcompactd_ms + direct_ms <= 0:
+        return None
+    return 100.0 * kcompactd_ms / (kcompactd_ms + direct_ms)
 
 
 def _set_cost(target, name, value, window_s):
@@ -1325,15 +1461,17 @@ def cost_notes(g, cost_rows=True):
         shown = ", ".join(bare[:3]) + (" ..." if len(bare) > 3 else "")
         notes.append(
             f"cost.psi_some_ms, cost.psi_full_ms, cost.system_cpu_s, cost.kswapd_cpu_s, "
-            f"cost.kcompactd_cpu_s, cost.khugepaged_cpu_s, cost.background_compaction_share_pct: "
+            f"cost.kcompactd_cpu_s, cost.khugepaged_cpu_s: "
             f"n/a for {len(bare)} run{'s' if len(bare) > 1 else ''} without cost samples "
             f"({shown}): no tracepoint gives pressure or CPU time; only samples of "
             "/proc/pressure/memory, /proc/stat and the kernel threads' /proc/PID/stat "
             "(kmemscope record takes them) answer those rows; the trace-timed rows "
-            "(direct_compaction_ms, direct_reclaim_ms) stay")
+            "(direct_compaction_ms, direct_reclaim_ms, kcompactd_compaction_ms, "
+            "background_compaction_share_pct) stay")
     untimed = [r for r in g.runs if r not in g.cost_traced]
     if cost_rows and untimed and (g.cost_sampled or g.cost_asked):
-        notes.append(f"cost.direct_compaction_ms, cost.direct_reclaim_ms: n/a for {len(untimed)} "
+        notes.append(f"cost.direct_compaction_ms, cost.direct_reclaim_ms, "
+                     f"cost.kcompactd_compaction_ms: n/a for {len(untimed)} "
                      f"run{'s' if len(untimed) > 1 else ''} that recorded neither kind's begin and "
                      "end events (kmemscope queries stalls says which)")
     if g.mthp_asked and not g.mthp_moved:
@@ -1347,6 +1485,116 @@ def cost_notes(g, cost_rows=True):
                          "without per-size mTHP samples (a bare trace, or a kernel before 6.10): "
                          "the trace's THP fault model counts the PMD order only")
     return notes
+
+
+# ---------------------------------------------------------------- shifted.*: where compaction ran
+
+@dataclass(frozen=True)
+class ShiftedRow:
+    counter: str         # the vmstat counter (or kmemscope's derived one) whose value it is
+    title: str
+
+
+# "Direct compaction shifted": the pages compaction scanned, direct and kcompactd's apart, in
+# the unit postings give a shift of compaction work into kcompactd in (pages scanned, migrate
+# and free scanner). Each is the vmstat row of the same counter (sampled, or from the trace on a
+# bare trace: a lower bound there), shown together so that their changes read side by side.
+SHIFTED = {
+    "direct_migrate_scanned": ShiftedRow("compact_direct_migrate_scanned",
+                                         "Direct compaction scanned migrate"),
+    "direct_free_scanned": ShiftedRow("compact_direct_free_scanned",
+                                      "Direct compaction scanned free"),
+    "kcompactd_migrate_scanned": ShiftedRow("compact_daemon_migrate_scanned",
+                                            "kcompactd scanned migrate"),
+    "kcompactd_free_scanned": ShiftedRow("compact_daemon_free_scanned", "kcompactd scanned free"),
+}
+GROUPS["shifted"] = "shifted"
+_SHIFTED_NAME = re.compile(r"shifted\.([a-z_]+)")
+
+
+def shifted_metric(name):
+    row = SHIFTED[name]
+    better, reason = vmstat_direction(row.counter)
+    return Metric(f"shifted.{name}", better, "count", row.title, "shifted",
+                  f"{reason} (vmstat's {row.counter})")
+
+
+def _parse_shifted_name(name):
+    m = _SHIFTED_NAME.fullmatch(name)
+    if not m or m.group(1) not in SHIFTED:
+        raise QueryError(f"bad shifted metric {name!r}",
+                         "write shifted.NAME, NAME one of " + ", ".join(SHIFTED))
+    return ("shifted", m.group(1))
+
+
+def _add_shifted(g):
+    """shifted.* values of gather()'s runs: their vmstat rows' (g: after add_vmstat)."""
+    for target in g.runs.values():
+        for name, row in SHIFTED.items():
+            target[f"shifted.{name}"] = target.get(f"vmstat.{row.counter}")
+
+
+# ---------------------------------------------------------------- workload.*: the command's own use
+
+@dataclass(frozen=True)
+class WorkloadRow:
+    key: str             # the manifest's command.rusage key
+    unit: str
+    title: str
+    reason: str
+
+
+# What `kmemscope record ... -- COMMAND` kept of its command (wait4's rusage: the command and
+# the children it waited for), the workload's own cost beside the host's: a posting's "System
+# time" of a benchmark is this, where host-wide system CPU follows the capture's length.
+WORKLOAD = {
+    "user_cpu_s": WorkloadRow("user_s", "s", "Workload user CPU s",
+                              "user-mode CPU time the workload needed for the same work"),
+    "system_cpu_s": WorkloadRow("system_s", "s", "Workload system CPU s",
+                                "kernel-mode CPU time of the workload (its page faults, "
+                                "reclaim and compaction in its own context)"),
+    "max_rss_kb": WorkloadRow("max_rss_kb", "kB", "Workload max RSS kB",
+                              "the largest resident set of the workload or a child it waited "
+                              "for: memory the same work held"),
+    "major_faults": WorkloadRow("major_faults", "count", "Workload major faults",
+                                "page faults that waited for I/O (swap-in, a file's page read)"),
+}
+GROUPS["workload"] = "workload"
+_WORKLOAD_NAME = re.compile(r"workload\.([a-z_]+)")
+
+
+def workload_metric(name):
+    row = WORKLOAD[name]
+    return Metric(f"workload.{name}", "lower", row.unit, row.title, "workload", row.reason)
+
+
+def _parse_workload_name(name):
+    m = _WORKLOAD_NAME.fullmatch(name)
+    if not m or m.group(1) not in WORKLOAD:
+        raise QueryError(f"bad workload metric {name!r}",
+                         "write workload.NAME, NAME one of " + ", ".join(WORKLOAD))
+    return ("workload", m.group(1))
+
+
+def workload_values(text):
+    """{workload.NAME: value} of a run's command.rusage (JSON text from its manifest, which is
+    not trusted: a value that is not a finite number >= 0 is left out)."""
+    import json
+    import math
+
+    try:
+        usage = json.loads(text) if text else None
+    except ValueError:
+        usage = None
+    if not isinstance(usage, dict):
+        return {}
+    out = {}
+    for name, row in WORKLOAD.items():
+        value = usage.get(row.key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and math.isfinite(value) and value >= 0:
+            out[f"workload.{name}"] = float(value)
+    return out
 
 
 # ---------------------------------------------------------------- one quantity, several rows
@@ -1367,7 +1615,10 @@ SAME_QUANTITY = (
      "the time tasks spent in direct compaction, from the trace"),
     (("stalls.direct_reclaim.total_ms", "cost.direct_reclaim_ms"),
      "the time tasks spent in direct reclaim, from the trace"),
-)
+    (("stalls.kcompactd.total_ms", "cost.kcompactd_compaction_ms"),
+     "the time kcompactd spent compacting, from the trace"),
+) + tuple(((f"vmstat.{row.counter}", f"shifted.{name}"), f"vmstat's {row.counter}")
+          for name, row in SHIFTED.items())
 _SAME = {name: (names, what) for names, what in SAME_QUANTITY for name in names}
 
 

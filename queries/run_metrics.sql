@@ -42,6 +42,11 @@ ORDER BY f.run_id, m.metric, m.source, m.value, m.unit, m.better
 --   first_ts        ns     first event (the trace clock)
 --   duration_s      s      capture window
 --   last_ts         ns     last event (the trace clock)
+--   lost_events     count  events the ring buffer dropped, as the run's record counts them
+--   pageblock_order order  its pageblock order (run_facts: recorded, or assumed)
+--   workload_rusage text   what `kmemscope record -- COMMAND` recorded its command used (the
+--                          manifest's command.rusage as JSON text; NULL: no command, or a
+--                          bundle from before kmemscope kept it)
 SELECT
   f.run_id,
   f.labels,
@@ -50,7 +55,10 @@ SELECT
   json_extract_string(r.manifest, '$.start.realtime_ns') AS started_ns,
   f.first_ts,
   f.duration_s,
-  f.last_ts
+  f.last_ts,
+  r.lost_events,
+  f.pageblock_order,
+  json_extract_string(r.manifest, '$.command.rusage') AS workload_rusage
 FROM run_facts AS f
 LEFT JOIN runs AS r ON r.run_id = f.run_id
 ORDER BY f.run_id

@@ -72,6 +72,9 @@ def _named_tables(sql, known):
 # Columns every event table has from the record itself or the common fields (not the event's
 # own format), and kernel_stack, whose shape the stack family judges (dataset/derived.py).
 _NOT_FORMAT_FIELDS = {"ts", "cpu", "pid", "comm"}
+# Columns a later kmemscope added to a table: a run parsed before has none, and reads them as
+# NULL (the analyses say what they fall back to).
+ADDED_COLUMNS = {"kthread_cpu": {"run_ns"}}
 
 
 def _named_fields(sql, tables):
@@ -83,7 +86,8 @@ def _named_fields(sql, tables):
         known = TABLE_COLUMNS.get(table, {})
         if "ts" not in known or table == "kernel_stack":
             continue        # not an event's table
-        named = (words & set(known)) - _NOT_FORMAT_FIELDS - eras.ERA_FIELDS.get(table, set())
+        named = ((words & set(known)) - _NOT_FORMAT_FIELDS - eras.ERA_FIELDS.get(table, set())
+                 - ADDED_COLUMNS.get(table, set()))
         if named:
             out[table] = named
     return out

@@ -15,7 +15,12 @@
 --       task frees right away may be a lost race or a charge failure, which
 --       vmstat does not count as thp_fault_alloc (thp_fault_unsure); each
 --       lowers bound_low of alloc and raises bound_high of fallback by one.
---       Exact where there is none (with mm_page_free recorded).
+--       Counted over the whole capture (no vmstat window), the capture's
+--       edges widen both ways: a fault in flight when it began may be counted
+--       by vmstat and not seen (bound_high of both, one per faulting task), a
+--       fault its task's last event may be counted only after it ended
+--       (bound_low). Exact where there is none of these (with mm_page_free
+--       recorded).
 --   compact_stall, compact_success, compact_fail  the direct compaction model
 --       of lib/compaction.sql (compaction_success): an attempt is a stall
 --       unless every zone was skipped, as vmstat counts compact_stall (exact).
@@ -86,13 +91,15 @@ in_window AS (
 -- model rows: value, then how much higher (up) and lower (down) the kernel's count could be
 thp AS (
   SELECT t.run_id, 'thp_fault_alloc' AS name, CAST(t.trace_successes AS BIGINT) AS value,
-         'model' AS exactness, CAST(0 AS BIGINT) AS up, CAST(u.unsure AS BIGINT) AS down,
+         'model' AS exactness, CAST(u.start_edge AS BIGINT) AS up,
+         CAST(u.unsure + u.end_edge_successes AS BIGINT) AS down,
          'mm_page_alloc, mm_page_free' AS events
   FROM thp_fault_success AS t JOIN recorded AS r ON r.run_id = t.run_id
   JOIN thp_fault_unsure AS u ON u.run_id = t.run_id WHERE r.has_allocs
   UNION ALL
   SELECT t.run_id, 'thp_fault_fallback', CAST(t.trace_faults - t.trace_successes AS BIGINT),
-         'model', CAST(u.unsure AS BIGINT), CAST(0 AS BIGINT), 'mm_page_alloc, mm_page_free'
+         'model', CAST(u.unsure + u.start_edge AS BIGINT), CAST(u.end_edge_failures AS BIGINT),
+         'mm_page_alloc, mm_page_free'
   FROM thp_fault_success AS t JOIN recorded AS r ON r.run_id = t.run_id
   JOIN thp_fault_unsure AS u ON u.run_id = t.run_id WHERE r.has_allocs
 ),

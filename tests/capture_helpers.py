@@ -405,3 +405,35 @@ def vmstat_samples(path):
 def vmstat_now(*names):
     values = dict(line.split() for line in Path("/proc/vmstat").read_text().splitlines())
     return {n: int(values[n]) for n in names}
+
+
+# A command that knows its own rusage: it makes the kernel work (maps, faults and unmaps 1 MiB
+# at a time) for argv[2] seconds of its CPU time after touching 64 MiB, then writes its own
+# resource.getrusage(RUSAGE_SELF) as JSON to argv[1]: the oracle of what wait4 reports of it
+# (which adds only its exit's teardown).
+RUSAGE_WORKLOAD = """
+import json, mmap, resource, sys, time
+end = time.process_time() + float(sys.argv[2])
+blob = bytearray(64 << 20)
+for i in range(0, len(blob), 4096):
+    blob[i] = 1
+while time.process_time() < end:
+    m = mmap.mmap(-1, 1 << 20)
+    for i in range(0, 1 << 20, 4096):
+        m[i] = 1
+    m.close()
+u = resource.getrusage(resource.RUSAGE_SELF)
+with open(sys.argv[1], "w") as f:
+    json.dump({"user_s": u.ru_utime, "system_s": u.ru_stime, "max_rss_kb": u.ru_maxrss,
+               "major_faults": u.ru_majflt}, f)
+"""
+# What the exit after the oracle's reading may add (freeing 64 MiB: about 10 ms here).
+RUSAGE_EXIT_S = 0.05
+
+
+def assert_rusage_is_the_commands_own(got, own):
+    """A rusage record (the manifest's, or compare's workload.* values) against the command's
+    own reading just before it exited."""
+    assert got["max_rss_kb"] == own["max_rss_kb"] and got["major_faults"] == own["major_faults"]
+    for key in ("user_s", "system_s"):
+        assert own[key] <= got[key] <= own[key] + RUSAGE_EXIT_S, (key, got, own)

@@ -28,8 +28,10 @@ def _span(ds, run_id):
     return int(row[0]), int(row[1])
 
 
-def make_rows(first_ts, last_ts, seed, samples=6, sizes=(64, 256, 2048), kthreads=True):
-    """{table: [row dicts]} of `samples` samples from first_ts to last_ts; counters only rise."""
+def make_rows(first_ts, last_ts, seed, samples=6, sizes=(64, 256, 2048), kthreads=True,
+              schedstat=True):
+    """{table: [row dicts]} of `samples` samples from first_ts to last_ts; counters only rise.
+    schedstat: the kernel threads' rows carry run_ns (/proc/PID/schedstat), else NULL."""
     rng = random.Random(seed)
     step = (last_ts - first_ts) // (samples - 1)
     times = [first_ts + i * step for i in range(samples)]
@@ -41,7 +43,9 @@ def make_rows(first_ts, last_ts, seed, samples=6, sizes=(64, 256, 2048), kthread
     threads = [(rng.randrange(30, 90), "kswapd0", "kswapd"), (rng.randrange(30, 90) + 100,
                                                               "kcompactd0", "kcompactd"),
                (rng.randrange(30, 90) + 200, "khugepaged", "khugepaged")]
-    tcpu = {t: [rng.randrange(0, 50), rng.randrange(100, 5000)] for t in threads}
+    ns_rng = random.Random(-seed)      # its own stream: the other values stay those of `seed`
+    tcpu = {t: [rng.randrange(0, 50), rng.randrange(100, 5000), ns_rng.randrange(10**9, 10**11)]
+            for t in threads}
     mthp = {(s, c): rng.randrange(0, 1000) for s in sizes for c in MTHP_COUNTERS}
     for i, ts in enumerate(times):
         if i:
@@ -53,6 +57,7 @@ def make_rows(first_ts, last_ts, seed, samples=6, sizes=(64, 256, 2048), kthread
             for t in tcpu.values():
                 t[0] += rng.randrange(0, 2)
                 t[1] += rng.randrange(0, 40)
+                t[2] += ns_rng.randrange(0, 4 * 10**8)     # ns: not a whole number of ticks
             for key in mthp:
                 # the 2048 kB size and swpout stay put on every run: sizes that did not move
                 if key[0] != 2048 and key[1] != "swpout":
@@ -65,9 +70,11 @@ def make_rows(first_ts, last_ts, seed, samples=6, sizes=(64, 256, 2048), kthread
         for cpu, vals in [(-1, agg)] + sorted(cpus.items()):
             rows["cpu_stat"].append({"ts": ts, "cpu": cpu, **vals, "ticks_per_s": TICKS})
         if kthreads:
-            for (pid, comm, kind), (ut, stime) in tcpu.items():
+            for (pid, comm, kind), (ut, stime, run_ns) in tcpu.items():
                 rows["kthread_cpu"].append({"ts": ts, "pid": pid, "comm": comm, "kind": kind,
-                                            "utime": ut, "stime": stime, "ticks_per_s": TICKS})
+                                            "utime": ut, "stime": stime,
+                                            "run_ns": run_ns if schedstat else None,
+                                            "ticks_per_s": TICKS})
         for (size, counter), value in mthp.items():
             rows["mthp_stats"].append({"ts": ts, "size_kb": size, "counter": counter,
                                        "value": value})
@@ -106,7 +113,7 @@ def add_cost_samples(ds, run_id, seed, tables=None, **kw):
     return rows
 
 
-def expected(rows, direct_compaction_ms=None):
+def expected(rows):
     """The cost.* and mthp.* values of one run, recounted from its rows in plain Python."""
     def first_last(samples, key):
         ordered = sorted(samples, key=lambda r: r["ts"])
@@ -123,9 +130,12 @@ def expected(rows, direct_compaction_ms=None):
         for pid in {r["pid"] for r in rows["kthread_cpu"] if r["kind"] == kind}:
             mine = [r for r in rows["kthread_cpu"] if r["pid"] == pid]
             ordered = sorted(mine, key=lambda r: r["ts"])
-            total += (ordered[-1]["utime"] + ordered[-1]["stime"]
-                      - ordered[0]["utime"] - ordered[0]["stime"])
-        out[f"cost.{kind}_cpu_s"] = total / TICKS if rows["kthread_cpu"] else None
+            if all(r["run_ns"] is not None for r in mine):     # schedstat's ns, in seconds
+                total += (ordered[-1]["run_ns"] - ordered[0]["run_ns"]) / 1e9
+            else:
+                total += (ordered[-1]["utime"] + ordered[-1]["stime"]
+                          - ordered[0]["utime"] - ordered[0]["stime"]) / TICKS
+        out[f"cost.{kind}_cpu_s"] = total if rows["kthread_cpu"] else None
     span_ns = max(r["ts"] for r in rows["psi_memory"]) - min(r["ts"] for r in rows["psi_memory"])
     out["window_min"] = span_ns / 60e9
     deltas: dict = {}
@@ -135,8 +145,12 @@ def expected(rows, direct_compaction_ms=None):
                                if r["size_kb"] == size and r["counter"] == counter], "value")
             deltas[(size, counter)] = b - a
     out["mthp"] = deltas
-    if direct_compaction_ms is not None and out["cost.kcompactd_cpu_s"] is not None:
-        k_ms = out["cost.kcompactd_cpu_s"] * 1000.0
-        out["cost.background_compaction_share_pct"] = (
-            None if k_ms + direct_compaction_ms == 0 else 100.0 * k_ms / (k_ms + direct_compaction_ms))
     return out
+
+
+def background_share(kcompactd_ms, direct_compaction_ms):
+    """kcompactd's compaction time over itself plus direct compaction's (both the trace's)."""
+    if kcompactd_ms is None or direct_compaction_ms is None:
+        return None
+    total = kcompactd_ms + direct_compaction_ms
+    return None if total == 0 else 100.0 * kcompactd_ms / total

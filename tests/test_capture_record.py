@@ -140,6 +140,37 @@ def test_bundle_parses_with_samples_on_the_trace_timeline(tmp_path, before, work
     assert json.loads(runs[0]["manifest"])["preset"] == "default"
 
 
+def test_the_command_s_own_rusage_is_kept_and_compared_as_workload_rows(tmp_path, before):
+    """`record -- CMD` keeps what CMD used (wait4's rusage) in the manifest, and compare shows
+    it as workload.* rows: equal to the command's own resource.getrusage read just before it
+    exited (plus its exit). The other side, a committed example recorded without, has none."""
+    from capture_helpers import RUSAGE_WORKLOAD, assert_rusage_is_the_commands_own
+    from conftest import EXAMPLES
+    from kmrun import kmemscope
+
+    requirements.skip_unless("setup", kmemscope_parse_available())
+    script, own = tmp_path / "busy.py", tmp_path / "own.json"
+    script.write_text(RUSAGE_WORKLOAD)
+    bundle, dataset = tmp_path / "bundle", tmp_path / "dataset"
+    result = run_record("-o", bundle, "--", sys.executable, script, own, "1")
+    assert result.returncode == 0, result.stderr
+    oracle = json.loads(own.read_text())
+    kept = manifest(bundle)["command"]["rusage"]
+    assert_rusage_is_the_commands_own(kept, oracle)
+    kmemscope("parse", "-q", bundle, "-o", dataset, "--label", "kernel=cmd")
+    kmemscope("parse", "-q", EXAMPLES / "kmem-compaction", "-o", dataset, "--label", "kernel=ex")
+    doc = json.loads(kmemscope("compare", dataset, "--by", "kernel", "--baseline", "ex",
+                               "--format", "json", "--metrics", "workload").stdout)
+    recs = {(r["metric"], r["side"]): r for r in doc["rows"]}
+    got = {key: recs[(f"workload.{name}", "cmd")]["value"] for name, key in
+           (("user_cpu_s", "user_s"), ("system_cpu_s", "system_s"),
+            ("max_rss_kb", "max_rss_kb"), ("major_faults", "major_faults"))}
+    assert got["system_s"] == kept["system_s"]            # the manifest's number, unchanged
+    assert_rusage_is_the_commands_own(got, oracle)
+    assert recs[("workload.system_cpu_s", "cmd")]["source"] == "rusage"
+    assert recs[("workload.system_cpu_s", "ex")]["value"] is None
+
+
 def test_sigterm_midway_gives_a_valid_bundle_and_restores_state(tmp_path, before):
     bundle = tmp_path / "bundle"
     proc = start_record("-o", bundle, "--duration", "60s", "--zoneinfo")

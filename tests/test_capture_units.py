@@ -476,3 +476,39 @@ def test_standard_preset_keeps_what_it_says_and_no_order_0_blocking_allocation(t
         assert any(any(recorded(t) != "whole" for t in sec["requires"]) or
                    (sec["any_of"] and all(recorded(t) != "whole" for t in sec["any_of"]))
                    for sec in secs), name
+
+
+# ---------------------------------------------------------------- the command's rusage
+
+def test_the_command_is_reaped_with_its_rusage(tmp_path):
+    """record's COMMAND is reaped with wait4: what it used is its own (the command's reading
+    of itself just before it exits, plus its exit), through poll() as the recorder polls."""
+    import json
+    import time
+
+    from capture_helpers import RUSAGE_WORKLOAD, assert_rusage_is_the_commands_own
+    from kmemscope.capture.workload_command import Command
+
+    script, own = tmp_path / "busy.py", tmp_path / "own.json"
+    script.write_text(RUSAGE_WORKLOAD)
+    command = Command([sys.executable, str(script), str(own), "0.5"])
+    deadline = time.monotonic() + 60
+    while command.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert command.returncode == 0
+    got = command.rusage()
+    assert_rusage_is_the_commands_own(got, json.loads(own.read_text()))
+    assert got["system_s"] > 0.1 and got["max_rss_kb"] > 64 << 10
+    assert command.poll() == 0 and command.proc.poll() == 0   # Popen waits no more
+
+
+def test_a_command_stopped_at_the_end_still_gives_its_rusage():
+    from kmemscope.capture.workload_command import Command
+
+    command = Command([sys.executable, "-c", "import time; time.sleep(100)"])
+    assert command.poll() is None
+    command.terminate()
+    assert command.wait(30) == -15
+    assert command.rusage()["max_rss_kb"] > 0
+    command.kill()                         # reaped: no signal goes to a reused pid

@@ -168,6 +168,66 @@ def test_the_flight_recorder_s_window_carries_the_cost_sources(tmp_path):
     assert tables["kthread_cpu"].num_rows == 3 * len(expected_threads())
 
 
+def _schedstat(proc, pid, run_ns):
+    (proc / str(pid) / "schedstat").write_text(f"{run_ns} 12345 67\n")
+
+
+def test_kernel_threads_carry_schedstat_nanoseconds_where_the_kernel_has_them(tmp_path):
+    """With /proc/PID/schedstat (its first field: ns on a CPU) each thread's line carries it;
+    parsed back into run_ns, and the cost rows take the threads' CPU time from it: the
+    nanoseconds' change, not the ticks' (recounted here from the stand-in values)."""
+    proc, sys = stand_ins(tmp_path)
+    threads = expected_threads()
+    start = {pid: 1_000_000_000 + 7 * pid for pid, _c, _u, _s in threads}
+    for pid, run_ns in start.items():
+        _schedstat(proc, pid, run_ns)
+    s = ProcfsSampler(str(tmp_path / "out"), 1, proc=str(proc), sys=str(sys))
+    s.open()
+    s.sample()
+    grown = {pid: run_ns + 3_456_789 * (i + 1) for i, (pid, run_ns) in enumerate(start.items())}
+    for pid, run_ns in grown.items():
+        _schedstat(proc, pid, run_ns)
+    s.sample()
+    s.close()
+    body = samples(tmp_path / "out" / "kthreads")[1][1]
+    assert [ln.split()[-1] for ln in body.splitlines()] == [f"ns={grown[p]}" for p, *_ in threads]
+    tables = procfs.read_bundle_procfs({"kthreads": (tmp_path / "out" / "kthreads").read_bytes()},
+                                       ticks_per_s=100)
+    rows = tables["kthread_cpu"].to_pylist()
+    assert [(r["pid"], r["utime"], r["stime"], r["run_ns"]) for r in rows] == \
+        [(p, u, st, start[p]) for p, _c, u, st in threads] + \
+        [(p, u, st, grown[p]) for p, _c, u, st in threads]
+
+
+def test_the_live_kernel_s_threads_read_between_two_schedstat_reads():
+    """On this machine's own /proc: a thread's sampled run_ns lies between its
+    /proc/PID/schedstat read just before and just after (the kernel's own counter)."""
+    from kmemscope.capture.sampler import KernelThreads
+
+    import requirements
+
+    threads = KernelThreads("/proc")
+    before = {}
+    for name in Path("/proc").iterdir():
+        if name.name.isdigit():
+            try:
+                comm = (name / "comm").read_text().strip()
+                ns = int((name / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            if comm in OURS:
+                before[int(name.name)] = ns
+    if not before:
+        requirements.skip("tracefs", "no kswapd, kcompactd or khugepaged with a schedstat here")
+    lines = threads.read().splitlines()
+    after = {pid: int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) for pid in before}
+    seen = {int(ln.split()[0]): int(ln.split()[-1][3:]) for ln in lines
+            if int(ln.split()[0]) in before}
+    assert seen.keys() == before.keys()
+    for pid, ns in seen.items():
+        assert before[pid] <= ns <= after[pid], pid
+
+
 # ---------------------------------------------------------------- the tables
 
 def test_psi_rows_match_a_plain_split():
@@ -207,13 +267,14 @@ def test_the_tables_carry_the_tick_rate_and_the_contract_columns(tmp_path):
         "psi_memory": ["ts", "kind", "total_us", "avg10", "avg60", "avg300"],
         "cpu_stat": ["ts", "cpu", "user", "nice", "system", "idle", "iowait", "irq", "softirq",
                      "steal", "ticks_per_s"],
-        "kthread_cpu": ["ts", "pid", "comm", "kind", "utime", "stime", "ticks_per_s"],
+        "kthread_cpu": ["ts", "pid", "comm", "kind", "utime", "stime", "run_ns", "ticks_per_s"],
         "mthp_stats": ["ts", "size_kb", "counter", "value"],
     }
     rows = tables["kthread_cpu"].to_pylist()
     assert [(r["pid"], r["comm"], r["utime"], r["stime"]) for r in rows] == expected_threads()
     assert [r["kind"] for r in rows] == [OURS[c] for _, c, _, _ in expected_threads()]
     assert {r["ticks_per_s"] for r in rows} == {250}
+    assert {r["run_ns"] for r in rows} == {None}       # the stand-ins have no schedstat
     assert set(tables["cpu_stat"].column("ticks_per_s").to_pylist()) == {250}
     mthp = {(r["size_kb"], r["counter"]): r["value"] for r in tables["mthp_stats"].to_pylist()}
     sysfs = dict(ln.split() for ln in (LIVE / "mthp-sysfs").read_text().splitlines())
@@ -238,7 +299,8 @@ HOSTILE = {
     "kthreads": ("45 kswapd0 0 75", [
         "46 bash 1 2", "47 kswapd0 x 2", "-48 kswapd0 1 2", "49 kswapd0 1", "kswapd0 1 2",
         "50 kswapd0: 1 2", "51 kcompactd 1 2", "52 khugepaged0 1 2", "53 kswapd0 1 -2",
-        "54 kswapd0 ² 2", "55 kswapd0\x1b[31m 1 2"]),
+        "54 kswapd0 ² 2", "55 kswapd0\x1b[31m 1 2", "56 kswapd0 1 2 ns=x", "57 kswapd0 1 2 ns=-4",
+        "58 kswapd0 1 ns=5", "59 kswapd0 1 2 ns=²"]),
     "mthp": ("2048 anon_fault_alloc 12", [
         "2048 ../../etc 1", "2048 anon_fault_alloc x", "x anon_fault_alloc 1", "2048 a b c",
         "-64 split 1", "64 Split 1", "64 " + "a" * 65 + " 1", "64 split ²", "64 split --1"]),

@@ -6,8 +6,10 @@ colour and a run its marker. Times are seconds since each run's first event,
 the same axis as the event-rate and compaction timelines.
 
   over_time           per interval of the procfs samples: compaction successes and
-                      failures per second, THP fault success % (vmstat); stall time
-                      per second of direct compaction and direct reclaim (stalls.each)
+                      failures per second, THP fault success % (vmstat; for a run
+                      without samples, per second of its trace: direct compactions and
+                      THP fault attempts); stall time per second of direct compaction
+                      and direct reclaim (stalls.each)
   free_pages_heatmap  buddyinfo (fragmentation.orders): free pages per order over time, a
                       heatmap per run
   stall_cdfs          cumulative distribution of stall latency, a panel per kind and
@@ -47,9 +49,44 @@ def _vmstat_intervals(scope, names):
                      "WHERE list_contains(?, name)", params=[list(names)])
 
 
+def _per_second(run, t_s, values, span_s):
+    """(centres, sums) of `values` at times `t_s` in one-second bins over a run's span."""
+    seconds = int(np.floor(span_s or 0)) + 1
+    out = np.zeros(seconds)
+    idx = np.clip(np.floor(np.asarray(t_s, dtype=float)).astype(int), 0, seconds - 1)
+    np.add.at(out, idx, np.asarray(values, dtype=float))
+    return np.arange(seconds) + 0.5, out
+
+
+def _trace_series(scope, runs, span):
+    """For runs without vmstat samples, the same panels per second of the trace: direct
+    compaction stalls that succeeded and failed (direct_compactions, vmstat's compact_success and
+    compact_fail as the trace models them) and THP fault success % (thp_fault_attempts)."""
+    bare = [r for r in runs if r not in scope.runs_with("vmstat")]
+    out: dict = {"success": {}, "fail": {}, "thp": {}}
+    if bare and scope.runs_with("mm_compaction_try_to_compact_pages"):
+        tries = scope.sql("SELECT d.run_id, (d.ts - f.first_ts) / 1e9 AS t_s, d.succeeded "
+                          "FROM direct_compactions AS d JOIN run_facts AS f USING (run_id) "
+                          "WHERE d.stalled AND list_contains(?, d.run_id)", params=[bare])
+        for run, g in tries.groupby("run_id"):
+            ok = g.succeeded.astype(bool).to_numpy()
+            out["success"][run] = _per_second(run, g.t_s, ok, span.get(run))
+            out["fail"][run] = _per_second(run, g.t_s, ~ok, span.get(run))
+    if bare and scope.runs_with("mm_page_alloc"):
+        faults = scope.sql("SELECT a.run_id, (a.ts - f.first_ts) / 1e9 AS t_s, a.failed "
+                           "FROM thp_fault_attempts AS a JOIN run_facts AS f USING (run_id) "
+                           "WHERE NOT a.is_retry AND list_contains(?, a.run_id)", params=[bare])
+        for run, g in faults.groupby("run_id"):
+            t, n = _per_second(run, g.t_s, np.ones(len(g)), span.get(run))
+            _, ok = _per_second(run, g.t_s, ~g.failed.astype(bool).to_numpy(), span.get(run))
+            out["thp"][run] = (t, np.where(n > 0, 100.0 * ok / np.where(n > 0, n, 1), np.nan))
+    return out
+
+
 def over_time(scope):
     """Compaction success and failure, THP fault success and stall time per interval, a line per run
-    in its side's colour; a panel that is zero on every run is left out and named."""
+    in its side's colour; a panel that is zero on every run is left out and named, and so is one
+    that no run measured."""
     groups, pal = scope.groups(), scope.palette()
     runs = [r for rs in groups.values() for r in rs]
     names = scope.run_names()
@@ -61,18 +98,26 @@ def over_time(scope):
         sub = vm[vm.name == name]
         return {run: (g.t_s.to_numpy(), (g.delta / g.dt_s).to_numpy()) for run, g in sub.groupby("run_id")}
 
-    series["compaction successes per second (vmstat compact_success)"] = per_s("compact_success")
-    series["compaction failures per second (vmstat compact_fail)"] = per_s("compact_fail")
+    span = scope.spans()
+    traced = _trace_series(scope, runs, span)
+    mark = " or the trace's direct compactions" if traced["success"] else ""
+    series[f"compaction successes per second (vmstat compact_success{mark})"] = {
+        **per_s("compact_success"), **traced["success"]}
+    series[f"compaction failures per second (vmstat compact_fail{mark})"] = {
+        **per_s("compact_fail"), **traced["fail"]}
+    thp_title = ("THP fault success % per interval (vmstat"
+                 + (", or the trace's fault attempts" if traced["thp"] else "") + "; gap: no fault)")
     thp = vm[vm.name.isin(["thp_fault_alloc", "thp_fault_fallback"])].pivot_table(
         index=["run_id", "t_s"], columns="name", values="delta", aggfunc="sum").reset_index()
     if not thp.empty and {"thp_fault_alloc", "thp_fault_fallback"} <= set(thp.columns):
         faults = thp.thp_fault_alloc + thp.thp_fault_fallback
         thp["pct"] = np.where(faults > 0, 100.0 * thp.thp_fault_alloc / faults.where(faults > 0, 1), np.nan)
-        series["THP fault success % per interval (vmstat; gap: no fault)"] = {
-            run: (g.t_s.to_numpy(), g.pct.to_numpy()) for run, g in thp.groupby("run_id")}
+        series[thp_title] = {run: (g.t_s.to_numpy(), g.pct.to_numpy())
+                             for run, g in thp.groupby("run_id")}
+    if traced["thp"]:
+        series[thp_title] = {**series.get(thp_title, {}), **traced["thp"]}
     stalls = _stalls(scope)
     stalls = stalls[stalls.run_id.isin(runs)]
-    span = scope.spans()
     for kind in ("direct_compaction", "direct_reclaim"):
         sub = stalls[stalls.kind == kind]
         if sub.empty:
@@ -87,10 +132,13 @@ def over_time(scope):
             per[run] = (np.arange(seconds) + 0.5, ms)
         series[f"{STALL_KINDS[kind]} stall time, ms per second"] = per
     drawn = {k: v for k, v in series.items() if any(np.nansum(y) > 0 for _, y in v.values())}
-    quiet = [k for k in series if k not in drawn]
+    quiet = [k for k in series if k not in drawn and series[k]]       # measured, and zero
     if not drawn:
-        raise Missing("No compaction, THP fault or stall activity over time in these runs "
-                      "(no vmstat samples, or the counters stood still, and no stalls).")
+        if quiet:
+            raise Missing("Compaction, THP faults and stalls stood still over time in these runs: "
+                          f"zero on every run ({', '.join(quiet)}).")
+        raise Missing("Nothing over time to draw: these runs have no vmstat samples, and their "
+                      "traces no direct compaction, THP fault or stall events.")
     fig, axes = new_figure("over_time", (len(drawn) + 1) // 2, 2, height=2.6)
     for ax, (title, per) in zip(axes.flat, drawn.items()):
         for run, (t, y) in sorted(per.items()):

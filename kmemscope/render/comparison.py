@@ -53,10 +53,15 @@ TEST_TEXT = {
 }
 # How each block's rows are laid out in --format mmtests, and the source its rows usually have.
 LAYOUT = {"headline": "stats", "vmstat": "means", "stalls": "means", "cost": "means",
+          "shifted": "means", "workload": "means",
           "mthp": "means", "benchmark": "stats", "fragmentation": "stats"}
 USUAL_SOURCE = {"headline": "trace", "vmstat": "vmstat", "stalls": "trace",
-                "cost": "procfs sample", "mthp": "sysfs sample", "benchmark": "imported",
+                "cost": "procfs sample", "shifted": "vmstat", "workload": "rusage",
+                "mthp": "sysfs sample",
+                "benchmark": "imported",
                 "fragmentation": "procfs sample"}
+# What a block's header calls it, where that is more than its name.
+BLOCK_TITLES = {"shifted": "direct compaction shifted"}
 # What each convention's block header says of its numbers.
 CONVENTION_TEXT = {
     "mmtests": "Hmean where higher is better, else Amean; percent difference: positive = better "
@@ -99,6 +104,7 @@ def _block_header(title, rows, sides=None):
     whose change in the mmtests convention is the raw one: positive = higher)."""
     conventions = sorted({r.metric.convention for r in rows})
     source = USUAL_SOURCE.get(title)
+    title = BLOCK_TITLES.get(title, title)
     undirected = [r.metric.name for r in rows
                   if r.metric.convention == "mmtests" and r.metric.better == "none"]
     none = f"; no direction: {', '.join(undirected)}" if undirected else ""

@@ -170,11 +170,26 @@ SELECT * FROM _prefer_vmstat(rates);
 -- at the THP order (the events recorded) is the free of that page; when the run
 -- recorded no mm_page_free events, every success is. Each unsure success could
 -- be one thp_fault_alloc fewer, and one thp_fault_fallback more (a charge failure).
+--
+-- The capture's edges, where a run is counted over the whole capture (no vmstat
+-- window): vmstat counts a fault when it is mapped, after its allocation. A task
+-- that was between the two when the capture began is a fault vmstat counts and
+-- the trace never saw (one per faulting task at most: start_edge, either
+-- counter's count could be that much higher); a task whose last recorded event
+-- is its fault attempt may have been mapped, or counted as a fallback, only
+-- after the capture ended (end_edge_*: that counter's count could be that much
+-- lower). Inside a vmstat window the trace sees across both edges: 0 there.
 -- @columns
---   run_id           text   the run
---   frees_recorded   bool   the run recorded mm_page_free
---   unsure           count  successful fault attempts that may not be faults vmstat counts
---                           as thp_fault_alloc (inside trace_windows)
+--   run_id              text   the run
+--   frees_recorded      bool   the run recorded mm_page_free
+--   unsure              count  successful fault attempts that may not be faults vmstat counts
+--                              as thp_fault_alloc (inside trace_windows)
+--   start_edge          count  faults that may have begun before the capture (tasks that fault
+--                              in it; 0 for runs counted inside a vmstat window)
+--   end_edge_successes  count  successes that are their task's last recorded event (0 inside a
+--                              vmstat window)
+--   end_edge_failures   count  failed attempts that are their task's last recorded event (0
+--                              inside a vmstat window)
 CREATE TEMP VIEW thp_fault_unsure AS
 WITH
 recorded AS (
@@ -212,8 +227,36 @@ unsure AS (
   LEFT JOIN recorded AS r ON r.run_id = s.run_id
   WHERE r.run_id IS NULL OR (x.next_is_free = 1 AND x.next_pfn = s.pfn)
   GROUP BY s.run_id
+),
+-- the capture's edges (runs without a vmstat window only)
+capture_faults AS (
+  SELECT a.run_id, a.pid, a.ts, a.failed
+  FROM thp_fault_attempts AS a
+  JOIN trace_windows AS w ON w.run_id = a.run_id
+  WHERE w.lo IS NULL
+),
+faulting AS (SELECT DISTINCT run_id, pid FROM capture_faults),
+last_events AS (
+  SELECT e.run_id, e.pid, max(e.ts) AS ts
+  FROM (SELECT a.run_id, a.pid, a.ts FROM page_allocs AS a
+        JOIN faulting AS t ON t.run_id = a.run_id AND t.pid = a.pid
+        UNION ALL
+        SELECT f.run_id, f.pid, f.ts FROM mm_page_free AS f
+        JOIN faulting AS t ON t.run_id = f.run_id AND t.pid = f.pid) AS e
+  GROUP BY e.run_id, e.pid
+),
+edges AS (
+  SELECT c.run_id, count(DISTINCT c.pid) AS start_edge,
+         count(CASE WHEN c.ts = l.ts AND NOT c.failed THEN 1 END) AS end_successes,
+         count(CASE WHEN c.ts = l.ts AND c.failed THEN 1 END) AS end_failures
+  FROM capture_faults AS c
+  JOIN last_events AS l ON l.run_id = c.run_id AND l.pid = c.pid
+  GROUP BY c.run_id
 )
-SELECT f.run_id, r.run_id IS NOT NULL AS frees_recorded, coalesce(u.n, 0) AS unsure
+SELECT f.run_id, r.run_id IS NOT NULL AS frees_recorded, coalesce(u.n, 0) AS unsure,
+       coalesce(e.start_edge, 0) AS start_edge, coalesce(e.end_successes, 0) AS end_edge_successes,
+       coalesce(e.end_failures, 0) AS end_edge_failures
 FROM run_facts AS f
 LEFT JOIN recorded AS r ON r.run_id = f.run_id
-LEFT JOIN unsure AS u ON u.run_id = f.run_id;
+LEFT JOIN unsure AS u ON u.run_id = f.run_id
+LEFT JOIN edges AS e ON e.run_id = f.run_id;
