@@ -364,8 +364,8 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, 
     -o s3://bucket/prefix writes into an object store, safe beside other
     ingesters: a trace whose run is already there is skipped unless --force.
     """
-    from kmemscope.dataset.storage import is_url
-    from kmemscope.api import expand_inputs, parse as parse_inputs
+    from kmemscope.api import (check_parse_target, expand_inputs, is_object_store,
+                               parse as parse_inputs)
 
     labels = _key_values(labels, "--label")
     snapshots = {"procfs_start": procfs_start, "procfs_end": procfs_end,
@@ -384,7 +384,7 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, 
         _report_error(ctx, exc)
         sys.exit(1)
     if engine == "spark":
-        if is_url(dataset):
+        if is_object_store(dataset):
             raise click.UsageError("parse --engine spark commits to a file system; parse into "
                                    "an s3:// dataset without it")
         if threads:
@@ -399,15 +399,11 @@ def parse(ctx, sources, dataset, labels, events, threads, derive, quiet, force, 
     _engine(engine, spark_master, spark_conf)
     show_progress = not quiet and sys.stderr.isatty()
     failures = added = skipped = 0
-    remote = is_url(dataset)
-    if remote and derive:
-        from kmemscope.dataset.s3_commit import refuse_derive
-
-        try:
-            refuse_derive(derive)
-        except KmemscopeError as exc:
-            _report_error(ctx, exc)
-            sys.exit(1)
+    try:
+        check_parse_target(dataset, derive=derive)     # once, not once per input
+    except KmemscopeError as exc:
+        _report_error(ctx, exc)
+        sys.exit(1)
     for source in sources:
         try:
             with _progress(source, show_progress) as progress:

@@ -750,9 +750,9 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
     ref = DatasetRef.of(dataset)            # local or s3, decided once for every input
     write: Callable = ingest
     if ref.is_s3:                           # conditional writes, not rename and flock
-        from kmemscope.dataset.s3_commit import ingest_s3, refuse_derive
+        from kmemscope.parsers.ingest_s3 import ingest_s3
 
-        refuse_derive(derive)
+        check_parse_target(dataset, derive=derive)
         write = ingest_s3
     out: list = []
     for source in sources:
@@ -770,6 +770,22 @@ def parse(inputs, dataset, labels: Mapping[str, str] | None = None, *,
                 raise
             out.append(exc)
     return out
+
+
+def is_object_store(dataset) -> bool:
+    """True when `dataset` names an object-store dataset (s3:// or s3a://), not a folder."""
+    from kmemscope.dataset.storage import is_url
+
+    return is_url(str(dataset))
+
+
+def check_parse_target(dataset, *, derive: bool = False) -> None:
+    """Raise KmemscopeError, before any input is decoded, for parse options `dataset` cannot
+    take (an s3:// dataset builds its derived tables per query, not at parse)."""
+    if derive and is_object_store(dataset):
+        from kmemscope.dataset.s3_commit import refuse_derive
+
+        refuse_derive(derive)
 
 
 def parse_on_spark(inputs: Sequence, dataset, *, engine: EngineSpec | str = "spark",

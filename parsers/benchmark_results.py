@@ -37,8 +37,9 @@ UNIT_MAX = 32
 BETTER = ("higher", "lower")
 COLUMNS = ("run", "metric", "value", "unit", "better")
 # Names the comparison gives its own metrics and groups: an imported metric may not take them.
-RESERVED_PREFIXES = ("vmstat.", "stalls.", "frag.", "cost.", "mthp.")
-RESERVED_NAMES = ("headline", "vmstat", "stalls", "frag", "cost", "mthp", "benchmark")
+RESERVED_PREFIXES = ("vmstat.", "stalls.", "frag.", "cost.", "mthp.", "shifted.", "workload.")
+RESERVED_NAMES = ("headline", "vmstat", "stalls", "frag", "cost", "mthp", "shifted", "workload",
+                  "benchmark")
 # A value written as text: ASCII decimal only (float() would also take `1_000` and the
 # digits of every script, which no benchmark writes and a reader would not see as a number).
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)

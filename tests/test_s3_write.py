@@ -275,7 +275,7 @@ def test_a_killed_ingester_leaves_no_half_run_and_the_next_one_redoes_it(s3, fou
     env = dict(s3, KMEMSCOPE_TEST_S3_PAUSE_BEFORE_RUNS_S="60", KMEMSCOPE_S3_CLAIM_TTL_S="2")
     proc = kmrun.popen("parse", two, "-o", url, env=env)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180      # a loaded host uploads slowly
         while True:         # until every table of the run is uploaded, its runs partition not
             keys = set(_keys("killed/ds"))
             tables = {k for k in keys if k.startswith("mm_page_alloc/")
