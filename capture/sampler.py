@@ -40,6 +40,8 @@ import time
 
 from kmemscope.common.errors import CaptureError
 
+from kmemscope.capture.tracefs import read_text as _read_text  # os.read: cheap, for days
+
 HEADER = "#kmemscope-sample"
 SOURCES = ("vmstat", "pagetypeinfo", "buddyinfo")
 # CONFIG_DEBUG_FS and CONFIG_COMPACTION kernels, with debugfs mounted
@@ -78,22 +80,6 @@ def kthread_kind(comm):
 
 def header_line(mono_ns, realtime_ns):
     return "%s mono_ns=%d realtime_ns=%d\n" % (HEADER, mono_ns, realtime_ns)
-
-
-def _read_text(path):
-    """A procfs or sysfs file's text by os.open and os.read (four system calls where open()
-    makes seven, and no buffered reader: a flight recorder samples for days)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode()
 
 
 def cpu_lines(text):
