@@ -9,18 +9,18 @@ a bad URL) must be one line and exit 1.
 """
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
 import requirements
 import kmrun
+from s3_server import AWS_VARS, ISOLATE, free_port, moto_s3
 from conftest import EXAMPLES, SPARK_TEST_CONF, skip_spark_test, skip_without_spark
 
 try:
     import s3fs  # noqa: F401
-    import moto.server as moto_server
+    import moto.server  # noqa: F401
 except ImportError as exc:
     requirements.skip("setup", f"{exc.name} is not installed (pip install 'kmemscope[test]')",
                       allow_module_level=True)
@@ -32,23 +32,6 @@ BUCKET = "kmemscope-test"
 # hadoop-aws and its dependencies, fetched from Maven Central by the first Spark run on this
 # machine and resolved from here by every later one (not a temporary directory).
 IVY_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kmemscope-tests" / "ivy"
-CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-         "AWS_DEFAULT_REGION": "us-east-1"}
-# Nothing from this machine's own AWS setup may take part.
-ISOLATE = {"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-           "AWS_EC2_METADATA_DISABLED": "true"}
-AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
-            "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
-            "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
-            "AWS_EC2_METADATA_DISABLED")
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(**over):
     env = {k: v for k, v in os.environ.items() if k not in AWS_VARS}
     env.update(ISOLATE)
@@ -67,26 +50,8 @@ def s3(tmp_path_factory):
     This process's environment points at it too while the module runs (a Spark
     JVM started here inherits it), and is put back afterwards.
     """
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", **CREDS, **ISOLATE}
-    saved = {k: os.environ.get(k) for k in AWS_VARS}
-    for k in AWS_VARS:
-        os.environ.pop(k, None)
-    os.environ.update(env)
-    from kmemscope.dataset import storage
-    storage._fs_cache.clear()
-    try:
+    with moto_s3() as env:
         yield _env(**env)
-    finally:
-        storage._fs_cache.clear()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +229,7 @@ def test_errors_are_one_line(s3, datasets, verb):
     nocreds = {k: v for k, v in s3.items()
                if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     assert "credentials" in _one_error_line(cli(nocreds, *verb, url, check=False))
-    down = dict(s3, AWS_ENDPOINT_URL=f"http://127.0.0.1:{_free_port()}")
+    down = dict(s3, AWS_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}")
     assert "Could not connect" in _one_error_line(cli(down, *verb, url, check=False))
     for bad in ("s3://Bad_Bucket/ds", f"s3://{BUCKET}/../ds", f"s3://{BUCKET}/ds/*",
                 f"s3://{BUCKET}/a//b", "s3://ab/ds"):

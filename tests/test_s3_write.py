@@ -12,8 +12,6 @@ which every run listed from the bucket must have whole.
 import json
 import os
 import signal
-import socket
-import threading
 import time
 from pathlib import Path
 
@@ -21,12 +19,12 @@ import pytest
 
 import requirements
 import kmrun
+from s3_server import moto_s3
 from conftest import EXAMPLES
 
 try:
     import s3fs
-    import moto.server as moto_server
-    from moto.s3.responses import S3Response
+    import moto.server  # noqa: F401
 except ImportError as exc:
     requirements.skip("setup", f"{exc.name} is not installed (pip install 'kmemscope[test]')",
                       allow_module_level=True)
@@ -37,55 +35,16 @@ from kmemscope.dataset import reader, storage  # noqa: E402
 from kmemscope.dataset.handle import DatasetRef  # noqa: E402
 
 BUCKET = "kmemscope-write"
-CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-         "AWS_DEFAULT_REGION": "us-east-1"}
-ISOLATE = {"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-           "AWS_EC2_METADATA_DISABLED": "true"}
-AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
-            "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
-            "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
-            "AWS_EC2_METADATA_DISABLED")
 FOUR = [EXAMPLES / "ab-defrag-mode" / f"run{i}-defrag0" for i in range(1, 5)]
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def s3():
     """A moto S3 server with S3's atomic conditional PUT, and a bucket; yields the
     environment that reaches it (set in this process too while the module runs)."""
-    put, lock = S3Response.put_object, threading.Lock()
-
-    def atomic_put(self, *args, **kwargs):
-        with lock:
-            return put(self, *args, **kwargs)
-
-    S3Response.put_object = atomic_put
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", **CREDS, **ISOLATE}
-    saved = {k: os.environ.get(k) for k in AWS_VARS}
-    for k in AWS_VARS:
-        os.environ.pop(k, None)
-    os.environ.update(env)
-    storage._fs_cache.clear()
-    try:
+    with moto_s3(atomic_puts=True) as env:
         s3fs.S3FileSystem(skip_instance_cache=True).mkdir(BUCKET)
         yield {**{k: v for k, v in os.environ.items()}, **env}
-    finally:
-        storage._fs_cache.clear()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
-        S3Response.put_object = put
 
 
 def _keys(prefix):
