@@ -243,6 +243,9 @@ class Claim:
     def __init__(self, b, run_id, etag, ttl):
         self.b, self.run_id, self.etag, self.ttl = b, run_id, etag, ttl
         self.lost = None                   # why the claim was lost, once it is
+        # a rewrite and a check take turns: a check between a rewrite's PUT and its new ETag
+        # would take this ingester's own rewrite for a takeover
+        self._turn = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._keep, name="kmemscope-s3-claim",
                                         daemon=True)
@@ -255,7 +258,8 @@ class Claim:
     def _keep(self):
         while not self._stop.wait(self.ttl / 5):
             try:
-                self.etag = self.b.put(self.rel, _claim_body(), IfMatch=self.etag)["ETag"]
+                with self._turn:
+                    self.etag = self.b.put(self.rel, _claim_body(), IfMatch=self.etag)["ETag"]
             except Exception as exc:
                 if _precondition_failed(exc):
                     self.lost = "another ingester took its claim over"
@@ -264,10 +268,11 @@ class Claim:
 
     def check(self):
         """Raise when the claim is no longer this ingester's (before the run is shown)."""
-        if self.lost is None:
-            now = self.b.head(self.rel)
-            if now is None or now[0] != self.etag:
-                self.lost = "its claim was removed or taken over"
+        with self._turn:
+            if self.lost is None:
+                now = self.b.head(self.rel)
+                if now is None or now[0] != self.etag:
+                    self.lost = "its claim was removed or taken over"
         if self.lost:
             raise KmemscopeError(f"run {self.run_id}: {self.lost} before the run was shown; "
                                  "this ingester leaves it to that one")
